@@ -1,0 +1,572 @@
+// Package gguf reads and writes GGUF files, llama.cpp's model format.
+//
+// Open memory-maps a file and parses its header; tensor data stays in the
+// mapping and each Tensor.Data is a slice of it (nothing is copied at load).
+// The parser treats the file as hostile, like llama.cpp's gguf.cpp: it checks
+// the remaining bytes before every allocation, caps string and array
+// lengths, checks every size computation for overflow, and rejects bad
+// magic, unknown versions, duplicate keys or tensor names, bad alignment,
+// more than four dimensions, unknown tensor types, rows that are not a whole
+// number of blocks and tensor data outside the file. Every rejection is a
+// *FormatError naming what was wrong and where; nothing panics.
+//
+// It does not interpret model metadata (that is package model's job) and
+// does not support big-endian files or GGUF v1.
+package gguf
+
+import (
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"os"
+	"slices"
+	"syscall"
+
+	"github.com/flowinfer/flowinfer/quant"
+)
+
+// Magic is the first four bytes of every GGUF file.
+const Magic = "GGUF"
+
+// DefaultAlignment is the data alignment when general.alignment is absent.
+const DefaultAlignment = 32
+
+// Limits on header fields. They are far above what real models use and keep
+// a hostile header from asking for absurd work.
+const (
+	MaxStringLen  = 1 << 30 // as llama.cpp's GGUF_MAX_STRING_LENGTH
+	MaxArrayLen   = 1 << 30 // as GGUF_MAX_ARRAY_ELEMENTS
+	MaxKeyLen     = 1 << 16
+	MaxNameLen    = 63 // ggml's GGML_MAX_NAME is 64 including the NUL
+	MaxDims       = 4
+	MaxArrayDepth = 8
+)
+
+// ErrMalformed is matched (errors.Is) by every *FormatError.
+var ErrMalformed = errors.New("malformed GGUF")
+
+// FormatError reports a malformed file: what was wrong and at which byte
+// offset (-1 when the problem is not at one place).
+type FormatError struct {
+	Offset int64
+	What   string
+}
+
+func (e *FormatError) Error() string {
+	if e.Offset < 0 {
+		return "gguf: " + e.What
+	}
+	return fmt.Sprintf("gguf: offset %d: %s", e.Offset, e.What)
+}
+
+// Is makes errors.Is(err, ErrMalformed) true.
+func (e *FormatError) Is(target error) bool { return target == ErrMalformed }
+
+// KV is one metadata key-value pair, in file order.
+type KV struct {
+	Key   string
+	Value Value
+}
+
+// Tensor describes one tensor and holds its bytes.
+type Tensor struct {
+	Name string
+	Type quant.Type
+	// Dims are the element counts per dimension in ggml order: Dims[0] is
+	// the number of elements in a row (the contiguous dimension).
+	Dims []uint64
+	// Offset is the data offset relative to the start of the data section.
+	Offset uint64
+	// Size is the number of bytes of the tensor's data.
+	Size uint64
+	// Data is the tensor's bytes: a slice of the file mapping (zero-copy).
+	// It is valid until the File is closed.
+	Data []byte
+}
+
+// Elements returns the total number of elements.
+func (t *Tensor) Elements() uint64 {
+	n := uint64(1)
+	for _, d := range t.Dims {
+		n *= d
+	}
+	return n
+}
+
+// Rows returns the number of rows (elements / Dims[0]).
+func (t *Tensor) Rows() uint64 {
+	if len(t.Dims) == 0 || t.Dims[0] == 0 {
+		return 0
+	}
+	return t.Elements() / t.Dims[0]
+}
+
+// File is a parsed GGUF file.
+type File struct {
+	Version    uint32
+	Alignment  uint64
+	DataOffset uint64 // file offset of the data section
+	KVs        []KV
+	Tensors    []*Tensor
+
+	kvIndex     map[string]int
+	tensorIndex map[string]int
+	data        []byte // the whole file (a mapping when opened with Open)
+	unmap       func() error
+}
+
+// Open memory-maps and parses the file at path.
+func Open(path string) (*File, error) {
+	fd, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("gguf: %w", err)
+	}
+	defer fd.Close()
+	st, err := fd.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("gguf: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("gguf: %s: not a regular file", path)
+	}
+	size := st.Size()
+	if size < 4 {
+		return nil, fmt.Errorf("gguf: %s: %w", path, &FormatError{0, fmt.Sprintf("file is %d bytes, too short for a GGUF header", size)})
+	}
+	if size > math.MaxInt {
+		return nil, fmt.Errorf("gguf: %s: file too large to map", path)
+	}
+	data, err := syscall.Mmap(int(fd.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("gguf: mmap %s: %w", path, err)
+	}
+	f, err := Parse(data)
+	if err != nil {
+		syscall.Munmap(data)
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	f.unmap = func() error { return syscall.Munmap(data) }
+	return f, nil
+}
+
+// Close releases the mapping. Tensor data slices must not be used after.
+func (f *File) Close() error {
+	if f.unmap == nil {
+		return nil
+	}
+	u := f.unmap
+	f.unmap = nil
+	f.data = nil
+	for _, t := range f.Tensors {
+		t.Data = nil
+	}
+	return u()
+}
+
+// Bytes returns the whole file (the mapping).
+func (f *File) Bytes() []byte { return f.data }
+
+// Get returns the value of a metadata key.
+func (f *File) Get(key string) (Value, bool) {
+	i, ok := f.kvIndex[key]
+	if !ok {
+		return Value{}, false
+	}
+	return f.KVs[i].Value, true
+}
+
+// GetString returns a string-valued key.
+func (f *File) GetString(key string) (string, bool) {
+	v, ok := f.Get(key)
+	if !ok {
+		return "", false
+	}
+	return v.Str()
+}
+
+// GetUint returns a non-negative integer key of any width.
+func (f *File) GetUint(key string) (uint64, bool) {
+	v, ok := f.Get(key)
+	if !ok {
+		return 0, false
+	}
+	return v.Uint()
+}
+
+// GetFloat returns a float (or integer) key.
+func (f *File) GetFloat(key string) (float64, bool) {
+	v, ok := f.Get(key)
+	if !ok {
+		return 0, false
+	}
+	return v.Float()
+}
+
+// GetBool returns a bool key.
+func (f *File) GetBool(key string) (bool, bool) {
+	v, ok := f.Get(key)
+	if !ok {
+		return false, false
+	}
+	return v.Bool()
+}
+
+// Tensor returns the tensor with the given name.
+func (f *File) Tensor(name string) (*Tensor, bool) {
+	i, ok := f.tensorIndex[name]
+	if !ok {
+		return nil, false
+	}
+	return f.Tensors[i], true
+}
+
+// decoder reads little-endian fields from a byte slice, tracking the offset
+// for error messages.
+type decoder struct {
+	b   []byte
+	off int
+}
+
+func (d *decoder) errf(format string, args ...any) error {
+	return &FormatError{int64(d.off), fmt.Sprintf(format, args...)}
+}
+
+func (d *decoder) remain() int { return len(d.b) - d.off }
+
+func (d *decoder) need(n int, what string) error {
+	if n < 0 || d.remain() < n {
+		return d.errf("truncated: %s needs %d bytes, %d remain", what, n, d.remain())
+	}
+	return nil
+}
+
+func (d *decoder) u32(what string) (uint32, error) {
+	if err := d.need(4, what); err != nil {
+		return 0, err
+	}
+	v := binary.LittleEndian.Uint32(d.b[d.off:])
+	d.off += 4
+	return v, nil
+}
+
+func (d *decoder) u64(what string) (uint64, error) {
+	if err := d.need(8, what); err != nil {
+		return 0, err
+	}
+	v := binary.LittleEndian.Uint64(d.b[d.off:])
+	d.off += 8
+	return v, nil
+}
+
+func (d *decoder) str(what string, max uint64) (string, error) {
+	start := d.off
+	n, err := d.u64(what + " length")
+	if err != nil {
+		return "", err
+	}
+	if n > max {
+		d.off = start
+		return "", d.errf("%s length %d exceeds the limit %d", what, n, max)
+	}
+	if n > uint64(d.remain()) {
+		d.off = start
+		return "", d.errf("truncated: %s of %d bytes, %d remain", what, n, d.remain())
+	}
+	s := string(d.b[d.off : d.off+int(n)])
+	d.off += int(n)
+	return s, nil
+}
+
+// value reads a value of type t. depth counts array nesting.
+func (d *decoder) value(key string, t ValueType, depth int) (Value, error) {
+	if !t.valid() {
+		return Value{}, d.errf("key %q: invalid value type %d", key, uint32(t))
+	}
+	if sz := t.size(); sz > 0 {
+		if err := d.need(sz, fmt.Sprintf("value of key %q", key)); err != nil {
+			return Value{}, err
+		}
+		var b uint64
+		switch sz {
+		case 1:
+			b = uint64(d.b[d.off])
+		case 2:
+			b = uint64(binary.LittleEndian.Uint16(d.b[d.off:]))
+		case 4:
+			b = uint64(binary.LittleEndian.Uint32(d.b[d.off:]))
+		case 8:
+			b = binary.LittleEndian.Uint64(d.b[d.off:])
+		}
+		if t == TypeBool && b > 1 {
+			return Value{}, d.errf("key %q: bool value %d is neither 0 nor 1", key, b)
+		}
+		d.off += sz
+		return Value{typ: t, bits: b}, nil
+	}
+	if t == TypeString {
+		s, err := d.str(fmt.Sprintf("string value of key %q", key), MaxStringLen)
+		if err != nil {
+			return Value{}, err
+		}
+		return Value{typ: TypeString, str: s}, nil
+	}
+	// Array.
+	if depth >= MaxArrayDepth {
+		return Value{}, d.errf("key %q: arrays nested deeper than %d", key, MaxArrayDepth)
+	}
+	et32, err := d.u32(fmt.Sprintf("array element type of key %q", key))
+	if err != nil {
+		return Value{}, err
+	}
+	et := ValueType(et32)
+	if !et.valid() {
+		return Value{}, d.errf("key %q: invalid array element type %d", key, et32)
+	}
+	at := d.off
+	n, err := d.u64(fmt.Sprintf("array length of key %q", key))
+	if err != nil {
+		return Value{}, err
+	}
+	if n > MaxArrayLen {
+		d.off = at
+		return Value{}, d.errf("key %q: array length %d exceeds the limit %d", key, n, MaxArrayLen)
+	}
+	// Each element needs at least minSize bytes: check before allocating.
+	minSize := uint64(et.size())
+	switch et {
+	case TypeString:
+		minSize = 8
+	case TypeArray:
+		minSize = 12
+	}
+	if n*minSize > uint64(d.remain()) {
+		d.off = at
+		return Value{}, d.errf("truncated: key %q: array of %d %s needs at least %d bytes, %d remain", key, n, et, n*minSize, d.remain())
+	}
+	v := Value{typ: TypeArray, elem: et, n: int(n)}
+	switch et {
+	case TypeString:
+		v.strs = make([]string, n)
+		for i := range v.strs {
+			if v.strs[i], err = d.str(fmt.Sprintf("element %d of key %q", i, key), MaxStringLen); err != nil {
+				return Value{}, err
+			}
+		}
+	case TypeArray:
+		v.vals = make([]Value, n)
+		for i := range v.vals {
+			if v.vals[i], err = d.value(key, TypeArray, depth+1); err != nil {
+				return Value{}, err
+			}
+		}
+	case TypeBool:
+		for i := 0; i < int(n); i++ {
+			if d.b[d.off+i] > 1 {
+				return Value{}, d.errf("key %q: bool element %d is %d", key, i, d.b[d.off+i])
+			}
+		}
+		fallthrough
+	default:
+		v.raw = d.b[d.off : d.off+int(n*minSize) : d.off+int(n*minSize)]
+		d.off += int(n * minSize)
+	}
+	return v, nil
+}
+
+// Parse parses a GGUF file held in data. Tensor data slices alias data.
+func Parse(data []byte) (*File, error) {
+	d := &decoder{b: data}
+	if len(data) < 4 || string(data[:4]) != Magic {
+		n := min(len(data), 4)
+		return nil, d.errf("bad magic %q, want %q", data[:n], Magic)
+	}
+	d.off = 4
+	version, err := d.u32("version")
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case version == 1:
+		return nil, &FormatError{4, "GGUF v1 is not supported (only v2 and v3)"}
+	case version&0xFFFF == 0 && version != 0:
+		return nil, &FormatError{4, fmt.Sprintf("version %#x looks byte-swapped: big-endian GGUF is not supported", version)}
+	case version != 2 && version != 3:
+		return nil, &FormatError{4, fmt.Sprintf("unknown GGUF version %d (supported: 2, 3)", version)}
+	}
+	nTensors, err := d.u64("tensor count")
+	if err != nil {
+		return nil, err
+	}
+	nKV, err := d.u64("metadata count")
+	if err != nil {
+		return nil, err
+	}
+	// A key-value pair needs at least 8+1+4 bytes, a tensor info 8+1+4+8+4+8.
+	if nKV > uint64(d.remain())/13 {
+		return nil, &FormatError{16, fmt.Sprintf("metadata count %d cannot fit in the %d bytes that remain", nKV, d.remain())}
+	}
+	if nTensors > uint64(d.remain())/33 {
+		return nil, &FormatError{8, fmt.Sprintf("tensor count %d cannot fit in the %d bytes that remain", nTensors, d.remain())}
+	}
+	f := &File{
+		Version:     version,
+		Alignment:   DefaultAlignment,
+		KVs:         make([]KV, 0, nKV),
+		kvIndex:     make(map[string]int, nKV),
+		Tensors:     make([]*Tensor, 0, nTensors),
+		tensorIndex: make(map[string]int, nTensors),
+		data:        data,
+	}
+	for i := uint64(0); i < nKV; i++ {
+		at := d.off
+		key, err := d.str(fmt.Sprintf("key of metadata pair %d", i), MaxKeyLen)
+		if err != nil {
+			return nil, err
+		}
+		if key == "" {
+			return nil, &FormatError{int64(at), fmt.Sprintf("metadata pair %d has an empty key", i)}
+		}
+		if _, dup := f.kvIndex[key]; dup {
+			return nil, &FormatError{int64(at), fmt.Sprintf("duplicate key %q", key)}
+		}
+		t, err := d.u32(fmt.Sprintf("value type of key %q", key))
+		if err != nil {
+			return nil, err
+		}
+		v, err := d.value(key, ValueType(t), 0)
+		if err != nil {
+			return nil, err
+		}
+		f.kvIndex[key] = len(f.KVs)
+		f.KVs = append(f.KVs, KV{key, v})
+	}
+	if v, ok := f.Get("general.alignment"); ok {
+		if v.Type() != TypeUint32 {
+			return nil, &FormatError{-1, fmt.Sprintf("general.alignment has type %s, want u32", v.Type())}
+		}
+		a, _ := v.Uint()
+		if a == 0 || a&(a-1) != 0 {
+			return nil, &FormatError{-1, fmt.Sprintf("general.alignment %d is not a power of two", a)}
+		}
+		f.Alignment = a
+	}
+	for i := uint64(0); i < nTensors; i++ {
+		t, err := d.tensorInfo(i)
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := f.tensorIndex[t.Name]; dup {
+			return nil, d.errf("duplicate tensor name %q", t.Name)
+		}
+		f.tensorIndex[t.Name] = len(f.Tensors)
+		f.Tensors = append(f.Tensors, t)
+	}
+	// The data section starts at the next multiple of the alignment.
+	off := uint64(d.off)
+	if r := off % f.Alignment; r != 0 {
+		off += f.Alignment - r
+	}
+	f.DataOffset = off
+	if err := f.placeTensors(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+func (d *decoder) tensorInfo(i uint64) (*Tensor, error) {
+	at := d.off
+	name, err := d.str(fmt.Sprintf("name of tensor %d", i), MaxStringLen)
+	if err != nil {
+		return nil, err
+	}
+	if name == "" {
+		return nil, &FormatError{int64(at), fmt.Sprintf("tensor %d has an empty name", i)}
+	}
+	if len(name) > MaxNameLen {
+		return nil, &FormatError{int64(at), fmt.Sprintf("tensor %d: name of %d bytes is longer than %d", i, len(name), MaxNameLen)}
+	}
+	t := &Tensor{Name: name}
+	nDims, err := d.u32(fmt.Sprintf("tensor %q dimension count", name))
+	if err != nil {
+		return nil, err
+	}
+	if nDims > MaxDims {
+		return nil, d.errf("tensor %q has %d dimensions, at most %d allowed", name, nDims, MaxDims)
+	}
+	t.Dims = make([]uint64, nDims)
+	n := uint64(1)
+	for j := range t.Dims {
+		if t.Dims[j], err = d.u64(fmt.Sprintf("tensor %q dimension %d", name, j)); err != nil {
+			return nil, err
+		}
+		if t.Dims[j] > math.MaxInt64 {
+			return nil, d.errf("tensor %q: dimension %d is %d (negative as int64)", name, j, t.Dims[j])
+		}
+		hi, lo := bits.Mul64(n, t.Dims[j])
+		if hi != 0 || lo > math.MaxInt64 {
+			return nil, d.errf("tensor %q: element count overflows with shape %v", name, t.Dims)
+		}
+		n = lo
+	}
+	typ, err := d.u32(fmt.Sprintf("tensor %q type", name))
+	if err != nil {
+		return nil, err
+	}
+	t.Type = quant.Type(typ)
+	if !t.Type.Known() {
+		return nil, d.errf("tensor %q has unknown tensor type %d", name, typ)
+	}
+	bs := uint64(t.Type.BlockSize())
+	if nDims > 0 && t.Dims[0]%bs != 0 {
+		return nil, d.errf("tensor %q: row of %d elements is not a whole number of %s blocks of %d", name, t.Dims[0], t.Type, bs)
+	}
+	if nDims == 0 && bs != 1 {
+		return nil, d.errf("tensor %q: scalar of block type %s", name, t.Type)
+	}
+	hi, size := bits.Mul64(n/bs, uint64(t.Type.BlockBytes()))
+	if hi != 0 || size > math.MaxInt64 {
+		return nil, d.errf("tensor %q: size in bytes overflows", name)
+	}
+	t.Size = size
+	if t.Offset, err = d.u64(fmt.Sprintf("tensor %q data offset", name)); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// placeTensors checks every tensor's data lies inside the file, aligned and
+// without overlapping another, and points Data into the file.
+func (f *File) placeTensors() error {
+	if len(f.Tensors) == 0 {
+		return nil
+	}
+	fileSize := uint64(len(f.data))
+	if f.DataOffset > fileSize {
+		return &FormatError{-1, fmt.Sprintf("data section starts at %d, beyond the end of the file (size %d)", f.DataOffset, fileSize)}
+	}
+	avail := fileSize - f.DataOffset
+	for _, t := range f.Tensors {
+		if t.Offset%f.Alignment != 0 {
+			return &FormatError{-1, fmt.Sprintf("tensor %q: data offset %d is not a multiple of the alignment %d", t.Name, t.Offset, f.Alignment)}
+		}
+		if t.Offset > avail || t.Size > avail-t.Offset {
+			return &FormatError{-1, fmt.Sprintf("tensor %q: data [%d, +%d) beyond the end of the file (data section has %d bytes)", t.Name, t.Offset, t.Size, avail)}
+		}
+		start := f.DataOffset + t.Offset
+		t.Data = f.data[start : start+t.Size : start+t.Size]
+	}
+	// Overlap check on tensors sorted by offset.
+	order := make([]*Tensor, len(f.Tensors))
+	copy(order, f.Tensors)
+	slices.SortFunc(order, func(a, b *Tensor) int { return cmp.Compare(a.Offset, b.Offset) })
+	for i := 1; i < len(order); i++ {
+		p, t := order[i-1], order[i]
+		if p.Size > 0 && t.Size > 0 && p.Offset+p.Size > t.Offset {
+			return &FormatError{-1, fmt.Sprintf("tensors %q and %q overlap", p.Name, t.Name)}
+		}
+	}
+	return nil
+}
