@@ -1,0 +1,196 @@
+// This file exports a recording as Chrome trace-event JSON, the format
+// ui.perfetto.dev and chrome://tracing open: one track (tid) per stage with
+// "X" complete events for busy, waiting, blocked and sub-spans, and "C"
+// counter events. It writes the JSON by hand (no reflection) so a trace of a
+// few million events exports quickly.
+
+package graph
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"io"
+	"slices"
+	"strconv"
+)
+
+// traceSpan is one "X" event before it is written.
+type traceSpan struct {
+	name, cat string
+	t0, t1    int64
+}
+
+// WriteChromeTrace writes everything recorded so far as Chrome trace-event
+// JSON (the object form, {"traceEvents": [...]}). Each stage is one thread
+// track named after it, ordered as the stages started; its wall time is
+// tiled by "busy", "wait <- producer" and "blocked -> consumer" spans, with
+// sub-spans (category "span") nested in the busy ones. Counters become
+// process counter tracks named "stage/counter"; Add counters show their
+// running total. Timestamps are microseconds since NewRecorder.
+func (r *Recorder) WriteChromeTrace(w io.Writer) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	tw := traceWriter{w: bw, first: true}
+	bw.WriteString(`{"displayTimeUnit":"ns","traceEvents":[`)
+	tw.meta("process_name", 0, `{"name":"flowinfer graph"}`)
+	for _, s := range r.snapshots() {
+		tw.stage(s)
+	}
+	bw.WriteString("]}\n")
+	return bw.Flush()
+}
+
+type traceWriter struct {
+	w     *bufio.Writer
+	first bool
+	buf   []byte
+	names map[string][]byte    // JSON-quoted names, cached
+	ctrs  map[[2]string][]byte // JSON-quoted "stage/counter" names, cached
+}
+
+func (tw *traceWriter) stage(s snapshot) {
+	tw.meta("thread_name", s.tid, `{"name":`+string(tw.quote(s.name))+`}`)
+	tw.meta("thread_sort_index", s.tid, `{"sort_index":`+strconv.Itoa(s.tid)+`}`)
+
+	var spans []traceSpan
+	cursor, last := s.begin, s.begin // busy runs from cursor to the next wait/blocked span
+	totals := map[string]int64{}
+	for _, c := range s.chunks {
+		for _, e := range c {
+			switch e.kind {
+			case evWait, evBlocked:
+				if e.t0 > cursor {
+					spans = append(spans, traceSpan{"busy", "busy", cursor, e.t0})
+				}
+				cat := "wait"
+				if e.kind == evBlocked {
+					cat = "blocked"
+				}
+				spans = append(spans, traceSpan{e.name, cat, e.t0, e.t1})
+				cursor = max(cursor, e.t1)
+			case evSpan:
+				spans = append(spans, traceSpan{e.name, "span", e.t0, e.t1})
+			case evAdd:
+				totals[e.name] += e.t1
+				tw.counter(s.name, e.name, e.t0, totals[e.name])
+			case evSample:
+				tw.counter(s.name, e.name, e.t0, e.t1)
+			}
+			last = max(last, e.t0, e.t1)
+		}
+	}
+	// With dropped events the tail is unknown: stop at the last stored one.
+	end := s.end
+	if s.dropped > 0 {
+		end = min(end, last)
+	}
+	if end > cursor {
+		spans = append(spans, traceSpan{"busy", "busy", cursor, end})
+	}
+	// Sorted by start, longer first on ties, so that viewers nest
+	// sub-spans inside the busy span that contains them.
+	slices.SortStableFunc(spans, func(a, b traceSpan) int {
+		return cmp.Or(cmp.Compare(a.t0, b.t0), cmp.Compare(b.t1, a.t1))
+	})
+	for _, sp := range spans {
+		tw.complete(s.tid, sp)
+	}
+}
+
+func (tw *traceWriter) sep() {
+	if !tw.first {
+		tw.w.WriteString(",\n")
+	}
+	tw.first = false
+}
+
+func (tw *traceWriter) meta(name string, tid int, args string) {
+	tw.sep()
+	b := append(tw.buf[:0], `{"ph":"M","pid":1,"tid":`...)
+	b = strconv.AppendInt(b, int64(tid), 10)
+	b = append(b, `,"name":"`...)
+	b = append(b, name...)
+	b = append(b, `","args":`...)
+	b = append(b, args...)
+	b = append(b, '}')
+	tw.w.Write(b)
+	tw.buf = b
+}
+
+func (tw *traceWriter) complete(tid int, sp traceSpan) {
+	tw.sep()
+	b := append(tw.buf[:0], `{"ph":"X","pid":1,"tid":`...)
+	b = strconv.AppendInt(b, int64(tid), 10)
+	b = append(b, `,"ts":`...)
+	b = appendMicros(b, sp.t0)
+	b = append(b, `,"dur":`...)
+	b = appendMicros(b, sp.t1-sp.t0)
+	b = append(b, `,"cat":"`...)
+	b = append(b, sp.cat...)
+	b = append(b, `","name":`...)
+	b = append(b, tw.quote(sp.name)...)
+	b = append(b, '}')
+	tw.w.Write(b)
+	tw.buf = b
+}
+
+func (tw *traceWriter) counter(stage, name string, t, v int64) {
+	tw.sep()
+	b := append(tw.buf[:0], `{"ph":"C","pid":1,"ts":`...)
+	b = appendMicros(b, t)
+	b = append(b, `,"name":`...)
+	b = append(b, tw.counterName(stage, name)...)
+	b = append(b, `,"args":{"value":`...)
+	b = strconv.AppendInt(b, v, 10)
+	b = append(b, "}}"...)
+	tw.w.Write(b)
+	tw.buf = b
+}
+
+// quote returns s as a JSON string literal.
+func (tw *traceWriter) quote(s string) []byte {
+	if q, ok := tw.names[s]; ok {
+		return q
+	}
+	q := jsonString(s)
+	if tw.names == nil {
+		tw.names = map[string][]byte{}
+	}
+	tw.names[s] = q
+	return q
+}
+
+func (tw *traceWriter) counterName(stage, name string) []byte {
+	k := [2]string{stage, name}
+	if q, ok := tw.ctrs[k]; ok {
+		return q
+	}
+	q := jsonString(stage + "/" + name)
+	if tw.ctrs == nil {
+		tw.ctrs = map[[2]string][]byte{}
+	}
+	tw.ctrs[k] = q
+	return q
+}
+
+// jsonString returns s as a JSON string literal, leaving <, > and & as they
+// are (they are only escaped by default for HTML).
+func jsonString(s string) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.Encode(s) // a string always encodes
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+}
+
+// appendMicros appends ns as microseconds with three decimals.
+func appendMicros(b []byte, ns int64) []byte {
+	if ns < 0 {
+		b = append(b, '-')
+		ns = -ns
+	}
+	b = strconv.AppendInt(b, ns/1000, 10)
+	frac := ns % 1000
+	return append(b, '.', byte('0'+frac/100), byte('0'+frac/10%10), byte('0'+frac%10))
+}
