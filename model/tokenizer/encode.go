@@ -1,0 +1,334 @@
+// encode.go: Encode, and the two merge algorithms — SPM (score-driven
+// bigram merging over UTF-8 characters, byte fallback for leftovers) and BPE
+// (rank-driven pair merging inside each pre-tokenized word).
+
+package tokenizer
+
+import "strings"
+
+// encodeScratch holds reusable per-call buffers (pooled in the Tokenizer).
+type encodeScratch struct {
+	frags, frags2 []frag
+	found         []bool
+	text          []byte
+	split         splitScratch
+	word          []byte
+	syms          []symbol
+	spmHeap       []spmBigram
+	bpeHeap       []bpeBigram
+	key           []byte
+}
+
+// symbol is a run of bytes of the text being merged; merged-away symbols
+// have n == 0.
+type symbol struct {
+	prev, next int32
+	off, n     int32
+}
+
+// Encode converts text to token ids like llama_tokenize. addSpecial adds
+// BOS/EOS as the vocabulary asks (AddBOS, AddEOS); parseSpecial lets
+// control-token texts in the input (such as "<|im_start|>") become those
+// tokens. User-defined tokens are always matched. SPM prefixes each text
+// fragment that starts the input or follows a special token with a space
+// when AddSpacePrefix is set.
+func (t *Tokenizer) Encode(text string, addSpecial, parseSpecial bool) []int32 {
+	sc := t.scratch.Get().(*encodeScratch)
+	defer t.scratch.Put(sc)
+
+	out := make([]int32, 0, len(text)/4+4)
+	var frags []frag
+	if text != "" {
+		frags = t.partition(text, parseSpecial, sc)
+	}
+	bos, eos := t.special[SpecialBOS], t.special[SpecialEOS]
+	if addSpecial && t.addBOS && bos >= 0 {
+		out = append(out, bos)
+	}
+	switch t.typ {
+	case modelSPM:
+		prevSpecial := true
+		for _, f := range frags {
+			if f.tok >= 0 {
+				out = append(out, f.tok)
+				prevSpecial = true
+				continue
+			}
+			buf := sc.text[:0]
+			if t.addSpacePrefix && prevSpecial {
+				buf = append(buf, "\u2581"...)
+			}
+			buf = appendEscaped(buf, text[f.off:f.off+f.n])
+			sc.text = buf
+			out = t.encodeSPM(buf, out, sc)
+			prevSpecial = false
+		}
+	case modelBPE:
+		for _, f := range frags {
+			if f.tok >= 0 {
+				out = append(out, f.tok)
+				continue
+			}
+			s := text[f.off : f.off+f.n]
+			if t.pre.escapeWS {
+				sc.text = appendEscaped(sc.text[:0], s)
+				s = string(sc.text)
+			}
+			out = t.encodeBPE(s, out, sc)
+		}
+	}
+	if addSpecial && t.addEOS && eos >= 0 {
+		out = append(out, eos)
+	}
+	return out
+}
+
+// appendEscaped appends s with every space replaced by U+2581.
+func appendEscaped(dst []byte, s string) []byte {
+	for {
+		i := strings.IndexByte(s, ' ')
+		if i < 0 {
+			return append(dst, s...)
+		}
+		dst = append(dst, s[:i]...)
+		dst = append(dst, "\u2581"...)
+		s = s[i+1:]
+	}
+}
+
+// spmBigram is a candidate merge of two adjacent symbols.
+type spmBigram struct {
+	left, right int32
+	score       float32
+	size        int32
+}
+
+// spmBefore orders the SPM work queue: highest score first, then leftmost.
+func spmBefore(a, b *spmBigram) bool {
+	return a.score > b.score || a.score == b.score && a.left < b.left
+}
+
+// encodeSPM tokenizes one escaped fragment (llm_tokenizer_spm_session).
+func (t *Tokenizer) encodeSPM(text []byte, out []int32, sc *encodeScratch) []int32 {
+	syms := sc.syms[:0]
+	for off := 0; off < len(text); {
+		n := min(utf8SeqLen(text[off]), len(text)-off)
+		syms = append(syms, symbol{prev: int32(len(syms)) - 1, next: int32(len(syms)) + 1, off: int32(off), n: int32(n)})
+		off += n
+	}
+	if len(syms) == 0 {
+		return out
+	}
+	syms[len(syms)-1].next = -1
+	h := sc.spmHeap[:0]
+
+	tryAdd := func(l, r int32) {
+		if l < 0 || r < 0 {
+			return
+		}
+		a, b := syms[l], syms[r]
+		id, ok := t.ids[string(text[a.off:a.off+a.n+b.n])]
+		if !ok {
+			return
+		}
+		h = heapPush(h, spmBigram{left: l, right: r, score: t.scores[id], size: a.n + b.n}, spmBefore)
+	}
+	for i := int32(1); i < int32(len(syms)); i++ {
+		tryAdd(i-1, i)
+	}
+	for len(h) > 0 {
+		var bg spmBigram
+		h, bg = heapPop(h, spmBefore)
+		l, r := &syms[bg.left], &syms[bg.right]
+		if l.n == 0 || r.n == 0 || l.n+r.n != bg.size {
+			continue // outdated
+		}
+		l.n += r.n
+		r.n = 0
+		l.next = r.next
+		if r.next >= 0 {
+			syms[r.next].prev = bg.left
+		}
+		tryAdd(l.prev, bg.left)
+		tryAdd(bg.left, l.next)
+	}
+	for i := int32(0); i != -1; i = syms[i].next {
+		s := syms[i]
+		piece := text[s.off : s.off+s.n]
+		if id, ok := t.ids[string(piece)]; ok {
+			out = append(out, id)
+			continue
+		}
+		for _, b := range piece {
+			out = t.appendByteToken(out, b)
+		}
+	}
+	sc.syms, sc.spmHeap = syms, h
+	return out
+}
+
+// appendByteToken appends the byte-fallback token of b. llama.cpp throws
+// when the vocabulary has none; we fall back to UNK, or drop the byte.
+func (t *Tokenizer) appendByteToken(out []int32, b byte) []int32 {
+	if id := t.byteTok[b]; id >= 0 {
+		return append(out, id)
+	}
+	if t.typ == modelSPM {
+		if unk := t.special[SpecialUNK]; unk >= 0 {
+			return append(out, unk)
+		}
+	}
+	return out
+}
+
+// bpeBigram is a candidate merge; ln and rn are the symbol sizes when it
+// was queued (a change means the pair is outdated).
+type bpeBigram struct {
+	left, right int32
+	rank        int32
+	ln, rn      int32
+}
+
+// bpeBefore orders the BPE work queue: lowest rank first, then leftmost.
+func bpeBefore(a, b *bpeBigram) bool {
+	return a.rank < b.rank || a.rank == b.rank && a.left < b.left
+}
+
+// encodeBPE tokenizes one raw fragment (llm_tokenizer_bpe_session).
+func (t *Tokenizer) encodeBPE(text string, out []int32, sc *encodeScratch) []int32 {
+	cpts, offs := t.split.split(text, &sc.split)
+	raw := t.pre.kind.rawBytes()
+	start := 0
+	for _, n := range offs {
+		word := sc.word[:0]
+		for _, r := range cpts[start : start+n] {
+			if raw {
+				word = appendUTF8(word, r)
+				continue
+			}
+			var u [4]byte
+			for _, b := range appendUTF8(u[:0], r) {
+				word = append(word, byteRuneUTF8[b]...)
+			}
+		}
+		start += n
+		sc.word = word
+		out = t.mergeWord(word, out, sc)
+	}
+	return out
+}
+
+// mergeWord runs BPE merges over one (byte-encoded) word and appends its
+// tokens.
+func (t *Tokenizer) mergeWord(word []byte, out []int32, sc *encodeScratch) []int32 {
+	if len(word) == 0 {
+		return out
+	}
+	if t.pre.ignoreMerges {
+		if id, ok := t.ids[string(word)]; ok {
+			return append(out, id)
+		}
+	}
+	syms := sc.syms[:0]
+	if t.pre.kind == preGemma4 && strings.Trim(string(word), "\n") == "" {
+		if id, ok := t.ids[string(word)]; ok {
+			return append(out, id)
+		}
+	}
+	for off := 0; off < len(word); {
+		n := min(utf8SeqLen(word[off]), len(word)-off)
+		syms = append(syms, symbol{prev: int32(len(syms)) - 1, next: int32(len(syms)) + 1, off: int32(off), n: int32(n)})
+		off += n
+	}
+	syms[len(syms)-1].next = -1
+	h := sc.bpeHeap[:0]
+	key := sc.key
+
+	tryAdd := func(l, r int32) {
+		if l < 0 || r < 0 {
+			return
+		}
+		a, b := syms[l], syms[r]
+		key = append(key[:0], word[a.off:a.off+a.n]...)
+		key = append(key, ' ')
+		key = append(key, word[b.off:b.off+b.n]...)
+		rank, ok := t.ranks[string(key)]
+		if !ok {
+			return
+		}
+		h = heapPush(h, bpeBigram{left: l, right: r, rank: rank, ln: a.n, rn: b.n}, bpeBefore)
+	}
+	for i := int32(1); i < int32(len(syms)); i++ {
+		tryAdd(i-1, i)
+	}
+	for len(h) > 0 {
+		var bg bpeBigram
+		h, bg = heapPop(h, bpeBefore)
+		l, r := &syms[bg.left], &syms[bg.right]
+		if l.n == 0 || r.n == 0 || l.n != bg.ln || r.n != bg.rn {
+			continue // outdated
+		}
+		l.n += r.n
+		r.n = 0
+		l.next = r.next
+		if r.next >= 0 {
+			syms[r.next].prev = bg.left
+		}
+		tryAdd(l.prev, bg.left)
+		tryAdd(bg.left, l.next)
+	}
+	for _, s := range syms {
+		if s.n == 0 {
+			continue
+		}
+		piece := word[s.off : s.off+s.n]
+		if id, ok := t.ids[string(piece)]; ok {
+			out = append(out, id)
+			continue
+		}
+		for _, b := range piece {
+			if id := t.byteTok[b]; id >= 0 {
+				out = append(out, id)
+			}
+		}
+	}
+	sc.syms, sc.bpeHeap, sc.key = syms, h, key
+	return out
+}
+
+// heapPush and heapPop implement a binary heap ordered by before.
+func heapPush[T any](h []T, x T, before func(a, b *T) bool) []T {
+	h = append(h, x)
+	for i := len(h) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !before(&h[i], &h[p]) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+	return h
+}
+
+func heapPop[T any](h []T, before func(a, b *T) bool) ([]T, T) {
+	top := h[0]
+	last := len(h) - 1
+	h[0] = h[last]
+	h = h[:last]
+	for i := 0; ; {
+		l := 2*i + 1
+		if l >= len(h) {
+			break
+		}
+		m := l
+		if r := l + 1; r < len(h) && before(&h[r], &h[l]) {
+			m = r
+		}
+		if !before(&h[m], &h[i]) {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	return h, top
+}
