@@ -54,7 +54,9 @@
 //     the graph and every item already in flight is processed. Run returns
 //     nil once all stages have returned.
 //   - Abort: cancel the context passed to Run; every Send and Recv returns
-//     promptly and Run returns the first stage's context error.
+//     promptly and Run returns the first stage's context error. Work that
+//     does not go through ports (a long computation, a file read) must
+//     watch ctx itself for abort to stay prompt.
 //
 // # Cycles
 //
@@ -62,11 +64,10 @@
 // scheduler). The runtime needs nothing special for that, but the stage that
 // closes the loop owns its termination: on drain it returns once its source
 // input has reached io.EOF and nothing it sent is still in flight around the
-// loop; the rest of the loop then ends by end of input. It must also bound
-// the items it has in flight below what the loop can hold (the sum of the
-// loop's edge capacities plus one item per stage), otherwise every stage of
-// the loop can end up blocked in Send and the loop deadlocks; abort still
-// ends such a deadlock.
+// loop; the rest of the loop then ends by end of input. It must also keep
+// the items it has in flight at or below the sum of the loop's edge
+// capacities: with more, every stage of the loop can end up blocked in Send,
+// holding one item each, and the loop deadlocks (abort still ends it).
 //
 // # Recording
 //

@@ -71,6 +71,11 @@ func (o *Out[T]) Send(ctx context.Context, v T) error {
 	default:
 	}
 	select {
+	case <-o.e.gone:
+		return o.closed()
+	default:
+	}
+	select {
 	case o.e.ch <- v:
 		return nil
 	default:
@@ -88,7 +93,7 @@ func (o *Out[T]) sendSlow(ctx context.Context, done <-chan struct{}, v T) error 
 	select {
 	case o.e.ch <- v:
 	case <-o.e.gone:
-		err = fmt.Errorf("edge %s: %w", o.e.name, ErrClosed)
+		err = o.closed()
 	case <-done:
 		err = ctx.Err()
 	}
@@ -96,6 +101,10 @@ func (o *Out[T]) sendSlow(ctx context.Context, done <-chan struct{}, v T) error 
 		r.span(evBlocked, o.e.blockName, t0, r.now())
 	}
 	return err
+}
+
+func (o *Out[T]) closed() error {
+	return fmt.Errorf("edge %s: %w", o.e.name, ErrClosed)
 }
 
 // Len returns the number of items queued on the edge.
