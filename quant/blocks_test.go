@@ -1,0 +1,76 @@
+package quant
+
+import (
+	"testing"
+	"unsafe"
+)
+
+// TestBlockSizes pins every block struct to ggml's size (ggml-common.h's
+// static_asserts) and to the types table.
+func TestBlockSizes(t *testing.T) {
+	cases := []struct {
+		typ  Type
+		got  uintptr
+		want int
+	}{
+		{Q4_0, unsafe.Sizeof(blockQ4_0{}), 18},
+		{Q4_1, unsafe.Sizeof(blockQ4_1{}), 20},
+		{Q5_0, unsafe.Sizeof(blockQ5_0{}), 22},
+		{Q5_1, unsafe.Sizeof(blockQ5_1{}), 24},
+		{Q8_0, unsafe.Sizeof(blockQ8_0{}), 34},
+		{Q8_1, unsafe.Sizeof(blockQ8_1{}), 36},
+		{Q2_K, unsafe.Sizeof(blockQ2_K{}), 84},
+		{Q3_K, unsafe.Sizeof(blockQ3_K{}), 110},
+		{Q4_K, unsafe.Sizeof(blockQ4_K{}), 144},
+		{Q5_K, unsafe.Sizeof(blockQ5_K{}), 176},
+		{Q6_K, unsafe.Sizeof(blockQ6_K{}), 210},
+		{Q8_K, unsafe.Sizeof(blockQ8_K{}), 292},
+	}
+	for _, c := range cases {
+		t.Run(c.typ.String(), func(t *testing.T) {
+			if int(c.got) != c.want {
+				t.Errorf("sizeof = %d, want %d", c.got, c.want)
+			}
+			if c.typ.BlockBytes() != c.want {
+				t.Errorf("types table says %d bytes", c.typ.BlockBytes())
+			}
+		})
+	}
+}
+
+// TestBlockOffsets pins the field offsets the kernels read.
+func TestBlockOffsets(t *testing.T) {
+	cases := []struct {
+		name      string
+		got, want int
+	}{
+		{"q4_1.m", offQ4_1M, 2}, {"q4_1.qs", offQ4_1Qs, 4}, {"q4_0.qs", offQ4_0Qs, 2},
+		{"q5_0.qh", offQ5_0Qh, 2}, {"q5_0.qs", offQ5_0Qs, 6},
+		{"q5_1.m", offQ5_1M, 2}, {"q5_1.qh", offQ5_1Qh, 4}, {"q5_1.qs", offQ5_1Qs, 8},
+		{"q8_0.qs", offQ8_0Qs, 2}, {"q8_1.s", offQ8_1S, 2}, {"q8_1.qs", offQ8_1Qs, 4},
+		{"q2_K.qs", offQ2_KQs, 16}, {"q2_K.d", offQ2_KD, 80}, {"q2_K.dmin", offQ2_KDmin, 82},
+		{"q3_K.qs", offQ3_KQs, 32}, {"q3_K.scales", offQ3_KScales, 96}, {"q3_K.d", offQ3_KD, 108},
+		{"q4_K.dmin", offQ4_KDmin, 2}, {"q4_K.scales", offQ4_KScales, 4}, {"q4_K.qs", offQ4_KQs, 16},
+		{"q5_K.scales", offQ5_KScales, 4}, {"q5_K.qh", offQ5_KQh, 16}, {"q5_K.qs", offQ5_KQs, 48},
+		{"q6_K.qh", offQ6_KQh, 128}, {"q6_K.scales", offQ6_KScales, 192}, {"q6_K.d", offQ6_KD, 208},
+		{"q8_K.qs", offQ8_KQs, 4}, {"q8_K.bsums", offQ8_KBsums, 260},
+	}
+	for _, c := range cases {
+		if c.got != c.want {
+			t.Errorf("%s at offset %d, want %d", c.name, c.got, c.want)
+		}
+	}
+}
+
+func TestSupported(t *testing.T) {
+	for _, typ := range []Type{F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K} {
+		if !typ.Supported() {
+			t.Errorf("%s not supported", typ)
+		}
+	}
+	for _, typ := range []Type{IQ2_XXS, IQ4_NL, TQ1_0, MXFP4, I8, F64, Type(4), Type(1000)} {
+		if typ.Supported() {
+			t.Errorf("%s supported", typ)
+		}
+	}
+}
