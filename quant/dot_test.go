@@ -181,3 +181,29 @@ func TestDotAllocs(t *testing.T) {
 		}
 	}
 }
+
+// TestRandomBytes: arbitrary bytes (NaN scales, any codes) decode and dot
+// without panicking.
+func TestRandomBytes(t *testing.T) {
+	r := rand.New(rand.NewPCG(8, 8))
+	const n = 512
+	for _, wt := range weightTypes {
+		w := rowBytes(t, wt, n)
+		a := rowBytes(t, VecDotType(wt), n)
+		y := make([]float32, n)
+		for range 20 {
+			for i := range w {
+				w[i] = byte(r.Uint32())
+			}
+			for i := range a {
+				a[i] = byte(r.Uint32())
+			}
+			if err := DequantizeRow(wt, w, y); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := VecDot(wt, n, w, a); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}

@@ -113,19 +113,23 @@ func quantizeChecked(op string, t Type, f func([]float32, []byte), src []float32
 // argument rounds the caller's product first, as C does.
 func nearestInt(f float32) int32 { return int32(math.RoundToEven(float64(f))) }
 
-// satInt8 converts a rounded float to int8 the way x86 does it
-// (cvtps2dq, then signed saturating packs): out of range and NaN give -128
-// or 127.
-func satInt8(v float32) (q int8, i int32) {
-	switch {
-	case v != v || v >= 2147483648 || v < -2147483648:
-		return -128, math.MinInt32
-	case v > 127:
-		return 127, int32(v)
-	case v < -128:
-		return -128, int32(v)
+// roundSat8 rounds f to the nearest integer, ties to even, and converts it
+// to int8 the way x86 does (cvtps2dq, then signed saturating packs): NaN and
+// values beyond int32 give -128, others saturate to [-128, 127]. It also
+// returns the int32 before saturation (what ggml's q8_1 sums).
+func roundSat8(f float32) (int8, int32) {
+	if f > -256 && f < 256 {
+		// Adding 1.5*2^23 rounds to an integer (ties to even) in the low
+		// mantissa bits, as ggml's nearest_int; exact for |f| < 2^22.
+		i := int32(math.Float32bits(f+12582912)&0x7fffff) - 0x400000
+		return int8(min(max(i, -128), 127)), i
 	}
-	return int8(v), int32(v)
+	r := math.RoundToEven(float64(f))
+	if r != r || r >= 1<<31 || r < -(1<<31) {
+		return -128, math.MinInt32
+	}
+	i := int32(r)
+	return int8(min(max(i, -128), 127)), i
 }
 
 // absMax returns the largest |x| of xs (0 for an empty or all-NaN slice).
@@ -180,7 +184,7 @@ func QuantizeRowQ8_0(src []float32, dst []byte) {
 		}
 		qs := b[offQ8_0Qs : offQ8_0Qs+qk]
 		for j, v := range x {
-			q, _ := satInt8(float32(math.RoundToEven(float64(v * id))))
+			q, _ := roundSat8(float32(v * id))
 			qs[j] = byte(q)
 		}
 	}
@@ -202,7 +206,7 @@ func QuantizeRowQ8_1(src []float32, dst []byte) {
 		qs := b[offQ8_1Qs : offQ8_1Qs+qk]
 		var sum int32
 		for j, v := range x {
-			q, iv := satInt8(float32(math.RoundToEven(float64(v * id))))
+			q, iv := roundSat8(float32(v * id))
 			qs[j] = byte(q)
 			sum += iv
 		}

@@ -361,3 +361,57 @@ func TestHandMadeBlocks(t *testing.T) {
 		}
 	})
 }
+
+// TestRoundSat8 checks the fast rounding against math.RoundToEven and the
+// x86 conversion rules for values the fast path does not take.
+func TestRoundSat8(t *testing.T) {
+	vals := []float32{0, 0.5, -0.5, 1.5, -1.5, 2.5, 126.5, 127.49998, 127.5, -127.5, -128.5, 128, 255.5, -255.5,
+		300, -300, 1e9, -1e9, 3e9, -3e9, float32(math.Inf(1)), float32(math.NaN()), math.Nextafter32(0.5, 1)}
+	r := rand.New(rand.NewPCG(9, 9))
+	for range 10000 {
+		vals = append(vals, float32(r.NormFloat64()*100), float32(r.IntN(600)-300)+0.5)
+	}
+	for _, v := range vals {
+		q, i := roundSat8(v)
+		rr := math.RoundToEven(float64(v))
+		wantI := int32(math.MinInt32)
+		if !math.IsNaN(rr) && rr < 1<<31 && rr >= -(1<<31) {
+			wantI = int32(rr)
+		}
+		wantQ := int8(min(max(wantI, -128), 127))
+		if q != wantQ || i != wantI {
+			t.Errorf("roundSat8(%g) = %d, %d; want %d, %d", v, q, i, wantQ, wantI)
+		}
+	}
+}
+
+// TestNonFiniteInputs: NaN, Inf and huge values must not panic anywhere.
+func TestNonFiniteInputs(t *testing.T) {
+	r := rand.New(rand.NewPCG(4, 4))
+	special := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), 3e38, -3e38, 1e-45}
+	for _, typ := range []Type{F16, BF16, Q8_0, Q8_1, Q8_K, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K} {
+		for k := range special {
+			x := randRow(r, 512, false)
+			for i := k; i < len(x); i += 37 {
+				x[i] = special[(i+k)%len(special)]
+			}
+			q := rowBytes(t, typ, 512)
+			y := make([]float32, 512)
+			for _, f := range []func(Type, []float32, []byte) error{QuantizeRow, QuantizeRowRef} {
+				if err := f(typ, x, q); err != nil {
+					t.Fatal(err)
+				}
+				if err := DequantizeRow(typ, q, y); err != nil {
+					t.Fatal(err)
+				}
+				if dot := DotFunc(typ); dot != nil {
+					a := rowBytes(t, VecDotType(typ), 512)
+					if err := QuantizeRow(VecDotType(typ), x, a); err != nil {
+						t.Fatal(err)
+					}
+					dot(512, q, a)
+				}
+			}
+		}
+	}
+}
