@@ -1,7 +1,8 @@
 // Package gguf reads and writes GGUF files, llama.cpp's model format.
 //
 // Open memory-maps a file and parses its header; tensor data stays in the
-// mapping and each Tensor.Data is a slice of it (nothing is copied at load).
+// mapping and each Tensor.Data is a slice of it (tensor data is never
+// copied at load; metadata is, so it outlives the mapping).
 // The parser treats the file as hostile, like llama.cpp's gguf.cpp: it checks
 // the remaining bytes before every allocation, caps string and array
 // lengths, checks every size computation for overflow, and rejects bad
@@ -23,6 +24,7 @@ import (
 	"math/bits"
 	"os"
 	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/flowinfer/flowinfer/quant"
@@ -134,7 +136,7 @@ func Open(path string) (*File, error) {
 	}
 	size := st.Size()
 	if size < 4 {
-		return nil, fmt.Errorf("gguf: %s: %w", path, &FormatError{0, fmt.Sprintf("file is %d bytes, too short for a GGUF header", size)})
+		return nil, fmt.Errorf("%s: %w", path, &FormatError{0, fmt.Sprintf("file is %d bytes, too short for a GGUF header", size)})
 	}
 	if size > math.MaxInt {
 		return nil, fmt.Errorf("gguf: %s: file too large to map", path)
@@ -152,7 +154,9 @@ func Open(path string) (*File, error) {
 	return f, nil
 }
 
-// Close releases the mapping. Tensor data slices must not be used after.
+// Close releases the mapping. Tensor data slices must not be used after;
+// metadata (KVs and the Values taken from them) was copied at parse time
+// and stays valid.
 func (f *File) Close() error {
 	if f.unmap == nil {
 		return nil
@@ -236,14 +240,18 @@ func (d *decoder) errf(format string, args ...any) error {
 
 func (d *decoder) remain() int { return len(d.b) - d.off }
 
-func (d *decoder) need(n int, what string) error {
+// The what arguments below describe the field for an error message. They
+// are functions so that nothing is formatted unless the field is bad: a
+// vocabulary holds hundreds of thousands of strings.
+
+func (d *decoder) need(n int, what func() string) error {
 	if n < 0 || d.remain() < n {
-		return d.errf("truncated: %s needs %d bytes, %d remain", what, n, d.remain())
+		return d.errf("truncated: %s needs %d bytes, %d remain", what(), n, d.remain())
 	}
 	return nil
 }
 
-func (d *decoder) u32(what string) (uint32, error) {
+func (d *decoder) u32(what func() string) (uint32, error) {
 	if err := d.need(4, what); err != nil {
 		return 0, err
 	}
@@ -252,7 +260,7 @@ func (d *decoder) u32(what string) (uint32, error) {
 	return v, nil
 }
 
-func (d *decoder) u64(what string) (uint64, error) {
+func (d *decoder) u64(what func() string) (uint64, error) {
 	if err := d.need(8, what); err != nil {
 		return 0, err
 	}
@@ -261,24 +269,43 @@ func (d *decoder) u64(what string) (uint64, error) {
 	return v, nil
 }
 
-func (d *decoder) str(what string, max uint64) (string, error) {
+// strBytes reads a length-prefixed string and returns its bytes, a slice
+// of the input.
+func (d *decoder) strBytes(max uint64, what func() string) ([]byte, error) {
 	start := d.off
-	n, err := d.u64(what + " length")
+	n, err := d.u64(func() string { return what() + " length" })
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	if n > max {
 		d.off = start
-		return "", d.errf("%s length %d exceeds the limit %d", what, n, max)
+		return nil, d.errf("%s length %d exceeds the limit %d", what(), n, max)
 	}
-	if n > uint64(d.remain()) {
+	if rem := d.remain(); n > uint64(rem) {
 		d.off = start
-		return "", d.errf("truncated: %s of %d bytes, %d remain", what, n, d.remain())
+		return nil, d.errf("truncated: %s of %d bytes, %d remain", what(), n, rem)
 	}
-	s := string(d.b[d.off : d.off+int(n)])
+	b := d.b[d.off : d.off+int(n)]
 	d.off += int(n)
-	return s, nil
+	return b, nil
 }
+
+// str reads a length-prefixed string and copies it out of the input, so
+// that metadata stays valid after the file is closed.
+func (d *decoder) str(max uint64, what func() string) (string, error) {
+	b, err := d.strBytes(max, what)
+	return string(b), err
+}
+
+// describe returns a what function for a fixed description.
+func describe(s string) func() string { return func() string { return s } }
+
+// prealloc caps a capacity hint taken from the file: a count the file
+// claims is only trusted as far as the elements actually parse, so slices
+// and maps grow with what is read instead of being sized by a hostile
+// header (the remaining-bytes checks alone would still let a large file
+// ask for many times its size).
+func prealloc(n uint64) int { return int(min(n, 1024)) }
 
 // value reads a value of type t. depth counts array nesting.
 func (d *decoder) value(key string, t ValueType, depth int) (Value, error) {
@@ -286,7 +313,7 @@ func (d *decoder) value(key string, t ValueType, depth int) (Value, error) {
 		return Value{}, d.errf("key %q: invalid value type %d", key, uint32(t))
 	}
 	if sz := t.size(); sz > 0 {
-		if err := d.need(sz, fmt.Sprintf("value of key %q", key)); err != nil {
+		if err := d.need(sz, func() string { return fmt.Sprintf("value of key %q", key) }); err != nil {
 			return Value{}, err
 		}
 		var b uint64
@@ -307,7 +334,7 @@ func (d *decoder) value(key string, t ValueType, depth int) (Value, error) {
 		return Value{typ: t, bits: b}, nil
 	}
 	if t == TypeString {
-		s, err := d.str(fmt.Sprintf("string value of key %q", key), MaxStringLen)
+		s, err := d.str(MaxStringLen, func() string { return fmt.Sprintf("string value of key %q", key) })
 		if err != nil {
 			return Value{}, err
 		}
@@ -317,7 +344,7 @@ func (d *decoder) value(key string, t ValueType, depth int) (Value, error) {
 	if depth >= MaxArrayDepth {
 		return Value{}, d.errf("key %q: arrays nested deeper than %d", key, MaxArrayDepth)
 	}
-	et32, err := d.u32(fmt.Sprintf("array element type of key %q", key))
+	et32, err := d.u32(func() string { return fmt.Sprintf("array element type of key %q", key) })
 	if err != nil {
 		return Value{}, err
 	}
@@ -326,7 +353,7 @@ func (d *decoder) value(key string, t ValueType, depth int) (Value, error) {
 		return Value{}, d.errf("key %q: invalid array element type %d", key, et32)
 	}
 	at := d.off
-	n, err := d.u64(fmt.Sprintf("array length of key %q", key))
+	n, err := d.u64(func() string { return fmt.Sprintf("array length of key %q", key) })
 	if err != nil {
 		return Value{}, err
 	}
@@ -342,38 +369,69 @@ func (d *decoder) value(key string, t ValueType, depth int) (Value, error) {
 	case TypeArray:
 		minSize = 12
 	}
-	if n*minSize > uint64(d.remain()) {
+	if rem := d.remain(); n*minSize > uint64(rem) {
 		d.off = at
-		return Value{}, d.errf("truncated: key %q: array of %d %s needs at least %d bytes, %d remain", key, n, et, n*minSize, d.remain())
+		return Value{}, d.errf("truncated: key %q: array of %d %s needs at least %d bytes, %d remain", key, n, et, n*minSize, rem)
 	}
 	v := Value{typ: TypeArray, elem: et, n: int(n)}
 	switch et {
 	case TypeString:
-		v.strs = make([]string, n)
-		for i := range v.strs {
-			if v.strs[i], err = d.str(fmt.Sprintf("element %d of key %q", i, key), MaxStringLen); err != nil {
-				return Value{}, err
-			}
+		strs, err := d.strArray(key, int(n))
+		if err != nil {
+			return Value{}, err
 		}
+		v.strs = strs
 	case TypeArray:
-		v.vals = make([]Value, n)
-		for i := range v.vals {
-			if v.vals[i], err = d.value(key, TypeArray, depth+1); err != nil {
+		v.vals = make([]Value, 0, prealloc(n))
+		for range int(n) {
+			e, err := d.value(key, TypeArray, depth+1)
+			if err != nil {
 				return Value{}, err
 			}
+			v.vals = append(v.vals, e)
 		}
 	case TypeBool:
-		for i := 0; i < int(n); i++ {
+		for i := range int(n) {
 			if d.b[d.off+i] > 1 {
-				return Value{}, d.errf("key %q: bool element %d is %d", key, i, d.b[d.off+i])
+				return Value{}, &FormatError{int64(d.off + i), fmt.Sprintf("key %q: bool element %d is %d, neither 0 nor 1", key, i, d.b[d.off+i])}
 			}
 		}
 		fallthrough
 	default:
-		v.raw = d.b[d.off : d.off+int(n*minSize) : d.off+int(n*minSize)]
+		// Copied, like strings, so that metadata outlives the mapping.
+		v.raw = slices.Clone(d.b[d.off : d.off+int(n*minSize)])
 		d.off += int(n * minSize)
 	}
 	return v, nil
+}
+
+// strArray reads n length-prefixed strings in two passes: the first checks
+// every length and allocates nothing (so a hostile count costs nothing), the
+// second copies the bytes into one buffer and cuts the elements from it. A
+// vocabulary of 150k tokens is then two allocations, not 150k.
+func (d *decoder) strArray(key string, n int) ([]string, error) {
+	start := d.off
+	total := 0
+	for i := range n {
+		b, err := d.strBytes(MaxStringLen, func() string { return fmt.Sprintf("element %d of key %q", i, key) })
+		if err != nil {
+			return nil, err
+		}
+		total += len(b)
+	}
+	var sb strings.Builder
+	sb.Grow(total) // no reallocation below: each String() shares this buffer
+	strs := make([]string, n)
+	d.off = start
+	for i := range strs {
+		l := int(binary.LittleEndian.Uint64(d.b[d.off:])) // checked above
+		d.off += 8
+		pos := sb.Len()
+		sb.Write(d.b[d.off : d.off+l])
+		d.off += l
+		strs[i] = sb.String()[pos:]
+	}
+	return strs, nil
 }
 
 // Parse parses a GGUF file held in data. Tensor data slices alias data.
@@ -384,7 +442,7 @@ func Parse(data []byte) (*File, error) {
 		return nil, d.errf("bad magic %q, want %q", data[:n], Magic)
 	}
 	d.off = 4
-	version, err := d.u32("version")
+	version, err := d.u32(describe("version"))
 	if err != nil {
 		return nil, err
 	}
@@ -396,33 +454,34 @@ func Parse(data []byte) (*File, error) {
 	case version != 2 && version != 3:
 		return nil, &FormatError{4, fmt.Sprintf("unknown GGUF version %d (supported: 2, 3)", version)}
 	}
-	nTensors, err := d.u64("tensor count")
+	nTensors, err := d.u64(describe("tensor count"))
 	if err != nil {
 		return nil, err
 	}
-	nKV, err := d.u64("metadata count")
+	nKV, err := d.u64(describe("metadata count"))
 	if err != nil {
 		return nil, err
 	}
-	// A key-value pair needs at least 8+1+4 bytes, a tensor info 8+1+4+8+4+8.
-	if nKV > uint64(d.remain())/13 {
+	// A key-value pair needs at least 8+1+4+1 bytes, a tensor info 8+1+4+4+8
+	// (a name of one byte, no dimensions).
+	if nKV > uint64(d.remain())/14 {
 		return nil, &FormatError{16, fmt.Sprintf("metadata count %d cannot fit in the %d bytes that remain", nKV, d.remain())}
 	}
-	if nTensors > uint64(d.remain())/33 {
+	if nTensors > uint64(d.remain())/25 {
 		return nil, &FormatError{8, fmt.Sprintf("tensor count %d cannot fit in the %d bytes that remain", nTensors, d.remain())}
 	}
 	f := &File{
 		Version:     version,
 		Alignment:   DefaultAlignment,
-		KVs:         make([]KV, 0, nKV),
-		kvIndex:     make(map[string]int, nKV),
-		Tensors:     make([]*Tensor, 0, nTensors),
-		tensorIndex: make(map[string]int, nTensors),
+		KVs:         make([]KV, 0, prealloc(nKV)),
+		kvIndex:     make(map[string]int, prealloc(nKV)),
+		Tensors:     make([]*Tensor, 0, prealloc(nTensors)),
+		tensorIndex: make(map[string]int, prealloc(nTensors)),
 		data:        data,
 	}
 	for i := uint64(0); i < nKV; i++ {
 		at := d.off
-		key, err := d.str(fmt.Sprintf("key of metadata pair %d", i), MaxKeyLen)
+		key, err := d.str(MaxKeyLen, func() string { return fmt.Sprintf("key of metadata pair %d", i) })
 		if err != nil {
 			return nil, err
 		}
@@ -432,7 +491,7 @@ func Parse(data []byte) (*File, error) {
 		if _, dup := f.kvIndex[key]; dup {
 			return nil, &FormatError{int64(at), fmt.Sprintf("duplicate key %q", key)}
 		}
-		t, err := d.u32(fmt.Sprintf("value type of key %q", key))
+		t, err := d.u32(func() string { return fmt.Sprintf("value type of key %q", key) })
 		if err != nil {
 			return nil, err
 		}
@@ -454,12 +513,13 @@ func Parse(data []byte) (*File, error) {
 		f.Alignment = a
 	}
 	for i := uint64(0); i < nTensors; i++ {
+		at := d.off
 		t, err := d.tensorInfo(i)
 		if err != nil {
 			return nil, err
 		}
 		if _, dup := f.tensorIndex[t.Name]; dup {
-			return nil, d.errf("duplicate tensor name %q", t.Name)
+			return nil, &FormatError{int64(at), fmt.Sprintf("duplicate tensor name %q", t.Name)}
 		}
 		f.tensorIndex[t.Name] = len(f.Tensors)
 		f.Tensors = append(f.Tensors, t)
@@ -478,18 +538,17 @@ func Parse(data []byte) (*File, error) {
 
 func (d *decoder) tensorInfo(i uint64) (*Tensor, error) {
 	at := d.off
-	name, err := d.str(fmt.Sprintf("name of tensor %d", i), MaxStringLen)
+	// MaxNameLen as the string limit: an overlong name is rejected before
+	// it is copied.
+	name, err := d.str(MaxNameLen, func() string { return fmt.Sprintf("name of tensor %d", i) })
 	if err != nil {
 		return nil, err
 	}
 	if name == "" {
 		return nil, &FormatError{int64(at), fmt.Sprintf("tensor %d has an empty name", i)}
 	}
-	if len(name) > MaxNameLen {
-		return nil, &FormatError{int64(at), fmt.Sprintf("tensor %d: name of %d bytes is longer than %d", i, len(name), MaxNameLen)}
-	}
 	t := &Tensor{Name: name}
-	nDims, err := d.u32(fmt.Sprintf("tensor %q dimension count", name))
+	nDims, err := d.u32(func() string { return fmt.Sprintf("tensor %q dimension count", name) })
 	if err != nil {
 		return nil, err
 	}
@@ -499,7 +558,7 @@ func (d *decoder) tensorInfo(i uint64) (*Tensor, error) {
 	t.Dims = make([]uint64, nDims)
 	n := uint64(1)
 	for j := range t.Dims {
-		if t.Dims[j], err = d.u64(fmt.Sprintf("tensor %q dimension %d", name, j)); err != nil {
+		if t.Dims[j], err = d.u64(func() string { return fmt.Sprintf("tensor %q dimension %d", name, j) }); err != nil {
 			return nil, err
 		}
 		if t.Dims[j] > math.MaxInt64 {
@@ -511,7 +570,7 @@ func (d *decoder) tensorInfo(i uint64) (*Tensor, error) {
 		}
 		n = lo
 	}
-	typ, err := d.u32(fmt.Sprintf("tensor %q type", name))
+	typ, err := d.u32(func() string { return fmt.Sprintf("tensor %q type", name) })
 	if err != nil {
 		return nil, err
 	}
@@ -531,7 +590,7 @@ func (d *decoder) tensorInfo(i uint64) (*Tensor, error) {
 		return nil, d.errf("tensor %q: size in bytes overflows", name)
 	}
 	t.Size = size
-	if t.Offset, err = d.u64(fmt.Sprintf("tensor %q data offset", name)); err != nil {
+	if t.Offset, err = d.u64(func() string { return fmt.Sprintf("tensor %q data offset", name) }); err != nil {
 		return nil, err
 	}
 	return t, nil
@@ -558,15 +617,20 @@ func (f *File) placeTensors() error {
 		start := f.DataOffset + t.Offset
 		t.Data = f.data[start : start+t.Size : start+t.Size]
 	}
-	// Overlap check on tensors sorted by offset.
-	order := make([]*Tensor, len(f.Tensors))
-	copy(order, f.Tensors)
-	slices.SortFunc(order, func(a, b *Tensor) int { return cmp.Compare(a.Offset, b.Offset) })
-	for i := 1; i < len(order); i++ {
-		p, t := order[i-1], order[i]
-		if p.Size > 0 && t.Size > 0 && p.Offset+p.Size > t.Offset {
-			return &FormatError{-1, fmt.Sprintf("tensors %q and %q overlap", p.Name, t.Name)}
+	// Overlap check on tensors sorted by offset: each non-empty tensor must
+	// start at or after the end of every non-empty tensor before it (not
+	// just its neighbour, which may be empty).
+	order := slices.Clone(f.Tensors)
+	slices.SortStableFunc(order, func(a, b *Tensor) int { return cmp.Compare(a.Offset, b.Offset) })
+	var last *Tensor // the non-empty tensor that ends furthest so far
+	for _, t := range order {
+		if t.Size == 0 {
+			continue
 		}
+		if last != nil && last.Offset+last.Size > t.Offset {
+			return &FormatError{-1, fmt.Sprintf("tensors %q [%d, +%d) and %q [%d, +%d) overlap", last.Name, last.Offset, last.Size, t.Name, t.Offset, t.Size)}
+		}
+		last = t
 	}
 	return nil
 }

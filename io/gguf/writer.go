@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math"
+	"math/bits"
 
 	"github.com/flowinfer/flowinfer/quant"
 )
@@ -62,21 +64,26 @@ func (w *Writer) check(name string, typ quant.Type, dims []uint64) (uint64, erro
 	if w.names[name] {
 		return 0, fmt.Errorf("gguf: writer: duplicate tensor %q", name)
 	}
-	if len(dims) > MaxDims {
-		return 0, fmt.Errorf("gguf: writer: tensor %q has %d dims", name, len(dims))
+	if len(dims) == 0 || len(dims) > MaxDims {
+		return 0, fmt.Errorf("gguf: writer: tensor %q has %d dims, want 1 to %d", name, len(dims), MaxDims)
 	}
-	n := uint64(1)
-	for _, d := range dims {
-		n *= d
-	}
-	if len(dims) == 0 {
-		return 0, fmt.Errorf("gguf: writer: tensor %q has no dims", name)
+	if dims[0] > math.MaxInt {
+		return 0, fmt.Errorf("gguf: writer: tensor %q: row of %d elements is too long", name, dims[0])
 	}
 	rb, err := quant.RowBytes(typ, int(dims[0]))
 	if err != nil {
 		return 0, fmt.Errorf("gguf: writer: tensor %q: %w", name, err)
 	}
-	return uint64(rb) * (n / dims[0]), nil
+	// size = row bytes * rows, checked for overflow like the reader does.
+	size := uint64(rb)
+	for _, d := range dims[1:] {
+		hi, lo := bits.Mul64(size, d)
+		if hi != 0 || lo > math.MaxInt64 {
+			return 0, fmt.Errorf("gguf: writer: tensor %q: shape %v overflows", name, dims)
+		}
+		size = lo
+	}
+	return size, nil
 }
 
 // AddTensor adds a tensor whose bytes are data (already in type typ).
@@ -152,20 +159,65 @@ func (c *countWriter) value(v Value) {
 	}
 }
 
-// WriteTo writes the file.
+// checkValue reports what the reader would reject in a value.
+func checkValue(key string, v Value, depth int) error {
+	switch {
+	case !v.typ.valid():
+		return fmt.Errorf("gguf: writer: key %q: invalid value type %d", key, uint32(v.typ))
+	case v.typ == TypeString && len(v.str) > MaxStringLen:
+		return fmt.Errorf("gguf: writer: key %q: string of %d bytes is too long", key, len(v.str))
+	case v.typ != TypeArray:
+		return nil
+	case depth >= MaxArrayDepth:
+		return fmt.Errorf("gguf: writer: key %q: arrays nested deeper than %d", key, MaxArrayDepth)
+	case v.n > MaxArrayLen:
+		return fmt.Errorf("gguf: writer: key %q: array of %d elements is too long", key, v.n)
+	}
+	for _, e := range v.vals {
+		if err := checkValue(key, e, depth+1); err != nil {
+			return err
+		}
+	}
+	for _, s := range v.strs {
+		if len(s) > MaxStringLen {
+			return fmt.Errorf("gguf: writer: key %q: string of %d bytes is too long", key, len(s))
+		}
+	}
+	return nil
+}
+
+// WriteTo writes the file. It fails before writing anything if the
+// metadata would not parse (empty or overlong key, general.alignment not a
+// u32 power of two, arrays nested too deep).
 func (w *Writer) WriteTo(out io.Writer) (int64, error) {
 	align := w.Alignment
-	if v, ok := w.kvIndex["general.alignment"]; ok {
-		a, _ := w.kvs[v].Value.Uint()
-		align = a
-	} else if align != 0 && align != DefaultAlignment {
-		w.Set("general.alignment", Uint32(uint32(align)))
+	i, hasKey := w.kvIndex["general.alignment"]
+	if hasKey {
+		val := w.kvs[i].Value
+		if val.typ != TypeUint32 {
+			return 0, fmt.Errorf("gguf: writer: general.alignment has type %s, want u32", val.typ)
+		}
+		align = val.bits
+		if align == 0 {
+			return 0, fmt.Errorf("gguf: writer: general.alignment 0 is not a power of two")
+		}
 	}
 	if align == 0 {
 		align = DefaultAlignment
 	}
-	if align&(align-1) != 0 {
-		return 0, fmt.Errorf("gguf: writer: alignment %d is not a power of two", align)
+	if align&(align-1) != 0 || align > math.MaxUint32 {
+		return 0, fmt.Errorf("gguf: writer: alignment %d is not a power of two that fits a u32", align)
+	}
+	if !hasKey && align != DefaultAlignment {
+		w.Set("general.alignment", Uint32(uint32(align)))
+	}
+	for _, kv := range w.kvs {
+		if kv.Key == "" || len(kv.Key) > MaxKeyLen {
+			return 0, fmt.Errorf("gguf: writer: bad key %q", kv.Key)
+		}
+		if err := checkValue(kv.Key, kv.Value, 0); err != nil {
+			return 0, err
+		}
 	}
 	c := &countWriter{w: bufio.NewWriterSize(out, 1<<20)}
 	c.w.WriteString(Magic)
