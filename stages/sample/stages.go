@@ -90,11 +90,19 @@ func (s *Sampler) argmax(logits []float32) int32 {
 }
 
 // firstAbove returns the index of the first value in l above t, or -1. It
-// is the hot loop of top-k and greedy: kept minimal so that the compiler
-// lays the rarely taken exit out of line.
+// is the hot loop of top-k and greedy (the values that pass are rare): four
+// compares per step, and not inlined so both callers run the same code.
+//go:noinline
 func firstAbove(l []float32, t float32) int {
-	for j, v := range l {
-		if v > t {
+	j := 0
+	for ; j+4 <= len(l); j += 4 {
+		b := l[j : j+4 : j+4]
+		if b[0] > t || b[1] > t || b[2] > t || b[3] > t {
+			break
+		}
+	}
+	for ; j < len(l); j++ {
+		if l[j] > t {
 			return j
 		}
 	}
