@@ -92,6 +92,7 @@ func (s *Sampler) argmax(logits []float32) int32 {
 // firstAbove returns the index of the first value in l above t, or -1. It
 // is the hot loop of top-k and greedy (the values that pass are rare): four
 // compares per step, and not inlined so both callers run the same code.
+//
 //go:noinline
 func firstAbove(l []float32, t float32) int {
 	j := 0
