@@ -1,0 +1,262 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// KVCache stores every layer's K and V rows for NSeq sequences of up to
+// NCtx positions, as float32 (as llama.cpp with -ctk f32 -ctv f32). Cell
+// (seq, pos) of layer l is K[l][(seq*NCtx+pos)*KDim:][:KDim].
+type KVCache struct {
+	NLayer, NCtx, NSeq int
+	KDim, VDim         int
+	K, V               [][]float32
+}
+
+// NewKVCache allocates a cache.
+func NewKVCache(h *Hyper, nCtx, nSeq int) *KVCache {
+	c := &KVCache{NLayer: h.NLayer, NCtx: nCtx, NSeq: nSeq, KDim: h.KDim(), VDim: h.VDim()}
+	c.K = make([][]float32, h.NLayer)
+	c.V = make([][]float32, h.NLayer)
+	for l := range c.K {
+		c.K[l] = make([]float32, nSeq*nCtx*c.KDim)
+		c.V[l] = make([]float32, nSeq*nCtx*c.VDim)
+	}
+	return c
+}
+
+// KRow returns the K row of (seq, pos) in layer l.
+func (c *KVCache) KRow(l, seq, pos int) []float32 {
+	i := (seq*c.NCtx + pos) * c.KDim
+	return c.K[l][i : i+c.KDim]
+}
+
+// VRow returns the V row of (seq, pos) in layer l.
+func (c *KVCache) VRow(l, seq, pos int) []float32 {
+	i := (seq*c.NCtx + pos) * c.VDim
+	return c.V[l][i : i+c.VDim]
+}
+
+// Batch is one forward step: tokens with their sequence and position. A
+// token attends to the cells of its sequence at positions ≤ its own, so the
+// batch must hold, for each sequence, consecutive positions after the
+// cached ones.
+type Batch struct {
+	Tokens []int32
+	Pos    []int32
+	Seq    []int32
+	// Logits marks the rows whose logits are wanted (nil: all rows).
+	Logits []bool
+}
+
+// Len returns the number of tokens.
+func (b *Batch) Len() int { return len(b.Tokens) }
+
+// ErrBatch reports a malformed batch.
+var ErrBatch = errors.New("model: bad batch")
+
+// EvalFunc, when set on a Context, is called with every named intermediate
+// (e.g. "attn_norm", layer 3): n rows of dim. It is for debugging and
+// diffing against llama.cpp's llama-eval-callback; nil costs nothing.
+type EvalFunc func(name string, layer int, x []float32, n, dim int)
+
+// Context runs forward steps of a model on a backend with its own KV cache
+// and scratch buffers, allocated once for batches of up to MaxBatch tokens.
+type Context struct {
+	M        *Model
+	Ops      Ops
+	KV       *KVCache
+	MaxBatch int
+	Eval     EvalFunc
+	// OnRoute, when set, is called with each token's selected experts and
+	// their weights (MoE models), for tests and traces.
+	OnRoute func(layer, row int, experts []int, weights []float32)
+	// BeforeLayer, when set, is called before layer il runs (compute waits
+	// there for the layer's weight ticket); an error aborts the step.
+	// AfterLayer is called when the layer is done with its weights.
+	BeforeLayer func(il int) error
+	AfterLayer  func(il int)
+
+	x, xn, q, k, v, att, tmp []float32 // MaxBatch × width
+	gate, up                 []float32 // MaxBatch × max(NFF, NFFExp)
+	probs                    []float32 // MaxBatch × NExpert
+	moeSel                   []int     // scratch for expert selection
+	moeW                     []float32
+	rowIdx                   []int
+	outRows                  []float32 // rows selected for logits
+	logits                   []float32 // MaxBatch × NVocab
+}
+
+// NewContext allocates a context with a cache of nCtx positions for nSeq
+// sequences and scratch for batches of up to maxBatch tokens.
+func (m *Model) NewContext(ops Ops, nCtx, nSeq, maxBatch int) (*Context, error) {
+	if nCtx <= 0 || nSeq <= 0 || maxBatch <= 0 {
+		return nil, fmt.Errorf("model: context size %d, sequences %d and batch %d must be positive", nCtx, nSeq, maxBatch)
+	}
+	h := &m.Hyper
+	c := &Context{M: m, Ops: ops, KV: NewKVCache(h, nCtx, nSeq), MaxBatch: maxBatch}
+	n := maxBatch
+	c.x = make([]float32, n*h.NEmbd)
+	c.xn = make([]float32, n*h.NEmbd)
+	c.tmp = make([]float32, n*h.NEmbd)
+	c.q = make([]float32, n*h.QDim())
+	c.k = make([]float32, n*h.KDim())
+	c.v = make([]float32, n*h.VDim())
+	c.att = make([]float32, n*h.NHead*h.HeadDimV)
+	ff := max(h.NFF, h.NFFExp)
+	c.gate = make([]float32, n*ff)
+	c.up = make([]float32, n*ff)
+	if h.NExpert > 0 {
+		c.probs = make([]float32, n*h.NExpert)
+		c.moeSel = make([]int, h.NExpertUsed)
+		c.moeW = make([]float32, h.NExpertUsed)
+	}
+	c.rowIdx = make([]int, n)
+	c.outRows = make([]float32, n*h.NEmbd)
+	c.logits = make([]float32, n*h.NVocab)
+	return c, nil
+}
+
+func (c *Context) eval(name string, layer int, x []float32, n, dim int) {
+	if c.Eval != nil {
+		c.Eval(name, layer, x[:n*dim], n, dim)
+	}
+}
+
+// Decode runs one forward step and returns the logits of the rows marked in
+// b.Logits (all rows when nil), packed in batch order: len = rows × NVocab.
+// The slice is reused by the next call.
+func (c *Context) Decode(b *Batch) ([]float32, error) {
+	n := b.Len()
+	if n == 0 || n > c.MaxBatch {
+		return nil, fmt.Errorf("%w: %d tokens (max %d)", ErrBatch, n, c.MaxBatch)
+	}
+	if len(b.Pos) != n || len(b.Seq) != n || (b.Logits != nil && len(b.Logits) != n) {
+		return nil, fmt.Errorf("%w: tokens, positions, sequences and logit flags differ in length", ErrBatch)
+	}
+	for i := range n {
+		if t := b.Tokens[i]; t < 0 || int(t) >= c.M.NVocab {
+			return nil, fmt.Errorf("%w: token %d out of range [0, %d)", ErrBatch, t, c.M.NVocab)
+		}
+		if p := b.Pos[i]; p < 0 || int(p) >= c.KV.NCtx {
+			return nil, fmt.Errorf("%w: position %d outside the context of %d", ErrBatch, p, c.KV.NCtx)
+		}
+		if s := b.Seq[i]; s < 0 || int(s) >= c.KV.NSeq {
+			return nil, fmt.Errorf("%w: sequence %d out of range [0, %d)", ErrBatch, s, c.KV.NSeq)
+		}
+	}
+	if err := c.M.forward(c, b); err != nil {
+		return nil, err
+	}
+	return c.output(b), nil
+}
+
+// output applies the final norm and the output projection to the rows that
+// want logits.
+func (c *Context) output(b *Batch) []float32 {
+	h := &c.M.Hyper
+	n := b.Len()
+	rows := 0
+	for i := range n {
+		if b.Logits == nil || b.Logits[i] {
+			copy(c.outRows[rows*h.NEmbd:(rows+1)*h.NEmbd], c.x[i*h.NEmbd:(i+1)*h.NEmbd])
+			rows++
+		}
+	}
+	if rows == 0 {
+		return c.logits[:0]
+	}
+	c.Ops.RMSNorm(c.outRows, c.outRows[:rows*h.NEmbd], c.M.OutputNorm, rows, h.NEmbd, h.RMSEps)
+	c.eval("result_norm", -1, c.outRows, rows, h.NEmbd)
+	out := c.logits[:rows*h.NVocab]
+	c.Ops.MatMul(out, c.M.Output, c.outRows[:rows*h.NEmbd], rows)
+	c.eval("result_output", -1, out, rows, h.NVocab)
+	return out
+}
+
+// layers runs block(il) for every layer between the weight hooks.
+func (c *Context) layers(b *Batch, block func(il int, b *Batch)) error {
+	for il := range c.M.Layers {
+		if c.BeforeLayer != nil {
+			if err := c.BeforeLayer(il); err != nil {
+				return err
+			}
+		}
+		block(il, b)
+		if c.AfterLayer != nil {
+			c.AfterLayer(il)
+		}
+	}
+	return nil
+}
+
+// embed looks up the batch's token embeddings into c.x.
+func (c *Context) embed(b *Batch) {
+	c.Ops.Embed(c.x, c.M.TokEmbd, b.Tokens)
+	c.eval("inp_embd", -1, c.x, b.Len(), c.M.NEmbd)
+}
+
+// attention runs one block's attention sub-layer and adds it to the residual
+// stream c.x: x += Wo·attn(rope(norm(x)·Wq), rope(norm(x)·Wk), norm(x)·Wv).
+func (c *Context) attention(il int, b *Batch) {
+	m, L, ops := c.M, &c.M.Layers[il], c.Ops
+	n := b.Len()
+	h := &m.Hyper
+	// attention rmsnorm
+	ops.RMSNorm(c.xn, c.x[:n*h.NEmbd], L.AttnNorm, n, h.NEmbd, h.RMSEps)
+	c.eval("attn_norm", il, c.xn, n, h.NEmbd)
+	// q, k, v projections (n × QDim, n × KDim, n × VDim)
+	q, k, v := c.q[:n*h.QDim()], c.k[:n*h.KDim()], c.v[:n*h.VDim()]
+	ops.MatMul(q, L.Wq, c.xn, n)
+	ops.MatMul(k, L.Wk, c.xn, n)
+	ops.MatMul(v, L.Wv, c.xn, n)
+	if L.Bq != nil { // qwen2 biases
+		ops.AddRows(q, L.Bq)
+		ops.AddRows(k, L.Bk)
+		ops.AddRows(v, L.Bv)
+	}
+	if L.QNorm != nil { // qwen3: per-head RMSNorm of q and k before RoPE
+		ops.RMSNorm(q, q, L.QNorm, n*h.NHead, h.HeadDimK, h.RMSEps)
+		ops.RMSNorm(k, k, L.KNorm, n*h.NHeadKV, h.HeadDimK, h.RMSEps)
+	}
+	// rotary position embedding
+	ops.Rope(q, b.Pos, n, h.NHead, h.HeadDimK, &m.Rope)
+	ops.Rope(k, b.Pos, n, h.NHeadKV, h.HeadDimK, &m.Rope)
+	c.eval("Qcur", il, q, n, h.QDim())
+	c.eval("Kcur", il, k, n, h.KDim())
+	c.eval("Vcur", il, v, n, h.VDim())
+	// store k, v in the cache
+	for t := range n {
+		copy(c.KV.KRow(il, int(b.Seq[t]), int(b.Pos[t])), k[t*h.KDim():(t+1)*h.KDim()])
+		copy(c.KV.VRow(il, int(b.Seq[t]), int(b.Pos[t])), v[t*h.VDim():(t+1)*h.VDim()])
+	}
+	// softmax(q·kᵀ/√d)·v over the cached positions
+	att := c.att[:n*h.NHead*h.HeadDimV]
+	scale := float32(1 / math.Sqrt(float64(h.HeadDimK)))
+	ops.Attention(att, q, c.KV, il, b.Seq, b.Pos, h, scale)
+	c.eval("kqv_out", il, att, n, h.NHead*h.HeadDimV)
+	// output projection and residual
+	ops.MatMul(c.tmp[:n*h.NEmbd], L.Wo, att, n)
+	c.eval("attn_out", il, c.tmp, n, h.NEmbd)
+	ops.Add(c.x[:n*h.NEmbd], c.tmp[:n*h.NEmbd])
+	c.eval("ffn_inp", il, c.x, n, h.NEmbd)
+}
+
+// ffn runs a dense SwiGLU FFN sub-layer: x += Wdown·(silu(Wgate·norm(x)) ⊙ Wup·norm(x)).
+func (c *Context) ffn(il int, b *Batch) {
+	m, L, ops := c.M, &c.M.Layers[il], c.Ops
+	n := b.Len()
+	h := &m.Hyper
+	ops.RMSNorm(c.xn, c.x[:n*h.NEmbd], L.FFNNorm, n, h.NEmbd, h.RMSEps)
+	c.eval("ffn_norm", il, c.xn, n, h.NEmbd)
+	gate, up := c.gate[:n*h.NFF], c.up[:n*h.NFF]
+	ops.MatMul(gate, L.Gate, c.xn, n)
+	ops.MatMul(up, L.Up, c.xn, n)
+	ops.SwiGLU(gate, gate, up)
+	ops.MatMul(c.tmp[:n*h.NEmbd], L.Down, gate, n)
+	c.eval("ffn_out", il, c.tmp, n, h.NEmbd)
+	ops.Add(c.x[:n*h.NEmbd], c.tmp[:n*h.NEmbd])
+	c.eval("l_out", il, c.x, n, h.NEmbd)
+}

@@ -1,0 +1,172 @@
+package model
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/flowinfer/flowinfer/io/gguf"
+)
+
+// RopeType selects which elements RoPE rotates together.
+type RopeType int
+
+const (
+	// RopeNorm rotates adjacent pairs (x[2i], x[2i+1]): llama.
+	RopeNorm RopeType = iota
+	// RopeNeox rotates halves (x[i], x[i+d/2]): qwen2, qwen3, qwen3moe.
+	RopeNeox
+)
+
+func (r RopeType) String() string {
+	if r == RopeNeox {
+		return "neox"
+	}
+	return "norm"
+}
+
+// Hyper holds an architecture's hyperparameters, read from GGUF keys
+// "<arch>.*" with llama.cpp's defaults.
+type Hyper struct {
+	Arch        string
+	NVocab      int
+	NCtxTrain   int // training context (<arch>.context_length)
+	NEmbd       int
+	NLayer      int
+	NHead       int
+	NHeadKV     int
+	HeadDimK    int // <arch>.attention.key_length, default NEmbd/NHead
+	HeadDimV    int
+	NFF         int
+	RMSEps      float32
+	RopeType    RopeType
+	RopeDim     int     // rotated dimensions per head (rope.dimension_count)
+	RopeBase    float32 // rope.freq_base
+	RopeScale   float32 // freq_scale = 1/rope.scaling.factor for linear scaling, else 1
+	NExpert     int
+	NExpertUsed int
+	NFFExp      int
+	NormTopK    bool // renormalise the top-k expert weights
+}
+
+// KDim is the width of one token's K row (all KV heads).
+func (h *Hyper) KDim() int { return h.NHeadKV * h.HeadDimK }
+
+// VDim is the width of one token's V row.
+func (h *Hyper) VDim() int { return h.NHeadKV * h.HeadDimV }
+
+// QDim is the width of one token's Q row.
+func (h *Hyper) QDim() int { return h.NHead * h.HeadDimK }
+
+type keyReader struct {
+	f    *gguf.File
+	arch string
+	err  error
+}
+
+func (k *keyReader) uint(name string, def int, required bool) int {
+	key := k.arch + "." + name
+	v, ok := k.f.Get(key)
+	if !ok {
+		if required && k.err == nil {
+			k.err = fmt.Errorf("model: missing required key %q", key)
+		}
+		return def
+	}
+	if v.Type() == gguf.TypeArray {
+		if k.err == nil {
+			k.err = fmt.Errorf("model: key %q is a per-layer array; only a single value is supported", key)
+		}
+		return def
+	}
+	u, ok := v.Uint()
+	if !ok || u > math.MaxInt32 {
+		if k.err == nil {
+			k.err = fmt.Errorf("model: key %q: want a non-negative integer, got %s", key, v)
+		}
+		return def
+	}
+	return int(u)
+}
+
+func (k *keyReader) float(name string, def float32) float32 {
+	key := k.arch + "." + name
+	v, ok := k.f.Get(key)
+	if !ok {
+		return def
+	}
+	x, ok := v.Float()
+	if !ok {
+		if k.err == nil {
+			k.err = fmt.Errorf("model: key %q: want a number, got %s", key, v)
+		}
+		return def
+	}
+	return float32(x)
+}
+
+// ReadHyper reads and validates the hyperparameters of arch from f.
+func ReadHyper(f *gguf.File, arch string) (Hyper, error) {
+	k := &keyReader{f: f, arch: arch}
+	h := Hyper{Arch: arch}
+	h.NCtxTrain = k.uint("context_length", 0, true)
+	h.NEmbd = k.uint("embedding_length", 0, true)
+	h.NLayer = k.uint("block_count", 0, true)
+	h.NFF = k.uint("feed_forward_length", 0, arch != "qwen3moe")
+	h.NHead = k.uint("attention.head_count", 0, true)
+	h.NHeadKV = k.uint("attention.head_count_kv", h.NHead, false)
+	if k.err != nil {
+		return h, k.err
+	}
+	if h.NHead == 0 || h.NEmbd == 0 || h.NLayer == 0 {
+		return h, fmt.Errorf("model: %s: embedding_length %d, block_count %d, head_count %d must all be positive", arch, h.NEmbd, h.NLayer, h.NHead)
+	}
+	h.HeadDimK = k.uint("attention.key_length", h.NEmbd/h.NHead, false)
+	h.HeadDimV = k.uint("attention.value_length", h.HeadDimK, false)
+	h.RopeDim = k.uint("rope.dimension_count", h.HeadDimK, false)
+	h.RopeBase = k.float("rope.freq_base", 10000)
+	h.RMSEps = k.float("attention.layer_norm_rms_epsilon", 1e-5)
+	h.RopeScale = 1
+	if t, ok := f.GetString(arch + ".rope.scaling.type"); ok {
+		switch t {
+		case "none":
+		case "linear":
+			if fac := k.float("rope.scaling.factor", 1); fac > 0 {
+				h.RopeScale = 1 / fac
+			}
+		default:
+			return h, fmt.Errorf("model: rope scaling type %q is not supported (supported: none, linear, llama3 via rope_freqs)", t)
+		}
+	} else if s := k.float("rope.scale_linear", 0); s > 0 {
+		h.RopeScale = 1 / s
+	}
+	if n, ok := f.GetUint(arch + ".vocab_size"); ok {
+		h.NVocab = int(n)
+	} else if v, ok := f.Get("tokenizer.ggml.tokens"); ok {
+		h.NVocab = v.Len()
+	}
+	h.NExpert = k.uint("expert_count", 0, false)
+	h.NExpertUsed = k.uint("expert_used_count", 0, false)
+	h.NFFExp = k.uint("expert_feed_forward_length", 0, false)
+	h.NormTopK = true
+	if b, ok := f.GetBool(arch + ".expert_weights_norm"); ok {
+		h.NormTopK = b
+	}
+	if k.err != nil {
+		return h, k.err
+	}
+	switch {
+	case h.NHeadKV == 0 || h.NHead%h.NHeadKV != 0:
+		return h, fmt.Errorf("model: head_count %d is not a multiple of head_count_kv %d", h.NHead, h.NHeadKV)
+	case h.HeadDimK == 0 || h.HeadDimV == 0:
+		return h, fmt.Errorf("model: zero head dimension")
+	case h.RopeDim > h.HeadDimK || h.RopeDim%2 != 0:
+		return h, fmt.Errorf("model: rope.dimension_count %d must be even and at most the head dimension %d", h.RopeDim, h.HeadDimK)
+	case h.NVocab <= 0:
+		return h, fmt.Errorf("model: vocabulary size unknown (no %s.vocab_size and no tokenizer.ggml.tokens)", arch)
+	case !(h.RMSEps > 0) || !(h.RopeBase > 0):
+		return h, fmt.Errorf("model: rms epsilon %g and rope base %g must be positive", h.RMSEps, h.RopeBase)
+	case h.NExpert > 0 && (h.NExpertUsed == 0 || h.NExpertUsed > h.NExpert):
+		return h, fmt.Errorf("model: expert_used_count %d must be in [1, expert_count %d]", h.NExpertUsed, h.NExpert)
+	}
+	return h, nil
+}

@@ -1,0 +1,172 @@
+// Package model holds the transformer architectures flowinfer runs (one file
+// per family: llama.go, qwen2.go, qwen3.go, qwen3moe.go), their
+// hyperparameters and weight tables read from GGUF, the KV cache, and the
+// small Ops interface a compute backend (package cpu, later gpu) implements.
+//
+// An architecture's forward pass reads like the math: a loop over layers of
+// norm, attention, residual, norm, FFN, residual. It never touches a weight's
+// bytes itself; every numeric op goes through Ops, so backends can be tested
+// against each other. Tokenizers and chat templates live in the
+// subpackages model/tokenizer and model/chat.
+package model
+
+import (
+	"fmt"
+
+	"github.com/flowinfer/flowinfer/io/gguf"
+	"github.com/flowinfer/flowinfer/quant"
+)
+
+// Rope describes a rotary position embedding as ggml_rope_ext applies it
+// (no YaRN: ext_factor 0, attn_factor 1).
+type Rope struct {
+	Type    RopeType
+	Dim     int       // rotated dimensions per head
+	Base    float32   // freq_base
+	Scale   float32   // freq_scale
+	Factors []float32 // per-pair frequency divisors (llama3 rope_freqs), or nil
+}
+
+// Ops is what an architecture needs from a compute backend. Activations are
+// row-major float32: n rows (tokens) of a given width.
+type Ops interface {
+	// MatMul sets out[t*w.Rows+r] = Σ_c w[r][c]·x[t*w.Cols+c] for t < n,
+	// converting x to the weight's dot-product type as ggml does.
+	MatMul(out []float32, w *Weight, x []float32, n int)
+	// Embed sets row t of out to row ids[t] of w, dequantized.
+	Embed(out []float32, w *Weight, ids []int32)
+	// RMSNorm normalises each of the n rows of width dim of x into out and
+	// multiplies by weight (if not nil). out may be x.
+	RMSNorm(out, x []float32, weight Vector, n, dim int, eps float32)
+	// Rope rotates n rows of nHead heads of headDim in place; pos[t] is
+	// row t's position.
+	Rope(x []float32, pos []int32, n, nHead, headDim int, r *Rope)
+	// Attention computes causal softmax(q·kᵀ·scale)·v for each row of q
+	// against the cache cells of the row's sequence at positions ≤ its own,
+	// with grouped-query heads. out has n rows of nHead*HeadDimV.
+	Attention(out, q []float32, kv *KVCache, layer int, seq, pos []int32, h *Hyper, scale float32)
+	// SwiGLU sets out = silu(gate)·up elementwise.
+	SwiGLU(out, gate, up []float32)
+	// Add sets dst += src elementwise.
+	Add(dst, src []float32)
+	// AddRows adds the vector b to each row of x (a bias).
+	AddRows(x []float32, b Vector)
+	// Softmax normalises each of the n rows of width dim in place.
+	Softmax(x []float32, n, dim int)
+	// Supports reports whether MatMul handles weights of type t.
+	Supports(t quant.Type) bool
+}
+
+// Layer holds one transformer block's weights. Fields a family does not use
+// are nil.
+type Layer struct {
+	AttnNorm   Vector
+	Wq, Wk, Wv *Weight
+	Bq, Bk, Bv Vector // qwen2 biases
+	QNorm      Vector // qwen3 per-head RMSNorm weights (HeadDimK)
+	KNorm      Vector
+	Wo         *Weight
+	FFNNorm    Vector
+	Gate, Up   *Weight // dense SwiGLU FFN
+	Down       *Weight
+	Router     *Weight  // MoE gate (ffn_gate_inp): NEmbd -> NExpert
+	GateExps   []Weight // per-expert views
+	UpExps     []Weight
+	DownExps   []Weight
+}
+
+// Model is a loaded architecture: hyperparameters and weights that point
+// into the GGUF mapping (the File must stay open while the model is used).
+type Model struct {
+	Hyper
+	File       *gguf.File
+	TokEmbd    *Weight
+	OutputNorm Vector
+	Output     *Weight // == TokEmbd when the embeddings are tied
+	Rope       Rope
+	Layers     []Layer
+	forward    func(c *Context, b *Batch) error
+}
+
+// Load builds the model described by f's general.architecture. supports
+// tells which weight types the backend can multiply by; an unsupported type
+// is an error naming the tensor.
+func Load(f *gguf.File, supports func(quant.Type) bool) (*Model, error) {
+	arch, ok := f.GetString("general.architecture")
+	if !ok {
+		return nil, fmt.Errorf("model: missing general.architecture")
+	}
+	h, err := ReadHyper(f, arch)
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{Hyper: h, File: f}
+	l := &loader{f: f, supported: supports}
+	switch arch {
+	case "llama":
+		loadLlama(l, m)
+	case "qwen2":
+		loadQwen2(l, m)
+	case "qwen3":
+		loadQwen3(l, m)
+	case "qwen3moe":
+		loadQwen3MoE(l, m)
+	default:
+		return nil, fmt.Errorf("model: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe)", arch)
+	}
+	if l.err != nil {
+		return nil, l.err
+	}
+	return m, nil
+}
+
+// loadCommon loads the embeddings, output norm and (possibly tied) output.
+func loadCommon(l *loader, m *Model) {
+	m.TokEmbd = l.matrix("token_embd.weight", m.NEmbd, m.NVocab, true)
+	m.OutputNorm = l.vector("output_norm.weight", m.NEmbd, true)
+	m.Output = l.matrix("output.weight", m.NEmbd, m.NVocab, false)
+	if m.Output == nil {
+		m.Output = m.TokEmbd
+	}
+	m.Rope = Rope{Dim: m.RopeDim, Base: m.RopeBase, Scale: m.RopeScale}
+	m.Layers = make([]Layer, m.NLayer)
+}
+
+// loadAttention loads a block's attention norm and projections.
+func loadAttention(l *loader, m *Model, i int) {
+	L := &m.Layers[i]
+	p := fmt.Sprintf("blk.%d.", i)
+	L.AttnNorm = l.vector(p+"attn_norm.weight", m.NEmbd, true)
+	L.Wq = l.matrix(p+"attn_q.weight", m.NEmbd, m.QDim(), true)
+	L.Wk = l.matrix(p+"attn_k.weight", m.NEmbd, m.KDim(), true)
+	L.Wv = l.matrix(p+"attn_v.weight", m.NEmbd, m.VDim(), true)
+	L.Wo = l.matrix(p+"attn_output.weight", m.NHead*m.HeadDimV, m.NEmbd, true)
+}
+
+// loadFFN loads a block's FFN norm and dense SwiGLU weights.
+func loadFFN(l *loader, m *Model, i int) {
+	L := &m.Layers[i]
+	p := fmt.Sprintf("blk.%d.", i)
+	L.FFNNorm = l.vector(p+"ffn_norm.weight", m.NEmbd, true)
+	L.Gate = l.matrix(p+"ffn_gate.weight", m.NEmbd, m.NFF, true)
+	L.Up = l.matrix(p+"ffn_up.weight", m.NEmbd, m.NFF, true)
+	L.Down = l.matrix(p+"ffn_down.weight", m.NFF, m.NEmbd, true)
+}
+
+// LayerData returns the weight bytes layer il reads (views of the mapping),
+// for the weight path: the reader fetches them, the uploader places them.
+func (m *Model) LayerData(il int) [][]byte {
+	L := &m.Layers[il]
+	var out [][]byte
+	for _, w := range []*Weight{L.Wq, L.Wk, L.Wv, L.Wo, L.Gate, L.Up, L.Down, L.Router} {
+		if w != nil {
+			out = append(out, w.Data)
+		}
+	}
+	for _, ws := range [][]Weight{L.GateExps, L.UpExps, L.DownExps} {
+		for i := range ws {
+			out = append(out, ws[i].Data)
+		}
+	}
+	return out
+}
