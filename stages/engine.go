@@ -1,0 +1,177 @@
+package stages
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/flowinfer/flowinfer/graph"
+	"github.com/flowinfer/flowinfer/model"
+	"github.com/flowinfer/flowinfer/model/tokenizer"
+)
+
+// Config sizes the engine. Zero fields take the defaults in brackets.
+type Config struct {
+	NCtx     int // KV cells per sequence [model's training context]
+	NSeq     int // parallel sequences (KV slots) [1]
+	MaxBatch int // tokens per forward step [512]
+	Queue    int // admission queue; Submit fails with ErrQueueFull beyond it [64]
+	Slabs    int // weight slabs in flight: 2 is double buffering [2]
+	EdgeCap  int // capacity of the token-event edge [64]
+}
+
+func (c *Config) defaults(m *model.Model) {
+	if c.NCtx <= 0 {
+		c.NCtx = m.NCtxTrain
+	}
+	if c.NSeq <= 0 {
+		c.NSeq = 1
+	}
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = 512
+	}
+	if c.Queue <= 0 {
+		c.Queue = 64
+	}
+	if c.Slabs <= 0 {
+		c.Slabs = 2
+	}
+	if c.EdgeCap <= 0 {
+		c.EdgeCap = 64
+	}
+}
+
+// Errors from Submit.
+var (
+	ErrQueueFull = errors.New("stages: request queue is full")
+	ErrClosed    = errors.New("stages: engine is closed")
+	ErrPrompt    = errors.New("stages: bad prompt")
+)
+
+// Engine runs requests through the stage graph.
+type Engine struct {
+	cfg  Config
+	m    *model.Model
+	tok  *tokenizer.Tokenizer
+	mctx *model.Context
+	rec  *graph.Recorder
+
+	mu     sync.Mutex
+	queue  chan *Request
+	closed bool
+}
+
+// NewEngine prepares an engine (allocating the KV cache and scratch) for
+// model m on backend ops. rec may be nil (no recording).
+func NewEngine(m *model.Model, tok *tokenizer.Tokenizer, ops model.Ops, cfg Config, rec *graph.Recorder) (*Engine, error) {
+	cfg.defaults(m)
+	mctx, err := m.NewContext(ops, cfg.NCtx, cfg.NSeq, cfg.MaxBatch)
+	if err != nil {
+		return nil, err
+	}
+	return &Engine{cfg: cfg, m: m, tok: tok, mctx: mctx, rec: rec, queue: make(chan *Request, cfg.Queue)}, nil
+}
+
+// Config returns the effective configuration.
+func (e *Engine) Config() Config { return e.cfg }
+
+// Model returns the engine's model.
+func (e *Engine) Model() *model.Model { return e.m }
+
+// Tokenizer returns the engine's tokenizer.
+func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
+
+// Submit validates r and queues it without blocking.
+func (e *Engine) Submit(r *Request) error {
+	switch {
+	case len(r.Prompt) == 0:
+		return fmt.Errorf("%w: empty prompt", ErrPrompt)
+	case len(r.Prompt) >= e.cfg.NCtx:
+		return fmt.Errorf("%w: prompt of %d tokens does not fit in the context of %d (leave room for at least one generated token)", ErrPrompt, len(r.Prompt), e.cfg.NCtx)
+	}
+	for i, t := range r.Prompt {
+		if t < 0 || int(t) >= e.m.NVocab {
+			return fmt.Errorf("%w: token %d at %d outside the vocabulary of %d", ErrPrompt, t, i, e.m.NVocab)
+		}
+	}
+	if err := r.Params.Validate(); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return ErrClosed
+	}
+	select {
+	case e.queue <- r:
+		return nil
+	default:
+		return ErrQueueFull
+	}
+}
+
+// QueueLen returns the number of requests waiting for admission.
+func (e *Engine) QueueLen() int { return len(e.queue) }
+
+// Close stops admission: Run returns once every admitted request is done.
+func (e *Engine) Close() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.closed {
+		e.closed = true
+		close(e.queue)
+	}
+}
+
+// Run builds the graph and runs it until Close has been called and every
+// request is done (drain), or ctx ends (abort).
+func (e *Engine) Run(ctx context.Context) error {
+	g := graph.New(e.rec)
+	admit := g.Stage("admit")
+	reader, pool, uploader := g.Stage("reader"), g.Stage("pool"), g.Stage("uploader")
+	sched, comp, samp, strm := g.Stage("scheduler"), g.Stage("compute"), g.Stage("sampler"), g.Stage("streamer")
+
+	admitOut, admitIn := graph.Connect[*Request](admit, sched, 1)
+	stepOut, stepIn := graph.Connect[*step](sched, comp, 1)
+	logitsOut, logitsIn := graph.Connect[*step](comp, samp, 1)
+	backOut, backIn := graph.Connect[*step](samp, sched, 1)
+	evOut, evIn := graph.Connect[tokenEvent](samp, strm, e.cfg.EdgeCap)
+	freeOut, freeIn := graph.Connect[*Slab](pool, reader, e.cfg.Slabs)
+	readOut, readIn := graph.Connect[*Slab](reader, uploader, 1)
+	upOut, upIn := graph.Connect[*Slab](uploader, comp, 1)
+	relOut, relIn := graph.Connect[*Slab](comp, pool, e.cfg.Slabs)
+
+	wp := &weightPath{m: e.m, slabs: e.cfg.Slabs, rec: e.rec}
+	sc := &scheduler{m: e.m, nCtx: e.cfg.NCtx, maxBatch: e.cfg.MaxBatch}
+	for i := range e.cfg.NSeq {
+		sc.slots = append(sc.slots, &slot{id: i})
+	}
+	cp := &compute{mctx: e.mctx, rec: e.rec}
+	sp := &sampler{tok: e.tok, nCtx: e.cfg.NCtx, nVocab: e.m.NVocab}
+	sr := &streamer{tok: e.tok}
+
+	admit.Do(func(ctx context.Context) error {
+		for {
+			select {
+			case r, ok := <-e.queue:
+				if !ok {
+					return nil
+				}
+				if err := admitOut.Send(ctx, r); err != nil {
+					return err
+				}
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	})
+	pool.Do(func(ctx context.Context) error { return wp.pool(ctx, relIn, freeOut) })
+	reader.Do(func(ctx context.Context) error { return wp.reader(ctx, reader, freeIn, readOut) })
+	uploader.Do(func(ctx context.Context) error { return wp.uploader(ctx, readIn, upOut) })
+	sched.Do(func(ctx context.Context) error { return sc.run(ctx, admitIn, backIn, stepOut) })
+	comp.Do(func(ctx context.Context) error { return cp.run(ctx, comp, stepIn, upIn, relOut, logitsOut) })
+	samp.Do(func(ctx context.Context) error { return sp.run(ctx, logitsIn, backOut, evOut) })
+	strm.Do(func(ctx context.Context) error { return sr.run(ctx, evIn) })
+	return g.Run(ctx)
+}

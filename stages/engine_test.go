@@ -1,0 +1,335 @@
+package stages_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flowinfer/flowinfer/cpu"
+	"github.com/flowinfer/flowinfer/graph"
+	"github.com/flowinfer/flowinfer/internal/golden"
+	"github.com/flowinfer/flowinfer/io/gguf"
+	"github.com/flowinfer/flowinfer/model"
+	"github.com/flowinfer/flowinfer/model/tokenizer"
+	"github.com/flowinfer/flowinfer/stages"
+	"github.com/flowinfer/flowinfer/stages/sample"
+)
+
+type fixture struct {
+	m   *model.Model
+	tok *tokenizer.Tokenizer
+	man *golden.Manifest
+}
+
+func load(t *testing.T, name string) fixture {
+	t.Helper()
+	dir, man := golden.Load(t)
+	f, err := gguf.Open(filepath.Join(dir, "models", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	m, err := model.Load(f, cpu.NewRef().Supports)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.New(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fixture{m, tok, man}
+}
+
+func greedy() sample.Params { return sample.Params{Temperature: 0, RepeatPenalty: 1} }
+
+// collector gathers a request's events.
+type collector struct {
+	mu     sync.Mutex
+	text   strings.Builder
+	final  stages.Event
+	done   chan struct{}
+	events int
+}
+
+func newCollector() *collector { return &collector{done: make(chan struct{})} }
+
+func (c *collector) emit(ev stages.Event) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.text.WriteString(ev.Text)
+	c.events++
+	if ev.Finish != stages.FinishNone {
+		c.final = ev
+		close(c.done)
+	}
+	return nil
+}
+
+// runEngine runs e until its requests are done and returns Run's error.
+func runEngine(t *testing.T, e *stages.Engine, reqs ...*stages.Request) error {
+	t.Helper()
+	for _, r := range reqs {
+		if err := e.Submit(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.Close()
+	return e.Run(context.Background())
+}
+
+// TestStoryThroughGraph: stories260K, greedy, through the whole stage graph,
+// must continue "Once upon a time" exactly as llama.cpp does.
+func TestStoryThroughGraph(t *testing.T) {
+	fx := load(t, "stories260K.gguf")
+	var want golden.Case
+	for _, c := range fx.man.Cases {
+		if c.ID == "stories260K__P1" {
+			want = c
+		}
+	}
+	rec := graph.NewRecorder(1 << 16)
+	e, err := stages.NewEngine(fx.m, fx.tok, cpu.NewRef(), stages.Config{NCtx: 256}, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := newCollector()
+	prompt := fx.tok.Encode(want.PromptText, true, true)
+	r := &stages.Request{ID: 1, Prompt: prompt, Params: greedy(), MaxTokens: 48, IgnoreEOG: true, Emit: col.emit}
+	if err := runEngine(t, e, r); err != nil {
+		t.Fatal(err)
+	}
+	if got := col.text.String(); got != want.GenText {
+		t.Errorf("story:\n got %q\nwant %q", got, want.GenText)
+	}
+	if col.final.Finish != stages.FinishLength || col.final.Usage.GeneratedTokens != 48 || col.final.Usage.PromptTokens != len(prompt) {
+		t.Errorf("final event %+v", col.final)
+	}
+	// Every stage of the graph ran and was recorded.
+	names := map[string]bool{}
+	for _, s := range rec.Summary() {
+		names[s.Stage] = true
+	}
+	for _, n := range []string{"reader", "pool", "uploader", "scheduler", "compute", "sampler", "streamer"} {
+		if !names[n] {
+			t.Errorf("stage %s missing from the recorder summary", n)
+		}
+	}
+}
+
+// TestParallelSequencesMatchSolo: several greedy requests running together
+// (one step carries all of them) produce the same text as each run alone.
+func TestParallelSequencesMatchSolo(t *testing.T) {
+	fx := load(t, "stories260K.gguf")
+	prompts := []string{"Once upon a time", "The cat", "Lily and Max went to the park. They", "One day"}
+	solo := make([]string, len(prompts))
+	for i, p := range prompts {
+		e, _ := stages.NewEngine(fx.m, fx.tok, cpu.NewRef(), stages.Config{NCtx: 128}, nil)
+		col := newCollector()
+		if err := runEngine(t, e, &stages.Request{ID: 1, Prompt: fx.tok.Encode(p, true, true), Params: greedy(), MaxTokens: 30, IgnoreEOG: true, Emit: col.emit}); err != nil {
+			t.Fatal(err)
+		}
+		solo[i] = col.text.String()
+	}
+	e, _ := stages.NewEngine(fx.m, fx.tok, cpu.NewRef(), stages.Config{NCtx: 128, NSeq: len(prompts), MaxBatch: 7}, nil)
+	cols := make([]*collector, len(prompts))
+	var reqs []*stages.Request
+	for i, p := range prompts {
+		cols[i] = newCollector()
+		reqs = append(reqs, &stages.Request{ID: uint64(i), Prompt: fx.tok.Encode(p, true, true), Params: greedy(), MaxTokens: 30, IgnoreEOG: true, Emit: cols[i].emit})
+	}
+	if err := runEngine(t, e, reqs...); err != nil {
+		t.Fatal(err)
+	}
+	for i := range prompts {
+		if got := cols[i].text.String(); got != solo[i] {
+			t.Errorf("request %d together: %q, alone: %q", i, got, solo[i])
+		}
+	}
+}
+
+// TestPrefixReuse: a second request extending the first one's prompt reuses
+// its cached tokens and still produces the same text as a cold run.
+func TestPrefixReuse(t *testing.T) {
+	fx := load(t, "stories260K.gguf")
+	base := fx.tok.Encode("Once upon a time, there was a little girl named Lily.", true, true)
+	longer := fx.tok.Encode("Once upon a time, there was a little girl named Lily. She", true, true)
+	cold := newCollector()
+	e, _ := stages.NewEngine(fx.m, fx.tok, cpu.NewRef(), stages.Config{NCtx: 128}, nil)
+	runEngine(t, e, &stages.Request{Prompt: longer, Params: greedy(), MaxTokens: 20, Emit: cold.emit})
+
+	e, _ = stages.NewEngine(fx.m, fx.tok, cpu.NewRef(), stages.Config{NCtx: 128}, nil)
+	first, warm := newCollector(), newCollector()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	e.Submit(&stages.Request{Prompt: base, Params: greedy(), MaxTokens: 5, Emit: first.emit})
+	<-first.done
+	e.Submit(&stages.Request{Prompt: longer, Params: greedy(), MaxTokens: 20, Emit: warm.emit})
+	<-warm.done
+	e.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if warm.final.Usage.CachedTokens != len(base) {
+		t.Errorf("cached tokens %d, want %d", warm.final.Usage.CachedTokens, len(base))
+	}
+	if warm.text.String() != cold.text.String() {
+		t.Errorf("warm %q != cold %q", warm.text.String(), cold.text.String())
+	}
+}
+
+// TestStopStringAcrossTokens: generation ends at a stop string that spans
+// token boundaries, and the stop string is not emitted.
+func TestStopStringAcrossTokens(t *testing.T) {
+	fx := load(t, "stories260K.gguf")
+	e, _ := stages.NewEngine(fx.m, fx.tok, cpu.NewRef(), stages.Config{NCtx: 128}, nil)
+	col := newCollector()
+	// llama.cpp's continuation: ", there was a little girl named Lily. She loved..."
+	r := &stages.Request{Prompt: fx.tok.Encode("Once upon a time", true, true), Params: greedy(), MaxTokens: 40, Stops: []string{"girl na"}, Emit: col.emit}
+	if err := runEngine(t, e, r); err != nil {
+		t.Fatal(err)
+	}
+	if got := col.text.String(); got != ", there was a little " {
+		t.Errorf("text %q", got)
+	}
+	if col.final.Finish != stages.FinishStop {
+		t.Errorf("finish %q", col.final.Finish)
+	}
+}
+
+func waitGoroutines(t *testing.T, before int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<16)
+		t.Errorf("%d goroutines left behind (before: %d)\n%s", n-before, before, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// TestCancelMidGeneration: cancelling the run while tokens stream returns
+// promptly and leaves no goroutine behind.
+func TestCancelMidGeneration(t *testing.T) {
+	fx := load(t, "stories260K.gguf")
+	before := runtime.NumGoroutine()
+	e, _ := stages.NewEngine(fx.m, fx.tok, cpu.NewRef(), stages.Config{NCtx: 512}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	var n atomic.Int32
+	e.Submit(&stages.Request{Prompt: fx.tok.Encode("Once upon a time", true, true), Params: greedy(), IgnoreEOG: true,
+		Emit: func(stages.Event) error {
+			if n.Add(1) == 10 {
+				cancel()
+			}
+			return nil
+		}})
+	start := time.Now()
+	err := e.Run(ctx)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Run: %v, want context.Canceled", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("cancel took %v", d)
+	}
+	waitGoroutines(t, before)
+}
+
+// TestRequestCancel: a request whose own context ends frees its slot; the
+// engine keeps serving others.
+func TestRequestCancel(t *testing.T) {
+	fx := load(t, "stories260K.gguf")
+	e, _ := stages.NewEngine(fx.m, fx.tok, cpu.NewRef(), stages.Config{NCtx: 512}, nil)
+	rctx, rcancel := context.WithCancel(context.Background())
+	var n atomic.Int32
+	e.Submit(&stages.Request{Ctx: rctx, Prompt: fx.tok.Encode("Once", true, true), Params: greedy(), IgnoreEOG: true,
+		Emit: func(stages.Event) error {
+			if n.Add(1) == 5 {
+				rcancel()
+			}
+			return nil
+		}})
+	col := newCollector()
+	e.Submit(&stages.Request{Prompt: fx.tok.Encode("The cat", true, true), Params: greedy(), MaxTokens: 8, Emit: col.emit})
+	e.Close()
+	if err := e.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if col.final.Finish == stages.FinishNone {
+		t.Error("second request did not finish")
+	}
+	if n.Load() > 50 {
+		t.Errorf("cancelled request kept generating: %d events", n.Load())
+	}
+}
+
+// failingOps makes the forward pass fail (panic) at a given call.
+type failingOps struct {
+	model.Ops
+	calls atomic.Int32
+	at    int32
+}
+
+func (f *failingOps) MatMul(out []float32, w *model.Weight, x []float32, n int) {
+	if f.calls.Add(1) == f.at {
+		panic("injected kernel failure")
+	}
+	f.Ops.MatMul(out, w, x, n)
+}
+
+// TestStageErrorSurfaces: a failure inside compute ends the run with an error
+// naming the stage, and no goroutine is left behind.
+func TestStageErrorSurfaces(t *testing.T) {
+	fx := load(t, "stories260K.gguf")
+	before := runtime.NumGoroutine()
+	ops := &failingOps{Ops: cpu.NewRef(), at: 200}
+	e, _ := stages.NewEngine(fx.m, fx.tok, ops, stages.Config{NCtx: 256}, nil)
+	e.Submit(&stages.Request{Prompt: fx.tok.Encode("Once upon a time", true, true), Params: greedy(), MaxTokens: 100, IgnoreEOG: true})
+	e.Close()
+	err := e.Run(context.Background())
+	if err == nil || !errors.Is(err, graph.ErrPanic) || !strings.Contains(err.Error(), "compute") {
+		t.Fatalf("Run: %v, want a compute panic error", err)
+	}
+	waitGoroutines(t, before)
+}
+
+// TestSlowConsumerBackpressure: while the consumer does not take events, the
+// pipeline stops producing (bounded by the event edge) instead of buffering
+// the whole generation.
+func TestSlowConsumerBackpressure(t *testing.T) {
+	fx := load(t, "stories260K.gguf")
+	const edge = 4
+	e, _ := stages.NewEngine(fx.m, fx.tok, cpu.NewRef(), stages.Config{NCtx: 512, EdgeCap: edge}, nil)
+	gate := make(chan struct{})
+	var sampled, emitted atomic.Int32
+	e.Submit(&stages.Request{Prompt: fx.tok.Encode("Once", true, true), Params: greedy(), IgnoreEOG: true, MaxTokens: 400,
+		OnLogits: func([]float32) { sampled.Add(1) },
+		Emit: func(stages.Event) error {
+			emitted.Add(1)
+			<-gate // the consumer is stuck
+			return nil
+		}})
+	done := make(chan error, 1)
+	go func() { done <- e.Run(context.Background()) }()
+	time.Sleep(500 * time.Millisecond)
+	// One event is inside Emit, `edge` wait on the edge, the sampler holds
+	// one more: nothing beyond that may have been computed.
+	if n, s := emitted.Load(), sampled.Load(); n != 1 || s > edge+2 {
+		t.Errorf("consumer blocked: %d events emitted, %d tokens sampled (want 1 and ≤ %d)", n, s, edge+2)
+	}
+	close(gate)
+	e.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if s := sampled.Load(); s != 400 {
+		t.Errorf("after release: %d tokens sampled, want 400", s)
+	}
+}

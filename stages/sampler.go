@@ -1,0 +1,87 @@
+package stages
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"github.com/flowinfer/flowinfer/graph"
+	"github.com/flowinfer/flowinfer/model/tokenizer"
+)
+
+// tokenEvent is a sampled token on its way to the streamer.
+type tokenEvent struct {
+	s      *seq
+	tok    int32 // -1: no token (finish only)
+	finish FinishReason
+}
+
+// sampler turns each logits row into a token with the row's sequence's own
+// sampling settings, decides end of generation (end-of-generation token,
+// max tokens, full context), sends tokens on to the streamer and the step
+// back to the scheduler.
+type sampler struct {
+	tok    *tokenizer.Tokenizer
+	nCtx   int
+	nVocab int
+}
+
+func (sp *sampler) run(ctx context.Context, in *graph.In[*step], back *graph.Out[*step], events *graph.Out[tokenEvent]) error {
+	for {
+		st, err := in.Recv(ctx)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		for i, q := range st.seqs {
+			if q.firstStep.IsZero() {
+				q.firstStep = now.Add(-st.dur)
+			}
+			if st.prompt[i] {
+				q.tPrompt += st.dur
+			} else {
+				q.tGen += st.dur
+			}
+		}
+		V := sp.nVocab
+		for r, q := range st.rowSeq {
+			row := st.logits[r*V : (r+1)*V]
+			if q.req.OnLogits != nil {
+				q.req.OnLogits(row)
+			}
+			if !st.rowSample[r] || q.finish != FinishNone || q.stopped.Load() {
+				continue
+			}
+			if !q.primed {
+				for _, t := range q.req.Prompt {
+					q.sampler.Accept(t)
+				}
+				q.primed = true
+			}
+			t := q.sampler.Sample(row)
+			q.sampler.Accept(t)
+			q.last = t
+			q.nGen++
+			ev := tokenEvent{s: q, tok: t}
+			switch {
+			case !q.req.IgnoreEOG && sp.tok.IsEOG(t):
+				ev.finish = FinishStop
+			case q.req.MaxTokens > 0 && q.nGen >= q.req.MaxTokens:
+				ev.finish = FinishLength
+			case q.fed >= sp.nCtx:
+				ev.finish = FinishLength // no cell left to feed it
+			}
+			q.finish = ev.finish
+			if err := events.Send(ctx, ev); err != nil {
+				return err
+			}
+		}
+		if err := back.Send(ctx, st); err != nil {
+			return err
+		}
+	}
+}
