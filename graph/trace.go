@@ -73,9 +73,9 @@ func (tw *traceWriter) stage(s snapshot) {
 				spans = append(spans, traceSpan{e.name, "span", e.t0, e.t1})
 			case evAdd:
 				totals[e.name] += e.t1
-				tw.counter(s.name, e.name, e.t0, totals[e.name])
+				tw.counter(s.tid, s.name, e.name, e.t0, totals[e.name])
 			case evSample:
-				tw.counter(s.name, e.name, e.t0, e.t1)
+				tw.counter(s.tid, s.name, e.name, e.t0, e.t1)
 			}
 			last = max(last, e.t0, e.t1)
 		}
@@ -135,9 +135,11 @@ func (tw *traceWriter) complete(tid int, sp traceSpan) {
 	tw.buf = b
 }
 
-func (tw *traceWriter) counter(stage, name string, t, v int64) {
+func (tw *traceWriter) counter(tid int, stage, name string, t, v int64) {
 	tw.sep()
-	b := append(tw.buf[:0], `{"ph":"C","pid":1,"ts":`...)
+	b := append(tw.buf[:0], `{"ph":"C","pid":1,"tid":`...)
+	b = strconv.AppendInt(b, int64(tid), 10)
+	b = append(b, `,"ts":`...)
 	b = appendMicros(b, t)
 	b = append(b, `,"name":`...)
 	b = append(b, tw.counterName(stage, name)...)
