@@ -167,11 +167,15 @@ func New(source, bosToken, eosToken string, opts ...Option) (*Template, error) {
 		// gonja rejects (or misparses) conditional expressions nested in
 		// brackets; retry with those rewritten.
 		if rw, changed := rewriteInlineIfs(t.source); changed {
-			if jt2, err2 := parseJinja(rw); err2 == nil {
-				if err2 = t.probe(jt2); err2 == nil {
-					jt, err = jt2, nil
-					t.log.Debug("chat template: rewrote conditional expressions for gonja")
-				}
+			jt2, err2 := parseJinja(rw)
+			if err2 == nil {
+				err2 = t.probe(jt2)
+			}
+			if err2 == nil {
+				jt, err = jt2, nil
+				t.log.Debug("chat template: rewrote conditional expressions for gonja")
+			} else {
+				err = fmt.Errorf("%w; with nested conditionals rewritten: %v", err, err2)
 			}
 		}
 	}

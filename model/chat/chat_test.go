@@ -62,9 +62,14 @@ func (c testCases) clock(t *testing.T) func() time.Time {
 
 func readFile(t *testing.T, path string) string {
 	t.Helper()
+	return readFileB(t, path)
+}
+
+func readFileB(tb testing.TB, path string) string {
+	tb.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return string(b)
 }

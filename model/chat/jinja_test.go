@@ -170,3 +170,21 @@ func TestKnownDifferences(t *testing.T) {
 		})
 	}
 }
+
+// TestNestedConditionalNeedsRewrite: templates with a conditional expression
+// inside brackets do not parse in gonja as written, and do once rewritten.
+func TestNestedConditionalNeedsRewrite(t *testing.T) {
+	for _, name := range []string{"google-gemma-3-it", "LFM2-8B-A1B"} {
+		src := readFile(t, "testdata/templates/"+name+".jinja")
+		if _, err := parseJinja(src); err == nil {
+			t.Errorf("%s parses as written: the rewrite may no longer be needed", name)
+		}
+		rw, changed := rewriteInlineIfs(src)
+		if !changed {
+			t.Fatalf("%s: nothing rewritten", name)
+		}
+		if _, err := parseJinja(rw); err != nil {
+			t.Errorf("%s rewritten: %v", name, err)
+		}
+	}
+}
