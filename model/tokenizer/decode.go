@@ -110,14 +110,19 @@ func (t *Tokenizer) AppendPiece(dst []byte, id int32, renderSpecial bool) []byte
 }
 
 // Decode converts ids to text like llama.cpp's common_detokenize
-// (llama_detokenize with remove_special off): the pieces are concatenated,
-// except that the first token's piece loses one leading space when the
-// vocabulary adds a space prefix (SPM) — a leading BOS rendered empty does
-// not count as that first token's stand-in: it is the first token, so the
-// space after it stays —, and vocabularies with clean_up_tokenization_spaces
-// (most GPT-2-style BPE ones) drop the space before . , ! ? and before 's 'm
-// 're 've, and around a lone '. The result holds raw bytes and is not
-// necessarily valid UTF-8.
+// (llama_detokenize with remove_special off and unparse_special =
+// renderSpecial). It concatenates the pieces, with two differences from
+// plain concatenation:
+//   - when the vocabulary adds a space prefix (SPM), the first token's piece
+//     loses one leading space. Only the very first id counts: after a
+//     leading BOS (rendered empty or not) the space stays, so
+//     Decode([BOS, ▁Once]) is " Once" and Decode([▁Once]) is "Once";
+//   - vocabularies with clean_up_tokenization_spaces (most GPT-2-style BPE
+//     pre-tokenizers) drop the space before . , ! ? and before 's 'm 're
+//     've, and the spaces around a lone '.
+//
+// The result holds the raw bytes and need not be valid UTF-8. For
+// token-by-token output use a Decoder.
 func (t *Tokenizer) Decode(ids []int32, renderSpecial bool) string {
 	var buf []byte
 	for i, id := range ids {

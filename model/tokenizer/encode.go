@@ -14,8 +14,8 @@ type encodeScratch struct {
 	split         splitScratch
 	word          []byte
 	syms          []symbol
-	spmHeap       []spmBigram
-	bpeHeap       []bpeBigram
+	spmHeap       spmHeap
+	bpeHeap       bpeHeap
 	key           []byte
 }
 
@@ -109,7 +109,31 @@ func spmBefore(a, b *spmBigram) bool {
 }
 
 // encodeSPM tokenizes one escaped fragment (llm_tokenizer_spm_session).
+// When no token can span the start of a run of U+2581 (see spmCuts), the
+// fragment is cut there and each piece is merged on its own: merges never
+// cross a cut, and the merge order restricted to a piece is the same, so
+// the result is identical to merging the whole fragment at once, with
+// small work queues instead of one the size of the text.
 func (t *Tokenizer) encodeSPM(text []byte, out []int32, sc *encodeScratch) []int32 {
+	if !t.spmCuts {
+		return t.encodeSPMChunk(text, out, sc)
+	}
+	lo, prevSP := 0, false
+	for off := 0; off < len(text); {
+		n := min(utf8SeqLen(text[off]), len(text)-off)
+		sp := n == 3 && text[off] == 0xE2 && text[off+1] == 0x96 && text[off+2] == 0x81
+		if sp && !prevSP && off > lo {
+			out = t.encodeSPMChunk(text[lo:off], out, sc)
+			lo = off
+		}
+		prevSP = sp
+		off += n
+	}
+	return t.encodeSPMChunk(text[lo:], out, sc)
+}
+
+// encodeSPMChunk runs SPM merging over text.
+func (t *Tokenizer) encodeSPMChunk(text []byte, out []int32, sc *encodeScratch) []int32 {
 	syms := sc.syms[:0]
 	for off := 0; off < len(text); {
 		n := min(utf8SeqLen(text[off]), len(text)-off)
@@ -120,7 +144,7 @@ func (t *Tokenizer) encodeSPM(text []byte, out []int32, sc *encodeScratch) []int
 		return out
 	}
 	syms[len(syms)-1].next = -1
-	h := sc.spmHeap[:0]
+	h := spmHeap(sc.spmHeap[:0])
 
 	tryAdd := func(l, r int32) {
 		if l < 0 || r < 0 {
@@ -131,14 +155,13 @@ func (t *Tokenizer) encodeSPM(text []byte, out []int32, sc *encodeScratch) []int
 		if !ok {
 			return
 		}
-		h = heapPush(h, spmBigram{left: l, right: r, score: t.scores[id], size: a.n + b.n}, spmBefore)
+		h.push(spmBigram{left: l, right: r, score: t.scores[id], size: a.n + b.n})
 	}
 	for i := int32(1); i < int32(len(syms)); i++ {
 		tryAdd(i-1, i)
 	}
 	for len(h) > 0 {
-		var bg spmBigram
-		h, bg = heapPop(h, spmBefore)
+		bg := h.pop()
 		l, r := &syms[bg.left], &syms[bg.right]
 		if l.n == 0 || r.n == 0 || l.n+r.n != bg.size {
 			continue // outdated
@@ -241,7 +264,7 @@ func (t *Tokenizer) mergeWord(word []byte, out []int32, sc *encodeScratch) []int
 		off += n
 	}
 	syms[len(syms)-1].next = -1
-	h := sc.bpeHeap[:0]
+	h := bpeHeap(sc.bpeHeap[:0])
 	key := sc.key
 
 	tryAdd := func(l, r int32) {
@@ -256,14 +279,13 @@ func (t *Tokenizer) mergeWord(word []byte, out []int32, sc *encodeScratch) []int
 		if !ok {
 			return
 		}
-		h = heapPush(h, bpeBigram{left: l, right: r, rank: rank, ln: a.n, rn: b.n}, bpeBefore)
+		h.push(bpeBigram{left: l, right: r, rank: rank, ln: a.n, rn: b.n})
 	}
 	for i := int32(1); i < int32(len(syms)); i++ {
 		tryAdd(i-1, i)
 	}
 	for len(h) > 0 {
-		var bg bpeBigram
-		h, bg = heapPop(h, bpeBefore)
+		bg := h.pop()
 		l, r := &syms[bg.left], &syms[bg.right]
 		if l.n == 0 || r.n == 0 || l.n != bg.ln || r.n != bg.rn {
 			continue // outdated
@@ -296,39 +318,84 @@ func (t *Tokenizer) mergeWord(word []byte, out []int32, sc *encodeScratch) []int
 	return out
 }
 
-// heapPush and heapPop implement a binary heap ordered by before.
-func heapPush[T any](h []T, x T, before func(a, b *T) bool) []T {
-	h = append(h, x)
-	for i := len(h) - 1; i > 0; {
+// spmHeap is the SPM work queue, a binary heap ordered by spmBefore.
+type spmHeap []spmBigram
+
+func (h *spmHeap) push(x spmBigram) {
+	q := append(*h, x)
+	for i := len(q) - 1; i > 0; {
 		p := (i - 1) / 2
-		if !before(&h[i], &h[p]) {
+		if !spmBefore(&q[i], &q[p]) {
 			break
 		}
-		h[i], h[p] = h[p], h[i]
+		q[i], q[p] = q[p], q[i]
 		i = p
 	}
-	return h
+	*h = q
 }
 
-func heapPop[T any](h []T, before func(a, b *T) bool) ([]T, T) {
-	top := h[0]
-	last := len(h) - 1
-	h[0] = h[last]
-	h = h[:last]
+func (h *spmHeap) pop() spmBigram {
+	q := *h
+	top := q[0]
+	last := len(q) - 1
+	q[0] = q[last]
+	q = q[:last]
 	for i := 0; ; {
 		l := 2*i + 1
-		if l >= len(h) {
+		if l >= len(q) {
 			break
 		}
 		m := l
-		if r := l + 1; r < len(h) && before(&h[r], &h[l]) {
+		if r := l + 1; r < len(q) && spmBefore(&q[r], &q[l]) {
 			m = r
 		}
-		if !before(&h[m], &h[i]) {
+		if !spmBefore(&q[m], &q[i]) {
 			break
 		}
-		h[i], h[m] = h[m], h[i]
+		q[i], q[m] = q[m], q[i]
 		i = m
 	}
-	return h, top
+	*h = q
+	return top
+}
+
+// bpeHeap is the BPE work queue, a binary heap ordered by bpeBefore.
+type bpeHeap []bpeBigram
+
+func (h *bpeHeap) push(x bpeBigram) {
+	q := append(*h, x)
+	for i := len(q) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !bpeBefore(&q[i], &q[p]) {
+			break
+		}
+		q[i], q[p] = q[p], q[i]
+		i = p
+	}
+	*h = q
+}
+
+func (h *bpeHeap) pop() bpeBigram {
+	q := *h
+	top := q[0]
+	last := len(q) - 1
+	q[0] = q[last]
+	q = q[:last]
+	for i := 0; ; {
+		l := 2*i + 1
+		if l >= len(q) {
+			break
+		}
+		m := l
+		if r := l + 1; r < len(q) && bpeBefore(&q[r], &q[l]) {
+			m = r
+		}
+		if !bpeBefore(&q[m], &q[i]) {
+			break
+		}
+		q[i], q[m] = q[m], q[i]
+		i = m
+	}
+	*h = q
+	return top
 }

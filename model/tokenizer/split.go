@@ -109,28 +109,36 @@ func newSplitter(regexes []string) (*splitter, error) {
 		case reNewlines:
 			st.kind = splitNewlines
 		default:
-			pat := expr
-			if usesCategories(expr) {
-				var err error
-				if pat, err = collapseRegex(expr); err != nil {
-					return nil, err
-				}
-				st.collapsed = true
-				sp.needCollapse = true
+			var err error
+			if st, err = compileRegexStep(expr); err != nil {
+				return nil, err
 			}
-			pat, err := ecmaRegex(pat)
-			if err != nil {
-				return nil, fmt.Errorf("regex %q: %w", expr, err)
-			}
-			re, err := regexp2.Compile(pat, regexp2.ECMAScript)
-			if err != nil {
-				return nil, fmt.Errorf("regex %q: %w", expr, err)
-			}
-			st.re = re
+			sp.needCollapse = sp.needCollapse || st.collapsed
 		}
 		sp.steps = append(sp.steps, st)
 	}
 	return sp, nil
+}
+
+// compileRegexStep compiles a split regex for the general (regexp2) path.
+func compileRegexStep(expr string) (splitStep, error) {
+	st := splitStep{kind: splitRegex}
+	pat := expr
+	if usesCategories(expr) {
+		var err error
+		if pat, err = collapseRegex(expr); err != nil {
+			return st, err
+		}
+		st.collapsed = true
+	}
+	pat, err := ecmaRegex(pat)
+	if err != nil {
+		return st, fmt.Errorf("regex %q: %w", expr, err)
+	}
+	if st.re, err = regexp2.Compile(pat, regexp2.ECMAScript); err != nil {
+		return st, fmt.Errorf("regex %q: %w", expr, err)
+	}
+	return st, nil
 }
 
 // collapseRegex rewrites \p{..} categories to classes over the collapsed

@@ -139,6 +139,7 @@ type Tokenizer struct {
 	pieceOff  []int32 // len(tokens)+1 offsets into pieceData
 
 	byteTok [256]int32 // byte-fallback token per byte, -1 = none
+	spmCuts bool       // SPM may cut fragments before runs of U+2581
 
 	scratch sync.Pool // *encodeScratch
 }
@@ -308,6 +309,7 @@ func NewFromVocab(v *Vocab) (*Tokenizer, error) {
 	for b := range 256 {
 		t.byteTok[b] = t.lookupByte(byte(b))
 	}
+	t.spmCuts = t.typ == modelSPM && canCutAtSpaces(t.tokens)
 	t.scratch.New = func() any { return new(encodeScratch) }
 	return t, nil
 }
@@ -482,6 +484,18 @@ func (t *Tokenizer) stripAttrs(v *Vocab) {
 	case containsAny(name, "modern-bert"):
 		set("[MASK]", attrLStrip, true)
 	}
+}
+
+// canCutAtSpaces reports whether every token that holds U+2581 past its
+// first byte consists of U+2581 only. Then no merged symbol can span the
+// boundary between a non-U+2581 symbol and a following U+2581.
+func canCutAtSpaces(tokens []string) bool {
+	for _, s := range tokens {
+		if i := strings.Index(s[min(1, len(s)):], "\u2581"); i >= 0 && strings.Trim(s, "\u2581") != "" {
+			return false
+		}
+	}
+	return true
 }
 
 // lookupByte finds the token Encode falls back to for a byte that no
