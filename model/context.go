@@ -78,6 +78,12 @@ type Context struct {
 	// AfterLayer is called when the layer is done with its weights.
 	BeforeLayer func(il int) error
 	AfterLayer  func(il int)
+	// Span, when set, is called at the start (begin=true) and end of each
+	// named part of the forward pass: "attn", "ffn", "moe", "output" and
+	// the matrix products inside them ("attn_q", "ffn_down", ...), with
+	// the layer (-1 outside layers). Names are constants: a tracer can
+	// use them without allocating.
+	Span func(name string, layer int, begin bool)
 
 	x, xn, q, k, v, att, tmp []float32 // MaxBatch × width
 	gate, up                 []float32 // MaxBatch × max(NFF, NFFExp)
@@ -117,6 +123,19 @@ func (m *Model) NewContext(ops Ops, nCtx, nSeq, maxBatch int) (*Context, error) 
 	c.outRows = make([]float32, n*h.NEmbd)
 	c.logits = make([]float32, n*h.NVocab)
 	return c, nil
+}
+
+func (c *Context) span(name string, layer int, begin bool) {
+	if c.Span != nil {
+		c.Span(name, layer, begin)
+	}
+}
+
+// matmul is Ops.MatMul inside a span.
+func (c *Context) matmul(name string, layer int, out []float32, w *Weight, x []float32, n int) {
+	c.span(name, layer, true)
+	c.Ops.MatMul(out, w, x, n)
+	c.span(name, layer, false)
 }
 
 func (c *Context) eval(name string, layer int, x []float32, n, dim int) {
@@ -168,11 +187,13 @@ func (c *Context) output(b *Batch) []float32 {
 	if rows == 0 {
 		return c.logits[:0]
 	}
+	c.span("output", -1, true)
 	c.Ops.RMSNorm(c.outRows, c.outRows[:rows*h.NEmbd], c.M.OutputNorm, rows, h.NEmbd, h.RMSEps)
 	c.eval("result_norm", -1, c.outRows, rows, h.NEmbd)
 	out := c.logits[:rows*h.NVocab]
-	c.Ops.MatMul(out, c.M.Output, c.outRows[:rows*h.NEmbd], rows)
+	c.matmul("output_proj", -1, out, c.M.Output, c.outRows[:rows*h.NEmbd], rows)
 	c.eval("result_output", -1, out, rows, h.NVocab)
+	c.span("output", -1, false)
 	return out
 }
 
@@ -204,14 +225,16 @@ func (c *Context) attention(il int, b *Batch) {
 	m, L, ops := c.M, &c.M.Layers[il], c.Ops
 	n := b.Len()
 	h := &m.Hyper
+	c.span("attn", il, true)
+	defer c.span("attn", il, false)
 	// attention rmsnorm
 	ops.RMSNorm(c.xn, c.x[:n*h.NEmbd], L.AttnNorm, n, h.NEmbd, h.RMSEps)
 	c.eval("attn_norm", il, c.xn, n, h.NEmbd)
 	// q, k, v projections (n × QDim, n × KDim, n × VDim)
 	q, k, v := c.q[:n*h.QDim()], c.k[:n*h.KDim()], c.v[:n*h.VDim()]
-	ops.MatMul(q, L.Wq, c.xn, n)
-	ops.MatMul(k, L.Wk, c.xn, n)
-	ops.MatMul(v, L.Wv, c.xn, n)
+	c.matmul("attn_q", il, q, L.Wq, c.xn, n)
+	c.matmul("attn_k", il, k, L.Wk, c.xn, n)
+	c.matmul("attn_v", il, v, L.Wv, c.xn, n)
 	if L.Bq != nil { // qwen2 biases
 		ops.AddRows(q, L.Bq)
 		ops.AddRows(k, L.Bk)
@@ -235,10 +258,12 @@ func (c *Context) attention(il int, b *Batch) {
 	// softmax(q·kᵀ/√d)·v over the cached positions
 	att := c.att[:n*h.NHead*h.HeadDimV]
 	scale := float32(1 / math.Sqrt(float64(h.HeadDimK)))
+	c.span("attn_kqv", il, true)
 	ops.Attention(att, q, c.KV, il, b.Seq, b.Pos, h, scale)
+	c.span("attn_kqv", il, false)
 	c.eval("kqv_out", il, att, n, h.NHead*h.HeadDimV)
 	// output projection and residual
-	ops.MatMul(c.tmp[:n*h.NEmbd], L.Wo, att, n)
+	c.matmul("attn_output", il, c.tmp[:n*h.NEmbd], L.Wo, att, n)
 	c.eval("attn_out", il, c.tmp, n, h.NEmbd)
 	ops.Add(c.x[:n*h.NEmbd], c.tmp[:n*h.NEmbd])
 	c.eval("ffn_inp", il, c.x, n, h.NEmbd)
@@ -249,13 +274,15 @@ func (c *Context) ffn(il int, b *Batch) {
 	m, L, ops := c.M, &c.M.Layers[il], c.Ops
 	n := b.Len()
 	h := &m.Hyper
+	c.span("ffn", il, true)
+	defer c.span("ffn", il, false)
 	ops.RMSNorm(c.xn, c.x[:n*h.NEmbd], L.FFNNorm, n, h.NEmbd, h.RMSEps)
 	c.eval("ffn_norm", il, c.xn, n, h.NEmbd)
 	gate, up := c.gate[:n*h.NFF], c.up[:n*h.NFF]
-	ops.MatMul(gate, L.Gate, c.xn, n)
-	ops.MatMul(up, L.Up, c.xn, n)
+	c.matmul("ffn_gate", il, gate, L.Gate, c.xn, n)
+	c.matmul("ffn_up", il, up, L.Up, c.xn, n)
 	ops.SwiGLU(gate, gate, up)
-	ops.MatMul(c.tmp[:n*h.NEmbd], L.Down, gate, n)
+	c.matmul("ffn_down", il, c.tmp[:n*h.NEmbd], L.Down, gate, n)
 	c.eval("ffn_out", il, c.tmp, n, h.NEmbd)
 	ops.Add(c.x[:n*h.NEmbd], c.tmp[:n*h.NEmbd])
 	c.eval("l_out", il, c.x, n, h.NEmbd)

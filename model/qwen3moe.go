@@ -45,11 +45,13 @@ func forwardMoE(c *Context, b *Batch) error {
 func (c *Context) moe(il int, b *Batch) {
 	m, L, ops := c.M, &c.M.Layers[il], c.Ops
 	n, h := b.Len(), &m.Hyper
+	c.span("moe", il, true)
+	defer c.span("moe", il, false)
 	ops.RMSNorm(c.xn, c.x[:n*h.NEmbd], L.FFNNorm, n, h.NEmbd, h.RMSEps)
 	c.eval("ffn_norm", il, c.xn, n, h.NEmbd)
 	// router probabilities (n × NExpert)
 	probs := c.probs[:n*h.NExpert]
-	ops.MatMul(probs, L.Router, c.xn, n)
+	c.matmul("ffn_gate_inp", il, probs, L.Router, c.xn, n)
 	ops.Softmax(probs, n, h.NExpert)
 	c.eval("ffn_moe_probs", il, probs, n, h.NExpert)
 	sel, w := c.moeSel, c.moeW
@@ -72,11 +74,11 @@ func (c *Context) moe(il int, b *Batch) {
 			c.OnRoute(il, t, sel, w)
 		}
 		for j, e := range sel {
-			ops.MatMul(gate, &L.GateExps[e], xn, 1)
-			ops.MatMul(up, &L.UpExps[e], xn, 1)
+			c.matmul("ffn_gate_exps", il, gate, &L.GateExps[e], xn, 1)
+			c.matmul("ffn_up_exps", il, up, &L.UpExps[e], xn, 1)
 			ops.SwiGLU(gate, gate, up)
 			out := c.outRows[:h.NEmbd] // scratch row
-			ops.MatMul(out, &L.DownExps[e], gate, 1)
+			c.matmul("ffn_down_exps", il, out, &L.DownExps[e], gate, 1)
 			for i := range out {
 				out[i] *= w[j]
 			}
