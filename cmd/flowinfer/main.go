@@ -1,0 +1,81 @@
+// Command flowinfer runs GGUF language models: generate (run), converse
+// (chat), and the debug tools tests and users share (tokenize, perplexity).
+//
+// It only wires things together: flags and config files (kong, kong-yaml)
+// are decoded here into the packages' typed settings; the model, backend
+// and stage graph do the work. Configuration precedence: flag > config
+// file (--config) > environment > default.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/alecthomas/kong"
+	kongyaml "github.com/alecthomas/kong-yaml"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// CLI is the command line.
+type CLI struct {
+	Config   kong.ConfigFlag `help:"YAML file of flag values (keys are flag names; precedence: flag > file > environment > default)." type:"path"`
+	LogLevel string          `name:"log-level" default:"warn" enum:"debug,info,warn,error" help:"Log level on stderr (${enum})." env:"FLOWINFER_LOG_LEVEL"`
+
+	Run        RunCmd        `cmd:"" help:"Generate text from a prompt (streams to stdout, timings to stderr)."`
+	Chat       ChatCmd       `cmd:"" help:"Interactive multi-turn chat with the model's chat template."`
+	Tokenize   TokenizeCmd   `cmd:"" help:"Print the token ids of a text (like llama-tokenize --ids)."`
+	Perplexity PerplexityCmd `cmd:"" help:"Perplexity of a text file, computed as llama-perplexity does."`
+	Version    VersionCmd    `cmd:"" help:"Print the version."`
+}
+
+// Globals is what every command receives.
+type Globals struct {
+	Log *zap.Logger
+}
+
+// VersionCmd prints the version.
+type VersionCmd struct{}
+
+func (VersionCmd) Run(*Globals) error {
+	fmt.Println("flowinfer", version)
+	return nil
+}
+
+func newLogger(level string) *zap.Logger {
+	var lvl zapcore.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		lvl = zapcore.WarnLevel
+	}
+	cfg := zap.NewDevelopmentConfig()
+	cfg.Level = zap.NewAtomicLevelAt(lvl)
+	cfg.DisableStacktrace = true
+	cfg.DisableCaller = true
+	cfg.EncoderConfig.TimeKey = ""
+	log, err := cfg.Build()
+	if err != nil {
+		return zap.NewNop()
+	}
+	return log
+}
+
+func main() {
+	var cli CLI
+	ctx := kong.Parse(&cli,
+		kong.Name("flowinfer"),
+		kong.Description("Local LLM inference as a graph of pipelined stages. Models are GGUF files (llama.cpp's format)."),
+		kong.UsageOnError(),
+		kong.Configuration(kongyaml.Loader),
+		kong.Vars{"version": version},
+	)
+	log := newLogger(cli.LogLevel)
+	defer log.Sync()
+	if err := ctx.Run(&Globals{Log: log}); err != nil {
+		// One clear line, no stack trace.
+		fmt.Fprintf(os.Stderr, "flowinfer: error: %v\n", err)
+		os.Exit(1)
+	}
+}

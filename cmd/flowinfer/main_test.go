@@ -1,0 +1,248 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flowinfer/flowinfer/internal/golden"
+)
+
+var binPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "flowinfer-cli")
+	if err != nil {
+		panic(err)
+	}
+	binPath = filepath.Join(dir, "flowinfer")
+	if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// flowinfer runs the binary with a private cache dir and returns stdout and
+// stderr.
+func flowinfer(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	cmd := exec.Command(binPath, args...)
+	cmd.Env = append(os.Environ(), "FLOWINFER_CACHE="+t.TempDir())
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	return out.String(), errb.String(), err
+}
+
+func goldenModel(t *testing.T, name string) (string, *golden.Manifest) {
+	dir, man := golden.Load(t)
+	return filepath.Join(dir, "models", name), man
+}
+
+func findCase(man *golden.Manifest, id string) golden.Case {
+	for _, c := range man.Cases {
+		if c.ID == id {
+			return c
+		}
+	}
+	return golden.Case{}
+}
+
+// TestRunStory: `run` with greedy sampling prints the prompt and llama.cpp's
+// continuation, then llama.cpp-style timings and stage lines on stderr.
+func TestRunStory(t *testing.T) {
+	m, man := goldenModel(t, "stories260K.gguf")
+	c := findCase(man, "stories260K__P1")
+	out, errOut, err := flowinfer(t, "run", "-m", m, "-p", "Once upon a time", "-n", "48", "--temp", "0", "--ignore-eos")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	if want := " Once upon a time" + c.GenText + "\n"; out != want {
+		t.Errorf("stdout:\n%q\nwant\n%q", out, want)
+	}
+	for _, s := range []string{"load time", "prompt eval time", "/     5 tokens", "eval time", "/    47 runs", "stage compute", "stage reader"} {
+		if !strings.Contains(errOut, s) {
+			t.Errorf("stderr lacks %q:\n%s", s, errOut)
+		}
+	}
+}
+
+// TestTokenize: ids of the golden prompts, without BOS unless asked.
+func TestTokenize(t *testing.T) {
+	m, man := goldenModel(t, "stories260K.gguf")
+	p := man.Prompts["P2"]
+	ids := func(toks []int32) string {
+		s := make([]string, len(toks))
+		for i, x := range toks {
+			s[i] = strconv.Itoa(int(x))
+		}
+		return "[" + strings.Join(s, ", ") + "]\n"
+	}
+	out, errOut, err := flowinfer(t, "tokenize", "-m", m, "-p", p.Text, "--add-bos")
+	if err != nil || out != ids(p.TokenIDs) {
+		t.Errorf("with --add-bos: %q (%v %s), want %q", out, err, errOut, ids(p.TokenIDs))
+	}
+	out, _, _ = flowinfer(t, "tokenize", "-m", m, "-p", p.Text)
+	if out != ids(p.TokenIDs[1:]) {
+		t.Errorf("without BOS: %q", out)
+	}
+}
+
+// TestPerplexityCommand prints llama-perplexity's figure for stories260K.
+func TestPerplexityCommand(t *testing.T) {
+	m, man := goldenModel(t, "stories260K.gguf")
+	dir, _ := golden.Load(t)
+	out, errOut, err := flowinfer(t, "perplexity", "-m", m, "-f", filepath.Join(dir, man.Perplexity.Text), "-c", "128")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	if !strings.Contains(out, "Final estimate: PPL = 6.0079 +/- 0.30432") {
+		t.Errorf("output:\n%s", out)
+	}
+}
+
+// TestLogitsOut: --logits-out writes one row per prompt position, then one
+// per generated token fed back, matching the goldens' rows.
+func TestLogitsOut(t *testing.T) {
+	m, man := goldenModel(t, "stories260K.gguf")
+	dir, _ := golden.Load(t)
+	c := findCase(man, "stories260K__P1")
+	path := filepath.Join(t.TempDir(), "logits.f32")
+	if _, errOut, err := flowinfer(t, "run", "-m", m, "-p", c.PromptText, "-n", "4", "--temp", "0", "--logits-out", path); err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	got, err := golden.ReadF32(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	V := c.NVocab
+	n := len(c.PromptTokens)
+	if len(got) != (n+3)*V {
+		t.Fatalf("%d rows, want %d prompt + 3 decode rows", len(got)/V, n)
+	}
+	want, _ := golden.ReadF32(filepath.Join(dir, c.PromptLogits))
+	wantGen, _ := golden.ReadF32(filepath.Join(dir, c.GenLogits))
+	want = append(want, wantGen[V:4*V]...)
+	maxd := 0.0
+	for i := range got {
+		maxd = math.Max(maxd, math.Abs(float64(got[i]-want[i])))
+	}
+	if maxd > 2e-4 {
+		t.Errorf("max |Δ| %.3g against the goldens", maxd)
+	}
+}
+
+// TestBadModelOneLine: a missing or broken model is one clear error line.
+func TestBadModelOneLine(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.gguf")
+	os.WriteFile(bad, []byte("GGUF\x03\x00\x00\x00garbage"), 0o644)
+	for _, path := range []string{filepath.Join(t.TempDir(), "missing.gguf"), bad} {
+		_, errOut, err := flowinfer(t, "run", "-m", path, "-p", "x")
+		if err == nil {
+			t.Errorf("%s: no error", path)
+		}
+		lines := strings.Split(strings.TrimSpace(errOut), "\n")
+		if len(lines) != 1 || !strings.HasPrefix(lines[0], "flowinfer: error: ") || strings.Contains(errOut, "goroutine") {
+			t.Errorf("%s: stderr is not one error line:\n%s", path, errOut)
+		}
+	}
+}
+
+// TestHFDownload: --hf fetches from a hub (a local server here), verifies
+// the sha256 and runs the model; a second run uses the cache.
+func TestHFDownload(t *testing.T) {
+	m, _ := goldenModel(t, "stories260K.gguf")
+	data, err := os.ReadFile(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	hits := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/karpathy/tinyllamas/resolve/main/stories260K.gguf" {
+			http.NotFound(w, r)
+			return
+		}
+		hits++
+		w.Header().Set("X-Linked-Etag", `"`+hex.EncodeToString(sum[:])+`"`)
+		w.Header().Set("X-Linked-Size", strconv.Itoa(len(data)))
+		http.ServeContent(w, r, "", timeLess, bytes.NewReader(data))
+	}))
+	defer srv.Close()
+	cache := t.TempDir()
+	run := func() (string, string, error) {
+		cmd := exec.Command(binPath, "run", "--hf", "karpathy/tinyllamas:stories260K.gguf", "--hf-endpoint", srv.URL, "-p", "Once upon a time", "-n", "8", "--temp", "0")
+		cmd.Env = append(os.Environ(), "FLOWINFER_CACHE="+cache)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		return out.String(), errb.String(), err
+	}
+	for i := range 2 {
+		out, errOut, err := run()
+		if err != nil {
+			t.Fatalf("run %d: %v\n%s", i, err, errOut)
+		}
+		if !strings.HasPrefix(out, " Once upon a time, there was a little girl") {
+			t.Errorf("run %d: %q", i, out)
+		}
+	}
+	if hits != 1 {
+		t.Errorf("%d downloads, want 1 (second run from the cache)", hits)
+	}
+	_, errOut, err := flowinfer(t, "run", "--hf", "karpathy/tinyllamas:missing.gguf", "--hf-endpoint", srv.URL, "-p", "x")
+	if err == nil || !strings.Contains(errOut, "flowinfer: error:") {
+		t.Errorf("missing file: %v %s", err, errOut)
+	}
+}
+
+var timeLess = time.Time{}
+
+// TestDemoWithoutModel: with no -m, run builds the deterministic demo model
+// into the cache, labels it as random weights and generates.
+func TestDemoWithoutModel(t *testing.T) {
+	out, errOut, err := flowinfer(t, "run", "-p", "Once upon a time", "-n", "8", "--temp", "0")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	if !strings.Contains(errOut, "RANDOM") || !strings.Contains(errOut, "--hf") {
+		t.Errorf("demo not labelled:\n%s", errOut)
+	}
+	if !strings.HasPrefix(out, " Once upon a time") || len(out) <= len(" Once upon a time\n") {
+		t.Errorf("stdout %q", out)
+	}
+}
+
+// TestChatREPL: two turns, /reset and /exit through stdin; the second turn
+// reuses the first turn's KV cells.
+func TestChatREPL(t *testing.T) {
+	m, _ := goldenModel(t, "stories260K.gguf")
+	cmd := exec.Command(binPath, "chat", "-m", m, "--temp", "0", "-n", "12", "--system", "Tell a story.")
+	cmd.Env = append(os.Environ(), "FLOWINFER_CACHE="+t.TempDir())
+	cmd.Stdin = strings.NewReader("Once upon a time\nThe end\n/reset\nHello\n/exit\n")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v\n%s", err, errb.String())
+	}
+	if !strings.Contains(errb.String(), "no chat template; using ChatML") || !strings.Contains(errb.String(), "(conversation reset)") {
+		t.Errorf("stderr:\n%s", errb.String())
+	}
+	if lines := strings.Count(out.String(), "\n"); lines < 3 {
+		t.Errorf("expected three replies, stdout:\n%s", out.String())
+	}
+}

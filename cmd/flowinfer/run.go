@@ -1,0 +1,223 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/flowinfer/flowinfer/cpu"
+	"github.com/flowinfer/flowinfer/graph"
+	"github.com/flowinfer/flowinfer/model/chat"
+	"github.com/flowinfer/flowinfer/stages"
+)
+
+// RunCmd generates from one prompt, like llama-completion.
+type RunCmd struct {
+	ModelFlags
+	SamplingFlags
+	Prompt          string `short:"p" help:"Prompt text." xor:"prompt"`
+	File            string `short:"f" help:"Read the prompt from a file." type:"existingfile" xor:"prompt"`
+	NPredict        int    `short:"n" name:"n-predict" default:"-1" help:"Tokens to generate (-1 = until end of generation or a full context)."`
+	CtxSize         int    `short:"c" name:"ctx-size" default:"0" help:"Context size (0 = the model's, at most 4096)."`
+	Threads         int    `short:"t" default:"0" help:"Threads (0 = physical cores). The plain-Go reference backend computes on one."`
+	BatchSize       int    `short:"b" name:"batch-size" default:"512" help:"Tokens per forward step (prompt chunk)."`
+	Chat            bool   `help:"Apply the model's chat template to the prompt (as a user message)."`
+	System          string `name:"system" help:"System prompt (with --chat)."`
+	IgnoreEOS       bool   `name:"ignore-eos" help:"Keep generating past end-of-generation tokens."`
+	NoDisplayPrompt bool   `name:"no-display-prompt" help:"Do not echo the prompt."`
+	LogitsOut       string `name:"logits-out" help:"Write raw float32 logits: one row per prompt position, then one per generated token fed back." type:"path"`
+	Special         bool   `name:"special" help:"Render control tokens as text."`
+}
+
+func (r *RunCmd) promptText() (string, error) {
+	if r.File != "" {
+		b, err := os.ReadFile(r.File)
+		return string(b), err
+	}
+	return r.Prompt, nil
+}
+
+// buildPrompt tokenizes the prompt: raw (BOS per the model's metadata) or
+// through the chat template.
+func buildPrompt(l *loaded, text string, useChat bool, system string) ([]int32, error) {
+	tok := l.Tokenizer
+	if !useChat {
+		return tok.Encode(text, true, true), nil
+	}
+	if l.Template == nil {
+		return nil, errors.New("the model's chat template is not supported; run without --chat")
+	}
+	var msgs []chat.Message
+	if system != "" {
+		msgs = append(msgs, chat.Message{Role: "system", Content: system})
+	}
+	msgs = append(msgs, chat.Message{Role: "user", Content: text})
+	s, err := l.Template.Render(msgs, true)
+	if err != nil {
+		return nil, err
+	}
+	return tok.Encode(l.Template.TrimForTokenizer(s, tok.AddBOS(), tok.AddEOS()), true, true), nil
+}
+
+func (r *RunCmd) Run(g *Globals) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	text, err := r.promptText()
+	if err != nil {
+		return err
+	}
+	if r.Prompt == "" && r.File == "" {
+		text = "Once upon a time"
+	}
+	params, err := r.params()
+	if err != nil {
+		return err
+	}
+	l, err := r.open(ctx, g.Log)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	prompt, err := buildPrompt(l, text, r.Chat, r.System)
+	if err != nil {
+		return err
+	}
+	nCtx := ctxSize(l, r.CtxSize, g.Log)
+	rec := graph.NewRecorder(0)
+	e, err := stages.NewEngine(l.Model, l.Tokenizer, cpu.NewRef(), stages.Config{NCtx: nCtx, MaxBatch: r.BatchSize}, rec)
+	if err != nil {
+		return err
+	}
+	stops := r.Stop
+	if r.Chat && l.Template != nil {
+		stops = append(stops, l.Template.StopStrings()...)
+	}
+	out := bufio.NewWriter(os.Stdout)
+	defer out.Flush()
+	if !r.NoDisplayPrompt {
+		start := 0
+		if len(prompt) > 0 && prompt[0] == l.Tokenizer.BOS() {
+			start = 1
+		}
+		for _, id := range prompt[start:] { // pieces, as llama-completion echoes them
+			out.Write(l.Tokenizer.Piece(id, r.Special))
+		}
+		out.Flush()
+	}
+	var logits *logitsWriter
+	if r.LogitsOut != "" {
+		if logits, err = newLogitsWriter(r.LogitsOut); err != nil {
+			return err
+		}
+	}
+	var final stages.Event
+	req := &stages.Request{
+		ID: 1, Prompt: prompt, Params: params, MaxTokens: r.NPredict, Stops: stops,
+		IgnoreEOG: r.IgnoreEOS, RenderSpecial: r.Special,
+		Emit: func(ev stages.Event) error {
+			out.WriteString(ev.Text)
+			if ev.Finish != stages.FinishNone {
+				final = ev
+			}
+			return out.Flush()
+		},
+	}
+	if logits != nil {
+		req.AllLogits = true
+		req.OnLogits = logits.write
+	}
+	if err := e.Submit(req); err != nil {
+		return err
+	}
+	e.Close()
+	runErr := e.Run(ctx)
+	out.WriteString("\n")
+	out.Flush()
+	if logits != nil {
+		if err := logits.close(); err != nil && runErr == nil {
+			runErr = err
+		}
+	}
+	if errors.Is(runErr, context.Canceled) {
+		fmt.Fprintln(os.Stderr, "flowinfer: interrupted")
+		return nil
+	}
+	if runErr != nil {
+		return runErr
+	}
+	printPerf(os.Stderr, l.loadTime, final, rec.Summary())
+	return nil
+}
+
+// printPerf prints llama.cpp-style timings and each stage's time split.
+func printPerf(w io.Writer, load time.Duration, ev stages.Event, sum graph.Summary) {
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+	rate := func(d time.Duration, n int) (float64, float64) {
+		if n == 0 || d <= 0 {
+			return 0, 0
+		}
+		return ms(d) / float64(n), float64(n) / d.Seconds()
+	}
+	np := ev.Usage.PromptTokens - ev.Usage.CachedTokens
+	runs := max(ev.Usage.GeneratedTokens-1, 0) // the first token comes from the prompt step
+	fmt.Fprintf(w, "flowinfer:        load time = %10.2f ms\n", ms(load))
+	a, b := rate(ev.Timing.Prompt, np)
+	fmt.Fprintf(w, "flowinfer: prompt eval time = %10.2f ms / %5d tokens (%8.2f ms per token, %8.2f tokens per second)\n", ms(ev.Timing.Prompt), np, a, b)
+	a, b = rate(ev.Timing.Generate, runs)
+	fmt.Fprintf(w, "flowinfer:        eval time = %10.2f ms / %5d runs   (%8.2f ms per token, %8.2f tokens per second)\n", ms(ev.Timing.Generate), runs, a, b)
+	fmt.Fprintf(w, "flowinfer:       total time = %10.2f ms / %5d tokens\n", ms(ev.Timing.Total), np+ev.Usage.GeneratedTokens)
+	for _, s := range sum {
+		if s.Wall <= 0 {
+			continue
+		}
+		pct := func(d time.Duration) float64 { return 100 * float64(d) / float64(s.Wall) }
+		fmt.Fprintf(w, "flowinfer: stage %-9s busy %9.2f ms (%5.1f%%)  waiting %9.2f ms (%5.1f%%)  blocked %9.2f ms (%5.1f%%)\n",
+			s.Stage, ms(s.Busy), pct(s.Busy), ms(s.Waiting), pct(s.Waiting), ms(s.Blocked), pct(s.Blocked))
+	}
+}
+
+// logitsWriter writes logits rows as raw little-endian float32 (the golden
+// .f32 layout).
+type logitsWriter struct {
+	f   *os.File
+	w   *bufio.Writer
+	buf []byte
+	err error
+}
+
+func newLogitsWriter(path string) (*logitsWriter, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	return &logitsWriter{f: f, w: bufio.NewWriterSize(f, 1<<20)}, nil
+}
+
+func (l *logitsWriter) write(row []float32) {
+	if l.err != nil {
+		return
+	}
+	l.buf = l.buf[:0]
+	for _, v := range row {
+		l.buf = binary.LittleEndian.AppendUint32(l.buf, math.Float32bits(v))
+	}
+	_, l.err = l.w.Write(l.buf)
+}
+
+func (l *logitsWriter) close() error {
+	if err := l.w.Flush(); err != nil && l.err == nil {
+		l.err = err
+	}
+	if err := l.f.Close(); err != nil && l.err == nil {
+		l.err = err
+	}
+	return l.err
+}
