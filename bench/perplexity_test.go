@@ -2,9 +2,11 @@ package bench_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/flowinfer/flowinfer/bench"
@@ -52,6 +54,21 @@ func TestPerplexityStories(t *testing.T) {
 			t.Logf("PPL %.4f ± %.5f over %d chunks; llama.cpp %.4f ± %.5f; relative difference %.3f%%", r.PPL, r.PM, r.Chunks, c.want.PPL, c.want.PM, 100*rel)
 			if r.Chunks != man.Perplexity.NChunks {
 				t.Errorf("%d chunks, llama-perplexity %d", r.Chunks, man.Perplexity.NChunks)
+			}
+			if strings.HasSuffix(c.file, "stories260K.gguf") {
+				// llama-perplexity's running values, "[1]4.6167,[2]3.7972,...",
+				// must match to the 4 decimals it prints.
+				log, err := os.ReadFile(filepath.Join(dir, "perplexity", "ppl_f32kv.out"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got strings.Builder
+				for i, p := range r.Running {
+					fmt.Fprintf(&got, "[%d]%.4f,", i+1, p)
+				}
+				if !strings.Contains(string(log), got.String()) {
+					t.Errorf("running values %s\nnot in llama-perplexity's output:\n%s", got.String(), log)
+				}
 			}
 			if rel > 0.005 {
 				t.Errorf("PPL %.4f is %.2f%% from llama.cpp's %.4f (limit 0.5%%)", r.PPL, 100*rel, c.want.PPL)

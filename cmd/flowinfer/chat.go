@@ -98,6 +98,12 @@ func (c *ChatCmd) Run(g *Globals) error {
 		}
 		history = append(history, chat.Message{Role: "user", Content: line})
 		reply, err := c.turn(e, l, system, history, params, sigs)
+		if errors.Is(err, stages.ErrPrompt) {
+			// The conversation no longer fits: say so and let the user reset.
+			fmt.Fprintf(os.Stderr, "(%v: /reset to start over)\n", err)
+			history = history[:len(history)-1]
+			continue
+		}
 		if err != nil {
 			return err
 		}
