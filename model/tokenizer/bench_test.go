@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/flowinfer/flowinfer/io/gguf"
 )
 
 func benchEncode(b *testing.B, tok *Tokenizer, text string, parseSpecial bool) {
@@ -40,5 +42,24 @@ func BenchmarkEncode(b *testing.B) {
 		inp := sb.String()
 		b.Run("vocab="+name+"/text=inp", func(b *testing.B) { benchEncode(b, tok, inp, false) })
 		b.Run("vocab="+name+"/text=P3", func(b *testing.B) { benchEncode(b, tok, string(p3), false) })
+	}
+}
+
+func BenchmarkNew(b *testing.B) {
+	dir := goldenDir(b)
+	for _, name := range []string{"llama-spm", "gpt-2", "deepseek-llm"} {
+		path := filepath.Join(dir, "vocab", "ggml-vocab-"+name+".gguf")
+		f, err := gguf.Open(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run("vocab="+name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := New(f); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		f.Close()
 	}
 }

@@ -23,7 +23,7 @@ func (t *Tokenizer) buildPieces() {
 		case a&attrNormal != 0:
 			switch {
 			case t.typ == modelSPM || t.pre.escapeWS:
-				data = append(data, strings.ReplaceAll(text, "\u2581", " ")...)
+				data = appendUnescaped(data, text)
 			default:
 				data = appendByteDecoded(data, text)
 			}
@@ -33,6 +33,19 @@ func (t *Tokenizer) buildPieces() {
 		t.pieceOff[id+1] = int32(len(data))
 	}
 	t.pieceData = data
+}
+
+// appendUnescaped appends text with every U+2581 replaced by a space.
+func appendUnescaped(dst []byte, text string) []byte {
+	for {
+		i := strings.Index(text, "\u2581")
+		if i < 0 {
+			return append(dst, text...)
+		}
+		dst = append(dst, text[:i]...)
+		dst = append(dst, ' ')
+		text = text[i+len("\u2581"):]
+	}
 }
 
 // byteTokenValue parses the two hex digits of a "<0xXX>" token like

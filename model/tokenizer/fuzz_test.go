@@ -37,6 +37,7 @@ func fuzzTokenizers(t testing.TB) map[string]*Tokenizer {
 			toks["stories260K"] = loadTokenizer(t, filepath.Join(g, "models", "stories260K.gguf"))
 			toks["gpt-2"] = loadTokenizer(t, filepath.Join(g, "vocab", "ggml-vocab-gpt-2.gguf"))
 			toks["falcon"] = loadTokenizer(t, filepath.Join(g, "vocab", "ggml-vocab-falcon.gguf"))
+			toks["deepseek-llm"] = loadTokenizer(t, filepath.Join(g, "vocab", "ggml-vocab-deepseek-llm.gguf"))
 			break
 		}
 		if filepath.Dir(dir) == dir {

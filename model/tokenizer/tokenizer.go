@@ -332,17 +332,20 @@ func typeAttr(ty int32) attr {
 	return 0 // undefined
 }
 
-// idsDescending lists token ids from the highest down. llama.cpp scans its
-// unordered_map for the text-detected tokens and the first hit wins; that
-// order is the hash table's. Descending ids is our deterministic stand-in
-// (it agrees with llama.cpp on Llama 3's <|eot_id|> over <|end_of_text|>
-// and Qwen's <|im_end|> over <|endoftext|>).
-func (t *Tokenizer) idsDescending(yield func(int32, string) bool) {
-	for id := len(t.tokens) - 1; id >= 0; id-- {
-		if !yield(int32(id), t.tokens[id]) {
-			return
+// firstByText returns the token llama.cpp's text-based detection picks
+// among the candidate texts, -1 if none is in the vocabulary. llama.cpp
+// scans its unordered_map and the first hit wins, an order set by the hash
+// table; the highest id is our deterministic stand-in (it agrees with
+// llama.cpp on Llama 3's <|eot_id|> over <|end_of_text|> and Qwen's
+// <|im_end|> over <|endoftext|>).
+func (t *Tokenizer) firstByText(texts []string) int32 {
+	best := int32(-1)
+	for _, s := range texts {
+		if id, ok := t.ids[s]; ok && id > best {
+			best = id
 		}
 	}
+	return best
 }
 
 // markControl adds the control attribute, as llama.cpp does for
@@ -378,16 +381,17 @@ func (t *Tokenizer) detectSpecials() {
 		{SpecialFIMPre, fimPreTexts}, {SpecialFIMSuf, fimSufTexts}, {SpecialFIMMid, fimMidTexts},
 		{SpecialFIMPad, fimPadTexts}, {SpecialFIMRep, fimRepTexts}, {SpecialFIMSep, fimSepTexts},
 	}
-	for id, text := range t.idsDescending {
-		for _, r := range roles {
-			if t.special[r.k] == -1 && slices.Contains(r.texts, text) {
-				t.special[r.k] = id
-				t.markControl(id)
-			}
+	for _, r := range roles {
+		if t.special[r.k] != -1 {
+			continue
+		}
+		if id := t.firstByText(r.texts); id >= 0 {
+			t.special[r.k] = id
+			t.markControl(id)
 		}
 	}
 	// control tokens whose text says "unused" are unused
-	for id, text := range t.idsDescending {
+	for id, text := range t.tokens {
 		if t.attrs[id]&attrControl != 0 && strings.Contains(text, "unused") {
 			t.attrs[id] |= attrUnused
 		}
@@ -402,8 +406,8 @@ func (t *Tokenizer) buildEOG() {
 			t.eog[id] = true
 		}
 	}
-	for id, text := range t.idsDescending {
-		if slices.Contains(eogTexts, text) {
+	for _, text := range eogTexts {
+		if id, ok := t.ids[text]; ok {
 			t.eog[id] = true
 			t.markControl(id)
 		}
