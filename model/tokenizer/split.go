@@ -4,9 +4,9 @@
 // The text is decoded to codepoints and cut into words by a list of regexes
 // applied in turn, each refining the segments of the previous one. Like
 // llama.cpp, four regex texts (GPT-2, Llama 3, Qwen 2, Qwen 3.5) and the
-// newline splitter run as hand-written code whose behaviour differs from the
-// regex in corner cases; everything else runs through regexp2 the way
-// llama.cpp runs std::regex:
+// newline splitter run as ports of llama.cpp's hand-written code (which
+// agrees with the regexp2 path on the same regexes in our randomized tests);
+// everything else runs through regexp2 the way llama.cpp runs std::regex:
 //   - a regex using \p{N} \p{L} \p{P} \p{M} \p{S} (or \p{Lu} ... \p{Lo}) runs on a
 //     "collapsed" text where every non-ASCII codepoint is replaced by one
 //     stand-in per category (whitespace by \v), and each \p{..} becomes a
