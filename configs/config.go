@@ -1,0 +1,256 @@
+// Package configs holds flowinfer's typed configuration: the hardware
+// profile of a machine, the pipeline settings (threads, edge capacities,
+// memory budgets, KV cache, parallel sequences, prefetch, I/O engine), the
+// sampling defaults and the server settings, with their defaults,
+// validation and the YAML profiles shipped in this directory.
+//
+// A profile is decoded strictly: an unknown key is an error that names it
+// and its line, so a typo never silently falls back to a default. Every
+// field has a default (Default), and Validate reports every bad value with
+// its key path. This package reads no environment and parses no flags: cmd
+// merges flags, the profile and the environment (flag > file > environment
+// > default) and hands the result down as these structs. Detect and the
+// Measure functions describe the current machine for `flowinfer config
+// detect`.
+package configs
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Config is one complete configuration (a profile file decodes into it).
+type Config struct {
+	// Profile names the profile ("cpu-2core", "desktop-12gb-gpu", ...).
+	Profile string `yaml:"profile,omitempty"`
+	// Description says what machine the profile is for.
+	Description string   `yaml:"description,omitempty"`
+	Hardware    Hardware `yaml:"hardware"`
+	Pipeline    Pipeline `yaml:"pipeline"`
+	Sampling    Sampling `yaml:"sampling"`
+	Server      Server   `yaml:"server"`
+	// Flags gives values to command-line flags by flag name ("ignore-eos":
+	// true), for flags no typed field covers. A name no command knows is
+	// an error, like an unknown key.
+	Flags map[string]any `yaml:"flags,omitempty"`
+}
+
+// Hardware describes a machine. Detect fills it; the trace's stall summary
+// compares achieved bandwidths with MemBandwidth and DiskRead.
+type Hardware struct {
+	CPU         string   `yaml:"cpu,omitempty"`          // model name
+	Cores       int      `yaml:"cores"`                  // physical cores (0 = unknown)
+	LogicalCPUs int      `yaml:"logical_cpus,omitempty"` // hardware threads
+	RAM         ByteSize `yaml:"ram"`                    // total memory (0 = unknown)
+	ISA         []string `yaml:"isa,omitempty"`          // SIMD extensions: avx2, fma, avx512f, avx512_vnni, ...
+	GPUs        []GPU    `yaml:"gpus,omitempty"`
+	// MemBandwidth is the measured memory read bandwidth in GB/s (1e9
+	// bytes/s) with all cores: the ceiling of decode on CPU.
+	MemBandwidth float64 `yaml:"mem_bandwidth_gbps,omitempty"`
+	// DiskRead is the measured sequential read bandwidth of the model disk
+	// in GB/s, bypassing the page cache: the ceiling of weight streaming.
+	DiskRead float64 `yaml:"disk_read_gbps,omitempty"`
+}
+
+// GPU is one Vulkan device.
+type GPU struct {
+	Name string   `yaml:"name"`
+	Type string   `yaml:"type,omitempty"` // discrete, integrated, virtual, cpu
+	VRAM ByteSize `yaml:"vram"`           // device-local heap size
+}
+
+// Pipeline sizes the stage graph.
+type Pipeline struct {
+	// Backend: auto (Vulkan when a GPU is present, else CPU), cpu, vulkan.
+	Backend string `yaml:"backend"`
+	// Threads computing on the CPU; 0 = physical cores.
+	Threads int `yaml:"threads"`
+	// BatchSize is the number of tokens per forward step (prompt chunk).
+	BatchSize int `yaml:"batch_size"`
+	// Parallel is the number of sequences decoded together (KV slots).
+	Parallel int `yaml:"parallel"`
+	// Queue is the admission queue: requests beyond it are refused (429).
+	Queue int `yaml:"queue"`
+	// Edges are the capacities of the graph's buffered edges.
+	Edges Edges `yaml:"edges"`
+	// RAMPool is the byte budget of weight slabs in RAM when weights are
+	// streamed; 0 = map the whole model.
+	RAMPool ByteSize `yaml:"ram_pool"`
+	// VRAM is the byte budget on the GPU; 0 = none (CPU only).
+	VRAM ByteSize `yaml:"vram"`
+	// KVCache is the KV cache's element type and size.
+	KVCache KVCache `yaml:"kv_cache"`
+	// PrefetchDepth is how many layers (or routed expert sets) the reader
+	// requests ahead of compute.
+	PrefetchDepth int `yaml:"prefetch_depth"`
+	// IOEngine reads weights: mmap, pread or io_uring.
+	IOEngine string `yaml:"io_engine"`
+}
+
+// Edges are edge capacities of the stage graph. The request path moves one
+// step at a time (its edges have capacity 1 by construction); these are the
+// edges whose capacity is a tuning choice.
+type Edges struct {
+	// Tokens is the sampler -> streamer edge (token events).
+	Tokens int `yaml:"tokens"`
+	// Slabs is the number of weight slabs in flight on the weight loop
+	// (reader -> uploader -> compute -> pool): 2 is double buffering.
+	Slabs int `yaml:"slabs"`
+}
+
+// KVCache sizes the KV cache.
+type KVCache struct {
+	// Type of the cached K and V elements: f32, f16, q8_0 or turbo3.
+	Type string `yaml:"type"`
+	// CtxSize is the number of cells per sequence (the context); 0 = the
+	// model's training context, at most 4096.
+	CtxSize int `yaml:"ctx_size"`
+}
+
+// Sampling are the defaults of requests that do not set their own
+// (llama.cpp's defaults).
+type Sampling struct {
+	Temperature      float32 `yaml:"temperature"`
+	TopK             int     `yaml:"top_k"`
+	TopP             float32 `yaml:"top_p"`
+	MinP             float32 `yaml:"min_p"`
+	RepeatPenalty    float32 `yaml:"repeat_penalty"`
+	RepeatLastN      int     `yaml:"repeat_last_n"`
+	PresencePenalty  float32 `yaml:"presence_penalty"`
+	FrequencyPenalty float32 `yaml:"frequency_penalty"`
+	Seed             int64   `yaml:"seed"`       // -1 = random
+	MaxTokens        int     `yaml:"max_tokens"` // -1 = until end of generation or a full context
+}
+
+// Server configures `flowinfer serve`.
+type Server struct {
+	Host string `yaml:"host"`
+	Port int    `yaml:"port"`
+	// TraceDir, when set, receives Chrome traces of live traffic.
+	TraceDir string `yaml:"trace_dir,omitempty"`
+}
+
+// Known values of the enumerated fields.
+var (
+	Backends  = []string{"auto", "cpu", "vulkan"}
+	IOEngines = []string{"mmap", "pread", "io_uring"}
+	KVTypes   = []string{"f32", "f16", "q8_0", "turbo3"}
+)
+
+// Default returns the configuration used for everything a profile, the
+// environment and the flags leave unset.
+func Default() Config {
+	return Config{
+		Pipeline: Pipeline{
+			Backend:       "auto",
+			Threads:       0,
+			BatchSize:     512,
+			Parallel:      1,
+			Queue:         64,
+			Edges:         Edges{Tokens: 64, Slabs: 2},
+			KVCache:       KVCache{Type: "f32", CtxSize: 0},
+			PrefetchDepth: 1,
+			IOEngine:      "mmap",
+		},
+		Sampling: Sampling{
+			Temperature: 0.8, TopK: 40, TopP: 0.95, MinP: 0.05,
+			RepeatPenalty: 1, RepeatLastN: 64, Seed: -1, MaxTokens: -1,
+		},
+		Server: Server{Host: "127.0.0.1", Port: 8080},
+	}
+}
+
+// ErrInvalid matches every validation error.
+var ErrInvalid = errors.New("configs: invalid configuration")
+
+// Validate reports every out-of-range or unknown value, each with its key
+// path (e.g. "pipeline.parallel: must be between 1 and 4096, got 0").
+func (c *Config) Validate() error {
+	var errs []string
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, key+": "+fmt.Sprintf(format, args...))
+	}
+	between := func(key string, v, lo, hi int) {
+		if v < lo || v > hi {
+			bad(key, "must be between %d and %d, got %d", lo, hi, v)
+		}
+	}
+	oneOf := func(key, v string, known []string) {
+		if !slices.Contains(known, v) {
+			bad(key, "%q is not one of %s", v, strings.Join(known, ", "))
+		}
+	}
+	h, p, s := &c.Hardware, &c.Pipeline, &c.Sampling
+
+	between("hardware.cores", h.Cores, 0, 1<<16)
+	between("hardware.logical_cpus", h.LogicalCPUs, 0, 1<<16)
+	if h.RAM < 0 {
+		bad("hardware.ram", "must not be negative")
+	}
+	if h.MemBandwidth < 0 || h.DiskRead < 0 {
+		bad("hardware", "measured bandwidths must not be negative")
+	}
+	var vram ByteSize
+	for i, g := range h.GPUs {
+		if g.Name == "" {
+			bad(fmt.Sprintf("hardware.gpus[%d].name", i), "must be set")
+		}
+		if g.VRAM < 0 {
+			bad(fmt.Sprintf("hardware.gpus[%d].vram", i), "must not be negative")
+		}
+		vram += g.VRAM
+	}
+
+	oneOf("pipeline.backend", p.Backend, Backends)
+	between("pipeline.threads", p.Threads, 0, 1024)
+	between("pipeline.batch_size", p.BatchSize, 1, 1<<16)
+	between("pipeline.parallel", p.Parallel, 1, 4096)
+	between("pipeline.queue", p.Queue, 1, 1<<20)
+	between("pipeline.edges.tokens", p.Edges.Tokens, 1, 1<<20)
+	between("pipeline.edges.slabs", p.Edges.Slabs, 1, 1024)
+	between("pipeline.prefetch_depth", p.PrefetchDepth, 0, 1024)
+	between("pipeline.kv_cache.ctx_size", p.KVCache.CtxSize, 0, 1<<24)
+	oneOf("pipeline.kv_cache.type", p.KVCache.Type, KVTypes)
+	oneOf("pipeline.io_engine", p.IOEngine, IOEngines)
+	if p.RAMPool < 0 {
+		bad("pipeline.ram_pool", "must not be negative")
+	} else if h.RAM > 0 && p.RAMPool > h.RAM {
+		bad("pipeline.ram_pool", "%v exceeds the machine's RAM (%v)", p.RAMPool, h.RAM)
+	}
+	switch {
+	case p.VRAM < 0:
+		bad("pipeline.vram", "must not be negative")
+	case len(h.GPUs) > 0 && p.VRAM > vram:
+		bad("pipeline.vram", "%v exceeds the GPUs' VRAM (%v)", p.VRAM, vram)
+	}
+	if p.Backend == "vulkan" && p.VRAM == 0 {
+		bad("pipeline.vram", "the vulkan backend needs a VRAM budget")
+	}
+
+	if s.Temperature < 0 {
+		bad("sampling.temperature", "must be >= 0, got %g", s.Temperature)
+	}
+	between("sampling.top_k", s.TopK, 0, 1<<24)
+	if s.TopP < 0 || s.TopP > 1 {
+		bad("sampling.top_p", "must be in [0, 1], got %g", s.TopP)
+	}
+	if s.MinP < 0 || s.MinP > 1 {
+		bad("sampling.min_p", "must be in [0, 1], got %g", s.MinP)
+	}
+	if s.RepeatPenalty <= 0 {
+		bad("sampling.repeat_penalty", "must be > 0, got %g", s.RepeatPenalty)
+	}
+	between("sampling.repeat_last_n", s.RepeatLastN, -1, 1<<24)
+	if s.Seed < -1 {
+		bad("sampling.seed", "must be >= -1 (-1 = random), got %d", s.Seed)
+	}
+	between("sampling.max_tokens", s.MaxTokens, -1, 1<<24)
+
+	between("server.port", c.Server.Port, 0, 65535)
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w:\n  %s", ErrInvalid, strings.Join(errs, "\n  "))
+}
