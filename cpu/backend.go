@@ -1,0 +1,430 @@
+package cpu
+
+// backend.go: Backend, the fast CPU implementation of model.Ops. It
+// computes what Ref computes (the same activation conversion before every
+// matrix product, the same per-block integer dot products) on a persistent
+// pool of workers with the SIMD kernels; only the order of float additions
+// differs. Matrix products split the weight rows into blocks that workers
+// claim from a shared counter; activations are converted once per matrix
+// (in parallel for batches); a batch multiplies tiles of weight rows by
+// tiles of tokens (gemmRows) instead of one matrix-vector product per
+// token. Attention runs in parallel over (token, head) units
+// (backend_attn.go); norms, SwiGLU and softmax split rows across workers
+// when the batch is large enough to pay for a dispatch.
+//
+// Steady-state calls allocate nothing: scratch grows to the largest
+// operation seen and is then reused. A Backend runs one operation at a time
+// (like Ref): give each model.Context its own.
+
+import (
+	"fmt"
+	"math"
+	"sync/atomic"
+
+	"github.com/flowinfer/flowinfer/model"
+	"github.com/flowinfer/flowinfer/quant"
+)
+
+// Backend is the multi-threaded SIMD backend.
+type Backend struct {
+	pool *pool
+	k    *Kernels
+
+	act []byte // activations converted to a vec-dot type
+
+	mat   matTask
+	quant quantTask
+	ew    ewTask
+	attn  attnTask
+}
+
+var _ model.Ops = (*Backend)(nil)
+
+// NewBackend returns a backend on threads workers (≤ 0: PhysicalCores)
+// with the given kernels (nil: Best()). It starts threads-1 goroutines,
+// which Close stops.
+func NewBackend(threads int, kernels *Kernels) *Backend {
+	if threads <= 0 {
+		threads = PhysicalCores()
+	}
+	if kernels == nil {
+		kernels = Best()
+	}
+	b := &Backend{pool: newPool(threads), k: kernels}
+	b.attn.init(threads)
+	return b
+}
+
+// Threads returns the number of workers (the calling goroutine included).
+func (b *Backend) Threads() int { return b.pool.workers() }
+
+// ISA returns the kernels' instruction-set path.
+func (b *Backend) ISA() ISA { return b.k.ISA() }
+
+// Close stops the workers. The backend must not be used afterwards.
+func (b *Backend) Close() { b.pool.close() }
+
+// Supports implements model.Ops.
+func (b *Backend) Supports(t quant.Type) bool { return b.k.Supports(t) }
+
+// chunks returns how many pieces of at least minSize of a range of n to
+// cut so that each of the workers gets several (for balance when a core
+// is busy elsewhere), and the piece size, a multiple of align.
+func chunks(n, workers, perWorker, minSize, align int) (count, size int) {
+	size = max(minSize, (n+workers*perWorker-1)/(workers*perWorker))
+	size = (size + align - 1) / align * align
+	return (n + size - 1) / size, size
+}
+
+// MatMul implements model.Ops.
+func (b *Backend) MatMul(out []float32, w *model.Weight, x []float32, n int) {
+	cols := w.Cols
+	vt := quant.VecDotType(w.Type)
+	var act []byte
+	var arb int
+	if vt == quant.F32 {
+		act, arb = f32bytes(x[:n*cols]), 4*cols
+	} else {
+		arb = rowBytes(vt, cols)
+		if cap(b.act) < n*arb {
+			b.act = make([]byte, n*arb)
+		}
+		act = b.act[:n*arb]
+		b.convert(vt, x[:n*cols], cols, n, act, arb)
+	}
+	m := &b.mat
+	m.k, m.wt, m.w, m.rowBytes, m.cols = b.k, w.Type, w.Data, w.RowBytes, cols
+	m.a, m.arb, m.n, m.out, m.ldo = act, arb, n, out[:n*w.Rows], w.Rows
+	workers := b.pool.workers()
+	if n == 1 {
+		m.rowChunks, m.rowSize = chunks(w.Rows, workers, 8, 16, 8)
+		m.tokChunks, m.tokSize = 1, 1
+	} else {
+		m.tokChunks, m.tokSize = chunks(n, 1, 1, gemmTokens, 1)
+		m.tokSize = min(m.tokSize, gemmTokens)
+		m.tokChunks = (n + m.tokSize - 1) / m.tokSize
+		m.rowChunks, m.rowSize = chunks(w.Rows, workers, 4, gemmRowsMin, 8)
+		m.rowSize = min(m.rowSize, gemmRowsMax)
+		m.rowChunks = (w.Rows + m.rowSize - 1) / m.rowSize
+	}
+	m.rows = w.Rows
+	m.next.Store(0)
+	if m.rowChunks*m.tokChunks == 1 {
+		m.run(0)
+		return
+	}
+	b.pool.run(m)
+}
+
+// Tiles of a batched product: a worker multiplies up to gemmRowsMax weight
+// rows by up to gemmTokens activation rows per claim (activations of 64
+// tokens of a 8192-wide row in Q8_K are 146 KB: they stay in L2 while the
+// weight rows stream past).
+const (
+	gemmTokens  = 64
+	gemmRowsMin = 16
+	gemmRowsMax = 128
+)
+
+// convert converts n rows of x to vt, in parallel for large batches.
+func (b *Backend) convert(vt quant.Type, x []float32, cols, n int, act []byte, arb int) {
+	if n < 4 || b.pool.workers() == 1 {
+		b.k.QuantizeRows(vt, x, n, cols, act)
+		return
+	}
+	q := &b.quant
+	q.k, q.vt, q.x, q.cols, q.n, q.dst, q.rb = b.k, vt, x, cols, n, act, arb
+	q.chunks, q.size = chunks(n, b.pool.workers(), 4, 1, 1)
+	q.next.Store(0)
+	b.pool.run(q)
+}
+
+// matTask is one matrix product cut into (row block, token block) chunks,
+// claimed row-block-major so a worker keeps its weight rows in cache while
+// it goes through the token blocks.
+type matTask struct {
+	k                    *Kernels
+	wt                   quant.Type
+	w                    []byte
+	rowBytes, cols, rows int
+	a                    []byte
+	arb, n               int
+	out                  []float32
+	ldo                  int
+	rowChunks, rowSize   int
+	tokChunks, tokSize   int
+	next                 atomic.Int64
+}
+
+func (m *matTask) run(int) {
+	total := int64(m.rowChunks * m.tokChunks)
+	for {
+		c := m.next.Add(1) - 1
+		if c >= total {
+			return
+		}
+		rc, tc := int(c)/m.tokChunks, int(c)%m.tokChunks
+		r0 := rc * m.rowSize
+		r1 := min(r0+m.rowSize, m.rows)
+		if m.n == 1 {
+			m.k.DotRows(m.wt, m.w, m.rowBytes, m.cols, r0, r1, m.a, m.out)
+			continue
+		}
+		t0 := tc * m.tokSize
+		t1 := min(t0+m.tokSize, m.n)
+		m.k.GemmRows(m.wt, m.w, m.rowBytes, m.cols, r0, r1, m.a[t0*m.arb:t1*m.arb], t1-t0, m.out[t0*m.ldo:], m.ldo)
+	}
+}
+
+// quantTask converts rows of activations.
+type quantTask struct {
+	k            *Kernels
+	vt           quant.Type
+	x            []float32
+	cols, n      int
+	dst          []byte
+	rb           int
+	chunks, size int
+	next         atomic.Int64
+}
+
+func (q *quantTask) run(int) {
+	for {
+		c := int(q.next.Add(1) - 1)
+		if c >= q.chunks {
+			return
+		}
+		t0 := c * q.size
+		t1 := min(t0+q.size, q.n)
+		q.k.QuantizeRows(q.vt, q.x[t0*q.cols:t1*q.cols], t1-t0, q.cols, q.dst[t0*q.rb:t1*q.rb])
+	}
+}
+
+// Embed implements model.Ops.
+func (b *Backend) Embed(out []float32, w *model.Weight, ids []int32) {
+	deq := quant.DequantizeFunc(w.Type)
+	for t, id := range ids {
+		deq(w.Row(int(id)), out[t*w.Cols:(t+1)*w.Cols])
+	}
+}
+
+// ewKind selects an elementwise operation of ewTask.
+type ewKind uint8
+
+const (
+	ewRMSNorm ewKind = iota
+	ewSwiGLU
+	ewAdd
+	ewSoftmax
+	ewRope
+)
+
+// parallelMin is the number of float32s below which an elementwise
+// operation runs on the caller alone (a dispatch costs about a
+// microsecond; this much work takes a few).
+const parallelMin = 1 << 14
+
+// ewTask is an elementwise or row-wise operation split into row ranges.
+type ewTask struct {
+	kind         ewKind
+	out, x, y    []float32
+	weight       []float32
+	dim          int
+	eps          float32
+	pos          []int32
+	nHead        int
+	rope         *model.Rope
+	n            int // rows (or elements for SwiGLU/Add)
+	chunks, size int
+	next         atomic.Int64
+}
+
+func (e *ewTask) run(int) {
+	for {
+		c := int(e.next.Add(1) - 1)
+		if c >= e.chunks {
+			return
+		}
+		r0 := c * e.size
+		r1 := min(r0+e.size, e.n)
+		e.do(r0, r1)
+	}
+}
+
+func (e *ewTask) do(r0, r1 int) {
+	switch e.kind {
+	case ewRMSNorm:
+		rmsNormRows(e.out[r0*e.dim:r1*e.dim], e.x[r0*e.dim:r1*e.dim], e.weight, e.dim, e.eps)
+	case ewSwiGLU:
+		swiglu(e.out[r0:r1], e.x[r0:r1], e.y[r0:r1])
+	case ewAdd:
+		add(e.out[r0:r1], e.x[r0:r1])
+	case ewSoftmax:
+		for t := r0; t < r1; t++ {
+			softmaxRow(e.out[t*e.dim : (t+1)*e.dim])
+		}
+	case ewRope:
+		ropeRows(e.out, e.pos, r0, r1, e.nHead, e.dim, e.rope)
+	}
+}
+
+// runEW runs e over n rows (of rowLen float32s each), in parallel when it
+// is large.
+func (b *Backend) runEW(e *ewTask, n, rowLen int) {
+	e.n = n
+	workers := b.pool.workers()
+	if workers == 1 || n*rowLen < parallelMin || n < 2 {
+		e.do(0, n)
+		return
+	}
+	minRows := max(1, parallelMin/(4*max(rowLen, 1)))
+	e.chunks, e.size = chunks(n, workers, 4, minRows, 1)
+	e.next.Store(0)
+	b.pool.run(e)
+}
+
+// RMSNorm implements model.Ops (as Ref: sum of squares in float64, scale in
+// float32).
+func (b *Backend) RMSNorm(out, x []float32, weight model.Vector, n, dim int, eps float32) {
+	e := &b.ew
+	e.kind, e.out, e.x, e.weight, e.dim, e.eps = ewRMSNorm, out, x, weight, dim, eps
+	b.runEW(e, n, dim)
+}
+
+func rmsNormRows(out, x, weight []float32, dim int, eps float32) {
+	for t := 0; t < len(x)/dim; t++ {
+		xr, yr := x[t*dim:(t+1)*dim], out[t*dim:(t+1)*dim]
+		var s0, s1, s2, s3 float64
+		i := 0
+		for ; i+4 <= len(xr); i += 4 {
+			s0 += float64(xr[i] * xr[i])
+			s1 += float64(xr[i+1] * xr[i+1])
+			s2 += float64(xr[i+2] * xr[i+2])
+			s3 += float64(xr[i+3] * xr[i+3])
+		}
+		for ; i < len(xr); i++ {
+			s0 += float64(xr[i] * xr[i])
+		}
+		mean := float32((s0 + s1 + s2 + s3) / float64(dim))
+		scale := 1 / float32(math.Sqrt(float64(mean+eps)))
+		if weight == nil {
+			for i, v := range xr {
+				yr[i] = v * scale
+			}
+			continue
+		}
+		w := weight[:dim]
+		for i, v := range xr {
+			yr[i] = v * scale * w[i]
+		}
+	}
+}
+
+// Rope implements model.Ops.
+func (b *Backend) Rope(x []float32, pos []int32, n, nHead, headDim int, rp *model.Rope) {
+	e := &b.ew
+	e.kind, e.out, e.pos, e.nHead, e.dim, e.rope = ewRope, x, pos, nHead, headDim, rp
+	b.runEW(e, n, nHead*headDim)
+}
+
+// ropeRows rotates rows r0..r1 as Ref.Rope: the same float32 angle
+// recurrence, cos and sin in float64 rounded to float32.
+func ropeRows(x []float32, pos []int32, r0, r1, nHead, headDim int, rp *model.Rope) {
+	thetaScale := float32(math.Pow(float64(rp.Base), float64(-2/float32(rp.Dim))))
+	half := rp.Dim / 2
+	for t := r0; t < r1; t++ {
+		theta := float32(pos[t])
+		row := x[t*nHead*headDim : (t+1)*nHead*headDim]
+		for i := 0; i < half; i++ {
+			th := theta
+			if rp.Factors != nil {
+				th /= rp.Factors[i]
+			}
+			th *= rp.Scale
+			sin64, cos64 := math.Sincos(float64(th))
+			cos, sin := float32(cos64), float32(sin64)
+			i0, i1 := 2*i, 2*i+1
+			if rp.Type == model.RopeNeox {
+				i0, i1 = i, i+half
+			}
+			for hd := 0; hd < nHead; hd++ {
+				v := row[hd*headDim : (hd+1)*headDim]
+				x0, x1 := v[i0], v[i1]
+				v[i0] = x0*cos - x1*sin
+				v[i1] = x0*sin + x1*cos
+			}
+			theta *= thetaScale
+		}
+	}
+}
+
+// SwiGLU implements model.Ops.
+func (b *Backend) SwiGLU(out, gate, up []float32) {
+	e := &b.ew
+	e.kind, e.out, e.x, e.y = ewSwiGLU, out, gate, up
+	b.runEW(e, len(gate), 1)
+}
+
+func swiglu(out, gate, up []float32) {
+	up = up[:len(gate)]
+	out = out[:len(gate)]
+	for i, g := range gate {
+		out[i] = g / (1 + expf(-g)) * up[i]
+	}
+}
+
+// Add implements model.Ops.
+func (b *Backend) Add(dst, src []float32) {
+	e := &b.ew
+	e.kind, e.out, e.x = ewAdd, dst, src
+	b.runEW(e, len(dst), 1)
+}
+
+func add(dst, src []float32) {
+	src = src[:len(dst)]
+	for i := range dst {
+		dst[i] += src[i]
+	}
+}
+
+// AddRows implements model.Ops.
+func (b *Backend) AddRows(x []float32, bias model.Vector) {
+	for i := 0; i+len(bias) <= len(x); i += len(bias) {
+		add(x[i:i+len(bias)], bias)
+	}
+}
+
+// Softmax implements model.Ops.
+func (b *Backend) Softmax(x []float32, n, dim int) {
+	e := &b.ew
+	e.kind, e.out, e.dim = ewSoftmax, x, dim
+	b.runEW(e, n, dim)
+}
+
+// softmaxRow normalises one row in place (float64 sum, float32 scale).
+func softmaxRow(row []float32) {
+	mx := float32(math.Inf(-1))
+	for _, v := range row {
+		mx = max(mx, v)
+	}
+	var sum float64
+	for i, v := range row {
+		e := expf(v - mx)
+		row[i] = e
+		sum += float64(e)
+	}
+	inv := float32(1 / sum)
+	for i := range row {
+		row[i] *= inv
+	}
+}
+
+
+// rowBytes is quant.RowBytes for shapes validated at load.
+func rowBytes(t quant.Type, cols int) int {
+	n, err := quant.RowBytes(t, cols)
+	if err != nil {
+		panic(fmt.Sprintf("cpu: %v", err)) // shapes were validated at load
+	}
+	return n
+}
