@@ -419,7 +419,6 @@ func softmaxRow(row []float32) {
 	}
 }
 
-
 // rowBytes is quant.RowBytes for shapes validated at load.
 func rowBytes(t quant.Type, cols int) int {
 	n, err := quant.RowBytes(t, cols)
