@@ -1,0 +1,114 @@
+package cpu_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/flowinfer/flowinfer/cpu"
+	"github.com/flowinfer/flowinfer/model"
+	"github.com/flowinfer/flowinfer/quant"
+)
+
+// benchModels are the golden files the step benchmarks run: the largest
+// synthetic llama in the main weight types.
+var benchModels = []string{
+	"models/synth-llama-Q4_K_M.gguf",
+	"models/synth-llama-Q6_K.gguf",
+	"models/synth-llama-Q8_0.gguf",
+	"models/synth-llama-F32.gguf",
+}
+
+// BenchmarkDecodeStep measures one single-token decode step at positions
+// 0..255 (cycling), reporting tok/s, on each kernel path and thread count.
+func BenchmarkDecodeStep(b *testing.B) {
+	for _, file := range benchModels {
+		m := openModel(b, file)
+		for _, isa := range cpu.Available() {
+			for _, threads := range []int{1, 2} {
+				name := fmt.Sprintf("model=%s/isa=%s/threads=%d", trimGGUF(file), isa, threads)
+				b.Run(name, func(b *testing.B) {
+					be := cpu.NewBackend(threads, cpu.KernelsFor(isa))
+					defer be.Close()
+					ctx, err := m.NewContext(be, 256, 1, 1)
+					if err != nil {
+						b.Fatal(err)
+					}
+					batch := &model.Batch{Tokens: []int32{1}, Pos: []int32{0}, Seq: []int32{0}}
+					for b.Loop() {
+						if _, err := ctx.Decode(batch); err != nil {
+							b.Fatal(err)
+						}
+						batch.Pos[0] = (batch.Pos[0] + 1) % 256
+					}
+					b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tok/s")
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkPrefill measures one batch of 128 prompt tokens (logits for the
+// last one), reporting tok/s.
+func BenchmarkPrefill(b *testing.B) {
+	const n = 128
+	for _, file := range benchModels[:3] {
+		m := openModel(b, file)
+		for _, threads := range []int{1, 2} {
+			b.Run(fmt.Sprintf("model=%s/threads=%d", trimGGUF(file), threads), func(b *testing.B) {
+				be := cpu.NewBackend(threads, nil)
+				defer be.Close()
+				ctx, err := m.NewContext(be, n, 1, n)
+				if err != nil {
+					b.Fatal(err)
+				}
+				batch := &model.Batch{Tokens: make([]int32, n), Pos: make([]int32, n), Seq: make([]int32, n), Logits: make([]bool, n)}
+				for i := range n {
+					batch.Tokens[i] = int32(1 + i*37%(m.NVocab-1))
+					batch.Pos[i] = int32(i)
+				}
+				batch.Logits[n-1] = true
+				for b.Loop() {
+					if _, err := ctx.Decode(batch); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tok/s")
+			})
+		}
+	}
+}
+
+// BenchmarkMatMul measures one product of a 2048×2048 weight by one and by
+// 64 activation rows, reporting weight GB/s (n=1) or GFLOP/s (n=64).
+func BenchmarkMatMul(b *testing.B) {
+	const rows, cols = 2048, 2048
+	for _, wt := range []quant.Type{quant.Q4_K, quant.Q6_K, quant.Q8_0} {
+		rb, _ := quant.RowBytes(wt, cols)
+		w := &model.Weight{Name: "w", Type: wt, Cols: cols, Rows: rows, RowBytes: rb, Data: randomWeights(wt, rows, cols)}
+		for _, n := range []int{1, 64} {
+			for _, threads := range []int{1, 2} {
+				b.Run(fmt.Sprintf("type=%s/n=%d/threads=%d", wt, n, threads), func(b *testing.B) {
+					be := cpu.NewBackend(threads, nil)
+					defer be.Close()
+					x := randomF32(n*cols, 1)
+					out := make([]float32, n*rows)
+					for b.Loop() {
+						be.MatMul(out, w, x, n)
+					}
+					sec := b.Elapsed().Seconds() / float64(b.N)
+					if n == 1 {
+						b.ReportMetric(float64(len(w.Data))/sec/1e9, "GB/s")
+					} else {
+						b.ReportMetric(2*float64(rows*cols*n)/sec/1e9, "GFLOP/s")
+					}
+				})
+			}
+		}
+	}
+}
+
+func trimGGUF(file string) string {
+	s := filepath.Base(file)
+	return s[:len(s)-len(filepath.Ext(s))]
+}

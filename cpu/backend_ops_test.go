@@ -1,0 +1,238 @@
+package cpu_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/flowinfer/flowinfer/cpu"
+	"github.com/flowinfer/flowinfer/model"
+	"github.com/flowinfer/flowinfer/quant"
+)
+
+func randomF32(n int, seed uint64) []float32 {
+	r := rand.New(rand.NewPCG(seed, 7))
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	return x
+}
+
+// randomWeights quantizes random rows to wt as llama-quantize would.
+func randomWeights(wt quant.Type, rows, cols int) []byte {
+	rb, err := quant.RowBytes(wt, cols)
+	if err != nil {
+		panic(err)
+	}
+	data := make([]byte, rows*rb)
+	x := randomF32(rows*cols, uint64(wt)+99)
+	for r := range rows {
+		if err := quant.QuantizeRowRef(wt, x[r*cols:(r+1)*cols], data[r*rb:(r+1)*rb]); err != nil {
+			panic(err)
+		}
+	}
+	return data
+}
+
+// guarded returns a slice of n float32s inside a buffer whose guard values
+// before and after check reports if touched.
+func guarded(n int) (out []float32, check func(t *testing.T)) {
+	const g = 16
+	const sentinel = float32(-12345.5)
+	buf := make([]float32, n+2*g)
+	for i := range buf {
+		buf[i] = sentinel
+	}
+	return buf[g : g+n], func(t *testing.T) {
+		t.Helper()
+		for i := range g {
+			if buf[i] != sentinel || buf[g+n+i] != sentinel {
+				t.Fatalf("guard value %d around the output was overwritten", i)
+			}
+		}
+	}
+}
+
+// nmse is the normalized mean squared error Σ(a-b)²/Σb², with NaN/Inf in
+// got reported as +Inf.
+func nmse(got, want []float32) float64 {
+	var num, den float64
+	for i := range want {
+		if math.IsNaN(float64(got[i])) || math.IsInf(float64(got[i]), 0) {
+			return math.Inf(1)
+		}
+		d := float64(got[i]) - float64(want[i])
+		num += d * d
+		den += float64(want[i]) * float64(want[i])
+	}
+	if den == 0 {
+		return num
+	}
+	return num / den
+}
+
+var testThreads = []int{1, 2, 3}
+
+// TestBackendMatMul compares MatMul with Ref's over aligned and odd shapes
+// (row counts that do not divide into the workers' blocks, one to many
+// tokens) on every kernel path, with guard values around the output.
+func TestBackendMatMul(t *testing.T) {
+	types := []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q5_1, quant.Q4_K, quant.Q5_K, quant.Q6_K}
+	for _, isa := range cpu.Available() {
+		for _, wt := range types {
+			for _, sh := range []struct{ rows, cols, n int }{{1, 256, 1}, {7, 256, 3}, {13, 512, 1}, {130, 256, 65}, {1000, 256, 2}, {33, 768, 130}} {
+				name := fmt.Sprintf("isa=%s/type=%s/rows=%d/cols=%d/n=%d", isa, wt, sh.rows, sh.cols, sh.n)
+				t.Run(name, func(t *testing.T) {
+					rb, _ := quant.RowBytes(wt, sh.cols)
+					w := &model.Weight{Name: "w", Type: wt, Cols: sh.cols, Rows: sh.rows, RowBytes: rb, Data: randomWeights(wt, sh.rows, sh.cols)}
+					x := randomF32(sh.n*sh.cols, 3)
+					want := make([]float32, sh.n*sh.rows)
+					cpu.NewRef().MatMul(want, w, x, sh.n)
+					for _, threads := range testThreads {
+						be := cpu.NewBackend(threads, cpu.KernelsFor(isa))
+						got, check := guarded(len(want))
+						be.MatMul(got, w, x, sh.n)
+						be.Close()
+						check(t)
+						if e := nmse(got, want); e > 1e-10 {
+							t.Errorf("threads=%d: NMSE %.3g > 1e-10", threads, e)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestBackendElementwise compares RMSNorm, RoPE (both kinds, with
+// frequency factors), SwiGLU, Add, AddRows and Softmax with Ref's on sizes
+// below and above the parallel threshold.
+func TestBackendElementwise(t *testing.T) {
+	ref := cpu.NewRef()
+	for _, threads := range testThreads {
+		be := newBackend(t, threads)
+		for _, sh := range []struct{ n, dim int }{{1, 64}, {3, 7}, {5, 2048}, {70, 256}} {
+			name := fmt.Sprintf("threads=%d/n=%d/dim=%d", threads, sh.n, sh.dim)
+			x := randomF32(sh.n*sh.dim, 5)
+			w := randomF32(sh.dim, 6)
+			cmp := func(op string, got, want []float32, tol float64) {
+				t.Helper()
+				if e := nmse(got, want); e > tol {
+					t.Errorf("%s %s: NMSE %.3g > %.3g", name, op, e, tol)
+				}
+			}
+			want, got := make([]float32, len(x)), make([]float32, len(x))
+			ref.RMSNorm(want, x, w, sh.n, sh.dim, 1e-5)
+			be.RMSNorm(got, x, w, sh.n, sh.dim, 1e-5)
+			cmp("rmsnorm", got, want, 1e-12)
+
+			copy(want, x)
+			copy(got, x)
+			ref.Softmax(want, sh.n, sh.dim)
+			be.Softmax(got, sh.n, sh.dim)
+			cmp("softmax", got, want, 1e-12)
+
+			up := randomF32(len(x), 8)
+			ref.SwiGLU(want, x, up)
+			be.SwiGLU(got, x, up)
+			cmp("swiglu", got, want, 1e-12)
+
+			copy(want, x)
+			copy(got, x)
+			ref.Add(want, up)
+			be.Add(got, up)
+			cmp("add", got, want, 0)
+			ref.AddRows(want, w)
+			be.AddRows(got, w)
+			cmp("addrows", got, want, 0)
+
+			if sh.dim%2 == 0 {
+				for _, rp := range []model.Rope{
+					{Type: model.RopeNorm, Dim: 32, Base: 10000, Scale: 1},
+					{Type: model.RopeNeox, Dim: 32, Base: 1e6, Scale: 0.5},
+					{Type: model.RopeNorm, Dim: 32, Base: 500000, Scale: 1, Factors: randomPositive(16)},
+				} {
+					if sh.dim%32 != 0 {
+						continue
+					}
+					nHead := sh.dim / 32
+					pos := make([]int32, sh.n)
+					for i := range pos {
+						pos[i] = int32(3*i + 100)
+					}
+					copy(want, x)
+					copy(got, x)
+					ref.Rope(want, pos, sh.n, nHead, 32, &rp)
+					be.Rope(got, pos, sh.n, nHead, 32, &rp)
+					cmp(fmt.Sprintf("rope type %d", rp.Type), got, want, 0)
+				}
+			}
+		}
+	}
+}
+
+func randomPositive(n int) []float32 {
+	x := randomF32(n, 11)
+	for i := range x {
+		x[i] = 1 + float32(math.Abs(float64(x[i])))
+	}
+	return x
+}
+
+// TestBackendAttention compares Attention with Ref's for grouped-query
+// heads, two sequences and several batch rows.
+func TestBackendAttention(t *testing.T) {
+	for _, isa := range cpu.Available() {
+		for _, hp := range []model.Hyper{
+			{NHead: 8, NHeadKV: 2, HeadDimK: 64, HeadDimV: 64, NLayer: 1},
+			{NHead: 4, NHeadKV: 4, HeadDimK: 8, HeadDimV: 8, NLayer: 1},
+			{NHead: 6, NHeadKV: 3, HeadDimK: 128, HeadDimV: 128, NLayer: 1},
+		} {
+			t.Run(fmt.Sprintf("isa=%s/heads=%d/kv=%d/dim=%d", isa, hp.NHead, hp.NHeadKV, hp.HeadDimK), func(t *testing.T) {
+				h := hp
+				const nCtx = 300
+				kv := model.NewKVCache(&h, nCtx, 2)
+				for s := range 2 {
+					for p := range nCtx {
+						copy(kv.KRow(0, s, p), randomF32(kv.KDim, uint64(1000*s+p)))
+						copy(kv.VRow(0, s, p), randomF32(kv.VDim, uint64(1000*s+p+500000)))
+					}
+				}
+				// rows: seq 0 at 0..4, seq 1 at 250..299 (a prefill chunk)
+				var seq, pos []int32
+				for p := range 5 {
+					seq, pos = append(seq, 0), append(pos, int32(p))
+				}
+				for p := 250; p < 300; p++ {
+					seq, pos = append(seq, 1), append(pos, int32(p))
+				}
+				n := len(seq)
+				q := randomF32(n*h.NHead*h.HeadDimK, 17)
+				want := make([]float32, n*h.NHead*h.HeadDimV)
+				scale := float32(1 / math.Sqrt(float64(h.HeadDimK)))
+				cpu.NewRef().Attention(want, q, kv, 0, seq, pos, &h, scale)
+				for _, threads := range testThreads {
+					be := cpu.NewBackend(threads, cpu.KernelsFor(isa))
+					got, check := guarded(len(want))
+					be.Attention(got, q, kv, 0, seq, pos, &h, scale)
+					be.Close()
+					check(t)
+					if e := nmse(got, want); e > 1e-11 {
+						t.Errorf("threads=%d: NMSE %.3g > 1e-11", threads, e)
+					}
+					// one row alone (the decode path)
+					got1, check1 := guarded(h.NHead * h.HeadDimV)
+					be = cpu.NewBackend(threads, cpu.KernelsFor(isa))
+					be.Attention(got1, q[(n-1)*h.NHead*h.HeadDimK:], kv, 0, seq[n-1:], pos[n-1:], &h, scale)
+					be.Close()
+					check1(t)
+					if e := nmse(got1, want[(n-1)*h.NHead*h.HeadDimV:]); e > 1e-11 {
+						t.Errorf("threads=%d, one row: NMSE %.3g > 1e-11", threads, e)
+					}
+				}
+			})
+		}
+	}
+}
