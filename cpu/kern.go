@@ -1,0 +1,249 @@
+// Fast matrix kernels: activation quantization and weight-row dot products
+// for whole blocks of rows, in C with SIMD intrinsics behind cgo (kern_*.c)
+// or, as the reference and the CGO_ENABLED=0 build, quant's scalar Go.
+//
+// Kernels is one instruction-set path. Available lists the paths this
+// machine runs (feature detection in C: cpuid and OS support); KernelsFor
+// picks one, so tests can force each. Nothing here reads the environment:
+// a FLOWINFER_ISA-style override belongs in cmd or tests (ParseISA).
+//
+// Numerics: QuantizeRows is byte-identical to quant.QuantizeRow on every
+// path. DotRows and GemmRows compute the same exact integer sums as
+// quant.DotFunc and differ only in the order and fusing (FMA) of the float
+// additions; Tolerance states the bound per type.
+//
+// Calls are per matrix or per block of rows (a cgo call costs ~27 ns), not
+// per element. This file does not split work across threads: callers hand
+// row ranges [r0, r1) to their workers.
+
+package cpu
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/flowinfer/flowinfer/quant"
+)
+
+// ISA is one kernel implementation path.
+type ISA int
+
+const (
+	// ISAScalarGo is quant's plain-Go reference code: every machine, and
+	// the only path of a CGO_ENABLED=0 build.
+	ISAScalarGo ISA = iota
+	// ISAAVX2 is C with AVX2, FMA and F16C intrinsics (x86-64-v3).
+	ISAAVX2
+)
+
+// String returns the name ParseISA accepts.
+func (i ISA) String() string {
+	switch i {
+	case ISAScalarGo:
+		return "go"
+	case ISAAVX2:
+		return "avx2"
+	}
+	return fmt.Sprintf("isa(%d)", int(i))
+}
+
+// ParseISA returns the ISA named s ("go", "avx2").
+func ParseISA(s string) (ISA, error) {
+	for _, i := range []ISA{ISAScalarGo, ISAAVX2} {
+		if s == i.String() {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("cpu: unknown ISA %q (want go or avx2)", s)
+}
+
+// Available returns the paths this machine (and build) can run, fastest
+// first; ISAScalarGo is always last.
+func Available() []ISA {
+	var isas []ISA
+	if cpuFeatures()&featAVX2 != 0 {
+		isas = append(isas, ISAAVX2)
+	}
+	return append(isas, ISAScalarGo)
+}
+
+// KernelsFor returns the kernels of path isa, or nil if this machine or
+// build cannot run it.
+func KernelsFor(isa ISA) *Kernels {
+	for _, a := range Available() {
+		if a == isa {
+			return &Kernels{isa: isa}
+		}
+	}
+	return nil
+}
+
+// Best returns the fastest kernels this machine runs.
+func Best() *Kernels { return &Kernels{isa: Available()[0]} }
+
+// Kernels is one ISA path's set of kernels. Its methods are safe for
+// concurrent use and do not allocate. They panic, naming the violated
+// condition, if slices are shorter than the shapes need or a type is not
+// supported (shapes are validated when a model loads; this keeps C from
+// ever reading or writing out of bounds).
+type Kernels struct {
+	isa ISA
+}
+
+// ISA returns the path.
+func (k *Kernels) ISA() ISA { return k.isa }
+
+// Supports reports whether DotRows and GemmRows take weights of type wt:
+// F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K ... Q6_K, on every
+// path. The activations are of type quant.VecDotType(wt).
+func (k *Kernels) Supports(wt quant.Type) bool {
+	_, _, ok := dotLayout(wt)
+	return ok
+}
+
+// dotLayout returns the block size and bytes of a weight type with a dot
+// product (a switch: cheaper than quant's table lookup on every call).
+func dotLayout(t quant.Type) (bs, bb int, ok bool) {
+	switch t {
+	case quant.F32:
+		return 1, 4, true
+	case quant.F16, quant.BF16:
+		return 1, 2, true
+	case quant.Q4_0:
+		return 32, 18, true
+	case quant.Q4_1:
+		return 32, 20, true
+	case quant.Q5_0:
+		return 32, 22, true
+	case quant.Q5_1:
+		return 32, 24, true
+	case quant.Q8_0:
+		return 32, 34, true
+	case quant.Q2_K:
+		return 256, 84, true
+	case quant.Q3_K:
+		return 256, 110, true
+	case quant.Q4_K:
+		return 256, 144, true
+	case quant.Q5_K:
+		return 256, 176, true
+	case quant.Q6_K:
+		return 256, 210, true
+	}
+	return 0, 0, false
+}
+
+// actLayout is dotLayout for the activation (vec-dot) types.
+func actLayout(t quant.Type) (bs, bb int, ok bool) {
+	switch t {
+	case quant.Q8_0:
+		return 32, 34, true
+	case quant.Q8_1:
+		return 32, 36, true
+	case quant.Q8_K:
+		return 256, 292, true
+	}
+	return dotLayout(t)
+}
+
+// layoutBytes returns the bytes of cols elements of t, or panics.
+func layoutBytes(op string, t quant.Type, cols int, layout func(quant.Type) (int, int, bool)) int {
+	bs, bb, ok := layout(t)
+	if !ok {
+		panic(fmt.Sprintf("cpu: %s: type %s not supported", op, t))
+	}
+	if cols < 0 || cols%bs != 0 {
+		panic(fmt.Sprintf("cpu: %s: %d %s columns are not a whole number of blocks of %d", op, cols, t, bs))
+	}
+	return cols / bs * bb
+}
+
+// QuantizeRows converts nRows rows of cols float32s (src, row-major) to
+// type t, rows back to back in dst (quant.RowBytes(t, cols) bytes each),
+// byte-identical to quant.QuantizeRow row by row. The vec-dot types Q8_0,
+// Q8_1, Q8_K, F16, BF16 and F32 run in SIMD; any other type quant can
+// quantize runs in Go.
+func (k *Kernels) QuantizeRows(t quant.Type, src []float32, nRows, cols int, dst []byte) {
+	const op = "QuantizeRows"
+	f := quant.QuantizeFunc(t)
+	if f == nil {
+		panic(fmt.Sprintf("cpu: %s: cannot quantize to %s", op, t))
+	}
+	rb, err := quant.RowBytes(t, cols)
+	if err != nil {
+		panic(fmt.Sprintf("cpu: %s: %v", op, err))
+	}
+	if nRows < 0 || len(src) < nRows*cols || len(dst) < nRows*rb {
+		panic(fmt.Sprintf("cpu: %s: %d rows of %d %s need %d floats and %d bytes, have %d and %d",
+			op, nRows, cols, t, nRows*cols, nRows*rb, len(src), len(dst)))
+	}
+	if nRows == 0 || cols == 0 {
+		return
+	}
+	if k.isa != ISAScalarGo && quantizeRowsC(k.isa, t, src, nRows, cols, dst) {
+		return
+	}
+	for r := range nRows {
+		f(src[r*cols:(r+1)*cols], dst[r*rb:(r+1)*rb])
+	}
+}
+
+// DotRows sets out[r] = dot(weight row r, a) for r in [r0, r1): the decode
+// matrix-vector product over one block of rows. Weight row r (type wt,
+// cols elements) starts at w[r*rowBytes]; a is one activation row of type
+// quant.VecDotType(wt) (from QuantizeRows); out is indexed by absolute row
+// and only out[r0:r1] is written.
+func (k *Kernels) DotRows(wt quant.Type, w []byte, rowBytes, cols, r0, r1 int, a []byte, out []float32) {
+	k.GemmRows(wt, w, rowBytes, cols, r0, r1, a, 1, out, r1)
+}
+
+// GemmRows sets out[t*outStride+r] = dot(weight row r, activation row t)
+// for r in [r0, r1) and t in [0, nAct): the prefill matrix product over one
+// block of weight rows. The nAct activation rows sit back to back in a
+// (quant.RowBytes(quant.VecDotType(wt), cols) bytes each, as QuantizeRows
+// writes them); each weight row is read from memory once for all of them.
+// outStride must be at least r1 when nAct > 1.
+func (k *Kernels) GemmRows(wt quant.Type, w []byte, rowBytes, cols, r0, r1 int, a []byte, nAct int, out []float32, outStride int) {
+	const op = "GemmRows"
+	wrb := layoutBytes(op, wt, cols, dotLayout)
+	vt := quant.VecDotType(wt)
+	arb := layoutBytes(op, vt, cols, actLayout)
+	switch {
+	case r0 < 0 || r1 < r0:
+		panic(fmt.Sprintf("cpu: %s: bad row range [%d, %d)", op, r0, r1))
+	case nAct < 0:
+		panic(fmt.Sprintf("cpu: %s: %d activation rows", op, nAct))
+	case r1 == r0 || nAct == 0:
+		return
+	case rowBytes < wrb:
+		panic(fmt.Sprintf("cpu: %s: row stride %d < %d bytes of a %s row of %d", op, rowBytes, wrb, wt, cols))
+	case len(w) < (r1-1)*rowBytes+wrb:
+		panic(fmt.Sprintf("cpu: %s: rows [%d, %d) of %d bytes need %d bytes, have %d", op, r0, r1, rowBytes, (r1-1)*rowBytes+wrb, len(w)))
+	case len(a) < nAct*arb:
+		panic(fmt.Sprintf("cpu: %s: %d %s activation rows of %d need %d bytes, have %d", op, nAct, vt, cols, nAct*arb, len(a)))
+	case nAct > 1 && outStride < r1:
+		panic(fmt.Sprintf("cpu: %s: output stride %d < row end %d", op, outStride, r1))
+	case len(out) < (nAct-1)*outStride+r1:
+		panic(fmt.Sprintf("cpu: %s: output needs %d floats, has %d", op, (nAct-1)*outStride+r1, len(out)))
+	}
+	if cols == 0 {
+		for t := range nAct {
+			clear(out[t*outStride+r0 : t*outStride+r1])
+		}
+		return
+	}
+	if k.isa != ISAScalarGo && gemmC(k.isa, wt, w, rowBytes, cols, r0, r1, a, arb, nAct, out, outStride) {
+		return
+	}
+	dot := quant.DotFunc(wt)
+	for t := range nAct {
+		at := a[t*arb : (t+1)*arb]
+		o := out[t*outStride:]
+		for r := r0; r < r1; r++ {
+			o[r] = dot(cols, w[r*rowBytes:r*rowBytes+wrb], at)
+		}
+	}
+}
+
+// ptr returns the address of a slice's first element for C (nil if empty).
+func ptr[T any](s []T) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(s)) }

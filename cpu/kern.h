@@ -1,0 +1,57 @@
+//go:build cgo
+
+// C side of the SIMD kernels (kern*.c), called from kern_cgo.go. Every
+// entry point works on a whole matrix or block of rows, never one element:
+// a cgo call costs ~27 ns.
+//
+// Type numbers are ggml's (quant.Type). Byte layouts are ggml-common.h's
+// (quant/blocks.go pins them); all multi-byte fields are little-endian and
+// read with memcpy, so no pointer needs any alignment.
+
+#ifndef FLOWINFER_KERN_H
+#define FLOWINFER_KERN_H
+
+#include <stdint.h>
+
+// ISA bits reported by fi_cpu_features.
+enum {
+	FI_AVX2 = 1, // AVX2 + FMA + F16C (the kern_avx2*.c files)
+};
+
+// ggml type numbers used by the kernels.
+enum {
+	FI_F32 = 0,
+	FI_F16 = 1,
+	FI_Q4_0 = 2,
+	FI_Q4_1 = 3,
+	FI_Q5_0 = 6,
+	FI_Q5_1 = 7,
+	FI_Q8_0 = 8,
+	FI_Q8_1 = 9,
+	FI_Q2_K = 10,
+	FI_Q3_K = 11,
+	FI_Q4_K = 12,
+	FI_Q5_K = 13,
+	FI_Q6_K = 14,
+	FI_Q8_K = 15,
+	FI_BF16 = 30,
+};
+
+// fi_cpu_features returns the FI_* bits the CPU and OS support.
+int fi_cpu_features(void);
+
+// fi_quantize_rows_avx2 converts nrows rows of cols floats (row-major) to
+// type t (Q8_0, Q8_1, Q8_K, F16, BF16 or F32), rows packed back to back in
+// dst, byte-identical to quant.QuantizeRow. Returns 0, or -1 for a type it
+// does not handle (nothing is written then).
+int fi_quantize_rows_avx2(int t, const float *src, int64_t nrows, int64_t cols, uint8_t *dst);
+
+// fi_gemm_avx2 computes out[j*out_stride + r] = dot(weight row r, activation
+// row j) for r in [r0, r1) and j in [0, nact). Weight row r starts at
+// w + r*w_stride; activation row j (type VecDotType(wt)) at a + j*a_stride.
+// cols is the row length in elements (a whole number of blocks). Returns 0,
+// or -1 for a weight type it does not handle (nothing is written then).
+int fi_gemm_avx2(int wt, const uint8_t *w, int64_t w_stride, int64_t cols, int64_t r0, int64_t r1,
+                 const uint8_t *a, int64_t a_stride, int64_t nact, float *out, int64_t out_stride);
+
+#endif

@@ -1,0 +1,86 @@
+//go:build cgo
+
+// AVX2 dot products of float weights with activations of the same type
+// (F32 x F32, F16 x F16, BF16 x BF16). Halves are widened exactly to
+// float32 (vcvtph2ps; bf16 by a shift), so every product is exact for F16
+// and BF16; products accumulate with FMA in float32 lanes, 16 elements per
+// step in two lane sets per activation row (quant's scalar dots accumulate
+// in float64: the difference is float32 rounding of the sums). Any cols
+// works; a tail of fewer than 8 elements is done in scalar code.
+
+#pragma GCC target("avx2,fma,f16c")
+
+#include "kern.h"
+#include "kern_avx2.h"
+
+FI_INLINE __m256 ld8_f32(const uint8_t *p) { return _mm256_loadu_ps((const float *)p); }
+FI_INLINE __m256 ld8_f16(const uint8_t *p) { return _mm256_cvtph_ps(ld128(p)); }
+FI_INLINE __m256 ld8_bf16(const uint8_t *p) {
+	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(ld128(p)), 16));
+}
+FI_INLINE float ld1_f32(const uint8_t *p) { return ld_f32(p); }
+FI_INLINE float ld1_f16(const uint8_t *p) { return ld_f16(p); }
+FI_INLINE float ld1_bf16(const uint8_t *p) {
+	uint16_t h;
+	memcpy(&h, p, 2);
+	uint32_t b = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &b, 4);
+	return f;
+}
+
+// FI_FLOAT_TILE(name, esz, ld8, ld1) defines a tile for elements of esz
+// bytes loaded 8 at a time by ld8 and singly by ld1.
+#define FI_FLOAT_TILE(name, esz, ld8, ld1)                                                               \
+	FI_INLINE void name(const uint8_t *w, int64_t cols, const uint8_t *a, int64_t as, float *out,         \
+	                    int64_t os, const int na) {                                                      \
+		__m256 acc0[4], acc1[4];                                                                         \
+		for (int j = 0; j < na; j++) acc0[j] = _mm256_setzero_ps(), acc1[j] = _mm256_setzero_ps();        \
+		int64_t i = 0;                                                                                   \
+		for (; i + 16 <= cols; i += 16) {                                                                \
+			const __m256 w0 = ld8(w + (esz) * i), w1 = ld8(w + (esz) * (i + 8));                          \
+			for (int j = 0; j < na; j++) {                                                               \
+				const uint8_t *y = a + j * as + (esz) * i;                                               \
+				acc0[j] = _mm256_fmadd_ps(w0, ld8(y), acc0[j]);                                          \
+				acc1[j] = _mm256_fmadd_ps(w1, ld8(y + 8 * (esz)), acc1[j]);                              \
+			}                                                                                            \
+		}                                                                                                \
+		if (i + 8 <= cols) {                                                                             \
+			const __m256 w0 = ld8(w + (esz) * i);                                                        \
+			for (int j = 0; j < na; j++) acc0[j] = _mm256_fmadd_ps(w0, ld8(a + j * as + (esz) * i), acc0[j]); \
+			i += 8;                                                                                      \
+		}                                                                                                \
+		for (int j = 0; j < na; j++) {                                                                   \
+			float s = hsum_ps(_mm256_add_ps(acc0[j], acc1[j]));                                          \
+			for (int64_t k = i; k < cols; k++) s += ld1(w + (esz) * k) * ld1(a + j * as + (esz) * k);   \
+			out[j * os] = s;                                                                             \
+		}                                                                                                \
+	}
+
+FI_FLOAT_TILE(tile_f32, 4, ld8_f32, ld1_f32)
+FI_FLOAT_TILE(tile_f16, 2, ld8_f16, ld1_f16)
+FI_FLOAT_TILE(tile_bf16, 2, ld8_bf16, ld1_bf16)
+
+FI_DEFINE_GEMM(gemm_f32, tile_f32)
+FI_DEFINE_GEMM(gemm_f16, tile_f16)
+FI_DEFINE_GEMM(gemm_bf16, tile_bf16)
+
+fi_gemm_fn fi_avx2_gemm_f(int wt) {
+	switch (wt) {
+	case FI_F32: return gemm_f32;
+	case FI_F16: return gemm_f16;
+	case FI_BF16: return gemm_bf16;
+	}
+	return 0;
+}
+
+// fi_gemm_avx2: see kern.h.
+int fi_gemm_avx2(int wt, const uint8_t *w, int64_t w_stride, int64_t cols, int64_t r0, int64_t r1,
+                 const uint8_t *a, int64_t a_stride, int64_t nact, float *out, int64_t out_stride) {
+	fi_gemm_fn f = fi_avx2_gemm_f(wt);
+	if (!f) f = fi_avx2_gemm_q(wt);
+	if (!f) f = fi_avx2_gemm_k(wt);
+	if (!f) return -1;
+	if (r1 > r0 && nact > 0) f(w, w_stride, cols, r0, r1, a, a_stride, nact, out, out_stride);
+	return 0;
+}

@@ -1,0 +1,45 @@
+//go:build cgo
+
+// The cgo bridge to the C kernels (kern.h). Each function makes one C call
+// for a whole block of rows; Go slices are passed as pointers to their
+// first element, after kern.go has checked every length.
+
+package cpu
+
+/*
+#cgo CFLAGS: -O2 -std=gnu11
+#include "kern.h"
+*/
+import "C"
+
+import (
+	"sync"
+
+	"github.com/flowinfer/flowinfer/quant"
+)
+
+const featAVX2 = C.FI_AVX2
+
+// cpuFeatures returns the FI_* bits of this machine (asked once).
+var cpuFeatures = sync.OnceValue(func() int { return int(C.fi_cpu_features()) })
+
+// quantizeRowsC runs the C quantizer of isa; false if it has none for t.
+func quantizeRowsC(isa ISA, t quant.Type, src []float32, nRows, cols int, dst []byte) bool {
+	switch isa {
+	case ISAAVX2:
+		return C.fi_quantize_rows_avx2(C.int(t), (*C.float)(ptr(src)), C.int64_t(nRows), C.int64_t(cols),
+			(*C.uint8_t)(ptr(dst))) == 0
+	}
+	return false
+}
+
+// gemmC runs the C matrix kernel of isa; false if it has none for wt.
+func gemmC(isa ISA, wt quant.Type, w []byte, rowBytes, cols, r0, r1 int, a []byte, arb, nAct int, out []float32, outStride int) bool {
+	switch isa {
+	case ISAAVX2:
+		return C.fi_gemm_avx2(C.int(wt), (*C.uint8_t)(ptr(w)), C.int64_t(rowBytes), C.int64_t(cols),
+			C.int64_t(r0), C.int64_t(r1), (*C.uint8_t)(ptr(a)), C.int64_t(arb), C.int64_t(nAct),
+			(*C.float)(ptr(out)), C.int64_t(outStride)) == 0
+	}
+	return false
+}

@@ -1,0 +1,18 @@
+//go:build !cgo
+
+// Without cgo only ISAScalarGo exists: these stand-ins report no SIMD
+// features, so kern.go never calls into C.
+
+package cpu
+
+import "github.com/flowinfer/flowinfer/quant"
+
+const featAVX2 = 1
+
+func cpuFeatures() int { return 0 }
+
+func quantizeRowsC(ISA, quant.Type, []float32, int, int, []byte) bool { return false }
+
+func gemmC(ISA, quant.Type, []byte, int, int, int, int, []byte, int, int, []float32, int) bool {
+	return false
+}
