@@ -1,0 +1,353 @@
+// plan.go: the tensors of a model (names, shapes, what random values they
+// hold) and the type each gets, following llama-quantize's choice of type
+// per tensor (llama_tensor_get_type in src/llama-quant.cpp) for the
+// mixtures supported here.
+//
+// Only the rules that fire for the supported mixtures and architectures are
+// implemented: the IQ, Q2_K and Q3_K mixtures and Falcon's special cases are
+// not.
+
+package synth
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/flowinfer/flowinfer/quant"
+)
+
+// mixInfo is one llama-quantize file type: its LLAMA_FTYPE number and the
+// default type of its 2-D weights.
+type mixInfo struct {
+	name  string
+	ftype uint32
+	def   quant.Type
+}
+
+// mixTable lists the supported mixtures (llama.h's enum llama_ftype).
+func mixTable() []mixInfo {
+	return []mixInfo{
+		{"F32", 0, quant.F32},
+		{"F16", 1, quant.F16},
+		{"Q4_0", 2, quant.Q4_0},
+		{"Q4_1", 3, quant.Q4_1},
+		{"Q8_0", 7, quant.Q8_0},
+		{"Q5_0", 8, quant.Q5_0},
+		{"Q5_1", 9, quant.Q5_1},
+		{"Q4_K_S", 14, quant.Q4_K},
+		{"Q4_K_M", 15, quant.Q4_K},
+		{"Q5_K_S", 16, quant.Q5_K},
+		{"Q5_K_M", 17, quant.Q5_K},
+		{"Q6_K", 18, quant.Q6_K},
+		{"BF16", 32, quant.BF16},
+	}
+}
+
+// Mixes returns the names of the supported mixtures (Options.Mix), as
+// llama-quantize spells them.
+func Mixes() []string {
+	var out []string
+	for _, m := range mixTable() {
+		out = append(out, m.name)
+	}
+	return out
+}
+
+func lookupMix(name string) (mixInfo, bool) {
+	for _, m := range mixTable() {
+		if strings.EqualFold(m.name, name) {
+			return m, true
+		}
+	}
+	return mixInfo{}, false
+}
+
+// pureFileType is the general.file_type of a file whose 2-D weights all have
+// type t, as llama-quantize --pure writes it (Q4_K -> Q4_K_M and so on).
+func pureFileType(t quant.Type) (uint32, bool) {
+	switch t {
+	case quant.Q4_K:
+		return 15, true
+	case quant.Q5_K:
+		return 17, true
+	}
+	for _, m := range mixTable() {
+		if m.def == t {
+			return m.ftype, true
+		}
+	}
+	return 0, false
+}
+
+// role says what random values a tensor holds.
+type role int
+
+const (
+	roleWeight role = iota // N(0, std²)
+	roleNorm               // 1 + N(0, 0.1²)
+	roleBias               // N(0, 0.1²)
+	roleRouter             // N(0, 0.02²) times a per-expert scale
+)
+
+// Tensor is one tensor of a planned model file.
+type Tensor struct {
+	Name string
+	Type quant.Type
+	// Dims in ggml order: Dims[0] is the row length.
+	Dims []uint64
+	// Bytes is the size of the tensor's data.
+	Bytes uint64
+
+	role  role
+	std   float64
+	layer int // -1 outside the blocks
+}
+
+// Plan returns the tensors Write writes for s and o, in file order, with
+// their types. It is what `flowinfer gen --dry-run` would print.
+func Plan(s Spec, o Options) ([]Tensor, error) {
+	s, _, err := prepare(s, o)
+	if err != nil {
+		return nil, err
+	}
+	ts, _, err := plan(s, o)
+	return ts, err
+}
+
+// plan lists the tensors of s, assigns their types and returns them with
+// the file type.
+func plan(s Spec, o Options) ([]Tensor, uint32, error) {
+	ts := tensorList(s)
+	q, err := newTyper(s, o)
+	if err != nil {
+		return nil, 0, err
+	}
+	for i := range ts {
+		t := &ts[i]
+		if t.Type, err = q.typeOf(t); err != nil {
+			return nil, 0, err
+		}
+		rb, err := quant.RowBytes(t.Type, int(t.Dims[0]))
+		if err != nil {
+			return nil, 0, fmt.Errorf("synth: tensor %q: %w", t.Name, err)
+		}
+		t.Bytes = uint64(rb)
+		for _, d := range t.Dims[1:] {
+			t.Bytes *= d
+		}
+	}
+	return ts, q.ftype, nil
+}
+
+// tensorList returns s's tensors (types not yet set) in llama-quantize's
+// order: tensors outside the blocks first, then block by block, each group
+// sorted by name (llama_model_loader's weight_name_comparer).
+func tensorList(s Spec) []Tensor {
+	var ts []Tensor
+	add := func(layer int, name string, r role, std float64, dims ...int) {
+		d := make([]uint64, len(dims))
+		for i, x := range dims {
+			d[i] = uint64(x)
+		}
+		if layer >= 0 {
+			name = "blk." + strconv.Itoa(layer) + "." + name
+		}
+		ts = append(ts, Tensor{Name: name, Dims: d, role: r, std: std, layer: layer})
+	}
+	const std = 0.02
+	qkStd := std
+	if s.Arch == "llama" || s.Arch == "qwen2" {
+		qkStd = 0.08 // as the golden synthetic models: attention not near-uniform
+	}
+	e, v := s.NEmbd, s.NVocab
+	qDim, kvDim := s.NHead*s.HeadDim, s.NHeadKV*s.HeadDim
+	add(-1, "token_embd.weight", roleWeight, std, e, v)
+	add(-1, "output_norm.weight", roleNorm, 0.1, e)
+	if !s.Tied {
+		add(-1, "output.weight", roleWeight, std, e, v)
+	}
+	for i := range s.NLayer {
+		add(i, "attn_norm.weight", roleNorm, 0.1, e)
+		add(i, "attn_q.weight", roleWeight, qkStd, e, qDim)
+		add(i, "attn_k.weight", roleWeight, qkStd, e, kvDim)
+		add(i, "attn_v.weight", roleWeight, std, e, kvDim)
+		add(i, "attn_output.weight", roleWeight, std, qDim, e)
+		switch s.Arch {
+		case "qwen2":
+			add(i, "attn_q.bias", roleBias, 0.1, qDim)
+			add(i, "attn_k.bias", roleBias, 0.1, kvDim)
+			add(i, "attn_v.bias", roleBias, 0.1, kvDim)
+		case "qwen3", "qwen3moe":
+			add(i, "attn_q_norm.weight", roleNorm, 0.1, s.HeadDim)
+			add(i, "attn_k_norm.weight", roleNorm, 0.1, s.HeadDim)
+		}
+		add(i, "ffn_norm.weight", roleNorm, 0.1, e)
+		if s.NExpert > 0 {
+			add(i, "ffn_gate_inp.weight", roleRouter, std, e, s.NExpert)
+			add(i, "ffn_gate_exps.weight", roleWeight, std, e, s.NFFExp, s.NExpert)
+			add(i, "ffn_up_exps.weight", roleWeight, std, e, s.NFFExp, s.NExpert)
+			add(i, "ffn_down_exps.weight", roleWeight, std, s.NFFExp, e, s.NExpert)
+		} else {
+			add(i, "ffn_gate.weight", roleWeight, std, e, s.NFF)
+			add(i, "ffn_up.weight", roleWeight, std, e, s.NFF)
+			add(i, "ffn_down.weight", roleWeight, std, s.NFF, e)
+		}
+	}
+	slices.SortStableFunc(ts, func(a, b Tensor) int {
+		if a.layer != b.layer {
+			return a.layer - b.layer
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return ts
+}
+
+// typer picks each tensor's type.
+type typer struct {
+	s     Spec
+	pure  bool
+	mix   mixInfo
+	ftype uint32
+	is70B bool
+}
+
+func newTyper(s Spec, o Options) (*typer, error) {
+	q := &typer{s: s}
+	if o.Mix != "" {
+		m, ok := lookupMix(o.Mix)
+		if !ok {
+			return nil, fmt.Errorf("synth: unknown mixture %q (supported: %s)", o.Mix, strings.Join(Mixes(), ", "))
+		}
+		q.mix, q.ftype = m, m.ftype
+	} else {
+		ft, ok := pureFileType(o.Type)
+		if !ok {
+			return nil, fmt.Errorf("synth: cannot write tensors of type %s (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K)", o.Type)
+		}
+		q.pure, q.mix.def, q.ftype = true, o.Type, ft
+	}
+	// llama.cpp's LLM_TYPE_70B (llm_load_hparams): llama with 80 layers and
+	// grouped-query attention, qwen2 with 80 layers.
+	q.is70B = s.NLayer == 80 && (s.Arch == "llama" && s.NHead != s.NHeadKV || s.Arch == "qwen2")
+	return q, nil
+}
+
+// useMoreBits is llama-quant.cpp's use_more_bits: the first and last
+// eighth of the layers and every third one between get more bits.
+func useMoreBits(i, n int) bool {
+	return i < n/8 || i >= 7*n/8 || (i-n/8)%3 == 2
+}
+
+// category is llama-quant.cpp's tensor_get_category for our names.
+func category(name string) string {
+	switch {
+	case name == "output.weight":
+		return "output"
+	case name == "token_embd.weight":
+		return "token_embd"
+	}
+	for _, c := range []string{"attn_v.weight", "attn_k.weight", "attn_q.weight", "attn_output.weight", "ffn_up", "ffn_gate", "ffn_down"} {
+		if strings.Contains(name, c) {
+			return strings.TrimSuffix(c, ".weight")
+		}
+	}
+	return ""
+}
+
+// typeOf returns t's type: llama_tensor_get_type for the mixture, or the
+// pure type, then llama.cpp's fallback for rows that are not a whole number
+// of blocks.
+func (q *typer) typeOf(t *Tensor) (quant.Type, error) {
+	// tensor_allows_quantization: 2-D and 3-D weights except norms and the
+	// MoE router stay F32, as the converter writes them.
+	if len(t.Dims) < 2 || t.role != roleWeight {
+		return quant.F32, nil
+	}
+	nt := q.mix.def
+	if !nt.IsQuantized() {
+		return nt, nil
+	}
+	if !q.pure {
+		nt = q.mixRule(t, nt)
+	}
+	return fallback(t, nt)
+}
+
+// mixRule is the part of llama_tensor_get_type_impl that applies to the
+// supported mixtures.
+func (q *typer) mixRule(t *Tensor, nt quant.Type) quant.Type {
+	ftype := q.mix.name
+	nExpert8 := q.s.NExpert == 8
+	switch cat := category(t.Name); {
+	case cat == "output" || (cat == "token_embd" && q.s.Tied):
+		// the output (or the tied embeddings) gets Q6_K unless Q8_0 already
+		if int(t.Dims[0])%nt.BlockSize() != 0 {
+			return quant.Q8_0
+		}
+		if nt != quant.Q8_0 {
+			return quant.Q6_K
+		}
+	case cat == "attn_v":
+		// counted in file order: one attn_v per layer, so i = layer
+		switch {
+		case (ftype == "Q4_K_M" || ftype == "Q5_K_M") && useMoreBits(t.layer, q.s.NLayer):
+			nt = quant.Q6_K
+		case ftype == "Q4_K_S" && t.layer < 4:
+			nt = quant.Q5_K
+		}
+		if q.is70B && (nt == quant.Q3_K || nt == quant.Q4_K) {
+			nt = quant.Q5_K
+		}
+		if nExpert8 {
+			nt = quant.Q8_0
+		}
+	case cat == "attn_k":
+		if nExpert8 {
+			nt = quant.Q8_0
+		}
+	case cat == "ffn_down":
+		// layer from the name (MoE) or the running count (dense): the same
+		// number in file order
+		i, n := t.layer, q.s.NLayer
+		switch {
+		case ftype == "Q4_K_M" && useMoreBits(i, n):
+			nt = quant.Q6_K
+		case ftype == "Q5_K_M" && useMoreBits(i, n):
+			nt = quant.Q6_K
+		case ftype == "Q4_K_S" && i < n/8:
+			nt = quant.Q5_K
+		}
+	case cat == "attn_output":
+		if nExpert8 && (ftype == "Q4_K_S" || ftype == "Q4_K_M") {
+			nt = quant.Q5_K
+		}
+	}
+	return nt
+}
+
+// fallback is llama-quant.cpp's tensor_type_fallback: a K-quant whose rows
+// are not a whole number of 256-blocks falls back to a 32-block type, and
+// that to F16 if the rows are not a multiple of 32 either.
+func fallback(t *Tensor, nt quant.Type) (quant.Type, error) {
+	cols := int(t.Dims[0])
+	if cols%nt.BlockSize() == 0 {
+		return nt, nil
+	}
+	var fb quant.Type
+	switch nt {
+	case quant.Q4_K:
+		fb = quant.Q5_0
+	case quant.Q5_K:
+		fb = quant.Q5_1
+	case quant.Q6_K:
+		fb = quant.Q8_0
+	default:
+		return 0, fmt.Errorf("synth: tensor %q: rows of %d are not a whole number of %s blocks of %d, and llama.cpp has no fallback type for %s", t.Name, cols, nt, nt.BlockSize(), nt)
+	}
+	if cols%fb.BlockSize() != 0 {
+		fb = quant.F16
+	}
+	return fb, nil
+}

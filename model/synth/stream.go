@@ -1,0 +1,165 @@
+// stream.go: writing one tensor's random data in chunks. Each chunk has its
+// own generator seeded from (seed, tensor name, chunk index), so chunks can
+// be generated in parallel and the bytes do not depend on how many workers
+// there are.
+
+package synth
+
+import (
+	"encoding/binary"
+	"hash/fnv"
+	"io"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+)
+
+// chunkBytes is the target size of one generated chunk.
+const chunkBytes = 1 << 20
+
+func splitmix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// chunkRand returns the generator of chunk i of the named tensor.
+func chunkRand(seed uint64, name string, i int) *rand.PCG {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	s1 := splitmix(seed ^ splitmix(h.Sum64()))
+	return rand.NewPCG(s1, splitmix(s1^uint64(i)))
+}
+
+// tensorWriter returns the function that writes t's data; generators and
+// their tables are built now, in c, so the writing goroutines only read
+// them.
+func tensorWriter(c *gens, t *Tensor, seed uint64) (func(io.Writer) error, error) {
+	if t.role != roleWeight {
+		if c.floats == nil {
+			c.floats, c.floatMS = floatTable()
+		}
+		k := float32(t.std / math.Sqrt(c.floatMS))
+		return func(w io.Writer) error { return writeSmall(w, t, c.floats, k, seed) }, nil
+	}
+	g, err := c.get(t.Type, t.std)
+	if err != nil {
+		return nil, err
+	}
+	return func(w io.Writer) error {
+		bb := uint64(t.Type.BlockBytes())
+		blocks := t.Bytes / bb
+		per := max(1, chunkBytes/bb)
+		n := int((blocks + per - 1) / per)
+		size := func(i int) int { return int(min(per, blocks-uint64(i)*per) * bb) }
+		gen := func(i int, dst []byte) { g.fillBlocks(chunkRand(seed, t.Name, i), dst) }
+		return stream(w, n, runtime.GOMAXPROCS(0), size, gen)
+	}, nil
+}
+
+// writeSmall writes the F32 norms, biases and router (small: one chunk):
+// z·k with z from the float table, plus 1 for norms, times a per-expert
+// scale for the router.
+func writeSmall(w io.Writer, t *Tensor, table *[65536]float32, k float32, seed uint64) error {
+	r := chunkRand(seed, t.Name, 0)
+	cols := int(t.Dims[0])
+	rows := int(t.Bytes) / 4 / cols
+	scale := make([]float32, rows)
+	for i := range scale {
+		scale[i] = 1
+	}
+	if t.role == roleRouter {
+		// per-expert scales as the golden qwen3moe: {6, 4, 3, 2, 1.5, 1,
+		// 0.5, 0.25} repeated, shuffled per layer, so a few experts win
+		base := [...]float32{6, 4, 3, 2, 1.5, 1, 0.5, 0.25}
+		for e := range scale {
+			scale[e] = base[e%len(base)]
+		}
+		for i := len(scale) - 1; i > 0; i-- {
+			j := int((r.Uint64() >> 32) * uint64(i+1) >> 32)
+			scale[i], scale[j] = scale[j], scale[i]
+		}
+	}
+	buf := make([]byte, 4*cols)
+	for row := range rows {
+		for c := range cols {
+			v := float32(table[r.Uint64()&0xffff] * k) // rounded: no fused add below
+			switch t.role {
+			case roleNorm:
+				v = 1 + v
+			case roleRouter:
+				v *= scale[row]
+			}
+			binary.LittleEndian.PutUint32(buf[4*c:], math.Float32bits(v))
+		}
+		if _, err := w.Write(buf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stream writes chunks 0..n-1 to w in order. Chunk i has size(i) bytes and
+// is produced by gen(i, buf); up to workers chunks are generated at once,
+// the next batch while the current one is written.
+func stream(w io.Writer, n, workers int, size func(i int) int, gen func(i int, dst []byte)) error {
+	workers = max(1, min(workers, n))
+	if workers == 1 {
+		var buf []byte
+		for i := range n {
+			buf = grow(buf, size(i))
+			gen(i, buf)
+			if _, err := w.Write(buf); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	type batch struct {
+		bufs  [][]byte
+		first int
+		wg    sync.WaitGroup
+	}
+	start := func(b *batch, first int) {
+		b.first = first
+		b.bufs = b.bufs[:min(workers, n-first)]
+		for j := range b.bufs {
+			b.bufs[j] = grow(b.bufs[j], size(first+j))
+			b.wg.Add(1)
+			go func() {
+				defer b.wg.Done()
+				gen(first+j, b.bufs[j])
+			}()
+		}
+	}
+	cur, next := &batch{bufs: make([][]byte, workers)}, &batch{bufs: make([][]byte, workers)}
+	start(cur, 0)
+	for {
+		cur.wg.Wait()
+		more := cur.first+len(cur.bufs) < n
+		if more {
+			next.bufs = next.bufs[:workers]
+			start(next, cur.first+len(cur.bufs))
+		}
+		for _, buf := range cur.bufs {
+			if _, err := w.Write(buf); err != nil {
+				next.wg.Wait()
+				return err
+			}
+		}
+		if !more {
+			return nil
+		}
+		cur, next = next, cur
+	}
+}
+
+// grow returns buf resized to n bytes.
+func grow(buf []byte, n int) []byte {
+	if cap(buf) < n {
+		return make([]byte, n)
+	}
+	return buf[:n]
+}
