@@ -117,6 +117,7 @@ type blockGen struct {
 	m    [8]uint16      // fp16 mins (Q4_1, Q5_1: -center·d; Q4_K, Q5_K: center·d)
 	code *[256]int8     // random byte -> symmetric code
 	nib  *[65536]byte   // 4-bit types: random 16 bits -> two codes 8+c, packed
+	q8   *[65536]uint16 // Q8_0: random 16 bits -> two int8 codes
 	f16  *[65536]uint16 // F16/BF16: random 16 bits -> value
 	f32  *[65536]uint32 // F32: random 16 bits -> value
 	fill func(g *blockGen, r *rand.PCG, dst []byte)
@@ -202,10 +203,16 @@ func (c *gens) get(t quant.Type, std float64) (*blockGen, error) {
 		c.codes[bits], c.codeMS[bits] = codeTable(bits)
 	}
 	g.code = c.codes[bits]
-	if bits == 4 {
+	switch bits {
+	case 4:
 		g.nib = new([65536]byte)
 		for i := range g.nib {
 			g.nib[i] = byte(8+g.code[i&255]) | byte(8+g.code[i>>8])<<4
+		}
+	case 8:
+		g.q8 = new([65536]uint16)
+		for i := range g.q8 {
+			g.q8[i] = uint16(uint8(g.code[i&255])) | uint16(uint8(g.code[i>>8]))<<8
 		}
 	}
 	ms := meanSquareBlockScale() * c.codeMS[bits]
@@ -286,12 +293,11 @@ func (g *blockGen) codes8(c []int, x uint64, center int) {
 func fillQ8_0(g *blockGen, r *rand.PCG, dst []byte) {
 	for ; len(dst) >= bytesQ8_0; dst = dst[bytesQ8_0:] {
 		put16(dst, g.d[r.Uint64()&7])
-		qs := dst[2:bytesQ8_0]
-		for j := 0; j < 32; j += 8 {
+		for qs := dst[2:bytesQ8_0]; len(qs) >= 8; qs = qs[8:] {
 			x := r.Uint64()
-			for i := range 8 {
-				qs[j+i] = byte(g.code[x>>(8*i)&255])
-			}
+			v := uint64(g.q8[x&0xffff]) | uint64(g.q8[x>>16&0xffff])<<16 |
+				uint64(g.q8[x>>32&0xffff])<<32 | uint64(g.q8[x>>48])<<48
+			binary.LittleEndian.PutUint64(qs, v)
 		}
 	}
 }
