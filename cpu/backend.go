@@ -97,7 +97,9 @@ func (b *Backend) MatMul(out []float32, w *model.Weight, x []float32, n int) {
 	m.a, m.arb, m.n, m.out, m.ldo = act, arb, n, out[:n*w.Rows], w.Rows
 	workers := b.pool.workers()
 	if n == 1 {
-		m.rowChunks, m.rowSize = chunks(w.Rows, workers, 8, 16, 8)
+		// at least dotMinWork weights per claim: smaller products are not
+		// worth a dispatch
+		m.rowChunks, m.rowSize = chunks(w.Rows, workers, 8, max(16, dotMinWork/cols), 8)
 		m.tokChunks, m.tokSize = 1, 1
 	} else {
 		m.tokChunks, m.tokSize = chunks(n, 1, 1, gemmTokens, 1)
@@ -106,6 +108,9 @@ func (b *Backend) MatMul(out []float32, w *model.Weight, x []float32, n int) {
 		m.rowChunks, m.rowSize = chunks(w.Rows, workers, 4, gemmRowsMin, 8)
 		m.rowSize = min(m.rowSize, gemmRowsMax)
 		m.rowChunks = (w.Rows + m.rowSize - 1) / m.rowSize
+		if n*w.Rows*cols < 4*dotMinWork {
+			m.rowChunks, m.rowSize, m.tokChunks, m.tokSize = 1, w.Rows, 1, n
+		}
 	}
 	m.rows = w.Rows
 	m.next.Store(0)
@@ -115,6 +120,11 @@ func (b *Backend) MatMul(out []float32, w *model.Weight, x []float32, n int) {
 	}
 	b.pool.run(m)
 }
+
+// dotMinWork is the fewest weights a worker multiplies per claim in a
+// matrix-vector product (tens of microseconds: a dispatch costs one or
+// two).
+const dotMinWork = 1 << 16
 
 // Tiles of a batched product: a worker multiplies up to gemmRowsMax weight
 // rows by up to gemmTokens activation rows per claim (activations of 64

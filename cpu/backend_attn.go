@@ -1,13 +1,25 @@
 package cpu
 
-// backend_attn.go: the Backend's attention. The work unit is one token and
-// one KV head with the group of query heads that share it (grouped-query
-// attention), so each cached K and V row is read once per group; workers
-// claim units from a counter. A unit computes the group's scores against
-// every cached position ≤ the token's own with one strided matrix product
-// over the cache rows (the K rows of one head are rows of stride KDim), a
-// softmax per query head, and the weighted sum of the V rows, in the order
-// Ref sums them.
+// backend_attn.go: the Backend's attention, in two forms.
+//
+//   - A lone row of a sequence (decode) is one unit per KV head: the group
+//     of query heads sharing the head (grouped-query attention) is scored
+//     against every cached position ≤ the row's own by one strided matrix
+//     product over the cache rows (a head's K rows are rows of stride KDim),
+//     softmax per query head, then the weighted sum of V rows, in Ref's
+//     order.
+//   - Consecutive rows of one sequence (prefill) are cut into blocks of up
+//     to attnBlock rows; a unit is one block and one KV head, and walks the
+//     cached positions in tiles of attnTile (flash-attention style): the
+//     block's query rows times the tile's K rows (a matrix product), an
+//     online softmax (running max and sum per row, earlier partial sums
+//     rescaled when the max grows), and the probabilities times the tile's
+//     V rows, transposed into scratch so that this too is a matrix product.
+//     Scratch per worker is bounded by the block and tile sizes, whatever
+//     the context length.
+//
+// Workers claim units from a counter, most expensive (latest positions)
+// first. Both forms compute Ref's result up to float rounding order.
 
 import (
 	"math"
@@ -17,41 +29,94 @@ import (
 	"github.com/flowinfer/flowinfer/quant"
 )
 
-// attnTask is one Attention call.
-type attnTask struct {
-	k          *Kernels
-	out, q     []float32
-	kv         *model.KVCache
-	layer      int
-	seq, pos   []int32
-	h          *model.Hyper
-	scale      float32
-	group      int
-	units      int
-	next       atomic.Int64
-	scores     [][]float32 // per worker: group × stride
-	stride     int
-	nCtx, maxG int
+const (
+	attnBlock = 32  // batch rows per prefill unit
+	attnTile  = 256 // cached positions per tile
+	// attnMinWork is the multiply-adds below which attention runs on the
+	// caller alone.
+	attnMinWork = 1 << 15
+)
+
+// attnUnit is rows [t0, t1) of the batch (one sequence) and KV head kh.
+type attnUnit struct {
+	t0, t1, kh int32
 }
 
-func (a *attnTask) init(workers int) { a.scores = make([][]float32, workers) }
+// attnScratch is one worker's scratch.
+type attnScratch struct {
+	scores []float32 // lone rows: G × nCtx; blocks: rows × attnTile
+	q      []float32 // rows × dk, the block's query rows packed
+	vt     []float32 // dv × attnTile, a V tile transposed
+	acc    []float32 // rows × dv
+	tmp    []float32 // rows × dv
+	m      []float32 // running max per row
+	l      []float64 // running sum per row
+}
+
+// attnTask is one Attention call.
+type attnTask struct {
+	k        *Kernels
+	out, q   []float32
+	kv       *model.KVCache
+	layer    int
+	seq, pos []int32
+	h        *model.Hyper
+	scale    float32
+	group    int
+	units    []attnUnit
+	next     atomic.Int64
+	scratch  []attnScratch
+}
+
+func (a *attnTask) init(workers int) { a.scratch = make([]attnScratch, workers) }
+
+// grow returns s with length n, reallocating only when it is too short.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
 
 // Attention implements model.Ops.
 func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq, pos []int32, h *model.Hyper, scale float32) {
 	a := &b.attn
-	group := h.NHead / h.NHeadKV
-	if kv.NCtx > a.nCtx || group > a.maxG {
-		// Scratch for the longest row the cache can hold, allocated once.
-		a.nCtx, a.maxG = max(kv.NCtx, a.nCtx), max(group, a.maxG)
-		a.stride = (a.nCtx + 15) &^ 15
-		for w := range a.scores {
-			a.scores[w] = make([]float32, a.maxG*a.stride)
+	a.k, a.out, a.q, a.kv, a.layer, a.seq, a.pos, a.h, a.scale = b.k, out, q, kv, layer, seq, pos, h, scale
+	a.group = h.NHead / h.NHeadKV
+	G := a.group
+	dk, dv := h.HeadDimK, h.HeadDimV
+	// units: runs of rows of one sequence, cut into blocks
+	a.units = a.units[:0]
+	work := 0
+	for t0 := 0; t0 < len(seq); {
+		t1 := t0 + 1
+		for t1 < len(seq) && seq[t1] == seq[t0] && t1-t0 < attnBlock {
+			t1++
+		}
+		for kh := range h.NHeadKV {
+			a.units = append(a.units, attnUnit{int32(t0), int32(t1), int32(kh)})
+		}
+		for t := t0; t < t1; t++ {
+			work += int(pos[t]+1) * h.NHead * (dk + dv)
+		}
+		t0 = t1
+	}
+	// scratch for the shapes of this call (grows, then is reused)
+	rows := min(attnBlock, len(seq)) * G
+	for w := range a.scratch {
+		s := &a.scratch[w]
+		s.scores = grow(s.scores, max(G*kv.NCtx, rows*attnTile))
+		if rows > G {
+			s.q = grow(s.q, rows*dk)
+			s.vt = grow(s.vt, dv*attnTile)
+			s.acc = grow(s.acc, rows*dv)
+			s.tmp = grow(s.tmp, rows*dv)
+			s.m = grow(s.m, rows)
+			s.l = grow(s.l, rows)
 		}
 	}
-	a.k, a.out, a.q, a.kv, a.layer, a.seq, a.pos, a.h, a.scale, a.group = b.k, out, q, kv, layer, seq, pos, h, scale, group
-	a.units = len(seq) * h.NHeadKV
 	a.next.Store(0)
-	if a.units == 1 || b.pool.workers() == 1 {
+	if len(a.units) == 1 || b.pool.workers() == 1 || work < attnMinWork {
 		a.run(0)
 		return
 	}
@@ -59,30 +124,41 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 }
 
 func (a *attnTask) run(worker int) {
+	s := &a.scratch[worker]
 	for {
-		u := int(a.next.Add(1) - 1)
-		if u >= a.units {
+		i := int(a.next.Add(1) - 1)
+		if i >= len(a.units) {
 			return
 		}
-		a.unit(worker, u/a.h.NHeadKV, u%a.h.NHeadKV)
+		u := a.units[len(a.units)-1-i] // latest (costliest) blocks first
+		if u.t1-u.t0 == 1 {
+			a.row(s, int(u.t0), int(u.kh))
+		} else {
+			a.block(s, int(u.t0), int(u.t1), int(u.kh))
+		}
 	}
 }
 
-// unit computes the group of query heads of KV head kh for batch row t.
-func (a *attnTask) unit(worker, t, kh int) {
+// kRows returns the K cache of the layer from cell (seq, 0) at head kh, as
+// bytes: row j is at j*4*KDim.
+func (a *attnTask) kRows(s, kh int) []byte {
+	kv := a.kv
+	return f32bytes(kv.K[a.layer][(s*kv.NCtx)*kv.KDim+kh*a.h.HeadDimK:])
+}
+
+// row computes the group of query heads of KV head kh for the lone batch
+// row t.
+func (a *attnTask) row(sc *attnScratch, t, kh int) {
 	h, kv := a.h, a.kv
 	dk, dv, G := h.HeadDimK, h.HeadDimV, a.group
-	s, p := int(a.seq[t]), int(a.pos[t])
-	np := p + 1
-	sc := a.scores[worker][:G*a.stride]
-	// scores: sc[g*stride + j] = K_j · q_g (rows of the cache, strided)
-	kBase := (s*kv.NCtx)*kv.KDim + kh*dk
-	kb := f32bytes(kv.K[a.layer][kBase:])
+	s, np := int(a.seq[t]), int(a.pos[t])+1
+	sco := sc.scores[:G*np]
+	// scores: sco[g*np + j] = K_j · q_g
 	qBase := (t*h.NHead + kh*G) * dk
-	a.k.GemmRows(quant.F32, kb, 4*kv.KDim, dk, 0, np, f32bytes(a.q[qBase:qBase+G*dk]), G, sc, a.stride)
+	a.k.GemmRows(quant.F32, a.kRows(s, kh), 4*kv.KDim, dk, 0, np, f32bytes(a.q[qBase:qBase+G*dk]), G, sco, np)
 	// softmax per query head (float64 sum, as Ref)
 	for g := range G {
-		row := sc[g*a.stride : g*a.stride+np]
+		row := sco[g*np : (g+1)*np]
 		mx := float32(math.Inf(-1))
 		for j, v := range row {
 			v *= a.scale
@@ -107,11 +183,103 @@ func (a *attnTask) unit(worker, t, kh int) {
 	for g := range G {
 		o := a.out[oBase+g*dv : oBase+(g+1)*dv]
 		clear(o)
-		row := sc[g*a.stride : g*a.stride+np]
-		for j, w := range row {
-			vr := vc[vBase+j*kv.VDim : vBase+j*kv.VDim+dv]
-			axpy(o, w, vr)
+		for j, w := range sco[g*np : (g+1)*np] {
+			axpy(o, w, vc[vBase+j*kv.VDim:vBase+j*kv.VDim+dv])
 		}
+	}
+}
+
+// block computes KV head kh's query heads for batch rows [t0, t1) of one
+// sequence, tile by tile over the cached positions.
+func (a *attnTask) block(sc *attnScratch, t0, t1, kh int) {
+	h, kv := a.h, a.kv
+	dk, dv, G := h.HeadDimK, h.HeadDimV, a.group
+	s := int(a.seq[t0])
+	R := (t1 - t0) * G // query rows: (row t, head g) at (t-t0)*G + g
+	np := 0
+	for t := t0; t < t1; t++ {
+		np = max(np, int(a.pos[t])+1)
+	}
+	// pack the block's query rows
+	qb := sc.q[:R*dk]
+	for t := t0; t < t1; t++ {
+		src := a.q[(t*h.NHead+kh*G)*dk:]
+		copy(qb[(t-t0)*G*dk:(t-t0+1)*G*dk], src[:G*dk])
+	}
+	acc, tmp, m, l := sc.acc[:R*dv], sc.tmp[:R*dv], sc.m[:R], sc.l[:R]
+	clear(acc)
+	clear(l)
+	for i := range m {
+		m[i] = float32(math.Inf(-1))
+	}
+	kb := a.kRows(s, kh)
+	vc := a.kv.V[a.layer]
+	vBase := (s*kv.NCtx)*kv.VDim + kh*dv
+	for j0 := 0; j0 < np; j0 += attnTile {
+		j1 := min(j0+attnTile, np)
+		L := j1 - j0
+		S := sc.scores[:R*L]
+		// S[r*L + j] = K_{j0+j} · q_r
+		a.k.GemmRows(quant.F32, kb[j0*4*kv.KDim:], 4*kv.KDim, dk, 0, L, f32bytes(qb), R, S, L)
+		// online softmax: rescale what came before when the max grows
+		for r := range R {
+			p := int(a.pos[t0+r/G])
+			row := S[r*L : (r+1)*L]
+			valid := min(j1, p+1) - j0
+			if valid <= 0 {
+				clear(row)
+				continue
+			}
+			mx := m[r]
+			for j, v := range row[:valid] {
+				v *= a.scale
+				row[j] = v
+				mx = max(mx, v)
+			}
+			if mx > m[r] {
+				if c := expf(m[r] - mx); c != 1 {
+					l[r] *= float64(c)
+					scaleVec(acc[r*dv:(r+1)*dv], c)
+				}
+				m[r] = mx
+			}
+			var sum float64
+			for j, v := range row[:valid] {
+				e := expf(v - mx)
+				row[j] = e
+				sum += float64(e)
+			}
+			clear(row[valid:])
+			l[r] += sum
+		}
+		// acc += S·V_tile, with V_tile transposed: vt[d*L + j] = V_{j0+j}[d]
+		vt := sc.vt[:dv*L]
+		for j := range L {
+			vr := vc[vBase+(j0+j)*kv.VDim : vBase+(j0+j)*kv.VDim+dv]
+			for d, v := range vr {
+				vt[d*L+j] = v
+			}
+		}
+		a.k.GemmRows(quant.F32, f32bytes(vt), 4*L, L, 0, dv, f32bytes(S), R, tmp, dv)
+		add(acc, tmp)
+	}
+	// out = acc / l
+	for t := t0; t < t1; t++ {
+		for g := range G {
+			r := (t-t0)*G + g
+			inv := float32(1 / l[r])
+			o := a.out[(t*h.NHead+kh*G+g)*dv : (t*h.NHead+kh*G+g+1)*dv]
+			for d, v := range acc[r*dv : (r+1)*dv] {
+				o[d] = v * inv
+			}
+		}
+	}
+}
+
+// scaleVec sets x *= c.
+func scaleVec(x []float32, c float32) {
+	for i := range x {
+		x[i] *= c
 	}
 }
 
