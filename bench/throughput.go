@@ -1,0 +1,210 @@
+package bench
+
+// throughput.go: prompt-processing and generation throughput with
+// llama-bench's meaning, so the two engines' numbers compare directly:
+//
+//   - pp<N>: N random tokens (the first one BOS when the model adds it)
+//     decoded from an empty cache in batches of up to the context's
+//     MaxBatch, logits for the last token of each batch only (as
+//     llama_batch_get_one); t/s = N / time.
+//   - tg<N>: N single-token decode steps from an empty cache, each with its
+//     logits, the next token random (nothing is sampled); t/s = N / time.
+//
+// Each test runs once unmeasured as a warm-up (pp: the whole prompt; tg:
+// one token), then Reps times measured. Tokenization and sampling are not
+// part of either; a repetition starts again at position 0, which is what
+// clearing the cache means to a model.Context (cells beyond a position are
+// never read).
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/flowinfer/flowinfer/model"
+)
+
+// ThroughputConfig selects the tests.
+type ThroughputConfig struct {
+	NPrompt  int    // tokens of the pp test (0: no pp test)
+	NGen     int    // tokens of the tg test (0: no tg test)
+	Reps     int    // measured repetitions (llama-bench -r; default 5)
+	NoWarmup bool   // skip the warm-up runs (llama-bench --no-warmup)
+	Seed     uint64 // random tokens
+	BOS      int32  // first token of each test, or -1 (model adds no BOS)
+}
+
+// Test is one measured test: pp (NGen 0) or tg (NPrompt 0).
+type Test struct {
+	NPrompt, NGen int
+	SamplesNS     []int64 // wall time of each repetition
+	Time          time.Time
+}
+
+// Name is llama-bench's test column: "pp512", "tg128".
+func (t *Test) Name() string {
+	switch {
+	case t.NGen == 0:
+		return fmt.Sprintf("pp%d", t.NPrompt)
+	case t.NPrompt == 0:
+		return fmt.Sprintf("tg%d", t.NGen)
+	}
+	return fmt.Sprintf("pp%d+tg%d", t.NPrompt, t.NGen)
+}
+
+// TS returns each repetition's tokens per second.
+func (t *Test) TS() []float64 {
+	ts := make([]float64, len(t.SamplesNS))
+	for i, ns := range t.SamplesNS {
+		ts[i] = 1e9 * float64(t.NPrompt+t.NGen) / float64(ns)
+	}
+	return ts
+}
+
+// AvgTS and StddevTS are the mean and sample standard deviation of TS, as
+// llama-bench's avg_ts and stddev_ts.
+func (t *Test) AvgTS() float64    { return mean(t.TS()) }
+func (t *Test) StddevTS() float64 { return stddev(t.TS()) }
+
+// AvgNS and StddevNS summarise the samples in nanoseconds.
+func (t *Test) AvgNS() float64 { return mean(intsToFloats(t.SamplesNS)) }
+func (t *Test) StddevNS() float64 {
+	return stddev(intsToFloats(t.SamplesNS))
+}
+
+func intsToFloats(x []int64) []float64 {
+	f := make([]float64, len(x))
+	for i, v := range x {
+		f[i] = float64(v)
+	}
+	return f
+}
+
+func mean(x []float64) float64 {
+	if len(x) == 0 {
+		return 0
+	}
+	var s float64
+	for _, v := range x {
+		s += v
+	}
+	return s / float64(len(x))
+}
+
+// stddev is the sample standard deviation (n-1), 0 for fewer than 2.
+func stddev(x []float64) float64 {
+	if len(x) < 2 {
+		return 0
+	}
+	m := mean(x)
+	var s float64
+	for _, v := range x {
+		s += (v - m) * (v - m)
+	}
+	return math.Sqrt(s / float64(len(x)-1))
+}
+
+// Throughput runs the pp test and then the tg test on mctx (sequence 0).
+// The context needs KV room for max(NPrompt, NGen) positions; prompts
+// longer than its MaxBatch are decoded in several batches.
+func Throughput(ctx context.Context, mctx *model.Context, cfg ThroughputConfig) ([]Test, error) {
+	if cfg.Reps <= 0 {
+		cfg.Reps = 5
+	}
+	if cfg.NPrompt < 0 || cfg.NGen < 0 || cfg.NPrompt+cfg.NGen == 0 {
+		return nil, fmt.Errorf("bench: need a positive prompt or generation length (have %d and %d)", cfg.NPrompt, cfg.NGen)
+	}
+	if n := max(cfg.NPrompt, cfg.NGen); n > mctx.KV.NCtx {
+		return nil, fmt.Errorf("bench: %d tokens do not fit the context of %d", n, mctx.KV.NCtx)
+	}
+	r := &runner{mctx: mctx, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15))}
+	r.alloc()
+	var out []Test
+	for _, tc := range []struct {
+		np, ng int
+		run    func(n int) error
+	}{{cfg.NPrompt, 0, r.prompt}, {0, cfg.NGen, r.gen}} {
+		n := tc.np + tc.ng
+		if n == 0 {
+			continue
+		}
+		if !cfg.NoWarmup {
+			warm := n
+			if tc.ng > 0 {
+				warm = 1
+			}
+			if err := tc.run(warm); err != nil {
+				return out, err
+			}
+		}
+		t := Test{NPrompt: tc.np, NGen: tc.ng, Time: time.Now().UTC()}
+		for range cfg.Reps {
+			if err := ctx.Err(); err != nil {
+				return out, err
+			}
+			t0 := time.Now()
+			if err := tc.run(n); err != nil {
+				return out, err
+			}
+			t.SamplesNS = append(t.SamplesNS, time.Since(t0).Nanoseconds())
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// runner holds the batches, allocated before anything is timed.
+type runner struct {
+	mctx  *model.Context
+	cfg   ThroughputConfig
+	rng   *rand.Rand
+	batch model.Batch // up to MaxBatch tokens
+	one   model.Batch // one token
+}
+
+func (r *runner) alloc() {
+	n := min(r.cfg.NPrompt, r.mctx.MaxBatch)
+	r.batch = model.Batch{Tokens: make([]int32, n), Pos: make([]int32, n), Seq: make([]int32, n), Logits: make([]bool, n)}
+	r.one = model.Batch{Tokens: make([]int32, 1), Pos: make([]int32, 1), Seq: make([]int32, 1)}
+}
+
+func (r *runner) token() int32 { return int32(r.rng.IntN(r.mctx.M.NVocab)) }
+
+// prompt decodes n tokens from position 0 in batches of up to MaxBatch.
+func (r *runner) prompt(n int) error {
+	for done := 0; done < n; {
+		k := min(n-done, len(r.batch.Tokens))
+		b := model.Batch{Tokens: r.batch.Tokens[:k], Pos: r.batch.Pos[:k], Seq: r.batch.Seq[:k], Logits: r.batch.Logits[:k]}
+		for i := range k {
+			b.Tokens[i] = r.token()
+			b.Pos[i] = int32(done + i)
+			b.Logits[i] = i == k-1
+		}
+		if done == 0 && r.cfg.BOS >= 0 {
+			b.Tokens[0] = r.cfg.BOS
+		}
+		if _, err := r.mctx.Decode(&b); err != nil {
+			return fmt.Errorf("bench: prompt batch at %d: %w", done, err)
+		}
+		done += k
+	}
+	return nil
+}
+
+// gen decodes n single tokens from position 0.
+func (r *runner) gen(n int) error {
+	tok := r.token()
+	if r.cfg.BOS >= 0 {
+		tok = r.cfg.BOS
+	}
+	for i := range n {
+		r.one.Tokens[0], r.one.Pos[0] = tok, int32(i)
+		if _, err := r.mctx.Decode(&r.one); err != nil {
+			return fmt.Errorf("bench: generation step %d: %w", i, err)
+		}
+		tok = r.token()
+	}
+	return nil
+}

@@ -1,0 +1,152 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flowinfer/flowinfer/bench"
+	"github.com/flowinfer/flowinfer/cpu"
+	"github.com/flowinfer/flowinfer/internal/golden"
+	"github.com/flowinfer/flowinfer/model"
+)
+
+func TestThroughput(t *testing.T) {
+	dir := golden.Dir(t)
+	b, err := model.Open(filepath.Join(dir, "models/stories260K.gguf"), cpu.NewRef().Supports, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	be := cpu.NewBackend(2, nil)
+	defer be.Close()
+	for _, tc := range []struct {
+		name             string
+		np, ng, maxBatch int
+		want             []string
+	}{
+		{"pp+tg", 40, 8, 40, []string{"pp40", "tg8"}},
+		{"pp in batches", 40, 0, 16, []string{"pp40"}},
+		{"tg only", 0, 12, 1, []string{"tg12"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mctx, err := b.Model.NewContext(be, max(tc.np, tc.ng), 1, tc.maxBatch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tests, err := bench.Throughput(context.Background(), mctx, bench.ThroughputConfig{
+				NPrompt: tc.np, NGen: tc.ng, Reps: 3, Seed: 1, BOS: b.Tokenizer.BOS(),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(tests) != len(tc.want) {
+				t.Fatalf("%d tests, want %d", len(tests), len(tc.want))
+			}
+			for i, tt := range tests {
+				if tt.Name() != tc.want[i] {
+					t.Errorf("test %d is %s, want %s", i, tt.Name(), tc.want[i])
+				}
+				if len(tt.SamplesNS) != 3 || tt.AvgTS() <= 0 {
+					t.Errorf("%s: samples %v, avg %g t/s", tt.Name(), tt.SamplesNS, tt.AvgTS())
+				}
+			}
+		})
+	}
+	mctx, _ := b.Model.NewContext(be, 16, 1, 16)
+	if _, err := bench.Throughput(context.Background(), mctx, bench.ThroughputConfig{NPrompt: 17, Reps: 1}); err == nil {
+		t.Error("a prompt longer than the context was accepted")
+	}
+	if _, err := bench.Throughput(context.Background(), mctx, bench.ThroughputConfig{Reps: 1}); err == nil {
+		t.Error("no tests was accepted")
+	}
+}
+
+func TestStats(t *testing.T) {
+	tt := bench.Test{NPrompt: 512, SamplesNS: []int64{4e9, 5e9}}
+	ts := tt.TS()
+	if ts[0] != 128 || ts[1] != 102.4 {
+		t.Fatalf("TS = %v", ts)
+	}
+	if got := tt.AvgTS(); got != 115.2 {
+		t.Errorf("AvgTS = %g", got)
+	}
+	// sample standard deviation of {128, 102.4}: 25.6/√2
+	if got := tt.StddevTS(); got < 18.1019 || got > 18.1020 {
+		t.Errorf("StddevTS = %g", got)
+	}
+}
+
+func sampleResults() []bench.Result {
+	info := bench.ModelInfo{Filename: "m.gguf", Type: "llama 1B Q4_K - Medium", Size: 638885408 - 6*1024*1024, NParams: 1_040_000_000}
+	at := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	return []bench.Result{
+		{Model: info, Backend: "CPU", ISA: "avx2", Threads: 2, NBatch: 512, TypeK: "f32", TypeV: "f32", Build: "dev",
+			Test: bench.Test{NPrompt: 512, SamplesNS: []int64{4e9, 5e9}, Time: at}},
+		{Model: info, Backend: "CPU", ISA: "avx2", Threads: 2, NBatch: 512, TypeK: "f32", TypeV: "f32", Build: "dev",
+			Test: bench.Test{NGen: 128, SamplesNS: []int64{4e9, 4e9}, Time: at}},
+	}
+}
+
+// TestWriteMarkdown pins llama-bench's table layout.
+func TestWriteMarkdown(t *testing.T) {
+	var buf bytes.Buffer
+	if err := bench.WriteMarkdown(&buf, sampleResults()); err != nil {
+		t.Fatal(err)
+	}
+	want := `| model                          |       size |     params | backend    | threads |            test |                  t/s |
+| ------------------------------ | ---------: | ---------: | ---------- | ------: | --------------: | -------------------: |
+| llama 1B Q4_K - Medium         | 603.29 MiB |     1.04 B | CPU        |       2 |           pp512 |       115.20 ± 18.10 |
+| llama 1B Q4_K - Medium         | 603.29 MiB |     1.04 B | CPU        |       2 |           tg128 |         32.00 ± 0.00 |
+
+build: flowinfer dev (avx2 kernels)
+`
+	if got := buf.String(); got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestWriteJSON checks llama-bench's field names and values.
+func TestWriteJSON(t *testing.T) {
+	var buf bytes.Buffer
+	if err := bench.WriteJSON(&buf, sampleResults()); err != nil {
+		t.Fatal(err)
+	}
+	var got []map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d objects", len(got))
+	}
+	for _, k := range []string{"model_filename", "model_type", "model_size", "model_n_params", "n_threads", "n_prompt", "n_gen",
+		"avg_ts", "stddev_ts", "avg_ns", "stddev_ns", "samples_ns", "samples_ts", "test_time", "backends", "type_k"} {
+		if _, ok := got[0][k]; !ok {
+			t.Errorf("field %s missing", k)
+		}
+	}
+	if got[0]["n_prompt"].(float64) != 512 || got[0]["avg_ts"].(float64) != 115.2 || got[1]["n_gen"].(float64) != 128 {
+		t.Errorf("values: %v", got[0])
+	}
+	if s := got[0]["test_time"].(string); !strings.HasPrefix(s, "2026-11-21T10:00:00") {
+		t.Errorf("test_time %q", s)
+	}
+}
+
+func TestDescribeModel(t *testing.T) {
+	dir := golden.Dir(t)
+	b, err := model.Open(filepath.Join(dir, "models/synth-llama-Q4_K_M.gguf"), cpu.NewRef().Supports, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	mi := bench.DescribeModel("x.gguf", b.File)
+	// 2 layers: llama.cpp has no size label for it
+	if mi.Type != "llama ?B Q4_K - Medium" || mi.Size == 0 || mi.NParams == 0 {
+		t.Errorf("%+v", mi)
+	}
+}

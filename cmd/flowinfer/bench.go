@@ -1,0 +1,103 @@
+package main
+
+// bench.go: `flowinfer bench`, throughput as llama-bench measures it (the
+// harness is bench.Throughput), printed as llama-bench's markdown table or
+// JSON, so the two engines' figures on one file compare line by line.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+
+	"github.com/flowinfer/flowinfer/bench"
+	"github.com/flowinfer/flowinfer/cpu"
+	"github.com/flowinfer/flowinfer/model"
+)
+
+// BenchCmd measures prompt processing (pp) and generation (tg) throughput.
+type BenchCmd struct {
+	ModelFlags
+	NPrompt    int    `short:"p" name:"n-prompt" default:"512" help:"Prompt tokens of the pp test (0: no pp test)."`
+	NGen       int    `short:"n" name:"n-gen" default:"128" help:"Generated tokens of the tg test (0: no tg test)."`
+	Reps       int    `short:"r" name:"repetitions" default:"5" help:"Measured repetitions of each test."`
+	Threads    int    `short:"t" default:"0" help:"Threads (0 = physical cores)."`
+	BatchSize  int    `short:"b" name:"batch-size" default:"2048" help:"Most prompt tokens per forward step."`
+	Output     string `short:"o" name:"output" default:"md" enum:"md,json" help:"Output format: md (llama-bench's table) or json."`
+	ISA        string `name:"isa" default:"" help:"Kernel path: avx2 or go (default: the fastest this CPU runs)."`
+	NoWarmup   bool   `name:"no-warmup" help:"Skip the warm-up runs."`
+	Seed       uint64 `name:"seed" default:"1234" help:"Seed of the random tokens."`
+	CPUProfile string `name:"cpuprofile" help:"Write a pprof CPU profile of the measured runs." type:"path"`
+}
+
+func (c *BenchCmd) Run(g *Globals) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if c.Reps <= 0 || c.NPrompt < 0 || c.NGen < 0 || c.NPrompt+c.NGen == 0 || c.BatchSize <= 0 {
+		return fmt.Errorf("bench: need -r > 0, -b > 0, -p ≥ 0, -n ≥ 0 and one of -p, -n positive")
+	}
+	kern := cpu.Best()
+	if c.ISA != "" {
+		isa, err := cpu.ParseISA(c.ISA)
+		if err != nil {
+			return err
+		}
+		if kern = cpu.KernelsFor(isa); kern == nil {
+			return fmt.Errorf("bench: this CPU or build cannot run the %s kernels", c.ISA)
+		}
+	}
+	backend := cpu.NewBackend(c.Threads, kern)
+	defer backend.Close()
+
+	path, _, err := c.resolve(ctx, g.Log)
+	if err != nil {
+		return err
+	}
+	b, err := model.Open(path, backend.Supports, g.Log)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	nCtx := max(c.NPrompt, c.NGen, 1)
+	mctx, err := b.Model.NewContext(backend, nCtx, 1, max(1, min(c.NPrompt, c.BatchSize)))
+	if err != nil {
+		return err
+	}
+	bos := int32(-1)
+	if b.Tokenizer.AddBOS() {
+		bos = b.Tokenizer.BOS()
+	}
+	if c.CPUProfile != "" {
+		f, err := os.Create(c.CPUProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	tests, err := bench.Throughput(ctx, mctx, bench.ThroughputConfig{
+		NPrompt: c.NPrompt, NGen: c.NGen, Reps: c.Reps, NoWarmup: c.NoWarmup, Seed: c.Seed, BOS: bos,
+	})
+	if err != nil {
+		return err
+	}
+	info := bench.DescribeModel(c.Model, b.File)
+	if info.Filename == "" {
+		info.Filename = path
+	}
+	rs := make([]bench.Result, len(tests))
+	for i, t := range tests {
+		rs[i] = bench.Result{
+			Model: info, Backend: "CPU", ISA: backend.ISA().String(), Threads: backend.Threads(),
+			NBatch: mctx.MaxBatch, TypeK: "f32", TypeV: "f32", Build: version, CPUInfo: bench.CPUName(), Test: t,
+		}
+	}
+	if c.Output == "json" {
+		return bench.WriteJSON(os.Stdout, rs)
+	}
+	return bench.WriteMarkdown(os.Stdout, rs)
+}

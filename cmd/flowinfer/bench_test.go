@@ -1,0 +1,81 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/flowinfer/flowinfer/io/gguf"
+)
+
+// TestBench runs `flowinfer bench` on a golden model in both output
+// formats.
+func TestBench(t *testing.T) {
+	m, _ := goldenModel(t, "stories260K.gguf")
+	out, stderr, err := flowinfer(t, "bench", "-m", m, "-p", "16", "-n", "4", "-r", "2", "-t", "2")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) < 4 || !strings.HasPrefix(lines[0], "| model ") || !strings.HasSuffix(lines[0], " t/s |") {
+		t.Fatalf("not llama-bench's table:\n%s", out)
+	}
+	if !strings.Contains(lines[2], " pp16 |") || !strings.Contains(lines[3], " tg4 |") || !strings.Contains(lines[2], " ± ") {
+		t.Errorf("rows:\n%s", out)
+	}
+	out, stderr, err = flowinfer(t, "bench", "-m", m, "-p", "8", "-n", "0", "-r", "1", "-o", "json", "--isa", "go")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	var rs []map[string]any
+	if err := json.Unmarshal([]byte(out), &rs); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if len(rs) != 1 || rs[0]["n_prompt"].(float64) != 8 || rs[0]["isa"] != "go" || rs[0]["avg_ts"].(float64) <= 0 {
+		t.Errorf("json: %v", rs)
+	}
+	if _, _, err := flowinfer(t, "bench", "-m", m, "-p", "0", "-n", "0"); err == nil {
+		t.Error("bench with no test succeeded")
+	}
+}
+
+// TestGen writes the demo preset in two types and checks the files load
+// in bench.
+func TestGen(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		typ   string
+		pure  bool
+		ftype uint64
+	}{{"Q4_K_M", false, 15}, {"Q8_0", true, 7}} {
+		t.Run(c.typ, func(t *testing.T) {
+			out := filepath.Join(dir, c.typ+".gguf")
+			args := []string{"gen", "--preset", "demo", "--type", c.typ, "-o", out, "--seed", "5"}
+			if c.pure {
+				args = append(args, "--pure")
+			}
+			if _, stderr, err := flowinfer(t, args...); err != nil {
+				t.Fatalf("%v\n%s", err, stderr)
+			}
+			f, err := gguf.Open(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ft, _ := f.GetUint("general.file_type")
+			f.Close()
+			if ft != c.ftype {
+				t.Errorf("general.file_type %d, want %d", ft, c.ftype)
+			}
+			if _, stderr, err := flowinfer(t, "bench", "-m", out, "-p", "8", "-n", "2", "-r", "1"); err != nil {
+				t.Fatalf("bench on the generated file: %v\n%s", err, stderr)
+			}
+		})
+	}
+	if _, _, err := flowinfer(t, "gen", "--preset", "nope", "-o", filepath.Join(dir, "x.gguf")); err == nil {
+		t.Error("unknown preset accepted")
+	}
+	if _, _, err := flowinfer(t, "gen", "--preset", "demo", "--type", "Q9_9", "--pure", "-o", filepath.Join(dir, "x.gguf")); err == nil {
+		t.Error("unknown type accepted")
+	}
+}

@@ -1,0 +1,60 @@
+package main
+
+// gen.go: `flowinfer gen`, a random-weight GGUF of a preset shape
+// (model/synth), for benchmarks against llama.cpp on identical files.
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/flowinfer/flowinfer/io/gguf"
+	"github.com/flowinfer/flowinfer/model/synth"
+	"github.com/flowinfer/flowinfer/quant"
+)
+
+// GenCmd writes a random-weight model.
+type GenCmd struct {
+	Preset string `name:"preset" required:"" help:"Shape: demo, llama-1b, llama-8b or qwen3moe-small."`
+	Type   string `name:"type" default:"Q8_0" help:"Weight types, as llama-quantize names them: F32, F16, BF16, Q8_0, Q6_K, Q5_K_M, Q5_K_S, Q4_K_M, Q4_K_S, Q5_0, Q5_1, Q4_0, Q4_1 (a mixture like llama-quantize's; with --pure one type, e.g. Q4_K)."`
+	Pure   bool   `name:"pure" help:"Every 2-D weight of --type (as llama-quantize --pure)."`
+	Vocab  string `name:"vocab" help:"GGUF whose tokenizer to copy (e.g. a llama.cpp vocab file); default: the built-in 1024-token vocabulary." type:"existingfile"`
+	Out    string `short:"o" name:"output" required:"" help:"Output GGUF file." type:"path"`
+	Seed   uint64 `name:"seed" default:"1" help:"Seed of the random weights."`
+}
+
+func (c *GenCmd) Run(g *Globals) error {
+	spec, err := synth.Preset(c.Preset)
+	if err != nil {
+		return err
+	}
+	opts := synth.Options{Seed: c.Seed}
+	if c.Pure {
+		t, ok := quant.TypeByName(c.Type)
+		if !ok {
+			return fmt.Errorf("gen: unknown tensor type %q", c.Type)
+		}
+		opts.Type = t
+	} else {
+		opts.Mix = c.Type
+	}
+	if c.Vocab != "" {
+		v, err := gguf.Open(c.Vocab)
+		if err != nil {
+			return err
+		}
+		defer v.Close()
+		opts.Vocab = v
+	}
+	t0 := time.Now()
+	if err := synth.WriteFile(c.Out, spec, opts); err != nil {
+		return err
+	}
+	st, err := os.Stat(c.Out)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "gen: wrote %s (%s %s, %.2f MiB) in %.1f s\n", c.Out, c.Preset, c.Type,
+		float64(st.Size())/(1<<20), time.Since(t0).Seconds())
+	return nil
+}
