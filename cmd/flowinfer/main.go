@@ -29,6 +29,8 @@ type CLI struct {
 	Chat       ChatCmd       `cmd:"" help:"Interactive multi-turn chat with the model's chat template."`
 	Tokenize   TokenizeCmd   `cmd:"" help:"Print the token ids of a text (like llama-tokenize --ids)."`
 	Perplexity PerplexityCmd `cmd:"" help:"Perplexity of a text file, computed as llama-perplexity does."`
+	Bench      BenchCmd      `cmd:"" help:"Prompt and generation throughput as llama-bench measures it (pp/tg t/s)."`
+	Gen        GenCmd        `cmd:"" help:"Write a random-weight GGUF of a preset shape (for benchmarks)."`
 	Version    VersionCmd    `cmd:"" help:"Print the version."`
 }
 
