@@ -227,22 +227,34 @@ func TestDemoWithoutModel(t *testing.T) {
 	}
 }
 
-// TestChatREPL: two turns, /reset and /exit through stdin; the second turn
-// reuses the first turn's KV cells.
+// TestChatREPL: turns, /reset and /exit through stdin. With -c 512 three
+// turns fit; with the model's own 128-token context the second turn does
+// not, which is reported and the session goes on after /reset.
 func TestChatREPL(t *testing.T) {
 	m, _ := goldenModel(t, "stories260K.gguf")
-	cmd := exec.Command(binPath, "chat", "-m", m, "--temp", "0", "-n", "12", "--system", "Tell a story.")
-	cmd.Env = append(os.Environ(), "FLOWINFER_CACHE="+t.TempDir())
-	cmd.Stdin = strings.NewReader("Once upon a time\nThe end\n/reset\nHello\n/exit\n")
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("%v\n%s", err, errb.String())
+	chatRun := func(args ...string) (string, string) {
+		cmd := exec.Command(binPath, append([]string{"chat", "-m", m, "--temp", "0", "-n", "12", "--system", "Tell a story."}, args...)...)
+		cmd.Env = append(os.Environ(), "FLOWINFER_CACHE="+t.TempDir())
+		cmd.Stdin = strings.NewReader("Once upon a time\nThe end\n/reset\nHello\n/exit\n")
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%v\n%s", err, errb.String())
+		}
+		return out.String(), errb.String()
 	}
-	if !strings.Contains(errb.String(), "no chat template; using ChatML") || !strings.Contains(errb.String(), "(conversation reset)") {
-		t.Errorf("stderr:\n%s", errb.String())
+	out, errOut := chatRun("-c", "512")
+	if !strings.Contains(errOut, "no chat template; using ChatML") || !strings.Contains(errOut, "(conversation reset)") {
+		t.Errorf("stderr:\n%s", errOut)
 	}
-	if lines := strings.Count(out.String(), "\n"); lines < 3 {
-		t.Errorf("expected three replies, stdout:\n%s", out.String())
+	if lines := strings.Count(out, "\n"); lines != 3 {
+		t.Errorf("expected three replies, stdout:\n%s", out)
+	}
+	out, errOut = chatRun()
+	if !strings.Contains(errOut, "does not fit in the context of 128") || !strings.Contains(errOut, "/reset to start over") {
+		t.Errorf("overflow not reported:\n%s", errOut)
+	}
+	if lines := strings.Count(out, "\n"); lines != 2 {
+		t.Errorf("expected two replies (turn 2 overflows), stdout:\n%s", out)
 	}
 }
