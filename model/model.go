@@ -96,24 +96,20 @@ func Load(f *gguf.File, supports func(quant.Type) bool) (*Model, error) {
 	if !ok {
 		return nil, fmt.Errorf("model: missing general.architecture")
 	}
+	families := map[string]func(*loader, *Model){
+		"llama": loadLlama, "qwen2": loadQwen2, "qwen3": loadQwen3, "qwen3moe": loadQwen3MoE,
+	}
+	loadFamily, ok := families[arch]
+	if !ok {
+		return nil, fmt.Errorf("model: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe)", arch)
+	}
 	h, err := ReadHyper(f, arch)
 	if err != nil {
 		return nil, err
 	}
 	m := &Model{Hyper: h, File: f}
 	l := &loader{f: f, supported: supports}
-	switch arch {
-	case "llama":
-		loadLlama(l, m)
-	case "qwen2":
-		loadQwen2(l, m)
-	case "qwen3":
-		loadQwen3(l, m)
-	case "qwen3moe":
-		loadQwen3MoE(l, m)
-	default:
-		return nil, fmt.Errorf("model: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe)", arch)
-	}
+	loadFamily(l, m)
 	if l.err != nil {
 		return nil, l.err
 	}
