@@ -28,6 +28,11 @@
 // on (L2 is 512 KiB per core here; activations and outputs need room too).
 #define FI_ROW_BLOCK_BYTES (128 * 1024)
 
+// FI_KEEP(v) makes the compiler materialize v in a register here: it stops
+// GCC from reassociating running sums into a tree of deferred adds (which
+// keeps every product alive and spills them to the stack).
+#define FI_KEEP(v) __asm__("" : "+x"(v))
+
 // ld_f16 reads a little-endian fp16 and widens it exactly (vcvtph2ps).
 FI_INLINE float ld_f16(const uint8_t *p) {
 	uint16_t h;
@@ -161,5 +166,13 @@ typedef void (*fi_gemm_fn)(const uint8_t *w, int64_t ws, int64_t cols, int64_t r
 fi_gemm_fn fi_avx2_gemm_q(int wt);  // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (kern_avx2_q.c)
 fi_gemm_fn fi_avx2_gemm_k(int wt);  // Q2_K ... Q6_K (kern_avx2_k.c)
 fi_gemm_fn fi_avx2_gemm_f(int wt);  // F32, F16, BF16 (kern_avx2_f.c)
+
+// fi_avx2_gemm_rp (kern_avx2_rp.c) computes rows [r0, r0+n) with weights
+// repacked on the fly, n a multiple of 8 it returns (0: type not handled).
+int64_t fi_avx2_gemm_rp(int wt, const uint8_t *w, int64_t ws, int64_t cols, int64_t r0, int64_t r1,
+                        const uint8_t *a, int64_t as, int64_t nact, float *out, int64_t os);
+
+// FI_RP_MIN_ACTS: fewest activation rows for which repacking pays.
+#define FI_RP_MIN_ACTS 8
 
 #endif

@@ -35,11 +35,11 @@ FI_INLINE float ld1_bf16(const uint8_t *p) {
 	FI_INLINE void name(const uint8_t *w, int64_t cols, const uint8_t *a, int64_t as, float *out,         \
 	                    int64_t os, const int na) {                                                      \
 		__m256 acc0[4], acc1[4];                                                                         \
-		for (int j = 0; j < na; j++) acc0[j] = _mm256_setzero_ps(), acc1[j] = _mm256_setzero_ps();        \
+		_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) acc0[j] = _mm256_setzero_ps(), acc1[j] = _mm256_setzero_ps();        \
 		int64_t i = 0;                                                                                   \
 		for (; i + 16 <= cols; i += 16) {                                                                \
 			const __m256 w0 = ld8(w + (esz) * i), w1 = ld8(w + (esz) * (i + 8));                          \
-			for (int j = 0; j < na; j++) {                                                               \
+			_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) {                                                               \
 				const uint8_t *y = a + j * as + (esz) * i;                                               \
 				acc0[j] = _mm256_fmadd_ps(w0, ld8(y), acc0[j]);                                          \
 				acc1[j] = _mm256_fmadd_ps(w1, ld8(y + 8 * (esz)), acc1[j]);                              \
@@ -47,10 +47,10 @@ FI_INLINE float ld1_bf16(const uint8_t *p) {
 		}                                                                                                \
 		if (i + 8 <= cols) {                                                                             \
 			const __m256 w0 = ld8(w + (esz) * i);                                                        \
-			for (int j = 0; j < na; j++) acc0[j] = _mm256_fmadd_ps(w0, ld8(a + j * as + (esz) * i), acc0[j]); \
+			_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) acc0[j] = _mm256_fmadd_ps(w0, ld8(a + j * as + (esz) * i), acc0[j]); \
 			i += 8;                                                                                      \
 		}                                                                                                \
-		for (int j = 0; j < na; j++) {                                                                   \
+		_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) {                                                                   \
 			float s = hsum_ps(_mm256_add_ps(acc0[j], acc1[j]));                                          \
 			for (int64_t k = i; k < cols; k++) s += ld1(w + (esz) * k) * ld1(a + j * as + (esz) * k);   \
 			out[j * os] = s;                                                                             \
@@ -81,6 +81,7 @@ int fi_gemm_avx2(int wt, const uint8_t *w, int64_t w_stride, int64_t cols, int64
 	if (!f) f = fi_avx2_gemm_q(wt);
 	if (!f) f = fi_avx2_gemm_k(wt);
 	if (!f) return -1;
+	if (nact >= FI_RP_MIN_ACTS) r0 += fi_avx2_gemm_rp(wt, w, w_stride, cols, r0, r1, a, a_stride, nact, out, out_stride);
 	if (r1 > r0 && nact > 0) f(w, w_stride, cols, r0, r1, a, a_stride, nact, out, out_stride);
 	return 0;
 }

@@ -37,7 +37,7 @@ FI_INLINE void k4_scales(const uint8_t *p, __m256i *sc, __m256i *mins) {
 FI_INLINE void tile_q4_K(const uint8_t *w, int64_t cols, const uint8_t *a, int64_t as, float *out,
                          int64_t os, const int na) {
 	__m256 acc[4];
-	for (int j = 0; j < na; j++) acc[j] = _mm256_setzero_ps();
+	_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) acc[j] = _mm256_setzero_ps();
 	const __m256i m4 = _mm256_set1_epi8(0x0f);
 	const int64_t nb = cols / 256;
 	for (int64_t i = 0; i < nb; i++) {
@@ -46,28 +46,31 @@ FI_INLINE void tile_q4_K(const uint8_t *w, int64_t cols, const uint8_t *a, int64
 		__m256i sc, mins;
 		k4_scales(x + 4, &sc, &mins);
 		__m256i isum[4];
-		for (int j = 0; j < na; j++) isum[j] = _mm256_setzero_si256();
+		_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) isum[j] = _mm256_setzero_si256();
+#pragma GCC unroll 4
 		for (int k = 0; k < 4; k++) {
 			const __m256i q = ld256(x + 16 + 32 * k);
 			const __m256i lo = _mm256_and_si256(q, m4);
 			const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
 			const __m256i sl = bcast16(sc, 2 * k), sh = bcast16(sc, 2 * k + 1);
-			for (int j = 0; j < na; j++) {
+			_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) {
 				const uint8_t *y = a + j * as + Q8K * i + 4 + 64 * k;
 				__m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ld256(y)), sl);
 				__m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ld256(y + 32)), sh);
 				isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(pl, ph));
+				FI_KEEP(isum[j]);
 			}
 		}
-		for (int j = 0; j < na; j++) {
+		_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) {
 			const uint8_t *y = a + j * as + Q8K * i;
 			const float dy = ld_f32(y);
 			const __m256i summ = _mm256_madd_epi16(mins, ld256(y + 260));
 			acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * dy), _mm256_cvtepi32_ps(isum[j]), acc[j]);
 			acc[j] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * dy), _mm256_cvtepi32_ps(summ), acc[j]);
+			FI_KEEP(acc[j]);
 		}
 	}
-	for (int j = 0; j < na; j++) out[j * os] = hsum_ps(acc[j]);
+	_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) out[j * os] = hsum_ps(acc[j]);
 }
 
 // hbit_to(h, b, t): bit b of each byte of h (already masked to that bit)
@@ -79,7 +82,7 @@ FI_INLINE void tile_q4_K(const uint8_t *w, int64_t cols, const uint8_t *a, int64
 FI_INLINE void tile_q5_K(const uint8_t *w, int64_t cols, const uint8_t *a, int64_t as, float *out,
                          int64_t os, const int na) {
 	__m256 acc[4];
-	for (int j = 0; j < na; j++) acc[j] = _mm256_setzero_ps();
+	_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) acc[j] = _mm256_setzero_ps();
 	const __m256i m4 = _mm256_set1_epi8(0x0f);
 	const int64_t nb = cols / 256;
 	for (int64_t i = 0; i < nb; i++) {
@@ -89,7 +92,7 @@ FI_INLINE void tile_q5_K(const uint8_t *w, int64_t cols, const uint8_t *a, int64
 		k4_scales(x + 4, &sc, &mins);
 		const __m256i qh = ld256(x + 16);
 		__m256i isum[4];
-		for (int j = 0; j < na; j++) isum[j] = _mm256_setzero_si256();
+		_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) isum[j] = _mm256_setzero_si256();
 #pragma GCC unroll 4
 		for (int k = 0; k < 4; k++) {
 			const __m256i q = ld256(x + 48 + 32 * k);
@@ -98,22 +101,24 @@ FI_INLINE void tile_q5_K(const uint8_t *w, int64_t cols, const uint8_t *a, int64
 			const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m4), HBIT_TO(hl, 2 * k, 4));
 			const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), HBIT_TO(hh, 2 * k + 1, 4));
 			const __m256i sl = bcast16(sc, 2 * k), sh = bcast16(sc, 2 * k + 1);
-			for (int j = 0; j < na; j++) {
+			_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) {
 				const uint8_t *y = a + j * as + Q8K * i + 4 + 64 * k;
 				__m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ld256(y)), sl);
 				__m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ld256(y + 32)), sh);
 				isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(pl, ph));
+				FI_KEEP(isum[j]);
 			}
 		}
-		for (int j = 0; j < na; j++) {
+		_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) {
 			const uint8_t *y = a + j * as + Q8K * i;
 			const float dy = ld_f32(y);
 			const __m256i summ = _mm256_madd_epi16(mins, ld256(y + 260));
 			acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * dy), _mm256_cvtepi32_ps(isum[j]), acc[j]);
 			acc[j] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * dy), _mm256_cvtepi32_ps(summ), acc[j]);
+			FI_KEEP(acc[j]);
 		}
 	}
-	for (int j = 0; j < na; j++) out[j * os] = hsum_ps(acc[j]);
+	_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) out[j * os] = hsum_ps(acc[j]);
 }
 
 // Q6_K: 210-byte super-blocks: 128 ql, 64 qh, 16 int8 scales, fp16 d;
@@ -124,7 +129,7 @@ FI_INLINE void tile_q5_K(const uint8_t *w, int64_t cols, const uint8_t *a, int64
 FI_INLINE void tile_q6_K(const uint8_t *w, int64_t cols, const uint8_t *a, int64_t as, float *out,
                          int64_t os, const int na) {
 	__m256 acc[4];
-	for (int j = 0; j < na; j++) acc[j] = _mm256_setzero_ps();
+	_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) acc[j] = _mm256_setzero_ps();
 	const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(0x03);
 	const int64_t nb = cols / 256;
 	for (int64_t i = 0; i < nb; i++) {
@@ -134,7 +139,7 @@ FI_INLINE void tile_q6_K(const uint8_t *w, int64_t cols, const uint8_t *a, int64
 		__m256i isum[4];
 		{
 			const __m256i sc16 = _mm256_cvtepi8_epi16(sc);
-			for (int j = 0; j < na; j++) {
+			_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) {
 				const uint8_t *y = a + j * as + Q8K * i;
 				isum[j] = _mm256_sub_epi32(_mm256_setzero_si256(),
 				                           _mm256_slli_epi32(_mm256_madd_epi16(sc16, ld256(y + 260)), 5));
@@ -155,18 +160,20 @@ FI_INLINE void tile_q6_K(const uint8_t *w, int64_t cols, const uint8_t *a, int64
 #pragma GCC unroll 4
 			for (int k = 0; k < 4; k++) {
 				const __m256i s = pair_scales_i8(sc, 4 * h + k);
-				for (int j = 0; j < na; j++) {
+				_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) {
 					const uint8_t *y = a + j * as + Q8K * i + 4 + 128 * h + 32 * k;
 					isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(_mm256_maddubs_epi16(v[k], ld256(y)), s));
+					FI_KEEP(isum[j]);
 				}
 			}
 		}
-		for (int j = 0; j < na; j++) {
+		_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) {
 			const float dy = ld_f32(a + j * as + Q8K * i);
 			acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * dy), _mm256_cvtepi32_ps(isum[j]), acc[j]);
+			FI_KEEP(acc[j]);
 		}
 	}
-	for (int j = 0; j < na; j++) out[j * os] = hsum_ps(acc[j]);
+	_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) out[j * os] = hsum_ps(acc[j]);
 }
 
 // Q2_K: 84-byte super-blocks: 16 scale bytes (low nibble scale, high nibble
@@ -175,7 +182,7 @@ FI_INLINE void tile_q6_K(const uint8_t *w, int64_t cols, const uint8_t *a, int64
 FI_INLINE void tile_q2_K(const uint8_t *w, int64_t cols, const uint8_t *a, int64_t as, float *out,
                          int64_t os, const int na) {
 	__m256 acc[4];
-	for (int j = 0; j < na; j++) acc[j] = _mm256_setzero_ps();
+	_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) acc[j] = _mm256_setzero_ps();
 	const __m128i n4 = _mm_set1_epi8(0x0f);
 	const __m256i m3 = _mm256_set1_epi8(0x03);
 	const int64_t nb = cols / 256;
@@ -186,7 +193,7 @@ FI_INLINE void tile_q2_K(const uint8_t *w, int64_t cols, const uint8_t *a, int64
 		const __m128i sc = _mm_and_si128(sm, n4);
 		const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sm, 4), n4));
 		__m256i isum[4];
-		for (int j = 0; j < na; j++) isum[j] = _mm256_setzero_si256();
+		_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) isum[j] = _mm256_setzero_si256();
 #pragma GCC unroll 2
 		for (int k = 0; k < 2; k++) {
 			const __m256i q = ld256(x + 16 + 32 * k);
@@ -194,21 +201,23 @@ FI_INLINE void tile_q2_K(const uint8_t *w, int64_t cols, const uint8_t *a, int64
 			for (int s = 0; s < 4; s++) {
 				const __m256i v = _mm256_and_si256(_mm256_srli_epi16(q, 2 * s), m3);
 				const __m256i scv = pair_scales_u8(sc, 4 * k + s);
-				for (int j = 0; j < na; j++) {
+				_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) {
 					const uint8_t *y = a + j * as + Q8K * i + 4 + 128 * k + 32 * s;
 					isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(_mm256_maddubs_epi16(v, ld256(y)), scv));
+					FI_KEEP(isum[j]);
 				}
 			}
 		}
-		for (int j = 0; j < na; j++) {
+		_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) {
 			const uint8_t *y = a + j * as + Q8K * i;
 			const float dy = ld_f32(y);
 			const __m256i summ = _mm256_madd_epi16(mins, ld256(y + 260));
 			acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * dy), _mm256_cvtepi32_ps(isum[j]), acc[j]);
 			acc[j] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * dy), _mm256_cvtepi32_ps(summ), acc[j]);
+			FI_KEEP(acc[j]);
 		}
 	}
-	for (int j = 0; j < na; j++) out[j * os] = hsum_ps(acc[j]);
+	_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) out[j * os] = hsum_ps(acc[j]);
 }
 
 // q3k_scales unpacks Q3_K's 12 scale bytes to 16 signed scales sc-32
@@ -228,7 +237,7 @@ FI_INLINE __m128i q3k_scales(const uint8_t *p) {
 FI_INLINE void tile_q3_K(const uint8_t *w, int64_t cols, const uint8_t *a, int64_t as, float *out,
                          int64_t os, const int na) {
 	__m256 acc[4];
-	for (int j = 0; j < na; j++) acc[j] = _mm256_setzero_ps();
+	_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) acc[j] = _mm256_setzero_ps();
 	const __m256i m3 = _mm256_set1_epi8(0x03);
 	const int64_t nb = cols / 256;
 	for (int64_t i = 0; i < nb; i++) {
@@ -239,7 +248,7 @@ FI_INLINE void tile_q3_K(const uint8_t *w, int64_t cols, const uint8_t *a, int64
 		__m256i isum[4];
 		{
 			const __m256i sc16 = _mm256_cvtepi8_epi16(sc);
-			for (int j = 0; j < na; j++) {
+			_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) {
 				const uint8_t *y = a + j * as + Q8K * i;
 				isum[j] = _mm256_sub_epi32(_mm256_setzero_si256(),
 				                           _mm256_slli_epi32(_mm256_madd_epi16(sc16, ld256(y + 260)), 2));
@@ -254,18 +263,20 @@ FI_INLINE void tile_q3_K(const uint8_t *w, int64_t cols, const uint8_t *a, int64
 				const __m256i h = _mm256_and_si256(hm, _mm256_set1_epi8((char)(1 << g)));
 				const __m256i v = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 2 * s), m3), HBIT_TO(h, g, 2));
 				const __m256i scv = pair_scales_i8(sc, g);
-				for (int j = 0; j < na; j++) {
+				_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) {
 					const uint8_t *y = a + j * as + Q8K * i + 4 + 32 * g;
 					isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(_mm256_maddubs_epi16(v, ld256(y)), scv));
+					FI_KEEP(isum[j]);
 				}
 			}
 		}
-		for (int j = 0; j < na; j++) {
+		_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) {
 			const float dy = ld_f32(a + j * as + Q8K * i);
 			acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * dy), _mm256_cvtepi32_ps(isum[j]), acc[j]);
+			FI_KEEP(acc[j]);
 		}
 	}
-	for (int j = 0; j < na; j++) out[j * os] = hsum_ps(acc[j]);
+	_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) out[j * os] = hsum_ps(acc[j]);
 }
 
 FI_DEFINE_GEMM(gemm_q2_K, tile_q2_K)

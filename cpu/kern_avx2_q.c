@@ -16,20 +16,21 @@
 FI_INLINE void tile_q8_0(const uint8_t *w, int64_t cols, const uint8_t *a, int64_t as, float *out,
                          int64_t os, const int na) {
 	__m256 acc[4];
-	for (int j = 0; j < na; j++) acc[j] = _mm256_setzero_ps();
+	_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) acc[j] = _mm256_setzero_ps();
 	const int64_t nb = cols / 32;
 	for (int64_t i = 0; i < nb; i++) {
 		const uint8_t *x = w + 34 * i;
 		const float dw = ld_f16(x);
 		const __m256i v = ld256(x + 2);
 		const __m256i av = _mm256_sign_epi8(v, v);
-		for (int j = 0; j < na; j++) {
+		_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) {
 			const uint8_t *y = a + j * as + 34 * i;
 			__m256 p = _mm256_cvtepi32_ps(dot_i8(v, av, ld256(y + 2)));
 			acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * ld_f16(y)), p, acc[j]);
+			FI_KEEP(acc[j]);
 		}
 	}
-	for (int j = 0; j < na; j++) out[j * os] = hsum_ps(acc[j]);
+	_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) out[j * os] = hsum_ps(acc[j]);
 }
 
 // Q4_0 weights: 18-byte blocks, fp16 d then 16 bytes; element l in the low
@@ -37,7 +38,7 @@ FI_INLINE void tile_q8_0(const uint8_t *w, int64_t cols, const uint8_t *a, int64
 FI_INLINE void tile_q4_0(const uint8_t *w, int64_t cols, const uint8_t *a, int64_t as, float *out,
                          int64_t os, const int na) {
 	__m256 acc[4];
-	for (int j = 0; j < na; j++) acc[j] = _mm256_setzero_ps();
+	_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) acc[j] = _mm256_setzero_ps();
 	const __m256i m4 = _mm256_set1_epi8(0x0f), m8 = _mm256_set1_epi8(8);
 	const int64_t nb = cols / 32;
 	for (int64_t i = 0; i < nb; i++) {
@@ -47,13 +48,14 @@ FI_INLINE void tile_q4_0(const uint8_t *w, int64_t cols, const uint8_t *a, int64
 		__m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
 		v = _mm256_sub_epi8(v, m8);
 		const __m256i av = _mm256_sign_epi8(v, v);
-		for (int j = 0; j < na; j++) {
+		_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) {
 			const uint8_t *y = a + j * as + 34 * i;
 			__m256 p = _mm256_cvtepi32_ps(dot_i8(v, av, ld256(y + 2)));
 			acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * ld_f16(y)), p, acc[j]);
+			FI_KEEP(acc[j]);
 		}
 	}
-	for (int j = 0; j < na; j++) out[j * os] = hsum_ps(acc[j]);
+	_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) out[j * os] = hsum_ps(acc[j]);
 }
 
 // Q5_0 weights: 22-byte blocks, fp16 d, uint32 qh (bit l: fifth bit of
@@ -61,7 +63,7 @@ FI_INLINE void tile_q4_0(const uint8_t *w, int64_t cols, const uint8_t *a, int64
 FI_INLINE void tile_q5_0(const uint8_t *w, int64_t cols, const uint8_t *a, int64_t as, float *out,
                          int64_t os, const int na) {
 	__m256 acc[4];
-	for (int j = 0; j < na; j++) acc[j] = _mm256_setzero_ps();
+	_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) acc[j] = _mm256_setzero_ps();
 	const __m256i m4 = _mm256_set1_epi8(0x0f), mf0 = _mm256_set1_epi8((char)0xf0);
 	const int64_t nb = cols / 32;
 	for (int64_t i = 0; i < nb; i++) {
@@ -72,13 +74,14 @@ FI_INLINE void tile_q5_0(const uint8_t *w, int64_t cols, const uint8_t *a, int64
 		// fifth bit clear: q-16 = q|0xf0 as int8; set: q.
 		v = _mm256_or_si256(v, _mm256_andnot_si256(bits_to_bytes(ld_u32(x + 2)), mf0));
 		const __m256i av = _mm256_sign_epi8(v, v);
-		for (int j = 0; j < na; j++) {
+		_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) {
 			const uint8_t *y = a + j * as + 34 * i;
 			__m256 p = _mm256_cvtepi32_ps(dot_i8(v, av, ld256(y + 2)));
 			acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * ld_f16(y)), p, acc[j]);
+			FI_KEEP(acc[j]);
 		}
 	}
-	for (int j = 0; j < na; j++) out[j * os] = hsum_ps(acc[j]);
+	_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) out[j * os] = hsum_ps(acc[j]);
 }
 
 // Q4_1 weights: 20-byte blocks, fp16 d, fp16 m, 16 nibble bytes; x = d*q+m.
@@ -87,7 +90,7 @@ FI_INLINE void tile_q4_1(const uint8_t *w, int64_t cols, const uint8_t *a, int64
                          int64_t os, const int na) {
 	__m256 acc[4];
 	float accm[4];
-	for (int j = 0; j < na; j++) acc[j] = _mm256_setzero_ps(), accm[j] = 0;
+	_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) acc[j] = _mm256_setzero_ps(), accm[j] = 0;
 	const __m256i m4 = _mm256_set1_epi8(0x0f);
 	const int64_t nb = cols / 32;
 	for (int64_t i = 0; i < nb; i++) {
@@ -95,14 +98,15 @@ FI_INLINE void tile_q4_1(const uint8_t *w, int64_t cols, const uint8_t *a, int64
 		const float dw = ld_f16(x), mw = ld_f16(x + 2);
 		const __m128i q = ld128(x + 4);
 		const __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
-		for (int j = 0; j < na; j++) {
+		_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) {
 			const uint8_t *y = a + j * as + 36 * i;
 			__m256 p = _mm256_cvtepi32_ps(dot_u8(v, ld256(y + 4)));
 			acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * ld_f16(y)), p, acc[j]);
+			FI_KEEP(acc[j]);
 			accm[j] += mw * ld_f16(y + 2);
 		}
 	}
-	for (int j = 0; j < na; j++) out[j * os] = hsum_ps(acc[j]) + accm[j];
+	_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) out[j * os] = hsum_ps(acc[j]) + accm[j];
 }
 
 // Q5_1 weights: 24-byte blocks, fp16 d, fp16 m, uint32 qh, 16 nibble bytes;
@@ -111,7 +115,7 @@ FI_INLINE void tile_q5_1(const uint8_t *w, int64_t cols, const uint8_t *a, int64
                          int64_t os, const int na) {
 	__m256 acc[4];
 	float accm[4];
-	for (int j = 0; j < na; j++) acc[j] = _mm256_setzero_ps(), accm[j] = 0;
+	_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) acc[j] = _mm256_setzero_ps(), accm[j] = 0;
 	const __m256i m4 = _mm256_set1_epi8(0x0f), m10 = _mm256_set1_epi8(0x10);
 	const int64_t nb = cols / 32;
 	for (int64_t i = 0; i < nb; i++) {
@@ -120,14 +124,15 @@ FI_INLINE void tile_q5_1(const uint8_t *w, int64_t cols, const uint8_t *a, int64
 		const __m128i q = ld128(x + 8);
 		__m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
 		v = _mm256_or_si256(v, _mm256_and_si256(bits_to_bytes(ld_u32(x + 4)), m10));
-		for (int j = 0; j < na; j++) {
+		_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) {
 			const uint8_t *y = a + j * as + 36 * i;
 			__m256 p = _mm256_cvtepi32_ps(dot_u8(v, ld256(y + 4)));
 			acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * ld_f16(y)), p, acc[j]);
+			FI_KEEP(acc[j]);
 			accm[j] += mw * ld_f16(y + 2);
 		}
 	}
-	for (int j = 0; j < na; j++) out[j * os] = hsum_ps(acc[j]) + accm[j];
+	_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) out[j * os] = hsum_ps(acc[j]) + accm[j];
 }
 
 FI_DEFINE_GEMM(gemm_q8_0, tile_q8_0)

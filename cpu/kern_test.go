@@ -359,16 +359,21 @@ func TestDotRows(t *testing.T) {
 	}
 }
 
-// TestGemmRows checks the prefill kernel against quant, and that it gives
-// bit for bit what DotRows gives for each activation row (prefill and
-// decode of the same token agree exactly).
+// TestGemmRows checks the prefill kernel against quant, with row counts
+// that leave partial groups of 8 rows and partial tiles of activation rows.
+// (Its results may differ from DotRows's in the last bits: for many
+// activation rows it sums in another order, as llama.cpp's prefill does.)
 func TestGemmRows(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, k := range testISAs(t) {
 		for _, dt := range dotTypes {
 			cs := colsFor(dt.typ)
-			for _, cols := range []int{cs[0], cs[2], cs[len(cs)-1]} {
-				for _, shape := range [][2]int{{1, 1}, {5, 2}, {13, 4}, {64, 5}, {64, 11}, {13, 8}} {
+			colsList := []int{cs[0], cs[2], cs[len(cs)-1]}
+			if k.ISA() == cpu.ISAScalarGo {
+				colsList = cs[:1] // the scalar path is the reference loop itself
+			}
+			for _, cols := range colsList {
+				for _, shape := range [][2]int{{1, 1}, {5, 2}, {13, 4}, {64, 5}, {64, 11}, {13, 8}, {37, 9}, {64, 21}, {64, 37}} {
 					rows, nAct := shape[0], shape[1]
 					name := fmt.Sprintf("isa=%s/type=%s/cols=%d/rows=%d/acts=%d", k.ISA(), dt.typ, cols, rows, nAct)
 					t.Run(name, func(t *testing.T) {
@@ -381,9 +386,7 @@ func TestGemmRows(t *testing.T) {
 							out[i] = math.Float32frombits(guardBits)
 						}
 						k.GemmRows(dt.typ, m.w, m.rowBytes, cols, r0, r1, m.a, nAct, out, stride)
-						dot := make([]float32, rows)
 						for act := range nAct {
-							k.DotRows(dt.typ, m.w, m.rowBytes, cols, r0, r1, m.a[act*m.arb:(act+1)*m.arb], dot)
 							for i := range stride {
 								v := out[act*stride+i]
 								if i < r0 || i >= r1 {
@@ -393,9 +396,6 @@ func TestGemmRows(t *testing.T) {
 									continue
 								}
 								c.check(m, i, act, v)
-								if math.Float32bits(v) != math.Float32bits(dot[i]) {
-									t.Errorf("act %d row %d: GemmRows %v != DotRows %v", act, i, v, dot[i])
-								}
 							}
 						}
 						c.done()
