@@ -28,6 +28,7 @@ type ChatCmd struct {
 	CtxSize   int    `short:"c" name:"ctx-size" default:"0" help:"Context size (0 = the model's, at most 4096)."`
 	NPredict  int    `short:"n" name:"n-predict" default:"-1" help:"Max tokens per reply (-1 = until end of turn)."`
 	BatchSize int    `short:"b" name:"batch-size" default:"512" help:"Tokens per forward step."`
+	Threads   int    `short:"t" default:"0" help:"Threads (0 = physical cores)."`
 }
 
 const chatHelp = "commands: /reset (forget the conversation), /system TEXT (set the system prompt and reset), /exit"
@@ -48,7 +49,9 @@ func (c *ChatCmd) Run(g *Globals) error {
 	if l.DefaultTemplate {
 		fmt.Fprintln(os.Stderr, "flowinfer: the model has no chat template; using ChatML")
 	}
-	e, err := stages.NewEngine(l.Model, l.Tokenizer, cpu.NewRef(), stages.Config{NCtx: ctxSize(l, c.CtxSize, g.Log), MaxBatch: c.BatchSize}, nil)
+	be := cpu.NewBackend(c.Threads, nil)
+	defer be.Close()
+	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, stages.Config{NCtx: ctxSize(l, c.CtxSize, g.Log), MaxBatch: c.BatchSize}, nil)
 	if err != nil {
 		return err
 	}

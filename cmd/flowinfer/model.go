@@ -116,7 +116,7 @@ func (f *ModelFlags) open(ctx context.Context, log *zap.Logger) (*loaded, error)
 	if demo {
 		fmt.Fprint(os.Stderr, demoBanner)
 	}
-	b, err := model.Open(path, cpu.NewRef().Supports, log)
+	b, err := model.Open(path, cpu.Best().Supports, log)
 	if err != nil {
 		return nil, err
 	}

@@ -27,7 +27,7 @@ type RunCmd struct {
 	File            string `short:"f" help:"Read the prompt from a file." type:"existingfile" xor:"prompt"`
 	NPredict        int    `short:"n" name:"n-predict" default:"-1" help:"Tokens to generate (-1 = until end of generation or a full context)."`
 	CtxSize         int    `short:"c" name:"ctx-size" default:"0" help:"Context size (0 = the model's, at most 4096)."`
-	Threads         int    `short:"t" default:"0" help:"Threads (0 = physical cores). The plain-Go reference backend computes on one."`
+	Threads         int    `short:"t" default:"0" help:"Threads (0 = physical cores)."`
 	BatchSize       int    `short:"b" name:"batch-size" default:"512" help:"Tokens per forward step (prompt chunk)."`
 	Chat            bool   `help:"Apply the model's chat template to the prompt (as a user message)."`
 	System          string `name:"system" help:"System prompt (with --chat)."`
@@ -92,7 +92,9 @@ func (r *RunCmd) Run(g *Globals) error {
 	}
 	nCtx := ctxSize(l, r.CtxSize, g.Log)
 	rec := graph.NewRecorder(0)
-	e, err := stages.NewEngine(l.Model, l.Tokenizer, cpu.NewRef(), stages.Config{NCtx: nCtx, MaxBatch: r.BatchSize}, rec)
+	be := cpu.NewBackend(r.Threads, nil)
+	defer be.Close()
+	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, stages.Config{NCtx: nCtx, MaxBatch: r.BatchSize}, rec)
 	if err != nil {
 		return err
 	}

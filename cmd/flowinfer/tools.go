@@ -56,6 +56,7 @@ type PerplexityCmd struct {
 	ModelFlags
 	File    string `short:"f" help:"Text file." type:"existingfile" required:""`
 	CtxSize int    `short:"c" name:"ctx-size" default:"512" help:"Chunk size (tokens per evaluated sequence)."`
+	Threads int    `short:"t" default:"0" help:"Threads (0 = physical cores)."`
 }
 
 func (c *PerplexityCmd) Run(g *Globals) error {
@@ -72,7 +73,9 @@ func (c *PerplexityCmd) Run(g *Globals) error {
 	defer l.Close()
 	toks := l.Tokenizer.Encode(string(text), true, false)
 	nCtx := ctxSize(l, c.CtxSize, g.Log)
-	mctx, err := l.Model.NewContext(cpu.NewRef(), nCtx, 1, nCtx)
+	be := cpu.NewBackend(c.Threads, nil)
+	defer be.Close()
+	mctx, err := l.Model.NewContext(be, nCtx, 1, nCtx)
 	if err != nil {
 		return err
 	}
