@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"github.com/flowinfer/flowinfer/internal/golden"
 	"math"
 	"os"
 	"path/filepath"
@@ -22,26 +23,7 @@ import (
 // It skips the test when the data is absent, unless CI=true.
 func goldenDir(t testing.TB) string {
 	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		p := filepath.Join(dir, "shared", "golden")
-		if st, err := os.Stat(filepath.Join(p, "manifest.json")); err == nil && !st.IsDir() {
-			return p
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			break
-		}
-		dir = parent
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("shared/golden not found")
-	}
-	t.Skip("shared/golden not found")
-	return ""
+	return golden.Dir(t)
 }
 
 func openModel(t *testing.T, path string) *gguf.File {

@@ -6,8 +6,8 @@ package gguf
 import (
 	"bytes"
 	"encoding/binary"
+	"github.com/flowinfer/flowinfer/internal/golden"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"testing"
 	"unsafe"
@@ -179,24 +179,5 @@ func inside(sub, whole []byte) bool {
 // working directory. It skips the test when absent, or fails it when CI=true.
 func goldenDir(t testing.TB, sub string) string {
 	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		p := filepath.Join(dir, "shared", "golden", sub)
-		if st, err := os.Stat(p); err == nil && st.IsDir() {
-			return p
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			break
-		}
-		dir = parent
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("shared/golden/%s not found above the working directory", sub)
-	}
-	t.Skipf("shared/golden/%s not found above the working directory", sub)
-	return ""
+	return filepath.Join(golden.Dir(t), sub)
 }

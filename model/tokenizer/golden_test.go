@@ -6,6 +6,7 @@ package tokenizer
 import (
 	"encoding/hex"
 	"encoding/json"
+	"github.com/flowinfer/flowinfer/internal/golden"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,26 +20,7 @@ import (
 // Missing goldens fail the test under CI=true and skip it otherwise.
 func goldenDir(t testing.TB) string {
 	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		p := filepath.Join(dir, "shared", "golden")
-		if st, err := os.Stat(p); err == nil && st.IsDir() {
-			return p
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			break
-		}
-		dir = parent
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("shared/golden not found")
-	}
-	t.Skip("shared/golden not found")
-	return ""
+	return golden.Dir(t)
 }
 
 // loadTokenizer opens a GGUF file and builds its tokenizer.
