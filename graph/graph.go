@@ -107,6 +107,9 @@ func (g *Graph) Run(ctx context.Context) error {
 			s.rec = g.rec.register(s.name)
 		}
 	}
+	if on {
+		defer g.watchQueues()()
+	}
 	var wg sync.WaitGroup
 	for _, s := range g.stages {
 		wg.Go(func() { s.run(ctx) })

@@ -31,9 +31,10 @@ const chunkSize = 4096
 // *Recorder is valid and records nothing. Pass it to New; it may be shared by
 // several graphs (each run adds its stages as new tracks).
 type Recorder struct {
-	epoch   time.Time
-	max     int
-	enabled atomic.Bool
+	epoch      time.Time
+	max        int
+	enabled    atomic.Bool
+	queueEvery atomic.Int64 // queue sampling interval in ns; 0 = off (trace_queues.go)
 
 	mu     sync.Mutex // guards stages; never taken on the hot path
 	stages []*stageRec

@@ -14,6 +14,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"time"
 )
 
 // traceSpan is one "X" event before it is written.
@@ -30,12 +31,53 @@ type traceSpan struct {
 // process counter tracks named "stage/counter"; Add counters show their
 // running total. Timestamps are microseconds since NewRecorder.
 func (r *Recorder) WriteChromeTrace(w io.Writer) error {
+	return r.WriteChromeTraceOpts(w, TraceOptions{RateWindow: -1})
+}
+
+// WriteChromeTraceOpts is WriteChromeTrace with additions: derived
+// bandwidth tracks, counter series sampled outside the graph, and
+// metadata (see TraceOptions).
+func (r *Recorder) WriteChromeTraceOpts(w io.Writer, o TraceOptions) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	tw := traceWriter{w: bw, first: true}
-	bw.WriteString(`{"displayTimeUnit":"ns","traceEvents":[`)
+	bw.WriteString(`{"displayTimeUnit":"ns",`)
+	if len(o.Metadata) > 0 {
+		bw.WriteString(`"otherData":{`)
+		keys := make([]string, 0, len(o.Metadata))
+		for k := range o.Metadata {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for i, k := range keys {
+			if i > 0 {
+				bw.WriteByte(',')
+			}
+			bw.Write(jsonString(k))
+			bw.WriteByte(':')
+			bw.Write(jsonString(o.Metadata[k]))
+		}
+		bw.WriteString(`},`)
+	}
+	bw.WriteString(`"traceEvents":[`)
 	tw.meta("process_name", 0, `{"name":"flowinfer graph"}`)
-	for _, s := range r.snapshots() {
+	var epoch time.Time
+	if r != nil {
+		epoch = r.epoch
+	}
+	snaps := r.snapshots()
+	for _, s := range snaps {
 		tw.stage(s)
+	}
+	if o.RateWindow >= 0 {
+		for _, s := range snaps {
+			tw.rates(s, o.RateWindow)
+		}
+	}
+	for _, sr := range o.Series {
+		q := jsonString(sr.Name)
+		for _, p := range sr.Points {
+			tw.counterF(q, int64(p.T.Sub(epoch)), p.V)
+		}
 	}
 	bw.WriteString("]}\n")
 	return bw.Flush()

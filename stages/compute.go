@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/flowinfer/flowinfer/graph"
@@ -21,6 +22,21 @@ func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*st
 	gate := &layerGate{ctx: ctx, tickets: tickets, released: released}
 	c.mctx.BeforeLayer = gate.before
 	c.mctx.AfterLayer = gate.after
+	var outBytes int64 // weights read per step outside the layers' slabs
+	if c.rec.Enabled() {
+		ls := &layerSpans{rec: c.rec, stg: stg, names: map[string][]string{}}
+		c.mctx.Span = ls.hook
+		c.mctx.BeforeLayer = func(il int) error {
+			if err := gate.before(il); err != nil {
+				return err
+			}
+			c.rec.Add(stg, "bytes weights", gate.held.Bytes)
+			return nil
+		}
+		if w := c.mctx.M.Output; w != nil {
+			outBytes = int64(len(w.Data))
+		}
+	}
 	for {
 		st, err := steps.Recv(ctx)
 		if errors.Is(err, io.EOF) {
@@ -38,9 +54,47 @@ func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*st
 			return err
 		}
 		c.rec.Add(stg, "tokens", int64(len(st.batch.Tokens)))
+		if outBytes > 0 && len(logits) > 0 {
+			c.rec.Add(stg, "bytes weights", outBytes)
+		}
 		st.logits = logits
 		if err := out.Send(ctx, st); err != nil {
 			return err
 		}
 	}
+}
+
+// layerSpans records model.Context's spans (attention, FFN, experts and
+// each matrix product, per layer) as sub-spans of the compute stage, named
+// as llama.cpp names tensors ("attn-3", "ffn_up-3", "output"). Names are
+// built once per (name, layer), so recording allocates nothing per step;
+// with recording off the hook is not installed at all.
+type layerSpans struct {
+	rec   *graph.Recorder
+	stg   *graph.Stage
+	names map[string][]string // name -> per layer+1 (index 0: outside layers)
+	open  []graph.Span        // spans nest: a stack
+}
+
+func (l *layerSpans) hook(name string, layer int, begin bool) {
+	if !begin {
+		if n := len(l.open); n > 0 {
+			l.open[n-1].End()
+			l.open = l.open[:n-1]
+		}
+		return
+	}
+	byLayer := l.names[name]
+	if layer+1 >= len(byLayer) {
+		byLayer = append(byLayer, make([]string, layer+2-len(byLayer))...)
+		l.names[name] = byLayer
+	}
+	if byLayer[layer+1] == "" {
+		if layer < 0 {
+			byLayer[layer+1] = name
+		} else {
+			byLayer[layer+1] = name + "-" + strconv.Itoa(layer)
+		}
+	}
+	l.open = append(l.open, l.rec.Begin(l.stg, byLayer[layer+1]))
 }

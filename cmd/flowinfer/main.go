@@ -22,8 +22,8 @@ var version = "dev"
 
 // CLI is the command line.
 type CLI struct {
-	Config   kong.ConfigFlag `help:"YAML file of flag values (keys are flag names; precedence: flag > file > environment > default)." type:"path"`
-	LogLevel string          `name:"log-level" default:"warn" enum:"debug,info,warn,error" help:"Log level on stderr (${enum})." env:"FLOWINFER_LOG_LEVEL"`
+	Config   ProfileFlag `help:"Profile: a YAML file (see configs/) or builtin:NAME. Precedence: flag > config file > environment > default." placeholder:"FILE"`
+	LogLevel string      `name:"log-level" default:"warn" enum:"debug,info,warn,error" help:"Log level on stderr (${enum})." env:"FLOWINFER_LOG_LEVEL"`
 
 	Run        RunCmd        `cmd:"" help:"Generate text from a prompt (streams to stdout, timings to stderr)."`
 	Chat       ChatCmd       `cmd:"" help:"Interactive multi-turn chat with the model's chat template."`
@@ -32,6 +32,8 @@ type CLI struct {
 	Bench      BenchCmd      `cmd:"" help:"Prompt and generation throughput as llama-bench measures it (pp/tg t/s)."`
 	Gen        GenCmd        `cmd:"" help:"Write a random-weight GGUF of a preset shape (for benchmarks)."`
 	Version    VersionCmd    `cmd:"" help:"Print the version."`
+	Trace      TraceCmd      `cmd:"" help:"Run a generation with the recorder on: Chrome trace (ui.perfetto.dev), SVG timeline, stall summary."`
+	ConfigCmd  ConfigCmd     `cmd:"" name:"config" help:"Show the effective configuration, detect this machine's profile, list built-in profiles."`
 }
 
 // Globals is what every command receives.

@@ -1,0 +1,407 @@
+// This file connects profiles (package configs) to the command line.
+//
+// --config FILE (or builtin:NAME) is a typed profile, decoded strictly.
+// Each typed key that corresponds to a flag supplies that flag's value
+// through a kong resolver (pipeline.threads -> --threads, sampling.top_k ->
+// --top-k, ...), and the profile's `flags:` section supplies any other flag
+// by name. kong applies values in this order, each overriding the one
+// before: default, environment variable (the flag's env tag), resolver
+// (the profile), command line. Hence the precedence
+//
+//	flag > config file > environment > default
+//
+// A profile only resolves the keys it writes, so an environment variable
+// still beats the default of a key the file leaves out. Keys without a flag
+// (hardware, server) reach commands through the loaded profile itself.
+//
+// `config show` prints the effective configuration with each value's
+// source; `config detect` writes a profile for this machine.
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/alecthomas/kong"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/flowinfer/flowinfer/configs"
+	"github.com/flowinfer/flowinfer/stages"
+)
+
+// ProfileFlag is the --config flag: a profile file or builtin:NAME.
+type ProfileFlag string
+
+// BeforeResolve loads the profile and adds its resolver before kong
+// resolves the other flags.
+func (p ProfileFlag) BeforeResolve(ctx *kong.Context, trace *kong.Path) error {
+	path, _ := ctx.FlagValue(trace.Flag).(ProfileFlag)
+	if path == "" {
+		return nil
+	}
+	l, err := configs.LoadFile(string(path))
+	if err != nil {
+		return err
+	}
+	ctx.AddResolver(&profileResolver{l: l})
+	return nil
+}
+
+// loadProfile returns the profile named by --config, or the defaults.
+func loadProfile(path ProfileFlag) (configs.Loaded, error) {
+	if path == "" {
+		return configs.Loaded{Config: configs.Default(), Set: map[string]bool{}}, nil
+	}
+	return configs.LoadFile(string(path))
+}
+
+// profileKey maps a flag to the typed profile key that supplies it.
+type profileKey struct {
+	flag, key string
+	get       func(c *configs.Config) string
+}
+
+func itoa(v int) string { return strconv.Itoa(v) }
+
+func ftoa(v float32) string { return strconv.FormatFloat(float64(v), 'g', -1, 32) }
+
+// profileKeys lists every flag a typed profile key supplies.
+func profileKeys() []profileKey {
+	return []profileKey{
+		{"backend", "pipeline.backend", func(c *configs.Config) string { return c.Pipeline.Backend }},
+		{"threads", "pipeline.threads", func(c *configs.Config) string { return itoa(c.Pipeline.Threads) }},
+		{"batch-size", "pipeline.batch_size", func(c *configs.Config) string { return itoa(c.Pipeline.BatchSize) }},
+		{"parallel", "pipeline.parallel", func(c *configs.Config) string { return itoa(c.Pipeline.Parallel) }},
+		{"queue", "pipeline.queue", func(c *configs.Config) string { return itoa(c.Pipeline.Queue) }},
+		{"edge-tokens", "pipeline.edges.tokens", func(c *configs.Config) string { return itoa(c.Pipeline.Edges.Tokens) }},
+		{"slabs", "pipeline.edges.slabs", func(c *configs.Config) string { return itoa(c.Pipeline.Edges.Slabs) }},
+		{"ram-pool", "pipeline.ram_pool", func(c *configs.Config) string { return c.Pipeline.RAMPool.String() }},
+		{"vram", "pipeline.vram", func(c *configs.Config) string { return c.Pipeline.VRAM.String() }},
+		{"kv-type", "pipeline.kv_cache.type", func(c *configs.Config) string { return c.Pipeline.KVCache.Type }},
+		{"ctx-size", "pipeline.kv_cache.ctx_size", func(c *configs.Config) string { return itoa(c.Pipeline.KVCache.CtxSize) }},
+		{"prefetch-depth", "pipeline.prefetch_depth", func(c *configs.Config) string { return itoa(c.Pipeline.PrefetchDepth) }},
+		{"io-engine", "pipeline.io_engine", func(c *configs.Config) string { return c.Pipeline.IOEngine }},
+		{"temp", "sampling.temperature", func(c *configs.Config) string { return ftoa(c.Sampling.Temperature) }},
+		{"top-k", "sampling.top_k", func(c *configs.Config) string { return itoa(c.Sampling.TopK) }},
+		{"top-p", "sampling.top_p", func(c *configs.Config) string { return ftoa(c.Sampling.TopP) }},
+		{"min-p", "sampling.min_p", func(c *configs.Config) string { return ftoa(c.Sampling.MinP) }},
+		{"repeat-penalty", "sampling.repeat_penalty", func(c *configs.Config) string { return ftoa(c.Sampling.RepeatPenalty) }},
+		{"repeat-last-n", "sampling.repeat_last_n", func(c *configs.Config) string { return itoa(c.Sampling.RepeatLastN) }},
+		{"presence-penalty", "sampling.presence_penalty", func(c *configs.Config) string { return ftoa(c.Sampling.PresencePenalty) }},
+		{"frequency-penalty", "sampling.frequency_penalty", func(c *configs.Config) string { return ftoa(c.Sampling.FrequencyPenalty) }},
+		{"seed", "sampling.seed", func(c *configs.Config) string { return strconv.FormatInt(c.Sampling.Seed, 10) }},
+		{"n-predict", "sampling.max_tokens", func(c *configs.Config) string { return itoa(c.Sampling.MaxTokens) }},
+		{"host", "server.host", func(c *configs.Config) string { return c.Server.Host }},
+		{"port", "server.port", func(c *configs.Config) string { return itoa(c.Server.Port) }},
+		{"trace-dir", "server.trace_dir", func(c *configs.Config) string { return c.Server.TraceDir }},
+	}
+}
+
+// profileResolver supplies flag values from a loaded profile.
+type profileResolver struct {
+	l configs.Loaded
+}
+
+// Validate rejects `flags:` entries no command knows, and entries that
+// repeat a typed key.
+func (r *profileResolver) Validate(app *kong.Application) error {
+	known := map[string]bool{}
+	kong.Visit(app.Node, func(n kong.Visitable, next kong.Next) error {
+		if f, ok := n.(*kong.Flag); ok {
+			known[f.Name] = true
+		}
+		return next(nil)
+	})
+	typed := map[string]string{}
+	for _, k := range profileKeys() {
+		typed[k.flag] = k.key
+	}
+	var errs []string
+	for name := range r.l.Flags {
+		switch {
+		case !known[name]:
+			errs = append(errs, fmt.Sprintf("flags.%s: no command has a flag --%s", name, name))
+		case r.l.IsSet(typed[name]):
+			errs = append(errs, fmt.Sprintf("flags.%s: also set as %s", name, typed[name]))
+		case name == "config":
+			errs = append(errs, "flags.config: a profile cannot name another profile")
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	slices.Sort(errs)
+	return fmt.Errorf("%s: %s", r.l.Source, strings.Join(errs, "; "))
+}
+
+// Resolve returns the profile's value for flag, or nil when the profile
+// does not set it.
+func (r *profileResolver) Resolve(_ *kong.Context, _ *kong.Path, flag *kong.Flag) (any, error) {
+	for _, k := range profileKeys() {
+		if k.flag == flag.Name && r.l.IsSet(k.key) {
+			return k.get(&r.l.Config), nil
+		}
+	}
+	if v, ok := r.l.Flags[flag.Name]; ok {
+		return v, nil
+	}
+	return nil, nil
+}
+
+// PipelineFlags size the stage graph. Their defaults are configs.Default's.
+type PipelineFlags struct {
+	Threads       int              `short:"t" default:"0" env:"FLOWINFER_THREADS" help:"Threads (0 = physical cores)."`
+	CtxSize       int              `short:"c" name:"ctx-size" default:"0" env:"FLOWINFER_CTX_SIZE" help:"KV cells per sequence (0 = the model's context, at most 4096)."`
+	BatchSize     int              `short:"b" name:"batch-size" default:"512" env:"FLOWINFER_BATCH_SIZE" help:"Tokens per forward step (prompt chunk)."`
+	Parallel      int              `name:"parallel" default:"1" env:"FLOWINFER_PARALLEL" help:"Sequences decoded together (continuous batching)."`
+	Queue         int              `name:"queue" default:"64" env:"FLOWINFER_QUEUE" help:"Admission queue length."`
+	EdgeTokens    int              `name:"edge-tokens" default:"64" env:"FLOWINFER_EDGE_TOKENS" help:"Capacity of the sampler->streamer edge."`
+	Slabs         int              `name:"slabs" default:"2" env:"FLOWINFER_SLABS" help:"Weight slabs in flight (2 = double buffering)."`
+	KVType        string           `name:"kv-type" default:"f32" env:"FLOWINFER_KV_TYPE" help:"KV cache element type (f32; f16, q8_0, turbo3 are not implemented yet)."`
+	IOEngine      string           `name:"io-engine" default:"mmap" env:"FLOWINFER_IO_ENGINE" help:"Weight reader: mmap, pread or io_uring (only mmap is implemented yet)."`
+	PrefetchDepth int              `name:"prefetch-depth" default:"1" env:"FLOWINFER_PREFETCH_DEPTH" help:"Layers the weight reader requests ahead."`
+	RAMPool       configs.ByteSize `name:"ram-pool" default:"0" env:"FLOWINFER_RAM_POOL" help:"RAM budget for streamed weight slabs (0 = map the whole model)."`
+	VRAM          configs.ByteSize `name:"vram" default:"0" env:"FLOWINFER_VRAM" help:"VRAM budget (0 = CPU only)."`
+	Backend       string           `name:"backend" default:"auto" env:"FLOWINFER_BACKEND" help:"Compute backend: auto, cpu or vulkan (only cpu is implemented yet)."`
+}
+
+func (f *PipelineFlags) apply(c *configs.Config) {
+	p := &c.Pipeline
+	p.Threads, p.KVCache.CtxSize, p.BatchSize, p.Parallel, p.Queue = f.Threads, f.CtxSize, f.BatchSize, f.Parallel, f.Queue
+	p.Edges.Tokens, p.Edges.Slabs = f.EdgeTokens, f.Slabs
+	p.KVCache.Type, p.IOEngine, p.PrefetchDepth = f.KVType, f.IOEngine, f.PrefetchDepth
+	p.RAMPool, p.VRAM, p.Backend = f.RAMPool, f.VRAM, f.Backend
+}
+
+// applySampling copies the sampling flags into c.
+func applySampling(f *SamplingFlags, c *configs.Config) {
+	s := &c.Sampling
+	s.Temperature, s.TopK, s.TopP, s.MinP = f.Temp, f.TopK, f.TopP, f.MinP
+	s.RepeatPenalty, s.RepeatLastN = f.RepeatPenalty, f.RepeatLastN
+	s.PresencePenalty, s.FrequencyPenalty, s.Seed = f.PresencePenalty, f.FrequencyPenalty, f.Seed
+}
+
+// effective returns the profile with the (already resolved) flags on top,
+// validated.
+func effective(path ProfileFlag, pf *PipelineFlags, sf *SamplingFlags, nPredict *int) (configs.Loaded, error) {
+	l, err := loadProfile(path)
+	if err != nil {
+		return l, err
+	}
+	if pf != nil {
+		pf.apply(&l.Config)
+	}
+	if sf != nil {
+		applySampling(sf, &l.Config)
+	}
+	if nPredict != nil {
+		l.Sampling.MaxTokens = *nPredict
+	}
+	if err := l.Validate(); err != nil {
+		return l, err
+	}
+	return l, nil
+}
+
+// engineConfig maps a configuration onto the engine's settings; settings
+// the engine does not implement yet are named in the returned warnings.
+func engineConfig(c *configs.Config, nCtx int) (stages.Config, []string) {
+	p := &c.Pipeline
+	var warn []string
+	if p.KVCache.Type != "f32" {
+		warn = append(warn, fmt.Sprintf("kv_cache.type %s is not implemented yet: using f32", p.KVCache.Type))
+	}
+	if p.IOEngine != "mmap" {
+		warn = append(warn, fmt.Sprintf("io_engine %s is not implemented yet: using mmap", p.IOEngine))
+	}
+	if p.Backend == "vulkan" {
+		warn = append(warn, "the vulkan backend is not implemented yet: using the CPU")
+	}
+	return stages.Config{NCtx: nCtx, NSeq: p.Parallel, MaxBatch: p.BatchSize, Queue: p.Queue, Slabs: p.Edges.Slabs, EdgeCap: p.Edges.Tokens}, warn
+}
+
+// ConfigCmd groups the configuration commands.
+type ConfigCmd struct {
+	Show   ConfigShowCmd   `cmd:"" help:"Print the effective configuration (profile, environment and flags merged) with each value's source."`
+	Detect ConfigDetectCmd `cmd:"" help:"Write a profile for this machine: cores, RAM, ISA, Vulkan devices, measured memory and disk bandwidth."`
+	List   ConfigListCmd   `cmd:"" help:"List the built-in profiles (use them as --config builtin:NAME)."`
+}
+
+// ConfigShowCmd prints the effective configuration.
+type ConfigShowCmd struct {
+	PipelineFlags
+	SamplingFlags
+	NPredict int `short:"n" name:"n-predict" default:"-1" help:"Default token limit (-1 = none)."`
+}
+
+func (c *ConfigShowCmd) Run(kctx *kong.Context, cli *CLI) error {
+	l, err := effective(cli.Config, &c.PipelineFlags, &c.SamplingFlags, &c.NPredict)
+	if err != nil {
+		return err
+	}
+	out, err := annotate(l, sources(kctx, l))
+	if err != nil {
+		return err
+	}
+	if l.Source != "" {
+		fmt.Printf("# profile: %s\n", l.Source)
+	}
+	fmt.Print("# precedence: flag > config file > environment > default\n")
+	_, err = os.Stdout.Write(out)
+	return err
+}
+
+// sources says where each typed key's value came from: "flag", "env NAME",
+// "file" (keys without a flag too) or nothing for a default.
+func sources(kctx *kong.Context, l configs.Loaded) map[string]string {
+	src := map[string]string{}
+	for k := range l.Set {
+		src[k] = "file"
+	}
+	cmdline := map[string]bool{}
+	for _, p := range kctx.Path {
+		if p.Flag != nil && !p.Resolved {
+			cmdline[p.Flag.Name] = true
+		}
+	}
+	flags := map[string]*kong.Flag{}
+	for _, f := range kctx.Flags() {
+		flags[f.Name] = f
+	}
+	for _, k := range profileKeys() {
+		f := flags[k.flag]
+		switch {
+		case f == nil:
+		case cmdline[k.flag]:
+			src[k.key] = "flag --" + k.flag
+		case l.IsSet(k.key):
+		default:
+			for _, env := range f.Envs {
+				if _, ok := os.LookupEnv(env); ok {
+					src[k.key] = "env " + env
+					break
+				}
+			}
+		}
+	}
+	return src
+}
+
+// annotate marshals l with a line comment naming each value's source.
+func annotate(l configs.Loaded, src map[string]string) ([]byte, error) {
+	var root yaml.Node
+	if err := root.Encode(l.Config); err != nil {
+		return nil, err
+	}
+	var walk func(n *yaml.Node, prefix string)
+	walk = func(n *yaml.Node, prefix string) {
+		if n.Kind != yaml.MappingNode {
+			return
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			key := n.Content[i].Value
+			if prefix != "" {
+				key = prefix + "." + key
+			}
+			v := n.Content[i+1]
+			if s := src[key]; s != "" && v.Kind != yaml.MappingNode {
+				v.LineComment = s
+			}
+			walk(v, key)
+		}
+	}
+	walk(&root, "")
+	var b strings.Builder
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(&root); err != nil {
+		return nil, err
+	}
+	enc.Close()
+	return []byte(b.String()), nil
+}
+
+// ConfigDetectCmd writes a profile for this machine.
+type ConfigDetectCmd struct {
+	Output    string           `short:"o" help:"Write the profile here instead of stdout." type:"path" placeholder:"FILE"`
+	NoMeasure bool             `name:"no-measure" help:"Skip the bandwidth measurements."`
+	MemSize   configs.ByteSize `name:"mem-size" default:"256MiB" help:"Buffer for the memory bandwidth test."`
+	DiskDir   string           `name:"disk-dir" help:"Directory on the model disk for the disk test [the model cache directory]." type:"path"`
+	DiskFile  string           `name:"disk-file" help:"Read this file (e.g. a model) for the disk test instead of writing a scratch file." type:"existingfile"`
+	DiskSize  configs.ByteSize `name:"disk-size" default:"256MiB" help:"Bytes read by the disk test."`
+	Name      string           `name:"name" default:"this-machine" help:"Profile name."`
+	Cache     string           `name:"cache-dir" env:"FLOWINFER_CACHE" hidden:"" type:"path"`
+}
+
+func (c *ConfigDetectCmd) Run(g *Globals) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	dir := c.DiskDir
+	if dir == "" && c.DiskFile == "" {
+		mf := ModelFlags{Cache: c.Cache}
+		if d, err := mf.cacheDir(); err == nil && os.MkdirAll(d, 0o755) == nil {
+			dir = d
+		}
+	}
+	if !c.NoMeasure {
+		fmt.Fprintln(os.Stderr, "flowinfer: measuring memory and disk bandwidth (a few seconds)...")
+	}
+	t0 := time.Now()
+	h, notes, err := configs.Detect(ctx, configs.DetectOptions{
+		Measure: !c.NoMeasure,
+		Mem:     configs.MemOptions{Bytes: int64(c.MemSize), Duration: time.Second},
+		Disk:    configs.DiskOptions{Dir: dir, File: c.DiskFile, Bytes: int64(c.DiskSize), Duration: 3 * time.Second},
+	})
+	if err != nil {
+		return err
+	}
+	for _, n := range notes {
+		fmt.Fprintln(os.Stderr, "flowinfer: note:", n)
+	}
+	cfg := configs.Suggest(h)
+	cfg.Profile = c.Name
+	cfg.Description = fmt.Sprintf("detected by flowinfer config detect on %s (%.1fs)", time.Now().Format("2006-01-02"), time.Since(t0).Seconds())
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("detected profile: %w", err)
+	}
+	data, err := configs.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	data = append([]byte("# Written by `flowinfer config detect`; edit freely. Use with --config FILE.\n"), data...)
+	if c.Output == "" {
+		_, err = os.Stdout.Write(data)
+		return err
+	}
+	tmp := c.Output + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, c.Output); err != nil {
+		return errors.Join(err, os.Remove(tmp))
+	}
+	fmt.Fprintln(os.Stderr, "flowinfer: wrote", c.Output)
+	return nil
+}
+
+// ConfigListCmd lists the built-in profiles.
+type ConfigListCmd struct{}
+
+func (ConfigListCmd) Run() error {
+	for _, n := range configs.Builtins() {
+		l, err := configs.LoadFile("builtin:" + n)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("builtin:%-20s %s\n", n, l.Description)
+	}
+	return nil
+}

@@ -1,0 +1,99 @@
+// This file holds what WriteChromeTraceOpts adds to a plain trace: counter
+// series sampled outside the graph (an engine's cache statistics), derived
+// bandwidth tracks for byte counters, and their writers.
+
+package graph
+
+import (
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// TraceOptions are additions to a Chrome trace.
+type TraceOptions struct {
+	// RateWindow turns every Add counter whose name begins with "bytes"
+	// into a second counter track, "stage/counter GB/s", averaged over
+	// windows of this length (0: 10 ms, or longer so that a trace has at
+	// most 4000 windows per track; negative: no rate tracks).
+	RateWindow time.Duration
+	// Series are extra counter tracks (values sampled by the caller).
+	Series []Series
+	// Metadata goes into the trace's "otherData" object (model, config,
+	// machine), which ui.perfetto.dev shows as trace metadata.
+	Metadata map[string]string
+}
+
+// Series is a counter track sampled outside the graph.
+type Series struct {
+	Name   string
+	Points []Point
+}
+
+// Point is one sample of a Series.
+type Point struct {
+	T time.Time
+	V float64
+}
+
+// IsByteCounter reports whether an Add counter name counts bytes (and so
+// gets a bandwidth track and a line in the stall report).
+func IsByteCounter(name string) bool { return strings.HasPrefix(name, "bytes") }
+
+// rates writes the bandwidth track of each byte counter of s.
+func (tw *traceWriter) rates(s snapshot, window time.Duration) {
+	type ev struct{ t, v int64 }
+	byName := map[string][]ev{}
+	var order []string
+	for _, c := range s.chunks {
+		for _, e := range c {
+			if e.kind != evAdd || !IsByteCounter(e.name) {
+				continue
+			}
+			if _, ok := byName[e.name]; !ok {
+				order = append(order, e.name)
+			}
+			byName[e.name] = append(byName[e.name], ev{e.t0, e.t1})
+		}
+	}
+	w := int64(window)
+	if w <= 0 {
+		w = int64(10 * time.Millisecond)
+	}
+	w = max(w, (s.end-s.begin)/4000, 1)
+	for _, name := range order {
+		evs := byName[name]
+		q := jsonString(s.name + "/" + name + " GB/s")
+		start := s.begin + (evs[0].t-s.begin)/w*w
+		var sum int64
+		for _, e := range evs {
+			for e.t >= start+w {
+				tw.counterF(q, start, float64(sum)/float64(w)) // bytes per ns = GB/s
+				start += w
+				sum = 0
+			}
+			sum += e.v
+		}
+		tw.counterF(q, start, float64(sum)/float64(w))
+		tw.counterF(q, start+w, 0)
+	}
+}
+
+// counterF writes a counter event with a float value on an already quoted
+// track name.
+func (tw *traceWriter) counterF(quotedName []byte, t int64, v float64) {
+	tw.sep()
+	b := append(tw.buf[:0], `{"ph":"C","pid":1,"tid":0,"ts":`...)
+	b = appendMicros(b, t)
+	b = append(b, `,"name":`...)
+	b = append(b, quotedName...)
+	b = append(b, `,"args":{"value":`...)
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		v = 0
+	}
+	b = strconv.AppendFloat(b, v, 'g', 6, 64)
+	b = append(b, "}}"...)
+	tw.w.Write(b)
+	tw.buf = b
+}

@@ -1,0 +1,309 @@
+// Tests of the trace additions: the exported trace is valid JSON whose
+// stage tracks are tiled by busy/wait/blocked spans with sub-spans nested
+// inside busy ones; the stall report adds up to each stage's wall time and
+// names the bounding stage; queue sampling, bandwidth tracks, series and
+// metadata appear; the SVG is well-formed.
+
+package graph
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// runRecorded runs source -> square -> sink with a slow sink that opens
+// nested sub-spans and counts bytes, with queue sampling on.
+func runRecorded(t *testing.T) *Recorder {
+	t.Helper()
+	rec := NewRecorder(0)
+	rec.SampleQueues(200 * time.Microsecond)
+	p := newPipeline(rec, 4)
+	p.src.Do(func(ctx context.Context) error { return count(ctx, p.srcOut, 200) })
+	p.sq.Do(func(ctx context.Context) error { return square(ctx, p.sqIn, p.sqOut) })
+	p.sink.Do(func(ctx context.Context) error {
+		return drain(ctx, p.sinkIn, func(int) error {
+			outer := rec.Begin(p.sink, "attn-0")
+			inner := rec.Begin(p.sink, "attn_q-0")
+			spin(50 * time.Microsecond)
+			inner.End()
+			outer.End()
+			rec.Add(p.sink, "bytes weights", 1<<20)
+			return nil
+		})
+	})
+	if err := p.g.Run(context.Background()); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	return rec
+}
+
+// spin busy-waits (a sleep would be fine too, but spinning keeps the stage
+// "busy" in the same sense compute is).
+func spin(d time.Duration) {
+	for t0 := time.Now(); time.Since(t0) < d; {
+	}
+}
+
+type fullEvent struct {
+	Ph   string          `json:"ph"`
+	Tid  int             `json:"tid"`
+	Ts   float64         `json:"ts"`
+	Dur  float64         `json:"dur"`
+	Cat  string          `json:"cat"`
+	Name string          `json:"name"`
+	Args json.RawMessage `json:"args"`
+}
+
+type fullTrace struct {
+	OtherData   map[string]string `json:"otherData"`
+	TraceEvents []fullEvent     `json:"traceEvents"`
+}
+
+func TestTraceTracksAndNesting(t *testing.T) {
+	rec := runRecorded(t)
+	var buf bytes.Buffer
+	opts := TraceOptions{
+		Series:   []Series{{Name: "engine/hit %", Points: []Point{{time.Now(), 12.5}, {time.Now(), math.NaN()}}}},
+		Metadata: map[string]string{"model": `a "quoted" <name>`},
+	}
+	if err := rec.WriteChromeTraceOpts(&buf, opts); err != nil {
+		t.Fatal(err)
+	}
+	var tr fullTrace
+	if err := json.Unmarshal(buf.Bytes(), &tr); err != nil {
+		t.Fatalf("invalid JSON: %v", err)
+	}
+	if tr.OtherData["model"] != `a "quoted" <name>` {
+		t.Errorf("metadata: %v", tr.OtherData)
+	}
+	threads := map[int]string{}
+	counters := map[string]int{}
+	byTid := map[int][]fullEvent{}
+	for _, e := range tr.TraceEvents {
+		switch e.Ph {
+		case "M":
+			if e.Name == "thread_name" {
+				var a struct{ Name string }
+				json.Unmarshal(e.Args, &a)
+				threads[e.Tid] = a.Name
+			}
+		case "C":
+			counters[e.Name]++
+		case "X":
+			byTid[e.Tid] = append(byTid[e.Tid], e)
+		}
+	}
+	for _, want := range []string{"source", "square", "sink"} {
+		found := false
+		for _, n := range threads {
+			found = found || n == want
+		}
+		if !found {
+			t.Errorf("no track for stage %s (tracks %v)", want, threads)
+		}
+	}
+	for _, want := range []string{"sink/bytes weights", "sink/bytes weights GB/s", "engine/hit %"} {
+		if counters[want] == 0 {
+			t.Errorf("no counter track %q (have %v)", want, counters)
+		}
+	}
+	queues := 0
+	for name := range counters {
+		if strings.Contains(name, "/queue ") {
+			queues++
+		}
+	}
+	if queues == 0 {
+		t.Errorf("no queue-depth tracks (have %v)", counters)
+	}
+
+	sum := rec.Summary()
+	walls := map[string]time.Duration{}
+	for _, s := range sum {
+		walls[s.Stage] = s.Wall
+	}
+	for tid, evs := range byTid {
+		name := threads[tid]
+		// The tiling spans cover the wall time without overlapping.
+		var tiles, subs []fullEvent
+		for _, e := range evs {
+			if e.Cat == "span" {
+				subs = append(subs, e)
+			} else {
+				tiles = append(tiles, e)
+			}
+		}
+		sort.Slice(tiles, func(i, j int) bool { return tiles[i].Ts < tiles[j].Ts })
+		var total float64
+		for i, e := range tiles {
+			total += e.Dur
+			if i > 0 && e.Ts < tiles[i-1].Ts+tiles[i-1].Dur-0.002 {
+				t.Errorf("%s: %s at %.3f overlaps %s ending %.3f", name, e.Name, e.Ts, tiles[i-1].Name, tiles[i-1].Ts+tiles[i-1].Dur)
+			}
+		}
+		if wall := float64(walls[name]) / 1e3; math.Abs(total-wall) > 0.002*float64(len(tiles))+1 {
+			t.Errorf("%s: tiles sum to %.3fµs, wall %.3fµs", name, total, wall)
+		}
+		// Every sub-span sits inside a busy span, and sub-spans nest.
+		for _, s := range subs {
+			inBusy := false
+			for _, b := range tiles {
+				if b.Cat == "busy" && s.Ts >= b.Ts-0.001 && s.Ts+s.Dur <= b.Ts+b.Dur+0.001 {
+					inBusy = true
+				}
+			}
+			if !inBusy {
+				t.Errorf("%s: sub-span %s [%.3f +%.3f] is not inside a busy span", name, s.Name, s.Ts, s.Dur)
+			}
+			for _, o := range subs {
+				a0, a1, b0, b1 := s.Ts, s.Ts+s.Dur, o.Ts, o.Ts+o.Dur
+				if a0 < b0 && b0 < a1 && a1 < b1 {
+					t.Errorf("%s: sub-spans %s and %s overlap without nesting", name, s.Name, o.Name)
+				}
+			}
+		}
+		if name == "sink" && len(subs) != 400 {
+			t.Errorf("sink has %d sub-spans, want 400", len(subs))
+		}
+	}
+}
+
+// TestStallsAddUp: per stage, busy + starved + blocked is the wall time;
+// the per-edge breakdown accounts for the totals; the slow sink bounds the
+// pipeline and its bytes make a transfer line.
+func TestStallsAddUp(t *testing.T) {
+	rec := runRecorded(t)
+	st := rec.Stalls()
+	if len(st.Stages) != 3 {
+		t.Fatalf("%d stages", len(st.Stages))
+	}
+	for _, s := range st.Stages {
+		if s.Busy+s.Starved+s.Blocked != s.Wall || s.Busy < 0 {
+			t.Errorf("%s: busy %v + starved %v + blocked %v != wall %v", s.Stage, s.Busy, s.Starved, s.Blocked, s.Wall)
+		}
+		var on time.Duration
+		for _, d := range s.StarvedOn {
+			on += d
+		}
+		for _, d := range s.BlockedOn {
+			on += d
+		}
+		if on != s.Starved+s.Blocked {
+			t.Errorf("%s: per-edge waits sum to %v, totals %v", s.Stage, on, s.Starved+s.Blocked)
+		}
+		if s.Wall > st.Wall {
+			t.Errorf("%s: wall %v beyond the run's %v", s.Stage, s.Wall, st.Wall)
+		}
+	}
+	if st.Bounding != "sink" {
+		t.Errorf("bounding stage %q, want sink", st.Bounding)
+	}
+	if len(st.Transfers) != 1 || st.Transfers[0].Bytes != 200<<20 || st.Transfers[0].GBps <= 0 || st.Transfers[0].BusyGBps < st.Transfers[0].GBps {
+		t.Errorf("transfers %+v", st.Transfers)
+	}
+	var out strings.Builder
+	if err := st.Format(&out, Limit{GBps: 20, Source: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"bounding stage: sink", "transfer sink/bytes weights: 200.00 MiB", "of 20.0 GB/s (test)", "input from square"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+	t.Logf("\n%s", out.String())
+}
+
+func TestSVGWellFormed(t *testing.T) {
+	rec := runRecorded(t)
+	for _, o := range []SVGOptions{{Title: "t <&>"}, {Width: 400, From: time.Millisecond, To: 3 * time.Millisecond}, {From: time.Hour}} {
+		var buf bytes.Buffer
+		if err := rec.WriteSVG(&buf, o); err != nil {
+			t.Fatal(err)
+		}
+		dec := xml.NewDecoder(&buf)
+		rects, texts := 0, []string{}
+		for {
+			tok, err := dec.Token()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%+v: invalid XML: %v", o, err)
+			}
+			if se, ok := tok.(xml.StartElement); ok {
+				switch se.Name.Local {
+				case "rect":
+					rects++
+				case "text":
+					var s string
+					if err := dec.DecodeElement(&s, &se); err == nil {
+						texts = append(texts, s)
+					}
+				}
+			}
+		}
+		joined := strings.Join(texts, "|")
+		for _, want := range []string{"source", "square", "sink", "busy", "attn", "attn_q"} {
+			if o.From < time.Hour && !strings.Contains(joined, want) {
+				t.Errorf("%+v: no %q text in %s", o, want, joined)
+			}
+		}
+		if rects < 10 && o.From < time.Hour {
+			t.Errorf("%+v: only %d rects", o, rects)
+		}
+	}
+	var nilRec *Recorder
+	var buf bytes.Buffer
+	if err := nilRec.WriteSVG(&buf, SVGOptions{}); err != nil || !strings.Contains(buf.String(), "</svg>") {
+		t.Errorf("nil recorder: %v", err)
+	}
+}
+
+// TestSampleQueuesOff: without SampleQueues no queue events are recorded
+// (the existing event counts of other tests rely on it).
+func TestSampleQueuesOff(t *testing.T) {
+	rec := NewRecorder(0)
+	p := newPipeline(rec, 4)
+	p.src.Do(func(ctx context.Context) error { return count(ctx, p.srcOut, 100) })
+	p.sq.Do(func(ctx context.Context) error { return square(ctx, p.sqIn, p.sqOut) })
+	p.sink.Do(func(ctx context.Context) error {
+		return drain(ctx, p.sinkIn, func(int) error { time.Sleep(20 * time.Microsecond); return nil })
+	})
+	if err := p.g.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range rec.Summary() {
+		if len(s.Counters) != 0 {
+			t.Errorf("%s: counters %v without SampleQueues", s.Stage, s.Counters)
+		}
+	}
+}
+
+func TestSpread(t *testing.T) {
+	bins := make([]float64, 10)
+	spread(bins, 1000, 10, 1000, 1100) // exactly the 10 pixels
+	for i, v := range bins {
+		if v != 10 {
+			t.Errorf("bin %d = %v", i, v)
+		}
+	}
+	clear(bins)
+	spread(bins, 0, 3.3333333, 5, 6) // inside one pixel, awkward float width
+	spread(bins, 0, 3.3333333, 90, 200)
+	var sum float64
+	for _, v := range bins {
+		sum += v
+	}
+	if sum < 1 || bins[1] != 1 {
+		t.Errorf("bins %v", bins)
+	}
+}
