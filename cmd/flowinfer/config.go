@@ -283,6 +283,8 @@ func sources(kctx *kong.Context, l configs.Loaded) map[string]string {
 		case cmdline[k.flag]:
 			src[k.key] = "flag --" + k.flag
 		case l.IsSet(k.key):
+		case l.Flags[k.flag] != nil:
+			src[k.key] = "file (flags." + k.flag + ")"
 		default:
 			for _, env := range f.Envs {
 				if _, ok := os.LookupEnv(env); ok {
