@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/flowinfer/flowinfer/graph"
 	"github.com/flowinfer/flowinfer/model"
@@ -19,6 +20,13 @@ type Config struct {
 	Queue    int // admission queue; Submit fails with ErrQueueFull beyond it [64]
 	Slabs    int // weight slabs in flight: 2 is double buffering [2]
 	EdgeCap  int // capacity of the token-event edge [64]
+	// BlockSize is the number of tokens per KV cache block, a power of
+	// two [16]. Prefixes are shared between requests in whole blocks.
+	BlockSize int
+	// KVTokens sizes the KV block pool shared by all sequences, in tokens
+	// [NSeq × NCtx: every sequence can always reach NCtx]. A smaller pool
+	// (at least NCtx) preempts sequences when it runs out.
+	KVTokens int
 }
 
 func (c *Config) defaults(m *model.Model) {
@@ -40,6 +48,12 @@ func (c *Config) defaults(m *model.Model) {
 	if c.EdgeCap <= 0 {
 		c.EdgeCap = 64
 	}
+	if c.BlockSize <= 0 {
+		c.BlockSize = 16
+	}
+	if c.KVTokens <= 0 {
+		c.KVTokens = c.NSeq * c.NCtx
+	}
 }
 
 // Errors from Submit.
@@ -60,6 +74,39 @@ type Engine struct {
 	mu     sync.Mutex
 	queue  chan *Request
 	closed bool
+
+	stats engineStats
+}
+
+// Stats is a snapshot of the engine's state, for metrics.
+type Stats struct {
+	Queued         int   // requests waiting for admission
+	Running        int   // sequences holding a KV slot
+	BlockSize      int   // tokens per KV block
+	KVBlocks       int   // blocks in the pool
+	KVBlocksUsed   int   // blocks held by running sequences
+	KVBlocksCached int   // free blocks still holding a reusable prefix
+	PromptTokens   int64 // prompt tokens of admitted requests
+	CachedTokens   int64 // of which reused from the cache
+	Preemptions    int64 // sequences preempted to free blocks
+}
+
+// engineStats is what the scheduler publishes for Stats.
+type engineStats struct {
+	waiting, running                atomic.Int64
+	blocksUsed, blocksCached        atomic.Int64
+	promptTokens, cachedTokens, pre atomic.Int64
+}
+
+// Stats returns a snapshot of the engine's counters.
+func (e *Engine) Stats() Stats {
+	st := &e.stats
+	return Stats{
+		Queued: len(e.queue) + int(st.waiting.Load()), Running: int(st.running.Load()),
+		BlockSize: e.cfg.BlockSize, KVBlocks: e.cfg.KVTokens / e.cfg.BlockSize,
+		KVBlocksUsed: int(st.blocksUsed.Load()), KVBlocksCached: int(st.blocksCached.Load()),
+		PromptTokens: st.promptTokens.Load(), CachedTokens: st.cachedTokens.Load(), Preemptions: st.pre.Load(),
+	}
 }
 
 // NewEngine prepares an engine (allocating the KV cache and scratch) for
@@ -143,7 +190,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	relOut, relIn := graph.Connect[*Slab](comp, pool, e.cfg.Slabs)
 
 	wp := &weightPath{m: e.m, slabs: e.cfg.Slabs, rec: e.rec}
-	sc := &scheduler{m: e.m, nCtx: e.cfg.NCtx, maxBatch: e.cfg.MaxBatch}
+	sc := &scheduler{m: e.m, nCtx: e.cfg.NCtx, maxBatch: e.cfg.MaxBatch, stats: &e.stats}
 	for i := range e.cfg.NSeq {
 		sc.slots = append(sc.slots, &slot{id: i})
 	}

@@ -65,16 +65,20 @@ type Request struct {
 	Emit func(Event) error
 }
 
-// Event is what the streamer delivers for a request: new text, and on the
-// last event of a request the finish reason, usage and timings.
+// Event is what the streamer delivers for a request: new text and the
+// usage so far, and on the last event of a request the finish reason and
+// timings.
 type Event struct {
 	ReqID  uint64
 	Text   string // newly completed text (whole UTF-8 characters)
 	Token  int32  // the token this event follows from, -1 for none
 	Finish FinishReason
-	Err    error // with FinishError
-	Usage  Usage
-	Timing Timing
+	// StopWord is the stop string that ended the request (Finish is
+	// FinishStop), "" when it ended otherwise.
+	StopWord string
+	Err      error // with FinishError
+	Usage    Usage // so far; final on the last event
+	Timing   Timing
 }
 
 // Usage counts a request's tokens.

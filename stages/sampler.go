@@ -10,11 +10,16 @@ import (
 	"github.com/flowinfer/flowinfer/model/tokenizer"
 )
 
-// tokenEvent is a sampled token on its way to the streamer.
+// tokenEvent is a sampled token on its way to the streamer, with the
+// sequence's counts and timings as of this token (the sampler keeps
+// writing the seq's own fields while the streamer works).
 type tokenEvent struct {
-	s      *seq
-	tok    int32 // -1: no token (finish only)
-	finish FinishReason
+	s             *seq
+	tok           int32 // -1: no token (finish only)
+	finish        FinishReason
+	nGen          int
+	tPrompt, tGen time.Duration
+	queued        time.Duration // admission to the first step
 }
 
 // sampler turns each logits row into a token with the row's sequence's own
@@ -66,7 +71,7 @@ func (sp *sampler) run(ctx context.Context, in *graph.In[*step], back *graph.Out
 			q.sampler.Accept(t)
 			q.last = t
 			q.nGen++
-			ev := tokenEvent{s: q, tok: t}
+			ev := tokenEvent{s: q, tok: t, nGen: q.nGen, tPrompt: q.tPrompt, tGen: q.tGen, queued: q.firstStep.Sub(q.admitted)}
 			switch {
 			case !q.req.IgnoreEOG && sp.tok.IsEOG(t):
 				ev.finish = FinishStop

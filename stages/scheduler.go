@@ -57,6 +57,7 @@ type scheduler struct {
 	slots    []*slot
 	running  []*seq
 	st       step
+	stats    *engineStats
 }
 
 func (s *scheduler) run(ctx context.Context, admit *graph.In[*Request], back *graph.In[*step], steps *graph.Out[*step]) error {
@@ -142,6 +143,10 @@ func (s *scheduler) start(r *Request) {
 	}
 	q := &seq{req: r, slot: best, nDone: cached, cached: cached, fed: cached, sampler: sm, admitted: time.Now()}
 	s.running = append(s.running, q)
+	s.stats.promptTokens.Add(int64(len(r.Prompt)))
+	s.stats.cachedTokens.Add(int64(cached))
+	s.stats.running.Store(int64(len(s.running)))
+	s.stats.blocksUsed.Store(int64(len(s.running)))
 }
 
 // retire frees the slots of finished, stopped or cancelled sequences.
@@ -159,6 +164,8 @@ func (s *scheduler) retire() {
 	}
 	clear(s.running[len(kept):])
 	s.running = kept
+	s.stats.running.Store(int64(len(s.running)))
+	s.stats.blocksUsed.Store(int64(len(s.running)))
 }
 
 // build fills s.st with the next step.

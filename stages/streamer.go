@@ -53,11 +53,12 @@ func (s *streamer) run(ctx context.Context, in *graph.In[tokenEvent]) error {
 			}
 			out.Finish = ev.finish
 		}
+		out.Usage = Usage{PromptTokens: len(q.req.Prompt), CachedTokens: q.cached, GeneratedTokens: ev.nGen}
 		if out.Finish != FinishNone {
 			q.streamed = true
 			q.stopped.Store(true)
-			out.Usage = Usage{PromptTokens: len(q.req.Prompt), CachedTokens: q.cached, GeneratedTokens: q.nGen}
-			out.Timing = Timing{Prompt: q.tPrompt, Generate: q.tGen, Queued: q.firstStep.Sub(q.admitted), Total: time.Since(q.admitted)}
+			out.StopWord = q.stops.Matched()
+			out.Timing = Timing{Prompt: ev.tPrompt, Generate: ev.tGen, Queued: ev.queued, Total: time.Since(q.admitted)}
 		}
 		if q.req.Emit != nil {
 			if err := q.req.Emit(out); err != nil {

@@ -27,6 +27,7 @@ type CLI struct {
 
 	Run        RunCmd        `cmd:"" help:"Generate text from a prompt (streams to stdout, timings to stderr)."`
 	Chat       ChatCmd       `cmd:"" help:"Interactive multi-turn chat with the model's chat template."`
+	Serve      ServeCmd      `cmd:"" help:"HTTP server with OpenAI-, Anthropic- and Ollama-compatible APIs (continuous batching)."`
 	Tokenize   TokenizeCmd   `cmd:"" help:"Print the token ids of a text (like llama-tokenize --ids)."`
 	Perplexity PerplexityCmd `cmd:"" help:"Perplexity of a text file, computed as llama-perplexity does."`
 	Bench      BenchCmd      `cmd:"" help:"Prompt and generation throughput as llama-bench measures it (pp/tg t/s)."`

@@ -19,6 +19,7 @@ type StopMatcher struct {
 	held    []byte // text not yet emitted: a prefix of some stop string
 	scratch []byte
 	stopped bool
+	matched string // the stop sequence that ended the stream
 }
 
 // NewStopMatcher returns a matcher for the given stop sequences; empty
@@ -57,7 +58,7 @@ func (m *StopMatcher) Push(text string) (emit string, stopped bool) {
 	if len(m.held) == 0 {
 		// common case: nothing held, emit a substring of text
 		if i := m.firstStop(text); i >= 0 {
-			m.stopped = true
+			m.stop(text[i:])
 			return text[:i], true
 		}
 		h := m.holdLen(text)
@@ -68,13 +69,30 @@ func (m *StopMatcher) Push(text string) (emit string, stopped bool) {
 	all := string(m.scratch)
 	m.held = m.held[:0]
 	if i := m.firstStop(all); i >= 0 {
-		m.stopped = true
+		m.stop(all[i:])
 		return all[:i], true
 	}
 	h := m.holdLen(all)
 	m.held = append(m.held, all[len(all)-h:]...)
 	return all[:len(all)-h], false
 }
+
+// stop records the stop: rest starts with the stop sequence that matched
+// (the longest one that rest starts with, as firstStop picks among matches
+// starting at the same place by their end).
+func (m *StopMatcher) stop(rest string) {
+	m.stopped = true
+	m.matched = ""
+	for _, s := range m.stops {
+		if strings.HasPrefix(rest, s) && (m.matched == "" || len(s) < len(m.matched)) {
+			m.matched = s
+		}
+	}
+}
+
+// Matched returns the stop sequence that ended the stream, or "" before a
+// stop.
+func (m *StopMatcher) Matched() string { return m.matched }
 
 // Flush returns the held-back text at the end of the stream (nothing after
 // a stop) and empties the buffer.
@@ -92,6 +110,7 @@ func (m *StopMatcher) Flush() string {
 func (m *StopMatcher) Reset() {
 	m.held = m.held[:0]
 	m.stopped = false
+	m.matched = ""
 }
 
 // firstStop returns the start of the stop sequence that completes first in

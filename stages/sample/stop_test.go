@@ -178,3 +178,29 @@ func TestStopMatcherAllocs(t *testing.T) {
 		t.Fatalf("nothing held: %v allocations per Push", a)
 	}
 }
+
+// TestStopMatched: Matched names the stop sequence that ended the stream,
+// across pieces, and Reset clears it.
+func TestStopMatched(t *testing.T) {
+	for _, c := range []struct {
+		stops  []string
+		pieces []string
+		want   string
+	}{
+		{[]string{"END", "STOP"}, []string{"abc S", "TO", "P more"}, "STOP"},
+		{[]string{"ab", "abc"}, []string{"xxa", "bc"}, "ab"},
+		{[]string{"x"}, []string{"none here"}, ""},
+	} {
+		m := NewStopMatcher(c.stops)
+		for _, p := range c.pieces {
+			m.Push(p)
+		}
+		if got := m.Matched(); got != c.want {
+			t.Errorf("stops %q, pieces %q: matched %q, want %q", c.stops, c.pieces, got, c.want)
+		}
+		m.Reset()
+		if m.Matched() != "" {
+			t.Error("Reset kept the match")
+		}
+	}
+}

@@ -1,0 +1,144 @@
+package main
+
+// serve.go: the `serve` command. It listens first (so /health answers 503
+// while the model loads), loads the model, starts the stage engine, and on
+// SIGTERM or SIGINT drains: no new requests, in-flight streams finish (up
+// to --drain-timeout), then the engine stops.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/flowinfer/flowinfer/cpu"
+	"github.com/flowinfer/flowinfer/graph"
+	"github.com/flowinfer/flowinfer/model"
+	"github.com/flowinfer/flowinfer/serve"
+	"github.com/flowinfer/flowinfer/stages"
+)
+
+// ServeCmd runs the HTTP server (OpenAI, Anthropic and Ollama APIs).
+type ServeCmd struct {
+	ModelFlags
+	SamplingFlags
+	Host         string        `default:"127.0.0.1" help:"Address to listen on (loopback by default)."`
+	Port         int           `default:"8080" help:"Port to listen on (0 = any free port; the address is printed)."`
+	Parallel     int           `name:"parallel" short:"P" default:"4" help:"Sequences generated together (continuous batching)."`
+	CtxSize      int           `short:"c" name:"ctx-size" default:"0" help:"Context per sequence in tokens (0 = the model's, at most 4096). Unlike llama-server's -c, not divided by --parallel."`
+	KVTokens     int           `name:"kv-tokens" default:"0" help:"KV cache pool in tokens, shared by all sequences (0 = parallel × ctx-size). Smaller pools preempt sequences when full."`
+	KVBlock      int           `name:"kv-block" default:"16" help:"Tokens per KV cache block (a power of two); prefixes are shared in whole blocks."`
+	BatchSize    int           `short:"b" name:"batch-size" default:"512" help:"Tokens per forward step (prompt chunks share it with decode tokens)."`
+	Queue        int           `default:"64" help:"Requests waiting for a free sequence before the server answers 429."`
+	NPredict     int           `short:"n" name:"n-predict" default:"-1" help:"Default max tokens per request (-1 = until end of generation or a full context)."`
+	APIKey       string        `name:"api-key" env:"FLOWINFER_API_KEY" help:"Require this key (Authorization: Bearer KEY or x-api-key)."`
+	Alias        []string      `name:"alias" help:"Model name(s) clients use; the first is reported (default: the file name)." sep:","`
+	MaxBody      int           `name:"max-body" default:"16777216" help:"Largest request body in bytes."`
+	Heartbeat    time.Duration `default:"2s" help:"SSE comment interval while a stream has nothing to send (e.g. during prefill)."`
+	DrainTimeout time.Duration `name:"drain-timeout" default:"60s" help:"On SIGTERM, how long in-flight requests may run before they are cut."`
+}
+
+func (c *ServeCmd) Run(g *Globals) error {
+	sigCtx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+	log := g.Log
+	params, err := c.params()
+	if err != nil {
+		return err
+	}
+	if c.Parallel < 1 {
+		return fmt.Errorf("--parallel must be at least 1, got %d", c.Parallel)
+	}
+	srv := serve.New(serve.Config{
+		Aliases: c.Alias, APIKey: c.APIKey, Defaults: params, MaxTokens: max(c.NPredict, 0), Stops: c.Stop,
+		MaxBodyBytes: c.MaxBody, Heartbeat: c.Heartbeat, Fingerprint: "flowinfer-" + version, Log: log,
+	})
+	ln, err := net.Listen("tcp", net.JoinHostPort(c.Host, strconv.Itoa(c.Port)))
+	if err != nil {
+		return err
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	fmt.Fprintf(os.Stderr, "flowinfer: listening on http://%s (loading the model)\n", ln.Addr())
+
+	path, demo, err := c.resolve(sigCtx, log)
+	if err != nil {
+		srv.Shutdown(context.Background())
+		return err
+	}
+	if demo {
+		fmt.Fprint(os.Stderr, demoBanner)
+	}
+	b, err := model.Open(path, cpu.NewRef().Supports, log)
+	if err != nil {
+		srv.Shutdown(context.Background())
+		return err
+	}
+	defer b.Close()
+	l := &loaded{Bundle: b, demo: demo}
+	nCtx := ctxSize(l, c.CtxSize, log)
+	rec := graph.NewRecorder(0)
+	e, err := stages.NewEngine(l.Model, l.Tokenizer, cpu.NewRef(), stages.Config{
+		NCtx: nCtx, NSeq: c.Parallel, MaxBatch: c.BatchSize, Queue: c.Queue, BlockSize: c.KVBlock, KVTokens: c.KVTokens,
+	}, rec)
+	if err != nil {
+		srv.Shutdown(context.Background())
+		return err
+	}
+	runCtx, abort := context.WithCancel(context.Background())
+	defer abort()
+	engineDone := make(chan struct{})
+	var runErr error
+	go func() {
+		runErr = e.Run(runCtx)
+		close(engineDone)
+	}()
+	var size int64
+	if st, err := os.Stat(path); err == nil {
+		size = st.Size()
+	}
+	srv.SetBackend(&serve.Backend{Engine: e, Bundle: l.Bundle, Recorder: rec, Path: path, Size: size, Done: engineDone})
+	cfg := e.Config()
+	fmt.Fprintf(os.Stderr, "flowinfer: serving %s on http://%s (%d parallel × %d context, KV pool %d blocks of %d tokens)\n",
+		l.Name, ln.Addr(), cfg.NSeq, cfg.NCtx, cfg.KVTokens/cfg.BlockSize, cfg.BlockSize)
+
+	select {
+	case <-sigCtx.Done():
+		fmt.Fprintln(os.Stderr, "flowinfer: shutting down: finishing in-flight requests")
+	case err := <-serveErr:
+		abort()
+		<-engineDone
+		return fmt.Errorf("server: %w", err)
+	case <-engineDone:
+		srv.Shutdown(context.Background())
+		if runErr == nil {
+			runErr = errors.New("the engine stopped")
+		}
+		return fmt.Errorf("engine: %w", runErr)
+	}
+	stopSignals() // a second signal kills the process
+	drainCtx, cancel := context.WithTimeout(context.Background(), c.DrainTimeout)
+	defer cancel()
+	if err := srv.Shutdown(drainCtx); err != nil {
+		log.Warn("drain timed out; cutting the remaining requests", zap.Error(err))
+	}
+	e.Close()
+	select {
+	case <-engineDone:
+	case <-drainCtx.Done():
+		abort()
+		<-engineDone
+	}
+	if runErr != nil && !errors.Is(runErr, context.Canceled) {
+		return fmt.Errorf("engine: %w", runErr)
+	}
+	fmt.Fprintln(os.Stderr, "flowinfer: stopped")
+	return nil
+}

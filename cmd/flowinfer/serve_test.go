@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// lockedLog is a log that a reader goroutine appends to.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) add(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.WriteString(s)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startServe runs `flowinfer serve` on a free loopback port and returns
+// its base URL once the model is loaded.
+func startServe(t *testing.T, args ...string) (*exec.Cmd, string, *lockedLog) {
+	t.Helper()
+	model, _ := goldenModel(t, "stories260K.gguf")
+	cmd := exec.Command(binPath, append([]string{"serve", "-m", model, "--port", "0", "--temp", "0", "-c", "256"}, args...)...)
+	cmd.Env = append(os.Environ(), "FLOWINFER_CACHE="+t.TempDir())
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	log := &lockedLog{}
+	ready := make(chan string, 1)
+	go func() {
+		re := regexp.MustCompile(`serving .* on (http://[^ ]+) `)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			log.add(sc.Text() + "\n")
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				ready <- m[1]
+			}
+		}
+		close(ready)
+	}()
+	select {
+	case url, ok := <-ready:
+		if !ok {
+			t.Fatalf("server exited:\n%s", log)
+		}
+		return cmd, url, log
+	case <-time.After(30 * time.Second):
+		t.Fatalf("server not ready:\n%s", log)
+	}
+	return nil, "", nil
+}
+
+// TestServe: the command serves, honours --api-key and --alias, and on
+// SIGTERM finishes the stream in flight before exiting cleanly.
+func TestServe(t *testing.T) {
+	cmd, url, log := startServe(t, "--api-key", "k", "--alias", "tiny", "--parallel", "2")
+	get := func(path string, auth bool) (int, string) {
+		req, _ := http.NewRequest("GET", url+path, nil)
+		if auth {
+			req.Header.Set("Authorization", "Bearer k")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if st, _ := get("/health", false); st != 200 {
+		t.Errorf("/health: %d", st)
+	}
+	if st, body := get("/v1/models", false); st != 200 || !strings.Contains(body, `"id":"tiny"`) {
+		t.Errorf("/v1/models: %d %s", st, body)
+	}
+	if st, _ := get("/metrics", false); st != 401 {
+		t.Errorf("/metrics without key: %d", st)
+	}
+	req, _ := http.NewRequest("POST", url+"/v1/completions", strings.NewReader(`{"model":"tiny","prompt":"Once upon a time","max_tokens":200,"stream":true,"logit_bias":{"2":-100}}`))
+	req.Header.Set("Authorization", "Bearer k")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	rd := bufio.NewReader(resp.Body)
+	if line, err := rd.ReadString('\n'); err != nil {
+		t.Fatalf("first line %q: %v", line, err)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	rest, _ := io.ReadAll(rd)
+	if !strings.HasSuffix(string(rest), "data: [DONE]\n\n") || strings.Count(string(rest), `"text":`) < 150 {
+		t.Errorf("stream cut by SIGTERM:\n%s", rest)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("exit: %v\n%s", err, log)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no exit after SIGTERM:\n%s", log)
+	}
+	if !strings.Contains(log.String(), "stopped") {
+		t.Errorf("log:\n%s", log)
+	}
+}

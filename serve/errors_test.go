@@ -1,0 +1,162 @@
+package serve_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/flowinfer/flowinfer/serve"
+	"github.com/flowinfer/flowinfer/stages"
+)
+
+// checkShape asserts an error body has its API's shape.
+func checkShape(t *testing.T, api string, r response) {
+	t.Helper()
+	m := r.json(t)
+	switch api {
+	case "openai":
+		e, ok := m["error"].(map[string]any)
+		if !ok || e["message"] == "" || e["type"] == nil {
+			t.Errorf("OpenAI error shape: %s", r.body)
+			return
+		}
+		for _, k := range []string{"message", "type", "param", "code"} {
+			if _, ok := e[k]; !ok {
+				t.Errorf("OpenAI error without %q: %s", k, r.body)
+			}
+		}
+	case "anthropic":
+		if m["type"] != "error" || path(m, "error.type") == nil || path(m, "error.message") == nil {
+			t.Errorf("Anthropic error shape: %s", r.body)
+		}
+	case "ollama":
+		if s, ok := m["error"].(string); !ok || s == "" || len(m) != 1 {
+			t.Errorf("Ollama error shape: %s", r.body)
+		}
+	}
+}
+
+// TestBadInput: every malformed request gets a 4xx in its API's shape.
+func TestBadInput(t *testing.T) {
+	ts := start(t, serve.Config{MaxBodyBytes: 64 << 10}, stages.Config{NCtx: 64})
+	long := strings.Repeat("Once upon a time there was a girl. ", 40)
+	huge := `{"prompt":"` + strings.Repeat("a", 100<<10) + `"}`
+	msgs := `[{"role":"user","content":"hi"}]`
+	cases := []struct {
+		name, api, path, body string
+		status                int
+		param                 string // OpenAI param, or a word the message must contain
+	}{
+		{"empty body", "openai", "/v1/chat/completions", ``, 400, ""},
+		{"invalid JSON", "openai", "/v1/chat/completions", `{"messages":`, 400, ""},
+		{"not an object", "openai", "/v1/chat/completions", `[1,2]`, 400, ""},
+		{"messages missing", "openai", "/v1/chat/completions", `{}`, 400, "messages"},
+		{"messages empty", "openai", "/v1/chat/completions", `{"messages":[]}`, 400, "messages"},
+		{"messages wrong type", "openai", "/v1/chat/completions", `{"messages":"hi"}`, 400, "messages"},
+		{"bad role", "openai", "/v1/chat/completions", `{"messages":[{"role":"wizard","content":"hi"}]}`, 400, "messages[0].role"},
+		{"content wrong type", "openai", "/v1/chat/completions", `{"messages":[{"role":"user","content":5}]}`, 400, "messages[0].content"},
+		{"image part", "openai", "/v1/chat/completions", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, 400, "messages[0].content"},
+		{"temperature wrong type", "openai", "/v1/chat/completions", `{"messages":` + msgs + `,"temperature":"hot"}`, 400, "temperature"},
+		{"max_tokens zero", "openai", "/v1/chat/completions", `{"messages":` + msgs + `,"max_tokens":0}`, 400, "max_tokens"},
+		{"max_tokens fractional", "openai", "/v1/chat/completions", `{"messages":` + msgs + `,"max_tokens":1.5}`, 400, "max_tokens"},
+		{"top_p out of range", "openai", "/v1/chat/completions", `{"messages":` + msgs + `,"top_p":7}`, 400, ""},
+		{"stop wrong type", "openai", "/v1/chat/completions", `{"messages":` + msgs + `,"stop":3}`, 400, "stop"},
+		{"n=2", "openai", "/v1/chat/completions", `{"messages":` + msgs + `,"n":2}`, 400, "n"},
+		{"logprobs", "openai", "/v1/chat/completions", `{"messages":` + msgs + `,"logprobs":true}`, 400, "logprobs"},
+		{"logit_bias bad id", "openai", "/v1/chat/completions", `{"messages":` + msgs + `,"logit_bias":{"99999":1}}`, 400, "logit_bias"},
+		{"stream_options wrong type", "openai", "/v1/chat/completions", `{"messages":` + msgs + `,"stream_options":{"include_usage":"yes"}}`, 400, "stream_options.include_usage"},
+		{"unknown model", "openai", "/v1/chat/completions", `{"model":"gpt-9","messages":` + msgs + `}`, 404, "model"},
+		{"prompt too long", "openai", "/v1/chat/completions", `{"messages":[{"role":"user","content":"` + long + `"}]}`, 400, "messages"},
+		{"prompt missing", "openai", "/v1/completions", `{}`, 400, "prompt"},
+		{"prompt wrong type", "openai", "/v1/completions", `{"prompt":{"a":1}}`, 400, "prompt"},
+		{"two prompts", "openai", "/v1/completions", `{"prompt":["a","b"]}`, 400, "prompt"},
+		{"token out of vocab", "openai", "/v1/completions", `{"prompt":[1,5000]}`, 400, "prompt"},
+		{"completion too long", "openai", "/v1/completions", `{"prompt":"` + long + `"}`, 400, "prompt"},
+		{"body too large", "openai", "/v1/completions", huge, 413, ""},
+		{"unknown path", "openai", "/v1/nothing", `{}`, 404, ""},
+		{"wrong method", "openai", "/v1/models", ``, 405, ""}, // POST
+		{"anthropic invalid JSON", "anthropic", "/v1/messages", `{`, 400, ""},
+		{"anthropic max_tokens missing", "anthropic", "/v1/messages", `{"model":"stories260K","messages":` + msgs + `}`, 400, "max_tokens"},
+		{"anthropic model missing", "anthropic", "/v1/messages", `{"max_tokens":5,"messages":` + msgs + `}`, 400, "model"},
+		{"anthropic messages missing", "anthropic", "/v1/messages", `{"model":"stories260K","max_tokens":5}`, 400, "messages"},
+		{"anthropic system role", "anthropic", "/v1/messages", `{"model":"stories260K","max_tokens":5,"messages":[{"role":"system","content":"x"}]}`, 400, "role"},
+		{"anthropic unknown model", "anthropic", "/v1/messages", `{"model":"claude-9","max_tokens":5,"messages":` + msgs + `}`, 404, "claude-9"},
+		{"anthropic tool_use block", "anthropic", "/v1/messages", `{"model":"stories260K","max_tokens":5,"messages":[{"role":"user","content":[{"type":"tool_result","content":"x"}]}]}`, 400, "tool_result"},
+		{"anthropic too long", "anthropic", "/v1/messages", `{"model":"stories260K","max_tokens":5,"messages":[{"role":"user","content":"` + long + `"}]}`, 400, "context"},
+		{"anthropic body too large", "anthropic", "/v1/messages", huge, 413, ""},
+		{"count_tokens bad", "anthropic", "/v1/messages/count_tokens", `{"model":"stories260K","messages":7}`, 400, "messages"},
+		{"ollama invalid JSON", "ollama", "/api/chat", `nope`, 400, ""},
+		{"ollama model missing", "ollama", "/api/chat", `{"messages":` + msgs + `}`, 400, "model"},
+		{"ollama unknown model", "ollama", "/api/chat", `{"model":"llama9","messages":` + msgs + `}`, 404, "llama9"},
+		{"ollama options wrong type", "ollama", "/api/generate", `{"model":"stories260K","prompt":"x","options":{"temperature":"x"}}`, 400, "temperature"},
+		{"ollama format", "ollama", "/api/generate", `{"model":"stories260K","prompt":"x","format":"json"}`, 400, "format"},
+		{"ollama too long", "ollama", "/api/generate", `{"model":"stories260K","prompt":"` + long + `","raw":true}`, 400, "context"},
+		{"ollama unknown path", "ollama", "/api/pull", `{}`, 404, ""},
+		{"ollama body too large", "ollama", "/api/generate", huge, 413, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			method := "POST"
+			if c.name == "wrong method" {
+				method = "POST"
+			}
+			r := ts.do(t, method, c.path, c.body)
+			if r.status != c.status {
+				t.Fatalf("status %d, want %d: %s", r.status, c.status, r.body)
+			}
+			checkShape(t, c.api, r)
+			if c.param == "" {
+				return
+			}
+			m := r.json(t)
+			if c.api == "openai" {
+				if p, _ := path(m, "error.param").(string); p != c.param {
+					t.Errorf("param %q, want %q: %s", p, c.param, r.body)
+				}
+			} else if !strings.Contains(string(r.body), c.param) {
+				t.Errorf("message does not mention %q: %s", c.param, r.body)
+			}
+		})
+	}
+	// The server is still fine.
+	if r := ts.post(t, "/v1/completions", map[string]any{"prompt": "Once", "max_tokens": 2}); r.status != 200 {
+		t.Errorf("after bad input: %d %s", r.status, r.body)
+	}
+	if r := ts.post(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"`+long+`"}]}`); path(r.json(t), "error.code") != "context_length_exceeded" {
+		t.Errorf("context error code: %s", r.body)
+	}
+}
+
+// TestAPIKey: with a key set, requests without it or with a wrong one get
+// 401 in their API's shape; Bearer and x-api-key both work; health and the
+// model lists stay public.
+func TestAPIKey(t *testing.T) {
+	ts := start(t, serve.Config{APIKey: "sekrit"}, stages.Config{})
+	endpoints := []struct{ api, path, body string }{
+		{"openai", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":1}`},
+		{"openai", "/v1/completions", `{"prompt":"hi","max_tokens":1}`},
+		{"anthropic", "/v1/messages", `{"model":"stories260K","max_tokens":1,"messages":[{"role":"user","content":"hi"}]}`},
+		{"ollama", "/api/generate", `{"model":"stories260K","prompt":"hi","stream":false,"options":{"num_predict":1}}`},
+	}
+	for _, e := range endpoints {
+		for _, hdr := range [][]string{nil, {"Authorization", "Bearer wrong"}, {"x-api-key", "sekri"}} {
+			r := ts.post(t, e.path, e.body, hdr...)
+			if r.status != 401 {
+				t.Errorf("%s %v: status %d", e.path, hdr, r.status)
+			}
+			checkShape(t, e.api, r)
+		}
+		for _, hdr := range [][]string{{"Authorization", "Bearer sekrit"}, {"x-api-key", "sekrit"}} {
+			if r := ts.post(t, e.path, e.body, hdr...); r.status != 200 {
+				t.Errorf("%s %v: status %d %s", e.path, hdr, r.status, r.body)
+			}
+		}
+	}
+	for _, p := range []string{"/health", "/v1/models", "/api/tags"} {
+		if r := ts.do(t, "GET", p, nil); r.status != 200 {
+			t.Errorf("%s without key: %d", p, r.status)
+		}
+	}
+	if r := ts.do(t, "GET", "/metrics", nil); r.status != 401 {
+		t.Errorf("/metrics without key: %d", r.status)
+	}
+}

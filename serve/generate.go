@@ -1,0 +1,297 @@
+// This file is the path every generation endpoint shares: name the model,
+// tokenize, submit to the engine, then stream the job's events through the
+// endpoint's encoder or collect them into one response.
+
+package serve
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+
+	"github.com/flowinfer/flowinfer/stages"
+	"github.com/flowinfer/flowinfer/stages/sample"
+)
+
+// encoder writes one endpoint's output for a job: a stream of chunks, or
+// one response object.
+type encoder interface {
+	dialect() dialect
+	// streamType is the Content-Type of a stream.
+	streamType() string
+	// begin is written once, when the first event arrives.
+	begin(w *bufio.Writer, j *job, u stages.Usage)
+	// delta writes new text.
+	delta(w *bufio.Writer, j *job, text string)
+	// end writes the closing chunks from the final event.
+	end(w *bufio.Writer, j *job, ev *stages.Event)
+	// fail ends a stream that cannot complete.
+	fail(w *bufio.Writer, j *job, e *apiError)
+	// heartbeat writes a keep-alive and reports whether the format has one.
+	heartbeat(w *bufio.Writer) bool
+	// result is the non-stream response body.
+	result(j *job, text string, ev *stages.Event) any
+}
+
+// newID returns prefix plus 26 random characters.
+func newID(prefix string) string { return prefix + rand.Text() }
+
+// modelName resolves the model a client asked for: "" or any accepted name
+// is fine; the name is echoed back (the reported name for "").
+func (s *Server) modelName(b *Backend, asked string) (string, *apiError) {
+	if asked == "" {
+		return s.reportedName(b), nil
+	}
+	for _, n := range s.acceptedNames(b) {
+		if asked == n {
+			return asked, nil
+		}
+	}
+	return "", notFound("model_not_found", "model %q not found (this server serves %q)", asked, s.reportedName(b))
+}
+
+// reportedName is the model's name in /v1/models and responses.
+func (s *Server) reportedName(b *Backend) string {
+	if len(s.cfg.Aliases) > 0 {
+		return s.cfg.Aliases[0]
+	}
+	return filepath.Base(b.Path)
+}
+
+func (s *Server) acceptedNames(b *Backend) []string {
+	base := filepath.Base(b.Path)
+	names := append([]string{base, strings.TrimSuffix(base, ".gguf"), b.Path}, s.cfg.Aliases...)
+	if b.Bundle.Name != "" {
+		names = append(names, b.Bundle.Name)
+	}
+	return names
+}
+
+// tokenize turns the request into prompt tokens that fit the context.
+func (s *Server) tokenize(b *Backend, gr *genRequest, param string) ([]int32, *apiError) {
+	prompt, e := s.tokenizeAny(b, gr, param)
+	if e != nil {
+		return nil, e
+	}
+	if n := b.Engine.Config().NCtx; len(prompt) >= n {
+		e := badRequest(param, "the prompt has %d tokens; the context holds %d, including at least one generated token", len(prompt), n)
+		e.code = "context_length_exceeded"
+		return nil, e
+	}
+	return prompt, nil
+}
+
+// tokenizeAny turns the request into prompt tokens: chat messages through
+// the template (tokenized with special tokens parsed, as llama-server
+// does), a raw prompt as it is.
+func (s *Server) tokenizeAny(b *Backend, gr *genRequest, param string) ([]int32, *apiError) {
+	tok := b.Bundle.Tokenizer
+	var prompt []int32
+	switch {
+	case gr.chat:
+		t := b.Bundle.Template
+		if t == nil {
+			return nil, badRequest(param, "the model's chat template is not supported; use a raw prompt endpoint (/v1/completions, /api/generate with raw)")
+		}
+		text, err := t.Render(gr.messages, true)
+		if err != nil {
+			return nil, badRequest(param, "chat template: %v", err)
+		}
+		prompt = tok.Encode(t.TrimForTokenizer(text, tok.AddBOS(), tok.AddEOS()), true, true)
+	case gr.tokens != nil:
+		for i, id := range gr.tokens {
+			if id < 0 || int(id) >= tok.NVocab() {
+				return nil, badRequest(param, "%s[%d]: token %d is outside the vocabulary of %d", param, i, id, tok.NVocab())
+			}
+		}
+		prompt = gr.tokens
+	default:
+		prompt = tok.Encode(gr.prompt, true, true)
+	}
+	if len(prompt) == 0 {
+		return nil, badRequest(param, "the prompt is empty")
+	}
+	return prompt, nil
+}
+
+// start tokenizes and submits gr. On failure it has written the error.
+func (s *Server) start(ctx *fasthttp.RequestCtx, b *Backend, gr *genRequest, idPrefix, endpoint, param string, enc encoder) *job {
+	prompt, e := s.tokenize(b, gr, param)
+	if e != nil {
+		e.write(ctx, enc.dialect())
+		return nil
+	}
+	j := newJob(context.Background(), newID(idPrefix), gr.model, endpoint, prompt)
+	j.req.ID = s.nextID.Add(1)
+	j.req.Params = gr.params
+	j.req.MaxTokens = gr.maxTokens
+	j.req.Stops = append(append([]string(nil), gr.stops...), s.cfg.Stops...)
+	if gr.chat && b.Bundle.Template != nil {
+		j.req.Stops = append(j.req.Stops, b.Bundle.Template.StopStrings()...)
+	}
+	j.onToken = s.metrics.token
+	if err := b.Engine.Submit(j.req); err != nil {
+		j.cancel()
+		submitError(err).write(ctx, enc.dialect())
+		return nil
+	}
+	return j
+}
+
+// submitError maps an Engine.Submit error to the client's answer.
+func submitError(err error) *apiError {
+	switch {
+	case errors.Is(err, stages.ErrQueueFull):
+		return errQueueFull
+	case errors.Is(err, stages.ErrClosed):
+		return errDraining
+	case errors.Is(err, sample.ErrParams):
+		return badRequest("", "%s", strings.TrimPrefix(err.Error(), "sample: "))
+	}
+	return badRequest("", "%s", strings.TrimPrefix(err.Error(), "stages: "))
+}
+
+// generate runs gr and answers with enc's stream or result.
+func (s *Server) generate(ctx *fasthttp.RequestCtx, b *Backend, gr *genRequest, idPrefix, endpoint, param string, enc encoder) {
+	j := s.start(ctx, b, gr, idPrefix, endpoint, param, enc)
+	if j == nil {
+		return
+	}
+	if gr.stream {
+		s.stream(ctx, b, j, enc)
+		return
+	}
+	defer j.abandon()
+	text, final := j.wait(b.Done, s.stop)
+	switch {
+	case final == nil:
+		errEngineDown.write(ctx, enc.dialect())
+	case final.Finish == stages.FinishError:
+		s.cfg.Log.Error("generation failed", zap.String("id", j.id), zap.Error(final.Err))
+		(&apiError{status: 500, kind: "server_error", message: fmt.Sprintf("generation failed: %v", final.Err)}).write(ctx, enc.dialect())
+	default:
+		s.metrics.finished(final)
+		writeJSON(ctx, enc.result(j, text, final))
+	}
+}
+
+// stream answers with the job's events as they come, flushing each.
+func (s *Server) stream(ctx *fasthttp.RequestCtx, b *Backend, j *job, enc encoder) {
+	ctx.SetContentType(enc.streamType())
+	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	hbEvery := s.cfg.Heartbeat
+	log := s.cfg.Log
+	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer j.abandon() // client gone or done: the scheduler frees the sequence
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error("panic in stream writer", zap.String("id", j.id), zap.Any("panic", p), zap.Stack("stack"))
+			}
+		}()
+		// Send the headers now (and a first heartbeat): clients see the
+		// stream open while the prompt is evaluated.
+		enc.heartbeat(w)
+		if w.Flush() != nil {
+			return
+		}
+		tick := time.NewTicker(hbEvery)
+		defer tick.Stop()
+		lastWrite := time.Now()
+		begun := false
+		for {
+			select {
+			case <-j.wake:
+			case <-tick.C:
+				if time.Since(lastWrite) >= hbEvery && enc.heartbeat(w) {
+					if w.Flush() != nil {
+						return
+					}
+					lastWrite = time.Now()
+				}
+				continue
+			case <-b.Done:
+				enc.fail(w, j, errEngineDown)
+				w.Flush()
+				return
+			case <-s.stop:
+				return
+			}
+			text, usage, started, final := j.take()
+			if started && !begun {
+				enc.begin(w, j, usage)
+				begun = true
+			}
+			if text != "" {
+				enc.delta(w, j, text)
+			}
+			if final != nil {
+				if final.Finish == stages.FinishError {
+					log.Error("generation failed", zap.String("id", j.id), zap.Error(final.Err))
+					enc.fail(w, j, &apiError{status: 500, kind: "server_error", message: fmt.Sprintf("generation failed: %v", final.Err)})
+				} else {
+					s.metrics.finished(final)
+					enc.end(w, j, final)
+				}
+				w.Flush()
+				return
+			}
+			if w.Flush() != nil {
+				return
+			}
+			lastWrite = time.Now()
+		}
+	})
+}
+
+// writeJSON answers 200 with v as JSON.
+func writeJSON(ctx *fasthttp.RequestCtx, v any) {
+	b, err := json.Marshal(v)
+	if err != nil { // our own response types: a bug
+		(&apiError{status: 500, kind: "server_error", message: "encoding the response: " + err.Error()}).write(ctx, dialectOpenAI)
+		return
+	}
+	ctx.SetContentType("application/json")
+	ctx.SetBody(b)
+}
+
+// sse writes one SSE event: an optional event name and a JSON data line.
+func sse(w *bufio.Writer, event string, v any) {
+	if event != "" {
+		w.WriteString("event: ")
+		w.WriteString(event)
+		w.WriteByte('\n')
+	}
+	w.WriteString("data: ")
+	b, _ := json.Marshal(v) // our own response types
+	w.Write(b)
+	w.WriteString("\n\n")
+}
+
+// ndjson writes one JSON line.
+func ndjson(w *bufio.Writer, v any) {
+	b, _ := json.Marshal(v)
+	w.Write(b)
+	w.WriteByte('\n')
+}
+
+// decode reads the JSON body into v; anything malformed is a 400.
+func decode(ctx *fasthttp.RequestCtx, v any) *apiError {
+	body := ctx.PostBody()
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return badRequest("", "the request body is empty; expected a JSON object")
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return decodeError(err)
+	}
+	return nil
+}

@@ -1,0 +1,129 @@
+// This file holds job, one request on its way through the engine, and its
+// mailbox: the engine's streamer stage hands events to Emit, which only
+// appends to the mailbox and never blocks, so a slow client cannot stall
+// the shared pipeline; the HTTP side takes whatever has accumulated (text
+// of one or more tokens) whenever it is ready to write.
+
+package serve
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/flowinfer/flowinfer/stages"
+)
+
+// errClientGone is returned from Emit once the client has left: the engine
+// stops the sequence.
+var errClientGone = errors.New("serve: client gone")
+
+// job is one generation request in flight.
+type job struct {
+	id       string // API-visible id (chatcmpl-..., msg_..., ...)
+	created  time.Time
+	model    string
+	endpoint string
+	nPrompt  int
+	req      *stages.Request
+	ctx      context.Context
+	cancel   context.CancelFunc
+
+	mu      sync.Mutex
+	text    strings.Builder // not yet taken
+	usage   stages.Usage    // latest
+	events  int             // events received
+	final   *stages.Event
+	gone    bool
+	lastTok time.Time
+	wake    chan struct{} // capacity 1: "something new"
+
+	onToken func(first bool, since time.Duration) // metrics hook, from Emit
+}
+
+func newJob(parent context.Context, id, model, endpoint string, prompt []int32) *job {
+	ctx, cancel := context.WithCancel(parent)
+	j := &job{id: id, created: time.Now(), model: model, endpoint: endpoint, nPrompt: len(prompt), ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1)}
+	j.req = &stages.Request{Ctx: ctx, Prompt: prompt, Emit: j.emit}
+	return j
+}
+
+// emit is the request's stages.Request.Emit, called from the streamer stage.
+func (j *job) emit(ev stages.Event) error {
+	now := time.Now()
+	j.mu.Lock()
+	if j.gone {
+		j.mu.Unlock()
+		return errClientGone
+	}
+	j.text.WriteString(ev.Text)
+	j.usage = ev.Usage
+	j.events++
+	first := j.lastTok.IsZero()
+	var since time.Duration
+	if first {
+		since = now.Sub(j.created)
+	} else {
+		since = now.Sub(j.lastTok)
+	}
+	if ev.Token >= 0 {
+		j.lastTok = now
+	}
+	if ev.Finish != stages.FinishNone {
+		e := ev
+		j.final = &e
+	}
+	j.mu.Unlock()
+	if ev.Token >= 0 && j.onToken != nil {
+		j.onToken(first, since)
+	}
+	select {
+	case j.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// take returns the text accumulated since the last take, the usage so far,
+// whether any event has arrived, and the final event once there is one.
+func (j *job) take() (text string, usage stages.Usage, started bool, final *stages.Event) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	text = j.text.String()
+	j.text.Reset()
+	return text, j.usage, j.events > 0, j.final
+}
+
+// abandon marks the client gone and cancels the request: the scheduler
+// frees its sequence before the next step.
+func (j *job) abandon() {
+	j.mu.Lock()
+	j.gone = true
+	j.mu.Unlock()
+	j.cancel()
+}
+
+// wait blocks until the final event, the job's context ends, or engineDone
+// or stop is closed, and returns the whole text with the final event (nil
+// if none).
+func (j *job) wait(engineDone, stop <-chan struct{}) (string, *stages.Event) {
+	var all strings.Builder
+	for {
+		text, _, _, final := j.take()
+		all.WriteString(text)
+		if final != nil {
+			return all.String(), final
+		}
+		select {
+		case <-j.wake:
+		case <-j.ctx.Done():
+			return all.String(), nil
+		case <-engineDone:
+			return all.String(), nil
+		case <-stop:
+			return all.String(), nil
+		}
+	}
+}

@@ -1,0 +1,117 @@
+// This file holds the Prometheus metrics served at /metrics (through
+// fasthttpadaptor): request counts by endpoint and status, token counters,
+// time-to-first-token and inter-token latency histograms, and, read from
+// the engine at scrape time, queue depth, running sequences, KV blocks,
+// the prefix-cache hit ratio and each graph stage's busy and stalled time.
+
+package serve
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
+
+	"github.com/flowinfer/flowinfer/stages"
+)
+
+type metrics struct {
+	reg       *prometheus.Registry
+	requests  *prometheus.CounterVec
+	prompt    prometheus.Counter
+	cached    prometheus.Counter
+	generated prometheus.Counter
+	ttft      prometheus.Histogram
+	itl       prometheus.Histogram
+	handler   fasthttp.RequestHandler
+}
+
+func newMetrics(s *Server) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flowinfer_requests_total", Help: "HTTP requests by endpoint and status code."}, []string{"endpoint", "status"})
+	m.prompt = prometheus.NewCounter(prometheus.CounterOpts{Name: "flowinfer_prompt_tokens_total", Help: "Prompt tokens of finished requests."})
+	m.cached = prometheus.NewCounter(prometheus.CounterOpts{Name: "flowinfer_prompt_cached_tokens_total", Help: "Prompt tokens of finished requests reused from the KV cache."})
+	m.generated = prometheus.NewCounter(prometheus.CounterOpts{Name: "flowinfer_generated_tokens_total", Help: "Generated tokens of finished requests."})
+	m.ttft = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flowinfer_time_to_first_token_seconds", Help: "Time from request arrival to its first generated token.",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}})
+	m.itl = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flowinfer_inter_token_latency_seconds", Help: "Time between consecutive generated tokens of a request.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}})
+	m.reg.MustRegister(m.requests, m.prompt, m.cached, m.generated, m.ttft, m.itl, &engineCollector{s: s})
+	m.handler = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	return m
+}
+
+func (m *metrics) request(endpoint string, status int) {
+	m.requests.WithLabelValues(endpoint, strconv.Itoa(status)).Inc()
+}
+
+// token is the jobs' onToken hook (called from the engine's streamer).
+func (m *metrics) token(first bool, since time.Duration) {
+	if first {
+		m.ttft.Observe(since.Seconds())
+	} else {
+		m.itl.Observe(since.Seconds())
+	}
+}
+
+func (m *metrics) finished(ev *stages.Event) {
+	m.prompt.Add(float64(ev.Usage.PromptTokens))
+	m.cached.Add(float64(ev.Usage.CachedTokens))
+	m.generated.Add(float64(ev.Usage.GeneratedTokens))
+}
+
+func (s *Server) handleMetrics(ctx *fasthttp.RequestCtx) { s.metrics.handler(ctx) }
+
+// engineCollector reads the engine's state and the stage recorder at
+// scrape time.
+type engineCollector struct{ s *Server }
+
+var (
+	descQueue    = prometheus.NewDesc("flowinfer_queue_depth", "Requests waiting for admission.", nil, nil)
+	descRunning  = prometheus.NewDesc("flowinfer_running_sequences", "Sequences being generated (holding KV blocks).", nil, nil)
+	descBlocks   = prometheus.NewDesc("flowinfer_kv_blocks_total", "KV cache blocks in the pool.", nil, nil)
+	descUsed     = prometheus.NewDesc("flowinfer_kv_blocks_used", "KV cache blocks held by running sequences.", nil, nil)
+	descCachedB  = prometheus.NewDesc("flowinfer_kv_blocks_cached", "Free KV cache blocks still holding a reusable prefix.", nil, nil)
+	descHit      = prometheus.NewDesc("flowinfer_prefix_cache_hit_ratio", "Prompt tokens reused from the KV cache over all admitted prompt tokens.", nil, nil)
+	descPreempt  = prometheus.NewDesc("flowinfer_preemptions_total", "Sequences preempted (KV blocks reclaimed, recomputed later).", nil, nil)
+	descStage    = prometheus.NewDesc("flowinfer_stage_seconds_total", "Wall time of each graph stage: busy, waiting for input, or blocked on output (stalled = waiting + blocked).", []string{"stage", "state"}, nil)
+	descBlockTok = prometheus.NewDesc("flowinfer_kv_block_tokens", "Tokens per KV cache block.", nil, nil)
+)
+
+func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descQueue, descRunning, descBlocks, descUsed, descCachedB, descHit, descPreempt, descStage, descBlockTok} {
+		ch <- d
+	}
+}
+
+func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
+	b := c.s.backend.Load()
+	if b == nil {
+		return
+	}
+	st := b.Engine.Stats()
+	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
+	gauge(descQueue, float64(st.Queued))
+	gauge(descRunning, float64(st.Running))
+	gauge(descBlocks, float64(st.KVBlocks))
+	gauge(descUsed, float64(st.KVBlocksUsed))
+	gauge(descCachedB, float64(st.KVBlocksCached))
+	gauge(descBlockTok, float64(st.BlockSize))
+	ratio := 0.0
+	if st.PromptTokens > 0 {
+		ratio = float64(st.CachedTokens) / float64(st.PromptTokens)
+	}
+	gauge(descHit, ratio)
+	ch <- prometheus.MustNewConstMetric(descPreempt, prometheus.CounterValue, float64(st.Preemptions))
+	if b.Recorder == nil {
+		return
+	}
+	for _, ss := range b.Recorder.Summary() {
+		for state, d := range map[string]time.Duration{"busy": ss.Busy, "waiting": ss.Waiting, "blocked": ss.Blocked} {
+			ch <- prometheus.MustNewConstMetric(descStage, prometheus.CounterValue, d.Seconds(), ss.Stage, state)
+		}
+	}
+}

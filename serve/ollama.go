@@ -1,0 +1,308 @@
+// This file holds the Ollama-compatible endpoints (/api/chat,
+// /api/generate, /api/tags, /api/version): request translation (sampling
+// settings under "options", streaming on by default) and the NDJSON
+// shapes with Ollama's count and duration fields (nanoseconds).
+
+package serve
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/flowinfer/flowinfer/model/chat"
+	"github.com/flowinfer/flowinfer/stages"
+)
+
+// ollamaOptions are the model options Ollama takes per request.
+type ollamaOptions struct {
+	NumPredict *int     `json:"num_predict"`
+	Stop       []string `json:"stop"`
+	NumCtx     *int     `json:"num_ctx"` // accepted, ignored: the server's context is fixed
+	samplingFields
+}
+
+type ollamaCommon struct {
+	Model     string          `json:"model"`
+	Stream    *bool           `json:"stream"`
+	Options   *ollamaOptions  `json:"options"`
+	Format    json.RawMessage `json:"format"`
+	KeepAlive json.RawMessage `json:"keep_alive"` // accepted, ignored
+}
+
+func (c *ollamaCommon) translate(s *Server, b *Backend, gr *genRequest) *apiError {
+	if c.Model == "" {
+		return badRequest("model", "model is required")
+	}
+	var e *apiError
+	if gr.model, e = s.modelName(b, c.Model); e != nil {
+		e.message = fmt.Sprintf("model %q not found", c.Model)
+		return e
+	}
+	if !isNull(c.Format) && string(c.Format) != `""` {
+		return badRequest("format", "format (structured output) is not supported")
+	}
+	gr.stream = c.Stream == nil || *c.Stream
+	gr.maxTokens = s.cfg.MaxTokens
+	gr.params = s.cfg.Defaults
+	if o := c.Options; o != nil {
+		if o.NumPredict != nil {
+			gr.maxTokens = *o.NumPredict // -1 and -2 (fill the context): no limit
+			if gr.maxTokens < 0 {
+				gr.maxTokens = 0
+			} else if gr.maxTokens == 0 {
+				return badRequest("options.num_predict", "num_predict must not be 0")
+			}
+		}
+		gr.stops = o.Stop
+		if gr.params, e = o.apply(s.cfg.Defaults, b.Bundle.Model.NVocab); e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+type ollamaMessage struct {
+	Role    string   `json:"role"`
+	Content string   `json:"content"`
+	Images  []string `json:"images,omitempty"`
+}
+
+type ollamaChatRequest struct {
+	Messages []ollamaMessage `json:"messages"`
+	ollamaCommon
+}
+
+type ollamaGenerateRequest struct {
+	Prompt string   `json:"prompt"`
+	System string   `json:"system"`
+	Raw    bool     `json:"raw"`
+	Suffix string   `json:"suffix"`
+	Images []string `json:"images"`
+	ollamaCommon
+}
+
+func (s *Server) handleOllamaChat(ctx *fasthttp.RequestCtx) {
+	b := s.ready(ctx, dialectOllama)
+	if b == nil {
+		return
+	}
+	var req ollamaChatRequest
+	if e := decode(ctx, &req); e != nil {
+		e.write(ctx, dialectOllama)
+		return
+	}
+	gr := &genRequest{chat: true}
+	if e := req.translate(s, b, gr); e != nil {
+		e.write(ctx, dialectOllama)
+		return
+	}
+	if len(req.Messages) == 0 {
+		// Ollama answers an empty conversation by loading the model.
+		writeJSON(ctx, ollamaChunk{Model: gr.model, CreatedAt: ollamaTime(time.Now()), Message: &ollamaMessage{Role: "assistant"}, Done: true, DoneReason: "load"})
+		return
+	}
+	for i, m := range req.Messages {
+		field := "messages[" + itoa(i) + "]"
+		if e := checkRole(m.Role, field+".role", "system", "user", "assistant", "tool"); e != nil {
+			e.write(ctx, dialectOllama)
+			return
+		}
+		if len(m.Images) > 0 {
+			badRequest(field+".images", "images are not supported").write(ctx, dialectOllama)
+			return
+		}
+		gr.messages = append(gr.messages, chat.Message{Role: m.Role, Content: m.Content})
+	}
+	s.generate(ctx, b, gr, "", "/api/chat", "messages", &ollamaEncoder{chat: true})
+}
+
+func (s *Server) handleOllamaGenerate(ctx *fasthttp.RequestCtx) {
+	b := s.ready(ctx, dialectOllama)
+	if b == nil {
+		return
+	}
+	var req ollamaGenerateRequest
+	if e := decode(ctx, &req); e != nil {
+		e.write(ctx, dialectOllama)
+		return
+	}
+	gr := &genRequest{}
+	if e := req.translate(s, b, gr); e != nil {
+		e.write(ctx, dialectOllama)
+		return
+	}
+	switch {
+	case req.Suffix != "":
+		badRequest("suffix", "suffix is not supported").write(ctx, dialectOllama)
+		return
+	case len(req.Images) > 0:
+		badRequest("images", "images are not supported").write(ctx, dialectOllama)
+		return
+	case req.Prompt == "" && req.System == "":
+		writeJSON(ctx, ollamaChunk{Model: gr.model, CreatedAt: ollamaTime(time.Now()), Response: new(string), Done: true, DoneReason: "load"})
+		return
+	case req.Raw:
+		gr.prompt = req.Prompt
+	default:
+		gr.chat = true
+		if req.System != "" {
+			gr.messages = append(gr.messages, chat.Message{Role: "system", Content: req.System})
+		}
+		gr.messages = append(gr.messages, chat.Message{Role: "user", Content: req.Prompt})
+	}
+	s.generate(ctx, b, gr, "", "/api/generate", "prompt", &ollamaEncoder{})
+}
+
+// ollamaTime formats a time as Ollama does.
+func ollamaTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// ollamaChunk is one NDJSON line of /api/chat (Message) or /api/generate
+// (Response); the last one carries the counts and durations.
+type ollamaChunk struct {
+	Model              string         `json:"model"`
+	CreatedAt          string         `json:"created_at"`
+	Message            *ollamaMessage `json:"message,omitempty"`
+	Response           *string        `json:"response,omitempty"`
+	Done               bool           `json:"done"`
+	DoneReason         string         `json:"done_reason,omitempty"`
+	TotalDuration      int64          `json:"total_duration,omitempty"`
+	LoadDuration       int64          `json:"load_duration,omitempty"`
+	PromptEvalCount    int            `json:"prompt_eval_count,omitempty"`
+	PromptEvalDuration int64          `json:"prompt_eval_duration,omitempty"`
+	EvalCount          int            `json:"eval_count,omitempty"`
+	EvalDuration       int64          `json:"eval_duration,omitempty"`
+}
+
+// ollamaEncoder writes /api/chat (chat) or /api/generate output.
+type ollamaEncoder struct {
+	chat bool
+}
+
+func (o *ollamaEncoder) dialect() dialect   { return dialectOllama }
+func (o *ollamaEncoder) streamType() string { return "application/x-ndjson" }
+
+func (o *ollamaEncoder) chunk(j *job, text string) ollamaChunk {
+	c := ollamaChunk{Model: j.model, CreatedAt: ollamaTime(time.Now())}
+	if o.chat {
+		c.Message = &ollamaMessage{Role: "assistant", Content: text}
+	} else {
+		c.Response = &text
+	}
+	return c
+}
+
+func (o *ollamaEncoder) begin(*bufio.Writer, *job, stages.Usage) {}
+
+func (o *ollamaEncoder) delta(w *bufio.Writer, j *job, text string) { ndjson(w, o.chunk(j, text)) }
+
+// final fills the closing fields.
+func (o *ollamaEncoder) final(c *ollamaChunk, j *job, ev *stages.Event) {
+	c.Done = true
+	c.DoneReason = "stop"
+	if ev.Finish == stages.FinishLength {
+		c.DoneReason = "length"
+	}
+	c.TotalDuration = int64(time.Since(j.created))
+	c.LoadDuration = 1 // Ollama clients divide by it; the model is loaded already
+	c.PromptEvalCount = ev.Usage.PromptTokens
+	c.PromptEvalDuration = int64(ev.Timing.Prompt)
+	c.EvalCount = ev.Usage.GeneratedTokens
+	c.EvalDuration = int64(ev.Timing.Generate)
+}
+
+func (o *ollamaEncoder) end(w *bufio.Writer, j *job, ev *stages.Event) {
+	c := o.chunk(j, "")
+	o.final(&c, j, ev)
+	ndjson(w, c)
+}
+
+func (o *ollamaEncoder) fail(w *bufio.Writer, _ *job, e *apiError) {
+	w.Write(e.body(dialectOllama))
+	w.WriteByte('\n')
+}
+
+// heartbeat: NDJSON has no comments (a blank line breaks Ollama's client).
+func (o *ollamaEncoder) heartbeat(*bufio.Writer) bool { return false }
+
+func (o *ollamaEncoder) result(j *job, text string, ev *stages.Event) any {
+	c := o.chunk(j, text)
+	o.final(&c, j, ev)
+	return c
+}
+
+func (s *Server) handleOllamaTags(ctx *fasthttp.RequestCtx) {
+	b := s.ready(ctx, dialectOllama)
+	if b == nil {
+		return
+	}
+	type details struct {
+		ParentModel       string   `json:"parent_model"`
+		Format            string   `json:"format"`
+		Family            string   `json:"family"`
+		Families          []string `json:"families"`
+		ParameterSize     string   `json:"parameter_size"`
+		QuantizationLevel string   `json:"quantization_level"`
+	}
+	type entry struct {
+		Name       string  `json:"name"`
+		Model      string  `json:"model"`
+		ModifiedAt string  `json:"modified_at"`
+		Size       int64   `json:"size"`
+		Digest     string  `json:"digest"`
+		Details    details `json:"details"`
+	}
+	name := s.reportedName(b)
+	arch := b.Bundle.Model.Arch
+	var modified time.Time
+	if st, err := os.Stat(b.Path); err == nil {
+		modified = st.ModTime()
+	}
+	params, quant := weightFacts(b)
+	writeJSON(ctx, struct {
+		Models []entry `json:"models"`
+	}{[]entry{{Name: name, Model: name, ModifiedAt: ollamaTime(modified), Size: b.Size,
+		Details: details{Format: "gguf", Family: arch, Families: []string{arch}, ParameterSize: paramSize(params), QuantizationLevel: quant}}}})
+}
+
+// weightFacts counts the model's parameters and names its main weight type
+// (the type holding the most bytes).
+func weightFacts(b *Backend) (params uint64, quant string) {
+	bytesOf := map[string]uint64{}
+	for _, t := range b.Bundle.File.Tensors {
+		params += t.Elements()
+		bytesOf[t.Type.String()] += t.Size
+	}
+	var most uint64
+	for name, n := range bytesOf {
+		if n > most || n == most && name < quant {
+			quant, most = name, n
+		}
+	}
+	return params, strings.ToUpper(quant)
+}
+
+// paramSize formats a parameter count as Ollama does ("260K", "1.2B").
+func paramSize(n uint64) string {
+	switch {
+	case n >= 1e9:
+		return strconv.FormatFloat(float64(n)/1e9, 'f', 1, 64) + "B"
+	case n >= 1e6:
+		return strconv.FormatFloat(float64(n)/1e6, 'f', 1, 64) + "M"
+	case n >= 1e3:
+		return strconv.FormatFloat(float64(n)/1e3, 'f', 0, 64) + "K"
+	}
+	return strconv.FormatUint(n, 10)
+}
+
+func (s *Server) handleOllamaVersion(ctx *fasthttp.RequestCtx) {
+	writeJSON(ctx, struct {
+		Version string `json:"version"`
+	}{"0.0.0-flowinfer"})
+}

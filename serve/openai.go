@@ -1,0 +1,390 @@
+// This file holds the OpenAI-compatible endpoints (/v1/chat/completions,
+// /v1/completions, /v1/models): request translation and the response and
+// chunk shapes, field for field as llama-server writes them
+// (system_fingerprint, usage.prompt_tokens_details.cached_tokens, timings,
+// stream_options.include_usage).
+
+package serve
+
+import (
+	"bufio"
+	"encoding/json"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/flowinfer/flowinfer/model/chat"
+	"github.com/flowinfer/flowinfer/stages"
+)
+
+type oaiMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type oaiStreamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// oaiCommon are the fields chat and completions share.
+type oaiCommon struct {
+	Model               string            `json:"model"`
+	Stream              bool              `json:"stream"`
+	StreamOptions       *oaiStreamOptions `json:"stream_options"`
+	MaxTokens           *int              `json:"max_tokens"`
+	MaxCompletionTokens *int              `json:"max_completion_tokens"`
+	NPredict            *int              `json:"n_predict"` // llama-server's name
+	Stop                json.RawMessage   `json:"stop"`
+	N                   *int              `json:"n"`
+	Logprobs            json.RawMessage   `json:"logprobs"`
+	samplingFields
+}
+
+type oaiChatRequest struct {
+	Messages []oaiMessage `json:"messages"`
+	oaiCommon
+}
+
+type oaiCompletionRequest struct {
+	Prompt json.RawMessage `json:"prompt"`
+	Echo   bool            `json:"echo"`
+	Suffix *string         `json:"suffix"`
+	oaiCommon
+}
+
+// translate fills the fields chat and completions share.
+func (c *oaiCommon) translate(s *Server, b *Backend, gr *genRequest) *apiError {
+	var e *apiError
+	if gr.model, e = s.modelName(b, c.Model); e != nil {
+		e.param = "model"
+		return e
+	}
+	if c.N != nil && *c.N != 1 {
+		return badRequest("n", "only n=1 is supported")
+	}
+	if !isNull(c.Logprobs) && string(c.Logprobs) != "false" && string(c.Logprobs) != "0" {
+		return badRequest("logprobs", "logprobs are not supported")
+	}
+	limit := c.MaxTokens
+	field := "max_tokens"
+	if c.MaxCompletionTokens != nil {
+		limit, field = c.MaxCompletionTokens, "max_completion_tokens"
+	} else if limit == nil && c.NPredict != nil {
+		limit, field = c.NPredict, "n_predict"
+	}
+	if gr.maxTokens, e = maxTokens(limit, s.cfg.MaxTokens, field); e != nil {
+		return e
+	}
+	if gr.stops, e = stringOrList(c.Stop, "stop"); e != nil {
+		return e
+	}
+	if gr.params, e = c.apply(s.cfg.Defaults, b.Bundle.Model.NVocab); e != nil {
+		return e
+	}
+	gr.stream = c.Stream
+	gr.usage = c.Stream && c.StreamOptions != nil && c.StreamOptions.IncludeUsage
+	return nil
+}
+
+func (s *Server) handleChatCompletions(ctx *fasthttp.RequestCtx) {
+	b := s.ready(ctx, dialectOpenAI)
+	if b == nil {
+		return
+	}
+	var req oaiChatRequest
+	if e := decode(ctx, &req); e != nil {
+		e.write(ctx, dialectOpenAI)
+		return
+	}
+	gr, e := req.translate(s, b)
+	if e != nil {
+		e.write(ctx, dialectOpenAI)
+		return
+	}
+	s.generate(ctx, b, gr, "chatcmpl-", "/v1/chat/completions", "messages", &oaiEncoder{s: s, chat: true, usage: gr.usage})
+}
+
+func (r *oaiChatRequest) translate(s *Server, b *Backend) (*genRequest, *apiError) {
+	gr := &genRequest{chat: true}
+	if len(r.Messages) == 0 {
+		return nil, badRequest("messages", "messages is required and must be a non-empty array")
+	}
+	for i, m := range r.Messages {
+		field := "messages[" + itoa(i) + "]"
+		if e := checkRole(m.Role, field+".role", "system", "developer", "user", "assistant", "tool"); e != nil {
+			return nil, e
+		}
+		text, e := textContent(m.Content, field+".content")
+		if e != nil {
+			return nil, e
+		}
+		gr.messages = append(gr.messages, chat.Message{Role: m.Role, Content: text})
+	}
+	if e := r.oaiCommon.translate(s, b, gr); e != nil {
+		return nil, e
+	}
+	return gr, nil
+}
+
+func (s *Server) handleCompletions(ctx *fasthttp.RequestCtx) {
+	b := s.ready(ctx, dialectOpenAI)
+	if b == nil {
+		return
+	}
+	var req oaiCompletionRequest
+	if e := decode(ctx, &req); e != nil {
+		e.write(ctx, dialectOpenAI)
+		return
+	}
+	gr, e := req.translate(s, b)
+	if e != nil {
+		e.write(ctx, dialectOpenAI)
+		return
+	}
+	s.generate(ctx, b, gr, "cmpl-", "/v1/completions", "prompt", &oaiEncoder{s: s, usage: gr.usage})
+}
+
+func (r *oaiCompletionRequest) translate(s *Server, b *Backend) (*genRequest, *apiError) {
+	gr := &genRequest{}
+	if isNull(r.Prompt) {
+		return nil, badRequest("prompt", "prompt is required")
+	}
+	if r.Echo {
+		return nil, badRequest("echo", "echo is not supported")
+	}
+	if r.Suffix != nil && *r.Suffix != "" {
+		return nil, badRequest("suffix", "suffix is not supported")
+	}
+	// A string, one string in an array, token ids, or one array of ids.
+	var str string
+	var strs []string
+	var ids []int32
+	var idss [][]int32
+	switch {
+	case json.Unmarshal(r.Prompt, &str) == nil:
+		gr.prompt = str
+	case json.Unmarshal(r.Prompt, &strs) == nil && len(strs) == 1:
+		gr.prompt = strs[0]
+	case json.Unmarshal(r.Prompt, &ids) == nil && len(ids) > 0:
+		gr.tokens = ids
+	case json.Unmarshal(r.Prompt, &idss) == nil && len(idss) == 1 && len(idss[0]) > 0:
+		gr.tokens = idss[0]
+	case len(strs) > 1 || len(idss) > 1:
+		return nil, badRequest("prompt", "only one prompt per request is supported")
+	default:
+		return nil, badRequest("prompt", "prompt must be a string, an array of one string, or an array of token ids")
+	}
+	if e := r.oaiCommon.translate(s, b, gr); e != nil {
+		return nil, e
+	}
+	return gr, nil
+}
+
+func itoa(i int) string {
+	b, _ := json.Marshal(i)
+	return string(b)
+}
+
+// Response shapes.
+
+type oaiUsage struct {
+	CompletionTokens    int `json:"completion_tokens"`
+	PromptTokens        int `json:"prompt_tokens"`
+	TotalTokens         int `json:"total_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+func newOAIUsage(u stages.Usage) *oaiUsage {
+	o := &oaiUsage{CompletionTokens: u.GeneratedTokens, PromptTokens: u.PromptTokens, TotalTokens: u.PromptTokens + u.GeneratedTokens}
+	o.PromptTokensDetails.CachedTokens = u.CachedTokens
+	return o
+}
+
+// oaiTimings is llama-server's timings object.
+type oaiTimings struct {
+	CacheN              int     `json:"cache_n"`
+	PromptN             int     `json:"prompt_n"`
+	PromptMS            float64 `json:"prompt_ms"`
+	PromptPerTokenMS    float64 `json:"prompt_per_token_ms"`
+	PromptPerSecond     float64 `json:"prompt_per_second"`
+	PredictedN          int     `json:"predicted_n"`
+	PredictedMS         float64 `json:"predicted_ms"`
+	PredictedPerTokenMS float64 `json:"predicted_per_token_ms"`
+	PredictedPerSecond  float64 `json:"predicted_per_second"`
+}
+
+// newTimings computes llama-server's timings: rates of generation count the
+// decode runs (the first token comes from the prompt step).
+func newTimings(ev *stages.Event) *oaiTimings {
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+	t := &oaiTimings{CacheN: ev.Usage.CachedTokens, PromptN: ev.Usage.PromptTokens - ev.Usage.CachedTokens, PromptMS: ms(ev.Timing.Prompt),
+		PredictedN: ev.Usage.GeneratedTokens, PredictedMS: ms(ev.Timing.Generate)}
+	if t.PromptN > 0 && t.PromptMS > 0 {
+		t.PromptPerTokenMS = t.PromptMS / float64(t.PromptN)
+		t.PromptPerSecond = 1e3 * float64(t.PromptN) / t.PromptMS
+	}
+	if runs := t.PredictedN - 1; runs > 0 && t.PredictedMS > 0 {
+		t.PredictedPerTokenMS = t.PredictedMS / float64(runs)
+		t.PredictedPerSecond = 1e3 * float64(runs) / t.PredictedMS
+	}
+	return t
+}
+
+type oaiOutMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// oaiChoice is a choice of a response or a chunk: Message (chat), Delta
+// (chat chunk) or Text (completions).
+type oaiChoice struct {
+	FinishReason *string        `json:"finish_reason"`
+	Index        int            `json:"index"`
+	Message      *oaiOutMessage `json:"message,omitempty"`
+	Delta        any            `json:"delta,omitempty"`
+	Text         *string        `json:"text,omitempty"`
+	Logprobs     *struct{}      `json:"logprobs,omitempty"`
+}
+
+type oaiResponse struct {
+	Choices           []oaiChoice `json:"choices"`
+	Created           int64       `json:"created"`
+	Model             string      `json:"model"`
+	SystemFingerprint string      `json:"system_fingerprint"`
+	Object            string      `json:"object"`
+	Usage             *oaiUsage   `json:"usage,omitempty"`
+	ID                string      `json:"id"`
+	Timings           *oaiTimings `json:"timings,omitempty"`
+}
+
+// finishReason maps the engine's reason to OpenAI's.
+func finishReason(f stages.FinishReason) *string {
+	r := "stop"
+	if f == stages.FinishLength {
+		r = "length"
+	}
+	return &r
+}
+
+// oaiEncoder writes chat completions (chat) or text completions.
+type oaiEncoder struct {
+	s     *Server
+	chat  bool
+	usage bool // stream_options.include_usage
+}
+
+func (o *oaiEncoder) dialect() dialect   { return dialectOpenAI }
+func (o *oaiEncoder) streamType() string { return "text/event-stream" }
+
+func (o *oaiEncoder) frame(j *job) oaiResponse {
+	obj := "text_completion"
+	if o.chat {
+		obj = "chat.completion.chunk"
+	}
+	return oaiResponse{Created: j.created.Unix(), Model: j.model, SystemFingerprint: o.s.cfg.Fingerprint, Object: obj, ID: j.id}
+}
+
+var (
+	roleDelta  = json.RawMessage(`{"role":"assistant","content":null}`)
+	emptyDelta = json.RawMessage(`{}`)
+)
+
+func (o *oaiEncoder) begin(w *bufio.Writer, j *job, _ stages.Usage) {
+	if o.chat {
+		r := o.frame(j)
+		r.Choices = []oaiChoice{{Delta: roleDelta}}
+		sse(w, "", r)
+	}
+}
+
+func (o *oaiEncoder) delta(w *bufio.Writer, j *job, text string) {
+	r := o.frame(j)
+	if o.chat {
+		r.Choices = []oaiChoice{{Delta: struct {
+			Content string `json:"content"`
+		}{text}}}
+	} else {
+		r.Choices = []oaiChoice{{Text: &text, Logprobs: nil}}
+	}
+	sse(w, "", r)
+}
+
+func (o *oaiEncoder) end(w *bufio.Writer, j *job, ev *stages.Event) {
+	r := o.frame(j)
+	if o.chat {
+		r.Choices = []oaiChoice{{FinishReason: finishReason(ev.Finish), Delta: emptyDelta}}
+	} else {
+		empty := ""
+		r.Choices = []oaiChoice{{FinishReason: finishReason(ev.Finish), Text: &empty}}
+	}
+	if !o.usage {
+		r.Timings = newTimings(ev)
+	}
+	sse(w, "", r)
+	if o.usage {
+		r.Choices = []oaiChoice{}
+		r.Usage = newOAIUsage(ev.Usage)
+		r.Timings = newTimings(ev)
+		sse(w, "", r)
+	}
+	w.WriteString("data: [DONE]\n\n")
+}
+
+func (o *oaiEncoder) fail(w *bufio.Writer, _ *job, e *apiError) {
+	w.WriteString("data: ")
+	w.Write(e.body(dialectOpenAI))
+	w.WriteString("\n\n")
+}
+
+func (o *oaiEncoder) heartbeat(w *bufio.Writer) bool {
+	w.WriteString(": ping\n\n")
+	return true
+}
+
+func (o *oaiEncoder) result(j *job, text string, ev *stages.Event) any {
+	r := o.frame(j)
+	if o.chat {
+		r.Object = "chat.completion"
+		r.Choices = []oaiChoice{{FinishReason: finishReason(ev.Finish), Message: &oaiOutMessage{Role: "assistant", Content: text}}}
+	} else {
+		r.Choices = []oaiChoice{{FinishReason: finishReason(ev.Finish), Text: &text}}
+	}
+	r.Usage = newOAIUsage(ev.Usage)
+	r.Timings = newTimings(ev)
+	return r
+}
+
+// handleModels lists the one model (OpenAI's shape, with llama-server's meta).
+func (s *Server) handleModels(ctx *fasthttp.RequestCtx) {
+	b := s.ready(ctx, dialectOpenAI)
+	if b == nil {
+		return
+	}
+	m := b.Bundle.Model
+	type meta struct {
+		NVocab    int   `json:"n_vocab"`
+		NCtx      int   `json:"n_ctx"`
+		NCtxTrain int   `json:"n_ctx_train"`
+		NEmbd     int   `json:"n_embd"`
+		Size      int64 `json:"size"`
+	}
+	type entry struct {
+		ID      string   `json:"id"`
+		Aliases []string `json:"aliases"`
+		Object  string   `json:"object"`
+		Created int64    `json:"created"`
+		OwnedBy string   `json:"owned_by"`
+		Meta    meta     `json:"meta"`
+	}
+	aliases := s.cfg.Aliases
+	if aliases == nil {
+		aliases = []string{}
+	}
+	writeJSON(ctx, struct {
+		Object string  `json:"object"`
+		Data   []entry `json:"data"`
+	}{"list", []entry{{ID: s.reportedName(b), Aliases: aliases, Object: "model", Created: time.Now().Unix(), OwnedBy: "flowinfer",
+		Meta: meta{NVocab: m.NVocab, NCtx: b.Engine.Config().NCtx, NCtxTrain: m.NCtxTrain, NEmbd: m.NEmbd, Size: b.Size}}}})
+}

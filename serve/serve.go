@@ -1,0 +1,289 @@
+// Package serve is flowinfer's HTTP server: OpenAI-compatible
+// (/v1/chat/completions, /v1/completions, /v1/models), Anthropic-compatible
+// (/v1/messages, /v1/messages/count_tokens) and Ollama-compatible
+// (/api/chat, /api/generate, /api/tags) endpoints, /health and /metrics, on
+// fasthttp.
+//
+// Each API's request is translated once into one internal request
+// (genRequest), tokenized (chat through the model's template, ChatML when
+// the GGUF has none) and submitted to the stage engine; the engine's events
+// (stages.Event) are encoded straight into that API's wire format, streamed
+// as SSE (OpenAI, Anthropic) or NDJSON (Ollama) with a flush per event, or
+// collected into one JSON response. Errors come back in each API's own
+// shape. A client that leaves mid-stream is noticed when a write fails (SSE
+// comment heartbeats are sent while nothing else is, e.g. during prefill)
+// and its sequence is cancelled, which frees its KV blocks.
+//
+// The server listens before the model is loaded: /health answers 503 until
+// SetBackend is called. Shutdown stops accepting and waits for in-flight
+// streams to finish (drain).
+//
+// It does not implement tool calls, images, logprobs, n > 1, embeddings,
+// or CORS.
+package serve
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"net"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+
+	"github.com/flowinfer/flowinfer/graph"
+	"github.com/flowinfer/flowinfer/model"
+	"github.com/flowinfer/flowinfer/stages"
+	"github.com/flowinfer/flowinfer/stages/sample"
+)
+
+// Config sets the server up. Zero fields take the defaults in brackets.
+type Config struct {
+	// Aliases are the model names clients may use (besides the file name);
+	// the first is the one reported [the file's base name].
+	Aliases []string
+	// APIKey, when set, is required (Authorization: Bearer, or x-api-key)
+	// on every endpoint except /health, /v1/models and /api/tags.
+	APIKey string
+	// Defaults are the sampling settings of a request that sets none;
+	// request fields win.
+	Defaults sample.Params
+	// Stops are stop strings added to every request's own.
+	Stops []string
+	// MaxTokens is the default token limit of a request (<= 0: until end
+	// of generation or a full context).
+	MaxTokens int
+	// MaxBodyBytes limits request bodies [16 MiB].
+	MaxBodyBytes int
+	// Heartbeat is how often an SSE comment is written while a stream has
+	// nothing else to send [2s].
+	Heartbeat time.Duration
+	// Fingerprint is the OpenAI system_fingerprint ["flowinfer"].
+	Fingerprint string
+	// Log receives request errors [no logging].
+	Log *zap.Logger
+}
+
+func (c *Config) defaults() {
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = 16 << 20
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = 2 * time.Second
+	}
+	if c.Fingerprint == "" {
+		c.Fingerprint = "flowinfer"
+	}
+	if c.Log == nil {
+		c.Log = zap.NewNop()
+	}
+}
+
+// Backend is the loaded model the server answers with.
+type Backend struct {
+	Engine   *stages.Engine
+	Bundle   *model.Bundle   // tokenizer, chat template, name
+	Recorder *graph.Recorder // stage timings for /metrics; may be nil
+	Path     string          // the GGUF file
+	Size     int64           // its size in bytes
+	// Done is closed when the engine's Run has returned: streams still
+	// waiting then end with an error instead of hanging.
+	Done <-chan struct{}
+}
+
+// Server is the HTTP server.
+type Server struct {
+	cfg      Config
+	backend  atomic.Pointer[Backend]
+	draining atomic.Bool
+	metrics  *metrics
+	srv      *fasthttp.Server
+	routes   map[string]route
+	nextID   atomic.Uint64
+	stop     chan struct{} // closed by Shutdown's deadline: abort streams
+	stopOnce atomic.Bool
+}
+
+// New returns a server; it serves nothing until Serve.
+func New(cfg Config) *Server {
+	cfg.defaults()
+	s := &Server{cfg: cfg, stop: make(chan struct{}), routes: routeTable()}
+	s.metrics = newMetrics(s)
+	s.srv = &fasthttp.Server{
+		Handler:            s.handle,
+		ErrorHandler:       s.handleReadError,
+		Name:               "flowinfer",
+		MaxRequestBodySize: cfg.MaxBodyBytes,
+		IdleTimeout:        60 * time.Second,
+		CloseOnShutdown:    true,
+		Logger:             zapPrintf{cfg.Log},
+	}
+	return s
+}
+
+// SetBackend makes the server ready: /health turns 200 and the generation
+// endpoints answer.
+func (s *Server) SetBackend(b *Backend) { s.backend.Store(b) }
+
+// Serve accepts connections on ln until Shutdown.
+func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+
+// Handler returns the request handler (for tests on in-memory listeners).
+func (s *Server) Handler() fasthttp.RequestHandler { return s.handle }
+
+// Shutdown stops accepting requests and waits for those in flight (streams
+// included) to finish, or for ctx to end, after which remaining streams are
+// aborted.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.draining.Store(true)
+	err := s.srv.ShutdownWithContext(ctx)
+	if err != nil && s.stopOnce.CompareAndSwap(false, true) {
+		close(s.stop)
+	}
+	return err
+}
+
+// zapPrintf adapts a zap logger to fasthttp's Logger.
+type zapPrintf struct{ l *zap.Logger }
+
+func (z zapPrintf) Printf(format string, args ...any) { z.l.Sugar().Debugf(format, args...) }
+
+// route is one endpoint.
+type route struct {
+	method  string
+	dialect dialect
+	public  bool // no API key needed
+	handle  func(s *Server, ctx *fasthttp.RequestCtx)
+}
+
+func routeTable() map[string]route {
+	return map[string]route{
+		"/health":                   {method: "GET", public: true, handle: (*Server).handleHealth},
+		"/v1/health":                {method: "GET", public: true, handle: (*Server).handleHealth},
+		"/metrics":                  {method: "GET", handle: (*Server).handleMetrics},
+		"/v1/models":                {method: "GET", public: true, handle: (*Server).handleModels},
+		"/models":                   {method: "GET", public: true, handle: (*Server).handleModels},
+		"/v1/chat/completions":      {method: "POST", handle: (*Server).handleChatCompletions},
+		"/chat/completions":         {method: "POST", handle: (*Server).handleChatCompletions},
+		"/v1/completions":           {method: "POST", handle: (*Server).handleCompletions},
+		"/completions":              {method: "POST", handle: (*Server).handleCompletions},
+		"/v1/messages":              {method: "POST", dialect: dialectAnthropic, handle: (*Server).handleMessages},
+		"/v1/messages/count_tokens": {method: "POST", dialect: dialectAnthropic, handle: (*Server).handleCountTokens},
+		"/api/chat":                 {method: "POST", dialect: dialectOllama, handle: (*Server).handleOllamaChat},
+		"/api/generate":             {method: "POST", dialect: dialectOllama, handle: (*Server).handleOllamaGenerate},
+		"/api/tags":                 {method: "GET", dialect: dialectOllama, public: true, handle: (*Server).handleOllamaTags},
+		"/api/version":              {method: "GET", dialect: dialectOllama, public: true, handle: (*Server).handleOllamaVersion},
+	}
+}
+
+// dialectOf guesses the API of an unknown path, for its error shape.
+func dialectOf(path string) dialect {
+	switch {
+	case strings.HasPrefix(path, "/api/"):
+		return dialectOllama
+	case strings.HasPrefix(path, "/v1/messages"):
+		return dialectAnthropic
+	}
+	return dialectOpenAI
+}
+
+func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	path := string(ctx.Path())
+	r, ok := s.routes[path]
+	endpoint := path
+	if !ok {
+		endpoint = "other"
+	}
+	defer func() {
+		if p := recover(); p != nil { // a bug, not bad input: answer, log, keep serving
+			s.cfg.Log.Error("panic in handler", zap.String("path", path), zap.Any("panic", p), zap.Stack("stack"))
+			(&apiError{status: 500, kind: "server_error", message: "internal error"}).write(ctx, r.dialect)
+		}
+		s.metrics.request(endpoint, ctx.Response.StatusCode())
+	}()
+	if !ok {
+		notFound("", "no endpoint %s %s", ctx.Method(), path).write(ctx, dialectOf(path))
+		return
+	}
+	if string(ctx.Method()) != r.method {
+		if ctx.IsOptions() || ctx.IsHead() && r.method == "GET" {
+			ctx.Response.Header.Set("Allow", r.method)
+			ctx.SetStatusCode(fasthttp.StatusNoContent)
+			return
+		}
+		ctx.Response.Header.Set("Allow", r.method)
+		(&apiError{status: fasthttp.StatusMethodNotAllowed, kind: "invalid_request_error", message: "method " + string(ctx.Method()) + " not allowed on " + path + " (use " + r.method + ")"}).write(ctx, r.dialect)
+		return
+	}
+	if !r.public && !s.authorized(ctx) {
+		errUnauthorized.write(ctx, r.dialect)
+		return
+	}
+	r.handle(s, ctx)
+}
+
+// authorized checks the API key, if one is set.
+func (s *Server) authorized(ctx *fasthttp.RequestCtx) bool {
+	if s.cfg.APIKey == "" {
+		return true
+	}
+	key := ctx.Request.Header.Peek("X-Api-Key")
+	if auth := ctx.Request.Header.Peek("Authorization"); len(auth) > 7 && strings.EqualFold(string(auth[:7]), "bearer ") {
+		key = auth[7:]
+	}
+	return subtle.ConstantTimeCompare(key, []byte(s.cfg.APIKey)) == 1
+}
+
+// handleReadError answers requests fasthttp could not read (body too large,
+// malformed HTTP) in the shape of the endpoint's API when the path is known.
+func (s *Server) handleReadError(ctx *fasthttp.RequestCtx, err error) {
+	d := dialectOf(string(ctx.Path()))
+	var e *apiError
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		e = errBodyTooLarge
+	default:
+		e = badRequest("", "cannot read the request: %v", err)
+	}
+	e.write(ctx, d)
+	s.metrics.request("other", e.status)
+}
+
+// ready returns the backend, or writes 503 while the model loads.
+func (s *Server) ready(ctx *fasthttp.RequestCtx, d dialect) *Backend {
+	b := s.backend.Load()
+	switch {
+	case b == nil:
+		errLoading.write(ctx, d)
+		return nil
+	case s.draining.Load():
+		errDraining.write(ctx, d)
+		return nil
+	}
+	select {
+	case <-b.Done:
+		errEngineDown.write(ctx, d)
+		return nil
+	default:
+	}
+	return b
+}
+
+func (s *Server) handleHealth(ctx *fasthttp.RequestCtx) {
+	b := s.backend.Load()
+	if b == nil {
+		errLoading.write(ctx, dialectOpenAI)
+		return
+	}
+	select {
+	case <-b.Done:
+		errEngineDown.write(ctx, dialectOpenAI)
+		return
+	default:
+	}
+	ctx.SetContentType("application/json")
+	ctx.SetBodyString(`{"status":"ok"}`)
+}
