@@ -54,4 +54,15 @@ int fi_quantize_rows_avx2(int t, const float *src, int64_t nrows, int64_t cols, 
 int fi_gemm_avx2(int wt, const uint8_t *w, int64_t w_stride, int64_t cols, int64_t r0, int64_t r1,
                  const uint8_t *a, int64_t a_stride, int64_t nact, float *out, int64_t out_stride);
 
+// Packed weights (kern_avx2_pk.c): rows in groups of 8 in a kernel layout.
+// fi_packed_size_avx2 returns the bytes of a packed rows x cols matrix of
+// type wt, or -1 if wt (or a rows count that is not a multiple of 8) has no
+// packed form. fi_pack_avx2 writes it (weight row r at w + r*w_stride);
+// fi_gemm_packed_avx2 is fi_gemm_avx2 on packed weights, r0 and r1
+// multiples of 8. Both return 0, or -1 for a type without a packed form.
+int64_t fi_packed_size_avx2(int wt, int64_t rows, int64_t cols);
+int fi_pack_avx2(int wt, const uint8_t *w, int64_t w_stride, int64_t rows, int64_t cols, uint8_t *dst);
+int fi_gemm_packed_avx2(int wt, const uint8_t *pk, int64_t cols, int64_t r0, int64_t r1, const uint8_t *a,
+                        int64_t a_stride, int64_t nact, float *out, int64_t out_stride);
+
 #endif

@@ -9,16 +9,57 @@ package cpu_test
 //   - GemmRows (prefill): 512 activation rows; GOP/s counts 2·rows·cols·acts.
 //   - QuantizeRows: GB/s of float32 input.
 //
-// Names are benchstat-friendly: isa=avx2/type=q4_K/rows=2048/mem=warm.
+// layout=file multiplies the weights as stored in GGUF files; layout=packed
+// the copy Kernels.Pack makes (Q4_K, Q8_0 on AVX2).
+//
+// Each also reports the rate per second of the benchmark thread's CPU time
+// (GB/s-cpu, GOP/s-cpu): on a shared machine this is the figure that holds
+// still, as it leaves out time the thread waited for a core (it still
+// includes cache and memory contention).
+//
+// Names are benchstat-friendly: isa=avx2/layout=file/type=q4_K/rows=2048/mem=warm.
 
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/quant"
 )
+
+// cpuClock measures the CPU time of the calling goroutine's thread, which
+// it locks for the benchmark (cgo calls run on the same thread).
+type cpuClock struct{ t0 time.Duration }
+
+func threadCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	const rusageThread = 1 // RUSAGE_THREAD (Linux)
+	if err := syscall.Getrusage(rusageThread, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func startCPU(b *testing.B) *cpuClock {
+	runtime.LockOSThread()
+	b.Cleanup(runtime.UnlockOSThread)
+	return &cpuClock{threadCPU(b)}
+}
+
+// report adds metric unit (per wall second) and unit-cpu (per CPU second)
+// for amount units per iteration.
+func (c *cpuClock) report(b *testing.B, amount float64, unit string) {
+	cpu := (threadCPU(b) - c.t0).Seconds()
+	total := amount * float64(b.N)
+	b.ReportMetric(total/b.Elapsed().Seconds(), unit)
+	if cpu > 0 {
+		b.ReportMetric(total/cpu, unit+"-cpu")
+	}
+}
 
 var benchTypes = []quant.Type{quant.Q4_K, quant.Q6_K, quant.Q8_0}
 
@@ -63,6 +104,31 @@ func benchActs(b *testing.B, r *rand.Rand, typ quant.Type, n int) []byte {
 	return a
 }
 
+// product is one way to run a matrix product in a benchmark.
+type product struct {
+	layout string
+	run    func(a []byte, nAct int, out []float32)
+}
+
+// products returns the file-layout product of w and, if k packs typ, the
+// packed one.
+func products(b *testing.B, k *cpu.Kernels, typ quant.Type, w []byte, rb, rows int) []product {
+	b.Helper()
+	ps := []product{{"file", func(a []byte, nAct int, out []float32) {
+		k.GemmRows(typ, w, rb, benchCols, 0, rows, a, nAct, out, rows)
+	}}}
+	if k.CanPack(typ, rows, benchCols) {
+		p, err := k.Pack(typ, w, rb, rows, benchCols)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ps = append(ps, product{"packed", func(a []byte, nAct int, out []float32) {
+			k.GemmRowsPacked(p, 0, rows, a, nAct, out, rows)
+		}})
+	}
+	return ps
+}
+
 func BenchmarkDotRows(b *testing.B) {
 	r := rand.New(rand.NewPCG(7, 8))
 	for _, isa := range cpu.Available() {
@@ -70,26 +136,28 @@ func BenchmarkDotRows(b *testing.B) {
 		for _, typ := range benchTypes {
 			a := benchActs(b, r, typ, 1)
 			for _, rows := range []int{2048, 8192} {
-				w, rb := benchWeights(b, r, typ, rows)
 				for _, mem := range []string{"warm", "cold"} {
-					mats := [][]byte{w}
-					if mem == "cold" {
-						if isa == cpu.ISAScalarGo || rows != 8192 {
-							continue // scalar Go is compute-bound either way
-						}
-						for n := len(w); n < 100<<20; n += len(w) {
-							mats = append(mats, append([]byte(nil), w...))
-						}
+					if mem == "cold" && (isa == cpu.ISAScalarGo || rows != 8192) {
+						continue // scalar Go is compute-bound either way
+					}
+					// cold: copies totalling 100 MB, > 3x the L3, used in turn
+					var sets [][]product
+					w, rb := benchWeights(b, r, typ, rows)
+					for n := 0; n == 0 || (mem == "cold" && n < 100<<20); n += len(w) {
+						sets = append(sets, products(b, k, typ, append([]byte(nil), w...), rb, rows))
 					}
 					out := make([]float32, rows)
-					b.Run(fmt.Sprintf("isa=%s/type=%s/rows=%d/mem=%s", isa, typ, rows, mem), func(b *testing.B) {
-						i := 0
-						for b.Loop() {
-							k.DotRows(typ, mats[i%len(mats)], rb, benchCols, 0, rows, a, out)
-							i++
-						}
-						b.ReportMetric(float64(len(w))*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
-					})
+					for li, pr := range sets[0] {
+						b.Run(fmt.Sprintf("isa=%s/layout=%s/type=%s/rows=%d/mem=%s", isa, pr.layout, typ, rows, mem), func(b *testing.B) {
+							clk := startCPU(b)
+							i := 0
+							for b.Loop() {
+								sets[i%len(sets)][li].run(a, 1, out)
+								i++
+							}
+							clk.report(b, float64(len(w))/1e9, "GB/s")
+						})
+					}
 				}
 			}
 		}
@@ -105,13 +173,15 @@ func BenchmarkGemmRows(b *testing.B) {
 			w, rb := benchWeights(b, r, typ, rows)
 			a := benchActs(b, r, typ, acts)
 			out := make([]float32, acts*rows)
-			b.Run(fmt.Sprintf("isa=%s/type=%s/rows=%d/acts=%d", isa, typ, rows, acts), func(b *testing.B) {
-				for b.Loop() {
-					k.GemmRows(typ, w, rb, benchCols, 0, rows, a, acts, out, rows)
-				}
-				ops := 2 * float64(rows) * benchCols * acts * float64(b.N)
-				b.ReportMetric(ops/b.Elapsed().Seconds()/1e9, "GOP/s")
-			})
+			for _, pr := range products(b, k, typ, w, rb, rows) {
+				b.Run(fmt.Sprintf("isa=%s/layout=%s/type=%s/rows=%d/acts=%d", isa, pr.layout, typ, rows, acts), func(b *testing.B) {
+					clk := startCPU(b)
+					for b.Loop() {
+						pr.run(a, acts, out)
+					}
+					clk.report(b, 2*float64(rows)*benchCols*acts/1e9, "GOP/s")
+				})
+			}
 		}
 	}
 }
@@ -132,10 +202,11 @@ func BenchmarkQuantizeRows(b *testing.B) {
 				}
 				dst := make([]byte, nRows*rb)
 				b.Run(fmt.Sprintf("isa=%s/type=%s/rows=%d", isa, typ, nRows), func(b *testing.B) {
+					clk := startCPU(b)
 					for b.Loop() {
 						k.QuantizeRows(typ, src, nRows, benchCols, dst)
 					}
-					b.ReportMetric(4*float64(len(src))*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+					clk.report(b, 4*float64(len(src))/1e9, "GB/s")
 				})
 			}
 		}

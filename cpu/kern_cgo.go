@@ -43,3 +43,25 @@ func gemmC(isa ISA, wt quant.Type, w []byte, rowBytes, cols, r0, r1 int, a []byt
 	}
 	return false
 }
+
+// packedSizeC returns the packed size of a rows×cols wt matrix (<= 0: none).
+func packedSizeC(isa ISA, wt quant.Type, rows, cols int) int {
+	if isa == ISAAVX2 {
+		return int(C.fi_packed_size_avx2(C.int(wt), C.int64_t(rows), C.int64_t(cols)))
+	}
+	return -1
+}
+
+func packC(isa ISA, wt quant.Type, w []byte, rowBytes, rows, cols int, dst []byte) {
+	if isa == ISAAVX2 {
+		C.fi_pack_avx2(C.int(wt), (*C.uint8_t)(ptr(w)), C.int64_t(rowBytes), C.int64_t(rows), C.int64_t(cols),
+			(*C.uint8_t)(ptr(dst)))
+	}
+}
+
+func gemmPackedC(isa ISA, wt quant.Type, pk []byte, cols, r0, r1 int, a []byte, arb, nAct int, out []float32, outStride int) {
+	if isa == ISAAVX2 {
+		C.fi_gemm_packed_avx2(C.int(wt), (*C.uint8_t)(ptr(pk)), C.int64_t(cols), C.int64_t(r0), C.int64_t(r1),
+			(*C.uint8_t)(ptr(a)), C.int64_t(arb), C.int64_t(nAct), (*C.float)(ptr(out)), C.int64_t(outStride))
+	}
+}

@@ -16,3 +16,9 @@ func quantizeRowsC(ISA, quant.Type, []float32, int, int, []byte) bool { return f
 func gemmC(ISA, quant.Type, []byte, int, int, int, int, []byte, int, int, []float32, int) bool {
 	return false
 }
+
+func packedSizeC(ISA, quant.Type, int, int) int { return -1 }
+
+func packC(ISA, quant.Type, []byte, int, int, int, []byte) {}
+
+func gemmPackedC(ISA, quant.Type, []byte, int, int, int, []byte, int, int, []float32, int) {}

@@ -1,0 +1,117 @@
+package cpu_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/flowinfer/flowinfer/cpu"
+	"github.com/flowinfer/flowinfer/quant"
+)
+
+// TestPacked checks products on packed weights against quant, like
+// TestGemmRows, for every type a path can pack.
+func TestPacked(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	packed := 0
+	for _, k := range testISAs(t) {
+		for _, dt := range dotTypes {
+			for _, cols := range colsFor(dt.typ) {
+				for _, shape := range [][2]int{{8, 1}, {16, 3}, {64, 1}, {64, 8}, {40, 13}, {64, 37}} {
+					rows, nAct := shape[0], shape[1]
+					if !k.CanPack(dt.typ, rows, cols) {
+						continue
+					}
+					packed++
+					name := fmt.Sprintf("isa=%s/type=%s/cols=%d/rows=%d/acts=%d", k.ISA(), dt.typ, cols, rows, nAct)
+					t.Run(name, func(t *testing.T) {
+						m := newTestMatrix(t, r, dt.typ, rows, cols, nAct, 5)
+						p, err := k.Pack(dt.typ, m.w, m.rowBytes, rows, cols)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if p.Rows() != rows || p.Cols() != cols || p.Type() != dt.typ || p.Bytes() == 0 {
+							t.Fatalf("packed %d×%d %s (%d bytes)", p.Rows(), p.Cols(), p.Type(), p.Bytes())
+						}
+						c := &outputChecker{t: t, typ: dt.typ, tol: dt.tol, cols: cols}
+						stride := rows + 3
+						for _, rr := range [][2]int{{0, rows}, {8, rows}, {0, 8}} {
+							out := make([]float32, nAct*stride)
+							for i := range out {
+								out[i] = math.Float32frombits(guardBits)
+							}
+							if nAct == 1 {
+								k.DotRowsPacked(p, rr[0], rr[1], m.a, out[:stride])
+							} else {
+								k.GemmRowsPacked(p, rr[0], rr[1], m.a, nAct, out, stride)
+							}
+							for act := range nAct {
+								for i := range stride {
+									v := out[act*stride+i]
+									if i < rr[0] || i >= rr[1] {
+										if math.Float32bits(v) != guardBits {
+											t.Fatalf("rows [%d, %d) act %d: out[%d] written (%v)", rr[0], rr[1], act, i, v)
+										}
+										continue
+									}
+									c.check(m, i, act, v)
+								}
+							}
+						}
+						c.done()
+					})
+				}
+			}
+		}
+	}
+	if packed == 0 {
+		t.Log("no path here packs weights")
+	}
+}
+
+func TestPackErrors(t *testing.T) {
+	w := make([]byte, 16*144)
+	for _, k := range testISAs(t) {
+		t.Run("isa="+k.ISA().String(), func(t *testing.T) {
+			if k.ISA() == cpu.ISAScalarGo {
+				if k.CanPack(quant.Q4_K, 16, 256) {
+					t.Fatal("scalar Go path claims to pack")
+				}
+				return
+			}
+			if !k.CanPack(quant.Q4_K, 16, 256) || !k.CanPack(quant.Q8_0, 16, 256) {
+				t.Fatal("cannot pack Q4_K/Q8_0")
+			}
+			for _, c := range []struct {
+				typ        quant.Type
+				rows, cols int
+			}{{quant.Q4_K, 12, 256}, {quant.Q4_K, 16, 200}, {quant.IQ4_NL, 16, 256}, {quant.Q4_K, 0, 256}} {
+				if k.CanPack(c.typ, c.rows, c.cols) {
+					t.Errorf("CanPack(%s, %d, %d)", c.typ, c.rows, c.cols)
+				}
+				if _, err := k.Pack(c.typ, w, 144, c.rows, c.cols); err == nil {
+					t.Errorf("Pack(%s, %d, %d) did not fail", c.typ, c.rows, c.cols)
+				}
+			}
+			if _, err := k.Pack(quant.Q4_K, w[:15*144+100], 144, 16, 256); err == nil || !strings.Contains(err.Error(), "need") {
+				t.Errorf("short weights: %v", err)
+			}
+			p, err := k.Pack(quant.Q4_K, w, 144, 16, 256)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, rr := range [][2]int{{4, 16}, {0, 12}, {8, 24}} {
+				func() {
+					defer func() {
+						if s := fmt.Sprint(recover()); !strings.Contains(s, "row range") {
+							t.Errorf("rows [%d, %d): panic %q", rr[0], rr[1], s)
+						}
+					}()
+					k.DotRowsPacked(p, rr[0], rr[1], make([]byte, 292), make([]float32, 24))
+				}()
+			}
+		})
+	}
+}
