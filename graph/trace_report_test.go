@@ -65,7 +65,7 @@ type fullEvent struct {
 
 type fullTrace struct {
 	OtherData   map[string]string `json:"otherData"`
-	TraceEvents []fullEvent     `json:"traceEvents"`
+	TraceEvents []fullEvent       `json:"traceEvents"`
 }
 
 func TestTraceTracksAndNesting(t *testing.T) {

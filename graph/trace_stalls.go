@@ -25,6 +25,7 @@ type StageStall struct {
 	Wall, Busy, Starved, Blocked time.Duration
 	StarvedOn                    map[string]time.Duration // producer stage -> time waiting for its input
 	BlockedOn                    map[string]time.Duration // consumer stage -> time blocked on it
+	Events                       int64                    // events stored (spans, waits, counters)
 	Dropped                      int64
 }
 
@@ -73,6 +74,7 @@ func (r *Recorder) Stalls() Stalls {
 		bytes := map[string]int64{}
 		var order []string
 		for _, c := range s.chunks {
+			ss.Events += int64(len(c))
 			for _, e := range c {
 				d := time.Duration(e.t1 - e.t0)
 				switch e.kind {

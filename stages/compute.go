@@ -22,7 +22,9 @@ func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*st
 	gate := &layerGate{ctx: ctx, tickets: tickets, released: released}
 	c.mctx.BeforeLayer = gate.before
 	c.mctx.AfterLayer = gate.after
-	var outBytes int64 // weights read per step outside the layers' slabs
+	// With recording on: per-layer spans, and the weight bytes each step
+	// reads (its layers' slabs and the output matrix), one counter per step.
+	var outBytes, stepBytes int64
 	if c.rec.Enabled() {
 		ls := &layerSpans{rec: c.rec, stg: stg, names: map[string][]string{}}
 		c.mctx.Span = ls.hook
@@ -30,7 +32,7 @@ func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*st
 			if err := gate.before(il); err != nil {
 				return err
 			}
-			c.rec.Add(stg, "bytes weights", gate.held.Bytes)
+			stepBytes += gate.held.Bytes
 			return nil
 		}
 		if w := c.mctx.M.Output; w != nil {
@@ -54,8 +56,12 @@ func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*st
 			return err
 		}
 		c.rec.Add(stg, "tokens", int64(len(st.batch.Tokens)))
-		if outBytes > 0 && len(logits) > 0 {
-			c.rec.Add(stg, "bytes weights", outBytes)
+		if len(logits) > 0 {
+			stepBytes += outBytes
+		}
+		if stepBytes > 0 {
+			c.rec.Add(stg, "bytes weights", stepBytes)
+			stepBytes = 0
 		}
 		st.logits = logits
 		if err := out.Send(ctx, st); err != nil {

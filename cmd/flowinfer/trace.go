@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +25,7 @@ import (
 	"github.com/flowinfer/flowinfer/configs"
 	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/graph"
+	"github.com/flowinfer/flowinfer/model"
 	"github.com/flowinfer/flowinfer/stages"
 	"github.com/flowinfer/flowinfer/stages/sample"
 )
@@ -42,7 +44,7 @@ type TraceCmd struct {
 	Chat        bool          `help:"Apply the model's chat template to the prompt."`
 	IgnoreEOS   bool          `name:"ignore-eos" default:"true" negatable:"" help:"Keep generating past end-of-generation tokens (on by default: traces of a fixed length)."`
 	MaxEvents   int           `name:"max-events" default:"0" help:"Events kept per stage (0 = 262144)."`
-	QueueSample time.Duration `name:"queue-sample" default:"1ms" help:"Interval of the queue-depth counters (0 = none)."`
+	QueueSample time.Duration `name:"queue-sample" default:"2ms" help:"Interval of the queue-depth counters (0 = none)."`
 	NoMeasure   bool          `name:"no-measure" help:"Do not measure memory bandwidth when the profile has none."`
 	Overhead    int           `name:"overhead" default:"0" help:"Also measure recording overhead: run N times with recording off and N times on, alternating, and print decode tok/s." placeholder:"N"`
 }
@@ -75,7 +77,9 @@ func (c *TraceCmd) Run(g *Globals, cli *CLI) error {
 	for _, w := range warns {
 		fmt.Fprintln(os.Stderr, "flowinfer: warning:", w)
 	}
-	job := traceJob{l: l, scfg: scfg, prompt: prompt, params: params, n: c.NPredict, requests: c.Requests, ignoreEOS: c.IgnoreEOS}
+	be := cpu.NewBackend(cfg.Pipeline.Threads, nil)
+	defer be.Close()
+	job := traceJob{l: l, ops: be, scfg: scfg, prompt: prompt, params: params, n: c.NPredict, requests: c.Requests, ignoreEOS: c.IgnoreEOS}
 
 	rec := graph.NewRecorder(c.MaxEvents)
 	rec.SampleQueues(c.QueueSample)
@@ -144,7 +148,7 @@ func (c *TraceCmd) Run(g *Globals, cli *CLI) error {
 	}
 
 	if c.Overhead > 0 {
-		return measureOverhead(ctx, out, job, c.Overhead)
+		return measureOverhead(ctx, out, job, c.Overhead, c.QueueSample)
 	}
 	return nil
 }
@@ -167,9 +171,9 @@ func printSpanBreakdown(w io.Writer, sum graph.Summary) {
 				}
 			}
 		}, func(a, b string) int { return int(kinds[b] - kinds[a]) })
-		fmt.Fprintf(w, "%s sub-spans (summed over layers, %% of the stage's busy time):", s.Stage)
+		fmt.Fprintf(w, "%s sub-spans (summed over layers, %% of the stage's wall time):", s.Stage)
 		for _, k := range names {
-			fmt.Fprintf(w, " %s %.1f%%", k, 100*float64(kinds[k])/float64(max(s.Busy, 1)))
+			fmt.Fprintf(w, " %s %.1f%%", k, 100*float64(kinds[k])/float64(max(s.Wall, 1)))
 		}
 		fmt.Fprintln(w)
 	}
@@ -188,6 +192,7 @@ func spanKind(name string) string {
 // traceJob is one generation setup, run once per measurement.
 type traceJob struct {
 	l         *loaded
+	ops       model.Ops
 	scfg      stages.Config
 	prompt    []int32
 	params    sample.Params
@@ -209,7 +214,7 @@ type traceResult struct {
 // decode tok/s is measured end to end, from each request's first token to
 // its last event.
 func (j traceJob) run(ctx context.Context, rec *graph.Recorder, sampleStats bool) (traceResult, error) {
-	e, err := stages.NewEngine(j.l.Model, j.l.Tokenizer, cpu.NewRef(), j.scfg, rec)
+	e, err := stages.NewEngine(j.l.Model, j.l.Tokenizer, j.ops, j.scfg, rec)
 	if err != nil {
 		return traceResult{}, err
 	}
@@ -331,31 +336,66 @@ func series(name string, pts []graph.Point) graph.Series {
 	return sr
 }
 
-// measureOverhead alternates runs with recording off and on and prints the
-// median decode tok/s of each.
-func measureOverhead(ctx context.Context, w io.Writer, j traceJob, n int) error {
-	var off, on []float64
+// measureOverhead alternates runs with recording off and on and prints
+// the median decode tok/s of each, the median of the pairwise ratios, and
+// an estimate from first principles: events recorded per generated token
+// times the cost of one event.
+func measureOverhead(ctx context.Context, w io.Writer, j traceJob, n int, queueSample time.Duration) error {
+	var off, on, ratio []float64
+	var events int64
+	var tokens int
 	for i := range 2 * n {
 		var rec *graph.Recorder
 		if i%2 == 1 {
 			rec = graph.NewRecorder(0)
-			rec.SampleQueues(time.Millisecond)
+			rec.SampleQueues(queueSample)
 		}
+		runtime.GC()
 		res, err := j.run(ctx, rec, false)
 		if err != nil {
 			return err
 		}
 		if rec == nil {
 			off = append(off, res.decodeTPS)
-		} else {
-			on = append(on, res.decodeTPS)
+			continue
 		}
+		on = append(on, res.decodeTPS)
+		ratio = append(ratio, res.decodeTPS/off[len(off)-1])
+		for _, s := range rec.Stalls().Stages {
+			events += s.Events
+		}
+		tokens += res.generated
 	}
 	mOff, mOn := median(off), median(on)
-	fmt.Fprintf(w, "\nrecording overhead (%d runs each, alternated, median): decode %.1f tok/s off, %.1f tok/s on: %+.2f%%\n",
-		n, mOff, mOn, 100*(mOn-mOff)/mOff)
+	fmt.Fprintf(w, "\nrecording overhead (%d runs each, alternated): median decode %.1f tok/s off, %.1f tok/s on (%+.2f%%); median of pairwise ratios %+.2f%%\n",
+		n, mOff, mOn, 100*(mOn-mOff)/mOff, 100*(median(ratio)-1))
 	fmt.Fprintf(w, "  off: %s\n  on:  %s\n", fmtFloats(off), fmtFloats(on))
+	perEvent := eventCost()
+	perTok := float64(events) / float64(max(tokens, 1))
+	cost := time.Duration(perTok * float64(perEvent))
+	fmt.Fprintf(w, "  estimate: %.0f events per generated token × %v per event = %v per token = %.2f%% of the %v a token takes with recording off\n",
+		perTok, perEvent, cost.Round(10*time.Nanosecond), 100*float64(cost)*mOff/1e9, time.Duration(1e9/mOff).Round(time.Microsecond))
 	return nil
+}
+
+// eventCost measures what recording one sub-span costs (two clock reads,
+// a lock, an append), in a throwaway graph.
+func eventCost() time.Duration {
+	rec := graph.NewRecorder(1 << 20)
+	g := graph.New(rec)
+	s := g.Stage("bench")
+	var per time.Duration
+	s.Do(func(context.Context) error {
+		const n = 200000
+		t0 := time.Now()
+		for range n {
+			rec.Begin(s, "x").End()
+		}
+		per = time.Since(t0) / n
+		return nil
+	})
+	g.Run(context.Background())
+	return per
 }
 
 func median(v []float64) float64 {
