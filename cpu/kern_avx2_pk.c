@@ -1,6 +1,6 @@
 //go:build cgo
 
-// Weights packed once at load time (Q4_K, Q8_0) for AVX2: rows in groups of
+// Weights packed once at load time (Q4_K, Q6_K, Q8_0) for AVX2: rows in groups of
 // 8, interleaved so one 32-byte vector holds 4 codes of each of 8 rows, and
 // scales grouped per (sub-)block across the 8 rows. Vector lanes are rows,
 // so the matrix-vector product (decode) needs no horizontal sums and no
@@ -17,6 +17,14 @@
 //   sc   [8 sub-blocks][8 rows]  6-bit scales (64)
 //   mn   [8 sub-blocks][8 rows]  6-bit mins (64)
 //   d    [8 rows] fp16, dmin [8 rows] fp16 (32)
+// Q6_K, per group of 8 rows and super-block (1680 bytes, 210 per row), with
+// "step" s of a 16-element sub-block = codes 4s..4s+3 of each of 8 rows:
+//   ql   [16 sub-blocks][2][8 rows][4 bytes] (1024): vector c holds the low
+//        4 bits of step c (low nibbles) and of step c+2 (high nibbles)
+//   qh   [16 sub-blocks][8 rows][4 bytes] (512): bits 2s..2s+1 of byte k
+//        are the high 2 bits of code 4s+k
+//   sc   [16 sub-blocks][8 rows] int8 (128)
+//   d    [8 rows] fp16 (16)
 // Q8_0, per group of 8 rows and block of 32 (272 bytes, 34 per row):
 //   qs   [8 steps][8 rows][4 bytes] int8 (256)
 //   d    [8 rows] fp16 (16)
@@ -29,6 +37,7 @@
 
 #define PK_Q4K 1184
 #define PK_Q80 272
+#define PK_Q6K 1680
 
 // ---- packing ---------------------------------------------------------------
 
@@ -65,6 +74,50 @@ static void pack_q4_K(const uint8_t *w, int64_t ws, int64_t rows, int64_t nb, ui
 						_mm_storeu_si128((__m128i *)d4, pk);
 						for (int ch = 0; ch < 4; ch++) memcpy(p + 128 * (2 * k + h) + 32 * ch + 4 * r, &d4[ch], 4);
 					}
+				}
+			}
+		}
+	}
+}
+
+// q6_codes writes the 256 codes (0..63) of one Q6_K super-block x in
+// element order (as quant.DequantizeRowQ6_K reads them).
+static void q6_codes(const uint8_t *x, uint8_t *codes) {
+	const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(0x03);
+	for (int h = 0; h < 2; h++) {
+		const __m256i l0 = ld256(x + 64 * h), l1 = ld256(x + 64 * h + 32), qh = ld256(x + 128 + 32 * h);
+		const __m256i v[4] = {
+		    _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4)),
+		    _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4)),
+		    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+		                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4)),
+		    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+		                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4)),
+		};
+		for (int k = 0; k < 4; k++) _mm256_storeu_si256((__m256i *)(codes + 128 * h + 32 * k), v[k]);
+	}
+}
+
+static void pack_q6_K(const uint8_t *w, int64_t ws, int64_t rows, int64_t nb, uint8_t *dst) {
+	uint8_t codes[256];
+	for (int64_t g = 0; g < rows / 8; g++) {
+		for (int64_t i = 0; i < nb; i++) {
+			uint8_t *p = dst + (g * nb + i) * PK_Q6K;
+			for (int r = 0; r < 8; r++) {
+				const uint8_t *x = w + (8 * g + r) * ws + 210 * i;
+				q6_codes(x, codes);
+				memcpy(p + 1664 + 2 * r, x + 208, 2);
+				for (int sb = 0; sb < 16; sb++) {
+					p[1536 + 8 * sb + r] = x[192 + sb];
+					uint32_t st[4];
+					memcpy(st, codes + 16 * sb, 16);
+					const uint32_t n4 = 0x0f0f0f0f, h2 = 0x03030303;
+					const uint32_t c0 = (st[0] & n4) | (st[2] & n4) << 4, c1 = (st[1] & n4) | (st[3] & n4) << 4;
+					const uint32_t hb = ((st[0] >> 4) & h2) | ((st[1] >> 4) & h2) << 2 | ((st[2] >> 4) & h2) << 4 |
+					                    ((st[3] >> 4) & h2) << 6;
+					memcpy(p + 64 * sb + 4 * r, &c0, 4);
+					memcpy(p + 64 * sb + 32 + 4 * r, &c1, 4);
+					memcpy(p + 1024 + 32 * sb + 4 * r, &hb, 4);
 				}
 			}
 		}
@@ -133,6 +186,57 @@ static void gemv_q4_K(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, con
 	}
 }
 
+// q6_steps rebuilds the 4 steps (codes 0..63) of sub-block sb.
+FI_INLINE void q6_steps(const uint8_t *p, int sb, __m256i v[4]) {
+	const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+	const __m256i l0 = ld256(p + 64 * sb), l1 = ld256(p + 64 * sb + 32), h = ld256(p + 1024 + 32 * sb);
+	v[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m30));
+	v[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m30));
+	v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(h, m30));
+	v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(h, 2), m30));
+}
+
+// i8pairs widens 8 signed bytes x (row r) and y to int16 pairs (x_r, y_r).
+FI_INLINE __m256i i8pairs(const uint8_t *x, const uint8_t *y) {
+	return _mm256_cvtepi8_epi16(
+	    _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)x), _mm_loadl_epi64((const __m128i *)y)));
+}
+
+static void gemv_q6_K(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, const uint8_t *a, float *out) {
+	for (int64_t g = g0; g < g1; g++) {
+		__m256 acc = _mm256_setzero_ps();
+		for (int64_t i = 0; i < nb; i++) {
+			const uint8_t *p = pk + (g * nb + i) * PK_Q6K;
+			const uint8_t *y = a + Q8K * i;
+			__m256i isum = _mm256_setzero_si256();
+#pragma GCC unroll 16
+			for (int sb = 0; sb < 16; sb++) {
+				__m256i v[4];
+				q6_steps(p, sb, v);
+				const uint8_t *yq = y + 4 + 16 * sb;
+				const uint8_t *sc = p + 1536 + 8 * sb;
+				const __m256i s = i8pairs(sc, sc);
+				// int16 sums: 2 products x 2 steps x 63 x 127 = 32004 < 32767
+				const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(v[0], bcast32(yq)), _mm256_maddubs_epi16(v[1], bcast32(yq + 4)));
+				const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(v[2], bcast32(yq + 8)), _mm256_maddubs_epi16(v[3], bcast32(yq + 12)));
+				isum = _mm256_add_epi32(isum, _mm256_add_epi32(_mm256_madd_epi16(p01, s), _mm256_madd_epi16(p23, s)));
+				FI_KEEP(isum);
+			}
+			// the -32 of every code: 32 * sum of sc * bsum, two sub-blocks per pmaddwd
+			__m256i osum = _mm256_setzero_si256();
+#pragma GCC unroll 8
+			for (int q = 0; q < 8; q++) {
+				osum = _mm256_add_epi32(osum, _mm256_madd_epi16(i8pairs(p + 1536 + 16 * q, p + 1544 + 16 * q), bcast32(y + 260 + 4 * q)));
+			}
+			isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(osum, 5));
+			const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(ld128(p + 1664)), _mm256_set1_ps(ld_f32(y)));
+			acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc);
+			FI_KEEP(acc);
+		}
+		_mm256_storeu_ps(out + 8 * g, acc);
+	}
+}
+
 static void gemv_q8_0(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, const uint8_t *a, float *out) {
 	const __m256i ones = _mm256_set1_epi16(1);
 	for (int64_t g = g0; g < g1; g++) {
@@ -180,6 +284,24 @@ static void expand_q4_K(const uint8_t *grp, int64_t ws, int64_t nb, uint8_t *rec
 	}
 }
 
+static void expand_q6_K(const uint8_t *grp, int64_t ws, int64_t nb, uint8_t *rec) {
+	(void)ws;
+	for (int64_t i = 0; i < nb; i++, rec += Q6K_REC) {
+		const uint8_t *p = grp + i * PK_Q6K;
+		for (int sb = 0; sb < 16; sb++) {
+			__m256i v[4];
+			q6_steps(p, sb, v);
+			for (int st = 0; st < 4; st++) _mm256_storeu_si256((__m256i *)(rec + 128 * sb + 32 * st), v[st]);
+			const uint8_t *sc = p + 1536 + 8 * sb;
+			_mm256_storeu_si256((__m256i *)(rec + 2048 + 32 * sb), i8pairs(sc, sc));
+		}
+		for (int q = 0; q < 8; q++) {
+			_mm256_storeu_si256((__m256i *)(rec + 2560 + 32 * q), i8pairs(p + 1536 + 16 * q, p + 1544 + 16 * q));
+		}
+		_mm256_storeu_ps((float *)(rec + 2816), _mm256_cvtph_ps(ld128(p + 1664)));
+	}
+}
+
 static void expand_q8_0(const uint8_t *grp, int64_t ws, int64_t nb, uint8_t *rec) {
 	(void)ws;
 	for (int64_t i = 0; i < nb; i++, rec += Q80_REC) {
@@ -192,6 +314,7 @@ static void expand_q8_0(const uint8_t *grp, int64_t ws, int64_t nb, uint8_t *rec
 // The GEMM driver addresses group g of rows at w + 8*g*ws: with ws the
 // packed bytes per row, that is the packed group.
 FI_DEFINE_RP(pk_gemm_q4_K, expand_q4_K, micro_q4_K, Q4K_REC, 256, Q8K)
+FI_DEFINE_RP(pk_gemm_q6_K, expand_q6_K, micro_q6_K, Q6K_REC, 256, Q8K)
 FI_DEFINE_RP(pk_gemm_q8_0, expand_q8_0, micro_q8_0, Q80_REC, 32, 34)
 
 // ---- entry points (kern.h) -------------------------------------------------
@@ -200,6 +323,7 @@ int64_t fi_packed_size_avx2(int wt, int64_t rows, int64_t cols) {
 	if (rows % 8 != 0) return -1;
 	switch (wt) {
 	case FI_Q4_K: return rows / 8 * (cols / 256) * PK_Q4K;
+	case FI_Q6_K: return rows / 8 * (cols / 256) * PK_Q6K;
 	case FI_Q8_0: return rows / 8 * (cols / 32) * PK_Q80;
 	}
 	return -1;
@@ -208,6 +332,7 @@ int64_t fi_packed_size_avx2(int wt, int64_t rows, int64_t cols) {
 int fi_pack_avx2(int wt, const uint8_t *w, int64_t ws, int64_t rows, int64_t cols, uint8_t *dst) {
 	switch (wt) {
 	case FI_Q4_K: pack_q4_K(w, ws, rows, cols / 256, dst); return 0;
+	case FI_Q6_K: pack_q6_K(w, ws, rows, cols / 256, dst); return 0;
 	case FI_Q8_0: pack_q8_0(w, ws, rows, cols / 32, dst); return 0;
 	}
 	return -1;
@@ -216,18 +341,17 @@ int fi_pack_avx2(int wt, const uint8_t *w, int64_t ws, int64_t rows, int64_t col
 int fi_gemm_packed_avx2(int wt, const uint8_t *pk, int64_t cols, int64_t r0, int64_t r1, const uint8_t *a,
                         int64_t as, int64_t nact, float *out, int64_t os) {
 	void (*gemv)(const uint8_t *, int64_t, int64_t, int64_t, const uint8_t *, float *);
+	int64_t (*gemm)(const uint8_t *, int64_t, int64_t, int64_t, int64_t, const uint8_t *, int64_t, int64_t, float *,
+	                int64_t);
 	int64_t nb, row_bytes;
 	switch (wt) {
-	case FI_Q4_K: gemv = gemv_q4_K, nb = cols / 256, row_bytes = nb * PK_Q4K / 8; break;
-	case FI_Q8_0: gemv = gemv_q8_0, nb = cols / 32, row_bytes = nb * PK_Q80 / 8; break;
+	case FI_Q4_K: gemv = gemv_q4_K, gemm = pk_gemm_q4_K, nb = cols / 256, row_bytes = nb * PK_Q4K / 8; break;
+	case FI_Q6_K: gemv = gemv_q6_K, gemm = pk_gemm_q6_K, nb = cols / 256, row_bytes = nb * PK_Q6K / 8; break;
+	case FI_Q8_0: gemv = gemv_q8_0, gemm = pk_gemm_q8_0, nb = cols / 32, row_bytes = nb * PK_Q80 / 8; break;
 	default: return -1;
 	}
 	if (r1 <= r0 || nact <= 0) return 0;
-	if (nact >= FI_RP_MIN_ACTS) {
-		int64_t done = wt == FI_Q4_K ? pk_gemm_q4_K(pk, row_bytes, cols, r0, r1, a, as, nact, out, os)
-		                             : pk_gemm_q8_0(pk, row_bytes, cols, r0, r1, a, as, nact, out, os);
-		if (done == r1 - r0) return 0;
-	}
+	if (nact >= FI_RP_MIN_ACTS && gemm(pk, row_bytes, cols, r0, r1, a, as, nact, out, os) == r1 - r0) return 0;
 	for (int64_t t = 0; t < nact; t++) gemv(pk, nb, r0 / 8, r1 / 8, a + t * as, out + t * os);
 	return 0;
 }

@@ -475,3 +475,38 @@ func TestISAs(t *testing.T) {
 	}
 	t.Logf("available: %v", av)
 }
+
+// TestKernelsNoAlloc checks that the kernels allocate nothing in Go (the
+// decode step must not): prefill's scratch lives in C.
+func TestKernelsNoAlloc(t *testing.T) {
+	r := rand.New(rand.NewPCG(15, 16))
+	const rows, cols, nAct = 64, 512, 9
+	for _, k := range testISAs(t) {
+		for _, typ := range []quant.Type{quant.Q4_K, quant.Q6_K, quant.Q8_0, quant.F32} {
+			t.Run(fmt.Sprintf("isa=%s/type=%s", k.ISA(), typ), func(t *testing.T) {
+				m := newTestMatrix(t, r, typ, rows, cols, nAct, 0)
+				x := randRow(r, nAct*cols, normal)
+				out := make([]float32, nAct*rows)
+				vt := quant.VecDotType(typ)
+				fs := map[string]func(){
+					"QuantizeRows": func() { k.QuantizeRows(vt, x, nAct, cols, m.a) },
+					"DotRows":      func() { k.DotRows(typ, m.w, m.rowBytes, cols, 0, rows, m.a, out) },
+					"GemmRows":     func() { k.GemmRows(typ, m.w, m.rowBytes, cols, 0, rows, m.a, nAct, out, rows) },
+				}
+				if k.CanPack(typ, rows, cols) {
+					p, err := k.Pack(typ, m.w, m.rowBytes, rows, cols)
+					if err != nil {
+						t.Fatal(err)
+					}
+					fs["DotRowsPacked"] = func() { k.DotRowsPacked(p, 0, rows, m.a, out) }
+					fs["GemmRowsPacked"] = func() { k.GemmRowsPacked(p, 0, rows, m.a, nAct, out, rows) }
+				}
+				for name, f := range fs {
+					if n := testing.AllocsPerRun(10, f); n != 0 {
+						t.Errorf("%s: %v allocations per call", name, n)
+					}
+				}
+			})
+		}
+	}
+}
