@@ -278,8 +278,12 @@ func (e *ewTask) do(r0, r1 int) {
 	}
 }
 
-// runEW runs e over n rows (of rowLen float32s each), in parallel when it
-// is large.
+// expCost is the cost of an element whose operation has an exp, in units
+// of a plain elementwise operation (for runEW's split).
+const expCost = 8
+
+// runEW runs e over n rows of rowLen units of work each (about one float32
+// of a plain elementwise operation), in parallel when it is large.
 func (b *Backend) runEW(e *ewTask, n, rowLen int) {
 	e.n = n
 	workers := b.pool.workers()
@@ -372,7 +376,7 @@ func ropeRows(x []float32, pos []int32, r0, r1, nHead, headDim int, rp *model.Ro
 func (b *Backend) SwiGLU(out, gate, up []float32) {
 	e := &b.ew
 	e.kind, e.out, e.x, e.y = ewSwiGLU, out, gate, up
-	b.runEW(e, len(gate), 1)
+	b.runEW(e, len(gate), expCost)
 }
 
 func swiglu(out, gate, up []float32) {
@@ -408,7 +412,7 @@ func (b *Backend) AddRows(x []float32, bias model.Vector) {
 func (b *Backend) Softmax(x []float32, n, dim int) {
 	e := &b.ew
 	e.kind, e.out, e.dim = ewSoftmax, x, dim
-	b.runEW(e, n, dim)
+	b.runEW(e, n, dim*expCost)
 }
 
 // softmaxRow normalises one row in place (float64 sum, float32 scale).
