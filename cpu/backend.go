@@ -32,6 +32,12 @@ type Backend struct {
 
 	act []byte // activations converted to a vec-dot type
 
+	// NoPack keeps MatMul on the file's weight layout: by default a weight
+	// the kernels can pack is copied into their packed layout when first
+	// used (or by PackModel), and products read the copy.
+	NoPack bool
+	packed map[packKey]*Packed // nil value: not packable
+
 	mat   matTask
 	quant quantTask
 	ew    ewTask
@@ -50,7 +56,7 @@ func NewBackend(threads int, kernels *Kernels) *Backend {
 	if kernels == nil {
 		kernels = Best()
 	}
-	b := &Backend{pool: newPool(threads), k: kernels}
+	b := &Backend{pool: newPool(threads), k: kernels, packed: make(map[packKey]*Packed)}
 	b.attn.init(threads)
 	return b
 }
@@ -94,6 +100,7 @@ func (b *Backend) MatMul(out []float32, w *model.Weight, x []float32, n int) {
 	}
 	m := &b.mat
 	m.k, m.wt, m.w, m.rowBytes, m.cols = b.k, w.Type, w.Data, w.RowBytes, cols
+	m.pk = b.packedFor(w)
 	m.a, m.arb, m.n, m.out, m.ldo = act, arb, n, out[:n*w.Rows], w.Rows
 	workers := b.pool.workers()
 	if n == 1 {
@@ -156,6 +163,7 @@ type matTask struct {
 	k                    *Kernels
 	wt                   quant.Type
 	w                    []byte
+	pk                   *Packed // w packed, or nil
 	rowBytes, cols, rows int
 	a                    []byte
 	arb, n               int
@@ -176,13 +184,18 @@ func (m *matTask) run(int) {
 		rc, tc := int(c)/m.tokChunks, int(c)%m.tokChunks
 		r0 := rc * m.rowSize
 		r1 := min(r0+m.rowSize, m.rows)
-		if m.n == 1 {
-			m.k.DotRows(m.wt, m.w, m.rowBytes, m.cols, r0, r1, m.a, m.out)
-			continue
-		}
 		t0 := tc * m.tokSize
 		t1 := min(t0+m.tokSize, m.n)
-		m.k.GemmRows(m.wt, m.w, m.rowBytes, m.cols, r0, r1, m.a[t0*m.arb:t1*m.arb], t1-t0, m.out[t0*m.ldo:], m.ldo)
+		switch {
+		case m.pk != nil && m.n == 1:
+			m.k.DotRowsPacked(m.pk, r0, r1, m.a, m.out)
+		case m.pk != nil:
+			m.k.GemmRowsPacked(m.pk, r0, r1, m.a[t0*m.arb:t1*m.arb], t1-t0, m.out[t0*m.ldo:], m.ldo)
+		case m.n == 1:
+			m.k.DotRows(m.wt, m.w, m.rowBytes, m.cols, r0, r1, m.a, m.out)
+		default:
+			m.k.GemmRows(m.wt, m.w, m.rowBytes, m.cols, r0, r1, m.a[t0*m.arb:t1*m.arb], t1-t0, m.out[t0*m.ldo:], m.ldo)
+		}
 	}
 }
 

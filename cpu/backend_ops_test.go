@@ -82,7 +82,7 @@ func TestBackendMatMul(t *testing.T) {
 	types := []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q5_1, quant.Q4_K, quant.Q5_K, quant.Q6_K}
 	for _, isa := range cpu.Available() {
 		for _, wt := range types {
-			for _, sh := range []struct{ rows, cols, n int }{{1, 256, 1}, {7, 256, 3}, {13, 512, 1}, {130, 256, 65}, {1000, 256, 2}, {33, 768, 130}} {
+			for _, sh := range []struct{ rows, cols, n int }{{1, 256, 1}, {7, 256, 3}, {13, 512, 1}, {130, 256, 65}, {1000, 256, 2}, {33, 768, 130}, {256, 512, 1}, {64, 256, 70}} {
 				name := fmt.Sprintf("isa=%s/type=%s/rows=%d/cols=%d/n=%d", isa, wt, sh.rows, sh.cols, sh.n)
 				t.Run(name, func(t *testing.T) {
 					rb, _ := quant.RowBytes(wt, sh.cols)
@@ -91,13 +91,17 @@ func TestBackendMatMul(t *testing.T) {
 					want := make([]float32, sh.n*sh.rows)
 					cpu.NewRef().MatMul(want, w, x, sh.n)
 					for _, threads := range testThreads {
-						be := cpu.NewBackend(threads, cpu.KernelsFor(isa))
-						got, check := guarded(len(want))
-						be.MatMul(got, w, x, sh.n)
-						be.Close()
-						check(t)
-						if e := nmse(got, want); e > 1e-10 {
-							t.Errorf("threads=%d: NMSE %.3g > 1e-10", threads, e)
+						for _, noPack := range []bool{false, true} {
+							be := cpu.NewBackend(threads, cpu.KernelsFor(isa))
+							be.NoPack = noPack
+							got, check := guarded(len(want))
+							be.MatMul(got, w, x, sh.n)
+							be.MatMul(got, w, x, sh.n) // again, with the packed copy made by the first
+							be.Close()
+							check(t)
+							if e := nmse(got, want); e > 1e-10 {
+								t.Errorf("threads=%d, no pack %v: NMSE %.3g > 1e-10", threads, noPack, e)
+							}
 						}
 					}
 				})

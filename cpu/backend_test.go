@@ -138,6 +138,44 @@ func TestBackendMatchesRef(t *testing.T) {
 	}
 }
 
+// TestBackendPackModel packs a model up front and checks the logits are
+// those of packing on first use and of no packing, up to float rounding.
+func TestBackendPackModel(t *testing.T) {
+	_, man := golden.Load(t)
+	m := openModel(t, "models/synth-llama-Q4_K_M.gguf")
+	prompt := man.Prompts["P1"].TokenIDs
+	var rows [3][][]float32
+	for i := range rows {
+		be := newBackend(t, 2)
+		switch i {
+		case 0:
+			n, err := be.PackModel(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cpu.KernelsFor(cpu.ISAAVX2) != nil && n == 0 {
+				t.Error("nothing packed on AVX2")
+			}
+		case 2:
+			be.NoPack = true
+		}
+		ctx, err := m.NewContext(be, 16, 1, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows[i] = decodeAll(t, ctx, prompt, []int32{5, 6})
+	}
+	for i := 1; i < 3; i++ {
+		var s golden.Stats
+		for r := range rows[0] {
+			s.AddRow(rows[i][r], rows[0][r])
+		}
+		if s.MaxAbs > 1e-3 {
+			t.Errorf("variant %d: max |Δ| %.3g from PackModel's", i, s.MaxAbs)
+		}
+	}
+}
+
 // TestBackendDecodeAllocates0 checks that a decode step of one token
 // allocates nothing once the context exists.
 func TestBackendDecodeAllocates0(t *testing.T) {

@@ -26,6 +26,7 @@ type BenchCmd struct {
 	BatchSize  int    `short:"b" name:"batch-size" default:"2048" help:"Most prompt tokens per forward step."`
 	Output     string `short:"o" name:"output" default:"md" enum:"md,json" help:"Output format: md (llama-bench's table) or json."`
 	ISA        string `name:"isa" default:"" help:"Kernel path: avx2 or go (default: the fastest this CPU runs)."`
+	NoPack     bool   `name:"no-pack" help:"Multiply by the file's weight layout, not the kernels' packed copies."`
 	NoWarmup   bool   `name:"no-warmup" help:"Skip the warm-up runs."`
 	Seed       uint64 `name:"seed" default:"1234" help:"Seed of the random tokens."`
 	CPUProfile string `name:"cpuprofile" help:"Write a pprof CPU profile of the measured runs." type:"path"`
@@ -49,6 +50,7 @@ func (c *BenchCmd) Run(g *Globals) error {
 	}
 	backend := cpu.NewBackend(c.Threads, kern)
 	defer backend.Close()
+	backend.NoPack = c.NoPack
 
 	path, _, err := c.resolve(ctx, g.Log)
 	if err != nil {
@@ -59,6 +61,11 @@ func (c *BenchCmd) Run(g *Globals) error {
 		return err
 	}
 	defer b.Close()
+	// pack the weights the kernels have a faster layout for now, not in
+	// the first timed run
+	if _, err := backend.PackModel(b.Model); err != nil {
+		return err
+	}
 	nCtx := max(c.NPrompt, c.NGen, 1)
 	mctx, err := b.Model.NewContext(backend, nCtx, 1, max(1, min(c.NPrompt, c.BatchSize)))
 	if err != nil {

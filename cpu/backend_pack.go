@@ -1,0 +1,103 @@
+package cpu
+
+// backend_pack.go: the Backend's packed weights. The kernels' packed
+// layouts (kern_pack.go) make decode faster for some types; the Backend
+// keeps one packed copy per weight matrix, keyed by the matrix's bytes, made
+// the first time MatMul meets the matrix (or all at once by PackModel, in
+// parallel), so model.Weight and the file mapping stay as they are.
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/flowinfer/flowinfer/model"
+)
+
+// packKey identifies a weight matrix by its bytes.
+type packKey struct {
+	data *byte
+	n    int
+}
+
+func keyOf(w *model.Weight) packKey { return packKey{unsafe.SliceData(w.Data), len(w.Data)} }
+
+// packedFor returns w's packed copy, packing it on first use; nil when the
+// kernels have no packed form for it or packing is off.
+func (b *Backend) packedFor(w *model.Weight) *Packed {
+	if b.NoPack {
+		return nil
+	}
+	k := keyOf(w)
+	if p, ok := b.packed[k]; ok {
+		return p
+	}
+	var p *Packed
+	if b.k.CanPack(w.Type, w.Rows, w.Cols) {
+		p, _ = b.k.Pack(w.Type, w.Data, w.RowBytes, w.Rows, w.Cols) // CanPack checked the shape
+	}
+	b.packed[k] = p
+	return p
+}
+
+// PackModel packs every weight matrix of m the kernels have a packed form
+// for, on the backend's workers, and returns the bytes the copies take.
+// Without it, matrices are packed when first used.
+func (b *Backend) PackModel(m *model.Model) (int64, error) {
+	if b.NoPack {
+		return 0, nil
+	}
+	var ws []*model.Weight
+	add := func(w *model.Weight) {
+		if w == nil {
+			return
+		}
+		if _, ok := b.packed[keyOf(w)]; !ok {
+			ws = append(ws, w)
+		}
+	}
+	add(m.Output)
+	for i := range m.Layers {
+		L := &m.Layers[i]
+		for _, w := range []*model.Weight{L.Wq, L.Wk, L.Wv, L.Wo, L.Gate, L.Up, L.Down, L.Router} {
+			add(w)
+		}
+		for _, e := range [][]model.Weight{L.GateExps, L.UpExps, L.DownExps} {
+			for j := range e {
+				add(&e[j])
+			}
+		}
+	}
+	out := make([]*Packed, len(ws))
+	errs := make([]error, len(ws))
+	var wg sync.WaitGroup
+	next := make(chan int, len(ws))
+	for i := range ws {
+		next <- i
+	}
+	close(next)
+	for range b.pool.workers() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				w := ws[i]
+				if b.k.CanPack(w.Type, w.Rows, w.Cols) {
+					out[i], errs[i] = b.k.Pack(w.Type, w.Data, w.RowBytes, w.Rows, w.Cols)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var total int64
+	for i, w := range ws {
+		if errs[i] != nil {
+			return total, fmt.Errorf("cpu: packing %s: %w", w.Name, errs[i])
+		}
+		b.packed[keyOf(w)] = out[i]
+		if out[i] != nil {
+			total += int64(out[i].Bytes())
+		}
+	}
+	return total, nil
+}
