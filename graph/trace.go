@@ -12,6 +12,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -39,7 +40,17 @@ func (r *Recorder) WriteChromeTrace(w io.Writer) error {
 // metadata (see TraceOptions).
 func (r *Recorder) WriteChromeTraceOpts(w io.Writer, o TraceOptions) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
-	tw := traceWriter{w: bw, first: true}
+	tw := traceWriter{w: bw, first: true, from: math.MinInt64, to: math.MaxInt64}
+	var epoch time.Time
+	if r != nil {
+		epoch = r.epoch
+	}
+	if !o.From.IsZero() {
+		tw.from = int64(o.From.Sub(epoch))
+	}
+	if !o.To.IsZero() {
+		tw.to = int64(o.To.Sub(epoch))
+	}
 	bw.WriteString(`{"displayTimeUnit":"ns",`)
 	if len(o.Metadata) > 0 {
 		bw.WriteString(`"otherData":{`)
@@ -60,10 +71,6 @@ func (r *Recorder) WriteChromeTraceOpts(w io.Writer, o TraceOptions) error {
 	}
 	bw.WriteString(`"traceEvents":[`)
 	tw.meta("process_name", 0, `{"name":"flowinfer graph"}`)
-	var epoch time.Time
-	if r != nil {
-		epoch = r.epoch
-	}
 	snaps := r.snapshots()
 	for _, s := range snaps {
 		tw.stage(s)
@@ -84,11 +91,12 @@ func (r *Recorder) WriteChromeTraceOpts(w io.Writer, o TraceOptions) error {
 }
 
 type traceWriter struct {
-	w     *bufio.Writer
-	first bool
-	buf   []byte
-	names map[string][]byte    // JSON-quoted names, cached
-	ctrs  map[[2]string][]byte // JSON-quoted "stage/counter" names, cached
+	w        *bufio.Writer
+	first    bool
+	from, to int64 // window (ns since the epoch)
+	buf      []byte
+	names    map[string][]byte    // JSON-quoted names, cached
+	ctrs     map[[2]string][]byte // JSON-quoted "stage/counter" names, cached
 }
 
 func (tw *traceWriter) stage(s snapshot) {
@@ -115,11 +123,19 @@ func (tw *traceWriter) stage(s snapshot) {
 				spans = append(spans, traceSpan{e.name, "span", e.t0, e.t1})
 			case evAdd:
 				totals[e.name] += e.t1
-				tw.counter(s.tid, s.name, e.name, e.t0, totals[e.name])
+				if tw.in(e.t0) {
+					tw.counter(s.tid, s.name, e.name, e.t0, totals[e.name])
+				}
 			case evSample:
-				tw.counter(s.tid, s.name, e.name, e.t0, e.t1)
+				if tw.in(e.t0) {
+					tw.counter(s.tid, s.name, e.name, e.t0, e.t1)
+				}
 			}
-			last = max(last, e.t0, e.t1)
+			if e.kind <= evSpan { // counters keep their value in t1
+				last = max(last, e.t0, e.t1)
+			} else {
+				last = max(last, e.t0)
+			}
 		}
 	}
 	// With dropped events the tail is unknown: stop at the last stored one.
@@ -136,6 +152,10 @@ func (tw *traceWriter) stage(s snapshot) {
 		return cmp.Or(cmp.Compare(a.t0, b.t0), cmp.Compare(b.t1, a.t1))
 	})
 	for _, sp := range spans {
+		if sp.t1 < tw.from || sp.t0 > tw.to {
+			continue
+		}
+		sp.t0, sp.t1 = max(sp.t0, tw.from), min(sp.t1, tw.to)
 		tw.complete(s.tid, sp)
 	}
 }

@@ -6,6 +6,7 @@ package graph
 
 import (
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +24,52 @@ type TraceOptions struct {
 	// Metadata goes into the trace's "otherData" object (model, config,
 	// machine), which ui.perfetto.dev shows as trace metadata.
 	Metadata map[string]string
+	// From and To, when set, keep only what happened between them (spans
+	// are clipped): a window of a long-running recording, e.g. the last N
+	// seconds of a live server.
+	From, To time.Time
+}
+
+// in reports whether t is inside the window.
+func (tw *traceWriter) in(t int64) bool { return t >= tw.from && t <= tw.to }
+
+// Forget drops stored events that ended before t, a chunk (a few thousand
+// events) at a time, so that a long-running recorder keeps recording
+// within its event limit; export windows that start at or after t. The
+// summary's wall, waiting and blocked totals stay exact since the start;
+// its spans and counters then cover only the events kept.
+func (r *Recorder) Forget(t time.Time) {
+	if r == nil {
+		return
+	}
+	cut := int64(t.Sub(r.epoch))
+	r.mu.Lock()
+	stages := slices.Clone(r.stages)
+	r.mu.Unlock()
+	for _, sr := range stages {
+		sr.mu.Lock()
+		k := 0
+		for k < len(sr.chunks)-1 && chunkEnd(sr.chunks[k]) < cut {
+			sr.n -= len(sr.chunks[k])
+			k++
+		}
+		if k > 0 {
+			sr.chunks = slices.Delete(sr.chunks, 0, k)
+		}
+		sr.mu.Unlock()
+	}
+}
+
+// chunkEnd is the latest time an event of c covers.
+func chunkEnd(c []event) int64 {
+	var end int64 = math.MinInt64
+	for _, e := range c {
+		end = max(end, e.t0)
+		if e.kind <= evSpan {
+			end = max(end, e.t1)
+		}
+	}
+	return end
 }
 
 // Series is a counter track sampled outside the graph.
@@ -83,6 +130,9 @@ func (tw *traceWriter) rates(s snapshot, window time.Duration) {
 // counterF writes a counter event with a float value on an already quoted
 // track name.
 func (tw *traceWriter) counterF(quotedName []byte, t int64, v float64) {
+	if !tw.in(t) {
+		return
+	}
 	tw.sep()
 	b := append(tw.buf[:0], `{"ph":"C","pid":1,"tid":0,"ts":`...)
 	b = appendMicros(b, t)

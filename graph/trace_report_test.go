@@ -307,3 +307,71 @@ func TestSpread(t *testing.T) {
 		t.Errorf("bins %v", bins)
 	}
 }
+
+// TestWindowAndForget: a long-running stage (a live server) is exported a
+// window at a time; Forget lets it keep recording past its event limit.
+func TestWindowAndForget(t *testing.T) {
+	const limit = 3 * chunkSize
+	rec := NewRecorder(limit)
+	g := New(rec)
+	s := g.Stage("server")
+	marks := make(chan time.Time, 8)
+	s.Do(func(ctx context.Context) error {
+		for phase := range 4 {
+			marks <- time.Now()
+			for range chunkSize {
+				rec.Begin(s, "req").End()
+				rec.Add(s, "bytes", 1)
+			}
+			if phase == 1 {
+				rec.Forget(time.Now()) // everything so far
+			}
+		}
+		marks <- time.Now()
+		close(marks)
+		return nil
+	})
+	if err := g.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var m []time.Time
+	for t := range marks {
+		m = append(m, t)
+	}
+	// Each phase records 2 chunks of events. Phases 0 and 1 fill the 3
+	// chunks of the limit (the rest of phase 1 is dropped); Forget then
+	// keeps only the current chunk, so phase 2 is recorded whole and
+	// phase 3 is dropped.
+	st := rec.Summary()[0]
+	if st.Dropped != 3*chunkSize || st.Spans["req"].Count != 3*chunkSize/2 {
+		t.Errorf("dropped %d, kept %d spans; want %d and %d", st.Dropped, st.Spans["req"].Count, 3*chunkSize, 3*chunkSize/2)
+	}
+	// Export phase 2 only.
+	var buf bytes.Buffer
+	if err := rec.WriteChromeTraceOpts(&buf, TraceOptions{From: m[2], To: m[3]}); err != nil {
+		t.Fatal(err)
+	}
+	var tr fullTrace
+	if err := json.Unmarshal(buf.Bytes(), &tr); err != nil {
+		t.Fatal(err)
+	}
+	from, to := float64(m[2].Sub(rec.epoch))/1e3, float64(m[3].Sub(rec.epoch))/1e3
+	spans, counters := 0, 0
+	for _, e := range tr.TraceEvents {
+		if e.Ph == "X" || e.Ph == "C" {
+			if e.Ts < from-0.001 || e.Ts+e.Dur > to+0.001 {
+				t.Errorf("%s %s at [%.3f +%.3f] outside the window [%.3f, %.3f]", e.Ph, e.Name, e.Ts, e.Dur, from, to)
+				break
+			}
+		}
+		switch {
+		case e.Ph == "X" && e.Cat == "span":
+			spans++
+		case e.Ph == "C" && e.Name == "server/bytes":
+			counters++
+		}
+	}
+	if spans < chunkSize/2 || spans > chunkSize || counters < chunkSize/2 || counters > chunkSize {
+		t.Errorf("window holds %d spans and %d counters, want about %d each", spans, counters, chunkSize)
+	}
+}

@@ -162,7 +162,9 @@ func (st Stalls) Format(w io.Writer, limit Limit) error {
 		if limit.GBps > 0 {
 			fmt.Fprintf(w, " = %.1f%% of %.1f GB/s (%s)", 100*t.GBps/limit.GBps, limit.GBps, limit.Source)
 		}
-		fmt.Fprintf(w, "; %.3f GB/s while the stage was busy", t.BusyGBps)
+		if t.Wall > 0 && t.Busy*20 >= t.Wall { // a rate over a sliver of busy time means nothing
+			fmt.Fprintf(w, "; %.3f GB/s while the stage was busy", t.BusyGBps)
+		}
 		if _, err := fmt.Fprintln(w); err != nil {
 			return err
 		}
