@@ -147,3 +147,30 @@ func (tw *traceWriter) counterF(quotedName []byte, t int64, v float64) {
 	tw.w.Write(b)
 	tw.buf = b
 }
+
+// WaitSpan is an interval a stage spent waiting for input that does not
+// come through one of its ports, opened with Recorder.BeginWait.
+type WaitSpan struct {
+	sr   *stageRec
+	name string
+	t0   int64
+}
+
+// BeginWait opens a wait on something other than a port (a channel the
+// stage selects on, a socket): its End counts the interval as waiting for
+// input, like a blocking Recv, instead of busy time. name should read like
+// a port's, "wait <- source". Like Begin, it records only while s's graph
+// is recording, and allocates nothing.
+func (r *Recorder) BeginWait(s *Stage, name string) WaitSpan {
+	if r == nil || s == nil || s.rec == nil {
+		return WaitSpan{}
+	}
+	return WaitSpan{sr: s.rec, name: name, t0: s.rec.now()}
+}
+
+// End closes the wait.
+func (w WaitSpan) End() {
+	if w.sr != nil {
+		w.sr.span(evWait, w.name, w.t0, w.sr.now())
+	}
+}

@@ -375,3 +375,25 @@ func TestWindowAndForget(t *testing.T) {
 		t.Errorf("window holds %d spans and %d counters, want about %d each", spans, counters, chunkSize)
 	}
 }
+
+// TestBeginWait: a wait outside the ports counts as starved time.
+func TestBeginWait(t *testing.T) {
+	rec := NewRecorder(0)
+	g := New(rec)
+	s := g.Stage("admit")
+	s.Do(func(context.Context) error {
+		w := rec.BeginWait(s, "wait <- clients")
+		time.Sleep(20 * time.Millisecond)
+		w.End()
+		return nil
+	})
+	if err := g.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st := rec.Stalls().Stages[0]
+	if st.Starved < 20*time.Millisecond || st.StarvedOn["clients"] != st.Starved || st.Busy > st.Wall/2 {
+		t.Errorf("%+v", st)
+	}
+	var nilRec *Recorder
+	nilRec.BeginWait(s, "x").End()
+}
