@@ -37,6 +37,10 @@ func NewRef() *Ref { return &Ref{} }
 
 var _ model.Ops = (*Ref)(nil)
 
+// PagedKV implements model.PagedKV: Attention reads the cache through
+// KRow and VRow only.
+func (r *Ref) PagedKV() bool { return true }
+
 // Supports reports whether MatMul handles weights of type t.
 func (r *Ref) Supports(t quant.Type) bool {
 	return t == quant.F32 || quant.DotFunc(t) != nil

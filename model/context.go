@@ -4,39 +4,155 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 )
 
 // KVCache stores every layer's K and V rows for NSeq sequences of up to
-// NCtx positions, as float32 (as llama.cpp with -ctk f32 -ctv f32). Cell
-// (seq, pos) of layer l is K[l][(seq*NCtx+pos)*KDim:][:KDim].
+// NCtx positions, as float32 (as llama.cpp with -ctk f32 -ctv f32), in one
+// of two layouts:
+//
+//   - contiguous (Tables nil): cell (seq, pos) of layer l is row
+//     seq*NCtx+pos, i.e. K[l][(seq*NCtx+pos)*KDim:][:KDim]. Backends may
+//     index it directly.
+//   - paged (Tables set): rows are grouped in NBlocks blocks of BlockSize
+//     rows (block b holds rows b*BlockSize...), shared by all sequences;
+//     Tables[seq][pos/BlockSize] is the block holding (seq, pos). Blocks
+//     may appear in several tables (a shared prompt prefix); a sequence
+//     only writes blocks that are its own. Backends must read it through
+//     KRow/VRow or KRows/Run and declare it by implementing PagedKV.
 type KVCache struct {
 	NLayer, NCtx, NSeq int
 	KDim, VDim         int
 	K, V               [][]float32
+	// BlockSize is the rows per block, a power of two (0: a contiguous
+	// cache made by NewKVCache, without block addressing).
+	BlockSize, NBlocks int
+	Tables             [][]int32
+	shift              uint
 }
 
-// NewKVCache allocates a cache.
+// PagedKV is implemented by backends whose Attention reads the cache only
+// through KRow/VRow or KRows/Run, so that it works on a paged cache.
+// Context.Decode refuses a paged cache on any other backend.
+type PagedKV interface {
+	PagedKV() bool
+}
+
+// SupportsPagedKV reports whether ops can run on a paged cache.
+func SupportsPagedKV(ops Ops) bool {
+	p, ok := ops.(PagedKV)
+	return ok && p.PagedKV()
+}
+
+// NewKVCache allocates a contiguous cache.
 func NewKVCache(h *Hyper, nCtx, nSeq int) *KVCache {
 	c := &KVCache{NLayer: h.NLayer, NCtx: nCtx, NSeq: nSeq, KDim: h.KDim(), VDim: h.VDim()}
-	c.K = make([][]float32, h.NLayer)
-	c.V = make([][]float32, h.NLayer)
-	for l := range c.K {
-		c.K[l] = make([]float32, nSeq*nCtx*c.KDim)
-		c.V[l] = make([]float32, nSeq*nCtx*c.VDim)
-	}
+	c.alloc(nSeq * nCtx)
 	return c
+}
+
+func (c *KVCache) alloc(rows int) {
+	c.K = make([][]float32, c.NLayer)
+	c.V = make([][]float32, c.NLayer)
+	for l := range c.K {
+		c.K[l] = make([]float32, rows*c.KDim)
+		c.V[l] = make([]float32, rows*c.VDim)
+	}
+}
+
+// NewBlockKVCache allocates a contiguous cache whose rows are also
+// addressed as blocks of blockSize (a power of two dividing nCtx): block
+// b is rows [b*blockSize, (b+1)*blockSize), so sequence s owns blocks
+// s*nCtx/blockSize and following. Its block copies (CopyRows) let a
+// scheduler share prefixes between sequences by copying.
+func NewBlockKVCache(h *Hyper, blockSize, nCtx, nSeq int) (*KVCache, error) {
+	if blockSize <= 0 || blockSize&(blockSize-1) != 0 || nCtx%blockSize != 0 {
+		return nil, fmt.Errorf("model: KV block size %d must be a power of two dividing the context %d", blockSize, nCtx)
+	}
+	c := NewKVCache(h, nCtx, nSeq)
+	c.BlockSize, c.NBlocks = blockSize, nSeq*nCtx/blockSize
+	c.shift = uint(bits.TrailingZeros(uint(blockSize)))
+	return c, nil
+}
+
+// NewPagedKVCache allocates a paged cache of nBlocks blocks of blockSize
+// rows (a power of two) for nSeq sequences of up to nCtx positions, with
+// empty block tables.
+func NewPagedKVCache(h *Hyper, blockSize, nBlocks, nSeq, nCtx int) (*KVCache, error) {
+	if blockSize <= 0 || blockSize&(blockSize-1) != 0 || nBlocks <= 0 || nSeq <= 0 || nCtx <= 0 {
+		return nil, fmt.Errorf("model: paged KV cache of %d blocks of %d (a power of two) for %d sequences of %d positions", nBlocks, blockSize, nSeq, nCtx)
+	}
+	c := &KVCache{NLayer: h.NLayer, NCtx: nCtx, NSeq: nSeq, KDim: h.KDim(), VDim: h.VDim(), BlockSize: blockSize, NBlocks: nBlocks}
+	c.shift = uint(bits.TrailingZeros(uint(blockSize)))
+	c.alloc(nBlocks * blockSize)
+	c.Tables = make([][]int32, nSeq)
+	return c, nil
+}
+
+// Paged reports whether the cache is paged (has block tables).
+func (c *KVCache) Paged() bool { return c.Tables != nil }
+
+// row returns the row index of (seq, pos).
+func (c *KVCache) row(seq, pos int) int {
+	if c.Tables == nil {
+		return seq*c.NCtx + pos
+	}
+	return int(c.Tables[seq][pos>>c.shift])<<c.shift | pos&(c.BlockSize-1)
 }
 
 // KRow returns the K row of (seq, pos) in layer l.
 func (c *KVCache) KRow(l, seq, pos int) []float32 {
-	i := (seq*c.NCtx + pos) * c.KDim
+	i := c.row(seq, pos) * c.KDim
 	return c.K[l][i : i+c.KDim]
 }
 
 // VRow returns the V row of (seq, pos) in layer l.
 func (c *KVCache) VRow(l, seq, pos int) []float32 {
-	i := (seq*c.NCtx + pos) * c.VDim
+	i := c.row(seq, pos) * c.VDim
 	return c.V[l][i : i+c.VDim]
+}
+
+// Run returns how many positions from pos on (up to the end of the
+// sequence's table, or NCtx) sit in consecutive rows, so that KRows and
+// VRows can hand them out as one strided matrix.
+func (c *KVCache) Run(seq, pos int) int {
+	if c.Tables == nil {
+		return c.NCtx - pos
+	}
+	t := c.Tables[seq]
+	i := pos >> c.shift
+	n := c.BlockSize - pos&(c.BlockSize-1)
+	for i+1 < len(t) && t[i+1] == t[i]+1 {
+		n += c.BlockSize
+		i++
+	}
+	return n
+}
+
+// KRows returns the K rows of positions [pos, pos+n) of seq in layer l,
+// consecutive with stride KDim; n must not exceed Run(seq, pos).
+func (c *KVCache) KRows(l, seq, pos, n int) []float32 {
+	i := c.row(seq, pos) * c.KDim
+	return c.K[l][i : i+n*c.KDim]
+}
+
+// VRows is KRows for V.
+func (c *KVCache) VRows(l, seq, pos, n int) []float32 {
+	i := c.row(seq, pos) * c.VDim
+	return c.V[l][i : i+n*c.VDim]
+}
+
+// CopyRows copies the first n rows of block src to block dst in every
+// layer (a block-addressed cache: paged, or from NewBlockKVCache).
+func (c *KVCache) CopyRows(dst, src, n int) {
+	if dst == src || n <= 0 {
+		return
+	}
+	for l := range c.K {
+		k, v := c.K[l], c.V[l]
+		copy(k[dst*c.BlockSize*c.KDim:][:n*c.KDim], k[src*c.BlockSize*c.KDim:][:n*c.KDim])
+		copy(v[dst*c.BlockSize*c.VDim:][:n*c.VDim], v[src*c.BlockSize*c.VDim:][:n*c.VDim])
+	}
 }
 
 // Batch is one forward step: tokens with their sequence and position. A
@@ -95,14 +211,29 @@ type Context struct {
 	logits                   []float32 // MaxBatch × NVocab
 }
 
-// NewContext allocates a context with a cache of nCtx positions for nSeq
-// sequences and scratch for batches of up to maxBatch tokens.
+// NewContext allocates a context with a contiguous cache of nCtx positions
+// for nSeq sequences and scratch for batches of up to maxBatch tokens.
 func (m *Model) NewContext(ops Ops, nCtx, nSeq, maxBatch int) (*Context, error) {
 	if nCtx <= 0 || nSeq <= 0 || maxBatch <= 0 {
 		return nil, fmt.Errorf("model: context size %d, sequences %d and batch %d must be positive", nCtx, nSeq, maxBatch)
 	}
+	return m.NewContextKV(ops, NewKVCache(&m.Hyper, nCtx, nSeq), maxBatch)
+}
+
+// NewContextKV allocates a context on the cache kv (made for this model)
+// with scratch for batches of up to maxBatch tokens. A paged cache needs a
+// backend implementing PagedKV.
+func (m *Model) NewContextKV(ops Ops, kv *KVCache, maxBatch int) (*Context, error) {
 	h := &m.Hyper
-	c := &Context{M: m, Ops: ops, KV: NewKVCache(h, nCtx, nSeq), MaxBatch: maxBatch}
+	switch {
+	case maxBatch <= 0:
+		return nil, fmt.Errorf("model: batch %d must be positive", maxBatch)
+	case kv.NLayer != h.NLayer || kv.KDim != h.KDim() || kv.VDim != h.VDim():
+		return nil, fmt.Errorf("model: KV cache of %d layers × %d/%d does not fit the model (%d × %d/%d)", kv.NLayer, kv.KDim, kv.VDim, h.NLayer, h.KDim(), h.VDim())
+	case kv.Paged() && !SupportsPagedKV(ops):
+		return nil, fmt.Errorf("model: the backend does not support a paged KV cache")
+	}
+	c := &Context{M: m, Ops: ops, KV: kv, MaxBatch: maxBatch}
 	n := maxBatch
 	c.x = make([]float32, n*h.NEmbd)
 	c.xn = make([]float32, n*h.NEmbd)
@@ -164,6 +295,12 @@ func (c *Context) Decode(b *Batch) ([]float32, error) {
 		}
 		if s := b.Seq[i]; s < 0 || int(s) >= c.KV.NSeq {
 			return nil, fmt.Errorf("%w: sequence %d out of range [0, %d)", ErrBatch, s, c.KV.NSeq)
+		}
+		if kv := c.KV; kv.Paged() {
+			t := kv.Tables[b.Seq[i]]
+			if int(b.Pos[i])>>kv.shift >= len(t) {
+				return nil, fmt.Errorf("%w: sequence %d has no KV block for position %d", ErrBatch, b.Seq[i], b.Pos[i])
+			}
 		}
 	}
 	if err := c.M.forward(c, b); err != nil {

@@ -52,9 +52,11 @@ func (c *Config) defaults(m *model.Model) {
 		c.BlockSize = 16
 	}
 	if c.KVTokens <= 0 {
-		c.KVTokens = c.NSeq * c.NCtx
+		c.KVTokens = c.NSeq * roundUp(c.NCtx, c.BlockSize)
 	}
 }
+
+func roundUp(n, m int) int { return (n + m - 1) / m * m }
 
 // Errors from Submit.
 var (
@@ -70,6 +72,8 @@ type Engine struct {
 	tok  *tokenizer.Tokenizer
 	mctx *model.Context
 	rec  *graph.Recorder
+
+	pool *blockPool
 
 	mu     sync.Mutex
 	queue  chan *Request
@@ -111,14 +115,50 @@ func (e *Engine) Stats() Stats {
 
 // NewEngine prepares an engine (allocating the KV cache and scratch) for
 // model m on backend ops. rec may be nil (no recording).
+//
+// The KV cache is a pool of cfg.KVTokens / cfg.BlockSize blocks. On a
+// backend that reads the cache through its row accessors (model.PagedKV)
+// it is paged: blocks are shared between sequences by reference, and a
+// pool smaller than NSeq × NCtx preempts sequences when it runs out.
+// Otherwise each sequence owns NCtx contiguous positions and shared
+// prefixes are copied (KVTokens must then be NSeq × NCtx).
 func NewEngine(m *model.Model, tok *tokenizer.Tokenizer, ops model.Ops, cfg Config, rec *graph.Recorder) (*Engine, error) {
 	cfg.defaults(m)
-	mctx, err := m.NewContext(ops, cfg.NCtx, cfg.NSeq, cfg.MaxBatch)
+	bs := cfg.BlockSize
+	if bs&(bs-1) != 0 {
+		return nil, fmt.Errorf("stages: KV block size %d is not a power of two", bs)
+	}
+	if cfg.NCtx <= 0 || cfg.NSeq <= 0 || cfg.MaxBatch <= 0 {
+		return nil, fmt.Errorf("stages: context %d, sequences %d and batch %d must be positive", cfg.NCtx, cfg.NSeq, cfg.MaxBatch)
+	}
+	var kv *model.KVCache
+	var err error
+	paged := model.SupportsPagedKV(ops)
+	if paged {
+		if cfg.KVTokens < cfg.NCtx {
+			return nil, fmt.Errorf("stages: a KV pool of %d tokens cannot hold one context of %d", cfg.KVTokens, cfg.NCtx)
+		}
+		kv, err = model.NewPagedKVCache(&m.Hyper, bs, roundUp(cfg.KVTokens, bs)/bs, cfg.NSeq, cfg.NCtx)
+	} else {
+		if cfg.KVTokens < cfg.NSeq*cfg.NCtx {
+			return nil, fmt.Errorf("stages: this backend needs a contiguous KV cache of NSeq × NCtx = %d tokens; %d is too small", cfg.NSeq*cfg.NCtx, cfg.KVTokens)
+		}
+		kv, err = model.NewBlockKVCache(&m.Hyper, bs, roundUp(cfg.NCtx, bs), cfg.NSeq)
+	}
 	if err != nil {
 		return nil, err
 	}
-	return &Engine{cfg: cfg, m: m, tok: tok, mctx: mctx, rec: rec, queue: make(chan *Request, cfg.Queue)}, nil
+	cfg.KVTokens = kv.NBlocks * bs
+	mctx, err := m.NewContextKV(ops, kv, cfg.MaxBatch)
+	if err != nil {
+		return nil, err
+	}
+	return &Engine{cfg: cfg, m: m, tok: tok, mctx: mctx, rec: rec, queue: make(chan *Request, cfg.Queue), pool: newBlockPool(kv, paged, cfg.NSeq)}, nil
 }
+
+// PagedKV reports whether the KV cache is paged (blocks shared by
+// reference) rather than contiguous per sequence.
+func (e *Engine) PagedKV() bool { return e.pool.paged }
 
 // Config returns the effective configuration.
 func (e *Engine) Config() Config { return e.cfg }
@@ -190,10 +230,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	relOut, relIn := graph.Connect[*Slab](comp, pool, e.cfg.Slabs)
 
 	wp := &weightPath{m: e.m, slabs: e.cfg.Slabs, rec: e.rec}
-	sc := &scheduler{m: e.m, nCtx: e.cfg.NCtx, maxBatch: e.cfg.MaxBatch, stats: &e.stats}
-	for i := range e.cfg.NSeq {
-		sc.slots = append(sc.slots, &slot{id: i})
-	}
+	sc := newScheduler(e.m, e.cfg, e.pool, &e.stats)
 	cp := &compute{mctx: e.mctx, rec: e.rec}
 	sp := &sampler{tok: e.tok, nCtx: e.cfg.NCtx, nVocab: e.m.NVocab}
 	sr := &streamer{tok: e.tok}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/flowinfer/flowinfer/graph"
@@ -38,7 +39,7 @@ func (st *step) reset() {
 func (st *step) add(s *seq, tok int32, pos int, logits, sampleRow bool) {
 	st.batch.Tokens = append(st.batch.Tokens, tok)
 	st.batch.Pos = append(st.batch.Pos, int32(pos))
-	st.batch.Seq = append(st.batch.Seq, int32(s.slot.id))
+	st.batch.Seq = append(st.batch.Seq, int32(s.slot))
 	st.batch.Logits = append(st.batch.Logits, logits)
 	if logits {
 		st.rowSeq = append(st.rowSeq, s)
@@ -46,25 +47,47 @@ func (st *step) add(s *seq, tok int32, pos int, logits, sampleRow bool) {
 	}
 }
 
-// scheduler admits requests into free KV slots, builds one step at a time
-// from every running sequence (decode tokens first, then prompt chunks with
-// the rest of the batch: chunked prefill keeps running streams moving), and
-// retires sequences when the sampler or the streamer has finished them.
+// scheduler admits requests into free KV sequences, builds one step at a
+// time from every running sequence (decode tokens first, then prompt
+// chunks with the rest of the batch: chunked prefill keeps running streams
+// moving), and retires sequences when the sampler or the streamer has
+// finished them. KV blocks come from the pool: a request starts from the
+// longest cached prefix of its prompt; when a decode token needs a block
+// and none is free, the youngest sequence is preempted (its blocks go back
+// to the pool, still indexed) and later resumes by re-matching or
+// recomputing its tokens.
 type scheduler struct {
 	m        *model.Model
 	nCtx     int
 	maxBatch int
-	slots    []*slot
-	running  []*seq
+	pool     *blockPool
+	free     []bool // per KV sequence (block table)
+	lastUsed []uint64
+	running  []*seq // in admission order
+	waiting  []*seq // preempted, in admission order
+	pending  *seq   // taken from the queue, waiting for blocks
+	order    uint64
 	st       step
 	stats    *engineStats
+}
+
+func newScheduler(m *model.Model, cfg Config, pool *blockPool, stats *engineStats) *scheduler {
+	s := &scheduler{m: m, nCtx: cfg.NCtx, maxBatch: cfg.MaxBatch, pool: pool, stats: stats,
+		free: make([]bool, cfg.NSeq), lastUsed: make([]uint64, cfg.NSeq)}
+	for i := range s.free {
+		s.free[i] = true
+	}
+	return s
 }
 
 func (s *scheduler) run(ctx context.Context, admit *graph.In[*Request], back *graph.In[*step], steps *graph.Out[*step]) error {
 	admitOpen := true
 	for {
-		// Admit while there are free slots: block only when idle.
-		for admitOpen && s.freeSlot() != nil {
+		s.retire()
+		s.resume()
+		s.publishStats() // before waiting for requests
+		// Admit new requests while there is room: block only when idle.
+		for admitOpen && s.pending == nil && len(s.waiting) == 0 && s.freeSlot() >= 0 {
 			var r *Request
 			var err error
 			if len(s.running) == 0 {
@@ -83,18 +106,23 @@ func (s *scheduler) run(ctx context.Context, admit *graph.In[*Request], back *gr
 			if err != nil {
 				return err
 			}
-			s.start(r)
+			s.pending = s.newSeq(r)
+			s.resume()
 		}
-		s.retire()
+		s.publishStats()
 		if len(s.running) == 0 {
-			if !admitOpen {
+			if !admitOpen && s.pending == nil && len(s.waiting) == 0 {
 				return nil // drained
+			}
+			if s.pending != nil || len(s.waiting) > 0 {
+				// Nothing runs, so the pool is all free: this cannot happen
+				// for a request that passed Submit.
+				return errors.New("stages: a request does not fit in the empty KV cache")
 			}
 			continue
 		}
-		s.build()
-		if len(s.st.batch.Tokens) == 0 {
-			continue
+		if !s.build() {
+			continue // preempted to make room; build again
 		}
 		if err := steps.Send(ctx, &s.st); err != nil {
 			return err
@@ -105,100 +133,220 @@ func (s *scheduler) run(ctx context.Context, admit *graph.In[*Request], back *gr
 			}
 			return err
 		}
+		for _, q := range s.st.seqs {
+			if q.slot >= 0 {
+				s.pool.publish(q)
+			}
+		}
 	}
 }
 
-func (s *scheduler) freeSlot() *slot {
-	for _, sl := range s.slots {
-		if !sl.busy {
-			return sl
+func (s *scheduler) freeSlot() int {
+	best := -1
+	for i, f := range s.free {
+		if f && (best < 0 || s.lastUsed[i] < s.lastUsed[best]) {
+			best = i
 		}
 	}
-	return nil
+	return best
 }
 
-// start binds a request to the free slot whose history shares the longest
-// prefix with its prompt, and reuses that prefix (at least the last prompt
-// token is recomputed, for its logits).
-func (s *scheduler) start(r *Request) {
-	var best *slot
-	bestN := -1
-	for _, sl := range s.slots {
-		if sl.busy {
-			continue
-		}
-		if n := commonPrefix(sl.history, r.Prompt); n > bestN {
-			best, bestN = sl, n
-		}
-	}
-	cached := min(bestN, len(r.Prompt)-1)
-	if r.AllLogits {
-		cached = 0
-	}
-	best.busy = true
-	best.history = best.history[:cached]
+// newSeq makes a seq of a request.
+func (s *scheduler) newSeq(r *Request) *seq {
 	sm, err := sample.New(r.Params, s.m.NVocab)
 	if err != nil { // validated by Submit; keep the engine alive regardless
 		sm, _ = sample.New(sample.Params{}, s.m.NVocab)
 	}
-	q := &seq{req: r, slot: best, nDone: cached, cached: cached, fed: cached, sampler: sm, admitted: time.Now()}
-	s.running = append(s.running, q)
-	s.stats.promptTokens.Add(int64(len(r.Prompt)))
-	s.stats.cachedTokens.Add(int64(cached))
-	s.stats.running.Store(int64(len(s.running)))
-	s.stats.blocksUsed.Store(int64(len(s.running)))
+	s.order++
+	toks := make([]int32, len(r.Prompt), len(r.Prompt)+64)
+	copy(toks, r.Prompt)
+	return &seq{req: r, order: s.order, slot: -1, toks: toks, sampler: sm, admitted: time.Now(), cached: -1}
 }
 
-// retire frees the slots of finished, stopped or cancelled sequences.
+// resume makes preempted seqs, then the pending request, resident while
+// a KV sequence and enough blocks for their tokens are free.
+func (s *scheduler) resume() {
+	for {
+		var q *seq
+		switch {
+		case len(s.waiting) > 0:
+			q = s.waiting[0]
+		case s.pending != nil:
+			q = s.pending
+		default:
+			return
+		}
+		slot := s.freeSlot()
+		if slot < 0 {
+			return
+		}
+		m := s.pool.match(q.toks)
+		cached := min(m.tokens(s.pool.size), q.limit())
+		need := (len(q.toks)+s.pool.size-1)/s.pool.size - cached/s.pool.size
+		if s.pool.available() < need+1 && len(s.running) > 0 {
+			return // wait for blocks (alone, it always fits)
+		}
+		if slot2 := s.slotFor(m); slot2 >= 0 {
+			slot = slot2
+		}
+		q.slot = slot
+		s.free[slot] = false
+		s.lastUsed[slot] = q.order
+		got := s.pool.attach(q, m, cached)
+		q.fed = got
+		if q.cached < 0 { // first admission
+			q.cached = got
+			s.stats.promptTokens.Add(int64(len(q.req.Prompt)))
+			s.stats.cachedTokens.Add(int64(got))
+		}
+		if len(s.waiting) > 0 && q == s.waiting[0] {
+			s.waiting = s.waiting[1:]
+		} else {
+			s.pending = nil
+		}
+		s.running = append(s.running, q)
+		slices.SortFunc(s.running, func(a, b *seq) int { return cmpOrder(a.order, b.order) })
+	}
+}
+
+func cmpOrder(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// slotFor prefers, in the fixed layout, the free KV sequence that already
+// holds the matched prefix in place (no copy); -1 if none.
+func (s *scheduler) slotFor(m prefix) int {
+	if s.pool.paged {
+		return -1
+	}
+	var b int32 = -1
+	switch {
+	case len(m.full) > 0:
+		b = m.full[0]
+	case m.part >= 0:
+		b = m.part
+	}
+	if b < 0 {
+		return -1
+	}
+	if slot := int(b) / s.pool.perSeq; s.free[slot] {
+		return slot
+	}
+	return -1
+}
+
+// retire frees the KV state of finished, stopped or cancelled sequences.
 func (s *scheduler) retire() {
-	kept := s.running[:0]
-	for _, q := range s.running {
+	ended := func(q *seq) bool {
 		if q.req.Ctx != nil && q.req.Ctx.Err() != nil && q.finish == FinishNone {
 			q.finish = FinishCancelled
 		}
-		if q.finish != FinishNone || q.stopped.Load() {
-			q.slot.busy = false
+		return q.finish != FinishNone || q.stopped.Load()
+	}
+	kept := s.running[:0]
+	for _, q := range s.running {
+		if ended(q) {
+			s.evict(q)
 			continue
 		}
 		kept = append(kept, q)
 	}
 	clear(s.running[len(kept):])
 	s.running = kept
-	s.stats.running.Store(int64(len(s.running)))
-	s.stats.blocksUsed.Store(int64(len(s.running)))
+	s.waiting = slices.DeleteFunc(s.waiting, ended)
+	if s.pending != nil && ended(s.pending) {
+		s.pending = nil
+	}
 }
 
-// build fills s.st with the next step.
-func (s *scheduler) build() {
+// evict takes q out of the cache: its blocks go back to the pool.
+func (s *scheduler) evict(q *seq) {
+	s.pool.release(q)
+	s.free[q.slot] = true
+	q.slot, q.fed = -1, 0
+}
+
+// preempt evicts a running q to free its blocks; it resumes later.
+func (s *scheduler) preempt(q *seq) {
+	s.evict(q)
+	s.running = slices.DeleteFunc(s.running, func(r *seq) bool { return r == q })
+	i, _ := slices.BinarySearchFunc(s.waiting, q.order, func(w *seq, o uint64) int { return cmpOrder(w.order, o) })
+	s.waiting = slices.Insert(s.waiting, i, q)
+	s.stats.pre.Add(1)
+}
+
+// publishStats updates what Engine.Stats reports.
+func (s *scheduler) publishStats() {
+	waiting := len(s.waiting)
+	if s.pending != nil {
+		waiting++
+	}
+	s.stats.waiting.Store(int64(waiting))
+	s.stats.running.Store(int64(len(s.running)))
+	s.stats.blocksUsed.Store(int64(s.pool.used))
+	s.stats.blocksCached.Store(int64(s.pool.cachedBlocks()))
+}
+
+// build fills s.st with the next step. It returns false when it had to
+// preempt a sequence instead (nothing could run).
+func (s *scheduler) build() bool {
 	st := &s.st
 	st.reset()
 	budget := s.maxBatch
-	// Decode tokens first: one per generating sequence.
-	for _, q := range s.running {
-		if q.prefilling() || budget == 0 {
+	// Decode tokens first: one per generating sequence, oldest first; a
+	// sequence that needs a block and finds none preempts the youngest.
+	for i := 0; i < len(s.running) && budget > 0; i++ {
+		q := s.running[i]
+		if q.prefilling() {
+			continue
+		}
+		if s.pool.grow(q, q.fed+1) <= q.fed {
+			s.preempt(s.running[len(s.running)-1]) // possibly q itself
+			i--
 			continue
 		}
 		st.seqs, st.prompt = append(st.seqs, q), append(st.prompt, false)
 		st.add(q, q.last, q.fed, true, true)
-		q.slot.history = append(q.slot.history, q.last)
+		q.toks = append(q.toks, q.last)
 		q.fed++
+		q.rows = q.fed
 		budget--
 	}
-	// Then prompt chunks.
+	// Then prompt chunks, as far as the batch and the free blocks allow.
 	for _, q := range s.running {
 		if !q.prefilling() || budget == 0 {
 			continue
 		}
-		p := q.req.Prompt
-		n := min(len(p)-q.nDone, budget)
-		st.seqs, st.prompt = append(st.seqs, q), append(st.prompt, true)
-		for i := q.nDone; i < q.nDone+n; i++ {
-			last := i == len(p)-1
-			st.add(q, p[i], i, last || q.req.AllLogits, last)
+		end := s.pool.grow(q, q.fed+min(len(q.toks)-q.fed, budget))
+		if end <= q.fed {
+			continue
 		}
-		q.slot.history = append(q.slot.history, p[q.nDone:q.nDone+n]...)
-		q.nDone += n
-		q.fed = q.nDone
-		budget -= n
+		sampleLast := q.nGen == 0 && end == len(q.toks)
+		st.seqs, st.prompt = append(st.seqs, q), append(st.prompt, true)
+		for i := q.fed; i < end; i++ {
+			last := i == len(q.toks)-1
+			logits := i >= q.rows && (q.req.AllLogits || last && sampleLast)
+			st.add(q, q.toks[i], i, logits, last && sampleLast)
+			if logits {
+				q.rows = i + 1
+			}
+		}
+		budget -= end - q.fed
+		q.fed = end
 	}
+	if len(st.batch.Tokens) > 0 {
+		return true
+	}
+	// Every running sequence is prefilling and no block is free: the
+	// youngest makes room for the others.
+	if len(s.running) > 0 {
+		s.preempt(s.running[len(s.running)-1])
+	}
+	return false
 }

@@ -8,27 +8,25 @@ import (
 	"github.com/flowinfer/flowinfer/stages/sample"
 )
 
-// slot is one KV cache sequence. It remembers the tokens its cells hold so
-// that a later request sharing a prefix (the next turn of a chat, a
-// repeated system prompt) starts after it instead of recomputing it.
-type slot struct {
-	id      int
-	busy    bool
-	history []int32 // tokens whose K/V are in the slot's cells, by position
-}
-
-// seq is a request running in a slot. Its fields are handed from stage to
-// stage with the step (scheduler -> compute -> sampler -> scheduler), so
-// each is written by one stage at a time; stopped is the exception, set by
-// the streamer and read by the scheduler.
+// seq is a request admitted to the scheduler. Its fields are handed from
+// stage to stage with the step (scheduler -> compute -> sampler ->
+// scheduler), so each is written by one stage at a time; stopped is the
+// exception, set by the streamer and read by the scheduler.
 type seq struct {
-	req  *Request
-	slot *slot
+	req   *Request
+	order uint64 // admission order: preemption takes the youngest
 
-	nDone  int   // prompt tokens whose K/V are in the slot (cached included)
-	cached int   // prompt tokens reused from the slot's history
+	// KV state, owned by the scheduler. A preempted seq has no slot and no
+	// blocks; it resumes by recomputing (or re-matching) toks.
+	slot   int      // KV sequence (block table) index, -1 when not resident
+	toks   []int32  // tokens whose K/V are or will be cached, by position: the prompt, then each generated token as it is fed
+	fed    int      // tokens of toks in the cache once the step in flight is done
+	blocks []int32  // KV blocks by position / block size
+	keys   []uint64 // chain hashes of the full blocks published
+	rows   int      // positions whose logits row has been delivered (not again after a preemption)
+
+	cached int   // prompt tokens reused at admission
 	last   int32 // last sampled token, fed at the next step
-	fed    int   // tokens in the slot's cells (next position)
 	nGen   int
 
 	sampler *sample.Sampler
@@ -48,16 +46,20 @@ type seq struct {
 	tGen      time.Duration
 }
 
-// prefilling reports whether the seq still has prompt tokens to process.
-func (s *seq) prefilling() bool { return s.nDone < len(s.req.Prompt) }
+// prefilling reports whether the seq has tokens to feed before its next
+// decode token: its prompt, or after a preemption everything it had.
+func (s *seq) prefilling() bool { return s.fed < len(s.toks) }
 
-// commonPrefix returns the length of the common prefix of a and b.
-func commonPrefix(a, b []int32) int {
-	n := min(len(a), len(b))
-	for i := 0; i < n; i++ {
-		if a[i] != b[i] {
-			return i
-		}
+// limit is how many of its tokens the seq may take from the prefix cache:
+// the row it samples next must be computed, and rows whose logits a
+// caller wants must be computed once.
+func (s *seq) limit() int {
+	n := len(s.toks)
+	if s.nGen == 0 {
+		n-- // the last prompt row gives the first token
 	}
-	return n
+	if s.req.AllLogits {
+		n = min(n, s.rows)
+	}
+	return max(n, 0)
 }

@@ -36,6 +36,7 @@ type ServeCmd struct {
 	KVTokens     int           `name:"kv-tokens" default:"0" help:"KV cache pool in tokens, shared by all sequences (0 = parallel × ctx-size). Smaller pools preempt sequences when full."`
 	KVBlock      int           `name:"kv-block" default:"16" help:"Tokens per KV cache block (a power of two); prefixes are shared in whole blocks."`
 	BatchSize    int           `short:"b" name:"batch-size" default:"512" help:"Tokens per forward step (prompt chunks share it with decode tokens)."`
+	Threads      int           `short:"t" default:"0" help:"Compute threads (0 = physical cores)."`
 	Queue        int           `default:"64" help:"Requests waiting for a free sequence before the server answers 429."`
 	NPredict     int           `short:"n" name:"n-predict" default:"-1" help:"Default max tokens per request (-1 = until end of generation or a full context)."`
 	APIKey       string        `name:"api-key" env:"FLOWINFER_API_KEY" help:"Require this key (Authorization: Bearer KEY or x-api-key)."`
@@ -76,7 +77,9 @@ func (c *ServeCmd) Run(g *Globals) error {
 	if demo {
 		fmt.Fprint(os.Stderr, demoBanner)
 	}
-	b, err := model.Open(path, cpu.NewRef().Supports, log)
+	be := cpu.NewBackend(c.Threads, nil)
+	defer be.Close()
+	b, err := model.Open(path, be.Supports, log)
 	if err != nil {
 		srv.Shutdown(context.Background())
 		return err
@@ -85,7 +88,7 @@ func (c *ServeCmd) Run(g *Globals) error {
 	l := &loaded{Bundle: b, demo: demo}
 	nCtx := ctxSize(l, c.CtxSize, log)
 	rec := graph.NewRecorder(0)
-	e, err := stages.NewEngine(l.Model, l.Tokenizer, cpu.NewRef(), stages.Config{
+	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, stages.Config{
 		NCtx: nCtx, NSeq: c.Parallel, MaxBatch: c.BatchSize, Queue: c.Queue, BlockSize: c.KVBlock, KVTokens: c.KVTokens,
 	}, rec)
 	if err != nil {
@@ -106,8 +109,12 @@ func (c *ServeCmd) Run(g *Globals) error {
 	}
 	srv.SetBackend(&serve.Backend{Engine: e, Bundle: l.Bundle, Recorder: rec, Path: path, Size: size, Done: engineDone})
 	cfg := e.Config()
-	fmt.Fprintf(os.Stderr, "flowinfer: serving %s on http://%s (%d parallel × %d context, KV pool %d blocks of %d tokens)\n",
-		l.Name, ln.Addr(), cfg.NSeq, cfg.NCtx, cfg.KVTokens/cfg.BlockSize, cfg.BlockSize)
+	layout := "contiguous per sequence, shared prefixes copied"
+	if e.PagedKV() {
+		layout = "paged, shared prefixes by reference"
+	}
+	fmt.Fprintf(os.Stderr, "flowinfer: serving %s on http://%s (%d parallel × %d context; KV cache %d blocks of %d tokens, %s; %d threads)\n",
+		l.Name, ln.Addr(), cfg.NSeq, cfg.NCtx, cfg.KVTokens/cfg.BlockSize, cfg.BlockSize, layout, be.Threads())
 
 	select {
 	case <-sigCtx.Done():

@@ -1,0 +1,238 @@
+package stages_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flowinfer/flowinfer/cpu"
+	"github.com/flowinfer/flowinfer/model"
+	"github.com/flowinfer/flowinfer/stages"
+)
+
+// contiguousOps hides Ref's PagedKV: the engine then uses the fixed layout
+// (a contiguous range per sequence, shared prefixes copied).
+type contiguousOps struct{ model.Ops }
+
+// layouts are the KV layouts every engine test of this file runs on.
+var layouts = []struct {
+	name string
+	ops  func() model.Ops
+}{
+	{"paged", func() model.Ops { return cpu.NewRef() }},
+	{"fixed", func() model.Ops { return contiguousOps{cpu.NewRef()} }},
+}
+
+// prompts32 are 32 distinct prompts of mixed length, some sharing prefixes.
+func prompts32() []string {
+	base := []string{"Once upon a time", "The cat", "Lily and Max went to the park. They", "One day", "Tom had a big red ball.", "The sun was hot and the sky was blue. A little bird"}
+	var out []string
+	for i := range 32 {
+		out = append(out, base[i%len(base)]+strings.Repeat(" and then", i/len(base)))
+	}
+	return out
+}
+
+// soloTexts runs each prompt alone on a fresh engine.
+func soloTexts(t *testing.T, fx fixture, prompts []string, n int) []string {
+	t.Helper()
+	out := make([]string, len(prompts))
+	for i, p := range prompts {
+		e, err := stages.NewEngine(fx.m, fx.tok, cpu.NewRef(), stages.Config{NCtx: 128}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		col := newCollector()
+		if err := runEngine(t, e, &stages.Request{Prompt: fx.tok.Encode(p, true, true), Params: greedy(), MaxTokens: n, IgnoreEOG: true, Emit: col.emit}); err != nil {
+			t.Fatal(err)
+		}
+		out[i] = col.text.String()
+	}
+	return out
+}
+
+// TestConcurrentMatchesSolo: 32 concurrent greedy streams each produce
+// exactly the text of the same request run alone, on both layouts, with a
+// pool large enough for all and with one so small that sequences are
+// preempted and resumed.
+func TestConcurrentMatchesSolo(t *testing.T) {
+	fx := load(t, "stories260K.gguf")
+	prompts := prompts32()
+	const n = 40
+	solo := soloTexts(t, fx, prompts, n)
+	for _, lay := range layouts {
+		for _, pool := range []struct {
+			name   string
+			tokens int
+		}{{"full pool", 0}, {"small pool", 3 * 128}} {
+			if lay.name == "fixed" && pool.tokens > 0 {
+				continue // the fixed layout always holds NSeq × NCtx
+			}
+			t.Run(lay.name+"/"+pool.name, func(t *testing.T) {
+				e, err := stages.NewEngine(fx.m, fx.tok, lay.ops(), stages.Config{NCtx: 128, NSeq: 8, MaxBatch: 24, BlockSize: 8, KVTokens: pool.tokens}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cols := make([]*collector, len(prompts))
+				var reqs []*stages.Request
+				for i, p := range prompts {
+					cols[i] = newCollector()
+					reqs = append(reqs, &stages.Request{ID: uint64(i), Prompt: fx.tok.Encode(p, true, true), Params: greedy(), MaxTokens: n, IgnoreEOG: true, Emit: cols[i].emit})
+				}
+				if err := runEngine(t, e, reqs...); err != nil {
+					t.Fatal(err)
+				}
+				for i := range prompts {
+					if got := cols[i].text.String(); got != solo[i] {
+						t.Errorf("request %d together: %q\nalone: %q", i, got, solo[i])
+					}
+				}
+				st := e.Stats()
+				if pool.tokens > 0 && st.Preemptions == 0 {
+					t.Error("a pool of 3 contexts for 8 sequences never preempted")
+				}
+				if st.KVBlocksUsed != 0 || st.Running != 0 {
+					t.Errorf("after the run: %+v", st)
+				}
+				t.Logf("%+v", st)
+			})
+		}
+	}
+}
+
+// TestPrefixSharing: a repeated system prompt is not recomputed (the hit
+// shows in CachedTokens), also while the first request is still running,
+// and the text is the same as without the cache.
+func TestPrefixSharing(t *testing.T) {
+	fx := load(t, "stories260K.gguf")
+	system := "Lily and Max went to the park. They played on the swings and the slide. Then they saw a big dog."
+	questions := []string{" The dog", " Max said", " Lily was", " The sun"}
+	solo := soloTexts(t, fx, func() []string {
+		var p []string
+		for _, q := range questions {
+			p = append(p, system+q)
+		}
+		return p
+	}(), 16)
+	sysToks := len(fx.tok.Encode(system, true, true))
+	for _, lay := range layouts {
+		t.Run(lay.name, func(t *testing.T) {
+			e, err := stages.NewEngine(fx.m, fx.tok, lay.ops(), stages.Config{NCtx: 128, NSeq: 4, BlockSize: 8}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- e.Run(ctx) }()
+			// The first request alone; the others once its prompt is in
+			// the cache, while it still generates.
+			cols := make([]*collector, len(questions))
+			started := make(chan struct{})
+			var once sync.Once
+			for i, q := range questions {
+				cols[i] = newCollector()
+				r := &stages.Request{Prompt: fx.tok.Encode(system+q, true, true), Params: greedy(), MaxTokens: 16, IgnoreEOG: true, Emit: cols[i].emit}
+				if i == 0 {
+					emit := r.Emit
+					r.Emit = func(ev stages.Event) error {
+						once.Do(func() { close(started) })
+						time.Sleep(2 * time.Millisecond) // keep it running a while
+						return emit(ev)
+					}
+				}
+				if err := e.Submit(r); err != nil {
+					t.Fatal(err)
+				}
+				if i == 0 {
+					<-started
+				}
+			}
+			for _, c := range cols {
+				<-c.done
+			}
+			e.Close()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			// Whole blocks of the shared prefix at least.
+			for i, c := range cols {
+				if c.text.String() != solo[i] {
+					t.Errorf("request %d: %q, cold: %q", i, c.text.String(), solo[i])
+				}
+				if i > 0 && c.final.Usage.CachedTokens < sysToks/8*8-8 {
+					t.Errorf("request %d reused %d tokens of a %d-token shared prefix", i, c.final.Usage.CachedTokens, sysToks)
+				}
+			}
+			if st := e.Stats(); st.CachedTokens == 0 || st.KVBlocksUsed != 0 || st.KVBlocksCached == 0 {
+				t.Errorf("stats %+v", st)
+			}
+		})
+	}
+}
+
+// TestAbortedLeaveNothing: 200 requests cancelled mid-generation leave no
+// running sequence, no held KV block and no goroutine.
+func TestAbortedLeaveNothing(t *testing.T) {
+	fx := load(t, "stories260K.gguf")
+	for _, lay := range layouts {
+		t.Run(lay.name, func(t *testing.T) {
+			before := runtime.NumGoroutine()
+			e, err := stages.NewEngine(fx.m, fx.tok, lay.ops(), stages.Config{NCtx: 256, NSeq: 8, Queue: 256}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- e.Run(context.Background()) }()
+			var wg sync.WaitGroup
+			for i := range 200 {
+				ctx, cancel := context.WithCancel(context.Background())
+				var n int
+				var mu sync.Mutex
+				wg.Add(1)
+				var once sync.Once
+				r := &stages.Request{Ctx: ctx, Prompt: fx.tok.Encode(fmt.Sprintf("Once upon a time %d", i), true, true), Params: greedy(), IgnoreEOG: true,
+					Emit: func(ev stages.Event) error {
+						mu.Lock()
+						defer mu.Unlock()
+						if n++; n == 3+i%7 {
+							cancel()
+							once.Do(wg.Done)
+						}
+						return nil
+					}}
+				for {
+					err := e.Submit(r)
+					if err == nil {
+						break
+					}
+					if err != stages.ErrQueueFull {
+						t.Fatal(err)
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			wg.Wait()
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				st := e.Stats()
+				if st.Running == 0 && st.KVBlocksUsed == 0 && st.Queued == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("after 200 cancels: %+v", st)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			e.Close()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			waitGoroutines(t, before)
+		})
+	}
+}
