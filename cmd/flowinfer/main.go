@@ -34,6 +34,7 @@ type CLI struct {
 	Gen        GenCmd        `cmd:"" help:"Write a random-weight GGUF of a preset shape (for benchmarks)."`
 	Version    VersionCmd    `cmd:"" help:"Print the version."`
 	Trace      TraceCmd      `cmd:"" help:"Run a generation with the recorder on: Chrome trace (ui.perfetto.dev), SVG timeline, stall summary."`
+	Batch      BatchCmd      `cmd:"" help:"Answer a JSONL file of requests (OpenAI batch format or {id, messages|prompt}) offline; resumable, shardable."`
 	ConfigCmd  ConfigCmd     `cmd:"" name:"config" help:"Show the effective configuration, detect this machine's profile, list built-in profiles."`
 }
 

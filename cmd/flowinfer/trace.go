@@ -223,7 +223,7 @@ func (j traceJob) run(ctx context.Context, rec *graph.Recorder, sampleStats bool
 	var firstTok, lastEv time.Time
 	var decodeTokens int
 	var prompt time.Duration
-	var active, hits []graph.Point // requests between first token and finish; prefix cache hit rate
+	var active []graph.Point // requests between their first token and their end
 	nActive := 0
 	for i := range j.requests {
 		var first time.Time
@@ -256,7 +256,6 @@ func (j traceJob) run(ctx context.Context, rec *graph.Recorder, sampleStats bool
 						nActive--
 					}
 					active = append(active, graph.Point{T: now, V: float64(nActive)})
-					hits = append(hits, graph.Point{T: now, V: 100 * float64(res.cached) / float64(max(res.promptTokens, 1))})
 				}
 				return nil
 			},
@@ -287,26 +286,17 @@ func (j traceJob) run(ctx context.Context, rec *graph.Recorder, sampleStats bool
 	if prompt > 0 {
 		res.prefillTPS = float64(len(j.prompt)-res.cached/j.requests) / prompt.Seconds()
 	}
-	queued := make([]graph.Point, len(stats))
-	for i, p := range stats {
-		queued[i] = graph.Point{T: p.t, V: float64(p.queued)}
-	}
-	res.series = []graph.Series{
-		series("engine/requests queued", queued),
-		series("engine/requests generating", active),
-		series("engine/KV prefix cache hit %", hits),
-	}
+	res.series = append(engineSeries(stats), series("engine/requests generating", active))
 	return res, nil
 }
 
 // statsPoint is one sample of the engine's counters.
 type statsPoint struct {
-	t      time.Time
-	queued int
+	t time.Time
+	s stages.Stats
 }
 
-// sampleEngine records the engine's admission queue every 2 ms until the
-// returned stop is called.
+// sampleEngine records e.Stats every 2 ms until the returned stop is called.
 func sampleEngine(e *stages.Engine, into *[]statsPoint) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -314,7 +304,7 @@ func sampleEngine(e *stages.Engine, into *[]statsPoint) (stop func()) {
 		t := time.NewTicker(2 * time.Millisecond)
 		defer t.Stop()
 		for {
-			*into = append(*into, statsPoint{time.Now(), e.QueueLen()})
+			*into = append(*into, statsPoint{time.Now(), e.Stats()})
 			select {
 			case <-done:
 				return
@@ -323,6 +313,32 @@ func sampleEngine(e *stages.Engine, into *[]statsPoint) (stop func()) {
 		}
 	})
 	return func() { close(done); wg.Wait() }
+}
+
+// engineSeries turns engine samples into counter tracks.
+func engineSeries(pts []statsPoint) []graph.Series {
+	defs := []struct {
+		name string
+		v    func(s *stages.Stats) float64
+	}{
+		{"engine/requests queued", func(s *stages.Stats) float64 { return float64(s.Queued) }},
+		{"engine/sequences running", func(s *stages.Stats) float64 { return float64(s.Running) }},
+		{"engine/KV blocks used", func(s *stages.Stats) float64 { return float64(s.KVBlocksUsed) }},
+		{"engine/KV blocks cached", func(s *stages.Stats) float64 { return float64(s.KVBlocksCached) }},
+		{"engine/KV prefix cache hit %", func(s *stages.Stats) float64 {
+			return 100 * float64(s.CachedTokens) / float64(max(s.PromptTokens, 1))
+		}},
+		{"engine/preemptions", func(s *stages.Stats) float64 { return float64(s.Preemptions) }},
+	}
+	var out []graph.Series
+	for _, d := range defs {
+		pp := make([]graph.Point, len(pts))
+		for i := range pts {
+			pp[i] = graph.Point{T: pts[i].t, V: d.v(&pts[i].s)}
+		}
+		out = append(out, series(d.name, pp))
+	}
+	return out
 }
 
 // series turns samples into a counter track, keeping only changes.

@@ -1,0 +1,155 @@
+// This file is `flowinfer batch`: a file of requests (OpenAI batch JSONL or
+// the simple form) answered offline by the same handler `flowinfer serve`
+// uses, on one engine decoding --parallel sequences per step (continuous
+// batching). The work is package serve/batch; this wires the model, the
+// engine, the server and a progress bar.
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/flowinfer/flowinfer/cpu"
+	"github.com/flowinfer/flowinfer/serve"
+	"github.com/flowinfer/flowinfer/serve/batch"
+	"github.com/flowinfer/flowinfer/stages"
+)
+
+// BatchCmd runs a file of requests.
+type BatchCmd struct {
+	ModelFlags
+	SamplingFlags
+	PipelineFlags
+	Input      string `short:"i" required:"" help:"Input JSONL: OpenAI batch lines {custom_id, method, url, body} or {id, messages|prompt, ...}." type:"existingfile" placeholder:"IN.jsonl"`
+	Output     string `short:"o" required:"" help:"Output JSONL (OpenAI batch output records); an existing file is resumed." type:"path" placeholder:"OUT.jsonl"`
+	Ordered    bool   `help:"Write records in input order (default: as they finish)."`
+	Shard      string `help:"Process only lines i, i+n, i+2n, ... (0-based), e.g. 0/4." placeholder:"i/n"`
+	NPredict   int    `short:"n" name:"n-predict" default:"-1" help:"Default max tokens of a request that sets none (-1 = until end of generation or a full context)."`
+	Window     int    `default:"0" help:"Requests in flight (0 = 2 × --parallel)."`
+	SyncEvery  int    `name:"sync-every" default:"64" help:"fsync the output after this many records (and at least every second)."`
+	NoProgress bool   `name:"no-progress" help:"No progress bar on stderr."`
+}
+
+// parseShard reads "i/n".
+func parseShard(s string) (i, n int, err error) {
+	if s == "" {
+		return 0, 1, nil
+	}
+	a, b, ok := strings.Cut(s, "/")
+	i, err1 := strconv.Atoi(a)
+	n, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || n < 1 || i < 0 || i >= n {
+		return 0, 0, fmt.Errorf("--shard %q: want i/n with 0 <= i < n, e.g. 0/4", s)
+	}
+	return i, n, nil
+}
+
+func (c *BatchCmd) Run(g *Globals, cli *CLI) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cfg, err := effective(cli.Config, &c.PipelineFlags, &c.SamplingFlags, &c.NPredict)
+	if err != nil {
+		return err
+	}
+	shard, shards, err := parseShard(c.Shard)
+	if err != nil {
+		return err
+	}
+	params, err := c.params()
+	if err != nil {
+		return err
+	}
+	window := c.Window
+	if window <= 0 {
+		window = 2 * cfg.Pipeline.Parallel
+	}
+	l, err := c.open(ctx, g.Log)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	nCtx := ctxSize(l, cfg.Pipeline.KVCache.CtxSize, g.Log)
+	scfg, warns := engineConfig(&cfg.Config, nCtx)
+	for _, w := range warns {
+		fmt.Fprintln(os.Stderr, "flowinfer: warning:", w)
+	}
+	scfg.Queue = max(scfg.Queue, window) // every request in flight fits: no 429s
+	be := cpu.NewBackend(cfg.Pipeline.Threads, nil)
+	defer be.Close()
+	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, scfg, nil)
+	if err != nil {
+		return err
+	}
+	engineDone := make(chan struct{})
+	var runErr error
+	go func() {
+		runErr = e.Run(ctx) // an interrupt aborts it: requests in flight are not written
+		close(engineDone)
+	}()
+	srv := serve.New(serve.Config{Defaults: params, Stops: c.Stop, MaxTokens: max(c.NPredict, 0), Fingerprint: "flowinfer-" + version, Log: g.Log})
+	var size int64
+	if st, err := os.Stat(c.Model); err == nil {
+		size = st.Size()
+	}
+	srv.SetBackend(&serve.Backend{Engine: e, Bundle: l.Bundle, Path: c.Model, Size: size, Done: engineDone})
+
+	var bar *progressbar.ProgressBar
+	opts := batch.Options{
+		Input: c.Input, Output: c.Output, Handler: srv.Handler(), Window: window, Ordered: c.Ordered,
+		Shard: shard, Shards: shards, SyncEvery: c.SyncEvery,
+	}
+	if !c.NoProgress {
+		opts.Progress = func(p batch.Progress) {
+			if bar == nil {
+				bar = progressbar.NewOptions(p.Total,
+					progressbar.OptionSetWriter(os.Stderr),
+					progressbar.OptionSetDescription("batch"),
+					progressbar.OptionShowCount(),
+					progressbar.OptionSetPredictTime(true),
+					progressbar.OptionSetWidth(30),
+					progressbar.OptionThrottle(100*time.Millisecond),
+					progressbar.OptionOnCompletion(func() { fmt.Fprintln(os.Stderr) }),
+				)
+			}
+			tps := float64(p.CompletionTokens) / max(p.Elapsed.Seconds(), 1e-9)
+			bar.Describe(fmt.Sprintf("batch %6.1f tok/s, %d failed", tps, p.Failed))
+			bar.Set(p.Done)
+		}
+	}
+	st, err := batch.Run(ctx, opts)
+	e.Close()
+	<-engineDone
+	if bar != nil {
+		bar.Exit()
+		fmt.Fprintln(os.Stderr)
+	}
+	secs := max(st.Elapsed.Seconds(), 1e-9)
+	fmt.Fprintf(os.Stderr, "flowinfer: batch: %d records written (%d ok, %d failed, %d malformed; %d already done) in %.2fs: %.2f requests/s, %d tokens generated, %.1f tok/s, parallel %d\n",
+		st.Written, st.OK, st.Failed, st.Malformed, st.Skipped, secs, float64(st.Written)/secs, st.CompletionTokens, float64(st.CompletionTokens)/secs, scfg.NSeq)
+	if st.TornBytes > 0 {
+		fmt.Fprintf(os.Stderr, "flowinfer: batch: dropped a torn last line (%d bytes) of %s\n", st.TornBytes, c.Output)
+	}
+	if errors.Is(err, batch.ErrInterrupted) {
+		return fmt.Errorf("interrupted: %d records written to %s; run the same command again to resume", st.Written, c.Output)
+	}
+	if err != nil {
+		return err
+	}
+	if runErr != nil && !errors.Is(runErr, context.Canceled) {
+		return fmt.Errorf("engine: %w", runErr)
+	}
+	if st.Retryable > 0 {
+		return fmt.Errorf("%d requests failed with server errors and were not written; run the same command again to retry them", st.Retryable)
+	}
+	return nil
+}
