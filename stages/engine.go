@@ -237,8 +237,12 @@ func (e *Engine) Run(ctx context.Context) error {
 
 	admit.Do(func(ctx context.Context) error {
 		for {
+			wait := e.rec.BeginWait(admit, "wait <- queue") // idle, not busy
+			var r *Request
+			var ok bool
 			select {
-			case r, ok := <-e.queue:
+			case r, ok = <-e.queue:
+				wait.End()
 				if !ok {
 					return nil
 				}
@@ -246,6 +250,7 @@ func (e *Engine) Run(ctx context.Context) error {
 					return err
 				}
 			case <-ctx.Done():
+				wait.End()
 				return ctx.Err()
 			}
 		}
