@@ -150,3 +150,31 @@ func TestDescribeModel(t *testing.T) {
 		t.Errorf("%+v", mi)
 	}
 }
+
+func TestDecodeBytes(t *testing.T) {
+	dir := golden.Dir(t)
+	b, err := model.Open(filepath.Join(dir, "models/synth-llama-Q8_0.gguf"), cpu.NewRef().Supports, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	m := b.Model
+	// every 2-D weight but the embeddings is read once, plus one
+	// embedding row and the cache rows
+	var want int64
+	for _, tn := range b.File.Tensors {
+		if len(tn.Dims) == 2 && tn.Name != "token_embd.weight" {
+			want += int64(tn.Size)
+		}
+	}
+	want += int64(m.TokEmbd.RowBytes) + int64(m.NLayer*10*(m.KDim()+m.VDim())*4)
+	if got := bench.DecodeBytes(m, 9); got != want {
+		t.Errorf("DecodeBytes = %d, want %d", got, want)
+	}
+}
+
+func TestReadBandwidth(t *testing.T) {
+	if bw := bench.ReadBandwidth(32<<20, 2, 2); bw < 1e8 {
+		t.Errorf("read bandwidth %.3g B/s", bw)
+	}
+}

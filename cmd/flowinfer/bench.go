@@ -30,6 +30,7 @@ type BenchCmd struct {
 	NoWarmup   bool   `name:"no-warmup" help:"Skip the warm-up runs."`
 	Seed       uint64 `name:"seed" default:"1234" help:"Seed of the random tokens."`
 	CPUProfile string `name:"cpuprofile" help:"Write a pprof CPU profile of the measured runs." type:"path"`
+	Roofline   bool   `name:"roofline" help:"Also measure read bandwidth and print the decode ceiling (bytes read per token / bandwidth) on stderr."`
 }
 
 func (c *BenchCmd) Run(g *Globals) error {
@@ -104,7 +105,29 @@ func (c *BenchCmd) Run(g *Globals) error {
 		}
 	}
 	if c.Output == "json" {
-		return bench.WriteJSON(os.Stdout, rs)
+		err = bench.WriteJSON(os.Stdout, rs)
+	} else {
+		err = bench.WriteMarkdown(os.Stdout, rs)
 	}
-	return bench.WriteMarkdown(os.Stdout, rs)
+	if err == nil && c.Roofline {
+		printRoofline(b.Model, backend.Threads(), c.NGen, rs)
+	}
+	return err
+}
+
+// printRoofline prints the decode ceiling: weight and cache bytes read per
+// token (at the tg test's mean position) over the read bandwidth measured
+// now with as many threads.
+func printRoofline(m *model.Model, threads, nGen int, rs []bench.Result) {
+	perTok := bench.DecodeBytes(m, nGen/2)
+	bw := bench.ReadBandwidth(1<<30, threads, 5)
+	ceil := bw / float64(perTok)
+	fmt.Fprintf(os.Stderr, "roofline: %.1f MB read per token, read bandwidth %.1f GB/s (%d threads): ceiling %.1f t/s\n",
+		float64(perTok)/1e6, bw/1e9, threads, ceil)
+	for i := range rs {
+		if rs[i].NGen > 0 {
+			fmt.Fprintf(os.Stderr, "roofline: %s %.2f t/s = %.0f%% of the ceiling (%.1f GB/s)\n",
+				rs[i].Name(), rs[i].AvgTS(), 100*rs[i].AvgTS()/ceil, rs[i].AvgTS()*float64(perTok)/1e9)
+		}
+	}
 }
