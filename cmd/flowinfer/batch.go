@@ -129,7 +129,7 @@ func (c *BatchCmd) Run(g *Globals, cli *CLI) error {
 	st, err := batch.Run(ctx, opts)
 	e.Close()
 	<-engineDone
-	if bar != nil {
+	if bar != nil && !bar.IsFinished() { // interrupted, or lines not written
 		bar.Exit()
 		fmt.Fprintln(os.Stderr)
 	}

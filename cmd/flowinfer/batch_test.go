@@ -209,7 +209,8 @@ func TestBatchMatchesServe(t *testing.T) {
 // each request exactly once.
 func TestBatchInterrupt(t *testing.T) {
 	m, _ := goldenModel(t, "stories260K.gguf")
-	in := batchInput(t, 200, 64)
+	const n = 120
+	in := batchInput(t, n, 32)
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGKILL} {
 		t.Run(sig.String(), func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out.jsonl")
@@ -255,8 +256,8 @@ func TestBatchInterrupt(t *testing.T) {
 					t.Errorf("record %s: %+v", r.ID, r)
 				}
 			}
-			if len(ids) != 200 {
-				t.Errorf("%d distinct records after resuming, want 200", len(ids))
+			if len(ids) != n {
+				t.Errorf("%d distinct records after resuming, want %d", len(ids), n)
 			}
 			for id, n := range ids {
 				if n != 1 {

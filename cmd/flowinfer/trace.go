@@ -46,6 +46,7 @@ type TraceCmd struct {
 	MaxEvents   int           `name:"max-events" default:"0" help:"Events kept per stage (0 = 262144)."`
 	QueueSample time.Duration `name:"queue-sample" default:"2ms" help:"Interval of the queue-depth counters (0 = none)."`
 	NoMeasure   bool          `name:"no-measure" help:"Do not measure memory bandwidth when the profile has none."`
+	Warmup      bool          `name:"warmup" help:"Run the generation once unrecorded first (page in the weights, warm the caches) so the trace shows the steady state."`
 	Overhead    int           `name:"overhead" default:"0" help:"Also measure recording overhead: run N times with recording off and N times on, alternating, and print decode tok/s." placeholder:"N"`
 }
 
@@ -81,6 +82,11 @@ func (c *TraceCmd) Run(g *Globals, cli *CLI) error {
 	defer be.Close()
 	job := traceJob{l: l, ops: be, scfg: scfg, prompt: prompt, params: params, n: c.NPredict, requests: c.Requests, ignoreEOS: c.IgnoreEOS}
 
+	if c.Warmup {
+		if _, err := job.run(ctx, nil, false); err != nil {
+			return err
+		}
+	}
 	rec := graph.NewRecorder(c.MaxEvents)
 	rec.SampleQueues(c.QueueSample)
 	res, err := job.run(ctx, rec, true)
@@ -360,6 +366,9 @@ func measureOverhead(ctx context.Context, w io.Writer, j traceJob, n int, queueS
 	var off, on, ratio []float64
 	var events int64
 	var tokens int
+	if _, err := j.run(ctx, nil, false); err != nil { // warm-up, not counted
+		return err
+	}
 	for i := range 2 * n {
 		var rec *graph.Recorder
 		if i%2 == 1 {
