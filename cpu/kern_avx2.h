@@ -123,6 +123,16 @@ FI_INLINE __m256i bcast16(__m256i v, int s) {
 	return _mm256_shuffle_epi8(v, _mm256_load_si256((const __m256i *)fi_bcast16_ctl[s]));
 }
 
+// fi_prefetch requests n bytes at p into the cache (no fault past the end
+// of a mapping: prefetches are hints). Decode streams weights from memory;
+// out-of-order execution alone does not run far enough ahead.
+FI_INLINE void fi_prefetch(const uint8_t *p, int64_t n) {
+	for (int64_t o = 0; o < n; o += 64) _mm_prefetch((const char *)(p + o), _MM_HINT_T0);
+}
+
+// FI_PF_ROWS: how many rows ahead the decode driver prefetches.
+#define FI_PF_ROWS 2
+
 // FI_DEFINE_GEMM(name, tile) defines
 //   static void name(const uint8_t *w, int64_t ws, int64_t cols, int64_t r0, int64_t r1,
 //                    const uint8_t *a, int64_t as, int64_t nact, float *out, int64_t os)
@@ -132,7 +142,10 @@ FI_INLINE __m256i bcast16(__m256i v, int s) {
 	static void name(const uint8_t *w, int64_t ws, int64_t cols, int64_t r0, int64_t r1, const uint8_t *a, \
 	                 int64_t as, int64_t nact, float *out, int64_t os) {                                   \
 		if (nact == 1) {                                                                                   \
-			for (int64_t r = r0; r < r1; r++) tile(w + r * ws, cols, a, as, out + r, os, 1);               \
+			for (int64_t r = r0; r < r1; r++) {                                                            \
+				fi_prefetch(w + (r + FI_PF_ROWS) * ws, ws);                                                \
+				tile(w + r * ws, cols, a, as, out + r, os, 1);                                             \
+			}                                                                                              \
 			return;                                                                                        \
 		}                                                                                                  \
 		int64_t rbk = FI_ROW_BLOCK_BYTES / ws;                                                             \
