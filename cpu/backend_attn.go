@@ -139,11 +139,23 @@ func (a *attnTask) run(worker int) {
 	}
 }
 
-// kRows returns the K cache of the layer from cell (seq, 0) at head kh, as
-// bytes: row j is at j*4*KDim.
-func (a *attnTask) kRows(s, kh int) []byte {
-	kv := a.kv
-	return f32bytes(kv.K[a.layer][(s*kv.NCtx)*kv.KDim+kh*a.h.HeadDimK:])
+// PagedKV implements model.PagedKV: Attention reads the cache through
+// KVCache.Run, KRows and VRows, so it works on a paged cache.
+func (b *Backend) PagedKV() bool { return true }
+
+// span returns how many positions from j on (at most n) sit in
+// consecutive cache rows of sequence s.
+func (a *attnTask) span(s, j, n int) int { return min(n, a.kv.Run(s, j)) }
+
+// kRows returns the K rows of positions [j, j+n) of sequence s at head kh,
+// as bytes: row i is at i*4*KDim. n must not exceed span.
+func (a *attnTask) kRows(s, kh, j, n int) []byte {
+	return f32bytes(a.kv.KRows(a.layer, s, j, n)[kh*a.h.HeadDimK:])
+}
+
+// vRows is kRows for V, as float32s: row i is at i*VDim.
+func (a *attnTask) vRows(s, kh, j, n int) []float32 {
+	return a.kv.VRows(a.layer, s, j, n)[kh*a.h.HeadDimV:]
 }
 
 // row computes the group of query heads of KV head kh for the lone batch
@@ -153,9 +165,14 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 	dk, dv, G := h.HeadDimK, h.HeadDimV, a.group
 	s, np := int(a.seq[t]), int(a.pos[t])+1
 	sco := sc.scores[:G*np]
-	// scores: sco[g*np + j] = K_j · q_g
+	// scores: sco[g*np + j] = K_j · q_g, run by run of consecutive rows
 	qBase := (t*h.NHead + kh*G) * dk
-	a.k.GemmRows(quant.F32, a.kRows(s, kh), 4*kv.KDim, dk, 0, np, f32bytes(a.q[qBase:qBase+G*dk]), G, sco, np)
+	qb := f32bytes(a.q[qBase : qBase+G*dk])
+	for j := 0; j < np; {
+		n := a.span(s, j, np-j)
+		a.k.GemmRows(quant.F32, a.kRows(s, kh, j, n), 4*kv.KDim, dk, 0, n, qb, G, sco[j:], np)
+		j += n
+	}
 	// softmax per query head (float64 sum, as Ref)
 	for g := range G {
 		row := sco[g*np : (g+1)*np]
@@ -177,15 +194,19 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 		}
 	}
 	// out_g = Σ_j w_gj · V_j
-	vBase := (s*kv.NCtx)*kv.VDim + kh*dv
-	vc := kv.V[a.layer]
 	oBase := (t*h.NHead + kh*G) * dv
-	for g := range G {
-		o := a.out[oBase+g*dv : oBase+(g+1)*dv]
-		clear(o)
-		for j, w := range sco[g*np : (g+1)*np] {
-			axpy(o, w, vc[vBase+j*kv.VDim:vBase+j*kv.VDim+dv])
+	out := a.out[oBase : oBase+G*dv]
+	clear(out)
+	for j0 := 0; j0 < np; {
+		n := a.span(s, j0, np-j0)
+		vr := a.vRows(s, kh, j0, n)
+		for g := range G {
+			o := out[g*dv : (g+1)*dv]
+			for j, w := range sco[g*np+j0 : g*np+j0+n] {
+				axpy(o, w, vr[j*kv.VDim:j*kv.VDim+dv])
+			}
 		}
+		j0 += n
 	}
 }
 
@@ -212,15 +233,13 @@ func (a *attnTask) block(sc *attnScratch, t0, t1, kh int) {
 	for i := range m {
 		m[i] = float32(math.Inf(-1))
 	}
-	kb := a.kRows(s, kh)
-	vc := a.kv.V[a.layer]
-	vBase := (s*kv.NCtx)*kv.VDim + kh*dv
-	for j0 := 0; j0 < np; j0 += attnTile {
-		j1 := min(j0+attnTile, np)
-		L := j1 - j0
+	for j0, j1 := 0, 0; j0 < np; j0 = j1 {
+		// a tile: up to attnTile positions in consecutive cache rows
+		L := a.span(s, j0, min(attnTile, np-j0))
+		j1 = j0 + L
 		S := sc.scores[:R*L]
 		// S[r*L + j] = K_{j0+j} · q_r
-		a.k.GemmRows(quant.F32, kb[j0*4*kv.KDim:], 4*kv.KDim, dk, 0, L, f32bytes(qb), R, S, L)
+		a.k.GemmRows(quant.F32, a.kRows(s, kh, j0, L), 4*kv.KDim, dk, 0, L, f32bytes(qb), R, S, L)
 		// online softmax: rescale what came before when the max grows
 		for r := range R {
 			p := int(a.pos[t0+r/G])
@@ -254,9 +273,9 @@ func (a *attnTask) block(sc *attnScratch, t0, t1, kh int) {
 		}
 		// acc += S·V_tile, with V_tile transposed: vt[d*L + j] = V_{j0+j}[d]
 		vt := sc.vt[:dv*L]
+		vrows := a.vRows(s, kh, j0, L)
 		for j := range L {
-			vr := vc[vBase+(j0+j)*kv.VDim : vBase+(j0+j)*kv.VDim+dv]
-			for d, v := range vr {
+			for d, v := range vrows[j*kv.VDim : j*kv.VDim+dv] {
 				vt[d*L+j] = v
 			}
 		}

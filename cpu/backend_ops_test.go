@@ -240,3 +240,50 @@ func TestBackendAttention(t *testing.T) {
 		}
 	}
 }
+
+// TestBackendAttentionPaged runs Attention on a paged cache whose blocks
+// are scattered (some adjacent, so runs span blocks) and compares with Ref
+// on a contiguous cache holding the same rows.
+func TestBackendAttentionPaged(t *testing.T) {
+	h := model.Hyper{NHead: 8, NHeadKV: 2, HeadDimK: 64, HeadDimV: 64, NLayer: 1}
+	const nCtx, bs = 320, 16
+	flat := model.NewKVCache(&h, nCtx, 1)
+	paged, err := model.NewPagedKVCache(&h, bs, 64, 1, nCtx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// blocks in a scrambled order with adjacent pairs
+	for i := range nCtx / bs {
+		b := int32((i*7)%20*3 + i%2)
+		paged.Tables[0] = append(paged.Tables[0], b)
+	}
+	for p := range nCtx {
+		k, v := randomF32(flat.KDim, uint64(p)), randomF32(flat.VDim, uint64(p+9999))
+		copy(flat.KRow(0, 0, p), k)
+		copy(flat.VRow(0, 0, p), v)
+		copy(paged.KRow(0, 0, p), k)
+		copy(paged.VRow(0, 0, p), v)
+	}
+	var seq, pos []int32
+	for p := 270; p < 320; p++ { // a prefill chunk
+		seq, pos = append(seq, 0), append(pos, int32(p))
+	}
+	q := randomF32(len(seq)*h.NHead*h.HeadDimK, 3)
+	scale := float32(0.125)
+	for _, rows := range []int{len(seq), 1} {
+		want := make([]float32, rows*h.NHead*h.HeadDimV)
+		cpu.NewRef().Attention(want, q, flat, 0, seq[:rows], pos[:rows], &h, scale)
+		for _, threads := range testThreads {
+			be := newBackend(t, threads)
+			got, check := guarded(len(want))
+			be.Attention(got, q, paged, 0, seq[:rows], pos[:rows], &h, scale)
+			check(t)
+			if e := nmse(got, want); e > 1e-11 {
+				t.Errorf("rows=%d threads=%d: NMSE %.3g > 1e-11", rows, threads, e)
+			}
+		}
+	}
+	if !model.SupportsPagedKV(newBackend(t, 1)) {
+		t.Error("Backend does not declare PagedKV")
+	}
+}
