@@ -134,6 +134,7 @@ func (s *Server) start(ctx *fasthttp.RequestCtx, b *Backend, gr *genRequest, idP
 	j.req.ID = s.nextID.Add(1)
 	j.req.Params = gr.params
 	j.req.MaxTokens = gr.maxTokens
+	j.req.IgnoreEOG = gr.ignoreEOS
 	j.req.Stops = append(append([]string(nil), gr.stops...), s.cfg.Stops...)
 	if gr.chat && b.Bundle.Template != nil {
 		j.req.Stops = append(j.req.Stops, b.Bundle.Template.StopStrings()...)

@@ -37,6 +37,7 @@ type oaiCommon struct {
 	Stop                json.RawMessage   `json:"stop"`
 	N                   *int              `json:"n"`
 	Logprobs            json.RawMessage   `json:"logprobs"`
+	IgnoreEOS           bool              `json:"ignore_eos"` // llama-server's extension
 	samplingFields
 }
 
@@ -82,6 +83,7 @@ func (c *oaiCommon) translate(s *Server, b *Backend, gr *genRequest) *apiError {
 		return e
 	}
 	gr.stream = c.Stream
+	gr.ignoreEOS = c.IgnoreEOS
 	gr.usage = c.Stream && c.StreamOptions != nil && c.StreamOptions.IncludeUsage
 	return nil
 }

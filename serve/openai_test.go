@@ -158,6 +158,13 @@ func TestCompletions(t *testing.T) {
 			}
 		}
 	})
+	t.Run("ignore_eos", func(t *testing.T) {
+		// A story ends with </s> well within 500 tokens; not with ignore_eos.
+		_, m := text(map[string]any{"prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": true})
+		if num(path(m, "usage.completion_tokens")) != 200 || path(m, "choices.0.finish_reason") != "length" {
+			t.Errorf("ignore_eos: %v", m["usage"])
+		}
+	})
 	t.Run("max_completion_tokens", func(t *testing.T) {
 		_, m := text(map[string]any{"prompt": "Once upon a time", "max_completion_tokens": 3})
 		if num(path(m, "usage.completion_tokens")) != 3 {

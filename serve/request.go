@@ -30,6 +30,7 @@ type genRequest struct {
 	stops     []string       // the request's own stop strings
 	stream    bool
 	usage     bool // OpenAI stream_options.include_usage
+	ignoreEOS bool // generate past end-of-generation tokens (benchmarks)
 }
 
 // samplingFields are the sampling settings the APIs share; nil keeps the

@@ -1,0 +1,181 @@
+// load.go: the load generator. Workers send streaming /v1/completions
+// requests (greedy, a fixed output length, end-of-generation ignored) back
+// to back; each request's time to first token and generated tokens are
+// recorded, and a level's aggregate rate is all generated tokens over the
+// wall time from the first request sent to the last one done.
+
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// request is one completion to send.
+type request struct {
+	Prompt    string
+	MaxTokens int
+}
+
+// result is what one request measured.
+type result struct {
+	TTFT   time.Duration // send to the first chunk with text
+	Total  time.Duration
+	Tokens int // generated, from the usage chunk (chunks with text if none)
+	Err    error
+}
+
+// level is one concurrency level's outcome.
+type level struct {
+	Server      string  `json:"server"`
+	Concurrency int     `json:"concurrency"`
+	Requests    int     `json:"requests"`
+	Errors      int     `json:"errors"`
+	Tokens      int     `json:"generated_tokens"`
+	WallS       float64 `json:"wall_s"`
+	TokPerS     float64 `json:"aggregate_tok_per_s"`
+	TTFTP50MS   float64 `json:"ttft_p50_ms"`
+	TTFTP99MS   float64 `json:"ttft_p99_ms"`
+	FirstErr    string  `json:"first_error,omitempty"`
+}
+
+// runLevel sends reqs through concurrency workers.
+func runLevel(ctx context.Context, client *http.Client, base string, reqs []request, concurrency int) level {
+	results := make([]result, len(reqs))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				results[i] = complete(ctx, client, base, reqs[i])
+			}
+		}()
+	}
+	for i := range reqs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return summarize(results, concurrency, time.Since(start))
+}
+
+// summarize aggregates a level's results.
+func summarize(results []result, concurrency int, wall time.Duration) level {
+	l := level{Concurrency: concurrency, Requests: len(results), WallS: wall.Seconds()}
+	var ttft []time.Duration
+	for _, r := range results {
+		if r.Err != nil {
+			l.Errors++
+			if l.FirstErr == "" {
+				l.FirstErr = r.Err.Error()
+			}
+			continue
+		}
+		l.Tokens += r.Tokens
+		ttft = append(ttft, r.TTFT)
+	}
+	if wall > 0 {
+		l.TokPerS = float64(l.Tokens) / wall.Seconds()
+	}
+	l.TTFTP50MS = percentile(ttft, 50).Seconds() * 1e3
+	l.TTFTP99MS = percentile(ttft, 99).Seconds() * 1e3
+	return l
+}
+
+// percentile is the nearest-rank percentile p of ds (0 if empty).
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	rank := int(p/100*float64(len(s))+0.999999) - 1
+	return s[max(0, min(rank, len(s)-1))]
+}
+
+// complete sends one streaming completion and reads it to the end.
+func complete(ctx context.Context, client *http.Client, base string, r request) result {
+	body, _ := json.Marshal(map[string]any{
+		"prompt": r.Prompt, "max_tokens": r.MaxTokens, "stream": true, "stream_options": map[string]any{"include_usage": true},
+		"temperature": 0, "ignore_eos": true, "cache_prompt": false,
+	})
+	req, err := http.NewRequestWithContext(ctx, "POST", base+"/v1/completions", bytes.NewReader(body))
+	if err != nil {
+		return result{Err: err}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	t0 := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return result{Err: err}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return result{Err: fmt.Errorf("status %d: %s", resp.StatusCode, b)}
+	}
+	var res result
+	chunks := 0
+	rd := bufio.NewReaderSize(resp.Body, 64<<10)
+	for {
+		line, err := rd.ReadString('\n')
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return result{Err: err}
+		}
+		data, ok := strings.CutPrefix(strings.TrimRight(line, "\r\n"), "data: ")
+		if !ok {
+			continue
+		}
+		if data == "[DONE]" {
+			break
+		}
+		var c struct {
+			Choices []struct {
+				Text string `json:"text"`
+			} `json:"choices"`
+			Usage *struct {
+				CompletionTokens int `json:"completion_tokens"`
+			} `json:"usage"`
+			Error json.RawMessage `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(data), &c); err != nil {
+			return result{Err: fmt.Errorf("bad chunk %q: %w", data, err)}
+		}
+		if len(c.Error) > 0 {
+			return result{Err: fmt.Errorf("stream error: %s", c.Error)}
+		}
+		if len(c.Choices) > 0 && c.Choices[0].Text != "" {
+			if res.TTFT == 0 {
+				res.TTFT = time.Since(t0)
+			}
+			chunks++
+		}
+		if c.Usage != nil {
+			res.Tokens = c.Usage.CompletionTokens
+		}
+	}
+	res.Total = time.Since(t0)
+	if res.Tokens == 0 {
+		res.Tokens = chunks
+	}
+	if res.TTFT == 0 {
+		return result{Err: errors.New("no text in the stream")}
+	}
+	return res
+}
