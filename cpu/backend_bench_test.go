@@ -79,30 +79,33 @@ func BenchmarkPrefill(b *testing.B) {
 	}
 }
 
-// BenchmarkMatMul measures one product of a 2048×2048 weight by one and by
+// BenchmarkMatMul measures one product of a 8192×2048 weight by one and by
 // 64 activation rows, reporting weight GB/s (n=1) or GFLOP/s (n=64).
 func BenchmarkMatMul(b *testing.B) {
-	const rows, cols = 2048, 2048
+	const rows, cols = 8192, 2048 // an FFN up matrix of the 1B preset (weights beyond L2)
 	for _, wt := range []quant.Type{quant.Q4_K, quant.Q6_K, quant.Q8_0} {
 		rb, _ := quant.RowBytes(wt, cols)
 		w := &model.Weight{Name: "w", Type: wt, Cols: cols, Rows: rows, RowBytes: rb, Data: randomWeights(wt, rows, cols)}
 		for _, n := range []int{1, 64} {
 			for _, threads := range []int{1, 2} {
-				b.Run(fmt.Sprintf("type=%s/n=%d/threads=%d", wt, n, threads), func(b *testing.B) {
-					be := cpu.NewBackend(threads, nil)
-					defer be.Close()
-					x := randomF32(n*cols, 1)
-					out := make([]float32, n*rows)
-					for b.Loop() {
-						be.MatMul(out, w, x, n)
-					}
-					sec := b.Elapsed().Seconds() / float64(b.N)
-					if n == 1 {
-						b.ReportMetric(float64(len(w.Data))/sec/1e9, "GB/s")
-					} else {
-						b.ReportMetric(2*float64(rows*cols*n)/sec/1e9, "GFLOP/s")
-					}
-				})
+				for _, pack := range []bool{true, false} {
+					b.Run(fmt.Sprintf("type=%s/n=%d/threads=%d/pack=%v", wt, n, threads, pack), func(b *testing.B) {
+						be := cpu.NewBackend(threads, nil)
+						defer be.Close()
+						be.NoPack = !pack
+						x := randomF32(n*cols, 1)
+						out := make([]float32, n*rows)
+						for b.Loop() {
+							be.MatMul(out, w, x, n)
+						}
+						sec := b.Elapsed().Seconds() / float64(b.N)
+						if n == 1 {
+							b.ReportMetric(float64(len(w.Data))/sec/1e9, "GB/s")
+						} else {
+							b.ReportMetric(2*float64(rows*cols*n)/sec/1e9, "GFLOP/s")
+						}
+					})
+				}
 			}
 		}
 	}
