@@ -1,6 +1,6 @@
 //go:build cgo
 
-// Weights packed once at load time (Q4_K, Q6_K, Q8_0) for AVX2: rows in groups of
+// Weights packed once at load time (Q4_0, Q4_K, Q6_K, Q8_0) for AVX2: rows in groups of
 // 8, interleaved so one 32-byte vector holds 4 codes of each of 8 rows, and
 // scales grouped per (sub-)block across the 8 rows. Vector lanes are rows,
 // so the matrix-vector product (decode) needs no horizontal sums and no
@@ -25,6 +25,11 @@
 //        are the high 2 bits of code 4s+k
 //   sc   [16 sub-blocks][8 rows] int8 (128)
 //   d    [8 rows] fp16 (16)
+// Q4_0, per group of 8 rows and block of 32 (144 bytes, 18 per row), step s
+// = codes 4s..4s+3 of each of 8 rows:
+//   qs   [4][8 rows][4 bytes] (128): vector c holds step c in the low
+//        nibbles and step c+4 in the high nibbles (codes 0..15, x = d*(q-8))
+//   d    [8 rows] fp16 (16)
 // Q8_0, per group of 8 rows and block of 32 (272 bytes, 34 per row):
 //   qs   [8 steps][8 rows][4 bytes] int8 (256)
 //   d    [8 rows] fp16 (16)
@@ -38,6 +43,7 @@
 #define PK_Q4K 1184
 #define PK_Q80 272
 #define PK_Q6K 1680
+#define PK_Q40 144
 
 // PF_AHEAD: how far ahead (bytes) the matrix-vector products prefetch. A
 // packed record is hundreds of instructions long, so out-of-order execution
@@ -128,6 +134,24 @@ static void pack_q6_K(const uint8_t *w, int64_t ws, int64_t rows, int64_t nb, ui
 					memcpy(p + 64 * sb + 4 * r, &c0, 4);
 					memcpy(p + 64 * sb + 32 + 4 * r, &c1, 4);
 					memcpy(p + 1024 + 32 * sb + 4 * r, &hb, 4);
+				}
+			}
+		}
+	}
+}
+
+static void pack_q4_0(const uint8_t *w, int64_t ws, int64_t rows, int64_t nb, uint8_t *dst) {
+	for (int64_t g = 0; g < rows / 8; g++) {
+		for (int64_t i = 0; i < nb; i++) {
+			uint8_t *p = dst + (g * nb + i) * PK_Q40;
+			for (int r = 0; r < 8; r++) {
+				const uint8_t *x = w + (8 * g + r) * ws + 18 * i;
+				memcpy(p + 128 + 2 * r, x, 2);
+				// code e (0..31): e < 16 low nibble of qs[e], else high nibble of qs[e-16]
+				uint8_t c[32];
+				for (int e = 0; e < 16; e++) c[e] = x[2 + e] & 0xf, c[e + 16] = x[2 + e] >> 4;
+				for (int ch = 0; ch < 4; ch++) {
+					for (int k = 0; k < 4; k++) p[32 * ch + 4 * r + k] = (uint8_t)(c[4 * ch + k] | c[4 * ch + 16 + k] << 4);
 				}
 			}
 		}
@@ -249,6 +273,37 @@ static void gemv_q6_K(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, con
 	}
 }
 
+static void gemv_q4_0(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, const uint8_t *a, float *out) {
+	const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), eights = _mm256_set1_epi8(8);
+	for (int64_t g = g0; g < g1; g++) {
+		__m256 acc = _mm256_setzero_ps();
+		for (int64_t i = 0; i < nb; i++) {
+			const uint8_t *p = pk + (g * nb + i) * PK_Q40;
+			const uint8_t *y = a + 34 * i;
+			prefetch_rec(p, PK_Q40);
+			// int16 sums: 8 steps x 2 products x 15 x 127 = 30480 < 32767
+			__m256i s = _mm256_setzero_si256();
+#pragma GCC unroll 4
+			for (int c = 0; c < 4; c++) {
+				const __m256i v = ld256(p + 32 * c);
+				const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+				s = _mm256_add_epi16(s, _mm256_maddubs_epi16(lo, bcast32(y + 2 + 4 * c)));
+				s = _mm256_add_epi16(s, _mm256_maddubs_epi16(hi, bcast32(y + 18 + 4 * c)));
+			}
+			// minus 8 * sum(a), the same for all 8 rows: reduce and broadcast
+			__m256i sa = _mm256_madd_epi16(_mm256_maddubs_epi16(eights, ld256(y + 2)), ones);
+			sa = _mm256_add_epi32(sa, _mm256_shuffle_epi32(sa, 0x4e));
+			sa = _mm256_add_epi32(sa, _mm256_shuffle_epi32(sa, 0xb1));
+			sa = _mm256_add_epi32(sa, _mm256_permute2x128_si256(sa, sa, 1));
+			const __m256i isum = _mm256_sub_epi32(_mm256_madd_epi16(s, ones), sa);
+			const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(ld128(p + 128)), _mm256_set1_ps(ld_f16(y)));
+			acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc);
+			FI_KEEP(acc);
+		}
+		_mm256_storeu_ps(out + 8 * g, acc);
+	}
+}
+
 static void gemv_q8_0(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, const uint8_t *a, float *out) {
 	const __m256i ones = _mm256_set1_epi16(1);
 	for (int64_t g = g0; g < g1; g++) {
@@ -315,6 +370,21 @@ static void expand_q6_K(const uint8_t *grp, int64_t ws, int64_t nb, uint8_t *rec
 	}
 }
 
+static void expand_q4_0(const uint8_t *grp, int64_t ws, int64_t nb, uint8_t *rec) {
+	(void)ws;
+	const __m256i m4 = _mm256_set1_epi8(0x0f), m8 = _mm256_set1_epi8(8);
+	for (int64_t i = 0; i < nb; i++, rec += Q80_REC) {
+		const uint8_t *p = grp + i * PK_Q40;
+		for (int c = 0; c < 4; c++) {
+			const __m256i v = ld256(p + 32 * c);
+			_mm256_storeu_si256((__m256i *)(rec + 32 * c), _mm256_sub_epi8(_mm256_and_si256(v, m4), m8));
+			_mm256_storeu_si256((__m256i *)(rec + 32 * (c + 4)),
+			                    _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), m8));
+		}
+		_mm256_storeu_ps((float *)(rec + 256), _mm256_cvtph_ps(ld128(p + 128)));
+	}
+}
+
 static void expand_q8_0(const uint8_t *grp, int64_t ws, int64_t nb, uint8_t *rec) {
 	(void)ws;
 	for (int64_t i = 0; i < nb; i++, rec += Q80_REC) {
@@ -327,6 +397,7 @@ static void expand_q8_0(const uint8_t *grp, int64_t ws, int64_t nb, uint8_t *rec
 // The GEMM driver addresses group g of rows at w + 8*g*ws: with ws the
 // packed bytes per row, that is the packed group.
 FI_DEFINE_RP(pk_gemm_q4_K, expand_q4_K, micro_q4_K, Q4K_REC, 256, Q8K)
+FI_DEFINE_RP(pk_gemm_q4_0, expand_q4_0, micro_q4_0, Q80_REC, 32, 34)
 FI_DEFINE_RP(pk_gemm_q6_K, expand_q6_K, micro_q6_K, Q6K_REC, 256, Q8K)
 FI_DEFINE_RP(pk_gemm_q8_0, expand_q8_0, micro_q8_0, Q80_REC, 32, 34)
 
@@ -335,6 +406,7 @@ FI_DEFINE_RP(pk_gemm_q8_0, expand_q8_0, micro_q8_0, Q80_REC, 32, 34)
 int64_t fi_packed_size_avx2(int wt, int64_t rows, int64_t cols) {
 	if (rows % 8 != 0) return -1;
 	switch (wt) {
+	case FI_Q4_0: return rows / 8 * (cols / 32) * PK_Q40;
 	case FI_Q4_K: return rows / 8 * (cols / 256) * PK_Q4K;
 	case FI_Q6_K: return rows / 8 * (cols / 256) * PK_Q6K;
 	case FI_Q8_0: return rows / 8 * (cols / 32) * PK_Q80;
@@ -344,6 +416,7 @@ int64_t fi_packed_size_avx2(int wt, int64_t rows, int64_t cols) {
 
 int fi_pack_avx2(int wt, const uint8_t *w, int64_t ws, int64_t rows, int64_t cols, uint8_t *dst) {
 	switch (wt) {
+	case FI_Q4_0: pack_q4_0(w, ws, rows, cols / 32, dst); return 0;
 	case FI_Q4_K: pack_q4_K(w, ws, rows, cols / 256, dst); return 0;
 	case FI_Q6_K: pack_q6_K(w, ws, rows, cols / 256, dst); return 0;
 	case FI_Q8_0: pack_q8_0(w, ws, rows, cols / 32, dst); return 0;
@@ -358,6 +431,7 @@ int fi_gemm_packed_avx2(int wt, const uint8_t *pk, int64_t cols, int64_t r0, int
 	                int64_t);
 	int64_t nb, row_bytes;
 	switch (wt) {
+	case FI_Q4_0: gemv = gemv_q4_0, gemm = pk_gemm_q4_0, nb = cols / 32, row_bytes = nb * PK_Q40 / 8; break;
 	case FI_Q4_K: gemv = gemv_q4_K, gemm = pk_gemm_q4_K, nb = cols / 256, row_bytes = nb * PK_Q4K / 8; break;
 	case FI_Q6_K: gemv = gemv_q6_K, gemm = pk_gemm_q6_K, nb = cols / 256, row_bytes = nb * PK_Q6K / 8; break;
 	case FI_Q8_0: gemv = gemv_q8_0, gemm = pk_gemm_q8_0, nb = cols / 32, row_bytes = nb * PK_Q80 / 8; break;

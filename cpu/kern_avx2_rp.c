@@ -1,6 +1,6 @@
 //go:build cgo
 
-// AVX2 prefill GEMM on weights repacked on the fly (Q4_K, Q6_K, Q8_0): the
+// AVX2 prefill GEMM on weights repacked on the fly (Q4_0, Q4_K, Q6_K, Q8_0): the
 // matrix product of many activation rows, where a weight row's decoding can
 // be paid once for all of them.
 //
@@ -111,6 +111,22 @@ static void decode_q8_0(const uint8_t *w, int64_t ws, int64_t nb, uint8_t *rec) 
 	}
 }
 
+static void decode_q4_0(const uint8_t *w, int64_t ws, int64_t nb, uint8_t *rec) {
+	const __m256i m4 = _mm256_set1_epi8(0x0f), m8 = _mm256_set1_epi8(8);
+	for (int64_t i = 0; i < nb; i++, rec += Q80_REC) {
+		__m256i v[8];
+		float *d = (float *)(rec + 256);
+		for (int r = 0; r < 8; r++) {
+			const uint8_t *x = w + r * ws + 18 * i;
+			const __m128i q = ld128(x + 2);
+			v[r] = _mm256_sub_epi8(_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4), m8);
+			d[r] = ld_f16(x);
+		}
+		store_rows8(rec, v);
+	}
+}
+
+FI_DEFINE_RP(rp_q4_0, decode_q4_0, micro_q4_0, Q80_REC, 32, 34)
 FI_DEFINE_RP(rp_q4_K, decode_q4_K, micro_q4_K, Q4K_REC, 256, Q8K)
 FI_DEFINE_RP(rp_q6_K, decode_q6_K, micro_q6_K, Q6K_REC, 256, Q8K)
 FI_DEFINE_RP(rp_q8_0, decode_q8_0, micro_q8_0, Q80_REC, 32, 34)
@@ -121,6 +137,7 @@ int64_t fi_avx2_gemm_rp(int wt, const uint8_t *w, int64_t ws, int64_t cols, int6
                         const uint8_t *a, int64_t as, int64_t nact, float *out, int64_t os) {
 	if (r1 - r0 < 8) return 0;
 	switch (wt) {
+	case FI_Q4_0: return rp_q4_0(w, ws, cols, r0, r1, a, as, nact, out, os);
 	case FI_Q4_K: return rp_q4_K(w, ws, cols, r0, r1, a, as, nact, out, os);
 	case FI_Q6_K: return rp_q6_K(w, ws, cols, r0, r1, a, as, nact, out, os);
 	case FI_Q8_0: return rp_q8_0(w, ws, cols, r0, r1, a, as, nact, out, os);
