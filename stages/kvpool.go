@@ -68,9 +68,11 @@ type blockPool struct {
 	byKey    map[uint64]int32   // full blocks by chain hash
 	byParent map[uint64][]int32 // every block with content, by parent hash
 
-	// Paged layout: blocks nobody holds. Empty ones first; those with
-	// content form an LRU list (prev/next, sentinel at index n).
+	// Paged layout: blocks nobody holds. Empty ones first (emptyAt is a
+	// block's index in empty, -1 if not there); those with content form an
+	// LRU list (prev/next, sentinel at index n).
 	empty      []int32
+	emptyAt    []int32
 	prev, next []int32
 	nLRU       int
 
@@ -85,11 +87,53 @@ func newBlockPool(kv *model.KVCache, paged bool, nSeq int) *blockPool {
 	if paged {
 		p.prev, p.next = make([]int32, n+1), make([]int32, n+1)
 		p.prev[n], p.next[n] = int32(n), int32(n)
+		p.emptyAt = make([]int32, n)
 		for b := n - 1; b >= 0; b-- {
-			p.empty = append(p.empty, int32(b))
+			p.pushEmpty(int32(b))
 		}
 	}
 	return p
+}
+
+func (p *blockPool) pushEmpty(b int32) {
+	p.emptyAt[b] = int32(len(p.empty))
+	p.empty = append(p.empty, b)
+}
+
+func (p *blockPool) takeEmpty(b int32) {
+	i, last := p.emptyAt[b], p.empty[len(p.empty)-1]
+	p.empty[i], p.emptyAt[last] = last, i
+	p.empty = p.empty[:len(p.empty)-1]
+	p.emptyAt[b] = -1
+}
+
+// spot picks the empty block a sequence should grow into next: the one
+// right after its last block if free, so that its rows stay consecutive
+// (attention reads consecutive rows as one matrix); else the middle of the
+// longest run of empty blocks (the start if nothing precedes the run),
+// leaving room on both sides to grow the same way.
+func (p *blockPool) spot(prev int32) int32 {
+	if prev >= 0 && int(prev)+1 < len(p.emptyAt) && p.emptyAt[prev+1] >= 0 {
+		return prev + 1
+	}
+	bestStart, bestLen := -1, 0
+	for b := 0; b < len(p.emptyAt); {
+		if p.emptyAt[b] < 0 {
+			b++
+			continue
+		}
+		start := b
+		for b < len(p.emptyAt) && p.emptyAt[b] >= 0 {
+			b++
+		}
+		if b-start > bestLen {
+			bestStart, bestLen = start, b-start
+		}
+	}
+	if bestStart > 0 {
+		return int32(bestStart + bestLen/2)
+	}
+	return int32(bestStart)
 }
 
 // content returns block b's known tokens.
@@ -169,14 +213,15 @@ func (p *blockPool) cachedBlocks() int {
 	return n
 }
 
-// alloc takes a free block (empty first, else the least recently freed),
-// or returns -1 (paged layout).
-func (p *blockPool) alloc() int32 {
+// alloc takes a free block for a sequence whose last block is prev (-1:
+// none): an empty one (see spot), else the least recently freed, or
+// returns -1 (paged layout).
+func (p *blockPool) alloc(prev int32) int32 {
 	var b int32
 	switch {
 	case len(p.empty) > 0:
-		b = p.empty[len(p.empty)-1]
-		p.empty = p.empty[:len(p.empty)-1]
+		b = p.spot(prev)
+		p.takeEmpty(b)
 	case p.nLRU > 0:
 		b = p.next[len(p.ref)]
 		p.lruRemove(b)
@@ -211,7 +256,7 @@ func (p *blockPool) drop(b int32) {
 	if p.fill[b] > 0 {
 		p.lruPush(b)
 	} else {
-		p.empty = append(p.empty, b)
+		p.pushEmpty(b)
 	}
 }
 
@@ -271,7 +316,11 @@ func (p *blockPool) attach(q *seq, m prefix, limit int) int {
 		q.blocks = append(q.blocks[:0], m.full[:nFull]...)
 		if rem > 0 {
 			p.hold(src) // keep it from being evicted by alloc
-			if dst := p.alloc(); dst >= 0 {
+			prev := int32(-1)
+			if nFull > 0 {
+				prev = m.full[nFull-1]
+			}
+			if dst := p.alloc(prev); dst >= 0 {
 				p.kv.CopyRows(int(dst), int(src), rem)
 				q.blocks = append(q.blocks, dst)
 			} else {
@@ -315,7 +364,11 @@ func (p *blockPool) grow(q *seq, upto int) int {
 	for len(q.blocks)*p.size < upto {
 		var b int32
 		if p.paged {
-			if b = p.alloc(); b < 0 {
+			prev := int32(-1)
+			if len(q.blocks) > 0 {
+				prev = q.blocks[len(q.blocks)-1]
+			}
+			if b = p.alloc(prev); b < 0 {
 				break
 			}
 		} else {

@@ -138,3 +138,34 @@ func TestBlockPoolEviction(t *testing.T) {
 		t.Errorf("used %d available %d", p.used, p.available())
 	}
 }
+
+// TestBlockPoolContiguity: sequences growing in turn (as decode steps do)
+// still get consecutive blocks, so attention reads long runs of rows.
+func TestBlockPoolContiguity(t *testing.T) {
+	p := testPool(t, true, 64, 4)
+	seqs := make([]*seq, 4)
+	for i := range seqs {
+		seqs[i] = &seq{slot: i}
+	}
+	for step := 1; step <= 12; step++ {
+		for _, q := range seqs {
+			if got := p.grow(q, step*p.size); got != step*p.size {
+				t.Fatalf("grow: %d", got)
+			}
+		}
+	}
+	for i, q := range seqs {
+		runs := 1
+		for j := 1; j < len(q.blocks); j++ {
+			if q.blocks[j] != q.blocks[j-1]+1 {
+				runs++
+			}
+		}
+		if runs > 2 {
+			t.Errorf("sequence %d: blocks %v in %d runs", i, q.blocks, runs)
+		}
+		if n := p.kv.Run(i, 0); n < 6*p.size {
+			t.Errorf("sequence %d: first run of %d rows", i, n)
+		}
+	}
+}
