@@ -147,10 +147,9 @@ func decodeError(err error) *apiError {
 	return badRequest("", "invalid JSON: %v", strings.TrimPrefix(err.Error(), "json: "))
 }
 
-// jsonPath drops the Go names of embedded structs from a decoder's field
-// path ("oaiCommon.samplingFields.temperature" -> "temperature"): JSON
-// names here are lowercase, Go type names are not all, so keep what the
-// request spelled.
+// jsonPath drops the names of embedded structs from a decoder's field
+// path ("oaiCommon.samplingFields.temperature" -> "temperature"), leaving
+// the field as the request spelled it.
 func jsonPath(field string) string {
 	parts := strings.Split(field, ".")
 	kept := parts[:0]

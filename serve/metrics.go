@@ -39,7 +39,7 @@ func newMetrics(s *Server) *metrics {
 		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}})
 	m.itl = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flowinfer_inter_token_latency_seconds", Help: "Time between consecutive generated tokens of a request.",
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}})
-	m.reg.MustRegister(m.requests, m.prompt, m.cached, m.generated, m.ttft, m.itl, &engineCollector{s: s})
+	m.reg.MustRegister(m.requests, m.prompt, m.cached, m.generated, m.ttft, m.itl, newEngineCollector(s))
 	m.handler = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	return m
 }
@@ -67,22 +67,31 @@ func (s *Server) handleMetrics(ctx *fasthttp.RequestCtx) { s.metrics.handler(ctx
 
 // engineCollector reads the engine's state and the stage recorder at
 // scrape time.
-type engineCollector struct{ s *Server }
+type engineCollector struct {
+	s                                                        *Server
+	queue, running, blocks, used, cached, hit, pre, blockTok *prometheus.Desc
+	stage                                                    *prometheus.Desc
+}
 
-var (
-	descQueue    = prometheus.NewDesc("flowinfer_queue_depth", "Requests waiting for admission.", nil, nil)
-	descRunning  = prometheus.NewDesc("flowinfer_running_sequences", "Sequences being generated (holding KV blocks).", nil, nil)
-	descBlocks   = prometheus.NewDesc("flowinfer_kv_blocks_total", "KV cache blocks in the pool.", nil, nil)
-	descUsed     = prometheus.NewDesc("flowinfer_kv_blocks_used", "KV cache blocks held by running sequences.", nil, nil)
-	descCachedB  = prometheus.NewDesc("flowinfer_kv_blocks_cached", "Free KV cache blocks still holding a reusable prefix.", nil, nil)
-	descHit      = prometheus.NewDesc("flowinfer_prefix_cache_hit_ratio", "Prompt tokens reused from the KV cache over all admitted prompt tokens.", nil, nil)
-	descPreempt  = prometheus.NewDesc("flowinfer_preemptions_total", "Sequences preempted (KV blocks reclaimed, recomputed later).", nil, nil)
-	descStage    = prometheus.NewDesc("flowinfer_stage_seconds_total", "Wall time of each graph stage: busy, waiting for input, or blocked on output (stalled = waiting + blocked).", []string{"stage", "state"}, nil)
-	descBlockTok = prometheus.NewDesc("flowinfer_kv_block_tokens", "Tokens per KV cache block.", nil, nil)
-)
+func newEngineCollector(s *Server) *engineCollector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, labels, nil)
+	}
+	return &engineCollector{s: s,
+		queue:    d("flowinfer_queue_depth", "Requests waiting for admission."),
+		running:  d("flowinfer_running_sequences", "Sequences being generated (holding KV blocks)."),
+		blocks:   d("flowinfer_kv_blocks_total", "KV cache blocks in the pool."),
+		used:     d("flowinfer_kv_blocks_used", "KV cache blocks held by running sequences."),
+		cached:   d("flowinfer_kv_blocks_cached", "Free KV cache blocks still holding a reusable prefix."),
+		hit:      d("flowinfer_prefix_cache_hit_ratio", "Prompt tokens reused from the KV cache over all admitted prompt tokens."),
+		pre:      d("flowinfer_preemptions_total", "Sequences preempted (KV blocks reclaimed, recomputed later)."),
+		blockTok: d("flowinfer_kv_block_tokens", "Tokens per KV cache block."),
+		stage:    d("flowinfer_stage_seconds_total", "Wall time of each graph stage: busy, waiting for input, or blocked on output (stalled = waiting + blocked).", "stage", "state"),
+	}
+}
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descQueue, descRunning, descBlocks, descUsed, descCachedB, descHit, descPreempt, descStage, descBlockTok} {
+	for _, d := range []*prometheus.Desc{c.queue, c.running, c.blocks, c.used, c.cached, c.hit, c.pre, c.blockTok, c.stage} {
 		ch <- d
 	}
 }
@@ -94,24 +103,24 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	st := b.Engine.Stats()
 	gauge := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
-	gauge(descQueue, float64(st.Queued))
-	gauge(descRunning, float64(st.Running))
-	gauge(descBlocks, float64(st.KVBlocks))
-	gauge(descUsed, float64(st.KVBlocksUsed))
-	gauge(descCachedB, float64(st.KVBlocksCached))
-	gauge(descBlockTok, float64(st.BlockSize))
+	gauge(c.queue, float64(st.Queued))
+	gauge(c.running, float64(st.Running))
+	gauge(c.blocks, float64(st.KVBlocks))
+	gauge(c.used, float64(st.KVBlocksUsed))
+	gauge(c.cached, float64(st.KVBlocksCached))
+	gauge(c.blockTok, float64(st.BlockSize))
 	ratio := 0.0
 	if st.PromptTokens > 0 {
 		ratio = float64(st.CachedTokens) / float64(st.PromptTokens)
 	}
-	gauge(descHit, ratio)
-	ch <- prometheus.MustNewConstMetric(descPreempt, prometheus.CounterValue, float64(st.Preemptions))
+	gauge(c.hit, ratio)
+	ch <- prometheus.MustNewConstMetric(c.pre, prometheus.CounterValue, float64(st.Preemptions))
 	if b.Recorder == nil {
 		return
 	}
 	for _, ss := range b.Recorder.Summary() {
 		for state, d := range map[string]time.Duration{"busy": ss.Busy, "waiting": ss.Waiting, "blocked": ss.Blocked} {
-			ch <- prometheus.MustNewConstMetric(descStage, prometheus.CounterValue, d.Seconds(), ss.Stage, state)
+			ch <- prometheus.MustNewConstMetric(c.stage, prometheus.CounterValue, d.Seconds(), ss.Stage, state)
 		}
 	}
 }

@@ -288,15 +288,16 @@ func (o *oaiEncoder) frame(j *job) oaiResponse {
 	return oaiResponse{Created: j.created.Unix(), Model: j.model, SystemFingerprint: o.s.cfg.Fingerprint, Object: obj, ID: j.id}
 }
 
-var (
-	roleDelta  = json.RawMessage(`{"role":"assistant","content":null}`)
-	emptyDelta = json.RawMessage(`{}`)
+// The first chunk's delta and the last one's, as llama-server writes them.
+const (
+	roleDelta  = `{"role":"assistant","content":null}`
+	emptyDelta = `{}`
 )
 
 func (o *oaiEncoder) begin(w *bufio.Writer, j *job, _ stages.Usage) {
 	if o.chat {
 		r := o.frame(j)
-		r.Choices = []oaiChoice{{Delta: roleDelta}}
+		r.Choices = []oaiChoice{{Delta: json.RawMessage(roleDelta)}}
 		sse(w, "", r)
 	}
 }
@@ -316,7 +317,7 @@ func (o *oaiEncoder) delta(w *bufio.Writer, j *job, text string) {
 func (o *oaiEncoder) end(w *bufio.Writer, j *job, ev *stages.Event) {
 	r := o.frame(j)
 	if o.chat {
-		r.Choices = []oaiChoice{{FinishReason: finishReason(ev.Finish), Delta: emptyDelta}}
+		r.Choices = []oaiChoice{{FinishReason: finishReason(ev.Finish), Delta: json.RawMessage(emptyDelta)}}
 	} else {
 		empty := ""
 		r.Choices = []oaiChoice{{FinishReason: finishReason(ev.Finish), Text: &empty}}

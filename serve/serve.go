@@ -18,8 +18,13 @@
 // SetBackend is called. Shutdown stops accepting and waits for in-flight
 // streams to finish (drain).
 //
-// It does not implement tool calls, images, logprobs, n > 1, embeddings,
-// or CORS.
+// A model whose GGUF has no chat template (stories260K) is chatted with
+// through ChatML, as llama-server does (model.Bundle.Template).
+//
+// It does not implement tool calls (tool definitions are ignored, tool
+// content blocks rejected), images, logprobs, n > 1, embeddings, or CORS.
+// A non-streamed request whose client leaves runs to its end (bounded by
+// max_tokens and the context): only streams notice a departed client.
 package serve
 
 import (
