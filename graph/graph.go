@@ -32,6 +32,8 @@ type Graph struct {
 	errs   []error // declaration errors, reported by Run
 	ran    bool
 
+	queues *queueWatch // queue sampling while recording (trace_queues.go)
+
 	// set by Run
 	cancel   context.CancelCauseFunc
 	failOnce sync.Once

@@ -35,6 +35,7 @@ type Recorder struct {
 	max        int
 	enabled    atomic.Bool
 	queueEvery atomic.Int64 // queue sampling interval in ns; 0 = off (trace_queues.go)
+	detail     atomic.Int32 // Detail of sub-spans stages record (trace_extra.go)
 
 	mu     sync.Mutex // guards stages; never taken on the hot path
 	stages []*stageRec

@@ -174,3 +174,31 @@ func (w WaitSpan) End() {
 		w.sr.span(evWait, w.name, w.t0, w.sr.now())
 	}
 }
+
+// Detail is how much a stage that offers levels (compute) records inside
+// its busy time. Finer levels cost a few clock reads per span: a trace asks
+// for them; a recorder kept on for metrics leaves them off.
+type Detail int32
+
+// Detail levels.
+const (
+	DetailStages Detail = iota // ports, counters and coarse spans only (the default)
+	DetailLayers               // + per-layer spans: attention, FFN, experts, output
+	DetailOps                  // + every matrix product and attention core
+)
+
+// SetDetail sets the level of sub-spans for graphs started afterwards.
+func (r *Recorder) SetDetail(d Detail) {
+	if r != nil {
+		r.detail.Store(int32(d))
+	}
+}
+
+// Detail returns the level of sub-spans; a nil or disabled recorder
+// records none.
+func (r *Recorder) Detail() Detail {
+	if !r.Enabled() {
+		return DetailStages
+	}
+	return Detail(r.detail.Load())
+}

@@ -31,6 +31,7 @@ func runRecorded(t *testing.T) *Recorder {
 	p.sq.Do(func(ctx context.Context) error { return square(ctx, p.sqIn, p.sqOut) })
 	p.sink.Do(func(ctx context.Context) error {
 		return drain(ctx, p.sinkIn, func(int) error {
+			p.sink.SampleQueues()
 			outer := rec.Begin(p.sink, "attn-0")
 			inner := rec.Begin(p.sink, "attn_q-0")
 			spin(50 * time.Microsecond)
@@ -268,15 +269,15 @@ func TestSVGWellFormed(t *testing.T) {
 	}
 }
 
-// TestSampleQueuesOff: without SampleQueues no queue events are recorded
-// (the existing event counts of other tests rely on it).
+// TestSampleQueuesOff: without Recorder.SampleQueues, Stage.SampleQueues
+// records nothing (the event counts of other tests rely on it).
 func TestSampleQueuesOff(t *testing.T) {
 	rec := NewRecorder(0)
 	p := newPipeline(rec, 4)
 	p.src.Do(func(ctx context.Context) error { return count(ctx, p.srcOut, 100) })
 	p.sq.Do(func(ctx context.Context) error { return square(ctx, p.sqIn, p.sqOut) })
 	p.sink.Do(func(ctx context.Context) error {
-		return drain(ctx, p.sinkIn, func(int) error { time.Sleep(20 * time.Microsecond); return nil })
+		return drain(ctx, p.sinkIn, func(int) error { p.sink.SampleQueues(); time.Sleep(20 * time.Microsecond); return nil })
 	})
 	if err := p.g.Run(context.Background()); err != nil {
 		t.Fatal(err)

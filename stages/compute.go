@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/flowinfer/flowinfer/graph"
@@ -26,8 +27,10 @@ func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*st
 	// reads (its layers' slabs and the output matrix), one counter per step.
 	var outBytes, stepBytes int64
 	if c.rec.Enabled() {
-		ls := &layerSpans{rec: c.rec, stg: stg, names: map[string][]string{}}
-		c.mctx.Span = ls.hook
+		if d := c.rec.Detail(); d >= graph.DetailLayers {
+			ls := &layerSpans{rec: c.rec, stg: stg, ops: d >= graph.DetailOps, names: map[string][]string{}}
+			c.mctx.Span = ls.hook
+		}
 		c.mctx.BeforeLayer = func(il int) error {
 			if err := gate.before(il); err != nil {
 				return err
@@ -63,6 +66,7 @@ func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*st
 			c.rec.Add(stg, "bytes weights", stepBytes)
 			stepBytes = 0
 		}
+		stg.SampleQueues() // edge depths for the trace (nothing when off)
 		st.logits = logits
 		if err := out.Send(ctx, st); err != nil {
 			return err
@@ -70,14 +74,16 @@ func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*st
 	}
 }
 
-// layerSpans records model.Context's spans (attention, FFN, experts and
-// each matrix product, per layer) as sub-spans of the compute stage, named
-// as llama.cpp names tensors ("attn-3", "ffn_up-3", "output"). Names are
-// built once per (name, layer), so recording allocates nothing per step;
-// with recording off the hook is not installed at all.
+// layerSpans records model.Context's spans (attention, FFN, experts and,
+// with ops, each matrix product, per layer) as sub-spans of the compute
+// stage, named as llama.cpp names tensors ("attn-3", "ffn_up-3",
+// "output"). Names are built once per (name, layer), so recording
+// allocates nothing per step; below graph.DetailLayers the hook is not
+// installed at all.
 type layerSpans struct {
 	rec   *graph.Recorder
 	stg   *graph.Stage
+	ops   bool                // also the op-level spans (names with '_')
 	names map[string][]string // name -> per layer+1 (index 0: outside layers)
 	open  []graph.Span        // spans nest: a stack
 }
@@ -88,6 +94,10 @@ func (l *layerSpans) hook(name string, layer int, begin bool) {
 			l.open[n-1].End()
 			l.open = l.open[:n-1]
 		}
+		return
+	}
+	if !l.ops && strings.IndexByte(name, '_') >= 0 {
+		l.open = append(l.open, graph.Span{}) // keeps the stack paired; records nothing
 		return
 	}
 	byLayer := l.names[name]

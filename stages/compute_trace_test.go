@@ -5,9 +5,15 @@ package stages
 
 import (
 	"context"
+	"fmt"
+	"path/filepath"
 	"testing"
 
+	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/graph"
+	"github.com/flowinfer/flowinfer/internal/golden"
+	"github.com/flowinfer/flowinfer/model"
+	"github.com/flowinfer/flowinfer/stages/sample"
 )
 
 func TestLayerSpans(t *testing.T) {
@@ -16,7 +22,7 @@ func TestLayerSpans(t *testing.T) {
 	stg := g.Stage("compute")
 	var allocs float64
 	stg.Do(func(context.Context) error {
-		ls := &layerSpans{rec: rec, stg: stg, names: map[string][]string{}}
+		ls := &layerSpans{rec: rec, stg: stg, ops: true, names: map[string][]string{}}
 		step := func() {
 			for il := range 4 {
 				ls.hook("attn", il, true)
@@ -45,5 +51,53 @@ func TestLayerSpans(t *testing.T) {
 	}
 	if len(spans) != 9 {
 		t.Errorf("%d span names, want 9: %v", len(spans), spans)
+	}
+}
+
+// TestComputeDetail: the recorder's detail level decides which sub-spans
+// compute records: none below DetailLayers, sections at DetailLayers,
+// sections and ops at DetailOps.
+func TestComputeDetail(t *testing.T) {
+	dir, _ := golden.Load(t)
+	b, err := model.Open(filepath.Join(dir, "models", "stories260K.gguf"), cpu.NewRef().Supports, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	prompt := b.Tokenizer.Encode("Once upon a time", true, true)
+	tests := []struct {
+		detail       graph.Detail
+		attn, attnQ  bool
+		wantSpanKind int // distinct span names
+	}{
+		{graph.DetailStages, false, false, 1}, // "forward" only
+		{graph.DetailLayers, true, false, 1 + 5*2 + 1},
+		{graph.DetailOps, true, true, 1 + 5*10 + 2},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprint("detail=", tc.detail), func(t *testing.T) {
+			rec := graph.NewRecorder(0)
+			rec.SetDetail(tc.detail)
+			e, err := NewEngine(b.Model, b.Tokenizer, cpu.NewRef(), Config{NCtx: 64}, rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.Submit(&Request{Prompt: prompt, Params: sample.Params{RepeatPenalty: 1}, MaxTokens: 4, IgnoreEOG: true})
+			e.Close()
+			if err := e.Run(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			var spans map[string]graph.SpanStats
+			for _, s := range rec.Summary() {
+				if s.Stage == "compute" {
+					spans = s.Spans
+				}
+			}
+			_, attn := spans["attn-0"]
+			_, attnQ := spans["attn_q-0"]
+			if attn != tc.attn || attnQ != tc.attnQ || len(spans) != tc.wantSpanKind {
+				t.Errorf("attn-0 %v, attn_q-0 %v, %d span names: %v", attn, attnQ, len(spans), spans)
+			}
+		})
 	}
 }

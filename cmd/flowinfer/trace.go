@@ -44,6 +44,7 @@ type TraceCmd struct {
 	Chat        bool          `help:"Apply the model's chat template to the prompt."`
 	IgnoreEOS   bool          `name:"ignore-eos" default:"true" negatable:"" help:"Keep generating past end-of-generation tokens (on by default: traces of a fixed length)."`
 	MaxEvents   int           `name:"max-events" default:"0" help:"Events kept per stage (0 = 262144)."`
+	Detail      string        `name:"detail" default:"ops" enum:"stages,layers,ops" help:"Spans inside compute: stages (none), layers (attention, FFN, experts, output) or ops (also every matrix product)."`
 	QueueSample time.Duration `name:"queue-sample" default:"2ms" help:"Interval of the queue-depth counters (0 = none)."`
 	NoMeasure   bool          `name:"no-measure" help:"Do not measure memory bandwidth when the profile has none."`
 	Warmup      bool          `name:"warmup" help:"Run the generation once unrecorded first (page in the weights, warm the caches) so the trace shows the steady state."`
@@ -87,8 +88,9 @@ func (c *TraceCmd) Run(g *Globals, cli *CLI) error {
 			return err
 		}
 	}
-	rec := graph.NewRecorder(c.MaxEvents)
-	rec.SampleQueues(c.QueueSample)
+	job.detail = map[string]graph.Detail{"stages": graph.DetailStages, "layers": graph.DetailLayers, "ops": graph.DetailOps}[c.Detail]
+	job.queueSample = c.QueueSample
+	rec := job.recorder(c.MaxEvents)
 	res, err := job.run(ctx, rec, true)
 	if err != nil {
 		return err
@@ -154,7 +156,7 @@ func (c *TraceCmd) Run(g *Globals, cli *CLI) error {
 	}
 
 	if c.Overhead > 0 {
-		return measureOverhead(ctx, out, job, c.Overhead, c.QueueSample)
+		return measureOverhead(ctx, out, job, c.Overhead)
 	}
 	return nil
 }
@@ -205,11 +207,23 @@ type traceJob struct {
 	n         int
 	requests  int
 	ignoreEOS bool
+	// recording settings
+	detail      graph.Detail
+	queueSample time.Duration
+}
+
+// recorder returns a recorder with the job's recording settings.
+func (j traceJob) recorder(maxEvents int) *graph.Recorder {
+	rec := graph.NewRecorder(maxEvents)
+	rec.SampleQueues(j.queueSample)
+	rec.SetDetail(j.detail)
+	return rec
 }
 
 // traceResult is what one run measured.
 type traceResult struct {
 	wall                  time.Duration
+	cpu                   time.Duration // process CPU time (user + system) of the run
 	generated             int
 	decodeTPS, prefillTPS float64
 	promptTokens, cached  int
@@ -276,9 +290,9 @@ func (j traceJob) run(ctx context.Context, rec *graph.Recorder, sampleStats bool
 	if sampleStats {
 		stop = sampleEngine(e, &stats)
 	}
-	t0 := time.Now()
+	t0, cpu0 := time.Now(), cpuTime()
 	err = e.Run(ctx)
-	res.wall = time.Since(t0)
+	res.wall, res.cpu = time.Since(t0), cpuTime()-cpu0
 	stop()
 	if errors.Is(err, context.Canceled) {
 		return res, errors.New("interrupted")
@@ -362,8 +376,8 @@ func series(name string, pts []graph.Point) graph.Series {
 // the median decode tok/s of each, the median of the pairwise ratios, and
 // an estimate from first principles: events recorded per generated token
 // times the cost of one event.
-func measureOverhead(ctx context.Context, w io.Writer, j traceJob, n int, queueSample time.Duration) error {
-	var off, on, ratio []float64
+func measureOverhead(ctx context.Context, w io.Writer, j traceJob, n int) error {
+	var off, on, ratio, cpuOff, cpuOn []float64
 	var events int64
 	var tokens int
 	if _, err := j.run(ctx, nil, false); err != nil { // warm-up, not counted
@@ -372,19 +386,21 @@ func measureOverhead(ctx context.Context, w io.Writer, j traceJob, n int, queueS
 	for i := range 2 * n {
 		var rec *graph.Recorder
 		if i%2 == 1 {
-			rec = graph.NewRecorder(0)
-			rec.SampleQueues(queueSample)
+			rec = j.recorder(0)
 		}
 		runtime.GC()
 		res, err := j.run(ctx, rec, false)
 		if err != nil {
 			return err
 		}
+		cpuPerTok := float64(res.cpu.Microseconds()) / float64(max(res.generated, 1))
 		if rec == nil {
 			off = append(off, res.decodeTPS)
+			cpuOff = append(cpuOff, cpuPerTok)
 			continue
 		}
 		on = append(on, res.decodeTPS)
+		cpuOn = append(cpuOn, cpuPerTok)
 		ratio = append(ratio, res.decodeTPS/off[len(off)-1])
 		for _, s := range rec.Stalls().Stages {
 			events += s.Events
@@ -392,9 +408,12 @@ func measureOverhead(ctx context.Context, w io.Writer, j traceJob, n int, queueS
 		tokens += res.generated
 	}
 	mOff, mOn := median(off), median(on)
-	fmt.Fprintf(w, "\nrecording overhead (%d runs each, alternated): median decode %.1f tok/s off, %.1f tok/s on (%+.2f%%); median of pairwise ratios %+.2f%%\n",
-		n, mOff, mOn, 100*(mOn-mOff)/mOff, 100*(median(ratio)-1))
+	fmt.Fprintf(w, "\nrecording overhead, detail %d (%d runs each, alternated): median decode %.1f tok/s off, %.1f tok/s on (%+.2f%%); median of pairwise ratios %+.2f%%\n",
+		j.detail, n, mOff, mOn, 100*(mOn-mOff)/mOff, 100*(median(ratio)-1))
 	fmt.Fprintf(w, "  off: %s\n  on:  %s\n", fmtFloats(off), fmtFloats(on))
+	mcOff, mcOn := median(cpuOff), median(cpuOn)
+	fmt.Fprintf(w, "  process CPU time per generated token (insensitive to other processes' load): median %.1f µs off, %.1f µs on (%+.2f%%)\n",
+		mcOff, mcOn, 100*(mcOn-mcOff)/mcOff)
 	perEvent := eventCost()
 	perTok := float64(events) / float64(max(tokens, 1))
 	cost := time.Duration(perTok * float64(perEvent))
@@ -441,6 +460,15 @@ func fmtFloats(v []float64) string {
 		s[i] = strconv.FormatFloat(x, 'f', 1, 64)
 	}
 	return strings.Join(s, " ")
+}
+
+// cpuTime returns the CPU time (user + system) this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // physicalCores counts this machine's physical cores from /proc/cpuinfo.

@@ -127,7 +127,7 @@ func TestTraceOverhead(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, errOut)
 	}
-	if !regexp.MustCompile(`recording overhead \(2 runs each, alternated\): median decode [\d.]+ tok/s off, [\d.]+ tok/s on.*\n.*\n.*\n  estimate: \d+ events per generated token`).MatchString(out) {
+	if !regexp.MustCompile(`(?s)recording overhead, detail 2 \(2 runs each, alternated\): median decode [\d.]+ tok/s off, [\d.]+ tok/s on.*process CPU time per generated token.*estimate: \d+ events per generated token`).MatchString(out) {
 		t.Errorf("no overhead line:\n%s", out)
 	}
 }
