@@ -245,6 +245,11 @@ func (j traceJob) run(ctx context.Context, rec *graph.Recorder, sampleStats bool
 	var prompt time.Duration
 	var active []graph.Point // requests between their first token and their end
 	nActive := 0
+	// Engine counters are sampled as tokens arrive (at most every ms): a
+	// ticker goroutine would slow the pipeline it observes (see
+	// graph/trace_queues.go).
+	var stats []statsPoint
+	var lastStat time.Time
 	for i := range j.requests {
 		var first time.Time
 		n := 0
@@ -254,6 +259,10 @@ func (j traceJob) run(ctx context.Context, rec *graph.Recorder, sampleStats bool
 				now := time.Now()
 				mu.Lock()
 				defer mu.Unlock()
+				if sampleStats && now.Sub(lastStat) >= time.Millisecond {
+					stats = append(stats, statsPoint{now, e.Stats()})
+					lastStat = now
+				}
 				if ev.Token >= 0 {
 					n++
 					if first.IsZero() {
@@ -285,15 +294,15 @@ func (j traceJob) run(ctx context.Context, rec *graph.Recorder, sampleStats bool
 		}
 	}
 	e.Close()
-	stop := func() {}
-	var stats []statsPoint
 	if sampleStats {
-		stop = sampleEngine(e, &stats)
+		stats = append(stats, statsPoint{time.Now(), e.Stats()})
 	}
 	t0, cpu0 := time.Now(), cpuTime()
 	err = e.Run(ctx)
 	res.wall, res.cpu = time.Since(t0), cpuTime()-cpu0
-	stop()
+	if sampleStats {
+		stats = append(stats, statsPoint{time.Now(), e.Stats()})
+	}
 	if errors.Is(err, context.Canceled) {
 		return res, errors.New("interrupted")
 	}
@@ -314,25 +323,6 @@ func (j traceJob) run(ctx context.Context, rec *graph.Recorder, sampleStats bool
 type statsPoint struct {
 	t time.Time
 	s stages.Stats
-}
-
-// sampleEngine records e.Stats every 2 ms until the returned stop is called.
-func sampleEngine(e *stages.Engine, into *[]statsPoint) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(2 * time.Millisecond)
-		defer t.Stop()
-		for {
-			*into = append(*into, statsPoint{time.Now(), e.Stats()})
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-		}
-	})
-	return func() { close(done); wg.Wait() }
 }
 
 // engineSeries turns engine samples into counter tracks.
