@@ -132,12 +132,14 @@ type Server struct {
 	TraceDir string `yaml:"trace_dir,omitempty"`
 }
 
-// Known values of the enumerated fields.
-var (
-	Backends  = []string{"auto", "cpu", "vulkan"}
-	IOEngines = []string{"mmap", "pread", "io_uring"}
-	KVTypes   = []string{"f32", "f16", "q8_0", "turbo3"}
-)
+// Backends returns the known values of pipeline.backend.
+func Backends() []string { return []string{"auto", "cpu", "vulkan"} }
+
+// IOEngines returns the known values of pipeline.io_engine.
+func IOEngines() []string { return []string{"mmap", "pread", "io_uring"} }
+
+// KVTypes returns the known values of pipeline.kv_cache.type.
+func KVTypes() []string { return []string{"f32", "f16", "q8_0", "turbo3"} }
 
 // Default returns the configuration used for everything a profile, the
 // environment and the flags leave unset.
@@ -203,7 +205,7 @@ func (c *Config) Validate() error {
 		vram += g.VRAM
 	}
 
-	oneOf("pipeline.backend", p.Backend, Backends)
+	oneOf("pipeline.backend", p.Backend, Backends())
 	between("pipeline.threads", p.Threads, 0, 1024)
 	between("pipeline.batch_size", p.BatchSize, 1, 1<<16)
 	between("pipeline.parallel", p.Parallel, 1, 4096)
@@ -212,8 +214,8 @@ func (c *Config) Validate() error {
 	between("pipeline.edges.slabs", p.Edges.Slabs, 1, 1024)
 	between("pipeline.prefetch_depth", p.PrefetchDepth, 0, 1024)
 	between("pipeline.kv_cache.ctx_size", p.KVCache.CtxSize, 0, 1<<24)
-	oneOf("pipeline.kv_cache.type", p.KVCache.Type, KVTypes)
-	oneOf("pipeline.io_engine", p.IOEngine, IOEngines)
+	oneOf("pipeline.kv_cache.type", p.KVCache.Type, KVTypes())
+	oneOf("pipeline.io_engine", p.IOEngine, IOEngines())
 	if p.RAMPool < 0 {
 		bad("pipeline.ram_pool", "must not be negative")
 	} else if h.RAM > 0 && p.RAMPool > h.RAM {
