@@ -31,7 +31,8 @@ type request struct {
 type result struct {
 	TTFT   time.Duration // send to the first chunk with text
 	Total  time.Duration
-	Tokens int // generated, from the usage chunk (chunks with text if none)
+	Tokens int  // generated, from the usage chunk (chunks with text if none)
+	Short  bool // fewer tokens than asked for
 	Err    error
 }
 
@@ -41,6 +42,7 @@ type level struct {
 	Concurrency int     `json:"concurrency"`
 	Requests    int     `json:"requests"`
 	Errors      int     `json:"errors"`
+	Short       int     `json:"short_requests"` // ended before max_tokens
 	Tokens      int     `json:"generated_tokens"`
 	WallS       float64 `json:"wall_s"`
 	TokPerS     float64 `json:"aggregate_tok_per_s"`
@@ -85,6 +87,9 @@ func summarize(results []result, concurrency int, wall time.Duration) level {
 			continue
 		}
 		l.Tokens += r.Tokens
+		if r.Short {
+			l.Short++
+		}
 		ttft = append(ttft, r.TTFT)
 	}
 	if wall > 0 {
@@ -174,6 +179,7 @@ func complete(ctx context.Context, client *http.Client, base string, r request) 
 	if res.Tokens == 0 {
 		res.Tokens = chunks
 	}
+	res.Short = res.Tokens < r.MaxTokens
 	if res.TTFT == 0 {
 		return result{Err: errors.New("no text in the stream")}
 	}

@@ -120,7 +120,9 @@ func run(ctx context.Context, c config) error {
 		fmt.Fprintf(os.Stderr, "bench/serve: no llama-server at %s: measuring flowinfer only\n", c.llama)
 	}
 
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	// A connection per request: llama-server closes idle keep-alive
+	// connections, which a client may not notice before it writes.
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	rep := report{Model: c.model, NPredict: c.nPredict, Threads: c.threads}
 	servers := make([]*server, len(targets))
 	for i, t := range targets {
@@ -205,10 +207,10 @@ func runBaseline(ctx context.Context, c config, prompt string) (float64, error) 
 // ratios.
 func printTable(w *os.File, rep report) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "server\tstreams\trequests\terrors\tgen tokens\twall s\tagg tok/s\tTTFT p50 ms\tTTFT p99 ms\t")
+	fmt.Fprintln(tw, "server\tstreams\trequests\terrors\tshort\tgen tokens\twall s\tagg tok/s\tTTFT p50 ms\tTTFT p99 ms\t")
 	by := map[string]map[int]level{}
 	for _, l := range rep.Levels {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.2f\t%.1f\t%.0f\t%.0f\t\n", l.Server, l.Concurrency, l.Requests, l.Errors, l.Tokens, l.WallS, l.TokPerS, l.TTFTP50MS, l.TTFTP99MS)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%.2f\t%.1f\t%.0f\t%.0f\t\n", l.Server, l.Concurrency, l.Requests, l.Errors, l.Short, l.Tokens, l.WallS, l.TokPerS, l.TTFTP50MS, l.TTFTP99MS)
 		if by[l.Server] == nil {
 			by[l.Server] = map[int]level{}
 		}
