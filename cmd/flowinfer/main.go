@@ -12,7 +12,6 @@ import (
 	"os"
 
 	"github.com/alecthomas/kong"
-	kongyaml "github.com/alecthomas/kong-yaml"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
@@ -74,7 +73,6 @@ func main() {
 		kong.Name("flowinfer"),
 		kong.Description("Local LLM inference as a graph of pipelined stages. Models are GGUF files (llama.cpp's format)."),
 		kong.UsageOnError(),
-		kong.Configuration(kongyaml.Loader),
 		kong.Vars{"version": version},
 	)
 	log := newLogger(cli.LogLevel)
