@@ -1,13 +1,21 @@
 package cpu
 
 // pool.go: the Backend's persistent worker pool. T-1 goroutines are started
-// once; the calling goroutine is worker 0. A dispatch publishes a task and
-// bumps a generation counter; workers spin briefly on the counter (the next
-// operation of a decode step is usually microseconds away) and then park on
-// a channel, so an idle backend costs no CPU. Dispatching allocates nothing:
-// a task is a pointer to a struct the backend owns, passed as an interface.
+// once; the calling goroutine is worker 0. A dispatch publishes a task and a
+// new generation in one atomic state word; workers spin briefly on it (the
+// next operation of a decode step is usually microseconds away) and then
+// park on a channel, so an idle backend costs no CPU. Dispatching allocates
+// nothing: a task is a pointer to a struct the backend owns, passed as an
+// interface.
 //
-// The pool is not safe for concurrent Run calls: the backend that owns it
+// Tasks split their work into chunks that workers claim from a counter, so
+// the caller alone can finish a task. When it has, it closes the task:
+// workers that had not joined yet (descheduled by the OS, still parked)
+// skip it, and the caller waits only for workers still inside. On a
+// machine shared with other processes this keeps one late thread from
+// stalling every operation.
+//
+// The pool is not safe for concurrent run calls: the backend that owns it
 // runs one operation at a time.
 
 import (
@@ -15,9 +23,10 @@ import (
 	"sync/atomic"
 )
 
-// task is one parallel operation: run is called once on every worker
-// (0 ≤ worker < nWorkers); the task splits its work, usually by claiming
-// chunks from an atomic counter.
+// task is one parallel operation: run is called on the caller (worker 0)
+// and on each worker that joins before the caller has finished (0 ≤ worker
+// < nWorkers); the task splits its work by claiming chunks from an atomic
+// counter, so any subset of workers completes it.
 type task interface {
 	run(worker int)
 }
@@ -25,6 +34,13 @@ type task interface {
 // spinIters bounds how long a worker (or the caller) spins before parking:
 // roughly tens of microseconds of atomic loads.
 const spinIters = 1 << 15
+
+// The state word: generation in the high 32 bits, the closed flag, and the
+// number of workers inside the current task in the low bits.
+const (
+	closedBit  = 1 << 31
+	activeMask = closedBit - 1
+)
 
 // paddedFlag keeps each worker's flag on its own cache line.
 type paddedFlag struct {
@@ -36,12 +52,12 @@ type paddedFlag struct {
 type pool struct {
 	n    int
 	task task
+	gen  uint32 // the caller's copy of the current generation
 
-	gen  atomic.Uint32 // bumped once per dispatch
-	_    [60]byte
-	left atomic.Int32 // workers 1..n-1 still running the current task
-	_    [60]byte
-	quit atomic.Bool
+	_     [64]byte
+	state atomic.Uint64
+	_     [56]byte
+	quit  atomic.Bool
 
 	sleeping []paddedFlag    // 1 while worker w is parked (or about to)
 	wake     []chan struct{} // one token wakes a parked worker
@@ -66,18 +82,21 @@ func newPool(n int) *pool {
 // workers returns the number of workers, the caller included.
 func (p *pool) workers() int { return p.n }
 
-// run runs t on every worker and returns when all are done.
+// run runs t on the caller and the workers that join, and returns when t
+// is done and no worker is inside it.
 func (p *pool) run(t task) {
 	if p.n == 1 {
 		t.run(0)
 		return
 	}
 	p.task = t
-	p.left.Store(int32(p.n - 1))
-	p.gen.Add(1) // publishes task (atomics are sequentially consistent)
+	p.gen++
+	p.state.Store(uint64(p.gen) << 32) // publishes task: open, nobody inside
 	p.wakeAll()
 	t.run(0)
-	p.waitDone()
+	if old := p.state.Or(closedBit); old&activeMask != 0 {
+		p.waitDone()
+	}
 }
 
 func (p *pool) wakeAll() {
@@ -88,15 +107,15 @@ func (p *pool) wakeAll() {
 	}
 }
 
-// waitDone waits until every worker has finished the current task.
+// waitDone waits until no worker is inside the closed task.
 func (p *pool) waitDone() {
 	for range spinIters {
-		if p.left.Load() == 0 {
+		if p.state.Load()&activeMask == 0 {
 			return
 		}
 	}
 	p.caller.v.Store(1)
-	if p.left.Load() == 0 {
+	if p.state.Load()&activeMask == 0 {
 		if !p.caller.v.CompareAndSwap(1, 0) {
 			<-p.done // the last worker saw us parked and sent a token
 		}
@@ -114,9 +133,26 @@ func (p *pool) worker(w int) {
 		if p.quit.Load() {
 			return
 		}
+		if !p.join(seen) {
+			continue // the caller finished without us
+		}
 		p.task.run(w)
-		if p.left.Add(-1) == 0 && p.caller.v.CompareAndSwap(1, 0) {
+		s := p.state.Add(^uint64(0)) // leave
+		if s&closedBit != 0 && s&activeMask == 0 && p.caller.v.CompareAndSwap(1, 0) {
 			p.done <- struct{}{}
+		}
+	}
+}
+
+// join enters the task of generation g unless it is closed or gone.
+func (p *pool) join(g uint32) bool {
+	for {
+		s := p.state.Load()
+		if uint32(s>>32) != g || s&closedBit != 0 {
+			return false
+		}
+		if p.state.CompareAndSwap(s, s+1) {
+			return true
 		}
 	}
 }
@@ -124,20 +160,20 @@ func (p *pool) worker(w int) {
 // await returns the first generation after seen, spinning and then parking.
 func (p *pool) await(w int, seen uint32) uint32 {
 	for range spinIters {
-		if g := p.gen.Load(); g != seen {
+		if g := uint32(p.state.Load() >> 32); g != seen {
 			return g
 		}
 	}
 	f := &p.sleeping[w].v
 	f.Store(1)
-	if g := p.gen.Load(); g != seen {
+	if g := uint32(p.state.Load() >> 32); g != seen {
 		if !f.CompareAndSwap(1, 0) {
 			<-p.wake[w] // a dispatcher saw us parked and sent a token
 		}
 		return g
 	}
 	<-p.wake[w]
-	return p.gen.Load()
+	return uint32(p.state.Load() >> 32)
 }
 
 // close stops the workers and waits for them. The pool must be idle.
@@ -148,7 +184,8 @@ func (p *pool) close() {
 	}
 	p.closed = true
 	p.quit.Store(true)
-	p.gen.Add(1)
+	p.gen++
+	p.state.Store(uint64(p.gen)<<32 | closedBit)
 	p.wakeAll()
 	p.wg.Wait()
 }
