@@ -51,8 +51,18 @@ type level struct {
 	FirstErr    string  `json:"first_error,omitempty"`
 }
 
+// api is how a server is asked for a completion.
+type api int
+
+const (
+	apiOpenAI api = iota // /v1/completions, OpenAI chunks
+	apiLlama             // llama-server's native /completion: its
+	// /v1/completions parses the output as a chat message and fails on
+	// random-weight text
+)
+
 // runLevel sends reqs through concurrency workers.
-func runLevel(ctx context.Context, client *http.Client, base string, reqs []request, concurrency int) level {
+func runLevel(ctx context.Context, client *http.Client, base string, a api, reqs []request, concurrency int) level {
 	results := make([]result, len(reqs))
 	next := make(chan int)
 	var wg sync.WaitGroup
@@ -62,7 +72,7 @@ func runLevel(ctx context.Context, client *http.Client, base string, reqs []requ
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				results[i] = complete(ctx, client, base, reqs[i])
+				results[i] = complete(ctx, client, base, a, reqs[i])
 			}
 		}()
 	}
@@ -112,12 +122,18 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 }
 
 // complete sends one streaming completion and reads it to the end.
-func complete(ctx context.Context, client *http.Client, base string, r request) result {
-	body, _ := json.Marshal(map[string]any{
-		"prompt": r.Prompt, "max_tokens": r.MaxTokens, "stream": true, "stream_options": map[string]any{"include_usage": true},
-		"temperature": 0, "ignore_eos": true, "cache_prompt": false,
-	})
-	req, err := http.NewRequestWithContext(ctx, "POST", base+"/v1/completions", bytes.NewReader(body))
+func complete(ctx context.Context, client *http.Client, base string, a api, r request) result {
+	fields := map[string]any{"prompt": r.Prompt, "stream": true, "temperature": 0, "ignore_eos": true, "cache_prompt": false}
+	path := "/v1/completions"
+	if a == apiLlama {
+		path = "/completion"
+		fields["n_predict"] = r.MaxTokens
+	} else {
+		fields["max_tokens"] = r.MaxTokens
+		fields["stream_options"] = map[string]any{"include_usage": true}
+	}
+	body, _ := json.Marshal(fields)
+	req, err := http.NewRequestWithContext(ctx, "POST", base+path, bytes.NewReader(body))
 	if err != nil {
 		return result{Err: err}
 	}
@@ -157,7 +173,10 @@ func complete(ctx context.Context, client *http.Client, base string, r request) 
 			Usage *struct {
 				CompletionTokens int `json:"completion_tokens"`
 			} `json:"usage"`
-			Error json.RawMessage `json:"error"`
+			Content   string          `json:"content"` // llama-server's /completion
+			Stop      bool            `json:"stop"`
+			Predicted int             `json:"tokens_predicted"`
+			Error     json.RawMessage `json:"error"`
 		}
 		if err := json.Unmarshal([]byte(data), &c); err != nil {
 			return result{Err: fmt.Errorf("bad chunk %q: %w", data, err)}
@@ -165,7 +184,11 @@ func complete(ctx context.Context, client *http.Client, base string, r request) 
 		if len(c.Error) > 0 {
 			return result{Err: fmt.Errorf("stream error: %s", c.Error)}
 		}
-		if len(c.Choices) > 0 && c.Choices[0].Text != "" {
+		text := c.Content
+		if len(c.Choices) > 0 {
+			text = c.Choices[0].Text
+		}
+		if text != "" {
 			if res.TTFT == 0 {
 				res.TTFT = time.Since(t0)
 			}
@@ -173,6 +196,10 @@ func complete(ctx context.Context, client *http.Client, base string, r request) 
 		}
 		if c.Usage != nil {
 			res.Tokens = c.Usage.CompletionTokens
+		}
+		if a == apiLlama && c.Stop {
+			res.Tokens = c.Predicted
+			break
 		}
 	}
 	res.Total = time.Since(t0)

@@ -48,6 +48,9 @@ func TestRunLevel(t *testing.T) {
 		}
 		fmt.Fprint(w, `data: {"choices":[],"usage":{"completion_tokens":5}}`+"\n\ndata: [DONE]\n\n")
 	})
+	mux.HandleFunc("/completion", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `data: {"content":"a","stop":false}`+"\n\n"+`data: {"content":"","stop":true,"tokens_predicted":4}`+"\n\n")
+	})
 	mux.HandleFunc("/bad/v1/completions", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":"busy"}`, 429)
 	})
@@ -59,13 +62,18 @@ func TestRunLevel(t *testing.T) {
 	go srv.Serve(ln)
 	defer srv.Close()
 	base := "http://" + ln.Addr().String()
-	l := runLevel(context.Background(), http.DefaultClient, base, prompts(6, []int{3, 5}, 5, 1), 3)
+	l := runLevel(context.Background(), http.DefaultClient, base, apiOpenAI, prompts(6, []int{3, 5}, 5, 1), 3)
 	if l.Requests != 6 || l.Errors != 0 || l.Tokens != 30 || l.TTFTP50MS < 20 || l.TokPerS <= 0 {
 		t.Errorf("level %+v", l)
 	}
-	l = runLevel(context.Background(), http.DefaultClient, base+"/bad", prompts(2, []int{3}, 5, 1), 2)
+	l = runLevel(context.Background(), http.DefaultClient, base+"/bad", apiOpenAI, prompts(2, []int{3}, 5, 1), 2)
 	if l.Errors != 2 || l.Tokens != 0 || l.FirstErr == "" {
 		t.Errorf("failing level %+v", l)
+	}
+	// llama-server's native endpoint.
+	l = runLevel(context.Background(), http.DefaultClient, base, apiLlama, prompts(2, []int{3}, 5, 1), 2)
+	if l.Errors != 0 || l.Tokens != 8 || l.Short != 2 {
+		t.Errorf("native level %+v", l)
 	}
 }
 

@@ -107,15 +107,16 @@ func run(ctx context.Context, c config) error {
 	type target struct {
 		name, bin string
 		args      []string
+		api       api
 	}
 	th := strconv.Itoa(c.threads)
-	targets := []target{{"flowinfer", c.flowinfer, []string{"serve", "-m", c.model, "--parallel", strconv.Itoa(maxC), "-c", strconv.Itoa(c.ctx), "-t", th, "--queue", "1024", "--log-level", "warn"}}}
+	targets := []target{{"flowinfer", c.flowinfer, []string{"serve", "-m", c.model, "--parallel", strconv.Itoa(maxC), "-c", strconv.Itoa(c.ctx), "-t", th, "--queue", "1024", "--log-level", "warn"}, apiOpenAI}}
 	if _, err := os.Stat(c.llama); err == nil {
 		args := []string{"-m", c.model, "-np", strconv.Itoa(maxC), "-c", strconv.Itoa(maxC * c.ctx), "--cont-batching", "--no-webui"}
 		if c.threads > 0 {
 			args = append(args, "-t", th)
 		}
-		targets = append(targets, target{"llama-server", c.llama, args})
+		targets = append(targets, target{"llama-server", c.llama, args, apiLlama})
 	} else {
 		fmt.Fprintf(os.Stderr, "bench/serve: no llama-server at %s: measuring flowinfer only\n", c.llama)
 	}
@@ -125,7 +126,9 @@ func run(ctx context.Context, c config) error {
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	rep := report{Model: c.model, NPredict: c.nPredict, Threads: c.threads}
 	servers := make([]*server, len(targets))
+	apis := make([]api, len(targets))
 	for i, t := range targets {
+		apis[i] = t.api
 		s, err := startServer(ctx, t.name, t.bin, t.args, tmp)
 		if err != nil {
 			return err
@@ -133,7 +136,7 @@ func run(ctx context.Context, c config) error {
 		defer s.stop()
 		servers[i] = s
 		// Warm up (page in the weights, JIT-free but caches cold).
-		runLevel(ctx, client, s.url, prompts(1, lengths[:1], 8, 1000), 1)
+		runLevel(ctx, client, s.url, t.api, prompts(1, lengths[:1], 8, 1000), 1)
 	}
 	for _, n := range counts {
 		reqs := c.perLevel
@@ -145,7 +148,7 @@ func run(ctx context.Context, c config) error {
 				return ctx.Err()
 			}
 			// Distinct prompts per request and per level: no prefix-cache hits.
-			l := runLevel(ctx, client, s.url, prompts(reqs, lengths, c.nPredict, 100*n+10*i), n)
+			l := runLevel(ctx, client, s.url, apis[i], prompts(reqs, lengths, c.nPredict, 100*n+10*i), n)
 			l.Server = s.name
 			rep.Levels = append(rep.Levels, l)
 			fmt.Fprintf(os.Stderr, "bench/serve: %-12s %2d streams: %7.1f tok/s, TTFT p50 %7.0f ms p99 %7.0f ms (%d errors)\n",
