@@ -48,7 +48,10 @@ type level struct {
 	TokPerS     float64 `json:"aggregate_tok_per_s"`
 	TTFTP50MS   float64 `json:"ttft_p50_ms"`
 	TTFTP99MS   float64 `json:"ttft_p99_ms"`
-	FirstErr    string  `json:"first_error,omitempty"`
+	// DecodeTokPerS is the mean per-stream decode rate: tokens after the
+	// first over the time after the first (comparable to `flowinfer run`).
+	DecodeTokPerS float64 `json:"decode_tok_per_s_per_stream"`
+	FirstErr      string  `json:"first_error,omitempty"`
 }
 
 // api is how a server is asked for a completion.
@@ -88,6 +91,8 @@ func runLevel(ctx context.Context, client *http.Client, base string, a api, reqs
 func summarize(results []result, concurrency int, wall time.Duration) level {
 	l := level{Concurrency: concurrency, Requests: len(results), WallS: wall.Seconds()}
 	var ttft []time.Duration
+	var decode float64
+	nDecode := 0
 	for _, r := range results {
 		if r.Err != nil {
 			l.Errors++
@@ -97,6 +102,10 @@ func summarize(results []result, concurrency int, wall time.Duration) level {
 			continue
 		}
 		l.Tokens += r.Tokens
+		if d := r.Total - r.TTFT; r.Tokens > 1 && d > 0 {
+			decode += float64(r.Tokens-1) / d.Seconds()
+			nDecode++
+		}
 		if r.Short {
 			l.Short++
 		}
@@ -104,6 +113,9 @@ func summarize(results []result, concurrency int, wall time.Duration) level {
 	}
 	if wall > 0 {
 		l.TokPerS = float64(l.Tokens) / wall.Seconds()
+	}
+	if nDecode > 0 {
+		l.DecodeTokPerS = decode / float64(nDecode)
 	}
 	l.TTFTP50MS = percentile(ttft, 50).Seconds() * 1e3
 	l.TTFTP99MS = percentile(ttft, 99).Seconds() * 1e3

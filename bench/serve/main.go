@@ -210,10 +210,10 @@ func runBaseline(ctx context.Context, c config, prompt string) (float64, error) 
 // ratios.
 func printTable(w *os.File, rep report) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "server\tstreams\trequests\terrors\tshort\tgen tokens\twall s\tagg tok/s\tTTFT p50 ms\tTTFT p99 ms\t")
+	fmt.Fprintln(tw, "server\tstreams\trequests\terrors\tshort\tgen tokens\twall s\tagg tok/s\tTTFT p50 ms\tTTFT p99 ms\tdecode tok/s/stream\t")
 	by := map[string]map[int]level{}
 	for _, l := range rep.Levels {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%.2f\t%.1f\t%.0f\t%.0f\t\n", l.Server, l.Concurrency, l.Requests, l.Errors, l.Short, l.Tokens, l.WallS, l.TokPerS, l.TTFTP50MS, l.TTFTP99MS)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%.2f\t%.1f\t%.0f\t%.0f\t%.1f\t\n", l.Server, l.Concurrency, l.Requests, l.Errors, l.Short, l.Tokens, l.WallS, l.TokPerS, l.TTFTP50MS, l.TTFTP99MS, l.DecodeTokPerS)
 		if by[l.Server] == nil {
 			by[l.Server] = map[int]level{}
 		}
