@@ -99,6 +99,7 @@ func summarize(results []result, concurrency int, wall time.Duration) level {
 			if l.FirstErr == "" {
 				l.FirstErr = r.Err.Error()
 			}
+			l.Tokens += r.Tokens // generated before the failure: the work was done
 			continue
 		}
 		l.Tokens += r.Tokens
@@ -162,6 +163,7 @@ func complete(ctx context.Context, client *http.Client, base string, a api, r re
 	}
 	var res result
 	chunks := 0
+	streamed := 0 // tokens listed by llama-server's chunks
 	rd := bufio.NewReaderSize(resp.Body, 64<<10)
 	for {
 		line, err := rd.ReadString('\n')
@@ -188,14 +190,16 @@ func complete(ctx context.Context, client *http.Client, base string, a api, r re
 			Content   string          `json:"content"` // llama-server's /completion
 			Stop      bool            `json:"stop"`
 			Predicted int             `json:"tokens_predicted"`
+			Tokens    []int32         `json:"tokens"`
 			Error     json.RawMessage `json:"error"`
 		}
 		if err := json.Unmarshal([]byte(data), &c); err != nil {
 			return result{Err: fmt.Errorf("bad chunk %q: %w", data, err)}
 		}
 		if len(c.Error) > 0 {
-			return result{Err: fmt.Errorf("stream error: %s", c.Error)}
+			return result{Err: fmt.Errorf("stream error: %s", c.Error), Tokens: streamed}
 		}
+		streamed += len(c.Tokens)
 		text := c.Content
 		if len(c.Choices) > 0 {
 			text = c.Choices[0].Text
