@@ -392,11 +392,25 @@ func (b *Backend) SwiGLU(out, gate, up []float32) {
 	b.runEW(e, len(gate), expCost)
 }
 
+// swiglu is SwiGLU on a range (expf inlined by hand: this loop runs once
+// per FFN activation).
 func swiglu(out, gate, up []float32) {
 	up = up[:len(gate)]
 	out = out[:len(gate)]
 	for i, g := range gate {
-		out[i] = g / (1 + expf(-g)) * up[i]
+		x := -g
+		var e float32
+		if x > -87 && x < 88 {
+			f := float64(x)
+			k := f*log2e + roundBias - roundBias
+			r := f - k*ln2
+			r2 := r * r
+			p := (1 + r) + r2*(1.0/2+r*(1.0/6)) + r2*r2*((1.0/24+r*(1.0/120))+r2*(1.0/720+r*(1.0/5040)))
+			e = float32(p * math.Float64frombits(uint64(int64(k)+1023)<<52))
+		} else {
+			e = expfSlow(x)
+		}
+		out[i] = g / (1 + e) * up[i]
 	}
 }
 
@@ -434,13 +448,7 @@ func softmaxRow(row []float32) {
 	for _, v := range row {
 		mx = max(mx, v)
 	}
-	var sum float64
-	for i, v := range row {
-		e := expf(v - mx)
-		row[i] = e
-		sum += float64(e)
-	}
-	inv := float32(1 / sum)
+	inv := float32(1 / expSub(row, mx))
 	for i := range row {
 		row[i] *= inv
 	}

@@ -37,16 +37,23 @@ const (
 	attnMinWork = 1 << 15
 )
 
-// attnUnit is rows [t0, t1) of the batch (one sequence) and KV head kh.
+// attnUnit is rows [t0, t1) of the batch (one sequence) and KV head kh;
+// vt indexes the sequence's transposed V (blocks of several rows).
 type attnUnit struct {
-	t0, t1, kh int32
+	t0, t1, kh, vt int32
+}
+
+// vtRegion is the V cache of one sequence, positions [0, np), transposed
+// once per call for all its blocks: element (c, j) (c < VDim) at
+// off + c*stride + j.
+type vtRegion struct {
+	off, stride int
 }
 
 // attnScratch is one worker's scratch.
 type attnScratch struct {
 	scores []float32 // lone rows: G × nCtx; blocks: rows × attnTile
 	q      []float32 // rows × dk, the block's query rows packed
-	vt     []float32 // dv × attnTile, a V tile transposed
 	acc    []float32 // rows × dv
 	tmp    []float32 // rows × dv
 	m      []float32 // running max per row
@@ -64,6 +71,8 @@ type attnTask struct {
 	scale    float32
 	group    int
 	units    []attnUnit
+	vt       []float32 // transposed V of the sequences with blocks
+	regions  []vtRegion
 	next     atomic.Int64
 	scratch  []attnScratch
 }
@@ -85,21 +94,37 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 	a.group = h.NHead / h.NHeadKV
 	G := a.group
 	dk, dv := h.HeadDimK, h.HeadDimV
-	// units: runs of rows of one sequence, cut into blocks
-	a.units = a.units[:0]
-	work := 0
-	for t0 := 0; t0 < len(seq); {
-		t1 := t0 + 1
-		for t1 < len(seq) && seq[t1] == seq[t0] && t1-t0 < attnBlock {
-			t1++
+	// units: runs of rows of one sequence, cut into blocks; a run of
+	// several rows gets its V transposed once for all its blocks
+	a.units, a.regions = a.units[:0], a.regions[:0]
+	work, vtLen := 0, 0
+	for r0 := 0; r0 < len(seq); {
+		r1, np := r0+1, int(pos[r0])+1
+		for r1 < len(seq) && seq[r1] == seq[r0] {
+			np = max(np, int(pos[r1])+1)
+			r1++
 		}
-		for kh := range h.NHeadKV {
-			a.units = append(a.units, attnUnit{int32(t0), int32(t1), int32(kh)})
+		vt := int32(-1)
+		if r1-r0 > 1 {
+			stride := (np+15)&^15 + 16 // not a power of two: rows would share cache sets
+			vt = int32(len(a.regions))
+			a.regions = append(a.regions, vtRegion{off: vtLen, stride: stride})
+			vtLen += kv.VDim * stride
 		}
-		for t := t0; t < t1; t++ {
+		for t0 := r0; t0 < r1; t0 += attnBlock {
+			t1 := min(t0+attnBlock, r1)
+			for kh := range h.NHeadKV {
+				a.units = append(a.units, attnUnit{int32(t0), int32(t1), int32(kh), vt})
+			}
+		}
+		for t := r0; t < r1; t++ {
 			work += int(pos[t]+1) * h.NHead * (dk + dv)
 		}
-		t0 = t1
+		r0 = r1
+	}
+	if len(a.regions) > 0 {
+		a.vt = grow(a.vt, vtLen)
+		a.transposeV()
 	}
 	// scratch for the shapes of this call (grows, then is reused)
 	rows := min(attnBlock, len(seq)) * G
@@ -108,7 +133,6 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 		s.scores = grow(s.scores, max(G*kv.NCtx, rows*attnTile))
 		if rows > G {
 			s.q = grow(s.q, rows*dk)
-			s.vt = grow(s.vt, dv*attnTile)
 			s.acc = grow(s.acc, rows*dv)
 			s.tmp = grow(s.tmp, rows*dv)
 			s.m = grow(s.m, rows)
@@ -134,7 +158,7 @@ func (a *attnTask) run(worker int) {
 		if u.t1-u.t0 == 1 {
 			a.row(s, int(u.t0), int(u.kh))
 		} else {
-			a.block(s, int(u.t0), int(u.t1), int(u.kh))
+			a.block(s, int(u.t0), int(u.t1), int(u.kh), &a.regions[u.vt])
 		}
 	}
 }
@@ -182,13 +206,7 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 			row[j] = v
 			mx = max(mx, v)
 		}
-		var sum float64
-		for j, v := range row {
-			e := expf(v - mx)
-			row[j] = e
-			sum += float64(e)
-		}
-		inv := float32(1 / sum)
+		inv := float32(1 / expSub(row, mx))
 		for j := range row {
 			row[j] *= inv
 		}
@@ -212,7 +230,7 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 
 // block computes KV head kh's query heads for batch rows [t0, t1) of one
 // sequence, tile by tile over the cached positions.
-func (a *attnTask) block(sc *attnScratch, t0, t1, kh int) {
+func (a *attnTask) block(sc *attnScratch, t0, t1, kh int, vt *vtRegion) {
 	h, kv := a.h, a.kv
 	dk, dv, G := h.HeadDimK, h.HeadDimV, a.group
 	s := int(a.seq[t0])
@@ -221,11 +239,15 @@ func (a *attnTask) block(sc *attnScratch, t0, t1, kh int) {
 	for t := t0; t < t1; t++ {
 		np = max(np, int(a.pos[t])+1)
 	}
-	// pack the block's query rows
+	// pack the block's query rows, times the scale (so the scores come out
+	// scaled)
 	qb := sc.q[:R*dk]
 	for t := t0; t < t1; t++ {
-		src := a.q[(t*h.NHead+kh*G)*dk:]
-		copy(qb[(t-t0)*G*dk:(t-t0+1)*G*dk], src[:G*dk])
+		src := a.q[(t*h.NHead+kh*G)*dk:][:G*dk]
+		dst := qb[(t-t0)*G*dk:][:G*dk]
+		for i, v := range src {
+			dst[i] = v * a.scale
+		}
 	}
 	acc, tmp, m, l := sc.acc[:R*dv], sc.tmp[:R*dv], sc.m[:R], sc.l[:R]
 	clear(acc)
@@ -250,10 +272,10 @@ func (a *attnTask) block(sc *attnScratch, t0, t1, kh int) {
 				continue
 			}
 			mx := m[r]
-			for j, v := range row[:valid] {
-				v *= a.scale
-				row[j] = v
-				mx = max(mx, v)
+			for _, v := range row[:valid] {
+				if v > mx {
+					mx = v
+				}
 			}
 			if mx > m[r] {
 				if c := expf(m[r] - mx); c != 1 {
@@ -262,24 +284,13 @@ func (a *attnTask) block(sc *attnScratch, t0, t1, kh int) {
 				}
 				m[r] = mx
 			}
-			var sum float64
-			for j, v := range row[:valid] {
-				e := expf(v - mx)
-				row[j] = e
-				sum += float64(e)
-			}
+			l[r] += expSub(row[:valid], mx)
 			clear(row[valid:])
-			l[r] += sum
 		}
-		// acc += S·V_tile, with V_tile transposed: vt[d*L + j] = V_{j0+j}[d]
-		vt := sc.vt[:dv*L]
-		vrows := a.vRows(s, kh, j0, L)
-		for j := range L {
-			for d, v := range vrows[j*kv.VDim : j*kv.VDim+dv] {
-				vt[d*L+j] = v
-			}
-		}
-		a.k.GemmRows(quant.F32, f32bytes(vt), 4*L, L, 0, dv, f32bytes(S), R, tmp, dv)
+		// acc += S·V_tile: the tile's columns of head kh's rows of the
+		// transposed V
+		w := a.vt[vt.off+kh*dv*vt.stride+j0:]
+		a.k.GemmRows(quant.F32, f32bytes(w), 4*vt.stride, L, 0, dv, f32bytes(S), R, tmp, dv)
 		add(acc, tmp)
 	}
 	// out = acc / l
@@ -292,6 +303,43 @@ func (a *attnTask) block(sc *attnScratch, t0, t1, kh int) {
 				o[d] = v * inv
 			}
 		}
+	}
+}
+
+// transposeV fills the regions: for the first row of each region's run,
+// the V rows of its sequence at positions [0, np) (np from the stride's
+// run), transposed, 16 positions at a time so that reads and writes both
+// stay within a few cache lines.
+func (a *attnTask) transposeV() {
+	kv := a.kv
+	ri := 0
+	for r0 := 0; r0 < len(a.seq); {
+		r1, np := r0+1, int(a.pos[r0])+1
+		for r1 < len(a.seq) && a.seq[r1] == a.seq[r0] {
+			np = max(np, int(a.pos[r1])+1)
+			r1++
+		}
+		if r1-r0 > 1 {
+			reg := &a.regions[ri]
+			ri++
+			s := int(a.seq[r0])
+			dst := a.vt[reg.off : reg.off+kv.VDim*reg.stride]
+			for j0 := 0; j0 < np; {
+				n := a.span(s, j0, np-j0)
+				src := a.kv.VRows(a.layer, s, j0, n)
+				for jb := 0; jb < n; jb += 16 {
+					je := min(jb+16, n)
+					for c := range kv.VDim {
+						d := dst[c*reg.stride+j0+jb : c*reg.stride+j0+je]
+						for j := range d {
+							d[j] = src[(jb+j)*kv.VDim+c]
+						}
+					}
+				}
+				j0 += n
+			}
+		}
+		r0 = r1
 	}
 }
 

@@ -3,7 +3,9 @@ package cpu_test
 import (
 	"fmt"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/model"
@@ -68,12 +70,14 @@ func BenchmarkPrefill(b *testing.B) {
 					batch.Pos[i] = int32(i)
 				}
 				batch.Logits[n-1] = true
+				c0 := cpuTime()
 				for b.Loop() {
 					if _, err := ctx.Decode(batch); err != nil {
 						b.Fatal(err)
 					}
 				}
 				b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tok/s")
+				reportCPU(b, c0)
 			})
 		}
 	}
@@ -114,4 +118,54 @@ func BenchmarkMatMul(b *testing.B) {
 func trimGGUF(file string) string {
 	s := filepath.Base(file)
 	return s[:len(s)-len(filepath.Ext(s))]
+}
+
+// BenchmarkAttention measures Attention with the llama-1b preset's heads
+// (32 query heads, 8 KV heads of 64): a prefill of 512 rows from position
+// 0, and one decode row at position 511.
+func BenchmarkAttention(b *testing.B) {
+	h := model.Hyper{NHead: 32, NHeadKV: 8, HeadDimK: 64, HeadDimV: 64, NLayer: 1}
+	const nCtx = 512
+	kv := model.NewKVCache(&h, nCtx, 1)
+	copy(kv.K[0], randomF32(len(kv.K[0]), 1))
+	copy(kv.V[0], randomF32(len(kv.V[0]), 2))
+	for _, rows := range []int{512, 1} {
+		seq, pos := make([]int32, rows), make([]int32, rows)
+		for i := range pos {
+			pos[i] = int32(nCtx - rows + i)
+		}
+		q := randomF32(rows*h.NHead*h.HeadDimK, 3)
+		out := make([]float32, rows*h.NHead*h.HeadDimV)
+		for _, threads := range []int{1, 2} {
+			b.Run(fmt.Sprintf("rows=%d/threads=%d", rows, threads), func(b *testing.B) {
+				be := cpu.NewBackend(threads, nil)
+				defer be.Close()
+				c0 := cpuTime()
+				for b.Loop() {
+					be.Attention(out, q, kv, 0, seq, pos, &h, 0.125)
+				}
+				reportCPU(b, c0)
+				var macs float64
+				for _, p := range pos {
+					macs += float64(p+1) * float64(h.NHead*(h.HeadDimK+h.HeadDimV))
+				}
+				b.ReportMetric(2*macs/(b.Elapsed().Seconds()/float64(b.N))/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
+
+// cpuTime returns the process's user+system CPU time: on a machine shared
+// with other work, CPU time per operation is steadier than wall time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the CPU milliseconds per operation since start.
+func reportCPU(b *testing.B, start time.Duration) {
+	b.ReportMetric(float64(cpuTime()-start)/float64(b.N)/1e6, "cpu-ms/op")
 }
