@@ -218,10 +218,11 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 	for j0 := 0; j0 < np; {
 		n := a.span(s, j0, np-j0)
 		vr := a.vRows(s, kh, j0, n)
-		for g := range G {
-			o := out[g*dv : (g+1)*dv]
-			for j, w := range sco[g*np+j0 : g*np+j0+n] {
-				axpy(o, w, vr[j*kv.VDim:j*kv.VDim+dv])
+		// each V row once for the whole group (positions in order, as Ref)
+		for j := range n {
+			v := vr[j*kv.VDim : j*kv.VDim+dv]
+			for g := range G {
+				axpy(out[g*dv:(g+1)*dv], sco[g*np+j0+j], v)
 			}
 		}
 		j0 += n
