@@ -169,6 +169,7 @@ func routeTable() map[string]route {
 		"/health":                   {method: "GET", public: true, handle: (*Server).handleHealth},
 		"/v1/health":                {method: "GET", public: true, handle: (*Server).handleHealth},
 		"/metrics":                  {method: "GET", handle: (*Server).handleMetrics},
+		"/debug/trace":              {method: "GET", handle: (*Server).handleDebugTrace},
 		"/v1/models":                {method: "GET", public: true, handle: (*Server).handleModels},
 		"/models":                   {method: "GET", public: true, handle: (*Server).handleModels},
 		"/v1/chat/completions":      {method: "POST", handle: (*Server).handleChatCompletions},
