@@ -19,7 +19,7 @@ import (
 func TestTraceCommand(t *testing.T) {
 	m, _ := goldenModel(t, "stories260K.gguf")
 	dir := t.TempDir()
-	out, errOut, err := runEnv(t, nil, "trace", "-m", m, "-n", "24", "--requests", "2", "--parallel", "2",
+	out, errOut, err := runEnv(t, nil, "trace", "-m", m, "--detail", "ops", "-n", "24", "--requests", "2", "--parallel", "2",
 		"--temp", "0", "-o", filepath.Join(dir, "t.json"), "--no-measure", "--queue-sample", "200us")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, errOut)
@@ -122,7 +122,7 @@ func TestTraceCommand(t *testing.T) {
 // prints both rates.
 func TestTraceOverhead(t *testing.T) {
 	m, _ := goldenModel(t, "stories260K.gguf")
-	out, errOut, err := runEnv(t, nil, "trace", "-m", m, "-n", "16", "--temp", "0", "-o", filepath.Join(t.TempDir(), "t.json"),
+	out, errOut, err := runEnv(t, nil, "trace", "-m", m, "--detail", "ops", "-n", "16", "--temp", "0", "-o", filepath.Join(t.TempDir(), "t.json"),
 		"--svg", "-", "--no-measure", "--overhead", "2")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, errOut)
