@@ -7,10 +7,11 @@ package cpu
 // differs. Matrix products split the weight rows into blocks that workers
 // claim from a shared counter; activations are converted once per matrix
 // (in parallel for batches); a batch multiplies tiles of weight rows by
-// tiles of tokens (gemmRows) instead of one matrix-vector product per
-// token. Attention runs in parallel over (token, head) units
-// (backend_attn.go); norms, SwiGLU and softmax split rows across workers
-// when the batch is large enough to pay for a dispatch.
+// tiles of tokens (GemmRows) instead of one matrix-vector product per
+// token; weights the kernels have a packed layout for are multiplied in
+// that layout (backend_pack.go). Attention runs in parallel over (rows,
+// KV head) units (backend_attn.go); norms, SwiGLU and softmax split rows
+// across workers when the work pays for a dispatch.
 //
 // Steady-state calls allocate nothing: scratch grows to the largest
 // operation seen and is then reused. A Backend runs one operation at a time
