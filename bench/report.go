@@ -120,7 +120,8 @@ type Result struct {
 	Backend string // "CPU"
 	ISA     string // kernel path ("avx2", "go"), flowinfer's addition
 	Threads int
-	NBatch  int
+	NBatch  int    // most tokens per Decode call (-b)
+	NUBatch int    // tokens per forward step (min(-b, -p))
 	TypeK   string // KV cache types ("f32")
 	TypeV   string
 	Build   string // flowinfer version
@@ -231,7 +232,7 @@ func WriteJSON(w io.Writer, rs []Result) error {
 		out[i] = jsonResult{
 			BuildCommit: r.Build, CPUInfo: r.CPUInfo, Backends: r.Backend, ISA: r.ISA,
 			ModelFile: r.Model.Filename, ModelType: r.Model.Type, ModelSize: r.Model.Size, ModelNParams: r.Model.NParams,
-			NBatch: r.NBatch, NUBatch: r.NBatch, NThreads: r.Threads, TypeK: r.TypeK, TypeV: r.TypeV,
+			NBatch: r.NBatch, NUBatch: r.NUBatch, NThreads: r.Threads, TypeK: r.TypeK, TypeV: r.TypeV,
 			NPrompt: r.NPrompt, NGen: r.NGen, TestTime: r.Time.Format("2006-01-02T15:04:05Z"),
 			AvgNS: int64(r.AvgNS()), StddevNS: int64(r.StddevNS()), AvgTS: r.AvgTS(), StddevTS: r.StddevTS(),
 			SamplesNS: r.SamplesNS, SamplesTS: r.TS(),

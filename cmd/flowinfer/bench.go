@@ -101,7 +101,7 @@ func (c *BenchCmd) Run(g *Globals) error {
 	for i, t := range tests {
 		rs[i] = bench.Result{
 			Model: info, Backend: "CPU", ISA: backend.ISA().String(), Threads: backend.Threads(),
-			NBatch: mctx.MaxBatch, TypeK: "f32", TypeV: "f32", Build: version, CPUInfo: bench.CPUName(), Test: t,
+			NBatch: c.BatchSize, NUBatch: mctx.MaxBatch, TypeK: "f32", TypeV: "f32", Build: version, CPUInfo: bench.CPUName(), Test: t,
 		}
 	}
 	if c.Output == "json" {
