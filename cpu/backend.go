@@ -49,13 +49,17 @@ var _ model.Ops = (*Backend)(nil)
 
 // NewBackend returns a backend on threads workers (≤ 0: PhysicalCores)
 // with the given kernels (nil: Best()). It starts threads-1 goroutines,
-// which Close stops.
+// which Close stops. With C kernels it raises GOMAXPROCS to threads+1
+// unless the environment sets it (procs.go says why).
 func NewBackend(threads int, kernels *Kernels) *Backend {
 	if threads <= 0 {
 		threads = PhysicalCores()
 	}
 	if kernels == nil {
 		kernels = Best()
+	}
+	if kernels.ISA() != ISAScalarGo {
+		reserveProcs(threads)
 	}
 	b := &Backend{pool: newPool(threads), k: kernels, packed: make(map[packKey]*Packed)}
 	b.attn.init(threads)

@@ -20,6 +20,9 @@ import (
 
 const featAVX2 = C.FI_AVX2
 
+// cgoKernels reports whether the C kernels are built in.
+const cgoKernels = true
+
 // cpuFeatures returns the FI_* bits of this machine (asked once).
 var cpuFeatures = sync.OnceValue(func() int { return int(C.fi_cpu_features()) })
 

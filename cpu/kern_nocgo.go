@@ -9,6 +9,8 @@ import "github.com/flowinfer/flowinfer/quant"
 
 const featAVX2 = 1
 
+const cgoKernels = false
+
 func cpuFeatures() int { return 0 }
 
 func quantizeRowsC(ISA, quant.Type, []float32, int, int, []byte) bool { return false }
