@@ -39,13 +39,18 @@ type Backend struct {
 	NoPack bool
 	packed map[packKey]*Packed // nil value: not packable
 
-	mat   matTask
-	quant quantTask
-	ew    ewTask
-	attn  attnTask
+	mat    matTask
+	one    [1]*model.Weight // MatMul's argument to MatMuls
+	oneOut [1][]float32
+	quant  quantTask
+	ew     ewTask
+	attn   attnTask
 }
 
-var _ model.Ops = (*Backend)(nil)
+var (
+	_ model.Ops         = (*Backend)(nil)
+	_ model.MultiMatMul = (*Backend)(nil)
+)
 
 // NewBackend returns a backend on threads workers (≤ 0: PhysicalCores)
 // with the given kernels (nil: Best()). It starts threads-1 goroutines,
@@ -89,8 +94,25 @@ func chunks(n, workers, perWorker, minSize, align int) (count, size int) {
 
 // MatMul implements model.Ops.
 func (b *Backend) MatMul(out []float32, w *model.Weight, x []float32, n int) {
-	cols := w.Cols
-	vt := quant.VecDotType(w.Type)
+	b.one[0], b.oneOut[0] = w, out
+	b.MatMuls(b.oneOut[:], b.one[:], x, n)
+	b.one[0], b.oneOut[0] = nil, nil
+}
+
+// MatMuls implements model.MultiMatMul: the products of up to maxParts
+// weights with the same activations, converted once and split into one
+// parallel operation (in decode, the q, k and v projections are three
+// small products: as one they pay one dispatch and one tail, not three).
+// Each output row is computed exactly as MatMul computes it.
+func (b *Backend) MatMuls(outs [][]float32, ws []*model.Weight, x []float32, n int) {
+	if len(ws) > maxParts || !sameInput(ws) {
+		for i, w := range ws {
+			b.MatMul(outs[i], w, x, n)
+		}
+		return
+	}
+	cols := ws[0].Cols
+	vt := quant.VecDotType(ws[0].Type)
 	var act []byte
 	var arb int
 	if vt == quant.F32 {
@@ -104,34 +126,57 @@ func (b *Backend) MatMul(out []float32, w *model.Weight, x []float32, n int) {
 		b.convert(vt, x[:n*cols], cols, n, act, arb)
 	}
 	m := &b.mat
-	m.k, m.wt, m.w, m.rowBytes, m.cols = b.k, w.Type, w.Data, w.RowBytes, cols
-	m.pk = b.packedFor(w)
-	m.a, m.arb, m.n, m.out, m.ldo = act, arb, n, out[:n*w.Rows], w.Rows
+	m.k, m.cols, m.a, m.arb, m.n = b.k, cols, act, arb, n
+	m.np, m.total = len(ws), 0
 	workers := b.pool.workers()
-	if n == 1 {
-		// at least dotMinWork weights per claim: smaller products are not
-		// worth a dispatch
-		m.rowChunks, m.rowSize = chunks(w.Rows, workers, 8, max(16, dotMinWork/cols), 8)
-		m.tokChunks, m.tokSize = 1, 1
+	for i, w := range ws {
+		p := &m.parts[i]
+		p.wt, p.w, p.rowBytes, p.rows = w.Type, w.Data, w.RowBytes, w.Rows
+		p.pk = b.packedFor(w)
+		p.out, p.ldo = outs[i][:n*w.Rows], w.Rows
+		if n == 1 {
+			// at least dotMinWork weights per claim: smaller products are
+			// not worth a dispatch
+			p.rowChunks, p.rowSize = chunks(w.Rows, workers, 8, max(16, dotMinWork/cols), 8)
+			p.tokChunks, p.tokSize = 1, 1
+		} else {
+			p.tokChunks, p.tokSize = chunks(n, 1, 1, gemmTokens, 1)
+			p.tokSize = min(p.tokSize, gemmTokens)
+			p.tokChunks = (n + p.tokSize - 1) / p.tokSize
+			p.rowChunks, p.rowSize = chunks(w.Rows, workers, 4, gemmRowsMin, 8)
+			p.rowSize = min(p.rowSize, gemmRowsMax)
+			p.rowChunks = (w.Rows + p.rowSize - 1) / p.rowSize
+			if n*w.Rows*cols < 4*dotMinWork {
+				p.rowChunks, p.rowSize, p.tokChunks, p.tokSize = 1, w.Rows, 1, n
+			}
+		}
+		p.first = m.total
+		m.total += int64(p.rowChunks * p.tokChunks)
+	}
+	m.next.Store(0)
+	if m.total == 1 {
+		m.run(0)
 	} else {
-		m.tokChunks, m.tokSize = chunks(n, 1, 1, gemmTokens, 1)
-		m.tokSize = min(m.tokSize, gemmTokens)
-		m.tokChunks = (n + m.tokSize - 1) / m.tokSize
-		m.rowChunks, m.rowSize = chunks(w.Rows, workers, 4, gemmRowsMin, 8)
-		m.rowSize = min(m.rowSize, gemmRowsMax)
-		m.rowChunks = (w.Rows + m.rowSize - 1) / m.rowSize
-		if n*w.Rows*cols < 4*dotMinWork {
-			m.rowChunks, m.rowSize, m.tokChunks, m.tokSize = 1, w.Rows, 1, n
+		b.pool.run(m)
+	}
+	for i := range m.np {
+		m.parts[i].w, m.parts[i].out, m.parts[i].pk = nil, nil, nil
+	}
+}
+
+// sameInput reports whether the weights take the same activations: the
+// same width and the same dot-product type.
+func sameInput(ws []*model.Weight) bool {
+	for _, w := range ws[1:] {
+		if w.Cols != ws[0].Cols || quant.VecDotType(w.Type) != quant.VecDotType(ws[0].Type) {
+			return false
 		}
 	}
-	m.rows = w.Rows
-	m.next.Store(0)
-	if m.rowChunks*m.tokChunks == 1 {
-		m.run(0)
-		return
-	}
-	b.pool.run(m)
+	return len(ws) > 0
 }
+
+// maxParts is the most weights one MatMuls call multiplies together.
+const maxParts = 4
 
 // dotMinWork is the fewest weights a worker multiplies per claim in a
 // matrix-vector product (tens of microseconds: a dispatch costs one or
@@ -161,46 +206,64 @@ func (b *Backend) convert(vt quant.Type, x []float32, cols, n int, act []byte, a
 	b.pool.run(q)
 }
 
-// matTask is one matrix product cut into (row block, token block) chunks,
-// claimed row-block-major so a worker keeps its weight rows in cache while
-// it goes through the token blocks.
+// matTask is one to maxParts matrix products of the same activations, each
+// cut into (row block, token block) chunks; chunks are numbered part after
+// part and, within a part, row-block-major, so a worker keeps its weight
+// rows in cache while it goes through the token blocks.
 type matTask struct {
-	k                    *Kernels
-	wt                   quant.Type
-	w                    []byte
-	pk                   *Packed // w packed, or nil
-	rowBytes, cols, rows int
-	a                    []byte
-	arb, n               int
-	out                  []float32
-	ldo                  int
-	rowChunks, rowSize   int
-	tokChunks, tokSize   int
-	next                 atomic.Int64
+	k      *Kernels
+	cols   int
+	a      []byte
+	arb, n int
+	parts  [maxParts]matPart
+	np     int
+	total  int64
+	next   atomic.Int64
+}
+
+// matPart is one weight's product within a matTask.
+type matPart struct {
+	wt                 quant.Type
+	w                  []byte
+	pk                 *Packed // w packed, or nil
+	rowBytes, rows     int
+	out                []float32
+	ldo                int
+	rowChunks, rowSize int
+	tokChunks, tokSize int
+	first              int64 // number of the part's first chunk
 }
 
 func (m *matTask) run(int) {
-	total := int64(m.rowChunks * m.tokChunks)
 	for {
 		c := m.next.Add(1) - 1
-		if c >= total {
+		if c >= m.total {
 			return
 		}
-		rc, tc := int(c)/m.tokChunks, int(c)%m.tokChunks
-		r0 := rc * m.rowSize
-		r1 := min(r0+m.rowSize, m.rows)
-		t0 := tc * m.tokSize
-		t1 := min(t0+m.tokSize, m.n)
-		switch {
-		case m.pk != nil && m.n == 1:
-			m.k.DotRowsPacked(m.pk, r0, r1, m.a, m.out)
-		case m.pk != nil:
-			m.k.GemmRowsPacked(m.pk, r0, r1, m.a[t0*m.arb:t1*m.arb], t1-t0, m.out[t0*m.ldo:], m.ldo)
-		case m.n == 1:
-			m.k.DotRows(m.wt, m.w, m.rowBytes, m.cols, r0, r1, m.a, m.out)
-		default:
-			m.k.GemmRows(m.wt, m.w, m.rowBytes, m.cols, r0, r1, m.a[t0*m.arb:t1*m.arb], t1-t0, m.out[t0*m.ldo:], m.ldo)
+		p := &m.parts[0]
+		for i := 1; i < m.np && c >= m.parts[i].first; i++ {
+			p = &m.parts[i]
 		}
+		m.do(p, int(c-p.first))
+	}
+}
+
+// do computes chunk c of part p.
+func (m *matTask) do(p *matPart, c int) {
+	rc, tc := c/p.tokChunks, c%p.tokChunks
+	r0 := rc * p.rowSize
+	r1 := min(r0+p.rowSize, p.rows)
+	t0 := tc * p.tokSize
+	t1 := min(t0+p.tokSize, m.n)
+	switch {
+	case p.pk != nil && m.n == 1:
+		m.k.DotRowsPacked(p.pk, r0, r1, m.a, p.out)
+	case p.pk != nil:
+		m.k.GemmRowsPacked(p.pk, r0, r1, m.a[t0*m.arb:t1*m.arb], t1-t0, p.out[t0*p.ldo:], p.ldo)
+	case m.n == 1:
+		m.k.DotRows(p.wt, p.w, p.rowBytes, m.cols, r0, r1, m.a, p.out)
+	default:
+		m.k.GemmRows(p.wt, p.w, p.rowBytes, m.cols, r0, r1, m.a[t0*m.arb:t1*m.arb], t1-t0, p.out[t0*p.ldo:], p.ldo)
 	}
 }
 

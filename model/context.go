@@ -196,7 +196,8 @@ type Context struct {
 	AfterLayer  func(il int)
 	// Span, when set, is called at the start (begin=true) and end of each
 	// named part of the forward pass: "attn", "ffn", "moe", "output" and
-	// the matrix products inside them ("attn_q", "ffn_down", ...), with
+	// the matrix products inside them ("attn_q", "ffn_down", ...; with a
+	// MultiMatMul backend "attn_qkv" and "ffn_gate_up" for the fused ones), with
 	// the layer (-1 outside layers). Names are constants: a tracer can
 	// use them without allocating.
 	Span func(name string, layer int, begin bool)
@@ -207,8 +208,10 @@ type Context struct {
 	moeSel                   []int     // scratch for expert selection
 	moeW                     []float32
 	rowIdx                   []int
-	outRows                  []float32 // rows selected for logits
-	logits                   []float32 // MaxBatch × NVocab
+	outRows                  []float32    // rows selected for logits
+	logits                   []float32    // MaxBatch × NVocab
+	mmOuts                   [3][]float32 // matmuls' arguments
+	mmWs                     [3]*Weight
 }
 
 // NewContext allocates a context with a contiguous cache of nCtx positions
@@ -267,6 +270,34 @@ func (c *Context) matmul(name string, layer int, out []float32, w *Weight, x []f
 	c.span(name, layer, true)
 	c.Ops.MatMul(out, w, x, n)
 	c.span(name, layer, false)
+}
+
+// mm is one product of matmuls: a span name, the output and the weight.
+type mm struct {
+	name string
+	out  []float32
+	w    *Weight
+}
+
+// matmuls multiplies x by each weight: in one operation inside one span
+// (name) when the Ops implement MultiMatMul, else as separate matmul calls.
+func (c *Context) matmuls(name string, layer int, x []float32, n int, ps ...mm) {
+	multi, ok := c.Ops.(MultiMatMul)
+	if !ok || len(ps) > len(c.mmOuts) {
+		for _, p := range ps {
+			c.matmul(p.name, layer, p.out, p.w, x, n)
+		}
+		return
+	}
+	outs, ws := c.mmOuts[:len(ps)], c.mmWs[:len(ps)]
+	for i, p := range ps {
+		outs[i], ws[i] = p.out, p.w
+	}
+	c.span(name, layer, true)
+	multi.MatMuls(outs, ws, x, n)
+	c.span(name, layer, false)
+	clear(outs)
+	clear(ws)
 }
 
 func (c *Context) eval(name string, layer int, x []float32, n, dim int) {
@@ -369,9 +400,7 @@ func (c *Context) attention(il int, b *Batch) {
 	c.eval("attn_norm", il, c.xn, n, h.NEmbd)
 	// q, k, v projections (n × QDim, n × KDim, n × VDim)
 	q, k, v := c.q[:n*h.QDim()], c.k[:n*h.KDim()], c.v[:n*h.VDim()]
-	c.matmul("attn_q", il, q, L.Wq, c.xn, n)
-	c.matmul("attn_k", il, k, L.Wk, c.xn, n)
-	c.matmul("attn_v", il, v, L.Wv, c.xn, n)
+	c.matmuls("attn_qkv", il, c.xn, n, mm{"attn_q", q, L.Wq}, mm{"attn_k", k, L.Wk}, mm{"attn_v", v, L.Wv})
 	if L.Bq != nil { // qwen2 biases
 		ops.AddRows(q, L.Bq)
 		ops.AddRows(k, L.Bk)
@@ -416,8 +445,7 @@ func (c *Context) ffn(il int, b *Batch) {
 	ops.RMSNorm(c.xn, c.x[:n*h.NEmbd], L.FFNNorm, n, h.NEmbd, h.RMSEps)
 	c.eval("ffn_norm", il, c.xn, n, h.NEmbd)
 	gate, up := c.gate[:n*h.NFF], c.up[:n*h.NFF]
-	c.matmul("ffn_gate", il, gate, L.Gate, c.xn, n)
-	c.matmul("ffn_up", il, up, L.Up, c.xn, n)
+	c.matmuls("ffn_gate_up", il, c.xn, n, mm{"ffn_gate", gate, L.Gate}, mm{"ffn_up", up, L.Up})
 	ops.SwiGLU(gate, gate, up)
 	c.matmul("ffn_down", il, c.tmp[:n*h.NEmbd], L.Down, gate, n)
 	c.eval("ffn_out", il, c.tmp, n, h.NEmbd)

@@ -57,6 +57,15 @@ type Ops interface {
 	Supports(t quant.Type) bool
 }
 
+// MultiMatMul is implemented by Ops that can multiply several weights by
+// the same activations in one operation (one activation conversion, one
+// parallel dispatch). The results must equal those of separate MatMul
+// calls. Context uses it for the q/k/v and gate/up projections.
+type MultiMatMul interface {
+	// MatMuls sets outs[i] as MatMul(outs[i], ws[i], x, n) would.
+	MatMuls(outs [][]float32, ws []*Weight, x []float32, n int)
+}
+
 // Layer holds one transformer block's weights. Fields a family does not use
 // are nil.
 type Layer struct {
