@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -161,6 +162,14 @@ func submitError(err error) *apiError {
 	return badRequest("", "%s", strings.TrimPrefix(err.Error(), "stages: "))
 }
 
+// peerCheckEvery is how often a non-streamed request checks that its client
+// is still connected (peerwatch.go).
+const peerCheckEvery = 200 * time.Millisecond
+
+// statusClientClosed is nginx's 499: the client closed the connection
+// before the answer.
+const statusClientClosed = 499
+
 // generate runs gr and answers with enc's stream or result.
 func (s *Server) generate(ctx *fasthttp.RequestCtx, b *Backend, gr *genRequest, idPrefix, endpoint, param string, enc encoder) {
 	j := s.start(ctx, b, gr, idPrefix, endpoint, param, enc)
@@ -172,8 +181,18 @@ func (s *Server) generate(ctx *fasthttp.RequestCtx, b *Backend, gr *genRequest, 
 		return
 	}
 	defer j.abandon()
+	var left atomic.Bool
+	stopWatch := watchPeer(ctx.Conn(), peerCheckEvery, func() {
+		left.Store(true)
+		j.abandon() // the scheduler frees the sequence
+	})
 	text, final := j.wait(b.Done, s.stop)
+	stopWatch()
 	switch {
+	case final == nil && left.Load():
+		s.cfg.Log.Debug("client left before the answer", zap.String("id", j.id))
+		ctx.SetStatusCode(statusClientClosed) // for the metrics; nobody reads it
+		ctx.SetConnectionClose()
 	case final == nil:
 		errEngineDown.write(ctx, enc.dialect())
 	case final.Finish == stages.FinishError:

@@ -23,8 +23,10 @@
 //
 // It does not implement tool calls (tool definitions are ignored, tool
 // content blocks rejected), images, logprobs, n > 1, embeddings, or CORS.
-// A non-streamed request whose client leaves runs to its end (bounded by
-// max_tokens and the context): only streams notice a departed client.
+// A client that leaves is noticed on the next write of a stream and, for a
+// non-streamed request, by peeking at its connection every 200 ms
+// (peerwatch.go); either way its sequence is cancelled and its KV blocks
+// freed.
 package serve
 
 import (

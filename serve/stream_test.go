@@ -39,6 +39,46 @@ func TestDisconnectCancels(t *testing.T) {
 	}
 }
 
+// TestDisconnectNonStream: a client that leaves while its non-streamed
+// answer is being generated has its sequence cancelled too (the server
+// peeks at the connection), and a client that stays gets its answer.
+func TestDisconnectNonStream(t *testing.T) {
+	ts := startSlow(t, serve.Config{}, stages.Config{NCtx: 1024}, 5*time.Millisecond)
+	for _, path := range []string{"/v1/completions", "/v1/messages", "/api/generate"} {
+		body := `{"prompt":"Once upon a time","logit_bias":{"2":-100},"stream":false}`
+		switch path {
+		case "/v1/messages":
+			body = `{"model":"stories260K","max_tokens":900,"messages":[{"role":"user","content":"Once upon a time"}]}`
+		case "/api/generate":
+			body = `{"model":"stories260K","prompt":"Once upon a time","stream":false,"options":{"num_predict":900}}`
+		}
+		c, err := net.Dial("tcp", strings.TrimPrefix(ts.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", path, len(body), body)
+		waitFor(t, path+": the request to start", func() bool { return ts.engine.Stats().Running == 1 })
+		c.Close()
+		start := time.Now()
+		waitFor(t, path+": the sequence to be cancelled", func() bool {
+			st := ts.engine.Stats()
+			return st.Running == 0 && st.KVBlocksUsed == 0
+		})
+		// hundreds of tokens at ≥5 ms each would take seconds; the check runs every 200 ms
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("%s: cancel took %v", path, d)
+		}
+		// cancelled, not finished: the request is counted as 499
+		want := fmt.Sprintf(`flowinfer_requests_total{endpoint=%q,status="499"} 1`, path)
+		waitFor(t, path+": "+want, func() bool {
+			return strings.Contains(string(ts.do(t, "GET", "/metrics", nil).body), want)
+		})
+	}
+	if r := ts.post(t, "/v1/completions", map[string]any{"prompt": "Once", "max_tokens": 3}); r.status != 200 {
+		t.Errorf("a client that stays: %d %s", r.status, r.body)
+	}
+}
+
 // TestHeartbeat: a stream waiting behind another (one sequence slot) gets
 // SSE comments until its first token, which the SDK parsers skip.
 func TestHeartbeat(t *testing.T) {
