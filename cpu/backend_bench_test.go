@@ -115,6 +115,43 @@ func BenchmarkMatMul(b *testing.B) {
 	}
 }
 
+// BenchmarkMatMulCold measures matrix-vector products (decode) on weights
+// that come from memory, not cache: 32 different 8192×2048 matrices (300 MB
+// in the file layout, as much again packed) used in turn, reporting the
+// weight GB/s. This is what a decode step is made of, and where the
+// workers' time in cgo meets the Go scheduler (procs.go): compare
+// GOMAXPROCS=2 (the environment setting disables the spare P) with the
+// default.
+func BenchmarkMatMulCold(b *testing.B) {
+	const rows, cols, copies = 8192, 2048, 32
+	for _, wt := range []quant.Type{quant.Q4_K, quant.Q6_K, quant.Q8_0} {
+		rb, _ := quant.RowBytes(wt, cols)
+		data := randomWeights(wt, rows, cols)
+		ws := make([]*model.Weight, copies)
+		for i := range ws {
+			ws[i] = &model.Weight{Name: fmt.Sprint("w", i), Type: wt, Cols: cols, Rows: rows, RowBytes: rb, Data: append([]byte(nil), data...)}
+		}
+		for _, threads := range []int{1, 2} {
+			b.Run(fmt.Sprintf("type=%s/threads=%d", wt, threads), func(b *testing.B) {
+				be := cpu.NewBackend(threads, nil)
+				defer be.Close()
+				x := randomF32(cols, 1)
+				out := make([]float32, rows)
+				for _, w := range ws { // pack outside the timing
+					be.MatMul(out, w, x, 1)
+				}
+				i := 0
+				for b.Loop() {
+					be.MatMul(out, ws[i%copies], x, 1)
+					i++
+				}
+				sec := b.Elapsed().Seconds() / float64(b.N)
+				b.ReportMetric(float64(len(data))/sec/1e9, "GB/s")
+			})
+		}
+	}
+}
+
 func trimGGUF(file string) string {
 	s := filepath.Base(file)
 	return s[:len(s)-len(filepath.Ext(s))]
