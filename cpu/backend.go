@@ -167,12 +167,15 @@ func (b *Backend) MatMuls(outs [][]float32, ws []*model.Weight, x []float32, n i
 // sameInput reports whether the weights take the same activations: the
 // same width and the same dot-product type.
 func sameInput(ws []*model.Weight) bool {
+	if len(ws) == 0 {
+		return false
+	}
 	for _, w := range ws[1:] {
 		if w.Cols != ws[0].Cols || quant.VecDotType(w.Type) != quant.VecDotType(ws[0].Type) {
 			return false
 		}
 	}
-	return len(ws) > 0
+	return true
 }
 
 // maxParts is the most weights one MatMuls call multiplies together.

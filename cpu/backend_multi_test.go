@@ -42,6 +42,7 @@ func TestMatMulsEqualsMatMul(t *testing.T) {
 						got = append(got, make([]float32, n*w.Rows))
 					}
 					be.MatMuls(got, ws, x, n)
+					be.MatMuls(nil, nil, x, n) // nothing to do
 					be.Close()
 					for i := range ws {
 						for j := range want[i] {
