@@ -197,10 +197,15 @@ type Context struct {
 	// Span, when set, is called at the start (begin=true) and end of each
 	// named part of the forward pass: "attn", "ffn", "moe", "output" and
 	// the matrix products inside them ("attn_q", "ffn_down", ...; with a
-	// MultiMatMul backend "attn_qkv" and "ffn_gate_up" for the fused ones), with
+	// MultiMatMul backend and SplitProducts off, "attn_qkv" and
+	// "ffn_gate_up" for the fused ones), with
 	// the layer (-1 outside layers). Names are constants: a tracer can
 	// use them without allocating.
 	Span func(name string, layer int, begin bool)
+	// SplitProducts runs the products a MultiMatMul backend would fuse
+	// (q/k/v, gate/up) as separate MatMul calls, so that Span sees each
+	// one: for per-operation traces.
+	SplitProducts bool
 
 	x, xn, q, k, v, att, tmp []float32 // MaxBatch × width
 	gate, up                 []float32 // MaxBatch × max(NFF, NFFExp)
@@ -283,7 +288,7 @@ type mm struct {
 // (name) when the Ops implement MultiMatMul, else as separate matmul calls.
 func (c *Context) matmuls(name string, layer int, x []float32, n int, ps ...mm) {
 	multi, ok := c.Ops.(MultiMatMul)
-	if !ok || len(ps) > len(c.mmOuts) {
+	if !ok || c.SplitProducts || len(ps) > len(c.mmOuts) {
 		for _, p := range ps {
 			c.matmul(p.name, layer, p.out, p.w, x, n)
 		}

@@ -30,6 +30,7 @@ func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*st
 		if d := c.rec.Detail(); d >= graph.DetailLayers {
 			ls := &layerSpans{rec: c.rec, stg: stg, ops: d >= graph.DetailOps, names: map[string][]string{}}
 			c.mctx.Span = ls.hook
+			c.mctx.SplitProducts = ls.ops // a span for each product
 		}
 		c.mctx.BeforeLayer = func(il int) error {
 			if err := gate.before(il); err != nil {
