@@ -26,6 +26,44 @@ func TestExpf(t *testing.T) {
 	}
 }
 
+// TestInlinedExpf: expSub and swiglu, which repeat expf's body by hand,
+// give exactly expf's results, in and out of the fast range.
+func TestInlinedExpf(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	n := 5000
+	xs := make([]float32, n)
+	for i := range xs {
+		xs[i] = float32(r.Float64()*220 - 120)
+	}
+	xs = append(xs, 0, 88.7, 89, -87, -104, -105, float32(math.Inf(-1)))
+	n = len(xs)
+	row := append([]float32(nil), xs...)
+	const mx = 1.5
+	sum := expSub(row, mx)
+	var want float64
+	for i, x := range xs {
+		e := expf(x - mx)
+		want += float64(e)
+		if math.Float32bits(row[i]) != math.Float32bits(e) {
+			t.Fatalf("expSub: element %d (x=%g) = %g, expf gives %g", i, x, row[i], e)
+		}
+	}
+	if sum != want {
+		t.Errorf("expSub sum %g, want %g", sum, want)
+	}
+	up := make([]float32, n)
+	for i := range up {
+		up[i] = float32(r.NormFloat64())
+	}
+	out := make([]float32, n)
+	swiglu(out, xs, up)
+	for i, g := range xs {
+		if w := g / (1 + expf(-g)) * up[i]; math.Float32bits(out[i]) != math.Float32bits(w) {
+			t.Fatalf("swiglu: element %d (g=%g) = %g, with expf %g", i, g, out[i], w)
+		}
+	}
+}
+
 func BenchmarkSwiGLU(b *testing.B) {
 	const n = 8192
 	g, u, o := make([]float32, n), make([]float32, n), make([]float32, n)
