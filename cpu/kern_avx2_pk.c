@@ -17,14 +17,21 @@
 //   sc   [8 sub-blocks][8 rows]  6-bit scales (64)
 //   mn   [8 sub-blocks][8 rows]  6-bit mins (64)
 //   d    [8 rows] fp16, dmin [8 rows] fp16 (32)
-// Q6_K, per group of 8 rows and super-block (1680 bytes, 210 per row), with
-// "step" s of a 16-element sub-block = codes 4s..4s+3 of each of 8 rows:
-//   ql   [16 sub-blocks][2][8 rows][4 bytes] (1024): vector c holds the low
-//        4 bits of step c (low nibbles) and of step c+2 (high nibbles)
-//   qh   [16 sub-blocks][8 rows][4 bytes] (512): bits 2s..2s+1 of byte k
-//        are the high 2 bits of code 4s+k
-//   sc   [16 sub-blocks][8 rows] int8 (128)
+// Q6_K, per group of 8 rows and super-block (1680 bytes, 210 per row). The
+// 16 sub-blocks go in pairs q = (2q, 2q+1), and a row's 32-bit lane holds
+// two codes of each: "step" k (0..7) of pair q is, per row, the bytes
+// (c[2q][2k], c[2q][2k+1], c[2q+1][2k], c[2q+1][2k+1]). pmaddubsw then sums
+// each sub-block into its own int16 of the lane, and one pmaddwd with the
+// row's scale pair (sc[2q], sc[2q+1]) applies both scales. Codes are stored
+// whole (6 bits) with the fourth step's bits spread over the top 2 bits of
+// the other three, so the rebuild is 11 operations per 4 steps instead of
+// 17 for llama.cpp's split of 4 low and 2 high bits:
+//   qs   [8 pairs][2 halves][3 vectors A,B,C][8 rows][4 bytes] (1536): in
+//        half h, A/B/C hold steps 4h, 4h+1, 4h+2 in bits 0..5 and bits
+//        0-1 / 2-3 / 4-5 of step 4h+3 in bits 6..7
+//   sc   [8 pairs][8 rows][2] int8 (128)
 //   d    [8 rows] fp16 (16)
+// The activation's codes are permuted to match once per call (q6_perm).
 // Q4_0, per group of 8 rows and block of 32 (144 bytes, 18 per row), step s
 // = codes 4s..4s+3 of each of 8 rows:
 //   qs   [4][8 rows][4 bytes] (128): vector c holds step c in the low
@@ -48,7 +55,9 @@
 // PF_AHEAD: how far ahead (bytes) the matrix-vector products prefetch. A
 // packed record is hundreds of instructions long, so out-of-order execution
 // alone sees too little of the next one to keep enough misses in flight.
+#ifndef PF_AHEAD
 #define PF_AHEAD 2048
+#endif
 
 // prefetch_rec requests the n bytes at p + PF_AHEAD.
 FI_INLINE void prefetch_rec(const uint8_t *p, int n) {
@@ -119,21 +128,27 @@ static void pack_q6_K(const uint8_t *w, int64_t ws, int64_t rows, int64_t nb, ui
 	for (int64_t g = 0; g < rows / 8; g++) {
 		for (int64_t i = 0; i < nb; i++) {
 			uint8_t *p = dst + (g * nb + i) * PK_Q6K;
+			memset(p, 0, 1536);
 			for (int r = 0; r < 8; r++) {
 				const uint8_t *x = w + (8 * g + r) * ws + 210 * i;
 				q6_codes(x, codes);
 				memcpy(p + 1664 + 2 * r, x + 208, 2);
-				for (int sb = 0; sb < 16; sb++) {
-					p[1536 + 8 * sb + r] = x[192 + sb];
-					uint32_t st[4];
-					memcpy(st, codes + 16 * sb, 16);
-					const uint32_t n4 = 0x0f0f0f0f, h2 = 0x03030303;
-					const uint32_t c0 = (st[0] & n4) | (st[2] & n4) << 4, c1 = (st[1] & n4) | (st[3] & n4) << 4;
-					const uint32_t hb = ((st[0] >> 4) & h2) | ((st[1] >> 4) & h2) << 2 | ((st[2] >> 4) & h2) << 4 |
-					                    ((st[3] >> 4) & h2) << 6;
-					memcpy(p + 64 * sb + 4 * r, &c0, 4);
-					memcpy(p + 64 * sb + 32 + 4 * r, &c1, 4);
-					memcpy(p + 1024 + 32 * sb + 4 * r, &hb, 4);
+				for (int q = 0; q < 8; q++) {
+					p[1536 + 16 * q + 2 * r] = x[192 + 2 * q];
+					p[1536 + 16 * q + 2 * r + 1] = x[192 + 2 * q + 1];
+					for (int k = 0; k < 8; k++) {
+						// byte j of step k: code 2k+j of sub-block 2q (j < 2), 2k+j-2 of 2q+1
+						for (int j = 0; j < 4; j++) {
+							const int c = codes[32 * q + 16 * (j >> 1) + 2 * k + (j & 1)];
+							const int h = k >> 2, st = k & 3;
+							uint8_t *v = p + 192 * q + 96 * h + 4 * r + j;
+							if (st < 3) {
+								v[32 * st] |= (uint8_t)c;
+							} else {
+								for (int x3 = 0; x3 < 3; x3++) v[32 * x3] |= (uint8_t)(((c >> (2 * x3)) & 3) << 6);
+							}
+						}
+					}
 				}
 			}
 		}
@@ -221,48 +236,66 @@ static void gemv_q4_K(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, con
 	}
 }
 
-// q6_steps rebuilds the 4 steps (codes 0..63) of sub-block sb.
-FI_INLINE void q6_steps(const uint8_t *p, int sb, __m256i v[4]) {
-	const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
-	const __m256i l0 = ld256(p + 64 * sb), l1 = ld256(p + 64 * sb + 32), h = ld256(p + 1024 + 32 * sb);
-	v[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m30));
-	v[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m30));
-	v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(h, m30));
-	v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(h, 2), m30));
+// q6_half rebuilds steps 4h..4h+3 (codes 0..63) of a pair from its three
+// vectors at v.
+FI_INLINE void q6_half(const uint8_t *v, __m256i s[4]) {
+	const __m256i m6 = _mm256_set1_epi8(0x3f);
+	const __m256i a = ld256(v), b = ld256(v + 32), c = ld256(v + 64);
+	s[0] = _mm256_and_si256(a, m6);
+	s[1] = _mm256_and_si256(b, m6);
+	s[2] = _mm256_and_si256(c, m6);
+	s[3] = _mm256_or_si256(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 6), _mm256_set1_epi8(0x03)),
+	                                       _mm256_and_si256(_mm256_srli_epi16(b, 4), _mm256_set1_epi8(0x0c))),
+	                       _mm256_and_si256(_mm256_srli_epi16(c, 2), _mm256_set1_epi8(0x30)));
 }
 
-// i8pairs widens 8 signed bytes x (row r) and y to int16 pairs (x_r, y_r).
-FI_INLINE __m256i i8pairs(const uint8_t *x, const uint8_t *y) {
-	return _mm256_cvtepi8_epi16(
-	    _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)x), _mm_loadl_epi64((const __m128i *)y)));
+// Q6_PERM_NB: super-blocks whose activation codes q6_perm reorders at a
+// time (a 16 KiB buffer on the stack).
+#define Q6_PERM_NB 64
+
+// q6_perm writes the codes of nb Q8_K super-blocks at a in the order of the
+// packed Q6_K steps: per pair q, the 16-bit units of sub-blocks 2q and 2q+1
+// interleaved, so step k of the pair is one 32-bit broadcast.
+static void q6_perm(const uint8_t *a, int64_t nb, uint8_t *yp) {
+	for (int64_t i = 0; i < nb; i++) {
+		const uint8_t *y = a + Q8K * i + 4;
+		for (int q = 0; q < 8; q++) {
+			const __m128i lo = ld128(y + 32 * q), hi = ld128(y + 32 * q + 16);
+			_mm_storeu_si128((__m128i *)(yp + 256 * i + 32 * q), _mm_unpacklo_epi16(lo, hi));
+			_mm_storeu_si128((__m128i *)(yp + 256 * i + 32 * q + 16), _mm_unpackhi_epi16(lo, hi));
+		}
+	}
 }
 
-static void gemv_q6_K(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, const uint8_t *a, float *out) {
+// gemv_q6_K_blocks adds the products of super-blocks [i0, i1) of groups
+// [g0, g1) to out (yp: q6_perm's codes of those super-blocks).
+static void gemv_q6_K_blocks(const uint8_t *pk, int64_t nb, int64_t i0, int64_t i1, int64_t g0, int64_t g1,
+                             const uint8_t *a, const uint8_t *yp, float *out, int add) {
 	for (int64_t g = g0; g < g1; g++) {
-		__m256 acc = _mm256_setzero_ps();
-		for (int64_t i = 0; i < nb; i++) {
+		__m256 acc = add ? _mm256_loadu_ps(out + 8 * g) : _mm256_setzero_ps();
+		for (int64_t i = i0; i < i1; i++) {
 			const uint8_t *p = pk + (g * nb + i) * PK_Q6K;
-			const uint8_t *y = a + Q8K * i;
+			const uint8_t *y = a + Q8K * i, *yq = yp + 256 * (i - i0);
 			prefetch_rec(p, PK_Q6K);
-			__m256i isum = _mm256_setzero_si256();
-#pragma GCC unroll 16
-			for (int sb = 0; sb < 16; sb++) {
-				__m256i v[4];
-				q6_steps(p, sb, v);
-				const uint8_t *yq = y + 4 + 16 * sb;
-				const uint8_t *sc = p + 1536 + 8 * sb;
-				const __m256i s = i8pairs(sc, sc);
-				// int16 sums: 2 products x 2 steps x 63 x 127 = 32004 < 32767
-				const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(v[0], bcast32(yq)), _mm256_maddubs_epi16(v[1], bcast32(yq + 4)));
-				const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(v[2], bcast32(yq + 8)), _mm256_maddubs_epi16(v[3], bcast32(yq + 12)));
-				isum = _mm256_add_epi32(isum, _mm256_add_epi32(_mm256_madd_epi16(p01, s), _mm256_madd_epi16(p23, s)));
-				FI_KEEP(isum);
-			}
-			// the -32 of every code: 32 * sum of sc * bsum, two sub-blocks per pmaddwd
-			__m256i osum = _mm256_setzero_si256();
+			__m256i isum = _mm256_setzero_si256(), osum = _mm256_setzero_si256();
 #pragma GCC unroll 8
 			for (int q = 0; q < 8; q++) {
-				osum = _mm256_add_epi32(osum, _mm256_madd_epi16(i8pairs(p + 1536 + 16 * q, p + 1544 + 16 * q), bcast32(y + 260 + 4 * q)));
+				// (sc[2q], sc[2q+1]) per row
+				const __m256i sc = _mm256_cvtepi8_epi16(ld128(p + 1536 + 16 * q));
+				__m256i s[8];
+				q6_half(p + 192 * q, s);
+				q6_half(p + 192 * q + 96, s + 4);
+				// int16 sums: 2 steps x 2 products x 63 x 128 = 32256 < 32767
+				const uint8_t *yk = yq + 32 * q;
+				const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(s[0], bcast32(yk)), _mm256_maddubs_epi16(s[1], bcast32(yk + 4)));
+				const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(s[2], bcast32(yk + 8)), _mm256_maddubs_epi16(s[3], bcast32(yk + 12)));
+				const __m256i p45 = _mm256_add_epi16(_mm256_maddubs_epi16(s[4], bcast32(yk + 16)), _mm256_maddubs_epi16(s[5], bcast32(yk + 20)));
+				const __m256i p67 = _mm256_add_epi16(_mm256_maddubs_epi16(s[6], bcast32(yk + 24)), _mm256_maddubs_epi16(s[7], bcast32(yk + 28)));
+				isum = _mm256_add_epi32(isum, _mm256_add_epi32(_mm256_madd_epi16(p01, sc), _mm256_madd_epi16(p23, sc)));
+				isum = _mm256_add_epi32(isum, _mm256_add_epi32(_mm256_madd_epi16(p45, sc), _mm256_madd_epi16(p67, sc)));
+				// the -32 of every code: sc against the pair's bsums
+				osum = _mm256_add_epi32(osum, _mm256_madd_epi16(sc, bcast32(y + 260 + 4 * q)));
+				FI_KEEP(isum);
 			}
 			isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(osum, 5));
 			const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(ld128(p + 1664)), _mm256_set1_ps(ld_f32(y)));
@@ -270,6 +303,15 @@ static void gemv_q6_K(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, con
 			FI_KEEP(acc);
 		}
 		_mm256_storeu_ps(out + 8 * g, acc);
+	}
+}
+
+static void gemv_q6_K(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, const uint8_t *a, float *out) {
+	uint8_t yp[256 * Q6_PERM_NB];
+	for (int64_t i0 = 0; i0 < nb; i0 += Q6_PERM_NB) {
+		const int64_t i1 = i0 + Q6_PERM_NB < nb ? i0 + Q6_PERM_NB : nb;
+		q6_perm(a + Q8K * i0, i1 - i0, yp);
+		gemv_q6_K_blocks(pk, nb, i0, i1, g0, g1, a, yp, out, i0 > 0);
 	}
 }
 
@@ -356,15 +398,25 @@ static void expand_q6_K(const uint8_t *grp, int64_t ws, int64_t nb, uint8_t *rec
 	(void)ws;
 	for (int64_t i = 0; i < nb; i++, rec += Q6K_REC) {
 		const uint8_t *p = grp + i * PK_Q6K;
-		for (int sb = 0; sb < 16; sb++) {
-			__m256i v[4];
-			q6_steps(p, sb, v);
-			for (int st = 0; st < 4; st++) _mm256_storeu_si256((__m256i *)(rec + 128 * sb + 32 * st), v[st]);
-			const uint8_t *sc = p + 1536 + 8 * sb;
-			_mm256_storeu_si256((__m256i *)(rec + 2048 + 32 * sb), i8pairs(sc, sc));
-		}
 		for (int q = 0; q < 8; q++) {
-			_mm256_storeu_si256((__m256i *)(rec + 2560 + 32 * q), i8pairs(p + 1536 + 16 * q, p + 1544 + 16 * q));
+			__m256i s[8];
+			q6_half(p + 192 * q, s);
+			q6_half(p + 192 * q + 96, s + 4);
+			// record step t of sub-block 2q: codes 4t..4t+3 = low halves of
+			// steps 2t and 2t+1; of sub-block 2q+1: their high halves
+			for (int t = 0; t < 4; t++) {
+				const __m256i e = s[2 * t], o = s[2 * t + 1];
+				_mm256_storeu_si256((__m256i *)(rec + 128 * (2 * q) + 32 * t),
+				                    _mm256_blend_epi16(e, _mm256_slli_epi32(o, 16), 0xaa));
+				_mm256_storeu_si256((__m256i *)(rec + 128 * (2 * q + 1) + 32 * t),
+				                    _mm256_blend_epi16(_mm256_srli_epi32(e, 16), o, 0xaa));
+			}
+			const __m256i sc = _mm256_cvtepi8_epi16(ld128(p + 1536 + 16 * q)); // (sc[2q], sc[2q+1]) per row
+			_mm256_storeu_si256((__m256i *)(rec + 2048 + 32 * (2 * q)),
+			                    _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(sc, 0xa0), 0xa0));
+			_mm256_storeu_si256((__m256i *)(rec + 2048 + 32 * (2 * q + 1)),
+			                    _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(sc, 0xf5), 0xf5));
+			_mm256_storeu_si256((__m256i *)(rec + 2560 + 32 * q), sc);
 		}
 		_mm256_storeu_ps((float *)(rec + 2816), _mm256_cvtph_ps(ld128(p + 1664)));
 	}

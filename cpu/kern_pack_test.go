@@ -18,7 +18,9 @@ func TestPacked(t *testing.T) {
 	packed := 0
 	for _, k := range testISAs(t) {
 		for _, dt := range dotTypes {
-			for _, cols := range colsFor(dt.typ) {
+			// 70 super-blocks: longer than the activation a Q6_K product
+			// reorders at a time (64)
+			for _, cols := range append(colsFor(dt.typ), 70*256) {
 				for _, shape := range [][2]int{{8, 1}, {16, 3}, {64, 1}, {64, 8}, {40, 13}, {64, 37}} {
 					rows, nAct := shape[0], shape[1]
 					if !k.CanPack(dt.typ, rows, cols) {
