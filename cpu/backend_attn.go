@@ -217,14 +217,8 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 	clear(out)
 	for j0 := 0; j0 < np; {
 		n := a.span(s, j0, np-j0)
-		vr := a.vRows(s, kh, j0, n)
 		// each V row once for the whole group (positions in order, as Ref)
-		for j := range n {
-			v := vr[j*kv.VDim : j*kv.VDim+dv]
-			for g := range G {
-				axpy(out[g*dv:(g+1)*dv], sco[g*np+j0+j], v)
-			}
-		}
+		a.k.AddWeighted(out, G, dv, sco[j0:], np, a.vRows(s, kh, j0, n), kv.VDim, n)
 		j0 += n
 	}
 }

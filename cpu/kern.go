@@ -259,5 +259,35 @@ func (k *Kernels) GemmRows(wt quant.Type, w []byte, rowBytes, cols, r0, r1 int, 
 	}
 }
 
+// AddWeighted adds to out[g*dim+c] (g < nOut, c < dim) the sums over
+// j < n of w[g*wStride+j] · v[j*vStride+c]: the weighted sum of n rows of
+// v (attention's V rows, weighted by the softmax of a group of query
+// heads). The Go path sums j in order with separate multiply and add; the
+// SIMD paths also go in order of j, with fused multiply-adds.
+func (k *Kernels) AddWeighted(out []float32, nOut, dim int, w []float32, wStride int, v []float32, vStride, n int) {
+	const op = "AddWeighted"
+	switch {
+	case nOut < 0 || dim < 0 || n < 0:
+		panic(fmt.Sprintf("cpu: %s: %d rows of %d, %d terms", op, nOut, dim, n))
+	case nOut == 0 || dim == 0 || n == 0:
+		return
+	case len(out) < nOut*dim:
+		panic(fmt.Sprintf("cpu: %s: output needs %d floats, has %d", op, nOut*dim, len(out)))
+	case wStride < n || len(w) < (nOut-1)*wStride+n:
+		panic(fmt.Sprintf("cpu: %s: %d weight rows of %d (stride %d) in %d floats", op, nOut, n, wStride, len(w)))
+	case vStride < dim || len(v) < (n-1)*vStride+dim:
+		panic(fmt.Sprintf("cpu: %s: %d rows of %d (stride %d) in %d floats", op, n, dim, vStride, len(v)))
+	}
+	if k.isa != ISAScalarGo && wsumC(k.isa, out, nOut, dim, w, wStride, v, vStride, n) {
+		return
+	}
+	for j := range n {
+		vj := v[j*vStride : j*vStride+dim]
+		for g := range nOut {
+			axpy(out[g*dim:(g+1)*dim], w[g*wStride+j], vj)
+		}
+	}
+}
+
 // ptr returns the address of a slice's first element for C (nil if empty).
 func ptr[T any](s []T) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(s)) }

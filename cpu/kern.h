@@ -65,4 +65,10 @@ int fi_pack_avx2(int wt, const uint8_t *w, int64_t w_stride, int64_t rows, int64
 int fi_gemm_packed_avx2(int wt, const uint8_t *pk, int64_t cols, int64_t r0, int64_t r1, const uint8_t *a,
                         int64_t a_stride, int64_t nact, float *out, int64_t out_stride);
 
+// fi_wsum_avx2 adds to out[g*dim + c] (g < nout, c < dim) the sums over
+// j < n of w[g*ws + j] * v[j*vs + c]: attention's weighted sum of V rows
+// for a group of query heads.
+void fi_wsum_avx2(float *out, int64_t nout, int64_t dim, const float *w, int64_t ws, const float *v, int64_t vs,
+                  int64_t n);
+
 #endif

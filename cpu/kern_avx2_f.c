@@ -85,3 +85,43 @@ int fi_gemm_avx2(int wt, const uint8_t *w, int64_t w_stride, int64_t cols, int64
 	if (r1 > r0 && nact > 0) f(w, w_stride, cols, r0, r1, a, a_stride, nact, out, out_stride);
 	return 0;
 }
+
+// ---- weighted sums of rows (attention's V sum) ------------------------------
+
+// wsum_tile adds to ng (1..4) output rows of 16 columns at out (stride
+// dim) the sums over j < n of w[g*ws + j] * v[j*vs + c].
+FI_INLINE void wsum_tile(float *out, int64_t dim, const int ng, const float *w, int64_t ws, const float *v,
+                         int64_t vs, int64_t n) {
+	__m256 a0[4], a1[4];
+	_Pragma("GCC unroll 4") for (int g = 0; g < ng; g++) {
+		a0[g] = _mm256_loadu_ps(out + g * dim), a1[g] = _mm256_loadu_ps(out + g * dim + 8);
+	}
+	for (int64_t j = 0; j < n; j++) {
+		const __m256 v0 = _mm256_loadu_ps(v + j * vs), v1 = _mm256_loadu_ps(v + j * vs + 8);
+		_Pragma("GCC unroll 4") for (int g = 0; g < ng; g++) {
+			const __m256 s = _mm256_broadcast_ss(w + g * ws + j);
+			a0[g] = _mm256_fmadd_ps(s, v0, a0[g]);
+			a1[g] = _mm256_fmadd_ps(s, v1, a1[g]);
+		}
+	}
+	_Pragma("GCC unroll 4") for (int g = 0; g < ng; g++) {
+		_mm256_storeu_ps(out + g * dim, a0[g]), _mm256_storeu_ps(out + g * dim + 8, a1[g]);
+	}
+}
+
+// fi_wsum_avx2: see kern.h.
+void fi_wsum_avx2(float *out, int64_t nout, int64_t dim, const float *w, int64_t ws, const float *v, int64_t vs,
+                  int64_t n) {
+	int64_t c = 0;
+	for (; c + 16 <= dim; c += 16) {
+		int64_t g = 0;
+		for (; g + 4 <= nout; g += 4) wsum_tile(out + g * dim + c, dim, 4, w + g * ws, ws, v + c, vs, n);
+		for (; g < nout; g++) wsum_tile(out + g * dim + c, dim, 1, w + g * ws, ws, v + c, vs, n);
+	}
+	for (int64_t g = 0; g < nout; g++) {
+		for (int64_t j = 0; j < n; j++) {
+			const float s = w[g * ws + j];
+			for (int64_t k = c; k < dim; k++) out[g * dim + k] += s * v[j * vs + k];
+		}
+	}
+}

@@ -68,3 +68,13 @@ func gemmPackedC(isa ISA, wt quant.Type, pk []byte, cols, r0, r1 int, a []byte, 
 			(*C.uint8_t)(ptr(a)), C.int64_t(arb), C.int64_t(nAct), (*C.float)(ptr(out)), C.int64_t(outStride))
 	}
 }
+
+// wsumC runs the C weighted row sum of isa; false if it has none.
+func wsumC(isa ISA, out []float32, nOut, dim int, w []float32, ws int, v []float32, vs, n int) bool {
+	if isa == ISAAVX2 {
+		C.fi_wsum_avx2((*C.float)(ptr(out)), C.int64_t(nOut), C.int64_t(dim), (*C.float)(ptr(w)), C.int64_t(ws),
+			(*C.float)(ptr(v)), C.int64_t(vs), C.int64_t(n))
+		return true
+	}
+	return false
+}

@@ -24,3 +24,5 @@ func packedSizeC(ISA, quant.Type, int, int) int { return -1 }
 func packC(ISA, quant.Type, []byte, int, int, int, []byte) {}
 
 func gemmPackedC(ISA, quant.Type, []byte, int, int, int, []byte, int, int, []float32, int) {}
+
+func wsumC(ISA, []float32, int, int, []float32, int, []float32, int, int) bool { return false }

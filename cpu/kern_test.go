@@ -510,3 +510,58 @@ func TestKernelsNoAlloc(t *testing.T) {
 		}
 	}
 }
+
+// TestAddWeighted checks the weighted row sum of every path against a
+// float64 sum, with guard values after the output rows.
+func TestAddWeighted(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	for _, k := range testISAs(t) {
+		for _, nOut := range []int{1, 3, 4, 5, 8} {
+			for _, dim := range []int{1, 7, 16, 64, 100, 128} {
+				for _, n := range []int{1, 5, 130} {
+					ws, vs := n+3, dim+5
+					w := make([]float32, nOut*ws)
+					v := make([]float32, n*vs)
+					for i := range w {
+						w[i] = r.Float32()
+					}
+					for i := range v {
+						v[i] = float32(r.NormFloat64())
+					}
+					out := make([]float32, nOut*dim+8)
+					for i := range out {
+						out[i] = float32(r.NormFloat64())
+						if i >= nOut*dim {
+							out[i] = math.Float32frombits(guardBits)
+						}
+					}
+					want := make([]float64, nOut*dim)
+					mag := make([]float64, nOut*dim) // sum of |terms|: the error scale
+					for g := range nOut {
+						for c := range dim {
+							s, m := float64(out[g*dim+c]), math.Abs(float64(out[g*dim+c]))
+							for j := range n {
+								p := float64(w[g*ws+j]) * float64(v[j*vs+c])
+								s, m = s+p, m+math.Abs(p)
+							}
+							want[g*dim+c], mag[g*dim+c] = s, m
+						}
+					}
+					k.AddWeighted(out, nOut, dim, w, ws, v, vs, n)
+					for i, x := range out {
+						if i >= nOut*dim {
+							if math.Float32bits(x) != guardBits {
+								t.Fatalf("%s nOut=%d dim=%d n=%d: guard out[%d] written", k.ISA(), nOut, dim, n, i)
+							}
+							continue
+						}
+						// float32 accumulation of n+1 terms: n ulps of the magnitude
+						if d := math.Abs(float64(x) - want[i]); d > float64(n+1)*0x1p-24*mag[i] {
+							t.Fatalf("%s nOut=%d dim=%d n=%d: out[%d] = %v, want %v (|terms| %v)", k.ISA(), nOut, dim, n, i, x, want[i], mag[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
