@@ -68,6 +68,7 @@ func NewBackend(threads int, kernels *Kernels) *Backend {
 	}
 	b := &Backend{pool: newPool(threads), k: kernels, packed: make(map[packKey]*Packed)}
 	b.attn.init(threads)
+	b.ew.k = kernels
 	return b
 }
 
@@ -348,6 +349,7 @@ const parallelMin = 1 << 14
 
 // ewTask is an elementwise or row-wise operation split into row ranges.
 type ewTask struct {
+	k            *Kernels
 	kind         ewKind
 	out, x, y    []float32
 	weight       []float32
@@ -378,12 +380,12 @@ func (e *ewTask) do(r0, r1 int) {
 	case ewRMSNorm:
 		rmsNormRows(e.out[r0*e.dim:r1*e.dim], e.x[r0*e.dim:r1*e.dim], e.weight, e.dim, e.eps)
 	case ewSwiGLU:
-		swiglu(e.out[r0:r1], e.x[r0:r1], e.y[r0:r1])
+		e.k.SwiGLU(e.out[r0:r1], e.x[r0:r1], e.y[r0:r1])
 	case ewAdd:
 		add(e.out[r0:r1], e.x[r0:r1])
 	case ewSoftmax:
 		for t := r0; t < r1; t++ {
-			softmaxRow(e.out[t*e.dim : (t+1)*e.dim])
+			softmaxRow(e.k, e.out[t*e.dim:(t+1)*e.dim])
 		}
 	case ewRope:
 		ropeRows(e.out, e.pos, r0, r1, e.nHead, e.dim, e.rope)
@@ -542,12 +544,12 @@ func (b *Backend) Softmax(x []float32, n, dim int) {
 }
 
 // softmaxRow normalises one row in place (float64 sum, float32 scale).
-func softmaxRow(row []float32) {
+func softmaxRow(k *Kernels, row []float32) {
 	mx := float32(math.Inf(-1))
 	for _, v := range row {
 		mx = max(mx, v)
 	}
-	inv := float32(1 / expSub(row, mx))
+	inv := float32(1 / k.ExpSub(row, mx))
 	for i := range row {
 		row[i] *= inv
 	}

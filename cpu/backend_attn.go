@@ -206,7 +206,7 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 			row[j] = v
 			mx = max(mx, v)
 		}
-		inv := float32(1 / expSub(row, mx))
+		inv := float32(1 / a.k.ExpSub(row, mx))
 		for j := range row {
 			row[j] *= inv
 		}
@@ -279,7 +279,7 @@ func (a *attnTask) block(sc *attnScratch, t0, t1, kh int, vt *vtRegion) {
 				}
 				m[r] = mx
 			}
-			l[r] += expSub(row[:valid], mx)
+			l[r] += a.k.ExpSub(row[:valid], mx)
 			clear(row[valid:])
 		}
 		// acc += S·V_tile: the tile's columns of head kh's rows of the

@@ -71,8 +71,86 @@ func BenchmarkSwiGLU(b *testing.B) {
 	for i := range g {
 		g[i], u[i] = float32(r.NormFloat64()), float32(r.NormFloat64())
 	}
-	for b.Loop() {
-		swiglu(o, g, u)
+	for _, isa := range Available() {
+		k := KernelsFor(isa)
+		b.Run("isa="+isa.String(), func(b *testing.B) {
+			for b.Loop() {
+				k.SwiGLU(o, g, u)
+			}
+			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "Gelem/s")
+		})
 	}
-	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "Gelem/s")
+}
+
+// TestKernelsExp checks every path's SwiGLU and ExpSub against the Go
+// loops: bit for bit where the exp's argument is in (-87, 88), within one
+// ulp elsewhere; lengths that are and are not multiples of the vector width,
+// and guard values past the end.
+func TestKernelsExp(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	ulps := func(a, b float32) int64 {
+		if a != a && b != b {
+			return 0
+		}
+		d := int64(math.Float32bits(a)) - int64(math.Float32bits(b))
+		return max(d, -d)
+	}
+	special := []float32{0, 86.9, 87, 88, 88.7, 89, -87, -88, -103.9, -104, -105,
+		float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN())}
+	for _, isa := range Available() {
+		k := KernelsFor(isa)
+		for _, n := range []int{1, 7, 8, 9, 64, 1001} {
+			for _, wide := range []bool{false, true} {
+				xs := make([]float32, n)
+				for i := range xs {
+					if wide { // reach the slow path and the limits
+						xs[i] = float32(r.Float64()*240 - 120)
+						if r.IntN(8) == 0 {
+							xs[i] = special[r.IntN(len(special))]
+						}
+					} else {
+						xs[i] = float32(r.NormFloat64() * 4)
+					}
+				}
+				up := make([]float32, n)
+				for i := range up {
+					up[i] = float32(r.NormFloat64())
+				}
+				want := make([]float32, n)
+				swiglu(want, xs, up)
+				got := make([]float32, n+1)
+				got[n] = 42
+				k.SwiGLU(got, xs, up)
+				if got[n] != 42 {
+					t.Fatalf("%s SwiGLU n=%d: wrote past the end", isa, n)
+				}
+				for i := range n {
+					if d := ulps(got[i], want[i]); d != 0 && (xs[i] > -87 && xs[i] < 87 || d > 1) {
+						t.Fatalf("%s SwiGLU n=%d: gate %g up %g: %g, Go %g", isa, n, xs[i], up[i], got[i], want[i])
+					}
+				}
+				const mx = 1.25
+				wantRow := append([]float32(nil), xs...)
+				wantSum := expSub(wantRow, mx)
+				row := append(append([]float32(nil), xs...), 42)
+				sum := k.ExpSub(row[:n], mx)
+				if row[n] != 42 {
+					t.Fatalf("%s ExpSub n=%d: wrote past the end", isa, n)
+				}
+				exact := true
+				for i := range n {
+					x := xs[i] - mx
+					if d := ulps(row[i], wantRow[i]); d != 0 {
+						if x > -87 && x < 88 || d > 1 {
+							t.Fatalf("%s ExpSub n=%d: x %g: %g, Go %g", isa, n, x, row[i], wantRow[i])
+						}
+						exact = false
+					}
+				}
+				if exact && math.Float64bits(sum) != math.Float64bits(wantSum) && !(sum != sum && wantSum != wantSum) {
+					t.Fatalf("%s ExpSub n=%d: sum %v, Go %v", isa, n, sum, wantSum)
+				}
+			}
+		}
+	}
 }

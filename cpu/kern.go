@@ -289,5 +289,34 @@ func (k *Kernels) AddWeighted(out []float32, nOut, dim int, w []float32, wStride
 	}
 }
 
+// SwiGLU sets out[i] = gate[i]·sigmoid(gate[i])·up[i] for i < len(gate)
+// (out and up at least as long). Every path gives the Go loop's result
+// bit for bit, but for |gate[i]| ≥ 87 (then within one ulp).
+func (k *Kernels) SwiGLU(out, gate, up []float32) {
+	if len(out) < len(gate) || len(up) < len(gate) {
+		panic(fmt.Sprintf("cpu: SwiGLU: %d gates, %d ups, %d outputs", len(gate), len(up), len(out)))
+	}
+	if len(gate) == 0 || k.isa != ISAScalarGo && swigluC(k.isa, out, gate, up) {
+		return
+	}
+	swiglu(out, gate, up)
+}
+
+// ExpSub sets row[i] = exp(row[i]-mx) and returns the sum of the results,
+// added in order in float64 (softmax's numerator and denominator). Every
+// path gives the Go loop's result bit for bit, but where row[i]-mx ≤ -87
+// (then within one ulp).
+func (k *Kernels) ExpSub(row []float32, mx float32) float64 {
+	if len(row) == 0 {
+		return 0
+	}
+	if k.isa != ISAScalarGo {
+		if s, ok := expSubC(k.isa, row, mx); ok {
+			return s
+		}
+	}
+	return expSub(row, mx)
+}
+
 // ptr returns the address of a slice's first element for C (nil if empty).
 func ptr[T any](s []T) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(s)) }

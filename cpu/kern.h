@@ -71,4 +71,10 @@ int fi_gemm_packed_avx2(int wt, const uint8_t *pk, int64_t cols, int64_t r0, int
 void fi_wsum_avx2(float *out, int64_t nout, int64_t dim, const float *w, int64_t ws, const float *v, int64_t vs,
                   int64_t n);
 
+// fi_swiglu_avx2 sets out[i] = gate[i] / (1 + exp(-gate[i])) * up[i], and
+// fi_expsub_avx2 sets row[i] = exp(row[i] - mx) and returns their sum in
+// float64, both bit-identical to the Go loops (kern_avx2_exp.c).
+void fi_swiglu_avx2(float *out, const float *gate, const float *up, int64_t n);
+double fi_expsub_avx2(float *row, int64_t n, float mx);
+
 #endif

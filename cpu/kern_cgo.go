@@ -8,6 +8,7 @@ package cpu
 
 /*
 #cgo CFLAGS: -O2 -std=gnu11
+#cgo LDFLAGS: -lm
 #include "kern.h"
 */
 import "C"
@@ -77,4 +78,21 @@ func wsumC(isa ISA, out []float32, nOut, dim int, w []float32, ws int, v []float
 		return true
 	}
 	return false
+}
+
+// swigluC runs the C SwiGLU of isa; false if it has none.
+func swigluC(isa ISA, out, gate, up []float32) bool {
+	if isa == ISAAVX2 {
+		C.fi_swiglu_avx2((*C.float)(ptr(out)), (*C.float)(ptr(gate)), (*C.float)(ptr(up)), C.int64_t(len(gate)))
+		return true
+	}
+	return false
+}
+
+// expSubC runs the C expSub of isa; false if it has none.
+func expSubC(isa ISA, row []float32, mx float32) (float64, bool) {
+	if isa == ISAAVX2 {
+		return float64(C.fi_expsub_avx2((*C.float)(ptr(row)), C.int64_t(len(row)), C.float(mx))), true
+	}
+	return 0, false
 }

@@ -26,3 +26,7 @@ func packC(ISA, quant.Type, []byte, int, int, int, []byte) {}
 func gemmPackedC(ISA, quant.Type, []byte, int, int, int, []byte, int, int, []float32, int) {}
 
 func wsumC(ISA, []float32, int, int, []float32, int, []float32, int, int) bool { return false }
+
+func swigluC(ISA, []float32, []float32, []float32) bool { return false }
+
+func expSubC(ISA, []float32, float32) (float64, bool) { return 0, false }

@@ -1,0 +1,111 @@
+//go:build cgo
+
+// AVX2 exp for SwiGLU and softmax, giving bit for bit the results of the
+// Go loops they replace (swiglu and expSub in backend.go / backend_math.go):
+// the same float64 polynomial, evaluated in the same order, four lanes at a
+// time. Contraction into FMA is off in this file, since a fused
+// multiply-add rounds once where Go rounds twice. Lanes outside the
+// polynomial's range (x <= -87, x >= 88, NaN) take the scalar path, as in
+// Go; there the result is float32(exp(x)) from the C library, which may
+// differ from Go's math.Exp in the last place.
+
+#pragma GCC target("avx2,fma,f16c")
+#pragma GCC optimize("fp-contract=off")
+
+#include <math.h>
+
+#include "kern.h"
+#include "kern_avx2.h"
+
+#define LOG2E 1.4426950408889634
+#define LN2 0.6931471805599453
+#define ROUND_BIAS 0x1.8p52
+
+// expf_slow is the scalar path outside (-87, 88).
+static float expf_slow(float x) {
+	if (x != x) return x;
+	if (x >= 88.8f) return INFINITY;
+	if (x < -104.0f) return 0.0f;
+	return (float)exp((double)x);
+}
+
+// expf1 is Go's expf for one element.
+FI_INLINE float expf1(float x) {
+	if (!(x > -87.0f && x < 88.0f)) return expf_slow(x);
+	const double f = x;
+	const double k = (f * LOG2E + ROUND_BIAS) - ROUND_BIAS;
+	const double r = f - k * LN2;
+	const double r2 = r * r;
+	const double p = ((1 + r) + r2 * (1.0 / 2 + r * (1.0 / 6))) +
+	                 (r2 * r2) * ((1.0 / 24 + r * (1.0 / 120)) + r2 * (1.0 / 720 + r * (1.0 / 5040)));
+	uint64_t b = (uint64_t)((int64_t)k + 1023) << 52;
+	double s;
+	memcpy(&s, &b, 8);
+	return (float)(p * s);
+}
+
+// exp4 is expf1's polynomial on four float64 lanes in range.
+FI_INLINE __m128 exp4(__m256d f) {
+	const __m256d t = _mm256_add_pd(_mm256_mul_pd(f, _mm256_set1_pd(LOG2E)), _mm256_set1_pd(ROUND_BIAS));
+	const __m256d k = _mm256_sub_pd(t, _mm256_set1_pd(ROUND_BIAS));
+	const __m256d r = _mm256_sub_pd(f, _mm256_mul_pd(k, _mm256_set1_pd(LN2)));
+	const __m256d r2 = _mm256_mul_pd(r, r);
+	const __m256d a = _mm256_add_pd(_mm256_set1_pd(1.0 / 2), _mm256_mul_pd(r, _mm256_set1_pd(1.0 / 6)));
+	const __m256d b1 = _mm256_add_pd(_mm256_set1_pd(1.0 / 24), _mm256_mul_pd(r, _mm256_set1_pd(1.0 / 120)));
+	const __m256d b2 = _mm256_add_pd(_mm256_set1_pd(1.0 / 720), _mm256_mul_pd(r, _mm256_set1_pd(1.0 / 5040)));
+	const __m256d b = _mm256_add_pd(b1, _mm256_mul_pd(r2, b2));
+	const __m256d p = _mm256_add_pd(_mm256_add_pd(_mm256_add_pd(_mm256_set1_pd(1), r), _mm256_mul_pd(r2, a)),
+	                                _mm256_mul_pd(_mm256_mul_pd(r2, r2), b));
+	// 2^k: t holds k in its low mantissa bits (t = 1.5*2^52 + k)
+	const __m256d s = _mm256_castsi256_pd(
+	    _mm256_slli_epi64(_mm256_add_epi64(_mm256_castpd_si256(t), _mm256_set1_epi64x(1023)), 52));
+	return _mm256_cvtpd_ps(_mm256_mul_pd(p, s));
+}
+
+// exp8 returns expf1 of 8 lanes.
+FI_INLINE __m256 exp8(__m256 x) {
+	const __m256 in = _mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_GT_OQ),
+	                                _mm256_cmp_ps(x, _mm256_set1_ps(88.0f), _CMP_LT_OQ));
+	__m256 e = _mm256_set_m128(exp4(_mm256_cvtps_pd(_mm256_extractf128_ps(x, 1))),
+	                           exp4(_mm256_cvtps_pd(_mm256_castps256_ps128(x))));
+	const int m = _mm256_movemask_ps(in);
+	if (m != 0xff) {
+		float xs[8], es[8];
+		_mm256_storeu_ps(xs, x);
+		_mm256_storeu_ps(es, e);
+		for (int i = 0; i < 8; i++) {
+			if (!(m >> i & 1)) es[i] = expf_slow(xs[i]);
+		}
+		e = _mm256_loadu_ps(es);
+	}
+	return e;
+}
+
+// fi_swiglu_avx2: see kern.h.
+void fi_swiglu_avx2(float *out, const float *gate, const float *up, int64_t n) {
+	const __m256 one = _mm256_set1_ps(1), neg = _mm256_set1_ps(-0.0f);
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		const __m256 g = _mm256_loadu_ps(gate + i);
+		const __m256 e = exp8(_mm256_xor_ps(g, neg));
+		_mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
+	}
+	for (; i < n; i++) out[i] = gate[i] / (1 + expf1(-gate[i])) * up[i];
+}
+
+// fi_expsub_avx2: see kern.h.
+double fi_expsub_avx2(float *row, int64_t n, float mx) {
+	const __m256 m = _mm256_set1_ps(mx);
+	double sum = 0;
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(row + i), m));
+		_mm256_storeu_ps(row + i, e);
+		for (int j = 0; j < 8; j++) sum += (double)row[i + j]; // in order, as Go
+	}
+	for (; i < n; i++) {
+		row[i] = expf1(row[i] - mx);
+		sum += (double)row[i];
+	}
+	return sum;
+}
