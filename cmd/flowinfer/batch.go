@@ -86,6 +86,9 @@ func (c *BatchCmd) Run(g *Globals, cli *CLI) error {
 	scfg.Queue = max(scfg.Queue, window) // every request in flight fits: no 429s
 	be := cpu.NewBackend(cfg.Pipeline.Threads, nil)
 	defer be.Close()
+	if err := packWeights(be, l.Model, g.Log); err != nil {
+		return err
+	}
 	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, scfg, nil)
 	if err != nil {
 		return err

@@ -51,6 +51,9 @@ func (c *ChatCmd) Run(g *Globals) error {
 	}
 	be := cpu.NewBackend(c.Threads, nil)
 	defer be.Close()
+	if err := packWeights(be, l.Model, g.Log); err != nil {
+		return err
+	}
 	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, stages.Config{NCtx: ctxSize(l, c.CtxSize, g.Log), MaxBatch: c.BatchSize}, nil)
 	if err != nil {
 		return err

@@ -139,3 +139,19 @@ func ctxSize(l *loaded, c int, log *zap.Logger) int {
 	}
 	return c
 }
+
+// packWeights makes the backend's packed copies of the model's weights
+// (the kernels' faster layouts) now, at load time, as llama.cpp repacks at
+// load; otherwise each matrix is packed when first used and the first
+// prompt's time includes it (about a second for a 1B model).
+func packWeights(be *cpu.Backend, m *model.Model, log *zap.Logger) error {
+	t0 := time.Now()
+	n, err := be.PackModel(m)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		log.Info("packed weights", zap.Int64("bytes", n), zap.Duration("took", time.Since(t0)))
+	}
+	return nil
+}

@@ -94,6 +94,9 @@ func (r *RunCmd) Run(g *Globals) error {
 	rec := graph.NewRecorder(0)
 	be := cpu.NewBackend(r.Threads, nil)
 	defer be.Close()
+	if err := packWeights(be, l.Model, g.Log); err != nil {
+		return err
+	}
 	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, stages.Config{NCtx: nCtx, MaxBatch: r.BatchSize}, rec)
 	if err != nil {
 		return err

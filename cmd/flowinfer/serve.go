@@ -86,6 +86,10 @@ func (c *ServeCmd) Run(g *Globals) error {
 	}
 	defer b.Close()
 	l := &loaded{Bundle: b, demo: demo}
+	if err := packWeights(be, l.Model, log); err != nil { // while /health says loading
+		srv.Shutdown(context.Background())
+		return err
+	}
 	nCtx := ctxSize(l, c.CtxSize, log)
 	rec := graph.NewRecorder(0)
 	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, stages.Config{

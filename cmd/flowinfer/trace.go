@@ -81,6 +81,9 @@ func (c *TraceCmd) Run(g *Globals, cli *CLI) error {
 	}
 	be := cpu.NewBackend(cfg.Pipeline.Threads, nil)
 	defer be.Close()
+	if err := packWeights(be, l.Model, g.Log); err != nil {
+		return err
+	}
 	job := traceJob{l: l, ops: be, scfg: scfg, prompt: prompt, params: params, n: c.NPredict, requests: c.Requests, ignoreEOS: c.IgnoreEOS}
 
 	if c.Warmup {
