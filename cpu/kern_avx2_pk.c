@@ -128,7 +128,6 @@ static void pack_q6_K(const uint8_t *w, int64_t ws, int64_t rows, int64_t nb, ui
 	for (int64_t g = 0; g < rows / 8; g++) {
 		for (int64_t i = 0; i < nb; i++) {
 			uint8_t *p = dst + (g * nb + i) * PK_Q6K;
-			memset(p, 0, 1536);
 			for (int r = 0; r < 8; r++) {
 				const uint8_t *x = w + (8 * g + r) * ws + 210 * i;
 				q6_codes(x, codes);
@@ -136,17 +135,17 @@ static void pack_q6_K(const uint8_t *w, int64_t ws, int64_t rows, int64_t nb, ui
 				for (int q = 0; q < 8; q++) {
 					p[1536 + 16 * q + 2 * r] = x[192 + 2 * q];
 					p[1536 + 16 * q + 2 * r + 1] = x[192 + 2 * q + 1];
-					for (int k = 0; k < 8; k++) {
-						// byte j of step k: code 2k+j of sub-block 2q (j < 2), 2k+j-2 of 2q+1
-						for (int j = 0; j < 4; j++) {
-							const int c = codes[32 * q + 16 * (j >> 1) + 2 * k + (j & 1)];
-							const int h = k >> 2, st = k & 3;
-							uint8_t *v = p + 192 * q + 96 * h + 4 * r + j;
-							if (st < 3) {
-								v[32 * st] |= (uint8_t)c;
-							} else {
-								for (int x3 = 0; x3 < 3; x3++) v[32 * x3] |= (uint8_t)(((c >> (2 * x3)) & 3) << 6);
-							}
+					// byte j of step k: code 2k+j of sub-block 2q (j < 2), 2k+j-2 of 2q+1
+					const uint8_t *c0 = codes + 32 * q, *c1 = c0 + 16;
+					for (int h = 0; h < 2; h++) {
+						uint8_t st[4][4];
+						for (int s = 0; s < 4; s++) {
+							const int k = 4 * h + s;
+							st[s][0] = c0[2 * k], st[s][1] = c0[2 * k + 1], st[s][2] = c1[2 * k], st[s][3] = c1[2 * k + 1];
+						}
+						for (int v = 0; v < 3; v++) {
+							uint8_t *o = p + 192 * q + 96 * h + 32 * v + 4 * r;
+							for (int j = 0; j < 4; j++) o[j] = (uint8_t)(st[v][j] | ((st[3][j] >> (2 * v)) & 3) << 6);
 						}
 					}
 				}
