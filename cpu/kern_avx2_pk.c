@@ -25,7 +25,7 @@
 // row's scale pair (sc[2q], sc[2q+1]) applies both scales. Codes are stored
 // whole (6 bits) with the fourth step's bits spread over the top 2 bits of
 // the other three, so the rebuild is 11 operations per 4 steps instead of
-// 17 for llama.cpp's split of 4 low and 2 high bits:
+// 17 with the file's split of 4 low and 2 high bits (the layout before):
 //   qs   [8 pairs][2 halves][3 vectors A,B,C][8 rows][4 bytes] (1536): in
 //        half h, A/B/C hold steps 4h, 4h+1, 4h+2 in bits 0..5 and bits
 //        0-1 / 2-3 / 4-5 of step 4h+3 in bits 6..7
