@@ -29,22 +29,7 @@ static float expf_slow(float x) {
 	return (float)exp((double)x);
 }
 
-// expf1 is Go's expf for one element.
-FI_INLINE float expf1(float x) {
-	if (!(x > -87.0f && x < 88.0f)) return expf_slow(x);
-	const double f = x;
-	const double k = (f * LOG2E + ROUND_BIAS) - ROUND_BIAS;
-	const double r = f - k * LN2;
-	const double r2 = r * r;
-	const double p = ((1 + r) + r2 * (1.0 / 2 + r * (1.0 / 6))) +
-	                 (r2 * r2) * ((1.0 / 24 + r * (1.0 / 120)) + r2 * (1.0 / 720 + r * (1.0 / 5040)));
-	uint64_t b = (uint64_t)((int64_t)k + 1023) << 52;
-	double s;
-	memcpy(&s, &b, 8);
-	return (float)(p * s);
-}
-
-// exp4 is expf1's polynomial on four float64 lanes in range.
+// exp4 is Go's expf polynomial on four float64 lanes in range.
 FI_INLINE __m128 exp4(__m256d f) {
 	const __m256d t = _mm256_add_pd(_mm256_mul_pd(f, _mm256_set1_pd(LOG2E)), _mm256_set1_pd(ROUND_BIAS));
 	const __m256d k = _mm256_sub_pd(t, _mm256_set1_pd(ROUND_BIAS));
@@ -62,7 +47,7 @@ FI_INLINE __m128 exp4(__m256d f) {
 	return _mm256_cvtpd_ps(_mm256_mul_pd(p, s));
 }
 
-// exp8 returns expf1 of 8 lanes.
+// exp8 returns Go's expf of 8 lanes.
 FI_INLINE __m256 exp8(__m256 x) {
 	const __m256 in = _mm256_and_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_GT_OQ),
 	                                _mm256_cmp_ps(x, _mm256_set1_ps(88.0f), _CMP_LT_OQ));
@@ -81,31 +66,44 @@ FI_INLINE __m256 exp8(__m256 x) {
 	return e;
 }
 
+// load_tail and store_tail move the last n < 8 floats through a vector
+// (padding with zeros), so tails take the same code as the body.
+FI_INLINE __m256 load_tail(const float *p, int64_t n) {
+	float t[8] = {0};
+	memcpy(t, p, (size_t)n * 4);
+	return _mm256_loadu_ps(t);
+}
+
+FI_INLINE void store_tail(float *p, __m256 v, int64_t n) {
+	float t[8];
+	_mm256_storeu_ps(t, v);
+	memcpy(p, t, (size_t)n * 4);
+}
+
+// swiglu8 is SwiGLU of 8 lanes: g / (1 + e^-g) * u, rounded as Go does.
+FI_INLINE __m256 swiglu8(__m256 g, __m256 u) {
+	const __m256 e = exp8(_mm256_xor_ps(g, _mm256_set1_ps(-0.0f)));
+	return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1), e)), u);
+}
+
 // fi_swiglu_avx2: see kern.h.
 void fi_swiglu_avx2(float *out, const float *gate, const float *up, int64_t n) {
-	const __m256 one = _mm256_set1_ps(1), neg = _mm256_set1_ps(-0.0f);
 	int64_t i = 0;
-	for (; i + 8 <= n; i += 8) {
-		const __m256 g = _mm256_loadu_ps(gate + i);
-		const __m256 e = exp8(_mm256_xor_ps(g, neg));
-		_mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
-	}
-	for (; i < n; i++) out[i] = gate[i] / (1 + expf1(-gate[i])) * up[i];
+	for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, swiglu8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+	if (i < n) store_tail(out + i, swiglu8(load_tail(gate + i, n - i), load_tail(up + i, n - i)), n - i);
 }
 
 // fi_expsub_avx2: see kern.h.
 double fi_expsub_avx2(float *row, int64_t n, float mx) {
 	const __m256 m = _mm256_set1_ps(mx);
 	double sum = 0;
-	int64_t i = 0;
-	for (; i + 8 <= n; i += 8) {
-		const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(row + i), m));
-		_mm256_storeu_ps(row + i, e);
-		for (int j = 0; j < 8; j++) sum += (double)row[i + j]; // in order, as Go
-	}
-	for (; i < n; i++) {
-		row[i] = expf1(row[i] - mx);
-		sum += (double)row[i];
+	for (int64_t i = 0; i < n; i += 8) {
+		const int64_t k = n - i < 8 ? n - i : 8;
+		const __m256 x = k == 8 ? _mm256_loadu_ps(row + i) : load_tail(row + i, k);
+		float e[8];
+		_mm256_storeu_ps(e, exp8(_mm256_sub_ps(x, m)));
+		memcpy(row + i, e, (size_t)k * 4);
+		for (int j = 0; j < k; j++) sum += (double)e[j]; // in order, as Go
 	}
 	return sum;
 }

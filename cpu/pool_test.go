@@ -163,3 +163,36 @@ func (t *busyTask) run(int) {
 		t.sink.Add(x)
 	}
 }
+
+// TestGuided checks the row chunks of matrix-vector products (backend.go).
+func TestGuided(t *testing.T) {
+	for _, c := range []struct{ n, workers, minSize, align int }{
+		{8192, 2, 32, 8}, {512, 2, 32, 8}, {2048, 2, 16, 8}, {13, 2, 16, 8}, {8, 4, 16, 8},
+		{128256, 16, 16, 8}, {1000, 3, 7, 8}, {1, 1, 1, 1},
+	} {
+		b := guided(nil, c.n, c.workers, c.minSize, c.align)
+		minSize := (c.minSize + c.align - 1) / c.align * c.align
+		if b[0] != 0 || int(b[len(b)-1]) != c.n || len(b) < 2 {
+			t.Fatalf("%+v: bounds %v", c, b)
+		}
+		prev := c.n + 1
+		for i := 1; i < len(b); i++ {
+			size := int(b[i] - b[i-1])
+			last := i == len(b)-1
+			if size <= 0 || !last && (size%c.align != 0 || size < minSize || size > prev) {
+				t.Fatalf("%+v: chunk %d is [%d, %d) in %v", c, i-1, b[i-1], b[i], b)
+			}
+			prev = size
+		}
+		// the first chunk gives each worker a long run, the last is short
+		if first := int(b[1]); c.n >= 4*c.workers*minSize && first < c.n/(2*c.workers)-c.align {
+			t.Errorf("%+v: first chunk %d rows", c, first)
+		}
+		if last := int(b[len(b)-1] - b[len(b)-2]); last > max(minSize, c.n/(2*c.workers)) {
+			t.Errorf("%+v: last chunk %d rows", c, last)
+		}
+	}
+	if b := guided(nil, 8192, 2, 32, 8); len(b)-1 > 32 {
+		t.Errorf("8192 rows on 2 workers: %d chunks", len(b)-1)
+	}
+}
