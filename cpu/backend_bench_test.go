@@ -141,12 +141,14 @@ func BenchmarkMatMulCold(b *testing.B) {
 					be.MatMul(out, w, x, 1)
 				}
 				i := 0
+				cs0 := contextSwitches(b)
 				for b.Loop() {
 					be.MatMul(out, ws[i%copies], x, 1)
 					i++
 				}
 				sec := b.Elapsed().Seconds() / float64(b.N)
 				b.ReportMetric(float64(len(data))/sec/1e9, "GB/s")
+				b.ReportMetric(float64(contextSwitches(b)-cs0)/float64(b.N), "ctxsw/op")
 			})
 		}
 	}
@@ -205,4 +207,14 @@ func cpuTime() time.Duration {
 // reportCPU reports the CPU milliseconds per operation since start.
 func reportCPU(b *testing.B, start time.Duration) {
 	b.ReportMetric(float64(cpuTime()-start)/float64(b.N)/1e6, "cpu-ms/op")
+}
+
+// contextSwitches returns the process's context switches so far, voluntary
+// and involuntary (getrusage).
+func contextSwitches(b *testing.B) int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return ru.Nvcsw + ru.Nivcsw
 }

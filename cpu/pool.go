@@ -19,6 +19,7 @@ package cpu
 // runs one operation at a time.
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,12 +93,38 @@ type pool struct {
 	done     chan struct{}   // wakes the parked caller
 	wg       sync.WaitGroup  // workers running
 	closed   bool
+	yield    []yielder // per worker: when it last called runtime.Gosched
+}
+
+// yieldTime is how often each worker passes through the Go scheduler
+// (runtime.Gosched, about a microsecond when nothing else is runnable).
+// The runtime's monitor, sysmon, preempts a goroutine that has run 10 ms
+// without passing through it: in Go code with a signal, inside a C call by
+// taking its P away, which the goroutine must find again when the call
+// returns. After taking a P, sysmon wakes every 20 µs for a millisecond or
+// more, and on 2 cores each wake-up is a context switch off a worker.
+// Measured (decode of the 1B files, 2 threads): 3-7 context switches per
+// matrix product without yielding, 0.5 with; docs/decisions.md has the
+// throughput.
+const yieldTime = 2 * time.Millisecond
+
+// yielder calls runtime.Gosched at most once per yieldTime.
+type yielder struct {
+	last time.Time
+	_    [40]byte
+}
+
+func (y *yielder) maybe() {
+	if now := time.Now(); now.Sub(y.last) > yieldTime {
+		y.last = now
+		runtime.Gosched()
+	}
 }
 
 // newPool starts n-1 worker goroutines (n ≥ 1).
 func newPool(n int) *pool {
 	n = max(n, 1)
-	p := &pool{n: n, sleeping: make([]paddedFlag, n), wake: make([]chan struct{}, n), done: make(chan struct{}, 1)}
+	p := &pool{n: n, sleeping: make([]paddedFlag, n), yield: make([]yielder, n), wake: make([]chan struct{}, n), done: make(chan struct{}, 1)}
 	for w := 1; w < n; w++ {
 		p.wake[w] = make(chan struct{}, 1)
 		p.wg.Add(1)
@@ -114,6 +141,7 @@ func (p *pool) workers() int { return p.n }
 func (p *pool) run(t task) {
 	if p.n == 1 {
 		t.run(0)
+		p.yield[0].maybe()
 		return
 	}
 	p.task = t
@@ -124,6 +152,7 @@ func (p *pool) run(t task) {
 	if old := p.state.Or(closedBit); old&activeMask != 0 {
 		p.waitDone()
 	}
+	p.yield[0].maybe()
 }
 
 func (p *pool) wakeAll() {
@@ -169,6 +198,7 @@ func (p *pool) worker(w int) {
 		if s&closedBit != 0 && s&activeMask == 0 && p.caller.v.CompareAndSwap(1, 0) {
 			p.done <- struct{}{}
 		}
+		p.yield[w].maybe()
 	}
 }
 

@@ -196,3 +196,35 @@ func TestGuided(t *testing.T) {
 		t.Errorf("8192 rows on 2 workers: %d chunks", len(b)-1)
 	}
 }
+
+// workerTask records which workers ran it and keeps each busy for a while.
+type workerTask struct {
+	ran  []atomic.Bool
+	busy time.Duration
+}
+
+func (w *workerTask) run(worker int) {
+	w.ran[worker].Store(true)
+	for start := time.Now(); time.Since(start) < w.busy; {
+	}
+}
+
+// TestPoolYields checks that the caller and every worker that ran a task
+// pass through the Go scheduler once tasks have kept them busy longer than
+// yieldTime: otherwise sysmon preempts them every 10 ms (pool.go).
+func TestPoolYields(t *testing.T) {
+	p := newPool(2)
+	task := &workerTask{ran: make([]atomic.Bool, 2), busy: 100 * time.Microsecond}
+	for start := time.Now(); time.Since(start) < 4*yieldTime; {
+		p.run(task)
+	}
+	p.close() // the workers' writes happen before close returns
+	for w := range p.yield {
+		if task.ran[w].Load() && p.yield[w].last.IsZero() {
+			t.Errorf("worker %d ran tasks for %v and never yielded", w, 4*yieldTime)
+		}
+	}
+	if !task.ran[0].Load() {
+		t.Error("the caller never ran the task")
+	}
+}
