@@ -1,8 +1,14 @@
 package serve_test
 
 import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flowinfer/flowinfer/serve"
 	"github.com/flowinfer/flowinfer/stages"
@@ -158,5 +164,35 @@ func TestAPIKey(t *testing.T) {
 	}
 	if r := ts.do(t, "GET", "/metrics", nil); r.status != 401 {
 		t.Errorf("/metrics without key: %d", r.status)
+	}
+}
+
+// TestBodyTooLargeWhileSending sends a body over the limit in pieces, as a
+// slow client would, and checks that it reads the 413 instead of a reset
+// connection.
+func TestBodyTooLargeWhileSending(t *testing.T) {
+	ts := start(t, serve.Config{MaxBodyBytes: 64 << 10}, stages.Config{NCtx: 64})
+	c, err := net.Dial("tcp", strings.TrimPrefix(ts.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const size = 1 << 20
+	fmt.Fprintf(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", size)
+	piece := bytes.Repeat([]byte("a"), size/8)
+	for range 8 {
+		if _, err := c.Write(piece); err != nil {
+			t.Fatalf("writing the body: %v", err) // reset by the server
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("reading the response: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 413 {
+		t.Errorf("status %d, want 413", resp.StatusCode)
 	}
 }

@@ -253,11 +253,44 @@ func (s *Server) handleReadError(ctx *fasthttp.RequestCtx, err error) {
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		e = errBodyTooLarge
+		drain(ctx.Conn())
 	default:
 		e = badRequest("", "cannot read the request: %v", err)
 	}
 	e.write(ctx, d)
 	s.metrics.request("other", e.status)
+}
+
+// A request rejected before its body was read (413) is answered and its
+// connection closed. Closing a socket with unread data makes the kernel
+// reset the connection, and a client still sending its body then sees
+// "connection reset" instead of the 413 (net/http's server, for the same
+// reason, discards some of an unread body and delays its close). drain
+// discards what the client is still sending, up to lingerBytes and
+// lingerTime, until it pauses for lingerPause.
+const (
+	lingerBytes = 8 << 20
+	lingerTime  = 2 * time.Second
+	lingerPause = 100 * time.Millisecond
+)
+
+func drain(c net.Conn) {
+	buf := make([]byte, 32<<10)
+	end := time.Now().Add(lingerTime)
+	for n := 0; n < lingerBytes; {
+		d := time.Now().Add(lingerPause)
+		if d.After(end) {
+			d = end
+		}
+		if c.SetReadDeadline(d) != nil {
+			return
+		}
+		m, err := c.Read(buf)
+		n += m
+		if err != nil {
+			return
+		}
+	}
 }
 
 // ready returns the backend, or writes 503 while the model loads.
