@@ -17,6 +17,14 @@
 //   - DotRowsPacked / GemmRowsPacked (kern_pack.go): on weights packed once
 //     at load time (Q4_0, Q4_K, Q6_K, Q8_0): 1.25-2.7x DotRows per core.
 //
+// Paths: AVX2 (kern_avx2_*.c) has every kernel. AVX-512 (kern_avx512.c:
+// F, BW, VL, DQ and VNNI) has its own packed products, on the same packed
+// layouts, and BF16 products where the CPU has AVX512_BF16; for everything
+// else it runs the AVX2 code. Its packed products equal AVX2's bit for bit.
+// The machines this is developed on have no AVX-512: `go test -tags
+// fi_simde ./cpu/` runs every test of the package on it through SIMDe's
+// portable intrinsics (kern_simde.go).
+//
 // Numerics: QuantizeRows is byte-identical to quant.QuantizeRow on every
 // path. The products compute the same exact integer sums as quant.DotFunc
 // and differ only in the order and fusing (FMA) of the float additions of
@@ -48,6 +56,10 @@ const (
 	ISAScalarGo ISA = iota
 	// ISAAVX2 is C with AVX2, FMA and F16C intrinsics (x86-64-v3).
 	ISAAVX2
+	// ISAAVX512 is C with AVX-512 (F, BW, VL, DQ, VNNI) intrinsics for the
+	// packed products (Q4_0, Q4_K, Q6_K, Q8_0) and, where the CPU has
+	// AVX512_BF16, BF16 weights; the rest of it is ISAAVX2's code.
+	ISAAVX512
 )
 
 // String returns the name ParseISA accepts.
@@ -57,24 +69,29 @@ func (i ISA) String() string {
 		return "go"
 	case ISAAVX2:
 		return "avx2"
+	case ISAAVX512:
+		return "avx512"
 	}
 	return fmt.Sprintf("isa(%d)", int(i))
 }
 
-// ParseISA returns the ISA named s ("go", "avx2").
+// ParseISA returns the ISA named s ("go", "avx2", "avx512").
 func ParseISA(s string) (ISA, error) {
-	for _, i := range []ISA{ISAScalarGo, ISAAVX2} {
+	for _, i := range []ISA{ISAScalarGo, ISAAVX2, ISAAVX512} {
 		if s == i.String() {
 			return i, nil
 		}
 	}
-	return 0, fmt.Errorf("cpu: unknown ISA %q (want go or avx2)", s)
+	return 0, fmt.Errorf("cpu: unknown ISA %q (want go, avx2 or avx512)", s)
 }
 
 // Available returns the paths this machine (and build) can run, fastest
 // first; ISAScalarGo is always last.
 func Available() []ISA {
 	var isas []ISA
+	if cpuFeatures()&featAVX512 != 0 {
+		isas = append(isas, ISAAVX512)
+	}
 	if cpuFeatures()&featAVX2 != 0 {
 		isas = append(isas, ISAAVX2)
 	}

@@ -15,7 +15,9 @@
 
 // ISA bits reported by fi_cpu_features.
 enum {
-	FI_AVX2 = 1, // AVX2 + FMA + F16C (the kern_avx2*.c files)
+	FI_AVX2 = 1,       // AVX2 + FMA + F16C (the kern_avx2*.c files)
+	FI_AVX512 = 2,     // AVX-512 F, BW, VL, DQ and VNNI (kern_avx512.c)
+	FI_AVX512BF16 = 4, // AVX512_BF16 (vdpbf16ps)
 };
 
 // ggml type numbers used by the kernels.
@@ -37,7 +39,8 @@ enum {
 	FI_BF16 = 30,
 };
 
-// fi_cpu_features returns the FI_* bits the CPU and OS support.
+// fi_cpu_features returns the FI_* bits the CPU and OS support (asked once;
+// a build with FI_SIMDE adds the AVX-512 bits: kern_simde.h).
 int fi_cpu_features(void);
 
 // fi_quantize_rows_avx2 converts nrows rows of cols floats (row-major) to
@@ -64,6 +67,19 @@ int64_t fi_packed_size_avx2(int wt, int64_t rows, int64_t cols);
 int fi_pack_avx2(int wt, const uint8_t *w, int64_t w_stride, int64_t rows, int64_t cols, uint8_t *dst);
 int fi_gemm_packed_avx2(int wt, const uint8_t *pk, int64_t cols, int64_t r0, int64_t r1, const uint8_t *a,
                         int64_t a_stride, int64_t nact, float *out, int64_t out_stride);
+
+// AVX-512 (kern_avx512.c), on the packed layouts of fi_pack_avx2:
+// fi_gemm_packed_avx512 is fi_gemm_packed_avx2 with 512-bit VNNI kernels;
+// fi_gemm_avx512 runs BF16 weights with vdpbf16ps when the CPU has
+// AVX512_BF16 and every other type as fi_gemm_avx2 does.
+int fi_gemm_avx512(int wt, const uint8_t *w, int64_t w_stride, int64_t cols, int64_t r0, int64_t r1,
+                   const uint8_t *a, int64_t a_stride, int64_t nact, float *out, int64_t out_stride);
+int fi_gemm_packed_avx512(int wt, const uint8_t *pk, int64_t cols, int64_t r0, int64_t r1, const uint8_t *a,
+                          int64_t a_stride, int64_t nact, float *out, int64_t out_stride);
+
+// fi_q6_perm writes the codes of nb Q8_K super-blocks at a in the step
+// order of packed Q6_K (256 bytes each; kern_avx2_pk.c). SSE2 only.
+void fi_q6_perm(const uint8_t *a, int64_t nb, uint8_t *dst);
 
 // fi_wsum_avx2 adds to out[g*dim + c] (g < nout, c < dim) the sums over
 // j < n of w[g*ws + j] * v[j*vs + c]: attention's weighted sum of V rows

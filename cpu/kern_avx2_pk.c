@@ -31,7 +31,7 @@
 //        0-1 / 2-3 / 4-5 of step 4h+3 in bits 6..7
 //   sc   [8 pairs][8 rows][2] int8 (128)
 //   d    [8 rows] fp16 (16)
-// The activation's codes are permuted to match once per call (q6_perm).
+// The activation's codes are permuted to match once per call (fi_q6_perm).
 // Q4_0, per group of 8 rows and block of 32 (144 bytes, 18 per row), step s
 // = codes 4s..4s+3 of each of 8 rows:
 //   qs   [4][8 rows][4 bytes] (128): vector c holds step c in the low
@@ -248,14 +248,15 @@ FI_INLINE void q6_half(const uint8_t *v, __m256i s[4]) {
 	                       _mm256_and_si256(_mm256_srli_epi16(c, 2), _mm256_set1_epi8(0x30)));
 }
 
-// Q6_PERM_NB: super-blocks whose activation codes q6_perm reorders at a
+// Q6_PERM_NB: super-blocks whose activation codes fi_q6_perm reorders at a
 // time (a 16 KiB buffer on the stack).
 #define Q6_PERM_NB 64
 
-// q6_perm writes the codes of nb Q8_K super-blocks at a in the order of the
-// packed Q6_K steps: per pair q, the 16-bit units of sub-blocks 2q and 2q+1
-// interleaved, so step k of the pair is one 32-bit broadcast.
-static void q6_perm(const uint8_t *a, int64_t nb, uint8_t *yp) {
+// fi_q6_perm (kern.h) writes the codes of nb Q8_K super-blocks at a in the
+// order of the packed Q6_K steps: per pair q, the 16-bit units of
+// sub-blocks 2q and 2q+1 interleaved, so step k of the pair is one 32-bit
+// broadcast.
+void fi_q6_perm(const uint8_t *a, int64_t nb, uint8_t *yp) {
 	for (int64_t i = 0; i < nb; i++) {
 		const uint8_t *y = a + Q8K * i + 4;
 		for (int q = 0; q < 8; q++) {
@@ -267,7 +268,7 @@ static void q6_perm(const uint8_t *a, int64_t nb, uint8_t *yp) {
 }
 
 // gemv_q6_K_blocks adds the products of super-blocks [i0, i1) of groups
-// [g0, g1) to out (yp: q6_perm's codes of those super-blocks).
+// [g0, g1) to out (yp: fi_q6_perm's codes of those super-blocks).
 static void gemv_q6_K_blocks(const uint8_t *pk, int64_t nb, int64_t i0, int64_t i1, int64_t g0, int64_t g1,
                              const uint8_t *a, const uint8_t *yp, float *out, int add) {
 	for (int64_t g = g0; g < g1; g++) {
@@ -309,7 +310,7 @@ static void gemv_q6_K(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, con
 	uint8_t yp[256 * Q6_PERM_NB];
 	for (int64_t i0 = 0; i0 < nb; i0 += Q6_PERM_NB) {
 		const int64_t i1 = i0 + Q6_PERM_NB < nb ? i0 + Q6_PERM_NB : nb;
-		q6_perm(a + Q8K * i0, i1 - i0, yp);
+		fi_q6_perm(a + Q8K * i0, i1 - i0, yp);
 		gemv_q6_K_blocks(pk, nb, i0, i1, g0, g1, a, yp, out, i0 > 0);
 	}
 }

@@ -19,7 +19,10 @@ import (
 	"github.com/flowinfer/flowinfer/quant"
 )
 
-const featAVX2 = C.FI_AVX2
+const (
+	featAVX2   = C.FI_AVX2
+	featAVX512 = C.FI_AVX512
+)
 
 // cgoKernels reports whether the C kernels are built in.
 const cgoKernels = true
@@ -30,7 +33,7 @@ var cpuFeatures = sync.OnceValue(func() int { return int(C.fi_cpu_features()) })
 // quantizeRowsC runs the C quantizer of isa; false if it has none for t.
 func quantizeRowsC(isa ISA, t quant.Type, src []float32, nRows, cols int, dst []byte) bool {
 	switch isa {
-	case ISAAVX2:
+	case ISAAVX2, ISAAVX512:
 		return C.fi_quantize_rows_avx2(C.int(t), (*C.float)(ptr(src)), C.int64_t(nRows), C.int64_t(cols),
 			(*C.uint8_t)(ptr(dst))) == 0
 	}
@@ -44,35 +47,44 @@ func gemmC(isa ISA, wt quant.Type, w []byte, rowBytes, cols, r0, r1 int, a []byt
 		return C.fi_gemm_avx2(C.int(wt), (*C.uint8_t)(ptr(w)), C.int64_t(rowBytes), C.int64_t(cols),
 			C.int64_t(r0), C.int64_t(r1), (*C.uint8_t)(ptr(a)), C.int64_t(arb), C.int64_t(nAct),
 			(*C.float)(ptr(out)), C.int64_t(outStride)) == 0
+	case ISAAVX512:
+		return C.fi_gemm_avx512(C.int(wt), (*C.uint8_t)(ptr(w)), C.int64_t(rowBytes), C.int64_t(cols),
+			C.int64_t(r0), C.int64_t(r1), (*C.uint8_t)(ptr(a)), C.int64_t(arb), C.int64_t(nAct),
+			(*C.float)(ptr(out)), C.int64_t(outStride)) == 0
 	}
 	return false
 }
 
 // packedSizeC returns the packed size of a rows×cols wt matrix (<= 0: none).
+// The AVX-512 kernels read the AVX2 packed layouts.
 func packedSizeC(isa ISA, wt quant.Type, rows, cols int) int {
-	if isa == ISAAVX2 {
+	if isa == ISAAVX2 || isa == ISAAVX512 {
 		return int(C.fi_packed_size_avx2(C.int(wt), C.int64_t(rows), C.int64_t(cols)))
 	}
 	return -1
 }
 
 func packC(isa ISA, wt quant.Type, w []byte, rowBytes, rows, cols int, dst []byte) {
-	if isa == ISAAVX2 {
+	if isa == ISAAVX2 || isa == ISAAVX512 {
 		C.fi_pack_avx2(C.int(wt), (*C.uint8_t)(ptr(w)), C.int64_t(rowBytes), C.int64_t(rows), C.int64_t(cols),
 			(*C.uint8_t)(ptr(dst)))
 	}
 }
 
 func gemmPackedC(isa ISA, wt quant.Type, pk []byte, cols, r0, r1 int, a []byte, arb, nAct int, out []float32, outStride int) {
-	if isa == ISAAVX2 {
+	switch isa {
+	case ISAAVX2:
 		C.fi_gemm_packed_avx2(C.int(wt), (*C.uint8_t)(ptr(pk)), C.int64_t(cols), C.int64_t(r0), C.int64_t(r1),
+			(*C.uint8_t)(ptr(a)), C.int64_t(arb), C.int64_t(nAct), (*C.float)(ptr(out)), C.int64_t(outStride))
+	case ISAAVX512:
+		C.fi_gemm_packed_avx512(C.int(wt), (*C.uint8_t)(ptr(pk)), C.int64_t(cols), C.int64_t(r0), C.int64_t(r1),
 			(*C.uint8_t)(ptr(a)), C.int64_t(arb), C.int64_t(nAct), (*C.float)(ptr(out)), C.int64_t(outStride))
 	}
 }
 
 // wsumC runs the C weighted row sum of isa; false if it has none.
 func wsumC(isa ISA, out []float32, nOut, dim int, w []float32, ws int, v []float32, vs, n int) bool {
-	if isa == ISAAVX2 {
+	if isa == ISAAVX2 || isa == ISAAVX512 {
 		C.fi_wsum_avx2((*C.float)(ptr(out)), C.int64_t(nOut), C.int64_t(dim), (*C.float)(ptr(w)), C.int64_t(ws),
 			(*C.float)(ptr(v)), C.int64_t(vs), C.int64_t(n))
 		return true
@@ -82,7 +94,7 @@ func wsumC(isa ISA, out []float32, nOut, dim int, w []float32, ws int, v []float
 
 // swigluC runs the C SwiGLU of isa; false if it has none.
 func swigluC(isa ISA, out, gate, up []float32) bool {
-	if isa == ISAAVX2 {
+	if isa == ISAAVX2 || isa == ISAAVX512 {
 		C.fi_swiglu_avx2((*C.float)(ptr(out)), (*C.float)(ptr(gate)), (*C.float)(ptr(up)), C.int64_t(len(gate)))
 		return true
 	}
@@ -91,7 +103,7 @@ func swigluC(isa ISA, out, gate, up []float32) bool {
 
 // expSubC runs the C expSub of isa; false if it has none.
 func expSubC(isa ISA, row []float32, mx float32) (float64, bool) {
-	if isa == ISAAVX2 {
+	if isa == ISAAVX2 || isa == ISAAVX512 {
 		return float64(C.fi_expsub_avx2((*C.float)(ptr(row)), C.int64_t(len(row)), C.float(mx))), true
 	}
 	return 0, false

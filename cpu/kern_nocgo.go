@@ -7,7 +7,10 @@ package cpu
 
 import "github.com/flowinfer/flowinfer/quant"
 
-const featAVX2 = 1
+const (
+	featAVX2   = 1
+	featAVX512 = 2
+)
 
 const cgoKernels = false
 

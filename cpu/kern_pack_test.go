@@ -117,3 +117,47 @@ func TestPackErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestPackedPathsAgree: the SIMD paths' packed products compute the same
+// integer sums and the same float operations in the same order, so they
+// must agree bit for bit (AVX-512 against AVX2 here; under the fi_simde
+// tag on a machine without AVX-512).
+func TestPackedPathsAgree(t *testing.T) {
+	var ks []*cpu.Kernels
+	for _, isa := range cpu.Available() {
+		if isa != cpu.ISAScalarGo {
+			ks = append(ks, cpu.KernelsFor(isa))
+		}
+	}
+	if len(ks) < 2 {
+		t.Skipf("one SIMD path here (%v); go test -tags fi_simde runs AVX-512 under emulation", cpu.Available())
+	}
+	r := rand.New(rand.NewPCG(15, 16))
+	for _, typ := range []quant.Type{quant.Q4_0, quant.Q4_K, quant.Q6_K, quant.Q8_0} {
+		for _, shape := range [][3]int{{24, 512, 1}, {40, 70 * 256, 1}, {40, 2048, 3}, {56, 1024, 9}, {16, 256, 40}} {
+			rows, cols, nAct := shape[0], shape[1], shape[2]
+			t.Run(fmt.Sprintf("type=%s/rows=%d/cols=%d/acts=%d", typ, rows, cols, nAct), func(t *testing.T) {
+				m := newTestMatrix(t, r, typ, rows, cols, nAct, 0)
+				var want []float32
+				for i, k := range ks {
+					p, err := k.Pack(typ, m.w, m.rowBytes, rows, cols)
+					if err != nil {
+						t.Fatal(err)
+					}
+					out := make([]float32, nAct*rows)
+					k.GemmRowsPacked(p, 8, rows, m.a, nAct, out, rows)
+					k.GemmRowsPacked(p, 0, 8, m.a, nAct, out, rows)
+					if i == 0 {
+						want = out
+						continue
+					}
+					for j := range out {
+						if math.Float32bits(out[j]) != math.Float32bits(want[j]) {
+							t.Fatalf("%s: act %d row %d: %v, %s gives %v", k.ISA(), j/rows, j%rows, out[j], ks[0].ISA(), want[j])
+						}
+					}
+				}
+			})
+		}
+	}
+}

@@ -1,7 +1,8 @@
 package cpu_test
 
 // Tests of the SIMD kernels against quant's scalar reference, on every ISA
-// path this machine runs (FLOWINFER_ISA=go|avx2 restricts them to one):
+// path this machine runs (FLOWINFER_ISA=go|avx2|avx512 restricts them to one;
+// go test -tags fi_simde adds AVX-512 under emulation):
 // activation quantization must be byte-identical; dot products must agree
 // within a per-type tolerance, write exactly the requested outputs and
 // leave guard values around them untouched.
@@ -62,8 +63,16 @@ var dotTypes = []struct {
 	{quant.F16, 2e-6}, {quant.BF16, 2e-6}, {quant.F32, 2e-6},
 }
 
-// maxNMSE bounds Σ(got-want)²/Σwant² over a whole output matrix.
-const maxNMSE = 1e-11
+// maxNMSE bounds Σ(got-want)²/Σwant² over a whole output matrix of at
+// least nmseMinOutputs values. With fewer, the NMSE is the relative error
+// of one or two sums, which cancellation makes as large as it likes
+// whatever the kernel (seen: a lone Q4_1 dot of 33 with S = 12300 and
+// |diff|/S = 1.5e-8 gave NMSE 3.3e-11); the per-value bound tol·S holds
+// for every output regardless.
+const (
+	maxNMSE        = 1e-11
+	nmseMinOutputs = 16
+)
 
 // inputKind selects how a test row is drawn.
 type inputKind int
@@ -290,6 +299,7 @@ type outputChecker struct {
 	cols           int
 	worst          float64 // largest |got-want|/S seen
 	sumErr, sumRef float64
+	n              int // outputs checked
 }
 
 func (c *outputChecker) check(m *testMatrix, row, act int, got float32) {
@@ -312,11 +322,12 @@ func (c *outputChecker) check(m *testMatrix, row, act int, got float32) {
 	}
 	c.sumErr += d * d
 	c.sumRef += float64(want) * float64(want)
+	c.n++
 }
 
 func (c *outputChecker) done() {
 	c.t.Helper()
-	if c.sumRef > 0 && c.sumErr/c.sumRef > maxNMSE {
+	if c.n >= nmseMinOutputs && c.sumRef > 0 && c.sumErr/c.sumRef > maxNMSE {
 		c.t.Errorf("NMSE %.3g > %.3g", c.sumErr/c.sumRef, maxNMSE)
 	}
 }
@@ -456,7 +467,7 @@ func TestISAs(t *testing.T) {
 	if got := cpu.Best().ISA(); got != av[0] {
 		t.Errorf("Best() = %s, want %s", got, av[0])
 	}
-	for _, isa := range []cpu.ISA{cpu.ISAScalarGo, cpu.ISAAVX2} {
+	for _, isa := range []cpu.ISA{cpu.ISAScalarGo, cpu.ISAAVX2, cpu.ISAAVX512} {
 		p, err := cpu.ParseISA(isa.String())
 		if err != nil || p != isa {
 			t.Errorf("ParseISA(%q) = %v, %v", isa.String(), p, err)

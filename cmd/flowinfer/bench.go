@@ -25,7 +25,7 @@ type BenchCmd struct {
 	Threads    int    `short:"t" default:"0" help:"Threads (0 = physical cores)."`
 	BatchSize  int    `short:"b" name:"batch-size" default:"2048" help:"Most prompt tokens per forward step."`
 	Output     string `short:"o" name:"output" default:"md" enum:"md,json" help:"Output format: md (llama-bench's table) or json."`
-	ISA        string `name:"isa" default:"" help:"Kernel path: avx2 or go (default: the fastest this CPU runs)."`
+	ISA        string `name:"isa" default:"" help:"Kernel path: avx512, avx2 or go (default: the fastest this CPU runs)."`
 	NoPack     bool   `name:"no-pack" help:"Multiply by the file's weight layout, not the kernels' packed copies."`
 	NoWarmup   bool   `name:"no-warmup" help:"Skip the warm-up runs."`
 	Seed       uint64 `name:"seed" default:"1234" help:"Seed of the random tokens."`

@@ -1,0 +1,461 @@
+//go:build cgo
+
+// AVX-512 kernels (F, BW, VL, DQ and VNNI; BF16 where the CPU has it): the
+// products that dominate a forward pass, on the same packed weights as the
+// AVX2 path (kern_avx2_pk.c: rows in groups of 8, a 32-byte vector holds
+// 4 codes of each of 8 rows). Everything else on this path (activation
+// quantization, the other weight types, attention's sums, SwiGLU, exp)
+// runs the AVX2 code, which every AVX-512 CPU also has.
+//
+// One 512-bit vector holds the same step of TWO packed groups (16 rows):
+// vector lanes are still rows, and an activation's 4 bytes are still one
+// broadcast from memory. VNNI's vpdpbusd (u8 x s8, 4 products summed into
+// a dword) replaces pmaddubsw + pmaddwd + paddd, and vpdpwssd replaces
+// pmaddwd + paddd:
+//   - Q8_0 and Q4_0: weights made unsigned (Q8_0: w ^ 0x80 = w + 128; Q4_0
+//     codes are 0..15) so one vpdpbusd per step; the offset, 128 (or 8)
+//     times the activation block's sum, starts the block's accumulator.
+//   - Q4_K: each sub-block's exact int32 sum (vpdpbusd) times the rows'
+//     scales (vpmulld); mins as on AVX2, with vpdpwssd.
+//   - Q6_K: pmaddubsw still sums each sub-block of a pair into its own
+//     int16 (vpdpbusd would mix them), and vpdpwssd applies the pair of
+//     scales.
+// Integer sums are the AVX2 kernels' exactly and the float operations run
+// in the same order, so results equal the AVX2 packed products bit for bit
+// (kern_test.go checks this; and both against quant's Go reference).
+//
+// The same tile function serves decode (one activation row) and prefill (up
+// to 4 rows per tile, weights blocked to stay in L2 across tiles).
+//
+// This VM has no AVX-512: the file is compiled here natively (target
+// pragma) but run only under SIMDe's portable intrinsics, by building the
+// package with the fi_simde tag (kern_simde.go, kern_simde.h).
+
+#ifdef FI_SIMDE
+#include "kern_simde.h"
+#else
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+#include <immintrin.h>
+#endif
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kern.h"
+
+// I5 inlines the tiles into their drivers, where na is a constant; UNROLL
+// unrolls their loops. Under SIMDe, where every intrinsic is a function of
+// its own, both would make the compiler take minutes: neither is used.
+#ifdef FI_SIMDE
+#define I5 static inline
+#define UNROLL(n)
+#else
+#define I5 static inline __attribute__((always_inline))
+#define FI_PRAGMA(x) _Pragma(#x)
+#define UNROLL(n) FI_PRAGMA(GCC unroll n)
+#endif
+
+// BF16_TARGET enables vdpbf16ps for the BF16 product only (the CPU may have
+// AVX-512 without BF16). Not under SIMDe: there the compiler must not emit
+// any AVX-512 instruction.
+#ifdef FI_SIMDE
+#define BF16_TARGET
+#else
+#define BF16_TARGET __attribute__((target("avx512bf16")))
+#endif
+
+#define PK_Q4K 1184
+#define PK_Q80 272
+#define PK_Q6K 1680
+#define PK_Q40 144
+#define Q8K 292
+
+// Prefetch distance (bytes) on each of the two groups' streams, as on AVX2.
+#define PF_AHEAD 2048
+
+// L2 budget (bytes) of packed weights reused across activation tiles.
+#define W_BYTES (192 * 1024)
+
+I5 uint32_t ld_u32(const uint8_t *p) {
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+
+I5 float ld_f32(const uint8_t *p) {
+	float f;
+	memcpy(&f, p, 4);
+	return f;
+}
+
+// ld_f16 widens the fp16 at p exactly.
+I5 float ld_f16(const uint8_t *p) {
+	uint16_t h;
+	memcpy(&h, p, 2);
+	return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+}
+
+I5 __m128i ld128(const uint8_t *p) { return _mm_loadu_si128((const __m128i *)p); }
+I5 __m256i ld256(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+// ld2 joins the 32 bytes at p (lanes 0..7) and at q (lanes 8..15).
+I5 __m512i ld2(const uint8_t *p, const uint8_t *q) {
+	return _mm512_inserti64x4(_mm512_castsi256_si512(ld256(p)), ld256(q), 1);
+}
+
+// ld2_16 joins the 16 bytes at p and at q.
+I5 __m256i ld2_16(const uint8_t *p, const uint8_t *q) {
+	return _mm256_inserti128_si256(_mm256_castsi128_si256(ld128(p)), ld128(q), 1);
+}
+
+// ld2_8 joins the 8 bytes at p and at q.
+I5 __m128i ld2_8(const uint8_t *p, const uint8_t *q) {
+	return _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)p), _mm_loadl_epi64((const __m128i *)q));
+}
+
+// f16x16 widens the 8 fp16 at p (lanes 0..7) and at q (lanes 8..15).
+I5 __m512 f16x16(const uint8_t *p, const uint8_t *q) { return _mm512_cvtph_ps(ld2_16(p, q)); }
+
+I5 __m512i bc32(const uint8_t *p) { return _mm512_set1_epi32((int)ld_u32(p)); }
+
+I5 void prefetch2(const uint8_t *p, const uint8_t *q, int n) {
+	for (int o = 0; o < n; o += 64) {
+		_mm_prefetch((const char *)(p + PF_AHEAD + o), _MM_HINT_T0);
+		_mm_prefetch((const char *)(q + PF_AHEAD + o), _MM_HINT_T0);
+	}
+}
+
+// ---- activation preparation -------------------------------------------------
+// A tile reads, besides the activation rows themselves, what prep wrote for
+// them: per block of 32 the sum of its codes (Q8_0, Q4_0), or per
+// super-block the codes in the packed Q6_K step order (Q6_K).
+
+// prep_sums writes the code sums of blocks [i0, i1) of a Q8_0 row a.
+static void prep_sums(const uint8_t *a, int64_t i0, int64_t i1, uint8_t *dst) {
+	const __m256i ones = _mm256_set1_epi8(1);
+	int32_t *s = (int32_t *)dst;
+	for (int64_t i = i0; i < i1; i++) {
+		__m256i v = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, ld256(a + 34 * i + 2));
+		__m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+		h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+		h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+		s[i - i0] = _mm_cvtsi128_si32(h);
+	}
+}
+
+static void prep_q6(const uint8_t *a, int64_t i0, int64_t i1, uint8_t *dst) {
+	fi_q6_perm(a + Q8K * i0, i1 - i0, dst);
+}
+
+static void prep_none(const uint8_t *a, int64_t i0, int64_t i1, uint8_t *dst) {
+	(void)a, (void)i0, (void)i1, (void)dst;
+}
+
+// ---- tiles: one (super-)block of 16 rows (groups at p and q) x na rows -------
+// y: activation row 0's block; as: bytes between activation rows; x: row
+// 0's prep for this block; xs: bytes between rows' prep; acc[t]: row t's
+// 16 outputs.
+
+I5 void tile_q4_K(const uint8_t *p, const uint8_t *q, const uint8_t *y, int64_t as, const uint8_t *x, int64_t xs,
+                  __m512 *acc, const int na) {
+	(void)x, (void)xs;
+	const __m512i m4 = _mm512_set1_epi8(0x0f);
+	__m512i isum[4], msum[4];
+	UNROLL(4) for (int t = 0; t < na; t++) isum[t] = _mm512_setzero_si512();
+	UNROLL(8) for (int j = 0; j < 8; j++) {
+		__m512i c[8];
+		UNROLL(4) for (int k = 0; k < 4; k++) {
+			const __m512i v = ld2(p + 128 * j + 32 * k, q + 128 * j + 32 * k);
+			c[2 * k] = _mm512_and_si512(v, m4);
+			c[2 * k + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+		}
+		const __m512i sc = _mm512_cvtepu8_epi32(ld2_8(p + 1024 + 8 * j, q + 1024 + 8 * j));
+		UNROLL(4) for (int t = 0; t < na; t++) {
+			const uint8_t *yj = y + t * as + 4 + 32 * j;
+			__m512i s = _mm512_setzero_si512();
+			UNROLL(4) for (int k = 0; k < 4; k++) {
+				s = _mm512_dpbusd_epi32(s, c[2 * k], bc32(yj + 4 * k));
+				s = _mm512_dpbusd_epi32(s, c[2 * k + 1], bc32(yj + 16 + 4 * k));
+			}
+			isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(s, sc));
+		}
+	}
+	// mins: rows' (m_2q, m_2q+1) against the activation's sub-block sums
+	// (S_2q, S_2q+1), two sub-blocks per vpdpwssd.
+	__m512i mm[4];
+	UNROLL(4) for (int k = 0; k < 4; k++) {
+		const __m128i a0 = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(p + 1088 + 16 * k)),
+		                                     _mm_loadl_epi64((const __m128i *)(p + 1096 + 16 * k)));
+		const __m128i b0 = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(q + 1088 + 16 * k)),
+		                                     _mm_loadl_epi64((const __m128i *)(q + 1096 + 16 * k)));
+		mm[k] = _mm512_cvtepu8_epi16(_mm256_inserti128_si256(_mm256_castsi128_si256(a0), b0, 1));
+	}
+	UNROLL(4) for (int t = 0; t < na; t++) {
+		const uint8_t *yt = y + t * as;
+		const __m128i ones = _mm_set1_epi16(1);
+		// |S_j| <= 32 x 128: int16 exact
+		const __m128i s16 = _mm_packs_epi32(_mm_madd_epi16(ld128(yt + 260), ones), _mm_madd_epi16(ld128(yt + 276), ones));
+		uint8_t sp[16];
+		_mm_storeu_si128((__m128i *)sp, s16);
+		msum[t] = _mm512_setzero_si512();
+		UNROLL(4) for (int k = 0; k < 4; k++) msum[t] = _mm512_dpwssd_epi32(msum[t], mm[k], bc32(sp + 4 * k));
+	}
+	const __m512 d = f16x16(p + 1152, q + 1152), dm = f16x16(p + 1168, q + 1168);
+	UNROLL(4) for (int t = 0; t < na; t++) {
+		const __m512 dy = _mm512_set1_ps(ld_f32(y + t * as));
+		acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, dy), _mm512_cvtepi32_ps(isum[t]), acc[t]);
+		acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dm, dy), _mm512_cvtepi32_ps(msum[t]), acc[t]);
+	}
+}
+
+// q6_half rebuilds steps 4h..4h+3 (codes 0..63) of a pair of both groups
+// from their three vectors at v and w (layout: kern_avx2_pk.c).
+I5 void q6_half(const uint8_t *v, const uint8_t *w, __m512i s[4]) {
+	const __m512i m6 = _mm512_set1_epi8(0x3f);
+	const __m512i a = ld2(v, w), b = ld2(v + 32, w + 32), c = ld2(v + 64, w + 64);
+	s[0] = _mm512_and_si512(a, m6);
+	s[1] = _mm512_and_si512(b, m6);
+	s[2] = _mm512_and_si512(c, m6);
+	// 0xfe: x | y | z
+	s[3] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(a, 6), _mm512_set1_epi8(0x03)),
+	                                 _mm512_and_si512(_mm512_srli_epi16(b, 4), _mm512_set1_epi8(0x0c)),
+	                                 _mm512_and_si512(_mm512_srli_epi16(c, 2), _mm512_set1_epi8(0x30)), 0xfe);
+}
+
+I5 void tile_q6_K(const uint8_t *p, const uint8_t *q, const uint8_t *y, int64_t as, const uint8_t *x, int64_t xs,
+                  __m512 *acc, const int na) {
+	__m512i isum[4], osum[4];
+	UNROLL(4) for (int t = 0; t < na; t++) isum[t] = osum[t] = _mm512_setzero_si512();
+	UNROLL(8) for (int k = 0; k < 8; k++) {
+		const __m512i sc = _mm512_cvtepi8_epi16(ld2_16(p + 1536 + 16 * k, q + 1536 + 16 * k));
+		__m512i s[8];
+		q6_half(p + 192 * k, q + 192 * k, s);
+		q6_half(p + 192 * k + 96, q + 192 * k + 96, s + 4);
+		UNROLL(4) for (int t = 0; t < na; t++) {
+			// int16 sums: 2 steps x 2 products x 63 x 128 = 32256 < 32767
+			const uint8_t *yk = x + t * xs + 32 * k;
+			UNROLL(4) for (int h = 0; h < 4; h++) {
+				const __m512i pr = _mm512_add_epi16(_mm512_maddubs_epi16(s[2 * h], bc32(yk + 8 * h)),
+				                                    _mm512_maddubs_epi16(s[2 * h + 1], bc32(yk + 8 * h + 4)));
+				isum[t] = _mm512_dpwssd_epi32(isum[t], pr, sc);
+			}
+			// the -32 of every code: sc against the pair's bsums
+			osum[t] = _mm512_dpwssd_epi32(osum[t], sc, bc32(y + t * as + 260 + 4 * k));
+		}
+	}
+	const __m512 d = f16x16(p + 1664, q + 1664);
+	UNROLL(4) for (int t = 0; t < na; t++) {
+		const __m512i s = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(osum[t], 5));
+		acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(ld_f32(y + t * as))), _mm512_cvtepi32_ps(s), acc[t]);
+	}
+}
+
+I5 void tile_q8_0(const uint8_t *p, const uint8_t *q, const uint8_t *y, int64_t as, const uint8_t *x, int64_t xs,
+                  __m512 *acc, const int na) {
+	const __m512i flip = _mm512_set1_epi8((char)0x80);
+	__m512i isum[4];
+	// sum (w + 128) a - 128 sum a
+	UNROLL(4) for (int t = 0; t < na; t++) {
+		isum[t] = _mm512_set1_epi32(-128 * (int32_t)ld_u32(x + t * xs));
+	}
+	UNROLL(8) for (int s = 0; s < 8; s++) {
+		const __m512i w = _mm512_xor_si512(ld2(p + 32 * s, q + 32 * s), flip);
+		UNROLL(4) for (int t = 0; t < na; t++) {
+			isum[t] = _mm512_dpbusd_epi32(isum[t], w, bc32(y + t * as + 2 + 4 * s));
+		}
+	}
+	const __m512 d = f16x16(p + 256, q + 256);
+	UNROLL(4) for (int t = 0; t < na; t++) {
+		const __m512 dy = _mm512_set1_ps(ld_f16(y + t * as));
+		acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, dy), _mm512_cvtepi32_ps(isum[t]), acc[t]);
+	}
+}
+
+I5 void tile_q4_0(const uint8_t *p, const uint8_t *q, const uint8_t *y, int64_t as, const uint8_t *x, int64_t xs,
+                  __m512 *acc, const int na) {
+	const __m512i m4 = _mm512_set1_epi8(0x0f);
+	__m512i isum[4];
+	// sum q a - 8 sum a (x = d (q - 8))
+	UNROLL(4) for (int t = 0; t < na; t++) {
+		isum[t] = _mm512_set1_epi32(-8 * (int32_t)ld_u32(x + t * xs));
+	}
+	UNROLL(4) for (int c = 0; c < 4; c++) {
+		const __m512i v = ld2(p + 32 * c, q + 32 * c);
+		const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+		UNROLL(4) for (int t = 0; t < na; t++) {
+			isum[t] = _mm512_dpbusd_epi32(isum[t], lo, bc32(y + t * as + 2 + 4 * c));
+			isum[t] = _mm512_dpbusd_epi32(isum[t], hi, bc32(y + t * as + 18 + 4 * c));
+		}
+	}
+	const __m512 d = f16x16(p + 128, q + 128);
+	UNROLL(4) for (int t = 0; t < na; t++) {
+		const __m512 dy = _mm512_set1_ps(ld_f16(y + t * as));
+		acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, dy), _mm512_cvtepi32_ps(isum[t]), acc[t]);
+	}
+}
+
+// ---- drivers ---------------------------------------------------------------
+
+// CH_BYTES: prep bytes per activation row held on the stack at a time.
+#define CH_BYTES (8 * 1024)
+
+// FI512_DEFINE(name, tile, prep, REC, ABLK, PB) defines
+//   static void name(pk, nb, g0, g1, a, as, nact, out, os)
+// writing out[t*os + 8g + r] for groups [g0, g1) and activation rows t <
+// nact: REC packed bytes per (super-)block and group, ABLK activation bytes
+// per block, PB prep bytes per block and activation row.
+//
+// Groups go in pairs (one vector: 16 rows; an odd last group is paired with
+// itself and only its 8 outputs are stored), activation rows in tiles of
+// up to 4. For more than 4 rows the prep of all rows is done once into a
+// heap buffer and the pairs are taken in blocks of W_BYTES, each block
+// meeting every tile while it sits in L2; otherwise (and if that buffer
+// cannot be had) the prep goes through a stack buffer, CH_BYTES per row at
+// a time, and the whole row range streams once per tile.
+#define FI512_DEFINE(name, tile, prep, REC, ABLK, PB)                                                           \
+	I5 void name##_pair(const uint8_t *pk, int64_t nb, int64_t g, int last, int64_t i0, int64_t i1,             \
+	                    const uint8_t *a, int64_t as, const uint8_t *x, int64_t xs, float *out, int64_t os,      \
+	                    const int na) {                                                                          \
+		__m512 acc[4];                                                                                       \
+		UNROLL(4) for (int t = 0; t < na; t++) {                                               \
+			const float *o = out + t * os + 8 * g;                                                           \
+			acc[t] = i0 == 0 ? _mm512_setzero_ps()                                                           \
+			                 : _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(o)),                \
+			                                      _mm256_loadu_ps(last ? o : o + 8), 1);                     \
+		}                                                                                                    \
+		for (int64_t i = i0; i < i1; i++) {                                                                  \
+			const uint8_t *p = pk + (g * nb + i) * (REC), *q = last ? p : p + nb * (REC);                    \
+			prefetch2(p, q, REC);                                                                            \
+			tile(p, q, a + i * (ABLK), as, x + (i - i0) * (PB), xs, acc, na);                                \
+		}                                                                                                    \
+		UNROLL(4) for (int t = 0; t < na; t++) {                                               \
+			float *o = out + t * os + 8 * g;                                                                 \
+			if (last) {                                                                                      \
+				_mm256_storeu_ps(o, _mm512_castps512_ps256(acc[t]));                                         \
+			} else {                                                                                         \
+				_mm512_storeu_ps(o, acc[t]);                                                                 \
+			}                                                                                                \
+		}                                                                                                    \
+	}                                                                                                        \
+                                                                                                             \
+	static void name##_run(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, int64_t i0, int64_t i1,     \
+	                       const uint8_t *a, int64_t as, const uint8_t *x, int64_t xs, int64_t na, float *out,  \
+	                       int64_t os) {                                                                        \
+		for (int64_t g = g0; g < g1; g += 2) {                                                               \
+			const int last = g + 1 == g1;                                                                    \
+			switch (na) {                                                                                    \
+			case 1: name##_pair(pk, nb, g, last, i0, i1, a, as, x, xs, out, os, 1); break;                   \
+			case 2: name##_pair(pk, nb, g, last, i0, i1, a, as, x, xs, out, os, 2); break;                   \
+			case 3: name##_pair(pk, nb, g, last, i0, i1, a, as, x, xs, out, os, 3); break;                   \
+			default: name##_pair(pk, nb, g, last, i0, i1, a, as, x, xs, out, os, 4); break;                  \
+			}                                                                                                \
+		}                                                                                                    \
+	}                                                                                                        \
+                                                                                                             \
+	static void name(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, const uint8_t *a, int64_t as,    \
+	                 int64_t nact, float *out, int64_t os) {                                                 \
+		uint8_t none[1], *heap = (PB) > 0 && nact > 4 ? malloc((size_t)(nact * nb * (PB))) : 0;              \
+		if (heap || ((PB) == 0 && nact > 4)) {                                                               \
+			if (!heap) heap = none;                                                                          \
+			const int64_t xs = nb * (PB);                                                                    \
+			for (int64_t t = 0; t < nact; t++) prep(a + t * as, 0, nb, heap + t * xs);                       \
+			int64_t gpb = (W_BYTES / (nb * (REC))) & ~(int64_t)1;                                            \
+			if (gpb < 2) gpb = 2;                                                                            \
+			for (int64_t b0 = g0; b0 < g1; b0 += gpb) {                                                      \
+				const int64_t b1 = g1 - b0 < gpb ? g1 : b0 + gpb;                                            \
+				for (int64_t t = 0; t < nact; t += 4) {                                                      \
+					name##_run(pk, nb, b0, b1, 0, nb, a + t * as, as, heap + t * xs, xs,                     \
+					           nact - t < 4 ? nact - t : 4, out + t * os, os);                               \
+				}                                                                                            \
+			}                                                                                                \
+			if (heap != none) free(heap);                                                                    \
+			return;                                                                                          \
+		}                                                                                                    \
+		uint8_t x[4 * ((PB) > 0 ? CH_BYTES : 1)];                                                            \
+		const int64_t ch = (PB) > 0 ? CH_BYTES / ((PB) > 0 ? (PB) : 1) : nb, xs = (PB) > 0 ? CH_BYTES : 0;   \
+		for (int64_t t = 0; t < nact; t += 4) {                                                              \
+			const int64_t na = nact - t < 4 ? nact - t : 4;                                                  \
+			for (int64_t i0 = 0; i0 < nb; i0 += ch) {                                                        \
+				const int64_t i1 = nb - i0 < ch ? nb : i0 + ch;                                              \
+				for (int64_t u = 0; u < na; u++) prep(a + (t + u) * as, i0, i1, x + u * xs);                 \
+				name##_run(pk, nb, g0, g1, i0, i1, a + t * as, as, x, xs, na, out + t * os, os);             \
+			}                                                                                                \
+		}                                                                                                    \
+	}
+
+FI512_DEFINE(gemm_q4_K, tile_q4_K, prep_none, PK_Q4K, Q8K, 0)
+FI512_DEFINE(gemm_q6_K, tile_q6_K, prep_q6, PK_Q6K, Q8K, 256)
+FI512_DEFINE(gemm_q8_0, tile_q8_0, prep_sums, PK_Q80, 34, 4)
+FI512_DEFINE(gemm_q4_0, tile_q4_0, prep_sums, PK_Q40, 34, 4)
+
+// ---- BF16 rows: vdpbf16ps --------------------------------------------------
+
+// bf16_tile adds to acc[t] the pairwise products of cols bf16 elements of
+// weight row w and activation rows a + t*as (t < na). A partial last
+// vector is zero-padded.
+BF16_TARGET I5 void bf16_tile(const uint8_t *w, const uint8_t *a, int64_t as,
+                                                        int64_t cols, __m512 *acc, const int na) {
+	int64_t c = 0;
+	for (; c + 32 <= cols; c += 32) {
+		__m512bh wv;
+		memcpy(&wv, w + 2 * c, 64);
+		UNROLL(4) for (int t = 0; t < na; t++) {
+			__m512bh av;
+			memcpy(&av, a + t * as + 2 * c, 64);
+			acc[t] = _mm512_dpbf16_ps(acc[t], wv, av);
+		}
+	}
+	if (c < cols) {
+		uint8_t wb[64] = {0}, ab[64] = {0};
+		memcpy(wb, w + 2 * c, (size_t)(2 * (cols - c)));
+		__m512bh wv;
+		memcpy(&wv, wb, 64);
+		UNROLL(4) for (int t = 0; t < na; t++) {
+			memcpy(ab, a + t * as + 2 * c, (size_t)(2 * (cols - c)));
+			__m512bh av;
+			memcpy(&av, ab, 64);
+			acc[t] = _mm512_dpbf16_ps(acc[t], wv, av);
+		}
+	}
+}
+
+BF16_TARGET static void gemm_bf16(const uint8_t *w, int64_t ws, int64_t cols, int64_t r0,
+                                                            int64_t r1, const uint8_t *a, int64_t as, int64_t nact,
+                                                            float *out, int64_t os) {
+	for (int64_t r = r0; r < r1; r++) {
+		for (int64_t t = 0; t < nact; t += 4) {
+			const int64_t na = nact - t < 4 ? nact - t : 4;
+			__m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+			switch (na) {
+			case 1: bf16_tile(w + r * ws, a + t * as, as, cols, acc, 1); break;
+			case 2: bf16_tile(w + r * ws, a + t * as, as, cols, acc, 2); break;
+			case 3: bf16_tile(w + r * ws, a + t * as, as, cols, acc, 3); break;
+			default: bf16_tile(w + r * ws, a + t * as, as, cols, acc, 4); break;
+			}
+			for (int64_t u = 0; u < na; u++) out[(t + u) * os + r] = _mm512_reduce_add_ps(acc[u]);
+		}
+	}
+}
+
+// ---- entry points (kern.h) -------------------------------------------------
+
+int fi_gemm_avx512(int wt, const uint8_t *w, int64_t ws, int64_t cols, int64_t r0, int64_t r1, const uint8_t *a,
+                   int64_t as, int64_t nact, float *out, int64_t os) {
+	if (wt == FI_BF16 && (fi_cpu_features() & FI_AVX512BF16)) {
+		if (r1 > r0 && nact > 0) gemm_bf16(w, ws, cols, r0, r1, a, as, nact, out, os);
+		return 0;
+	}
+	return fi_gemm_avx2(wt, w, ws, cols, r0, r1, a, as, nact, out, os);
+}
+
+int fi_gemm_packed_avx512(int wt, const uint8_t *pk, int64_t cols, int64_t r0, int64_t r1, const uint8_t *a,
+                          int64_t as, int64_t nact, float *out, int64_t os) {
+	if (r1 <= r0 || nact <= 0) return 0;
+	switch (wt) {
+	case FI_Q4_0: gemm_q4_0(pk, cols / 32, r0 / 8, r1 / 8, a, as, nact, out, os); return 0;
+	case FI_Q4_K: gemm_q4_K(pk, cols / 256, r0 / 8, r1 / 8, a, as, nact, out, os); return 0;
+	case FI_Q6_K: gemm_q6_K(pk, cols / 256, r0 / 8, r1 / 8, a, as, nact, out, os); return 0;
+	case FI_Q8_0: gemm_q8_0(pk, cols / 32, r0 / 8, r1 / 8, a, as, nact, out, os); return 0;
+	}
+	return -1;
+}
