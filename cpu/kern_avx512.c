@@ -133,13 +133,13 @@ I5 void prefetch2(const uint8_t *p, const uint8_t *q, int n) {
 // prep_sums writes the code sums of blocks [i0, i1) of a Q8_0 row a.
 static void prep_sums(const uint8_t *a, int64_t i0, int64_t i1, uint8_t *dst) {
 	const __m256i ones = _mm256_set1_epi8(1);
-	int32_t *s = (int32_t *)dst;
 	for (int64_t i = i0; i < i1; i++) {
 		__m256i v = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, ld256(a + 34 * i + 2));
 		__m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
 		h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
 		h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
-		s[i - i0] = _mm_cvtsi128_si32(h);
+		const int32_t s = _mm_cvtsi128_si32(h);
+		memcpy(dst + 4 * (i - i0), &s, 4);
 	}
 }
 
