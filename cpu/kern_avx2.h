@@ -22,6 +22,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kern_ld.h"
+
 #define FI_INLINE static inline __attribute__((always_inline))
 
 // Bytes of weight rows processed against all activation tiles before moving
@@ -38,18 +40,6 @@ FI_INLINE float ld_f16(const uint8_t *p) {
 	uint16_t h;
 	memcpy(&h, p, 2);
 	return _cvtsh_ss(h);
-}
-
-FI_INLINE float ld_f32(const uint8_t *p) {
-	float f;
-	memcpy(&f, p, 4);
-	return f;
-}
-
-FI_INLINE uint32_t ld_u32(const uint8_t *p) {
-	uint32_t v;
-	memcpy(&v, p, 4);
-	return v;
 }
 
 FI_INLINE __m256i ld256(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }

@@ -42,6 +42,7 @@
 #include <string.h>
 
 #include "kern.h"
+#include "kern_ld.h"
 
 // I5 inlines the tiles into their drivers, where na is a constant; UNROLL
 // unrolls their loops. Under SIMDe, where every intrinsic is a function of
@@ -75,18 +76,6 @@
 
 // L2 budget (bytes) of packed weights reused across activation tiles.
 #define W_BYTES (192 * 1024)
-
-I5 uint32_t ld_u32(const uint8_t *p) {
-	uint32_t v;
-	memcpy(&v, p, 4);
-	return v;
-}
-
-I5 float ld_f32(const uint8_t *p) {
-	float f;
-	memcpy(&f, p, 4);
-	return f;
-}
 
 // ld_f16 widens the fp16 at p exactly.
 I5 float ld_f16(const uint8_t *p) {

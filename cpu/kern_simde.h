@@ -28,43 +28,45 @@
 
 #define FI_SIMDE_FN static inline __attribute__((always_inline))
 
-// join256 returns lo in bytes 0..31 and hi in bytes 32..63.
+// Halves: the low and high 256 (128, 64) bits of a vector.
+FI_SIMDE_FN __m256i fi_simde_lo512(__m512i v) { return _mm512_castsi512_si256(v); }
+FI_SIMDE_FN __m256i fi_simde_hi512(__m512i v) { return _mm512_extracti64x4_epi64(v, 1); }
+FI_SIMDE_FN __m128i fi_simde_lo256(__m256i v) { return _mm256_castsi256_si128(v); }
+FI_SIMDE_FN __m128i fi_simde_hi256(__m256i v) { return _mm256_extracti128_si256(v, 1); }
+FI_SIMDE_FN __m128i fi_simde_lo128(__m128i v) { return v; }
+FI_SIMDE_FN __m128i fi_simde_hi128(__m128i v) { return _mm_srli_si128(v, 8); }
+
+// Joins: lo in bytes 0..31 and hi in bytes 32..63.
 FI_SIMDE_FN __m512i fi_simde_join(__m256i lo, __m256i hi) {
 	return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
-
 FI_SIMDE_FN __m512 fi_simde_joinps(__m256 lo, __m256 hi) {
 	return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
 }
 
+// FI_SIMDE_HALVES defines R fn(A v) as join(op(lo(v)), op(hi(v))): a
+// 512-bit element-wise operation from its 256-bit version.
+#define FI_SIMDE_HALVES(fn, R, A, join, op, half)                                                  \
+	FI_SIMDE_FN R fn(A v) { return join(op(fi_simde_lo##half(v)), op(fi_simde_hi##half(v))); }
+
 #ifndef _mm512_cvtepi32_ps
 #define _mm512_cvtepi32_ps fi_simde_cvtepi32_ps
-FI_SIMDE_FN __m512 fi_simde_cvtepi32_ps(__m512i v) {
-	return fi_simde_joinps(_mm256_cvtepi32_ps(_mm512_castsi512_si256(v)),
-	                       _mm256_cvtepi32_ps(_mm512_extracti64x4_epi64(v, 1)));
-}
+FI_SIMDE_HALVES(fi_simde_cvtepi32_ps, __m512, __m512i, fi_simde_joinps, _mm256_cvtepi32_ps, 512)
 #endif
 
 #ifndef _mm512_cvtph_ps
 #define _mm512_cvtph_ps fi_simde_cvtph_ps
-FI_SIMDE_FN __m512 fi_simde_cvtph_ps(__m256i v) {
-	return fi_simde_joinps(_mm256_cvtph_ps(_mm256_castsi256_si128(v)), _mm256_cvtph_ps(_mm256_extracti128_si256(v, 1)));
-}
+FI_SIMDE_HALVES(fi_simde_cvtph_ps, __m512, __m256i, fi_simde_joinps, _mm256_cvtph_ps, 256)
 #endif
 
 #ifndef _mm512_cvtepu8_epi32
 #define _mm512_cvtepu8_epi32 fi_simde_cvtepu8_epi32
-FI_SIMDE_FN __m512i fi_simde_cvtepu8_epi32(__m128i v) {
-	return fi_simde_join(_mm256_cvtepu8_epi32(v), _mm256_cvtepu8_epi32(_mm_srli_si128(v, 8)));
-}
+FI_SIMDE_HALVES(fi_simde_cvtepu8_epi32, __m512i, __m128i, fi_simde_join, _mm256_cvtepu8_epi32, 128)
 #endif
 
 #ifndef _mm512_cvtepu8_epi16
 #define _mm512_cvtepu8_epi16 fi_simde_cvtepu8_epi16
-FI_SIMDE_FN __m512i fi_simde_cvtepu8_epi16(__m256i v) {
-	return fi_simde_join(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(v)),
-	                     _mm256_cvtepu8_epi16(_mm256_extracti128_si256(v, 1)));
-}
+FI_SIMDE_HALVES(fi_simde_cvtepu8_epi16, __m512i, __m256i, fi_simde_join, _mm256_cvtepu8_epi16, 256)
 #endif
 
 #ifndef _mm512_reduce_add_ps
