@@ -303,73 +303,73 @@ I5 void tile_q4_0(const uint8_t *p, const uint8_t *q, const uint8_t *y, int64_t 
 // a time, and the whole row range streams once per tile.
 #define FI512_DEFINE(name, tile, prep, REC, ABLK, PB)                                                           \
 	I5 void name##_pair(const uint8_t *pk, int64_t nb, int64_t g, int last, int64_t i0, int64_t i1,             \
-	                    const uint8_t *a, int64_t as, const uint8_t *x, int64_t xs, float *out, int64_t os,      \
-	                    const int na) {                                                                          \
-		__m512 acc[4];                                                                                       \
-		UNROLL(4) for (int t = 0; t < na; t++) {                                               \
-			const float *o = out + t * os + 8 * g;                                                           \
-			acc[t] = i0 == 0 ? _mm512_setzero_ps()                                                           \
-			                 : _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(o)),                \
-			                                      _mm256_loadu_ps(last ? o : o + 8), 1);                     \
-		}                                                                                                    \
-		for (int64_t i = i0; i < i1; i++) {                                                                  \
-			const uint8_t *p = pk + (g * nb + i) * (REC), *q = last ? p : p + nb * (REC);                    \
-			prefetch2(p, q, REC);                                                                            \
-			tile(p, q, a + i * (ABLK), as, x + (i - i0) * (PB), xs, acc, na);                                \
-		}                                                                                                    \
-		UNROLL(4) for (int t = 0; t < na; t++) {                                               \
-			float *o = out + t * os + 8 * g;                                                                 \
-			if (last) {                                                                                      \
-				_mm256_storeu_ps(o, _mm512_castps512_ps256(acc[t]));                                         \
-			} else {                                                                                         \
-				_mm512_storeu_ps(o, acc[t]);                                                                 \
-			}                                                                                                \
-		}                                                                                                    \
-	}                                                                                                        \
-                                                                                                             \
-	static void name##_run(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, int64_t i0, int64_t i1,     \
+	                    const uint8_t *a, int64_t as, const uint8_t *x, int64_t xs, float *out, int64_t os,     \
+	                    const int na) {                                                                         \
+		__m512 acc[4];                                                                                          \
+		UNROLL(4) for (int t = 0; t < na; t++) {                                                                \
+			const float *o = out + t * os + 8 * g;                                                              \
+			acc[t] = i0 == 0 ? _mm512_setzero_ps()                                                              \
+			                 : _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(o)),                   \
+			                                      _mm256_loadu_ps(last ? o : o + 8), 1);                        \
+		}                                                                                                       \
+		for (int64_t i = i0; i < i1; i++) {                                                                     \
+			const uint8_t *p = pk + (g * nb + i) * (REC), *q = last ? p : p + nb * (REC);                       \
+			prefetch2(p, q, REC);                                                                               \
+			tile(p, q, a + i * (ABLK), as, x + (i - i0) * (PB), xs, acc, na);                                   \
+		}                                                                                                       \
+		UNROLL(4) for (int t = 0; t < na; t++) {                                                                \
+			float *o = out + t * os + 8 * g;                                                                    \
+			if (last) {                                                                                         \
+				_mm256_storeu_ps(o, _mm512_castps512_ps256(acc[t]));                                            \
+			} else {                                                                                            \
+				_mm512_storeu_ps(o, acc[t]);                                                                    \
+			}                                                                                                   \
+		}                                                                                                       \
+	}                                                                                                           \
+                                                                                                                \
+	static void name##_run(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, int64_t i0, int64_t i1,       \
 	                       const uint8_t *a, int64_t as, const uint8_t *x, int64_t xs, int64_t na, float *out,  \
 	                       int64_t os) {                                                                        \
-		for (int64_t g = g0; g < g1; g += 2) {                                                               \
-			const int last = g + 1 == g1;                                                                    \
-			switch (na) {                                                                                    \
-			case 1: name##_pair(pk, nb, g, last, i0, i1, a, as, x, xs, out, os, 1); break;                   \
-			case 2: name##_pair(pk, nb, g, last, i0, i1, a, as, x, xs, out, os, 2); break;                   \
-			case 3: name##_pair(pk, nb, g, last, i0, i1, a, as, x, xs, out, os, 3); break;                   \
-			default: name##_pair(pk, nb, g, last, i0, i1, a, as, x, xs, out, os, 4); break;                  \
-			}                                                                                                \
-		}                                                                                                    \
-	}                                                                                                        \
-                                                                                                             \
-	static void name(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, const uint8_t *a, int64_t as,    \
-	                 int64_t nact, float *out, int64_t os) {                                                 \
-		uint8_t none[1], *heap = (PB) > 0 && nact > 4 ? malloc((size_t)(nact * nb * (PB))) : 0;              \
-		if (heap || ((PB) == 0 && nact > 4)) {                                                               \
-			if (!heap) heap = none;                                                                          \
-			const int64_t xs = nb * (PB);                                                                    \
-			for (int64_t t = 0; t < nact; t++) prep(a + t * as, 0, nb, heap + t * xs);                       \
-			int64_t gpb = (W_BYTES / (nb * (REC))) & ~(int64_t)1;                                            \
-			if (gpb < 2) gpb = 2;                                                                            \
-			for (int64_t b0 = g0; b0 < g1; b0 += gpb) {                                                      \
-				const int64_t b1 = g1 - b0 < gpb ? g1 : b0 + gpb;                                            \
-				for (int64_t t = 0; t < nact; t += 4) {                                                      \
-					name##_run(pk, nb, b0, b1, 0, nb, a + t * as, as, heap + t * xs, xs,                     \
-					           nact - t < 4 ? nact - t : 4, out + t * os, os);                               \
-				}                                                                                            \
-			}                                                                                                \
-			if (heap != none) free(heap);                                                                    \
-			return;                                                                                          \
-		}                                                                                                    \
-		uint8_t x[4 * ((PB) > 0 ? CH_BYTES : 1)];                                                            \
-		const int64_t ch = (PB) > 0 ? CH_BYTES / ((PB) > 0 ? (PB) : 1) : nb, xs = (PB) > 0 ? CH_BYTES : 0;   \
-		for (int64_t t = 0; t < nact; t += 4) {                                                              \
-			const int64_t na = nact - t < 4 ? nact - t : 4;                                                  \
-			for (int64_t i0 = 0; i0 < nb; i0 += ch) {                                                        \
-				const int64_t i1 = nb - i0 < ch ? nb : i0 + ch;                                              \
-				for (int64_t u = 0; u < na; u++) prep(a + (t + u) * as, i0, i1, x + u * xs);                 \
-				name##_run(pk, nb, g0, g1, i0, i1, a + t * as, as, x, xs, na, out + t * os, os);             \
-			}                                                                                                \
-		}                                                                                                    \
+		for (int64_t g = g0; g < g1; g += 2) {                                                                  \
+			const int last = g + 1 == g1;                                                                       \
+			switch (na) {                                                                                       \
+			case 1: name##_pair(pk, nb, g, last, i0, i1, a, as, x, xs, out, os, 1); break;                      \
+			case 2: name##_pair(pk, nb, g, last, i0, i1, a, as, x, xs, out, os, 2); break;                      \
+			case 3: name##_pair(pk, nb, g, last, i0, i1, a, as, x, xs, out, os, 3); break;                      \
+			default: name##_pair(pk, nb, g, last, i0, i1, a, as, x, xs, out, os, 4); break;                     \
+			}                                                                                                   \
+		}                                                                                                       \
+	}                                                                                                           \
+                                                                                                                \
+	static void name(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, const uint8_t *a, int64_t as,       \
+	                 int64_t nact, float *out, int64_t os) {                                                    \
+		uint8_t none[1], *heap = (PB) > 0 && nact > 4 ? malloc((size_t)(nact * nb * (PB))) : 0;                 \
+		if (heap || ((PB) == 0 && nact > 4)) {                                                                  \
+			if (!heap) heap = none;                                                                             \
+			const int64_t xs = nb * (PB);                                                                       \
+			for (int64_t t = 0; t < nact; t++) prep(a + t * as, 0, nb, heap + t * xs);                          \
+			int64_t gpb = (W_BYTES / (nb * (REC))) & ~(int64_t)1;                                               \
+			if (gpb < 2) gpb = 2;                                                                               \
+			for (int64_t b0 = g0; b0 < g1; b0 += gpb) {                                                         \
+				const int64_t b1 = g1 - b0 < gpb ? g1 : b0 + gpb;                                               \
+				for (int64_t t = 0; t < nact; t += 4) {                                                         \
+					name##_run(pk, nb, b0, b1, 0, nb, a + t * as, as, heap + t * xs, xs,                        \
+					           nact - t < 4 ? nact - t : 4, out + t * os, os);                                  \
+				}                                                                                               \
+			}                                                                                                   \
+			if (heap != none) free(heap);                                                                       \
+			return;                                                                                             \
+		}                                                                                                       \
+		uint8_t x[4 * ((PB) > 0 ? CH_BYTES : 1)];                                                               \
+		const int64_t ch = (PB) > 0 ? CH_BYTES / ((PB) > 0 ? (PB) : 1) : nb, xs = (PB) > 0 ? CH_BYTES : 0;      \
+		for (int64_t t = 0; t < nact; t += 4) {                                                                 \
+			const int64_t na = nact - t < 4 ? nact - t : 4;                                                     \
+			for (int64_t i0 = 0; i0 < nb; i0 += ch) {                                                           \
+				const int64_t i1 = nb - i0 < ch ? nb : i0 + ch;                                                 \
+				for (int64_t u = 0; u < na; u++) prep(a + (t + u) * as, i0, i1, x + u * xs);                    \
+				name##_run(pk, nb, g0, g1, i0, i1, a + t * as, as, x, xs, na, out + t * os, os);                \
+			}                                                                                                   \
+		}                                                                                                       \
 	}
 
 FI512_DEFINE(gemm_q4_K, tile_q4_K, prep_none, PK_Q4K, Q8K, 0)
@@ -382,8 +382,8 @@ FI512_DEFINE(gemm_q4_0, tile_q4_0, prep_sums, PK_Q40, 34, 4)
 // bf16_tile adds to acc[t] the pairwise products of cols bf16 elements of
 // weight row w and activation rows a + t*as (t < na). A partial last
 // vector is zero-padded.
-BF16_TARGET I5 void bf16_tile(const uint8_t *w, const uint8_t *a, int64_t as,
-                                                        int64_t cols, __m512 *acc, const int na) {
+BF16_TARGET I5 void bf16_tile(const uint8_t *w, const uint8_t *a, int64_t as, int64_t cols, __m512 *acc,
+                              const int na) {
 	int64_t c = 0;
 	for (; c + 32 <= cols; c += 32) {
 		__m512bh wv;
@@ -408,9 +408,8 @@ BF16_TARGET I5 void bf16_tile(const uint8_t *w, const uint8_t *a, int64_t as,
 	}
 }
 
-BF16_TARGET static void gemm_bf16(const uint8_t *w, int64_t ws, int64_t cols, int64_t r0,
-                                                            int64_t r1, const uint8_t *a, int64_t as, int64_t nact,
-                                                            float *out, int64_t os) {
+BF16_TARGET static void gemm_bf16(const uint8_t *w, int64_t ws, int64_t cols, int64_t r0, int64_t r1,
+                                  const uint8_t *a, int64_t as, int64_t nact, float *out, int64_t os) {
 	for (int64_t r = r0; r < r1; r++) {
 		for (int64_t t = 0; t < nact; t += 4) {
 			const int64_t na = nact - t < 4 ? nact - t : 4;
