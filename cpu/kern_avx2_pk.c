@@ -195,6 +195,7 @@ static void gemv_q4_K(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, con
 		for (int64_t i = 0; i < nb; i++) {
 			const uint8_t *p = pk + (g * nb + i) * PK_Q4K;
 			const uint8_t *y = a + Q8K * i;
+			FI_MCA_BEGIN("avx2_q4_K", 1);
 			prefetch_rec(p, PK_Q4K);
 			__m256i isum = _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -230,6 +231,7 @@ static void gemv_q4_K(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, con
 			acc = _mm256_fmadd_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(isum), acc);
 			acc = _mm256_fnmadd_ps(_mm256_mul_ps(dm, dy), _mm256_cvtepi32_ps(msum), acc);
 			FI_KEEP(acc);
+			FI_MCA_END();
 		}
 		_mm256_storeu_ps(out + 8 * g, acc);
 	}
@@ -276,6 +278,7 @@ static void gemv_q6_K_blocks(const uint8_t *pk, int64_t nb, int64_t i0, int64_t 
 		for (int64_t i = i0; i < i1; i++) {
 			const uint8_t *p = pk + (g * nb + i) * PK_Q6K;
 			const uint8_t *y = a + Q8K * i, *yq = yp + 256 * (i - i0);
+			FI_MCA_BEGIN("avx2_q6_K", 1);
 			prefetch_rec(p, PK_Q6K);
 			__m256i isum = _mm256_setzero_si256(), osum = _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -296,11 +299,13 @@ static void gemv_q6_K_blocks(const uint8_t *pk, int64_t nb, int64_t i0, int64_t 
 				// the -32 of every code: sc against the pair's bsums
 				osum = _mm256_add_epi32(osum, _mm256_madd_epi16(sc, bcast32(y + 260 + 4 * q)));
 				FI_KEEP(isum);
+				FI_KEEP(osum); // else GCC defers these adds and spills the products
 			}
 			isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(osum, 5));
 			const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(ld128(p + 1664)), _mm256_set1_ps(ld_f32(y)));
 			acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc);
 			FI_KEEP(acc);
+			FI_MCA_END();
 		}
 		_mm256_storeu_ps(out + 8 * g, acc);
 	}
@@ -322,6 +327,7 @@ static void gemv_q4_0(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, con
 		for (int64_t i = 0; i < nb; i++) {
 			const uint8_t *p = pk + (g * nb + i) * PK_Q40;
 			const uint8_t *y = a + 34 * i;
+			FI_MCA_BEGIN("avx2_q4_0", 1);
 			prefetch_rec(p, PK_Q40);
 			// int16 sums: 8 steps x 2 products x 15 x 127 = 30480 < 32767
 			__m256i s = _mm256_setzero_si256();
@@ -341,6 +347,7 @@ static void gemv_q4_0(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, con
 			const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(ld128(p + 128)), _mm256_set1_ps(ld_f16(y)));
 			acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc);
 			FI_KEEP(acc);
+			FI_MCA_END();
 		}
 		_mm256_storeu_ps(out + 8 * g, acc);
 	}
@@ -353,6 +360,7 @@ static void gemv_q8_0(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, con
 		for (int64_t i = 0; i < nb; i++) {
 			const uint8_t *p = pk + (g * nb + i) * PK_Q80;
 			const uint8_t *y = a + 34 * i;
+			FI_MCA_BEGIN("avx2_q8_0", 1);
 			prefetch_rec(p, PK_Q80);
 			__m256i isum = _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -365,6 +373,7 @@ static void gemv_q8_0(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, con
 			const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(ld128(p + 256)), _mm256_set1_ps(ld_f16(y)));
 			acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc);
 			FI_KEEP(acc);
+			FI_MCA_END();
 		}
 		_mm256_storeu_ps(out + 8 * g, acc);
 	}

@@ -88,6 +88,7 @@ FI_INLINE void micro_q4_K(const uint8_t *rec, const uint8_t *y, int64_t as, floa
 		const __m256i mn = ld256(rec + 2304 + 32 * sb);
 		_Pragma("GCC unroll 4") for (int t = 0; t < na; t++) {
 			p[t] = _mm256_add_epi32(p[t], _mm256_madd_epi16(mn, bcast32(y + t * as + 260 + 4 * sb)));
+			FI_KEEP(p[t]); // else GCC defers the adds and spills the products
 		}
 	}
 	const __m256 d = _mm256_loadu_ps((const float *)(rec + 2560));
@@ -135,6 +136,7 @@ FI_INLINE void micro_q6_K(const uint8_t *rec, const uint8_t *y, int64_t as, floa
 		const __m256i scp = ld256(rec + 2560 + 32 * j);
 		_Pragma("GCC unroll 4") for (int t = 0; t < na; t++) {
 			p[t] = _mm256_add_epi32(p[t], _mm256_madd_epi16(scp, bcast32(y + t * as + 260 + 4 * j)));
+			FI_KEEP(p[t]);
 		}
 	}
 	const __m256 d = _mm256_loadu_ps((const float *)(rec + 2816));
@@ -236,7 +238,11 @@ FI_INLINE void micro_q4_0(const uint8_t *rec, const uint8_t *y, int64_t as, floa
 						const uint8_t *ri = rec + (g * nb + i) * (REC);                                       \
 						const uint8_t *yi = a + c0 * as + i * (ABLK);                                         \
 						int64_t t = 0;                                                                        \
-						for (; t + 4 <= nc; t += 4) micro(ri, yi + t * as, as, acc + 8 * t, 4);               \
+						for (; t + 4 <= nc; t += 4) {                                                         \
+							FI_MCA_BEGIN("avx2_" #name, 4);                                                   \
+							micro(ri, yi + t * as, as, acc + 8 * t, 4);                                       \
+							FI_MCA_END();                                                                     \
+						}                                                                                     \
 						switch (nc - t) {                                                                     \
 						case 1: micro(ri, yi + t * as, as, acc + 8 * t, 1); break;                            \
 						case 2: micro(ri, yi + t * as, as, acc + 8 * t, 2); break;                            \
