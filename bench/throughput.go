@@ -41,6 +41,7 @@ type Test struct {
 	NPrompt, NGen int
 	SamplesNS     []int64 // wall time of each repetition
 	Time          time.Time
+	Load          MachineLoad // the rest of the machine during the repetitions
 }
 
 // Name is llama-bench's test column: "pp512", "tg128".
@@ -140,6 +141,7 @@ func Throughput(ctx context.Context, mctx *model.Context, cfg ThroughputConfig) 
 			}
 		}
 		t := Test{NPrompt: tc.np, NGen: tc.ng, Time: time.Now().UTC()}
+		c0 := readCPUTimes()
 		for range cfg.Reps {
 			if err := ctx.Err(); err != nil {
 				return out, err
@@ -150,6 +152,7 @@ func Throughput(ctx context.Context, mctx *model.Context, cfg ThroughputConfig) 
 			}
 			t.SamplesNS = append(t.SamplesNS, time.Since(t0).Nanoseconds())
 		}
+		t.Load = loadBetween(c0, readCPUTimes())
 		out = append(out, t)
 	}
 	return out, nil

@@ -109,10 +109,19 @@ func (c *BenchCmd) Run(g *Globals) error {
 	} else {
 		err = bench.WriteMarkdown(os.Stdout, rs)
 	}
-	if err == nil && c.Roofline {
+	if err != nil {
+		return err
+	}
+	// on stderr, so stdout stays llama-bench's table or JSON
+	for _, t := range tests {
+		if t.Load.Valid {
+			fmt.Fprintf(os.Stderr, "machine: %s: %s\n", t.Name(), t.Load)
+		}
+	}
+	if c.Roofline {
 		printRoofline(b.Model, backend.Threads(), c.NGen, rs)
 	}
-	return err
+	return nil
 }
 
 // printRoofline prints the decode ceiling: weight and cache bytes read per
