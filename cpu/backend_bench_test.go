@@ -87,7 +87,7 @@ func BenchmarkPrefill(b *testing.B) {
 // 64 activation rows, reporting weight GB/s (n=1) or GFLOP/s (n=64).
 func BenchmarkMatMul(b *testing.B) {
 	const rows, cols = 8192, 2048 // an FFN up matrix of the 1B preset (weights beyond L2)
-	for _, wt := range []quant.Type{quant.Q4_K, quant.Q6_K, quant.Q8_0} {
+	for _, wt := range []quant.Type{quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.Q8_0} {
 		rb, _ := quant.RowBytes(wt, cols)
 		w := &model.Weight{Name: "w", Type: wt, Cols: cols, Rows: rows, RowBytes: rb, Data: randomWeights(wt, rows, cols)}
 		for _, n := range []int{1, 64} {
@@ -99,6 +99,7 @@ func BenchmarkMatMul(b *testing.B) {
 						be.NoPack = !pack
 						x := randomF32(n*cols, 1)
 						out := make([]float32, n*rows)
+						be.MatMul(out, w, x, n) // packs w: load time, not a product's
 						for b.Loop() {
 							be.MatMul(out, w, x, n)
 						}

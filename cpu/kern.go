@@ -15,7 +15,8 @@
 //     vector lanes are rows (kern_avx2_rp.c); other types and small batches
 //     use the DotRows tiles.
 //   - DotRowsPacked / GemmRowsPacked (kern_pack.go): on weights packed once
-//     at load time (Q4_0, Q4_K, Q6_K, Q8_0): 1.25-2.7x DotRows per core.
+//     at load time (Q4_0, Q4_K, Q5_K, Q6_K, Q8_0): 1.25-2.7x DotRows per
+//     core; their prefill expands packed groups into the scratch layout.
 //
 // Paths: AVX2 (kern_avx2_*.c) has every kernel. AVX-512 (kern_avx512.c:
 // F, BW, VL, DQ and VNNI) has its own packed products, on the same packed
@@ -57,7 +58,7 @@ const (
 	// ISAAVX2 is C with AVX2, FMA and F16C intrinsics (x86-64-v3).
 	ISAAVX2
 	// ISAAVX512 is C with AVX-512 (F, BW, VL, DQ, VNNI) intrinsics for the
-	// packed products (Q4_0, Q4_K, Q6_K, Q8_0) and, where the CPU has
+	// packed products (Q4_0, Q4_K, Q5_K, Q6_K, Q8_0) and, where the CPU has
 	// AVX512_BF16, BF16 weights; the rest of it is ISAAVX2's code.
 	ISAAVX512
 )

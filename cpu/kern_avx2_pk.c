@@ -1,6 +1,6 @@
 //go:build cgo
 
-// Weights packed once at load time (Q4_0, Q4_K, Q6_K, Q8_0) for AVX2: rows in groups of
+// Weights packed once at load time (Q4_0, Q4_K, Q5_K, Q6_K, Q8_0) for AVX2: rows in groups of
 // 8, interleaved so one 32-byte vector holds 4 codes of each of 8 rows, and
 // scales grouped per (sub-)block across the 8 rows. Vector lanes are rows,
 // so the matrix-vector product (decode) needs no horizontal sums and no
@@ -17,6 +17,11 @@
 //   sc   [8 sub-blocks][8 rows]  6-bit scales (64)
 //   mn   [8 sub-blocks][8 rows]  6-bit mins (64)
 //   d    [8 rows] fp16, dmin [8 rows] fp16 (32)
+// Q5_K, per group of 8 rows and super-block (1440 bytes, 180 per row): Q4_K's
+// layout of the low 4 bits, scales, mins and d/dmin, then
+//   hb   [8 sub-blocks][8 rows][4 bytes]  (256): bit c + 4h of byte k holds
+//        the fifth bit of code 4c+16h+k of the sub-block, so one 16-bit
+//        shift and a mask move it to bit 4 of the step's nibble
 // Q6_K, per group of 8 rows and super-block (1680 bytes, 210 per row). The
 // 16 sub-blocks go in pairs q = (2q, 2q+1), and a row's 32-bit lane holds
 // two codes of each: "step" k (0..7) of pair q is, per row, the bytes
@@ -48,6 +53,7 @@
 #include "kern_avx2_rp.h"
 
 #define PK_Q4K 1184
+#define PK_Q5K 1440
 #define PK_Q80 272
 #define PK_Q6K 1680
 #define PK_Q40 144
@@ -66,39 +72,76 @@ FI_INLINE void prefetch_rec(const uint8_t *p, int n) {
 
 // ---- packing ---------------------------------------------------------------
 
-static void pack_q4_K(const uint8_t *w, int64_t ws, int64_t rows, int64_t nb, uint8_t *dst) {
+// pack_k4_row writes row r's part of a Q4_K-layout record p from the
+// super-block x (scales and mins at x + 4, d and dmin at x) whose low
+// nibbles are the 128 bytes at qs (Q4_K: x + 16; Q5_K: x + 48).
+static void pack_k4_row(const uint8_t *x, const uint8_t *qs, int r, uint8_t *p) {
 	const __m256i m4 = _mm256_set1_epi8(0x0f);
+	memcpy(p + 1152 + 2 * r, x, 2);
+	memcpy(p + 1168 + 2 * r, x + 2, 2);
+	const uint8_t *q = x + 4;
+	for (int j = 0; j < 8; j++) {
+		int sc, m;
+		if (j < 4) {
+			sc = q[j] & 63, m = q[j + 4] & 63;
+		} else {
+			sc = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
+			m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+		}
+		p[1024 + 8 * j + r] = (uint8_t)sc;
+		p[1088 + 8 * j + r] = (uint8_t)m;
+	}
+	for (int k = 0; k < 4; k++) {
+		// sub-blocks 2k (low nibbles) and 2k+1 (high nibbles) of qs[32k..]
+		const __m256i v = ld256(qs + 32 * k);
+		const __m256i c[2] = {_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)};
+		for (int h = 0; h < 2; h++) {
+			// codes 0..15 | codes 16..31 << 4
+			const __m128i pk = _mm_or_si128(_mm256_castsi256_si128(c[h]),
+			                                _mm_slli_epi16(_mm256_extracti128_si256(c[h], 1), 4));
+			uint32_t d4[4];
+			_mm_storeu_si128((__m128i *)d4, pk);
+			for (int ch = 0; ch < 4; ch++) memcpy(p + 128 * (2 * k + h) + 32 * ch + 4 * r, &d4[ch], 4);
+		}
+	}
+}
+
+static void pack_q4_K(const uint8_t *w, int64_t ws, int64_t rows, int64_t nb, uint8_t *dst) {
 	for (int64_t g = 0; g < rows / 8; g++) {
 		for (int64_t i = 0; i < nb; i++) {
 			uint8_t *p = dst + (g * nb + i) * PK_Q4K;
 			for (int r = 0; r < 8; r++) {
 				const uint8_t *x = w + (8 * g + r) * ws + 144 * i;
-				memcpy(p + 1152 + 2 * r, x, 2);
-				memcpy(p + 1168 + 2 * r, x + 2, 2);
-				const uint8_t *q = x + 4;
-				for (int j = 0; j < 8; j++) {
-					int s, m;
-					if (j < 4) {
-						s = q[j] & 63, m = q[j + 4] & 63;
-					} else {
-						s = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
-						m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-					}
-					p[1024 + 8 * j + r] = (uint8_t)s;
-					p[1088 + 8 * j + r] = (uint8_t)m;
-				}
+				pack_k4_row(x, x + 16, r, p);
+			}
+		}
+	}
+}
+
+// Q5_K super-block: d, dmin, scales[12], qh[32] (bit 2k+s of qh[l]: fifth
+// bit of element l of sub-block 2k+s), qs[128] (as Q4_K's).
+static void pack_q5_K(const uint8_t *w, int64_t ws, int64_t rows, int64_t nb, uint8_t *dst) {
+	for (int64_t g = 0; g < rows / 8; g++) {
+		for (int64_t i = 0; i < nb; i++) {
+			uint8_t *p = dst + (g * nb + i) * PK_Q5K;
+			for (int r = 0; r < 8; r++) {
+				const uint8_t *x = w + (8 * g + r) * ws + 176 * i, *qh = x + 16;
+				pack_k4_row(x, x + 48, r, p);
+				// qh reordered so that byte 8k + 4h + c is qh[4c + 16h + k]:
+				// then bit j of every byte, gathered by movemask, is row r's
+				// 4 hb bytes of sub-block j
+				uint8_t t[32];
 				for (int k = 0; k < 4; k++) {
-					// sub-blocks 2k (low nibbles) and 2k+1 (high nibbles) of qs[32k..]
-					const __m256i v = ld256(x + 16 + 32 * k);
-					const __m256i c[2] = {_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)};
 					for (int h = 0; h < 2; h++) {
-						// codes 0..15 | codes 16..31 << 4
-						const __m128i pk = _mm_or_si128(_mm256_castsi256_si128(c[h]),
-						                                _mm_slli_epi16(_mm256_extracti128_si256(c[h], 1), 4));
-						uint32_t d4[4];
-						_mm_storeu_si128((__m128i *)d4, pk);
-						for (int ch = 0; ch < 4; ch++) memcpy(p + 128 * (2 * k + h) + 32 * ch + 4 * r, &d4[ch], 4);
+						for (int c = 0; c < 4; c++) t[8 * k + 4 * h + c] = qh[4 * c + 16 * h + k];
 					}
+				}
+				const __m256i v = ld256(t);
+				for (int j = 0; j < 8; j++) {
+					// bit j of each byte to bit 7 (16-bit shift: bit 7 of
+					// either byte comes from bit j of the same byte)
+					const uint32_t b = (uint32_t)_mm256_movemask_epi8(_mm256_sll_epi16(v, _mm_cvtsi32_si128(7 - j)));
+					memcpy(p + 1184 + 32 * j + 4 * r, &b, 4);
 				}
 			}
 		}
@@ -217,6 +260,64 @@ static void gemv_q4_K(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, con
 			// sums (bsum pairs), two sub-blocks per pmaddwd.
 			const __m256i bsp = _mm256_madd_epi16(ld256(y + 260), _mm256_set1_epi16(1));
 			const __m256i bsp16 = _mm256_packs_epi32(bsp, bsp); // |sums| <= 4064: exact
+			__m256i msum = _mm256_setzero_si256();
+#pragma GCC unroll 4
+			for (int q = 0; q < 4; q++) {
+				const __m128i m0 = _mm_loadl_epi64((const __m128i *)(p + 1088 + 16 * q));
+				const __m128i m1 = _mm_loadl_epi64((const __m128i *)(p + 1096 + 16 * q));
+				const __m256i mm = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m0, m1));
+				const __m256i pair = _mm256_permutevar8x32_epi32(bsp16, _mm256_set1_epi32((q & 1) + 4 * (q >> 1)));
+				msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mm, pair));
+			}
+			const __m256 dy = _mm256_set1_ps(ld_f32(y));
+			const __m256 d = _mm256_cvtph_ps(ld128(p + 1152)), dm = _mm256_cvtph_ps(ld128(p + 1168));
+			acc = _mm256_fmadd_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(isum), acc);
+			acc = _mm256_fnmadd_ps(_mm256_mul_ps(dm, dy), _mm256_cvtepi32_ps(msum), acc);
+			FI_KEEP(acc);
+			FI_MCA_END();
+		}
+		_mm256_storeu_ps(out + 8 * g, acc);
+	}
+}
+
+// gemv_q5_K is gemv_q4_K with each code's fifth bit or-ed in as 16: int16
+// sums of 8 products x 31 x 127 at most, so each sub-block's two halves
+// (chunks 0-1, 2-3) are widened separately.
+static void gemv_q5_K(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, const uint8_t *a, float *out) {
+	const __m256i m4 = _mm256_set1_epi8(0x0f), m16 = _mm256_set1_epi8(0x10);
+	for (int64_t g = g0; g < g1; g++) {
+		__m256 acc = _mm256_setzero_ps();
+		for (int64_t i = 0; i < nb; i++) {
+			const uint8_t *p = pk + (g * nb + i) * PK_Q5K;
+			const uint8_t *y = a + Q8K * i;
+			FI_MCA_BEGIN("avx2_q5_K", 1);
+			prefetch_rec(p, PK_Q5K);
+			__m256i isum = _mm256_setzero_si256();
+#pragma GCC unroll 8
+			for (int j = 0; j < 8; j++) {
+				const __m256i hb = ld256(p + 1184 + 32 * j);
+				const __m128i sc8 = _mm_loadl_epi64((const __m128i *)(p + 1024 + 8 * j));
+				const __m256i sc = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sc8, sc8));
+#pragma GCC unroll 2
+				for (int c0 = 0; c0 < 4; c0 += 2) {
+					__m256i s = _mm256_setzero_si256();
+#pragma GCC unroll 2
+					for (int c = c0; c < c0 + 2; c++) {
+						const __m256i v = ld256(p + 128 * j + 32 * c);
+						const __m256i lo = _mm256_or_si256(_mm256_and_si256(v, m4),
+						                                   _mm256_and_si256(_mm256_slli_epi16(hb, 4 - c), m16));
+						const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
+						                                   _mm256_and_si256(_mm256_srli_epi16(hb, c), m16));
+						s = _mm256_add_epi16(s, _mm256_maddubs_epi16(lo, bcast32(y + 4 + 32 * j + 4 * c)));
+						s = _mm256_add_epi16(s, _mm256_maddubs_epi16(hi, bcast32(y + 4 + 32 * j + 16 + 4 * c)));
+					}
+					isum = _mm256_add_epi32(isum, _mm256_madd_epi16(s, sc));
+					FI_KEEP(isum);
+				}
+			}
+			// mins as Q4_K's
+			const __m256i bsp = _mm256_madd_epi16(ld256(y + 260), _mm256_set1_epi16(1));
+			const __m256i bsp16 = _mm256_packs_epi32(bsp, bsp);
 			__m256i msum = _mm256_setzero_si256();
 #pragma GCC unroll 4
 			for (int q = 0; q < 4; q++) {
@@ -403,6 +504,32 @@ static void expand_q4_K(const uint8_t *grp, int64_t ws, int64_t nb, uint8_t *rec
 	}
 }
 
+// expand_q5_K: Q4_K's record with codes 0..31 (kern_avx2_rp.h, micro_q5_K).
+static void expand_q5_K(const uint8_t *grp, int64_t ws, int64_t nb, uint8_t *rec) {
+	(void)ws;
+	const __m256i m4 = _mm256_set1_epi8(0x0f), m16 = _mm256_set1_epi8(0x10);
+	for (int64_t i = 0; i < nb; i++, rec += Q4K_REC) {
+		const uint8_t *p = grp + i * PK_Q5K;
+		for (int j = 0; j < 8; j++) {
+			const __m256i hb = ld256(p + 1184 + 32 * j);
+			for (int c = 0; c < 4; c++) {
+				const __m256i v = ld256(p + 128 * j + 32 * c);
+				_mm256_storeu_si256((__m256i *)(rec + 256 * j + 32 * c),
+				                    _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4 - c), m16)));
+				_mm256_storeu_si256((__m256i *)(rec + 256 * j + 32 * (c + 4)),
+				                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
+				                                    _mm256_and_si256(_mm256_srli_epi16(hb, c), m16)));
+			}
+			const __m128i s8 = _mm_loadl_epi64((const __m128i *)(p + 1024 + 8 * j));
+			const __m128i m8 = _mm_loadl_epi64((const __m128i *)(p + 1088 + 8 * j));
+			_mm256_storeu_si256((__m256i *)(rec + 2048 + 32 * j), _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(s8, s8)));
+			_mm256_storeu_si256((__m256i *)(rec + 2304 + 32 * j), _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)));
+		}
+		_mm256_storeu_ps((float *)(rec + 2560), _mm256_cvtph_ps(ld128(p + 1152)));
+		_mm256_storeu_ps((float *)(rec + 2592), _mm256_cvtph_ps(ld128(p + 1168)));
+	}
+}
+
 static void expand_q6_K(const uint8_t *grp, int64_t ws, int64_t nb, uint8_t *rec) {
 	(void)ws;
 	for (int64_t i = 0; i < nb; i++, rec += Q6K_REC) {
@@ -459,6 +586,7 @@ static void expand_q8_0(const uint8_t *grp, int64_t ws, int64_t nb, uint8_t *rec
 // packed bytes per row, that is the packed group.
 FI_DEFINE_RP(pk_gemm_q4_K, expand_q4_K, micro_q4_K, Q4K_REC, 256, Q8K)
 FI_DEFINE_RP(pk_gemm_q4_0, expand_q4_0, micro_q4_0, Q80_REC, 32, 34)
+FI_DEFINE_RP(pk_gemm_q5_K, expand_q5_K, micro_q5_K, Q4K_REC, 256, Q8K)
 FI_DEFINE_RP(pk_gemm_q6_K, expand_q6_K, micro_q6_K, Q6K_REC, 256, Q8K)
 FI_DEFINE_RP(pk_gemm_q8_0, expand_q8_0, micro_q8_0, Q80_REC, 32, 34)
 
@@ -469,6 +597,7 @@ int64_t fi_packed_size_avx2(int wt, int64_t rows, int64_t cols) {
 	switch (wt) {
 	case FI_Q4_0: return rows / 8 * (cols / 32) * PK_Q40;
 	case FI_Q4_K: return rows / 8 * (cols / 256) * PK_Q4K;
+	case FI_Q5_K: return rows / 8 * (cols / 256) * PK_Q5K;
 	case FI_Q6_K: return rows / 8 * (cols / 256) * PK_Q6K;
 	case FI_Q8_0: return rows / 8 * (cols / 32) * PK_Q80;
 	}
@@ -479,6 +608,7 @@ int fi_pack_avx2(int wt, const uint8_t *w, int64_t ws, int64_t rows, int64_t col
 	switch (wt) {
 	case FI_Q4_0: pack_q4_0(w, ws, rows, cols / 32, dst); return 0;
 	case FI_Q4_K: pack_q4_K(w, ws, rows, cols / 256, dst); return 0;
+	case FI_Q5_K: pack_q5_K(w, ws, rows, cols / 256, dst); return 0;
 	case FI_Q6_K: pack_q6_K(w, ws, rows, cols / 256, dst); return 0;
 	case FI_Q8_0: pack_q8_0(w, ws, rows, cols / 32, dst); return 0;
 	}
@@ -494,6 +624,7 @@ int fi_gemm_packed_avx2(int wt, const uint8_t *pk, int64_t cols, int64_t r0, int
 	switch (wt) {
 	case FI_Q4_0: gemv = gemv_q4_0, gemm = pk_gemm_q4_0, nb = cols / 32, row_bytes = nb * PK_Q40 / 8; break;
 	case FI_Q4_K: gemv = gemv_q4_K, gemm = pk_gemm_q4_K, nb = cols / 256, row_bytes = nb * PK_Q4K / 8; break;
+	case FI_Q5_K: gemv = gemv_q5_K, gemm = pk_gemm_q5_K, nb = cols / 256, row_bytes = nb * PK_Q5K / 8; break;
 	case FI_Q6_K: gemv = gemv_q6_K, gemm = pk_gemm_q6_K, nb = cols / 256, row_bytes = nb * PK_Q6K / 8; break;
 	case FI_Q8_0: gemv = gemv_q8_0, gemm = pk_gemm_q8_0, nb = cols / 32, row_bytes = nb * PK_Q80 / 8; break;
 	default: return -1;

@@ -56,29 +56,30 @@ FI_INLINE __m256i bcast32(const uint8_t *p) { return _mm256_set1_epi32((int)ld_u
 // int16 sums: 8 steps x 2 products x 15 x 127 = 30480 < 32767.
 #define Q4K_REC 2624
 
-// micro_q4_K adds one super-block of 8 rows x na activation rows to
+// micro_k4 adds one super-block of 8 rows x na activation rows to
 // acc[t*8 + r]; y points at activation row 0's Q8_K block, rows as apart.
-FI_INLINE void micro_q4_K(const uint8_t *rec, const uint8_t *y, int64_t as, float *acc, const int na) {
+// split: steps summed in int16 before they are widened (8 for Q4_K's codes
+// 0..15; 4 for Q5_K's 0..31: 4 x 2 x 31 x 127 = 31496 < 32767).
+FI_INLINE void micro_k4(const uint8_t *rec, const uint8_t *y, int64_t as, float *acc, const int na, const int split) {
 	__m256i isum[4], p[4];
 	_Pragma("GCC unroll 4") for (int t = 0; t < na; t++) isum[t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
 	for (int sb = 0; sb < 8; sb++) {
 		const uint8_t *q = rec + 256 * sb;
-		_Pragma("GCC unroll 4") for (int t = 0; t < na; t++) {
-			p[t] = _mm256_maddubs_epi16(ld256(q), bcast32(y + t * as + 4 + 32 * sb));
-		}
-#pragma GCC unroll 7
-		for (int s = 1; s < 8; s++) {
+#pragma GCC unroll 8
+		for (int s = 0; s < 8; s++) {
 			const __m256i wv = ld256(q + 32 * s);
 			_Pragma("GCC unroll 4") for (int t = 0; t < na; t++) {
-				p[t] = _mm256_add_epi16(p[t], _mm256_maddubs_epi16(wv, bcast32(y + t * as + 4 + 32 * sb + 4 * s)));
+				const __m256i m = _mm256_maddubs_epi16(wv, bcast32(y + t * as + 4 + 32 * sb + 4 * s));
+				p[t] = s % split == 0 ? m : _mm256_add_epi16(p[t], m);
 				FI_KEEP(p[t]);
 			}
-		}
-		const __m256i sc = ld256(rec + 2048 + 32 * sb);
-		_Pragma("GCC unroll 4") for (int t = 0; t < na; t++) {
-			isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p[t], sc));
-			FI_KEEP(isum[t]);
+			if (s % split != split - 1) continue;
+			const __m256i sc = ld256(rec + 2048 + 32 * sb);
+			_Pragma("GCC unroll 4") for (int t = 0; t < na; t++) {
+				isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p[t], sc));
+				FI_KEEP(isum[t]);
+			}
 		}
 	}
 	// mins: sum over sub-blocks of m * (bsum[2sb] + bsum[2sb+1]), reusing p.
@@ -100,6 +101,15 @@ FI_INLINE void micro_q4_K(const uint8_t *rec, const uint8_t *y, int64_t as, floa
 		s = _mm256_fnmadd_ps(_mm256_mul_ps(dm, dy), _mm256_cvtepi32_ps(p[t]), s);
 		_mm256_storeu_ps(acc + 8 * t, s);
 	}
+}
+
+FI_INLINE void micro_q4_K(const uint8_t *rec, const uint8_t *y, int64_t as, float *acc, const int na) {
+	micro_k4(rec, y, as, acc, na, 8);
+}
+
+// micro_q5_K: Q5_K's codes 0..31 in a Q4_K record.
+FI_INLINE void micro_q5_K(const uint8_t *rec, const uint8_t *y, int64_t as, float *acc, const int na) {
+	micro_k4(rec, y, as, acc, na, 4);
 }
 
 // ---- Q6_K -----------------------------------------------------------------

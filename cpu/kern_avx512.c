@@ -15,8 +15,9 @@
 //   - Q8_0 and Q4_0: weights made unsigned (Q8_0: w ^ 0x80 = w + 128; Q4_0
 //     codes are 0..15) so one vpdpbusd per step; the offset, 128 (or 8)
 //     times the activation block's sum, starts the block's accumulator.
-//   - Q4_K: each sub-block's exact int32 sum (vpdpbusd) times the rows'
-//     scales (vpmulld); mins as on AVX2, with vpdpwssd.
+//   - Q4_K and Q5_K: each sub-block's exact int32 sum (vpdpbusd) times the
+//     rows' scales (vpmulld); mins as on AVX2, with vpdpwssd. Q5_K's fifth
+//     bits are or-ed into the codes first (codes 0..31).
 //   - Q6_K: pmaddubsw still sums each sub-block of a pair into its own
 //     int16 (vpdpbusd would mix them), and vpdpwssd applies the pair of
 //     scales.
@@ -75,6 +76,7 @@
 #endif
 
 #define PK_Q4K 1184
+#define PK_Q5K 1440
 #define PK_Q80 272
 #define PK_Q6K 1680
 #define PK_Q40 144
@@ -154,18 +156,24 @@ static void prep_none(const uint8_t *a, int64_t i0, int64_t i1, uint8_t *dst) {
 // 0's prep for this block; xs: bytes between rows' prep; acc[t]: row t's
 // 16 outputs.
 
-I5 void tile_q4_K(const uint8_t *p, const uint8_t *q, const uint8_t *y, int64_t as, const uint8_t *x, int64_t xs,
-                  __m512 *acc, const int na) {
-	(void)x, (void)xs;
-	const __m512i m4 = _mm512_set1_epi8(0x0f);
+// tile_k4: Q4_K (q5 = 0) or Q5_K (q5 = 1: the fifth bits from the record's
+// hb, kern_avx2_pk.c). vpdpbusd's int32 sums hold either range exactly.
+I5 void tile_k4(const uint8_t *p, const uint8_t *q, const uint8_t *y, int64_t as, __m512 *acc, const int na,
+                const int q5) {
+	const __m512i m4 = _mm512_set1_epi8(0x0f), m16 = _mm512_set1_epi8(0x10);
 	__m512i isum[4], msum[4];
 	UNROLL(4) for (int t = 0; t < na; t++) isum[t] = _mm512_setzero_si512();
 	UNROLL(8) for (int j = 0; j < 8; j++) {
 		__m512i c[8];
+		const __m512i hb = q5 ? ld2(p + 1184 + 32 * j, q + 1184 + 32 * j) : _mm512_setzero_si512();
 		UNROLL(4) for (int k = 0; k < 4; k++) {
 			const __m512i v = ld2(p + 128 * j + 32 * k, q + 128 * j + 32 * k);
 			c[2 * k] = _mm512_and_si512(v, m4);
 			c[2 * k + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+			if (q5) {
+				c[2 * k] = _mm512_or_si512(c[2 * k], _mm512_and_si512(_mm512_slli_epi16(hb, 4 - k), m16));
+				c[2 * k + 1] = _mm512_or_si512(c[2 * k + 1], _mm512_and_si512(_mm512_srli_epi16(hb, k), m16));
+			}
 		}
 		const __m512i sc = _mm512_cvtepu8_epi32(ld2_8(p + 1024 + 8 * j, q + 1024 + 8 * j));
 		UNROLL(4) for (int t = 0; t < na; t++) {
@@ -209,6 +217,18 @@ I5 void tile_q4_K(const uint8_t *p, const uint8_t *q, const uint8_t *y, int64_t 
 		acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, dy), _mm512_cvtepi32_ps(isum[t]), acc[t]);
 		acc[t] = _mm512_fnmadd_ps(_mm512_mul_ps(dm, dy), _mm512_cvtepi32_ps(msum[t]), acc[t]);
 	}
+}
+
+I5 void tile_q4_K(const uint8_t *p, const uint8_t *q, const uint8_t *y, int64_t as, const uint8_t *x, int64_t xs,
+                  __m512 *acc, const int na) {
+	(void)x, (void)xs;
+	tile_k4(p, q, y, as, acc, na, 0);
+}
+
+I5 void tile_q5_K(const uint8_t *p, const uint8_t *q, const uint8_t *y, int64_t as, const uint8_t *x, int64_t xs,
+                  __m512 *acc, const int na) {
+	(void)x, (void)xs;
+	tile_k4(p, q, y, as, acc, na, 1);
 }
 
 // q6_half rebuilds steps 4h..4h+3 (codes 0..63) of a pair of both groups
@@ -389,6 +409,7 @@ I5 void tile_q4_0(const uint8_t *p, const uint8_t *q, const uint8_t *y, int64_t 
 	}
 
 FI512_DEFINE(gemm_q4_K, tile_q4_K, prep_none, PK_Q4K, Q8K, 0)
+FI512_DEFINE(gemm_q5_K, tile_q5_K, prep_none, PK_Q5K, Q8K, 0)
 FI512_DEFINE(gemm_q6_K, tile_q6_K, prep_q6, PK_Q6K, Q8K, 256)
 FI512_DEFINE(gemm_q8_0, tile_q8_0, prep_sums, PK_Q80, 34, 4)
 FI512_DEFINE(gemm_q4_0, tile_q4_0, prep_sums, PK_Q40, 34, 4)
@@ -458,6 +479,7 @@ int fi_gemm_packed_avx512(int wt, const uint8_t *pk, int64_t cols, int64_t r0, i
 	switch (wt) {
 	case FI_Q4_0: gemm_q4_0(pk, cols / 32, r0 / 8, r1 / 8, a, as, nact, out, os); return 0;
 	case FI_Q4_K: gemm_q4_K(pk, cols / 256, r0 / 8, r1 / 8, a, as, nact, out, os); return 0;
+	case FI_Q5_K: gemm_q5_K(pk, cols / 256, r0 / 8, r1 / 8, a, as, nact, out, os); return 0;
 	case FI_Q6_K: gemm_q6_K(pk, cols / 256, r0 / 8, r1 / 8, a, as, nact, out, os); return 0;
 	case FI_Q8_0: gemm_q8_0(pk, cols / 32, r0 / 8, r1 / 8, a, as, nact, out, os); return 0;
 	}
