@@ -42,6 +42,17 @@ FI_INLINE float ld_f16(const uint8_t *p) {
 	return _cvtsh_ss(h);
 }
 
+// scale_min_k4 unpacks the 6-bit scale and min of sub-block j (0..7) from
+// the 12 bytes at q of a Q4_K or Q5_K super-block (quant.scaleMinK4).
+FI_INLINE void scale_min_k4(const uint8_t *q, int j, int *sc, int *m) {
+	if (j < 4) {
+		*sc = q[j] & 63, *m = q[j + 4] & 63;
+	} else {
+		*sc = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
+		*m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+	}
+}
+
 FI_INLINE __m256i ld256(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
 FI_INLINE __m128i ld128(const uint8_t *p) { return _mm_loadu_si128((const __m128i *)p); }
 

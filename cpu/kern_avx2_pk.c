@@ -82,12 +82,7 @@ static void pack_k4_row(const uint8_t *x, const uint8_t *qs, int r, uint8_t *p) 
 	const uint8_t *q = x + 4;
 	for (int j = 0; j < 8; j++) {
 		int sc, m;
-		if (j < 4) {
-			sc = q[j] & 63, m = q[j + 4] & 63;
-		} else {
-			sc = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
-			m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-		}
+		scale_min_k4(q, j, &sc, &m);
 		p[1024 + 8 * j + r] = (uint8_t)sc;
 		p[1088 + 8 * j + r] = (uint8_t)m;
 	}
@@ -230,6 +225,27 @@ static void pack_q8_0(const uint8_t *w, int64_t ws, int64_t rows, int64_t nb, ui
 
 // ---- matrix-vector products (one activation row) ---------------------------
 
+// k4_finish adds to acc one Q4_K/Q5_K record's result: d * dy * isum (the
+// scaled code sums) minus dmin * dy * the mins against the activation's
+// sub-block sums, two sub-blocks per pmaddwd.
+FI_INLINE __m256 k4_finish(const uint8_t *p, const uint8_t *y, __m256i isum, __m256 acc) {
+	const __m256i bsp = _mm256_madd_epi16(ld256(y + 260), _mm256_set1_epi16(1));
+	const __m256i bsp16 = _mm256_packs_epi32(bsp, bsp); // |sums| <= 4064: exact
+	__m256i msum = _mm256_setzero_si256();
+#pragma GCC unroll 4
+	for (int q = 0; q < 4; q++) {
+		const __m128i m0 = _mm_loadl_epi64((const __m128i *)(p + 1088 + 16 * q));
+		const __m128i m1 = _mm_loadl_epi64((const __m128i *)(p + 1096 + 16 * q));
+		const __m256i mm = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m0, m1));
+		const __m256i pair = _mm256_permutevar8x32_epi32(bsp16, _mm256_set1_epi32((q & 1) + 4 * (q >> 1)));
+		msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mm, pair));
+	}
+	const __m256 dy = _mm256_set1_ps(ld_f32(y));
+	const __m256 d = _mm256_cvtph_ps(ld128(p + 1152)), dm = _mm256_cvtph_ps(ld128(p + 1168));
+	acc = _mm256_fmadd_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(isum), acc);
+	return _mm256_fnmadd_ps(_mm256_mul_ps(dm, dy), _mm256_cvtepi32_ps(msum), acc);
+}
+
 // gemv_q4_K writes out[8g + r] for groups [g0, g1).
 static void gemv_q4_K(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, const uint8_t *a, float *out) {
 	const __m256i m4 = _mm256_set1_epi8(0x0f);
@@ -256,23 +272,7 @@ static void gemv_q4_K(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, con
 				isum = _mm256_add_epi32(isum, _mm256_madd_epi16(s, _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sc8, sc8))));
 				FI_KEEP(isum);
 			}
-			// mins: rows' (m_2q, m_2q+1) against the activation's 32-element
-			// sums (bsum pairs), two sub-blocks per pmaddwd.
-			const __m256i bsp = _mm256_madd_epi16(ld256(y + 260), _mm256_set1_epi16(1));
-			const __m256i bsp16 = _mm256_packs_epi32(bsp, bsp); // |sums| <= 4064: exact
-			__m256i msum = _mm256_setzero_si256();
-#pragma GCC unroll 4
-			for (int q = 0; q < 4; q++) {
-				const __m128i m0 = _mm_loadl_epi64((const __m128i *)(p + 1088 + 16 * q));
-				const __m128i m1 = _mm_loadl_epi64((const __m128i *)(p + 1096 + 16 * q));
-				const __m256i mm = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m0, m1));
-				const __m256i pair = _mm256_permutevar8x32_epi32(bsp16, _mm256_set1_epi32((q & 1) + 4 * (q >> 1)));
-				msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mm, pair));
-			}
-			const __m256 dy = _mm256_set1_ps(ld_f32(y));
-			const __m256 d = _mm256_cvtph_ps(ld128(p + 1152)), dm = _mm256_cvtph_ps(ld128(p + 1168));
-			acc = _mm256_fmadd_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(isum), acc);
-			acc = _mm256_fnmadd_ps(_mm256_mul_ps(dm, dy), _mm256_cvtepi32_ps(msum), acc);
+			acc = k4_finish(p, y, isum, acc);
 			FI_KEEP(acc);
 			FI_MCA_END();
 		}
@@ -315,22 +315,7 @@ static void gemv_q5_K(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, con
 					FI_KEEP(isum);
 				}
 			}
-			// mins as Q4_K's
-			const __m256i bsp = _mm256_madd_epi16(ld256(y + 260), _mm256_set1_epi16(1));
-			const __m256i bsp16 = _mm256_packs_epi32(bsp, bsp);
-			__m256i msum = _mm256_setzero_si256();
-#pragma GCC unroll 4
-			for (int q = 0; q < 4; q++) {
-				const __m128i m0 = _mm_loadl_epi64((const __m128i *)(p + 1088 + 16 * q));
-				const __m128i m1 = _mm_loadl_epi64((const __m128i *)(p + 1096 + 16 * q));
-				const __m256i mm = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m0, m1));
-				const __m256i pair = _mm256_permutevar8x32_epi32(bsp16, _mm256_set1_epi32((q & 1) + 4 * (q >> 1)));
-				msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mm, pair));
-			}
-			const __m256 dy = _mm256_set1_ps(ld_f32(y));
-			const __m256 d = _mm256_cvtph_ps(ld128(p + 1152)), dm = _mm256_cvtph_ps(ld128(p + 1168));
-			acc = _mm256_fmadd_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(isum), acc);
-			acc = _mm256_fnmadd_ps(_mm256_mul_ps(dm, dy), _mm256_cvtepi32_ps(msum), acc);
+			acc = k4_finish(p, y, isum, acc);
 			FI_KEEP(acc);
 			FI_MCA_END();
 		}

@@ -53,12 +53,7 @@ static void decode_q4_K(const uint8_t *w, int64_t ws, int64_t nb, uint8_t *rec) 
 			const uint8_t *q = x + 4;
 			for (int j = 0; j < 8; j++) {
 				int s, m;
-				if (j < 4) {
-					s = q[j] & 63, m = q[j + 4] & 63;
-				} else {
-					s = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
-					m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-				}
+				scale_min_k4(q, j, &s, &m);
 				sc[16 * j + 2 * r] = sc[16 * j + 2 * r + 1] = (int16_t)s;
 				mn[16 * j + 2 * r] = mn[16 * j + 2 * r + 1] = (int16_t)m;
 			}
