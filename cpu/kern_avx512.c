@@ -59,7 +59,7 @@
 
 // KEEP(v) makes the compiler materialize v in a register here, so that a
 // sum is accumulated where it is written rather than deferred (see
-// tile_q4_K). Nothing under SIMDe, where the vector types are structs.
+// tile_k4). Nothing under SIMDe, where the vector types are structs.
 #ifdef FI_SIMDE
 #define KEEP(v) ((void)0)
 #else
