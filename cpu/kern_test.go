@@ -493,7 +493,7 @@ func TestKernelsNoAlloc(t *testing.T) {
 	r := rand.New(rand.NewPCG(15, 16))
 	const rows, cols, nAct = 64, 512, 9
 	for _, k := range testISAs(t) {
-		for _, typ := range []quant.Type{quant.Q4_K, quant.Q6_K, quant.Q8_0, quant.F32} {
+		for _, typ := range []quant.Type{quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.Q8_0, quant.F32} {
 			t.Run(fmt.Sprintf("isa=%s/type=%s", k.ISA(), typ), func(t *testing.T) {
 				m := newTestMatrix(t, r, typ, rows, cols, nAct, 0)
 				x := randRow(r, nAct*cols, normal)
