@@ -280,11 +280,18 @@ static void gemv_q4_K(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, con
 	}
 }
 
+// k5_codes sets *lo and *hi to the codes 0..31 of chunk c of a packed Q5_K
+// sub-block: the low and high nibbles of v with the fifth bits from hb.
+FI_INLINE void k5_codes(__m256i v, __m256i hb, int c, __m256i *lo, __m256i *hi) {
+	const __m256i m4 = _mm256_set1_epi8(0x0f), m16 = _mm256_set1_epi8(0x10);
+	*lo = _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4 - c), m16));
+	*hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), _mm256_and_si256(_mm256_srli_epi16(hb, c), m16));
+}
+
 // gemv_q5_K is gemv_q4_K with each code's fifth bit or-ed in as 16: int16
 // sums of 8 products x 31 x 127 at most, so each sub-block's two halves
 // (chunks 0-1, 2-3) are widened separately.
 static void gemv_q5_K(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, const uint8_t *a, float *out) {
-	const __m256i m4 = _mm256_set1_epi8(0x0f), m16 = _mm256_set1_epi8(0x10);
 	for (int64_t g = g0; g < g1; g++) {
 		__m256 acc = _mm256_setzero_ps();
 		for (int64_t i = 0; i < nb; i++) {
@@ -303,11 +310,8 @@ static void gemv_q5_K(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, con
 					__m256i s = _mm256_setzero_si256();
 #pragma GCC unroll 2
 					for (int c = c0; c < c0 + 2; c++) {
-						const __m256i v = ld256(p + 128 * j + 32 * c);
-						const __m256i lo = _mm256_or_si256(_mm256_and_si256(v, m4),
-						                                   _mm256_and_si256(_mm256_slli_epi16(hb, 4 - c), m16));
-						const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
-						                                   _mm256_and_si256(_mm256_srli_epi16(hb, c), m16));
+						__m256i lo, hi;
+						k5_codes(ld256(p + 128 * j + 32 * c), hb, c, &lo, &hi);
 						s = _mm256_add_epi16(s, _mm256_maddubs_epi16(lo, bcast32(y + 4 + 32 * j + 4 * c)));
 						s = _mm256_add_epi16(s, _mm256_maddubs_epi16(hi, bcast32(y + 4 + 32 * j + 16 + 4 * c)));
 					}
@@ -467,17 +471,21 @@ static void gemv_q8_0(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, con
 
 // ---- GEMM: packed groups expanded into kern_avx2_rp.h records --------------
 
-static void expand_q4_K(const uint8_t *grp, int64_t ws, int64_t nb, uint8_t *rec) {
-	(void)ws;
+// expand_k4 expands packed Q4_K (q5 = 0) or Q5_K (q5 = 1) groups into
+// Q4_K records (kern_avx2_rp.h): codes 0..15 or 0..31 per step, scales
+// and mins widened, d and dmin as floats.
+FI_INLINE void expand_k4(const uint8_t *grp, int64_t nb, uint8_t *rec, const int q5) {
 	const __m256i m4 = _mm256_set1_epi8(0x0f);
 	for (int64_t i = 0; i < nb; i++, rec += Q4K_REC) {
-		const uint8_t *p = grp + i * PK_Q4K;
+		const uint8_t *p = grp + i * (q5 ? PK_Q5K : PK_Q4K);
 		for (int j = 0; j < 8; j++) {
+			const __m256i hb = q5 ? ld256(p + 1184 + 32 * j) : _mm256_setzero_si256();
 			for (int c = 0; c < 4; c++) {
 				const __m256i v = ld256(p + 128 * j + 32 * c);
-				_mm256_storeu_si256((__m256i *)(rec + 256 * j + 32 * c), _mm256_and_si256(v, m4));
-				_mm256_storeu_si256((__m256i *)(rec + 256 * j + 32 * (c + 4)),
-				                    _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+				__m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+				if (q5) k5_codes(v, hb, c, &lo, &hi);
+				_mm256_storeu_si256((__m256i *)(rec + 256 * j + 32 * c), lo);
+				_mm256_storeu_si256((__m256i *)(rec + 256 * j + 32 * (c + 4)), hi);
 			}
 			const __m128i s8 = _mm_loadl_epi64((const __m128i *)(p + 1024 + 8 * j));
 			const __m128i m8 = _mm_loadl_epi64((const __m128i *)(p + 1088 + 8 * j));
@@ -489,30 +497,15 @@ static void expand_q4_K(const uint8_t *grp, int64_t ws, int64_t nb, uint8_t *rec
 	}
 }
 
-// expand_q5_K: Q4_K's record with codes 0..31 (kern_avx2_rp.h, micro_q5_K).
+static void expand_q4_K(const uint8_t *grp, int64_t ws, int64_t nb, uint8_t *rec) {
+	(void)ws;
+	expand_k4(grp, nb, rec, 0);
+}
+
+// expand_q5_K: codes 0..31 in Q4_K's record (micro_q5_K sums them).
 static void expand_q5_K(const uint8_t *grp, int64_t ws, int64_t nb, uint8_t *rec) {
 	(void)ws;
-	const __m256i m4 = _mm256_set1_epi8(0x0f), m16 = _mm256_set1_epi8(0x10);
-	for (int64_t i = 0; i < nb; i++, rec += Q4K_REC) {
-		const uint8_t *p = grp + i * PK_Q5K;
-		for (int j = 0; j < 8; j++) {
-			const __m256i hb = ld256(p + 1184 + 32 * j);
-			for (int c = 0; c < 4; c++) {
-				const __m256i v = ld256(p + 128 * j + 32 * c);
-				_mm256_storeu_si256((__m256i *)(rec + 256 * j + 32 * c),
-				                    _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4 - c), m16)));
-				_mm256_storeu_si256((__m256i *)(rec + 256 * j + 32 * (c + 4)),
-				                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
-				                                    _mm256_and_si256(_mm256_srli_epi16(hb, c), m16)));
-			}
-			const __m128i s8 = _mm_loadl_epi64((const __m128i *)(p + 1024 + 8 * j));
-			const __m128i m8 = _mm_loadl_epi64((const __m128i *)(p + 1088 + 8 * j));
-			_mm256_storeu_si256((__m256i *)(rec + 2048 + 32 * j), _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(s8, s8)));
-			_mm256_storeu_si256((__m256i *)(rec + 2304 + 32 * j), _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)));
-		}
-		_mm256_storeu_ps((float *)(rec + 2560), _mm256_cvtph_ps(ld128(p + 1152)));
-		_mm256_storeu_ps((float *)(rec + 2592), _mm256_cvtph_ps(ld128(p + 1168)));
-	}
+	expand_k4(grp, nb, rec, 1);
 }
 
 static void expand_q6_K(const uint8_t *grp, int64_t ws, int64_t nb, uint8_t *rec) {
