@@ -44,6 +44,7 @@ type Backend struct {
 	oneOut [1][]float32
 	quant  quantTask
 	ew     ewTask
+	ropeCS []float32 // Rope's angle tables (4·Dim/2 floats per row)
 	attn   attnTask
 }
 
@@ -378,7 +379,7 @@ func (e *ewTask) run(int) {
 func (e *ewTask) do(r0, r1 int) {
 	switch e.kind {
 	case ewRMSNorm:
-		rmsNormRows(e.out[r0*e.dim:r1*e.dim], e.x[r0*e.dim:r1*e.dim], e.weight, e.dim, e.eps)
+		e.k.RMSNorm(e.out[r0*e.dim:r1*e.dim], e.x[r0*e.dim:r1*e.dim], e.weight, e.dim, e.eps)
 	case ewSwiGLU:
 		e.k.SwiGLU(e.out[r0:r1], e.x[r0:r1], e.y[r0:r1])
 	case ewAdd:
@@ -388,7 +389,12 @@ func (e *ewTask) do(r0, r1 int) {
 			softmaxRow(e.k, e.out[t*e.dim:(t+1)*e.dim])
 		}
 	case ewRope:
-		ropeRows(e.out, e.pos, r0, r1, e.nHead, e.dim, e.rope)
+		half, row := e.rope.Dim/2, e.nHead*e.dim
+		cs := e.y[r0*4*half : r1*4*half]
+		for t := r0; t < r1; t++ {
+			ropeTable(cs[(t-r0)*4*half:(t-r0+1)*4*half], e.pos[t], e.rope)
+		}
+		e.k.Rope(e.out[r0*row:r1*row], cs, r1-r0, e.nHead, e.dim, half, e.rope.Type == model.RopeNeox)
 	}
 }
 
@@ -412,13 +418,14 @@ func (b *Backend) runEW(e *ewTask, n, rowLen int) {
 }
 
 // RMSNorm implements model.Ops (as Ref: sum of squares in float64, scale in
-// float32).
+// float32) with Kernels.RMSNorm, split by rows.
 func (b *Backend) RMSNorm(out, x []float32, weight model.Vector, n, dim int, eps float32) {
 	e := &b.ew
 	e.kind, e.out, e.x, e.weight, e.dim, e.eps = ewRMSNorm, out, x, weight, dim, eps
 	b.runEW(e, n, dim)
 }
 
+// rmsNormRows is Kernels.RMSNorm in Go.
 func rmsNormRows(out, x, weight []float32, dim int, eps float32) {
 	for t := 0; t < len(x)/dim; t++ {
 		xr, yr := x[t*dim:(t+1)*dim], out[t*dim:(t+1)*dim]
@@ -448,40 +455,61 @@ func rmsNormRows(out, x, weight []float32, dim int, eps float32) {
 	}
 }
 
-// Rope implements model.Ops.
+// Rope implements model.Ops: the angle tables of each row (ropeTable),
+// then the rotation (Kernels.Rope), split by rows.
 func (b *Backend) Rope(x []float32, pos []int32, n, nHead, headDim int, rp *model.Rope) {
+	if need := n * 4 * (rp.Dim / 2); len(b.ropeCS) < need {
+		b.ropeCS = make([]float32, need)
+	}
 	e := &b.ew
-	e.kind, e.out, e.pos, e.nHead, e.dim, e.rope = ewRope, x, pos, nHead, headDim, rp
+	e.kind, e.out, e.y, e.pos, e.nHead, e.dim, e.rope = ewRope, x, b.ropeCS, pos, nHead, headDim, rp
 	b.runEW(e, n, nHead*headDim)
 }
 
-// ropeRows rotates rows r0..r1 as Ref.Rope: the same float32 angle
-// recurrence, cos and sin in float64 rounded to float32.
-func ropeRows(x []float32, pos []int32, r0, r1, nHead, headDim int, rp *model.Rope) {
+// ropeTable writes the 4·half floats of Kernels.Rope's angle table for
+// position p, as Ref.Rope computes the angles: ggml's float32 recurrence
+// theta *= base^(-2/dim), cos and sin in float64 rounded to float32.
+func ropeTable(cs []float32, p int32, rp *model.Rope) {
 	thetaScale := float32(math.Pow(float64(rp.Base), float64(-2/float32(rp.Dim))))
 	half := rp.Dim / 2
-	for t := r0; t < r1; t++ {
-		theta := float32(pos[t])
-		row := x[t*nHead*headDim : (t+1)*nHead*headDim]
-		for i := 0; i < half; i++ {
-			th := theta
-			if rp.Factors != nil {
-				th /= rp.Factors[i]
+	c, s := cs[:2*half], cs[2*half:4*half]
+	theta := float32(p)
+	for i := range half {
+		th := theta
+		if rp.Factors != nil {
+			th /= rp.Factors[i]
+		}
+		th *= rp.Scale
+		sin64, cos64 := math.Sincos(float64(th))
+		cos, sin := float32(cos64), float32(sin64)
+		if rp.Type == model.RopeNeox {
+			c[i], s[i] = cos, sin
+		} else {
+			c[2*i], c[2*i+1], s[2*i], s[2*i+1] = cos, cos, -sin, sin
+		}
+		theta *= thetaScale
+	}
+}
+
+// rotate is Kernels.Rope in Go.
+func rotate(x, cs []float32, rows, nHead, headDim, half int, neox bool) {
+	for t := range rows {
+		c, s := cs[t*4*half:t*4*half+2*half], cs[t*4*half+2*half:(t+1)*4*half]
+		for hd := range nHead {
+			v := x[(t*nHead+hd)*headDim : (t*nHead+hd+1)*headDim]
+			if neox {
+				for i := range half {
+					x0, x1 := v[i], v[i+half]
+					v[i] = x0*c[i] - x1*s[i]
+					v[i+half] = x0*s[i] + x1*c[i]
+				}
+				continue
 			}
-			th *= rp.Scale
-			sin64, cos64 := math.Sincos(float64(th))
-			cos, sin := float32(cos64), float32(sin64)
-			i0, i1 := 2*i, 2*i+1
-			if rp.Type == model.RopeNeox {
-				i0, i1 = i, i+half
+			for i := range half {
+				x0, x1 := v[2*i], v[2*i+1]
+				v[2*i] = x0*c[2*i] - x1*s[2*i+1]
+				v[2*i+1] = x0*s[2*i+1] + x1*c[2*i]
 			}
-			for hd := 0; hd < nHead; hd++ {
-				v := row[hd*headDim : (hd+1)*headDim]
-				x0, x1 := v[i0], v[i1]
-				v[i0] = x0*cos - x1*sin
-				v[i1] = x0*sin + x1*cos
-			}
-			theta *= thetaScale
 		}
 	}
 }

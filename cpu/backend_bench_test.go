@@ -219,3 +219,42 @@ func contextSwitches(b *testing.B) int64 {
 	}
 	return ru.Nvcsw + ru.Nivcsw
 }
+
+// BenchmarkNormRope measures RMSNorm and RoPE (both pair layouts) on rows of
+// the llama-1b preset (32 heads of 64), one decode row and a 512-row
+// prefill, on one thread, reporting Gelem/s.
+func BenchmarkNormRope(b *testing.B) {
+	const nHead, headDim = 32, 64
+	const dim = nHead * headDim
+	for _, isa := range cpu.Available() {
+		for _, rows := range []int{1, 512} {
+			x := randomF32(rows*dim, 1)
+			w := randomF32(dim, 2)
+			out := make([]float32, len(x))
+			pos := make([]int32, rows)
+			for i := range pos {
+				pos[i] = int32(i + 7)
+			}
+			be := cpu.NewBackend(1, cpu.KernelsFor(isa))
+			report := func(b *testing.B) {
+				b.ReportMetric(float64(rows*dim)*float64(b.N)/b.Elapsed().Seconds()/1e9, "Gelem/s")
+			}
+			b.Run(fmt.Sprintf("op=rmsnorm/isa=%s/rows=%d", isa, rows), func(b *testing.B) {
+				for b.Loop() {
+					be.RMSNorm(out, x, w, rows, dim, 1e-5)
+				}
+				report(b)
+			})
+			for _, typ := range []model.RopeType{model.RopeNorm, model.RopeNeox} {
+				rp := model.Rope{Type: typ, Dim: headDim, Base: 500000, Scale: 1}
+				b.Run(fmt.Sprintf("op=rope%d/isa=%s/rows=%d", typ, isa, rows), func(b *testing.B) {
+					for b.Loop() {
+						be.Rope(out, pos, rows, nHead, headDim, &rp)
+					}
+					report(b)
+				})
+			}
+			be.Close()
+		}
+	}
+}

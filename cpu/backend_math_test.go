@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/flowinfer/flowinfer/model"
 )
 
 // TestExpf checks expf against float32(math.Exp) over the range softmax
@@ -149,6 +151,95 @@ func TestKernelsExp(t *testing.T) {
 				}
 				if exact && math.Float64bits(sum) != math.Float64bits(wantSum) && !(sum != sum && wantSum != wantSum) {
 					t.Fatalf("%s ExpSub n=%d: sum %v, Go %v", isa, n, sum, wantSum)
+				}
+			}
+		}
+	}
+}
+
+// TestKernelsNormRope checks every path's RMSNorm and Rope against the Go
+// loops bit for bit: row lengths and pair counts that are and are not
+// multiples of the vector width, partial rotation (2·half < headDim), both
+// pair layouts, with and without a weight, and guard values past the end.
+func TestKernelsNormRope(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	randn := func(n int, s float64) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * s)
+		}
+		return x
+	}
+	same := func(got, want []float32) int {
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				return i
+			}
+		}
+		return -1
+	}
+	const guard = 42
+	for _, isa := range Available() {
+		k := KernelsFor(isa)
+		for _, dim := range []int{1, 3, 4, 7, 8, 12, 17, 64, 100, 2048, 2051} {
+			for _, rows := range []int{1, 3} {
+				x := randn(rows*dim, 3)
+				for _, w := range [][]float32{nil, randn(dim, 1)} {
+					want := make([]float32, len(x))
+					rmsNormRows(want, x, w, dim, 1e-6)
+					got := append(make([]float32, len(x)), guard)
+					k.RMSNorm(got[:len(x)], x, w, dim, 1e-6)
+					if got[len(x)] != guard {
+						t.Fatalf("%s RMSNorm dim=%d: wrote past the end", isa, dim)
+					}
+					if i := same(got, want); i >= 0 {
+						t.Fatalf("%s RMSNorm dim=%d rows=%d weight=%v: element %d = %g, Go %g",
+							isa, dim, rows, w != nil, i, got[i], want[i])
+					}
+				}
+			}
+		}
+		// Rows whose float32 result depends on the order of the float64
+		// additions: the mean lands on a float32 tie (0.5+2^-25), which
+		// the squares c = y² (2^-52 < c < 2^-51) break upwards only when
+		// added to each other before 4 (row a: the lanes' sums combined in
+		// another order; row b: one running sum).
+		y := float32(1.2 / (1 << 26))
+		tie := []float32{2, 1.0 / (1 << 11), y, y, 0, 0, 0, 0, y, y, 1.0 / (1 << 11), 0, 2, 0, 0, 0}
+		want := make([]float32, len(tie))
+		rmsNormRows(want, tie, nil, 8, 0)
+		got := make([]float32, len(tie))
+		k.RMSNorm(got, tie, nil, 8, 0)
+		if i := same(got, want); i >= 0 {
+			t.Fatalf("%s RMSNorm, float64 tie rows: element %d = %g, Go %g", isa, i, got[i], want[i])
+		}
+		if want[0] != 2*float32(math.Sqrt2) || want[12] != 2*float32(math.Sqrt2) {
+			t.Fatalf("tie rows: Go gives %g and %g, want 2·sqrt(2) for both (test data wrong?)", want[0], want[12])
+		}
+
+		for _, sh := range []struct{ nHead, headDim, half int }{
+			{1, 2, 1}, {3, 10, 5}, {2, 16, 8}, {2, 24, 8}, {4, 32, 13}, {3, 64, 32}, {2, 128, 32}, {2, 128, 64}, {5, 34, 17},
+		} {
+			for _, neox := range []bool{false, true} {
+				const rows = 3
+				rp := &model.Rope{Type: model.RopeNorm, Dim: 2 * sh.half, Base: 10000, Scale: 1}
+				if neox {
+					rp.Type = model.RopeNeox
+				}
+				cs := make([]float32, rows*4*sh.half)
+				for t := range rows {
+					ropeTable(cs[t*4*sh.half:], int32(37*t+5), rp)
+				}
+				x := randn(rows*sh.nHead*sh.headDim, 2)
+				want := append([]float32(nil), x...)
+				rotate(want, cs, rows, sh.nHead, sh.headDim, sh.half, neox)
+				got := append(append([]float32(nil), x...), guard)
+				k.Rope(got[:len(x)], cs, rows, sh.nHead, sh.headDim, sh.half, neox)
+				if got[len(x)] != guard {
+					t.Fatalf("%s Rope %+v: wrote past the end", isa, sh)
+				}
+				if i := same(got, want); i >= 0 {
+					t.Fatalf("%s Rope %+v neox=%v: element %d = %g, Go %g", isa, sh, neox, i, got[i], want[i])
 				}
 			}
 		}

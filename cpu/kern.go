@@ -336,5 +336,34 @@ func (k *Kernels) ExpSub(row []float32, mx float32) float64 {
 	return expSub(row, mx)
 }
 
+// RMSNorm sets each of the len(x)/dim rows of out to x·scale·weight[i]
+// (weight nil: x·scale), scale = 1/sqrt(mean of x² + eps) in float32, the
+// squares added in float64 in four interleaved running sums (element i in
+// sum i mod 4). Every path gives the Go loop's result bit for bit.
+func (k *Kernels) RMSNorm(out, x, weight []float32, dim int, eps float32) {
+	if dim <= 0 || len(x)%dim != 0 || len(out) < len(x) || weight != nil && len(weight) < dim {
+		panic(fmt.Sprintf("cpu: RMSNorm: %d inputs, %d outputs, %d weights, rows of %d", len(x), len(out), len(weight), dim))
+	}
+	if len(x) == 0 || k.isa != ISAScalarGo && rmsNormC(k.isa, out, x, weight, len(x)/dim, dim, eps) {
+		return
+	}
+	rmsNormRows(out, x, weight, dim, eps)
+}
+
+// Rope rotates, in each of rows rows of nHead heads of headDim floats, the
+// first half pairs of every head by the angles in cs, 4·half floats per row
+// as RopeTable writes them (neox: pairs (v[i], v[i+half]); otherwise pairs
+// (v[2i], v[2i+1])). Every path gives the Go loop's result bit for bit.
+func (k *Kernels) Rope(x, cs []float32, rows, nHead, headDim, half int, neox bool) {
+	if half < 0 || 2*half > headDim || len(x) < rows*nHead*headDim || len(cs) < rows*4*half {
+		panic(fmt.Sprintf("cpu: Rope: %d values, %d angles, %d rows of %d heads of %d, %d pairs",
+			len(x), len(cs), rows, nHead, headDim, half))
+	}
+	if rows == 0 || half == 0 || k.isa != ISAScalarGo && ropeC(k.isa, x, cs, rows, nHead, headDim, half, neox) {
+		return
+	}
+	rotate(x, cs, rows, nHead, headDim, half, neox)
+}
+
 // ptr returns the address of a slice's first element for C (nil if empty).
 func ptr[T any](s []T) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(s)) }

@@ -93,4 +93,15 @@ void fi_wsum_avx2(float *out, int64_t nout, int64_t dim, const float *w, int64_t
 void fi_swiglu_avx2(float *out, const float *gate, const float *up, int64_t n);
 double fi_expsub_avx2(float *row, int64_t n, float mx);
 
+// fi_rmsnorm_avx2 sets each of rows rows of dim floats to x·(1/sqrt(mean
+// of squares + eps))·w (w may be NULL), and fi_rope_avx2 rotates the first
+// half pairs of each of nhead heads (hdim floats apart) in each of rows
+// rows, with cs holding 4·half floats per row: for neox pairs (v[i],
+// v[i+half]), cos and sin of pair i at cs[i] and cs[2·half+i]; otherwise,
+// for pairs (v[2i], v[2i+1]), cos at cs[2i] and cs[2i+1], and -sin, sin at
+// cs[2·half+2i] and cs[2·half+2i+1]. Both are bit-identical to the Go loops
+// (kern_avx2_norm.c).
+void fi_rmsnorm_avx2(float *out, const float *x, const float *w, int64_t rows, int64_t dim, float eps);
+void fi_rope_avx2(float *x, const float *cs, int64_t rows, int64_t nhead, int64_t hdim, int64_t half, int neox);
+
 #endif

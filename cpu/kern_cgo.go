@@ -108,3 +108,27 @@ func expSubC(isa ISA, row []float32, mx float32) (float64, bool) {
 	}
 	return 0, false
 }
+
+// rmsNormC runs the C RMSNorm of isa; false if it has none.
+func rmsNormC(isa ISA, out, x, w []float32, rows, dim int, eps float32) bool {
+	if isa == ISAAVX2 || isa == ISAAVX512 {
+		C.fi_rmsnorm_avx2((*C.float)(ptr(out)), (*C.float)(ptr(x)), (*C.float)(ptr(w)), C.int64_t(rows),
+			C.int64_t(dim), C.float(eps))
+		return true
+	}
+	return false
+}
+
+// ropeC runs the C RoPE rotation of isa; false if it has none.
+func ropeC(isa ISA, x, cs []float32, rows, nHead, headDim, half int, neox bool) bool {
+	if isa == ISAAVX2 || isa == ISAAVX512 {
+		nx := C.int(0)
+		if neox {
+			nx = 1
+		}
+		C.fi_rope_avx2((*C.float)(ptr(x)), (*C.float)(ptr(cs)), C.int64_t(rows), C.int64_t(nHead),
+			C.int64_t(headDim), C.int64_t(half), nx)
+		return true
+	}
+	return false
+}

@@ -33,3 +33,7 @@ func wsumC(ISA, []float32, int, int, []float32, int, []float32, int, int) bool {
 func swigluC(ISA, []float32, []float32, []float32) bool { return false }
 
 func expSubC(ISA, []float32, float32) (float64, bool) { return 0, false }
+
+func rmsNormC(ISA, []float32, []float32, []float32, int, int, float32) bool { return false }
+
+func ropeC(ISA, []float32, []float32, int, int, int, int, bool) bool { return false }
