@@ -57,13 +57,99 @@ FI_INLINE float ld1_bf16(const uint8_t *p) {
 		}                                                                                                \
 	}
 
+// FI_FLOAT_TILE2(name, esz, ld8, ld1) defines a tile of two weight rows (w
+// and w + ws) times na activation rows, one accumulator per pair: per 8
+// elements 2 + na loads for 2·na FMAs, against 1 + na loads for na FMAs in
+// a one-row tile, so that with several activation rows the FMAs, not the
+// loads, bound it. It writes out[j*os] and out[j*os + 1].
+#define FI_FLOAT_TILE2(name, esz, ld8, ld1)                                                              \
+	FI_INLINE void name(const uint8_t *w, int64_t ws, int64_t cols, const uint8_t *a, int64_t as,         \
+	                    float *out, int64_t os, const int na) {                                          \
+		__m256 c0[4], c1[4];                                                                             \
+		_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) c0[j] = _mm256_setzero_ps(), c1[j] = _mm256_setzero_ps(); \
+		int64_t i = 0;                                                                                   \
+		for (; i + 8 <= cols; i += 8) {                                                                  \
+			const __m256 w0 = ld8(w + (esz) * i), w1 = ld8(w + ws + (esz) * i);                            \
+			_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) {                                       \
+				const __m256 y = ld8(a + j * as + (esz) * i);                                            \
+				c0[j] = _mm256_fmadd_ps(w0, y, c0[j]);                                                   \
+				c1[j] = _mm256_fmadd_ps(w1, y, c1[j]);                                                   \
+			}                                                                                            \
+		}                                                                                                \
+		float s0[4], s1[4];                                                                              \
+		if (na == 4) {                                                                                   \
+			_mm_storeu_ps(s0, hsum4_ps(c0[0], c0[1], c0[2], c0[3]));                                     \
+			_mm_storeu_ps(s1, hsum4_ps(c1[0], c1[1], c1[2], c1[3]));                                     \
+		} else {                                                                                         \
+			_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) s0[j] = hsum_ps(c0[j]), s1[j] = hsum_ps(c1[j]); \
+		}                                                                                                \
+		_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) {                                           \
+			for (int64_t k = i; k < cols; k++) {                                                         \
+				const float y = ld1(a + j * as + (esz) * k);                                             \
+				s0[j] += ld1(w + (esz) * k) * y;                                                         \
+				s1[j] += ld1(w + ws + (esz) * k) * y;                                                    \
+			}                                                                                            \
+			out[j * os] = s0[j];                                                                         \
+			out[j * os + 1] = s1[j];                                                                     \
+		}                                                                                                \
+	}
+
+// hsum4_ps returns the lane sums of a, b, c and d.
+FI_INLINE __m128 hsum4_ps(__m256 a, __m256 b, __m256 c, __m256 d) {
+	const __m256 g = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+	return _mm_add_ps(_mm256_castps256_ps128(g), _mm256_extractf128_ps(g, 1));
+}
+
 FI_FLOAT_TILE(tile_f32, 4, ld8_f32, ld1_f32)
 FI_FLOAT_TILE(tile_f16, 2, ld8_f16, ld1_f16)
 FI_FLOAT_TILE(tile_bf16, 2, ld8_bf16, ld1_bf16)
+FI_FLOAT_TILE2(tile2_f32, 4, ld8_f32, ld1_f32)
+FI_FLOAT_TILE2(tile2_f16, 2, ld8_f16, ld1_f16)
+FI_FLOAT_TILE2(tile2_bf16, 2, ld8_bf16, ld1_bf16)
 
-FI_DEFINE_GEMM(gemm_f32, tile_f32)
-FI_DEFINE_GEMM(gemm_f16, tile_f16)
-FI_DEFINE_GEMM(gemm_bf16, tile_bf16)
+// FI_DEFINE_GEMM_F(name, tile, tile2) is FI_DEFINE_GEMM for float weights:
+// with several activation rows, rows go in pairs through tile2 (an odd
+// last row through tile).
+#define FI_DEFINE_GEMM_F(name, tile, tile2)                                                              \
+	static void name(const uint8_t *w, int64_t ws, int64_t cols, int64_t r0, int64_t r1, const uint8_t *a, \
+	                 int64_t as, int64_t nact, float *out, int64_t os) {                                   \
+		if (nact == 1) {                                                                                   \
+			for (int64_t r = r0; r < r1; r++) {                                                            \
+				fi_prefetch(w + (r + FI_PF_ROWS) * ws, ws);                                                \
+				tile(w + r * ws, cols, a, as, out + r, os, 1);                                             \
+			}                                                                                              \
+			return;                                                                                        \
+		}                                                                                                  \
+		int64_t rbk = FI_ROW_BLOCK_BYTES / ws;                                                             \
+		if (rbk < 2) rbk = 2;                                                                              \
+		for (int64_t rs = r0; rs < r1; rs += rbk) {                                                        \
+			const int64_t re = rs + rbk < r1 ? rs + rbk : r1;                                              \
+			for (int64_t t = 0; t < nact; t += 4) {                                                        \
+				const uint8_t *at = a + t * as;                                                            \
+				float *ot = out + t * os;                                                                  \
+				const int64_t na = nact - t < 4 ? nact - t : 4;                                            \
+				int64_t r = rs;                                                                            \
+				switch (na) {                                                                              \
+				case 1: for (; r + 2 <= re; r += 2) tile2(w + r * ws, ws, cols, at, as, ot + r, os, 1); break; \
+				case 2: for (; r + 2 <= re; r += 2) tile2(w + r * ws, ws, cols, at, as, ot + r, os, 2); break; \
+				case 3: for (; r + 2 <= re; r += 2) tile2(w + r * ws, ws, cols, at, as, ot + r, os, 3); break; \
+				default: for (; r + 2 <= re; r += 2) tile2(w + r * ws, ws, cols, at, as, ot + r, os, 4);      \
+				}                                                                                          \
+				if (r < re) {                                                                              \
+					switch (na) {                                                                          \
+					case 1: tile(w + r * ws, cols, at, as, ot + r, os, 1); break;                          \
+					case 2: tile(w + r * ws, cols, at, as, ot + r, os, 2); break;                          \
+					case 3: tile(w + r * ws, cols, at, as, ot + r, os, 3); break;                          \
+					default: tile(w + r * ws, cols, at, as, ot + r, os, 4);                                \
+					}                                                                                      \
+				}                                                                                          \
+			}                                                                                              \
+		}                                                                                                  \
+	}
+
+FI_DEFINE_GEMM_F(gemm_f32, tile_f32, tile2_f32)
+FI_DEFINE_GEMM_F(gemm_f16, tile_f16, tile2_f16)
+FI_DEFINE_GEMM_F(gemm_bf16, tile_bf16, tile2_bf16)
 
 fi_gemm_fn fi_avx2_gemm_f(int wt) {
 	switch (wt) {

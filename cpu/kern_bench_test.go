@@ -212,3 +212,45 @@ func BenchmarkQuantizeRows(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGemmFloat measures the float products on one thread: attention's
+// two products in a prefill tile (F32: 256 cached positions × 64 against 128
+// query rows, then 64 transposed V rows × 256 against 128 probability rows)
+// and a F16 weight matrix against 64 activation rows, reporting GFLOP/s.
+func BenchmarkGemmFloat(b *testing.B) {
+	r := rand.New(rand.NewPCG(13, 14))
+	for _, isa := range cpu.Available() {
+		k := cpu.KernelsFor(isa)
+		for _, sh := range []struct {
+			name             string
+			typ              quant.Type
+			rows, cols, acts int
+		}{
+			{"qk", quant.F32, 256, 64, 128},
+			{"pv", quant.F32, 64, 256, 128},
+			{"f16", quant.F16, 2048, 2048, 64},
+		} {
+			rb, _ := quant.RowBytes(sh.typ, sh.cols)
+			w := make([]byte, sh.rows*rb)
+			for i := range sh.rows {
+				if err := quant.QuantizeRow(sh.typ, randRow(r, sh.cols, normal), w[i*rb:(i+1)*rb]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			a := make([]byte, sh.acts*rb)
+			for i := range sh.acts {
+				if err := quant.QuantizeRow(sh.typ, randRow(r, sh.cols, normal), a[i*rb:(i+1)*rb]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			out := make([]float32, sh.rows*sh.acts)
+			b.Run(fmt.Sprintf("isa=%s/op=%s/rows=%d/cols=%d/acts=%d", isa, sh.name, sh.rows, sh.cols, sh.acts), func(b *testing.B) {
+				clk := startCPU(b)
+				for b.Loop() {
+					k.GemmRows(sh.typ, w, rb, sh.cols, 0, sh.rows, a, sh.acts, out, sh.rows)
+				}
+				clk.report(b, 2*float64(sh.rows*sh.cols*sh.acts)/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
