@@ -70,8 +70,9 @@ int fi_gemm_packed_avx2(int wt, const uint8_t *pk, int64_t cols, int64_t r0, int
 
 // AVX-512 (kern_avx512.c), on the packed layouts of fi_pack_avx2:
 // fi_gemm_packed_avx512 is fi_gemm_packed_avx2 with 512-bit VNNI kernels;
-// fi_gemm_avx512 runs BF16 weights with vdpbf16ps when the CPU has
-// AVX512_BF16 and every other type as fi_gemm_avx2 does.
+// fi_gemm_avx512 runs F32 and F16 weights with 512-bit FMAs, BF16 weights
+// with vdpbf16ps when the CPU has AVX512_BF16, and every other type as
+// fi_gemm_avx2 does.
 int fi_gemm_avx512(int wt, const uint8_t *w, int64_t w_stride, int64_t cols, int64_t r0, int64_t r1,
                    const uint8_t *a, int64_t a_stride, int64_t nact, float *out, int64_t out_stride);
 int fi_gemm_packed_avx512(int wt, const uint8_t *pk, int64_t cols, int64_t r0, int64_t r1, const uint8_t *a,

@@ -3,9 +3,10 @@
 // AVX-512 kernels (F, BW, VL, DQ and VNNI; BF16 where the CPU has it): the
 // products that dominate a forward pass, on the same packed weights as the
 // AVX2 path (kern_avx2_pk.c: rows in groups of 8, a 32-byte vector holds
-// 4 codes of each of 8 rows). Everything else on this path (activation
-// quantization, the other weight types, attention's sums, SwiGLU, exp)
-// runs the AVX2 code, which every AVX-512 CPU also has.
+// 4 codes of each of 8 rows), and F32/F16 rows (16 lanes per FMA, two
+// weight rows per tile). Everything else on this path (activation
+// quantization, the other weight types, attention's sums, SwiGLU, exp,
+// RMSNorm, RoPE) runs the AVX2 code, which every AVX-512 CPU also has.
 //
 // One 512-bit vector holds the same step of TWO packed groups (16 rows):
 // vector lanes are still rows, and an activation's 4 bytes are still one
@@ -462,12 +463,118 @@ BF16_TARGET static void gemm_bf16(const uint8_t *w, int64_t ws, int64_t cols, in
 	}
 }
 
+// ---- F32 and F16 rows: 16 lanes per FMA -------------------------------------
+
+// ldf loads 16 elements of a float row (F32 when esz is 4, else F16) as
+// float32, exactly (vcvtph2ps).
+I5 __m512 ldf(const uint8_t *p, const int esz) {
+	if (esz == 4) return _mm512_loadu_ps((const float *)p);
+	return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+
+// ldf_tail is ldf of the last n < 16 elements, zero-padded.
+I5 __m512 ldf_tail(const uint8_t *p, const int esz, int64_t n) {
+	uint8_t b[64] = {0};
+	memcpy(b, p, (size_t)(n * esz));
+	return ldf(b, esz);
+}
+
+// fold_ps adds the two 256-bit halves of v.
+I5 __m256 fold_ps(__m512 v) {
+	return _mm256_add_ps(_mm512_castps512_ps256(v),
+	                     _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
+// float_tile sets out[j*os + k] (k < nr ≤ 2, j < na ≤ 4) to the product of
+// weight row w + k*ws and activation row a + j*as, one accumulator per
+// pair: per 16 elements nr + na loads for nr·na FMAs.
+I5 void float_tile(const int esz, const uint8_t *w, int64_t ws, int64_t cols, const uint8_t *a, int64_t as,
+                   float *out, int64_t os, const int nr, const int na) {
+	__m512 c[2][4];
+	UNROLL(2) for (int k = 0; k < nr; k++) UNROLL(4) for (int j = 0; j < na; j++) c[k][j] = _mm512_setzero_ps();
+	int64_t i = 0;
+	for (; i + 16 <= cols; i += 16) {
+		__m512 wv[2];
+		UNROLL(2) for (int k = 0; k < nr; k++) wv[k] = ldf(w + k * ws + esz * i, esz);
+		UNROLL(4) for (int j = 0; j < na; j++) {
+			const __m512 y = ldf(a + j * as + esz * i, esz);
+			UNROLL(2) for (int k = 0; k < nr; k++) c[k][j] = _mm512_fmadd_ps(wv[k], y, c[k][j]);
+		}
+	}
+	if (i < cols) {
+		__m512 wv[2];
+		UNROLL(2) for (int k = 0; k < nr; k++) wv[k] = ldf_tail(w + k * ws + esz * i, esz, cols - i);
+		UNROLL(4) for (int j = 0; j < na; j++) {
+			const __m512 y = ldf_tail(a + j * as + esz * i, esz, cols - i);
+			UNROLL(2) for (int k = 0; k < nr; k++) c[k][j] = _mm512_fmadd_ps(wv[k], y, c[k][j]);
+		}
+	}
+	UNROLL(2) for (int k = 0; k < nr; k++) {
+		float s[4];
+		if (na == 4) {
+			// the four lane sums at once: hadd of the folded halves
+			const __m256 g = _mm256_hadd_ps(_mm256_hadd_ps(fold_ps(c[k][0]), fold_ps(c[k][1])),
+			                                _mm256_hadd_ps(fold_ps(c[k][2]), fold_ps(c[k][3])));
+			_mm_storeu_ps(s, _mm_add_ps(_mm256_castps256_ps128(g), _mm256_extractf128_ps(g, 1)));
+		} else {
+			UNROLL(4) for (int j = 0; j < na; j++) s[j] = _mm512_reduce_add_ps(c[k][j]);
+		}
+		UNROLL(4) for (int j = 0; j < na; j++) out[j * os + k] = s[j];
+	}
+}
+
+// gemm_float is fi_gemm_avx2 for F32 (esz 4) and F16 weights: rows in
+// pairs, up to 4 activation rows per tile, and with several activation rows
+// weight rows in blocks that stay in L2 across the activation tiles.
+I5 void gemm_float(const int esz, const uint8_t *w, int64_t ws, int64_t cols, int64_t r0, int64_t r1,
+                       const uint8_t *a, int64_t as, int64_t nact, float *out, int64_t os) {
+	int64_t rbk = nact == 1 ? r1 - r0 : (128 * 1024) / ws;
+	if (rbk < 2) rbk = 2;
+	for (int64_t rs = r0; rs < r1; rs += rbk) {
+		const int64_t re = rs + rbk < r1 ? rs + rbk : r1;
+		for (int64_t t = 0; t < nact; t += 4) {
+			const uint8_t *at = a + t * as;
+			float *ot = out + t * os;
+			const int64_t na = nact - t < 4 ? nact - t : 4;
+			for (int64_t r = rs; r < re; r += 2) {
+				const int nr = re - r >= 2 ? 2 : 1;
+				const uint8_t *wr = w + r * ws;
+				if (nact == 1) _mm_prefetch((const char *)(wr + 4 * ws), _MM_HINT_T0);
+				switch (na * 2 + nr) {
+				case 3: float_tile(esz, wr, ws, cols, at, as, ot + r, os, 1, 1); break;
+				case 4: float_tile(esz, wr, ws, cols, at, as, ot + r, os, 2, 1); break;
+				case 5: float_tile(esz, wr, ws, cols, at, as, ot + r, os, 1, 2); break;
+				case 6: float_tile(esz, wr, ws, cols, at, as, ot + r, os, 2, 2); break;
+				case 7: float_tile(esz, wr, ws, cols, at, as, ot + r, os, 1, 3); break;
+				case 8: float_tile(esz, wr, ws, cols, at, as, ot + r, os, 2, 3); break;
+				case 9: float_tile(esz, wr, ws, cols, at, as, ot + r, os, 1, 4); break;
+				default: float_tile(esz, wr, ws, cols, at, as, ot + r, os, 2, 4);
+				}
+			}
+		}
+	}
+}
+
+static void gemm_f32(const uint8_t *w, int64_t ws, int64_t cols, int64_t r0, int64_t r1, const uint8_t *a,
+                     int64_t as, int64_t nact, float *out, int64_t os) {
+	gemm_float(4, w, ws, cols, r0, r1, a, as, nact, out, os);
+}
+
+static void gemm_f16(const uint8_t *w, int64_t ws, int64_t cols, int64_t r0, int64_t r1, const uint8_t *a,
+                     int64_t as, int64_t nact, float *out, int64_t os) {
+	gemm_float(2, w, ws, cols, r0, r1, a, as, nact, out, os);
+}
+
 // ---- entry points (kern.h) -------------------------------------------------
 
 int fi_gemm_avx512(int wt, const uint8_t *w, int64_t ws, int64_t cols, int64_t r0, int64_t r1, const uint8_t *a,
                    int64_t as, int64_t nact, float *out, int64_t os) {
 	if (wt == FI_BF16 && (fi_cpu_features() & FI_AVX512BF16)) {
 		if (r1 > r0 && nact > 0) gemm_bf16(w, ws, cols, r0, r1, a, as, nact, out, os);
+		return 0;
+	}
+	if (wt == FI_F32 || wt == FI_F16) {
+		if (r1 > r0 && nact > 0) (wt == FI_F32 ? gemm_f32 : gemm_f16)(w, ws, cols, r0, r1, a, as, nact, out, os);
 		return 0;
 	}
 	return fi_gemm_avx2(wt, w, ws, cols, r0, r1, a, as, nact, out, os);
