@@ -49,6 +49,12 @@ int fi_cpu_features(void);
 // does not handle (nothing is written then).
 int fi_quantize_rows_avx2(int t, const float *src, int64_t nrows, int64_t cols, uint8_t *dst);
 
+// fi_quantize_rows_avx512 is fi_quantize_rows_avx2 with 512-bit code for
+// Q8_0, Q8_1 and Q8_K (the AVX2 code for the other types), byte-identical.
+// fi_f16_avx2 is quant.FP32ToFP16 (F16C, NaN as sign|0x7e00).
+int fi_quantize_rows_avx512(int t, const float *src, int64_t nrows, int64_t cols, uint8_t *dst);
+uint16_t fi_f16_avx2(float f);
+
 // fi_gemm_avx2 computes out[j*out_stride + r] = dot(weight row r, activation
 // row j) for r in [r0, r1) and j in [0, nact). Weight row r starts at
 // w + r*w_stride; activation row j (type VecDotType(wt)) at a + j*a_stride.

@@ -25,6 +25,9 @@ static inline uint16_t f32_to_f16(float f) {
 	return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
 }
 
+// fi_f16_avx2: see kern.h.
+uint16_t fi_f16_avx2(float f) { return f32_to_f16(f); }
+
 static inline void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
 
 // abs_max_ps returns the largest |x| over n floats (n a multiple of 8),

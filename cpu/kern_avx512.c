@@ -3,10 +3,11 @@
 // AVX-512 kernels (F, BW, VL, DQ and VNNI; BF16 where the CPU has it): the
 // products that dominate a forward pass, on the same packed weights as the
 // AVX2 path (kern_avx2_pk.c: rows in groups of 8, a 32-byte vector holds
-// 4 codes of each of 8 rows), and F32/F16 rows (16 lanes per FMA, two
-// weight rows per tile). Everything else on this path (activation
-// quantization, the other weight types, attention's sums, SwiGLU, exp,
-// RMSNorm, RoPE) runs the AVX2 code, which every AVX-512 CPU also has.
+// 4 codes of each of 8 rows), F32/F16 rows (16 lanes per FMA, two weight
+// rows per tile) and the Q8_0/Q8_1/Q8_K activation quantizers. Everything
+// else on this path (the other weight types and activation types,
+// attention's sums, SwiGLU, exp, RMSNorm, RoPE) runs the AVX2 code, which
+// every AVX-512 CPU also has.
 //
 // One 512-bit vector holds the same step of TWO packed groups (16 rows):
 // vector lanes are still rows, and an activation's 4 bytes are still one
@@ -563,6 +564,117 @@ static void gemm_f32(const uint8_t *w, int64_t ws, int64_t cols, int64_t r0, int
 static void gemm_f16(const uint8_t *w, int64_t ws, int64_t cols, int64_t r0, int64_t r1, const uint8_t *a,
                      int64_t as, int64_t nact, float *out, int64_t os) {
 	gemm_float(2, w, ws, cols, r0, r1, a, as, nact, out, os);
+}
+
+// ---- activation quantization: Q8_0, Q8_1, Q8_K --------------------------------
+//
+// The AVX2 quantizers' float operations on 16 lanes (kern_avx2_quant.c says
+// which Go expression each reproduces); vpmovsdb and vpmovdb narrow int32
+// to bytes in element order (signed saturation, truncation), where AVX2
+// needs packs and a permute.
+
+// abs_max16 returns the largest |x| of n floats (n a multiple of 16),
+// ignoring NaN: max_ps returns its second operand when either is NaN.
+I5 float abs_max16(const float *x, int n) {
+	__m512 m = _mm512_setzero_ps();
+	for (int i = 0; i < n; i += 16) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + i)), m);
+	const __m256 h = _mm256_max_ps(_mm512_castps512_ps256(m),
+	                               _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(m), 1)));
+	__m128 q = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+	q = _mm_max_ps(q, _mm_movehl_ps(q, q));
+	q = _mm_max_ss(q, _mm_movehdup_ps(q));
+	return _mm_cvtss_f32(q);
+}
+
+// round16 is round_q: x*id rounded half to even, INT32_MIN for NaN and
+// values beyond int32.
+I5 __m512i round16(__m512 x, __m512 id) {
+	return _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(x, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+// hsum16 adds 16 int32 lanes, wrapping.
+I5 int32_t hsum16(__m512i v) {
+	const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+	__m128i q = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+	q = _mm_add_epi32(q, _mm_shuffle_epi32(q, _MM_SHUFFLE(1, 0, 3, 2)));
+	q = _mm_add_epi32(q, _mm_shuffle_epi32(q, _MM_SHUFFLE(2, 3, 0, 1)));
+	return _mm_cvtsi128_si32(q);
+}
+
+static void quantize_q8_512(const float *x, int64_t n, uint8_t *dst, const int with_sum) {
+	const int bsz = with_sum ? 36 : 34, qoff = with_sum ? 4 : 2;
+	for (int64_t i = 0; i < n / 32; i++) {
+		const float *xb = x + 32 * i;
+		uint8_t *b = dst + bsz * i;
+		const float amax = abs_max16(xb, 32);
+		const float d = amax / 127.0f;
+		const uint16_t dh = fi_f16_avx2(d);
+		memcpy(b, &dh, 2);
+		const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+		const __m512i i0 = round16(_mm512_loadu_ps(xb), id), i1 = round16(_mm512_loadu_ps(xb + 16), id);
+		_mm_storeu_si128((__m128i *)(b + qoff), _mm512_cvtsepi32_epi8(i0));
+		_mm_storeu_si128((__m128i *)(b + qoff + 16), _mm512_cvtsepi32_epi8(i1));
+		if (with_sum) {
+			// the rounded values before saturation, wrapping
+			const uint16_t sh = fi_f16_avx2(d * (float)hsum16(_mm512_add_epi32(i0, i1)));
+			memcpy(b + 2, &sh, 2);
+		}
+	}
+}
+
+static void quantize_q8k_512(const float *x, int64_t n, uint8_t *dst) {
+	for (int64_t i = 0; i < n / 256; i++) {
+		const float *xb = x + 256 * i;
+		uint8_t *b = dst + 292 * i;
+		const float amax = abs_max16(xb, 256);
+		if (amax == 0.0f) {
+			memset(b, 0, 292);
+			continue;
+		}
+		// first index with |x| == amax (NaN compares unequal)
+		const __m512 va = _mm512_set1_ps(amax);
+		int first = 0;
+		for (int j = 0; j < 256; j += 16) {
+			const __mmask16 e = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(xb + j)), va, _CMP_EQ_OQ);
+			if (e) {
+				first = j + __builtin_ctz(e);
+				break;
+			}
+		}
+		const float iscale = -127.0f / xb[first];
+		const __m512 vs = _mm512_set1_ps(iscale);
+		for (int j = 0; j < 256; j += 16) {
+			// int8(min(127, q)): clamp above only, keep the low byte
+			const __m512i q = _mm512_min_epi32(round16(_mm512_loadu_ps(xb + j), vs), _mm512_set1_epi32(127));
+			const __m128i q8 = _mm512_cvtepi32_epi8(q);
+			_mm_storeu_si128((__m128i *)(b + 4 + j), q8);
+			// bsum: the bytes as int8, added as int16
+			const int16_t g = (int16_t)hsum16(_mm512_cvtepi8_epi32(q8));
+			memcpy(b + 260 + 2 * (j / 16), &g, 2);
+		}
+		const float d = 1.0f / iscale;
+		memcpy(b, &d, 4);
+	}
+}
+
+int fi_quantize_rows_avx512(int t, const float *src, int64_t nrows, int64_t cols, uint8_t *dst) {
+	int64_t rb;
+	switch (t) {
+	case FI_Q8_0: rb = cols / 32 * 34; break;
+	case FI_Q8_1: rb = cols / 32 * 36; break;
+	case FI_Q8_K: rb = cols / 256 * 292; break;
+	default: return fi_quantize_rows_avx2(t, src, nrows, cols, dst);
+	}
+	for (int64_t r = 0; r < nrows; r++) {
+		const float *x = src + r * cols;
+		uint8_t *d = dst + r * rb;
+		switch (t) {
+		case FI_Q8_0: quantize_q8_512(x, cols, d, 0); break;
+		case FI_Q8_1: quantize_q8_512(x, cols, d, 1); break;
+		default: quantize_q8k_512(x, cols, d);
+		}
+	}
+	return 0;
 }
 
 // ---- entry points (kern.h) -------------------------------------------------

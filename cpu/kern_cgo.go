@@ -33,8 +33,11 @@ var cpuFeatures = sync.OnceValue(func() int { return int(C.fi_cpu_features()) })
 // quantizeRowsC runs the C quantizer of isa; false if it has none for t.
 func quantizeRowsC(isa ISA, t quant.Type, src []float32, nRows, cols int, dst []byte) bool {
 	switch isa {
-	case ISAAVX2, ISAAVX512:
+	case ISAAVX2:
 		return C.fi_quantize_rows_avx2(C.int(t), (*C.float)(ptr(src)), C.int64_t(nRows), C.int64_t(cols),
+			(*C.uint8_t)(ptr(dst))) == 0
+	case ISAAVX512:
+		return C.fi_quantize_rows_avx512(C.int(t), (*C.float)(ptr(src)), C.int64_t(nRows), C.int64_t(cols),
 			(*C.uint8_t)(ptr(dst))) == 0
 	}
 	return false

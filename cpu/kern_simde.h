@@ -54,6 +54,37 @@ FI_SIMDE_FN __m512 fi_simde_joinps(__m256 lo, __m256 hi) {
 FI_SIMDE_HALVES(fi_simde_cvtepi32_ps, __m512, __m512i, fi_simde_joinps, _mm256_cvtepi32_ps, 512)
 #endif
 
+#ifndef _mm512_cvtps_epi32
+#define _mm512_cvtps_epi32 fi_simde_cvtps_epi32
+FI_SIMDE_FN __m512i fi_simde_cvtps_epi32(__m512 v) {
+	return fi_simde_join(_mm256_cvtps_epi32(_mm512_castps512_ps256(v)),
+	                     _mm256_cvtps_epi32(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+}
+#endif
+
+// vpmovdb (truncate) and vpmovsdb (saturate) of 16 int32 to 16 bytes.
+#ifndef _mm512_cvtepi32_epi8
+#define _mm512_cvtepi32_epi8 fi_simde_cvtepi32_epi8
+FI_SIMDE_FN __m128i fi_simde_cvtepi32_epi8(__m512i v) {
+	int32_t x[16];
+	int8_t y[16];
+	_mm512_storeu_si512(x, v);
+	for (int i = 0; i < 16; i++) y[i] = (int8_t)x[i];
+	return _mm_loadu_si128((const __m128i *)y);
+}
+#endif
+
+#ifndef _mm512_cvtsepi32_epi8
+#define _mm512_cvtsepi32_epi8 fi_simde_cvtsepi32_epi8
+FI_SIMDE_FN __m128i fi_simde_cvtsepi32_epi8(__m512i v) {
+	int32_t x[16];
+	int8_t y[16];
+	_mm512_storeu_si512(x, v);
+	for (int i = 0; i < 16; i++) y[i] = (int8_t)(x[i] > 127 ? 127 : x[i] < -128 ? -128 : x[i]);
+	return _mm_loadu_si128((const __m128i *)y);
+}
+#endif
+
 #ifndef _mm512_cvtph_ps
 #define _mm512_cvtph_ps fi_simde_cvtph_ps
 FI_SIMDE_HALVES(fi_simde_cvtph_ps, __m512, __m256i, fi_simde_joinps, _mm256_cvtph_ps, 256)
@@ -62,6 +93,11 @@ FI_SIMDE_HALVES(fi_simde_cvtph_ps, __m512, __m256i, fi_simde_joinps, _mm256_cvtp
 #ifndef _mm512_cvtepu8_epi32
 #define _mm512_cvtepu8_epi32 fi_simde_cvtepu8_epi32
 FI_SIMDE_HALVES(fi_simde_cvtepu8_epi32, __m512i, __m128i, fi_simde_join, _mm256_cvtepu8_epi32, 128)
+#endif
+
+#ifndef _mm512_cvtepi8_epi32
+#define _mm512_cvtepi8_epi32 fi_simde_cvtepi8_epi32
+FI_SIMDE_HALVES(fi_simde_cvtepi8_epi32, __m512i, __m128i, fi_simde_join, _mm256_cvtepi8_epi32, 128)
 #endif
 
 #ifndef _mm512_cvtepu8_epi16
