@@ -18,10 +18,16 @@
 //     at load time (Q4_0, Q4_K, Q5_K, Q6_K, Q8_0): 1.25-2.7x DotRows per
 //     core; their prefill expands packed groups into the scratch layout.
 //
+// Besides the products: SwiGLU, softmax's exp, attention's weighted V sum
+// (AddWeighted), RMSNorm and RoPE's rotation, each bit-identical to its Go
+// loop (kern_avx2_exp.c, kern_avx2_norm.c, kern_avx2_f.c).
+//
 // Paths: AVX2 (kern_avx2_*.c) has every kernel. AVX-512 (kern_avx512.c:
 // F, BW, VL, DQ and VNNI) has its own packed products, on the same packed
-// layouts, and BF16 products where the CPU has AVX512_BF16; for everything
-// else it runs the AVX2 code. Its packed products equal AVX2's bit for bit.
+// layouts, F32/F16 products, the Q8_0/Q8_1/Q8_K quantizers, and BF16
+// products where the CPU has AVX512_BF16; for everything else it runs the
+// AVX2 code. Its packed products equal AVX2's bit for bit, its quantizers
+// are byte-identical to quant's.
 // The machines this is developed on have no AVX-512: `go test -tags
 // fi_simde ./cpu/` runs every test of the package on it through SIMDe's
 // portable intrinsics (kern_simde.go).
