@@ -49,6 +49,10 @@ int fi_cpu_features(void);
 // does not handle (nothing is written then).
 int fi_quantize_rows_avx2(int t, const float *src, int64_t nrows, int64_t cols, uint8_t *dst);
 
+// fi_act_row_bytes returns the bytes of a row of cols elements of
+// activation type t (a type fi_quantize_rows_avx2 writes), else -1.
+int64_t fi_act_row_bytes(int t, int64_t cols);
+
 // fi_quantize_rows_avx512 is fi_quantize_rows_avx2 with 512-bit code for
 // Q8_0, Q8_1 and Q8_K (the AVX2 code for the other types), byte-identical.
 // fi_f16_avx2 is quant.FP32ToFP16 (F16C, NaN as sign|0x7e00).

@@ -138,8 +138,14 @@ FI_INLINE void fi_prefetch(const uint8_t *p, int64_t n) {
 //   static void name(const uint8_t *w, int64_t ws, int64_t cols, int64_t r0, int64_t r1,
 //                    const uint8_t *a, int64_t as, int64_t nact, float *out, int64_t os)
 // from tile(w_row, cols, a, as, out, os, NA), which writes out[j*os] for
-// j < NA.
-#define FI_DEFINE_GEMM(name, tile)                                                                       \
+// j < NA. FI_DEFINE_GEMM_ROWS(name, tile, rows) is the same with rows(rs,
+// re, at, ot, NA) computing weight rows [rs, re) against the NA activation
+// rows at at (outputs at ot) when there are several activation rows; for
+// FI_DEFINE_GEMM that is one tile call per row (FI_GEMM_ROW_TILES).
+#define FI_DEFINE_GEMM(name, tile) FI_DEFINE_GEMM_ROWS(name, tile, FI_GEMM_ROW_TILES(tile))
+#define FI_GEMM_ROW_TILES(tile)                                                                          \
+	for (int64_t r = rs; r < re; r++) tile(w + r * ws, cols, at, as, ot + r, os, NA)
+#define FI_DEFINE_GEMM_ROWS(name, tile, rows)                                                            \
 	static void name(const uint8_t *w, int64_t ws, int64_t cols, int64_t r0, int64_t r1, const uint8_t *a, \
 	                 int64_t as, int64_t nact, float *out, int64_t os) {                                   \
 		if (nact == 1) {                                                                                   \
@@ -150,24 +156,17 @@ FI_INLINE void fi_prefetch(const uint8_t *p, int64_t n) {
 			return;                                                                                        \
 		}                                                                                                  \
 		int64_t rbk = FI_ROW_BLOCK_BYTES / ws;                                                             \
-		if (rbk < 1) rbk = 1;                                                                              \
+		if (rbk < 2) rbk = 2;                                                                              \
 		for (int64_t rs = r0; rs < r1; rs += rbk) {                                                        \
-			int64_t re = rs + rbk < r1 ? rs + rbk : r1;                                                    \
+			const int64_t re = rs + rbk < r1 ? rs + rbk : r1;                                              \
 			for (int64_t t = 0; t < nact; t += 4) {                                                        \
 				const uint8_t *at = a + t * as;                                                            \
 				float *ot = out + t * os;                                                                  \
 				switch (nact - t) {                                                                        \
-				case 1:                                                                                    \
-					for (int64_t r = rs; r < re; r++) tile(w + r * ws, cols, at, as, ot + r, os, 1);       \
-					break;                                                                                 \
-				case 2:                                                                                    \
-					for (int64_t r = rs; r < re; r++) tile(w + r * ws, cols, at, as, ot + r, os, 2);       \
-					break;                                                                                 \
-				case 3:                                                                                    \
-					for (int64_t r = rs; r < re; r++) tile(w + r * ws, cols, at, as, ot + r, os, 3);       \
-					break;                                                                                 \
-				default:                                                                                   \
-					for (int64_t r = rs; r < re; r++) tile(w + r * ws, cols, at, as, ot + r, os, 4);       \
+				case 1: { enum { NA = 1 }; rows; } break;                                                  \
+				case 2: { enum { NA = 2 }; rows; } break;                                                  \
+				case 3: { enum { NA = 3 }; rows; } break;                                                  \
+				default: { enum { NA = 4 }; rows; }                                                        \
 				}                                                                                          \
 			}                                                                                              \
 		}                                                                                                  \

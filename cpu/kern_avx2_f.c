@@ -107,45 +107,14 @@ FI_FLOAT_TILE2(tile2_f32, 4, ld8_f32, ld1_f32)
 FI_FLOAT_TILE2(tile2_f16, 2, ld8_f16, ld1_f16)
 FI_FLOAT_TILE2(tile2_bf16, 2, ld8_bf16, ld1_bf16)
 
-// FI_DEFINE_GEMM_F(name, tile, tile2) is FI_DEFINE_GEMM for float weights:
-// with several activation rows, rows go in pairs through tile2 (an odd
-// last row through tile).
-#define FI_DEFINE_GEMM_F(name, tile, tile2)                                                              \
-	static void name(const uint8_t *w, int64_t ws, int64_t cols, int64_t r0, int64_t r1, const uint8_t *a, \
-	                 int64_t as, int64_t nact, float *out, int64_t os) {                                   \
-		if (nact == 1) {                                                                                   \
-			for (int64_t r = r0; r < r1; r++) {                                                            \
-				fi_prefetch(w + (r + FI_PF_ROWS) * ws, ws);                                                \
-				tile(w + r * ws, cols, a, as, out + r, os, 1);                                             \
-			}                                                                                              \
-			return;                                                                                        \
-		}                                                                                                  \
-		int64_t rbk = FI_ROW_BLOCK_BYTES / ws;                                                             \
-		if (rbk < 2) rbk = 2;                                                                              \
-		for (int64_t rs = r0; rs < r1; rs += rbk) {                                                        \
-			const int64_t re = rs + rbk < r1 ? rs + rbk : r1;                                              \
-			for (int64_t t = 0; t < nact; t += 4) {                                                        \
-				const uint8_t *at = a + t * as;                                                            \
-				float *ot = out + t * os;                                                                  \
-				const int64_t na = nact - t < 4 ? nact - t : 4;                                            \
-				int64_t r = rs;                                                                            \
-				switch (na) {                                                                              \
-				case 1: for (; r + 2 <= re; r += 2) tile2(w + r * ws, ws, cols, at, as, ot + r, os, 1); break; \
-				case 2: for (; r + 2 <= re; r += 2) tile2(w + r * ws, ws, cols, at, as, ot + r, os, 2); break; \
-				case 3: for (; r + 2 <= re; r += 2) tile2(w + r * ws, ws, cols, at, as, ot + r, os, 3); break; \
-				default: for (; r + 2 <= re; r += 2) tile2(w + r * ws, ws, cols, at, as, ot + r, os, 4);      \
-				}                                                                                          \
-				if (r < re) {                                                                              \
-					switch (na) {                                                                          \
-					case 1: tile(w + r * ws, cols, at, as, ot + r, os, 1); break;                          \
-					case 2: tile(w + r * ws, cols, at, as, ot + r, os, 2); break;                          \
-					case 3: tile(w + r * ws, cols, at, as, ot + r, os, 3); break;                          \
-					default: tile(w + r * ws, cols, at, as, ot + r, os, 4);                                \
-					}                                                                                      \
-				}                                                                                          \
-			}                                                                                              \
-		}                                                                                                  \
-	}
+// FI_FLOAT_ROWS(tile, tile2): with several activation rows, float weight
+// rows go in pairs through tile2, an odd last row through tile.
+#define FI_FLOAT_ROWS(tile, tile2)                                                                       \
+	int64_t r = rs;                                                                                      \
+	for (; r + 2 <= re; r += 2) tile2(w + r * ws, ws, cols, at, as, ot + r, os, NA);                     \
+	if (r < re) tile(w + r * ws, cols, at, as, ot + r, os, NA)
+
+#define FI_DEFINE_GEMM_F(name, tile, tile2) FI_DEFINE_GEMM_ROWS(name, tile, FI_FLOAT_ROWS(tile, tile2))
 
 FI_DEFINE_GEMM_F(gemm_f32, tile_f32, tile2_f32)
 FI_DEFINE_GEMM_F(gemm_f16, tile_f16, tile2_f16)

@@ -203,17 +203,22 @@ static void quantize_bf16(const float *x, int64_t n, uint8_t *dst) {
 	}
 }
 
-int fi_quantize_rows_avx2(int t, const float *src, int64_t nrows, int64_t cols, uint8_t *dst) {
-	int64_t rb;
+// fi_act_row_bytes: see kern.h.
+int64_t fi_act_row_bytes(int t, int64_t cols) {
 	switch (t) {
-	case FI_Q8_0: rb = cols / 32 * 34; break;
-	case FI_Q8_1: rb = cols / 32 * 36; break;
-	case FI_Q8_K: rb = cols / 256 * 292; break;
+	case FI_Q8_0: return cols / 32 * 34;
+	case FI_Q8_1: return cols / 32 * 36;
+	case FI_Q8_K: return cols / 256 * 292;
 	case FI_F16:
-	case FI_BF16: rb = 2 * cols; break;
-	case FI_F32: rb = 4 * cols; break;
-	default: return -1;
+	case FI_BF16: return 2 * cols;
+	case FI_F32: return 4 * cols;
 	}
+	return -1;
+}
+
+int fi_quantize_rows_avx2(int t, const float *src, int64_t nrows, int64_t cols, uint8_t *dst) {
+	const int64_t rb = fi_act_row_bytes(t, cols);
+	if (rb < 0) return -1;
 	for (int64_t r = 0; r < nrows; r++) {
 		const float *x = src + r * cols;
 		uint8_t *d = dst + r * rb;

@@ -658,13 +658,8 @@ static void quantize_q8k_512(const float *x, int64_t n, uint8_t *dst) {
 }
 
 int fi_quantize_rows_avx512(int t, const float *src, int64_t nrows, int64_t cols, uint8_t *dst) {
-	int64_t rb;
-	switch (t) {
-	case FI_Q8_0: rb = cols / 32 * 34; break;
-	case FI_Q8_1: rb = cols / 32 * 36; break;
-	case FI_Q8_K: rb = cols / 256 * 292; break;
-	default: return fi_quantize_rows_avx2(t, src, nrows, cols, dst);
-	}
+	if (t != FI_Q8_0 && t != FI_Q8_1 && t != FI_Q8_K) return fi_quantize_rows_avx2(t, src, nrows, cols, dst);
+	const int64_t rb = fi_act_row_bytes(t, cols);
 	for (int64_t r = 0; r < nrows; r++) {
 		const float *x = src + r * cols;
 		uint8_t *d = dst + r * rb;
