@@ -540,7 +540,8 @@ I5 void gemm_float(const int esz, const uint8_t *w, int64_t ws, int64_t cols, in
 			for (int64_t r = rs; r < re; r += 2) {
 				const int nr = re - r >= 2 ? 2 : 1;
 				const uint8_t *wr = w + r * ws;
-				if (nact == 1) _mm_prefetch((const char *)(wr + 4 * ws), _MM_HINT_T0);
+				if (nact == 1) // decode: the pair of rows after next, as the AVX2 path does
+					for (int64_t o = 0; o < 2 * ws; o += 64) _mm_prefetch((const char *)(wr + 4 * ws + o), _MM_HINT_T0);
 				switch (na * 2 + nr) {
 				case 3: float_tile(esz, wr, ws, cols, at, as, ot + r, os, 1, 1); break;
 				case 4: float_tile(esz, wr, ws, cols, at, as, ot + r, os, 2, 1); break;
