@@ -26,9 +26,6 @@
 
 #define FI_INLINE static inline __attribute__((always_inline))
 
-// Bytes of weight rows processed against all activation tiles before moving
-// on (L2 is 512 KiB per core here; activations and outputs need room too).
-#define FI_ROW_BLOCK_BYTES (128 * 1024)
 
 // FI_KEEP(v) makes the compiler materialize v in a register here: it stops
 // GCC from reassociating running sums into a tree of deferred adds (which

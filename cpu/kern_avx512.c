@@ -528,8 +528,8 @@ I5 void float_tile(const int esz, const uint8_t *w, int64_t ws, int64_t cols, co
 // pairs, up to 4 activation rows per tile, and with several activation rows
 // weight rows in blocks that stay in L2 across the activation tiles.
 I5 void gemm_float(const int esz, const uint8_t *w, int64_t ws, int64_t cols, int64_t r0, int64_t r1,
-                       const uint8_t *a, int64_t as, int64_t nact, float *out, int64_t os) {
-	int64_t rbk = nact == 1 ? r1 - r0 : (128 * 1024) / ws;
+                   const uint8_t *a, int64_t as, int64_t nact, float *out, int64_t os) {
+	int64_t rbk = nact == 1 ? r1 - r0 : FI_ROW_BLOCK_BYTES / ws;
 	if (rbk < 2) rbk = 2;
 	for (int64_t rs = r0; rs < r1; rs += rbk) {
 		const int64_t re = rs + rbk < r1 ? rs + rbk : r1;

@@ -1,7 +1,8 @@
 //go:build cgo
 
 // Unaligned little-endian scalar loads shared by the kernel files (memcpy:
-// no pointer needs any alignment), and the llvm-mca region markers. No
+// no pointer needs any alignment), a blocking size, and the llvm-mca region
+// markers. No
 // intrinsics, so the SIMDe build of kern_avx512.c can include it too.
 
 #ifndef FLOWINFER_KERN_LD_H
@@ -21,6 +22,11 @@ static inline __attribute__((always_inline)) float ld_f32(const uint8_t *p) {
 	memcpy(&f, p, 4);
 	return f;
 }
+
+// Bytes of weight rows the row-wise products (AVX2 and AVX-512) run against
+// all activation tiles before moving on (L2 is 512 KiB per core here;
+// activations and outputs need room too).
+#define FI_ROW_BLOCK_BYTES (128 * 1024)
 
 // FI_MCA_BEGIN(name, n) / FI_MCA_END() mark one iteration of a product's
 // inner loop (one packed record) for llvm-mca, as region "name_n" (n: a
