@@ -1,0 +1,165 @@
+package nvme
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func testFile(t *testing.T, n int) (string, []byte) {
+	t.Helper()
+	data := make([]byte, n)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	p := filepath.Join(t.TempDir(), "f.bin")
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p, data
+}
+
+// Every engine returns exactly the bytes of the range, at aligned and odd
+// offsets and lengths, including ranges that end at the end of the file.
+func TestReadAtRanges(t *testing.T) {
+	const size = 3*1<<20 + 777
+	p, data := testFile(t, size)
+	for _, o := range []Options{{Engine: "pread", Direct: true}, {Engine: "pread"}, {Engine: "mmap"}} {
+		r, err := Open(p, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("engine %s direct=%v", r.Engine(), r.Direct())
+		buf, err := AlignedAlloc(BufferSize(1<<20+5000), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(3, 4))
+		cases := [][2]int64{{0, 4096}, {0, 1}, {1, 4095}, {4095, 2}, {size - 1, 1}, {size - 4096, 4096}, {size - 5000, 5000}, {12345, 1 << 20}, {0, 0}, {size, 0}}
+		for range 200 {
+			n := rng.Int64N(1<<20 + 5000)
+			cases = append(cases, [2]int64{rng.Int64N(size - n + 1), n})
+		}
+		for _, c := range cases {
+			got, err := r.ReadAt(buf, c[0], c[1])
+			if err != nil {
+				t.Fatalf("%s: ReadAt(%d, %d): %v", o.Engine, c[0], c[1], err)
+			}
+			if !bytes.Equal(got, data[c[0]:c[0]+c[1]]) {
+				t.Fatalf("%s: ReadAt(%d, %d): wrong bytes", o.Engine, c[0], c[1])
+			}
+		}
+		reads, nb := r.Stats()
+		if reads != int64(len(cases)) || nb <= 0 {
+			t.Errorf("%s: stats %d reads %d bytes", o.Engine, reads, nb)
+		}
+		if _, err := r.ReadAt(buf, size-10, 11); err == nil || !strings.Contains(err.Error(), "outside the file") {
+			t.Errorf("%s: read past the end: %v", o.Engine, err)
+		}
+		if _, err := r.ReadAt(buf[:100], 0, 4096); err == nil {
+			t.Errorf("%s: small buffer accepted", o.Engine)
+		}
+		AlignedFree(buf)
+		r.Close()
+	}
+}
+
+// Concurrent reads (the reader stage's queue depth) return the right bytes.
+func TestReadAtConcurrent(t *testing.T) {
+	const size = 8 << 20
+	p, data := testFile(t, size)
+	r, err := Open(p, Options{Engine: "pread", Direct: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Go(func() {
+			buf, _ := AlignedAlloc(BufferSize(300000), false)
+			defer AlignedFree(buf)
+			rng := rand.New(rand.NewPCG(uint64(g), 9))
+			for range 50 {
+				off, n := rng.Int64N(size-300000), rng.Int64N(300000)
+				got, err := r.ReadAt(buf, off, n)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !bytes.Equal(got, data[off:off+n]) {
+					errs <- errors.New("wrong bytes")
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// A file truncated or rewritten after Open fails the read that meets it with
+// ErrChanged, and the reader keeps working for reads after the file is back.
+func TestReadAtFileChanged(t *testing.T) {
+	const size = 1 << 20
+	p, data := testFile(t, size)
+	for _, o := range []Options{{Engine: "pread", Direct: true}, {Engine: "pread"}} {
+		r, err := Open(p, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf, _ := AlignedAlloc(BufferSize(size), false)
+		if err := os.Truncate(p, size/2); err != nil {
+			t.Fatal(err)
+		}
+		_, err = r.ReadAt(buf, size/2+100, 4096)
+		if !errors.Is(err, ErrChanged) {
+			t.Errorf("%s: read of a truncated range: %v, want ErrChanged", o.Engine, err)
+		}
+		_, err = r.ReadAt(buf, 0, 4096)
+		if !errors.Is(err, ErrChanged) {
+			t.Errorf("%s: read from a changed file: %v, want ErrChanged", o.Engine, err)
+		}
+		AlignedFree(buf)
+		r.Close()
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	p, _ := testFile(t, 100)
+	if _, err := Open(p, Options{Engine: "io_uring"}); err == nil || !strings.Contains(err.Error(), "io_uring") {
+		t.Errorf("io_uring: %v", err)
+	}
+	if _, err := Open(p, Options{Engine: "nope"}); err == nil || !strings.Contains(err.Error(), "supported: pread, mmap") {
+		t.Errorf("unknown engine: %v", err)
+	}
+	if _, err := Open(filepath.Join(t.TempDir(), "missing"), Options{}); err == nil {
+		t.Error("missing file opened")
+	}
+}
+
+func TestAlignedAlloc(t *testing.T) {
+	b, err := AlignedAlloc(10000, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != 12288 || uintptrOf(b)%Align != 0 {
+		t.Errorf("len %d, address %#x", len(b), uintptrOf(b))
+	}
+	b[len(b)-1] = 1
+	if err := AlignedFree(b); err != nil {
+		t.Fatal(err)
+	}
+}
