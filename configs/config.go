@@ -75,17 +75,24 @@ type Pipeline struct {
 	Queue int `yaml:"queue"`
 	// Edges are the capacities of the graph's buffered edges.
 	Edges Edges `yaml:"edges"`
-	// RAMPool is the byte budget of weight slabs in RAM when weights are
-	// streamed; 0 = map the whole model.
+	// RAMPool is the byte budget for weights in RAM (flag --ram-budget):
+	// resident weights, the expert cache and the read slabs; routed
+	// experts beyond it are read from disk as the router picks them.
+	// 0 = what the machine or its cgroup allows after the KV cache,
+	// activations and headroom.
 	RAMPool ByteSize `yaml:"ram_pool"`
 	// VRAM is the byte budget on the GPU; 0 = none (CPU only).
 	VRAM ByteSize `yaml:"vram"`
 	// KVCache is the KV cache's element type and size.
 	KVCache KVCache `yaml:"kv_cache"`
-	// PrefetchDepth is how many layers (or routed expert sets) the reader
-	// requests ahead of compute.
+	// PrefetchDepth is how many layers of experts the reader requests
+	// ahead of the router, speculatively. Only 0 is implemented (experts
+	// are requested the moment the router picks them); other values are
+	// refused by the commands that run a model.
 	PrefetchDepth int `yaml:"prefetch_depth"`
-	// IOEngine reads weights: mmap, pread or io_uring.
+	// IOEngine reads weights: pread (default; O_DIRECT into the expert
+	// cache) or mmap (the whole file mapped; no budget). io_uring is
+	// refused (not implemented).
 	IOEngine string `yaml:"io_engine"`
 }
 
@@ -95,8 +102,8 @@ type Pipeline struct {
 type Edges struct {
 	// Tokens is the sampler -> streamer edge (token events).
 	Tokens int `yaml:"tokens"`
-	// Slabs is the number of weight slabs in flight on the weight loop
-	// (reader -> uploader -> compute -> pool): 2 is double buffering.
+	// Slabs is the number of staging slabs of the weight path: expert
+	// reads in flight (reader -> uploader -> pool).
 	Slabs int `yaml:"slabs"`
 }
 
@@ -151,10 +158,10 @@ func Default() Config {
 			BatchSize:     512,
 			Parallel:      1,
 			Queue:         64,
-			Edges:         Edges{Tokens: 64, Slabs: 2},
+			Edges:         Edges{Tokens: 64, Slabs: 8},
 			KVCache:       KVCache{Type: "f32", CtxSize: 0},
-			PrefetchDepth: 1,
-			IOEngine:      "mmap",
+			PrefetchDepth: 0,
+			IOEngine:      "pread",
 		},
 		Sampling: Sampling{
 			Temperature: 0.8, TopK: 40, TopP: 0.95, MinP: 0.05,

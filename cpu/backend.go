@@ -134,7 +134,7 @@ func (b *Backend) MatMuls(outs [][]float32, ws []*model.Weight, x []float32, n i
 	for i, w := range ws {
 		p := &m.parts[i]
 		p.wt, p.w, p.rowBytes, p.rows = w.Type, w.Data, w.RowBytes, w.Rows
-		p.pk = b.packedFor(w)
+		p.pk = b.packedFor(w, &p.view)
 		p.out, p.ldo = outs[i][:n*w.Rows], w.Rows
 		if n == 1 {
 			// at least dotMinWork weights per claim: smaller products are
@@ -253,6 +253,7 @@ type matPart struct {
 	wt                 quant.Type
 	w                  []byte
 	pk                 *Packed // w packed, or nil
+	view               Packed  // pk of a Weight.Packed weight
 	rowBytes, rows     int
 	out                []float32
 	ldo                int

@@ -22,9 +22,33 @@ type packKey struct {
 
 func keyOf(w *model.Weight) packKey { return packKey{unsafe.SliceData(w.Data), len(w.Data)} }
 
+var _ model.Packer = (*Backend)(nil)
+
+// PackedSize implements model.Packer: the size of w's packed form, 0 when
+// the kernels have none or packing is off.
+func (b *Backend) PackedSize(w *model.Weight) int {
+	if b.NoPack {
+		return 0
+	}
+	return b.k.PackedSize(w.Type, w.Rows, w.Cols)
+}
+
+// PackInto implements model.Packer. It is safe to call from other
+// goroutines while the backend computes (it only reads w and writes dst).
+func (b *Backend) PackInto(dst []byte, w *model.Weight) error {
+	_, err := b.k.PackInto(dst, w.Type, w.Data, w.RowBytes, w.Rows, w.Cols)
+	return err
+}
+
 // packedFor returns w's packed copy, packing it on first use; nil when the
-// kernels have no packed form for it or packing is off.
-func (b *Backend) packedFor(w *model.Weight) *Packed {
+// kernels have no packed form for it or packing is off. A weight whose
+// Data is already packed (Weight.Packed, from PackInto) is viewed in
+// place through view.
+func (b *Backend) packedFor(w *model.Weight, view *Packed) *Packed {
+	if w.Packed {
+		*view = Packed{isa: b.k.isa, wt: w.Type, rows: w.Rows, cols: w.Cols, data: w.Data}
+		return view
+	}
 	if b.NoPack {
 		return nil
 	}
@@ -42,8 +66,10 @@ func (b *Backend) packedFor(w *model.Weight) *Packed {
 
 // PackModel packs every weight matrix of m the kernels have a packed form
 // for, on the backend's workers, and returns the bytes the copies take.
-// Without it, matrices are packed when first used.
-func (b *Backend) PackModel(m *model.Model) (int64, error) {
+// Without it, matrices are packed when first used. With experts false the
+// routed experts are left out (the weight path streams them and packs
+// each into its cache slot).
+func (b *Backend) PackModel(m *model.Model, experts bool) (int64, error) {
 	if b.NoPack {
 		return 0, nil
 	}
@@ -61,6 +87,9 @@ func (b *Backend) PackModel(m *model.Model) (int64, error) {
 		L := &m.Layers[i]
 		for _, w := range []*model.Weight{L.Wq, L.Wk, L.Wv, L.Wo, L.Gate, L.Up, L.Down, L.Router} {
 			add(w)
+		}
+		if !experts {
+			continue
 		}
 		for _, e := range [][]model.Weight{L.GateExps, L.UpExps, L.DownExps} {
 			for j := range e {

@@ -73,6 +73,37 @@ func (k *Kernels) Pack(wt quant.Type, w []byte, rowBytes, rows, cols int) (*Pack
 	return p, nil
 }
 
+// PackedSize returns the size of Pack's output for a rows×cols matrix of
+// type wt, 0 if CanPack is false.
+func (k *Kernels) PackedSize(wt quant.Type, rows, cols int) int {
+	if !k.CanPack(wt, rows, cols) {
+		return 0
+	}
+	return packedSizeC(k.isa, wt, rows, cols)
+}
+
+// PackInto is Pack into dst (at least PackedSize bytes, which it keeps:
+// the caller owns the memory, e.g. a slot of the weight path's expert
+// cache). The result is byte-identical to Pack's.
+func (k *Kernels) PackInto(dst []byte, wt quant.Type, w []byte, rowBytes, rows, cols int) (*Packed, error) {
+	size := k.PackedSize(wt, rows, cols)
+	if size == 0 {
+		return nil, fmt.Errorf("cpu: pack: no packed form of a %d×%d %s matrix on %s", rows, cols, wt, k.isa)
+	}
+	wrb, err := quant.RowBytes(wt, cols)
+	if err != nil {
+		return nil, fmt.Errorf("cpu: pack: %w", err)
+	}
+	if rowBytes < wrb || len(w) < (rows-1)*rowBytes+wrb {
+		return nil, fmt.Errorf("cpu: pack: %d rows of %d bytes (stride %d) need %d bytes, have %d", rows, wrb, rowBytes, (rows-1)*rowBytes+wrb, len(w))
+	}
+	if len(dst) < size {
+		return nil, fmt.Errorf("cpu: pack: destination of %d bytes, need %d", len(dst), size)
+	}
+	packC(k.isa, wt, w, rowBytes, rows, cols, dst[:size])
+	return &Packed{isa: k.isa, wt: wt, rows: rows, cols: cols, data: dst[:size]}, nil
+}
+
 // DotRowsPacked is DotRows on packed weights: out[r] = dot(row r, a) for r
 // in [r0, r1), r0 and r1 multiples of PackRows (or r1 = p.Rows()).
 func (k *Kernels) DotRowsPacked(p *Packed, r0, r1 int, a []byte, out []float32) {

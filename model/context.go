@@ -189,6 +189,12 @@ type Context struct {
 	// OnRoute, when set, is called with each token's selected experts and
 	// their weights (MoE models), for tests and traces.
 	OnRoute func(layer, row int, experts []int, weights []float32)
+	// ExpertRuns counts the routed experts run (one per expert and step,
+	// whatever its number of tokens), for the weight bytes a step used.
+	ExpertRuns int64
+	// Experts, when set, supplies the routed experts of MoE layers (the
+	// weight path's expert cache); nil: the views of the mapping.
+	Experts Experts
 	// BeforeLayer, when set, is called before layer il runs (compute waits
 	// there for the layer's weight ticket); an error aborts the step.
 	// AfterLayer is called when the layer is done with its weights.
@@ -210,8 +216,8 @@ type Context struct {
 	x, xn, q, k, v, att, tmp []float32 // MaxBatch × width
 	gate, up                 []float32 // MaxBatch × max(NFF, NFFExp)
 	probs                    []float32 // MaxBatch × NExpert
-	moeSel                   []int     // scratch for expert selection
-	moeW                     []float32
+	moeS                     moeScratch
+	stepErr                  error // an error inside a layer (Experts)
 	rowIdx                   []int
 	outRows                  []float32    // rows selected for logits
 	logits                   []float32    // MaxBatch × NVocab
@@ -255,8 +261,7 @@ func (m *Model) NewContextKV(ops Ops, kv *KVCache, maxBatch int) (*Context, erro
 	c.up = make([]float32, n*ff)
 	if h.NExpert > 0 {
 		c.probs = make([]float32, n*h.NExpert)
-		c.moeSel = make([]int, h.NExpertUsed)
-		c.moeW = make([]float32, h.NExpertUsed)
+		c.moeS.alloc(n, h)
 	}
 	c.rowIdx = make([]int, n)
 	c.outRows = make([]float32, n*h.NEmbd)
@@ -381,6 +386,10 @@ func (c *Context) layers(b *Batch, block func(il int, b *Batch)) error {
 		block(il, b)
 		if c.AfterLayer != nil {
 			c.AfterLayer(il)
+		}
+		if err := c.stepErr; err != nil {
+			c.stepErr = nil
+			return err
 		}
 	}
 	return nil

@@ -41,24 +41,55 @@ func forwardMoE(c *Context, b *Batch) error {
 	})
 }
 
-// moe runs the mixture-of-experts FFN sub-layer.
+// moeScratch holds a MoE step's routing and per-expert buffers, allocated
+// once per Context (no allocation per step).
+type moeScratch struct {
+	sel    []int     // n·K selected experts, token-major
+	w      []float32 // n·K their weights
+	start  []int32   // NExpert+1: each expert's entries in idx
+	idx    []int32   // n·K entries t·K+j, grouped by expert, tokens in order
+	union  []int     // experts with at least one token, ascending
+	xg     []float32 // n × NEmbd: an expert's tokens' inputs, gathered
+	yg     []float32 // n × NEmbd: its outputs
+	out    []float32 // n·K × NEmbd: weighted output of token t's j-th expert
+	cursor []int32   // NExpert: write cursors while grouping
+}
+
+func (s *moeScratch) alloc(n int, h *Hyper) {
+	k := h.NExpertUsed
+	s.sel, s.w = make([]int, n*k), make([]float32, n*k)
+	s.start, s.idx = make([]int32, h.NExpert+1), make([]int32, n*k)
+	s.union = make([]int, 0, h.NExpert)
+	s.xg, s.yg = make([]float32, n*h.NEmbd), make([]float32, n*h.NEmbd)
+	s.out = make([]float32, n*k*h.NEmbd)
+	s.cursor = make([]int32, h.NExpert)
+}
+
+// moe runs the mixture-of-experts FFN sub-layer by expert: the router
+// picks each token's experts, the tokens are grouped by expert, and each
+// chosen expert runs once for all its tokens (one matrix-matrix product per
+// expert and step, so each expert's weights are read once per batch). Each
+// token's weighted expert outputs are summed in the router's order, so the
+// result does not depend on the order in which experts are computed (with
+// Context.Experts, the order their weights arrive from disk).
 func (c *Context) moe(il int, b *Batch) {
 	m, L, ops := c.M, &c.M.Layers[il], c.Ops
 	n, h := b.Len(), &m.Hyper
+	K, d := h.NExpertUsed, h.NEmbd
+	s := &c.moeS
 	c.span("moe", il, true)
 	defer c.span("moe", il, false)
-	ops.RMSNorm(c.xn, c.x[:n*h.NEmbd], L.FFNNorm, n, h.NEmbd, h.RMSEps)
-	c.eval("ffn_norm", il, c.xn, n, h.NEmbd)
+	ops.RMSNorm(c.xn, c.x[:n*d], L.FFNNorm, n, d, h.RMSEps)
+	c.eval("ffn_norm", il, c.xn, n, d)
 	// router probabilities (n × NExpert)
 	probs := c.probs[:n*h.NExpert]
 	c.matmul("ffn_gate_inp", il, probs, L.Router, c.xn, n)
 	ops.Softmax(probs, n, h.NExpert)
 	c.eval("ffn_moe_probs", il, probs, n, h.NExpert)
-	sel, w := c.moeSel, c.moeW
-	gate, up := c.gate[:h.NFFExp], c.up[:h.NFFExp]
+	// each token's top-K experts and weights
+	clear(s.start)
 	for t := range n {
-		xn := c.xn[t*h.NEmbd : (t+1)*h.NEmbd]
-		acc := c.tmp[t*h.NEmbd : (t+1)*h.NEmbd]
+		sel, w := s.sel[t*K:(t+1)*K], s.w[t*K:(t+1)*K]
 		topK(probs[t*h.NExpert:(t+1)*h.NExpert], sel, w)
 		if h.NormTopK {
 			var sum float32
@@ -73,25 +104,104 @@ func (c *Context) moe(il int, b *Batch) {
 		if c.OnRoute != nil {
 			c.OnRoute(il, t, sel, w)
 		}
-		for j, e := range sel {
-			c.matmul("ffn_gate_exps", il, gate, &L.GateExps[e], xn, 1)
-			c.matmul("ffn_up_exps", il, up, &L.UpExps[e], xn, 1)
-			ops.SwiGLU(gate, gate, up)
-			out := c.outRows[:h.NEmbd] // scratch row
-			c.matmul("ffn_down_exps", il, out, &L.DownExps[e], gate, 1)
-			for i := range out {
-				out[i] *= w[j]
-			}
-			if j == 0 {
-				copy(acc, out)
-			} else {
-				ops.Add(acc, out)
-			}
+		for _, e := range sel {
+			s.start[e+1]++
 		}
 	}
-	c.eval("ffn_moe_out", il, c.tmp, n, h.NEmbd)
-	ops.Add(c.x[:n*h.NEmbd], c.tmp[:n*h.NEmbd])
-	c.eval("l_out", il, c.x, n, h.NEmbd)
+	// group the (token, slot) entries by expert (a counting sort)
+	s.union = s.union[:0]
+	for e := range h.NExpert {
+		if s.start[e+1] > 0 {
+			s.union = append(s.union, e)
+		}
+		s.start[e+1] += s.start[e]
+	}
+	next := c.moeNext(h.NExpert)
+	for i, e := range s.sel[:n*K] {
+		s.idx[next[e]] = int32(i)
+		next[e]++
+	}
+	// run each chosen expert on its tokens
+	if c.Experts == nil {
+		for _, e := range s.union {
+			c.expert(il, e, &L.GateExps[e], &L.UpExps[e], &L.DownExps[e])
+		}
+	} else if err := c.streamedExperts(il); err != nil {
+		c.stepErr = err
+		return
+	}
+	// x += Σ_j w_j · expert_j(norm(x)), in the router's order
+	for t := range n {
+		acc := c.tmp[t*d : (t+1)*d]
+		copy(acc, s.out[t*K*d:(t*K+1)*d])
+		for j := 1; j < K; j++ {
+			ops.Add(acc, s.out[(t*K+j)*d:(t*K+j+1)*d])
+		}
+	}
+	c.eval("ffn_moe_out", il, c.tmp, n, d)
+	ops.Add(c.x[:n*d], c.tmp[:n*d])
+	c.eval("l_out", il, c.x, n, d)
+}
+
+// moeNext returns each expert's write cursor into idx (its group's start).
+func (c *Context) moeNext(nExpert int) []int32 {
+	s := &c.moeS
+	if cap(s.cursor) < nExpert {
+		s.cursor = make([]int32, nExpert)
+	}
+	cur := s.cursor[:nExpert]
+	copy(cur, s.start[:nExpert])
+	return cur
+}
+
+// streamedExperts runs the layer's chosen experts as Context.Experts
+// delivers them, in groups of at most MaxFetch.
+func (c *Context) streamedExperts(il int) error {
+	s := &c.moeS
+	src := c.Experts
+	step := max(1, src.MaxFetch())
+	for lo := 0; lo < len(s.union); lo += step {
+		ids := s.union[lo:min(lo+step, len(s.union))]
+		if err := src.Fetch(il, ids); err != nil {
+			return err
+		}
+		for range ids {
+			e, w, err := src.Next()
+			if err != nil {
+				src.Release(il)
+				return err
+			}
+			c.expert(il, e, &w.Gate, &w.Up, &w.Down)
+		}
+		src.Release(il)
+	}
+	return nil
+}
+
+// expert runs expert e on the tokens routed to it and writes each token's
+// weighted output into its slot of c.moeS.out.
+func (c *Context) expert(il, e int, gateW, upW, downW *Weight) {
+	h, s, ops := &c.M.Hyper, &c.moeS, c.Ops
+	K, d, f := h.NExpertUsed, h.NEmbd, h.NFFExp
+	entries := s.idx[s.start[e]:s.start[e+1]]
+	m := len(entries)
+	c.ExpertRuns++
+	xg, yg := s.xg[:m*d], s.yg[:m*d]
+	for i, v := range entries {
+		t := int(v) / K
+		copy(xg[i*d:(i+1)*d], c.xn[t*d:(t+1)*d])
+	}
+	gate, up := c.gate[:m*f], c.up[:m*f]
+	c.matmuls("ffn_gate_up_exps", il, xg, m, mm{"ffn_gate_exps", gate, gateW}, mm{"ffn_up_exps", up, upW})
+	ops.SwiGLU(gate, gate, up)
+	c.matmul("ffn_down_exps", il, yg, downW, gate, m)
+	for i, v := range entries {
+		wt := s.w[v]
+		o, y := s.out[int(v)*d:(int(v)+1)*d], yg[i*d:(i+1)*d]
+		for k := range o {
+			o[k] = y[k] * wt
+		}
+	}
 }
 
 // topK writes the indices of the len(sel) largest probabilities into sel, in

@@ -19,6 +19,10 @@ type Weight struct {
 	Rows     int // ggml ne1
 	RowBytes int
 	Data     []byte
+	// Packed says Data holds the backend's packed layout of the matrix
+	// (Packer.PackInto), not the file's: a streamed expert packed by the
+	// weight path.
+	Packed bool
 }
 
 // Row returns the bytes of row r.

@@ -12,35 +12,29 @@ import (
 	"github.com/flowinfer/flowinfer/model"
 )
 
-// compute runs each step's forward pass on the backend, waiting before
-// every layer for its weight ticket and returning the slab after it.
+// compute runs each step's forward pass on the backend. With a streaming
+// weight path, MoE layers fetch their routed experts through the expert
+// cache (experts), which waits on the uploader for the ones being read.
 type compute struct {
-	mctx *model.Context
-	rec  *graph.Recorder
+	mctx    *model.Context
+	rec     *graph.Recorder
+	experts *expertCache // nil: every weight is resident
+	// resident is the bytes of the non-expert matrices a step reads in
+	// its layers; expertBytes the file bytes of one routed expert.
+	resident, expertBytes, outBytes int64
 }
 
-func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*step], tickets *graph.In[*Slab], released *graph.Out[*Slab], out *graph.Out[*step]) error {
-	gate := &layerGate{ctx: ctx, tickets: tickets, released: released}
-	c.mctx.BeforeLayer = gate.before
-	c.mctx.AfterLayer = gate.after
-	// With recording on: per-layer spans, and the weight bytes each step
-	// reads (its layers' slabs and the output matrix), one counter per step.
-	var outBytes, stepBytes int64
+func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*step], out *graph.Out[*step]) error {
+	if c.experts != nil {
+		c.experts.bind(ctx)
+		c.mctx.Experts = c.experts
+		defer func() { c.mctx.Experts = nil }()
+	}
 	if c.rec.Enabled() {
 		if d := c.rec.Detail(); d >= graph.DetailLayers {
 			ls := &layerSpans{rec: c.rec, stg: stg, ops: d >= graph.DetailOps, names: map[string][]string{}}
 			c.mctx.Span = ls.hook
 			c.mctx.SplitProducts = ls.ops // a span for each product
-		}
-		c.mctx.BeforeLayer = func(il int) error {
-			if err := gate.before(il); err != nil {
-				return err
-			}
-			stepBytes += gate.held.Bytes
-			return nil
-		}
-		if w := c.mctx.M.Output; w != nil {
-			outBytes = int64(len(w.Data))
 		}
 	}
 	for {
@@ -53,19 +47,30 @@ func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*st
 		}
 		span := c.rec.Begin(stg, "forward")
 		t0 := time.Now()
+		runs := c.mctx.ExpertRuns
 		logits, err := c.mctx.Decode(&st.batch)
 		st.dur = time.Since(t0)
 		span.End()
+		if errors.Is(err, errWeightRead) {
+			// a read failed: the step's requests fail, the engine goes on
+			st.err, st.logits = err, nil
+			if err := out.Send(ctx, st); err != nil {
+				return err
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}
 		c.rec.Add(stg, "tokens", int64(len(st.batch.Tokens)))
-		if len(logits) > 0 {
-			stepBytes += outBytes
-		}
-		if stepBytes > 0 {
-			c.rec.Add(stg, "bytes weights", stepBytes)
-			stepBytes = 0
+		if c.rec.Enabled() {
+			// weight bytes this step used: the layers' resident matrices,
+			// the routed experts it ran, and the output if it made logits
+			used := c.resident + (c.mctx.ExpertRuns-runs)*c.expertBytes
+			if len(logits) > 0 {
+				used += c.outBytes
+			}
+			c.rec.Add(stg, "bytes weights", used)
 		}
 		stg.SampleQueues() // edge depths for the trace (nothing when off)
 		st.logits = logits
@@ -73,6 +78,30 @@ func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*st
 			return err
 		}
 	}
+}
+
+// stepBytes returns the bytes of the non-expert layer matrices, of one
+// routed expert (the file's bytes, averaged over layers) and of the
+// output matrix.
+func stepBytes(m *model.Model) (resident, expert, output int64) {
+	for i := range m.Layers {
+		L := &m.Layers[i]
+		for _, w := range []*model.Weight{L.Wq, L.Wk, L.Wv, L.Wo, L.Gate, L.Up, L.Down, L.Router} {
+			if w != nil {
+				resident += int64(len(w.Data))
+			}
+		}
+		if len(L.GateExps) > 0 {
+			expert += int64(len(L.GateExps[0].Data) + len(L.UpExps[0].Data) + len(L.DownExps[0].Data))
+		}
+	}
+	if m.NLayer > 0 {
+		expert /= int64(m.NLayer)
+	}
+	if m.Output != nil {
+		output = int64(len(m.Output.Data))
+	}
+	return resident, expert, output
 }
 
 // layerSpans records model.Context's spans (attention, FFN, experts and,

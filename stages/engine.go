@@ -18,8 +18,10 @@ type Config struct {
 	NSeq     int // parallel sequences (KV slots) [1]
 	MaxBatch int // tokens per forward step [512]
 	Queue    int // admission queue; Submit fails with ErrQueueFull beyond it [64]
-	Slabs    int // weight slabs in flight: 2 is double buffering [2]
-	EdgeCap  int // capacity of the token-event edge [64]
+	// Weights is the weight path (NewWeightPath), nil: every weight is
+	// used from the file mapping.
+	Weights *WeightPath
+	EdgeCap int // capacity of the token-event edge [64]
 	// BlockSize is the number of tokens per KV cache block, a power of
 	// two [16]. Prefixes are shared between requests in whole blocks.
 	BlockSize int
@@ -41,9 +43,6 @@ func (c *Config) defaults(m *model.Model) {
 	}
 	if c.Queue <= 0 {
 		c.Queue = 64
-	}
-	if c.Slabs <= 0 {
-		c.Slabs = 2
 	}
 	if c.EdgeCap <= 0 {
 		c.EdgeCap = 64
@@ -216,7 +215,6 @@ func (e *Engine) Close() {
 func (e *Engine) Run(ctx context.Context) error {
 	g := graph.New(e.rec)
 	admit := g.Stage("admit")
-	reader, pool, uploader := g.Stage("reader"), g.Stage("pool"), g.Stage("uploader")
 	sched, comp, samp, strm := g.Stage("scheduler"), g.Stage("compute"), g.Stage("sampler"), g.Stage("streamer")
 
 	admitOut, admitIn := graph.Connect[*Request](admit, sched, 1)
@@ -224,14 +222,11 @@ func (e *Engine) Run(ctx context.Context) error {
 	logitsOut, logitsIn := graph.Connect[*step](comp, samp, 1)
 	backOut, backIn := graph.Connect[*step](samp, sched, 1)
 	evOut, evIn := graph.Connect[tokenEvent](samp, strm, e.cfg.EdgeCap)
-	freeOut, freeIn := graph.Connect[*Slab](pool, reader, e.cfg.Slabs)
-	readOut, readIn := graph.Connect[*Slab](reader, uploader, 1)
-	upOut, upIn := graph.Connect[*Slab](uploader, comp, 1)
-	relOut, relIn := graph.Connect[*Slab](comp, pool, e.cfg.Slabs)
 
-	wp := &weightPath{m: e.m, slabs: e.cfg.Slabs, rec: e.rec}
+	resident, expert, output := stepBytes(e.m)
 	sc := newScheduler(e.m, e.cfg, e.pool, &e.stats)
-	cp := &compute{mctx: e.mctx, rec: e.rec}
+	cp := &compute{mctx: e.mctx, rec: e.rec, experts: e.cfg.Weights.add(g, e.rec, comp),
+		resident: resident, expertBytes: expert, outBytes: output}
 	sp := &sampler{tok: e.tok, nCtx: e.cfg.NCtx, nVocab: e.m.NVocab}
 	sr := &streamer{tok: e.tok}
 
@@ -255,11 +250,8 @@ func (e *Engine) Run(ctx context.Context) error {
 			}
 		}
 	})
-	pool.Do(func(ctx context.Context) error { return wp.pool(ctx, relIn, freeOut) })
-	reader.Do(func(ctx context.Context) error { return wp.reader(ctx, reader, freeIn, readOut) })
-	uploader.Do(func(ctx context.Context) error { return wp.uploader(ctx, readIn, upOut) })
 	sched.Do(func(ctx context.Context) error { return sc.run(ctx, admitIn, backIn, stepOut) })
-	comp.Do(func(ctx context.Context) error { return cp.run(ctx, comp, stepIn, upIn, relOut, logitsOut) })
+	comp.Do(func(ctx context.Context) error { return cp.run(ctx, comp, stepIn, logitsOut) })
 	samp.Do(func(ctx context.Context) error { return sp.run(ctx, logitsIn, backOut, evOut) })
 	strm.Do(func(ctx context.Context) error { return sr.run(ctx, evIn) })
 	return g.Run(ctx)

@@ -20,6 +20,7 @@ type tokenEvent struct {
 	nGen          int
 	tPrompt, tGen time.Duration
 	queued        time.Duration // admission to the first step
+	err           error         // with FinishError
 }
 
 // sampler turns each logits row into a token with the row's sequence's own
@@ -51,6 +52,24 @@ func (sp *sampler) run(ctx context.Context, in *graph.In[*step], back *graph.Out
 			} else {
 				q.tGen += st.dur
 			}
+		}
+		if st.err != nil {
+			// the step failed: its sequences end with the error
+			for _, q := range st.seqs {
+				if q.finish != FinishNone || q.stopped.Load() {
+					continue
+				}
+				q.finish = FinishError
+				ev := tokenEvent{s: q, tok: -1, finish: FinishError, err: st.err, nGen: q.nGen, tPrompt: q.tPrompt, tGen: q.tGen, queued: q.firstStep.Sub(q.admitted)}
+				if err := events.Send(ctx, ev); err != nil {
+					return err
+				}
+			}
+			st.err = nil
+			if err := back.Send(ctx, st); err != nil {
+				return err
+			}
+			continue
 		}
 		V := sp.nVocab
 		for r, q := range st.rowSeq {

@@ -24,6 +24,9 @@ type step struct {
 	rowSample []bool
 	logits    []float32 // set by compute: rows × NVocab, valid until the next step
 	dur       time.Duration
+	// err is set by compute when the step failed for its own requests
+	// (a weight read failed): they end with FinishError, others go on.
+	err error
 }
 
 func (st *step) reset() {

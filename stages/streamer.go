@@ -52,6 +52,7 @@ func (s *streamer) run(ctx context.Context, in *graph.In[tokenEvent]) error {
 				out.Text += q.stops.Flush()
 			}
 			out.Finish = ev.finish
+			out.Err = ev.err
 		}
 		out.Usage = Usage{PromptTokens: len(q.req.Prompt), CachedTokens: q.cached, GeneratedTokens: ev.nGen}
 		if out.Finish != FinishNone {

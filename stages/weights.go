@@ -1,86 +1,507 @@
 package stages
 
+// weights.go: the weight path, reader -> pool -> uploader -> compute, for
+// models whose routed experts do not all stay in RAM.
+//
+//   - pool: owns the staging slabs (aligned, allocated once, optionally
+//     mlocked) that reads land in, and recycles them; an exhausted pool is
+//     what holds the reader back.
+//   - reader: turns compute's requests for experts into reads of their
+//     byte ranges (io/nvme: pread, O_DIRECT) into staging slabs, with up to
+//     QueueDepth reads in flight.
+//   - uploader: puts a read expert where compute can use it: on the CPU,
+//     packs it into the kernels' layout in its expert-cache slot (what a
+//     GPU backend's transfer queue would do with device memory), then
+//     returns the staging slab to the pool and tells compute.
+//   - compute: the router's choices become requests the moment they are
+//     known (model.Experts, implemented by expertCache); cached experts
+//     compute while the others are read.
+//
+// Everything that is not a routed expert (embeddings, attention, norms,
+// routers, dense FFNs, the output) is resident: a packed copy replaces the
+// mapped pages (DropResidentPages), so it costs its size once. Dense layers
+// are not streamed yet: a budget that cannot hold the resident part is an
+// error (Plan).
+
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
 
+	"github.com/flowinfer/flowinfer/configs"
 	"github.com/flowinfer/flowinfer/graph"
+	"github.com/flowinfer/flowinfer/io/nvme"
 	"github.com/flowinfer/flowinfer/model"
 )
 
-// Slab is a buffer of one layer's weights on its way to compute: filled by
-// the reader, placed on the device by the uploader, held by compute while
-// the layer runs, then returned to the pool. With a mapped model the slab
-// holds views of the mapping and nothing is copied.
-type Slab struct {
-	Layer int
-	Bytes int64
-	Views [][]byte
+// WeightConfig configures the weight path.
+type WeightConfig struct {
+	// Engine reads weights: "mmap" (the whole file mapped, experts read
+	// through the page cache as the kernel pages them in: no budget) or
+	// "pread" (routed experts read into an expert cache of Budget bytes).
+	Engine string
+	// Budget is the bytes of weights held in RAM: resident weights, the
+	// expert cache and the staging slabs. 0: no limit (every expert is
+	// cached once read).
+	Budget int64
+	// QueueDepth is the number of reads in flight [8].
+	QueueDepth int
+	// Policy is the expert cache's eviction policy: "slru" (segmented LRU,
+	// the default) or "lru".
+	Policy string
+	// Lock mlocks the cache and staging slabs.
+	Lock bool
+	// NoDirect reads through the page cache instead of O_DIRECT.
+	NoDirect bool
 }
 
-// weightPath is the reader -> uploader -> compute -> pool -> reader loop.
-type weightPath struct {
-	m     *model.Model
-	slabs int
-	rec   *graph.Recorder
+// Plan is where each kind of weight lives, decided at load from the model
+// and the budget.
+type Plan struct {
+	Engine     string
+	Direct     bool
+	QueueDepth int
+	Budget     int64 // 0: no limit
+	Resident   int64 // bytes of weights that stay in RAM (packed copies and views)
+	ExpertFile int64 // bytes of all routed experts in the file
+	SlotBytes  int64 // one cache slot: the largest expert, in compute's layout
+	Experts    int   // routed experts in the model (layers × experts)
+	Slots      int   // experts the cache holds
+	Staging    int64 // bytes of staging slabs
 }
 
-// pool hands out nSlabs slabs and takes them back as compute releases them;
-// an exhausted pool is what holds the reader back (double buffering with
-// two slabs). It ends when compute stops releasing (end of input).
-func (w *weightPath) pool(ctx context.Context, released *graph.In[*Slab], free *graph.Out[*Slab]) error {
-	for range w.slabs {
-		if err := free.Send(ctx, &Slab{}); err != nil {
+// Streaming reports whether some experts are read from disk after load.
+func (p Plan) Streaming() bool { return p.Experts > 0 && p.Engine != "mmap" }
+
+// String is the plan in two lines, as printed at load.
+func (p Plan) String() string {
+	gib := func(b int64) string { return configs.ByteSize(b).String() }
+	var sb strings.Builder
+	budget := "no limit"
+	if p.Budget > 0 {
+		budget = gib(p.Budget)
+	}
+	fmt.Fprintf(&sb, "weights: budget %s; resident %s (embeddings, attention, norms, routers, dense FFNs, output)", budget, gib(p.Resident))
+	switch {
+	case p.Experts == 0:
+		sb.WriteString("; no routed experts: nothing streams")
+	case !p.Streaming():
+		fmt.Fprintf(&sb, "; %d experts (%s) mapped by mmap, paged in by the kernel", p.Experts, gib(p.ExpertFile))
+	default:
+		direct := "buffered"
+		if p.Direct {
+			direct = "O_DIRECT"
+		}
+		fmt.Fprintf(&sb, "\nweights: expert cache %s = %d of %d experts (%.1f%%), %s of experts streamed from disk; %s %s, %d reads in flight, staging %s",
+			gib(int64(p.Slots)*p.SlotBytes), p.Slots, p.Experts, 100*float64(p.Slots)/float64(p.Experts),
+			gib(p.ExpertFile*int64(p.Experts-p.Slots)/int64(p.Experts)), p.Engine, direct, p.QueueDepth, gib(p.Staging))
+	}
+	return sb.String()
+}
+
+// expertLayer is where layer l's experts are in the file and in a slot.
+type expertLayer struct {
+	tmpl   [3]model.Weight // gate, up, down of expert 0 (Data nil)
+	off    [3]int64        // file offset of expert 0's bytes
+	per    [3]int64        // file bytes per expert
+	packed [3]int          // packed size (0: kept in the file layout)
+	at     [3]int          // offset in the slot
+}
+
+// WeightPath is the weight path of one model: the plan, the file reader,
+// the slabs and the expert cache. It is made once at load (NewWeightPath)
+// and runs as stages of a graph (Engine.Run, or Run).
+type WeightPath struct {
+	m      *model.Model
+	cfg    WeightConfig
+	plan   Plan
+	rd     *nvme.Reader
+	packer model.Packer
+	layers []expertLayer
+
+	arena   []byte   // staging slabs, then cache slots
+	staging [][]byte // QueueDepth+1 slabs
+	stSize  int64
+	cache   *expertCache
+
+	readBytes, readNanos atomic.Int64
+}
+
+// DefaultQueueDepth is the reads in flight when the config says 0.
+const DefaultQueueDepth = 8
+
+// minStagingSlabs: one slab beyond the reads in flight lets the uploader
+// work on one while the reader fills the others.
+const extraStaging = 1
+
+// NewWeightPath plans the weights of m (loaded from the GGUF at path) for
+// ops and allocates the path's memory. With engine mmap, or a model without
+// routed experts, it allocates nothing and reads nothing: the mapping
+// serves every weight.
+func NewWeightPath(m *model.Model, path string, ops model.Ops, cfg WeightConfig) (*WeightPath, error) {
+	if cfg.Engine == "" {
+		cfg.Engine = "pread"
+	}
+	if cfg.QueueDepth <= 0 {
+		cfg.QueueDepth = DefaultQueueDepth
+	}
+	if cfg.Policy == "" {
+		cfg.Policy = "slru"
+	}
+	if cfg.Policy != "slru" && cfg.Policy != "lru" {
+		return nil, fmt.Errorf("stages: unknown expert cache policy %q (supported: slru, lru)", cfg.Policy)
+	}
+	if cfg.Budget < 0 {
+		return nil, fmt.Errorf("stages: negative RAM budget %d", cfg.Budget)
+	}
+	switch cfg.Engine {
+	case "mmap", "pread":
+	case "io_uring":
+		return nil, errors.New("stages: io_engine io_uring is not implemented (docs/decisions.md says why); use pread (default) or mmap")
+	default:
+		return nil, fmt.Errorf("stages: unknown io_engine %q (supported: pread, mmap)", cfg.Engine)
+	}
+	w := &WeightPath{m: m, cfg: cfg}
+	w.packer, _ = ops.(model.Packer)
+	p := &w.plan
+	p.Engine, p.QueueDepth, p.Budget = cfg.Engine, cfg.QueueDepth, cfg.Budget
+	p.Resident = residentBytes(m, w.packer)
+	if m.NExpert > 0 {
+		if err := w.layout(); err != nil {
+			return nil, err
+		}
+	}
+	if !p.Streaming() {
+		if p.Budget > 0 && p.Resident+p.ExpertFile > p.Budget {
+			if cfg.Engine == "mmap" {
+				return nil, fmt.Errorf("stages: io_engine mmap maps the whole model (%s) and cannot keep within the RAM budget of %s; use io_engine pread", size(p.Resident+p.ExpertFile), size(p.Budget))
+			}
+			return nil, fmt.Errorf("stages: the model's weights (%s) do not fit the RAM budget of %s, and streaming dense layers is not implemented yet", size(p.Resident+p.ExpertFile), size(p.Budget))
+		}
+		return w, nil
+	}
+	// staging slabs: one expert's three ranges, each widened for O_DIRECT
+	for _, l := range w.layers {
+		var s int64
+		for i := range 3 {
+			s += nvme.BufferSize(l.per[i])
+		}
+		w.stSize = max(w.stSize, s)
+	}
+	nStaging := cfg.QueueDepth + extraStaging
+	p.Staging = int64(nStaging) * w.stSize
+	p.Slots = p.Experts
+	if p.Budget > 0 {
+		left := p.Budget - p.Resident - p.Staging
+		if left < int64(m.NExpertUsed)*p.SlotBytes {
+			return nil, fmt.Errorf("stages: a RAM budget of %s cannot hold the resident weights (%s), the staging slabs (%s) and one token's %d experts (%s); it needs at least %s",
+				size(p.Budget), size(p.Resident), size(p.Staging), m.NExpertUsed, size(int64(m.NExpertUsed)*p.SlotBytes),
+				size(p.Resident+p.Staging+int64(m.NExpertUsed)*p.SlotBytes))
+		}
+		p.Slots = int(min(int64(p.Experts), left/p.SlotBytes))
+	}
+	rd, err := nvme.Open(path, nvme.Options{Engine: "pread", Direct: !cfg.NoDirect})
+	if err != nil {
+		return nil, err
+	}
+	w.rd, p.Direct = rd, rd.Direct()
+	w.arena, err = nvme.AlignedAlloc(int64(p.Slots)*p.SlotBytes+p.Staging, cfg.Lock)
+	if err != nil {
+		rd.Close()
+		return nil, err
+	}
+	// staging slabs first: their size is a multiple of nvme.Align, so each
+	// starts aligned for O_DIRECT; the cache slots follow
+	for i := range nStaging {
+		o := int64(i) * w.stSize
+		w.staging = append(w.staging, w.arena[o:o+w.stSize:o+w.stSize])
+	}
+	w.cache = newExpertCache(w, p.Slots, cfg.Policy)
+	return w, nil
+}
+
+func size(b int64) string { return configs.ByteSize(b).String() }
+
+// layout finds each layer's expert tensors in the file and sizes a slot.
+func (w *WeightPath) layout() error {
+	m, p := w.m, &w.plan
+	f := m.File
+	w.layers = make([]expertLayer, m.NLayer)
+	names := [3]string{"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"}
+	for il := range m.Layers {
+		L := &m.Layers[il]
+		el := &w.layers[il]
+		at := 0
+		for i, ws := range [3][]model.Weight{L.GateExps, L.UpExps, L.DownExps} {
+			name := fmt.Sprintf("blk.%d.%s.weight", il, names[i])
+			t, ok := f.Tensor(name)
+			if !ok || len(ws) != m.NExpert {
+				return fmt.Errorf("stages: layer %d has no tensor %s for %d experts", il, name, m.NExpert)
+			}
+			el.tmpl[i] = ws[0]
+			el.tmpl[i].Name, el.tmpl[i].Data = name, nil
+			el.per[i] = int64(len(ws[0].Data))
+			el.off[i] = int64(f.DataOffset + t.Offset)
+			size := int(el.per[i])
+			if w.packer != nil {
+				if n := w.packer.PackedSize(&ws[0]); n > 0 {
+					el.packed[i], size = n, n
+				}
+			}
+			el.at[i] = at
+			at += (size + 63) &^ 63
+			p.ExpertFile += el.per[i] * int64(m.NExpert)
+		}
+		p.SlotBytes = max(p.SlotBytes, int64(at))
+		p.Experts += m.NExpert
+	}
+	return nil
+}
+
+// residentBytes is what the weights other than routed experts cost in RAM:
+// the packed size of the matrices the backend packs, the file size of the
+// others, and float32 vectors.
+func residentBytes(m *model.Model, pk model.Packer) int64 {
+	var n int64
+	seen := map[*byte]bool{}
+	mat := func(w *model.Weight) {
+		if w == nil || len(w.Data) == 0 || seen[&w.Data[0]] {
+			return
+		}
+		seen[&w.Data[0]] = true
+		if pk != nil {
+			if s := pk.PackedSize(w); s > 0 {
+				n += int64(s)
+				return
+			}
+		}
+		n += int64(len(w.Data))
+	}
+	vec := func(v model.Vector) { n += 4 * int64(len(v)) }
+	mat(m.TokEmbd)
+	mat(m.Output)
+	vec(m.OutputNorm)
+	for i := range m.Layers {
+		L := &m.Layers[i]
+		for _, w := range []*model.Weight{L.Wq, L.Wk, L.Wv, L.Wo, L.Gate, L.Up, L.Down, L.Router} {
+			mat(w)
+		}
+		for _, v := range []model.Vector{L.AttnNorm, L.Bq, L.Bk, L.Bv, L.QNorm, L.KNorm, L.FFNNorm} {
+			vec(v)
+		}
+	}
+	return n
+}
+
+// Plan returns the placement plan.
+func (w *WeightPath) Plan() Plan { return w.plan }
+
+// Close releases the reader and the slabs. The path must not run afterwards.
+func (w *WeightPath) Close() error {
+	var err error
+	if w.rd != nil {
+		err = w.rd.Close()
+	}
+	if w.arena != nil {
+		nvme.AlignedFree(w.arena)
+		w.arena = nil
+	}
+	return err
+}
+
+// WeightStats are the weight path's counters since load.
+type WeightStats struct {
+	Hits, Misses  []int64 // per layer
+	BytesRead     int64   // bytes of experts read from disk
+	ReadNanos     int64   // summed time of the reads (in flight together)
+	Evictions     int64
+	CachedExperts int
+}
+
+// Stats returns a snapshot of the counters (safe from any goroutine).
+func (w *WeightPath) Stats() WeightStats {
+	var s WeightStats
+	if c := w.cache; c != nil {
+		s.Hits, s.Misses = make([]int64, len(c.hits)), make([]int64, len(c.misses))
+		for i := range c.hits {
+			s.Hits[i], s.Misses[i] = c.hits[i].Load(), c.misses[i].Load()
+		}
+		s.Evictions = c.evictions.Load()
+		s.CachedExperts = int(c.cached.Load())
+	}
+	s.BytesRead, s.ReadNanos = w.readBytes.Load(), w.readNanos.Load()
+	return s
+}
+
+// errWeightRead is matched by the error of a failed expert read: it fails
+// the requests of the step that needed the expert, not the engine.
+var errWeightRead = errors.New("stages: reading weights")
+
+// readReq asks for one expert to be read into a cache slot.
+type readReq struct {
+	slot          int32
+	layer, expert int32
+}
+
+// staged is a read expert in a staging slab, on its way to the uploader.
+type staged struct {
+	req   readReq
+	slab  int // index in WeightPath.staging
+	views [3][]byte
+	err   error
+}
+
+// readDone tells compute an expert is in its slot (or why not).
+type readDone struct {
+	slot int32
+	err  error
+}
+
+// ports are the edges the weight path's stages use.
+type ports struct {
+	reqs   *graph.Out[readReq] // compute -> reader
+	reqsIn *graph.In[readReq]
+	free   *graph.Out[int] // pool -> reader: staging slab indices
+	freeIn *graph.In[int]
+	read   *graph.Out[staged] // reader -> uploader
+	readIn *graph.In[staged]
+	ret    *graph.Out[int] // uploader -> pool
+	retIn  *graph.In[int]
+	done   *graph.Out[readDone] // uploader -> compute
+	doneIn *graph.In[readDone]
+}
+
+// add wires the path's stages into g next to the compute stage comp and
+// returns the model.Experts compute must use (nil when nothing streams),
+// valid inside comp's goroutine once bind has given it comp's context.
+func (w *WeightPath) add(g *graph.Graph, rec *graph.Recorder, comp *graph.Stage) *expertCache {
+	if w == nil || !w.plan.Streaming() {
+		return nil
+	}
+	reader, pool, up := g.Stage("reader"), g.Stage("pool"), g.Stage("uploader")
+	var p ports
+	capReq := w.m.NExpert
+	p.reqs, p.reqsIn = graph.Connect[readReq](comp, reader, capReq)
+	p.free, p.freeIn = graph.Connect[int](pool, reader, len(w.staging))
+	p.read, p.readIn = graph.Connect[staged](reader, up, len(w.staging))
+	p.ret, p.retIn = graph.Connect[int](up, pool, len(w.staging))
+	p.done, p.doneIn = graph.Connect[readDone](up, comp, capReq)
+	pool.Do(func(ctx context.Context) error { return w.pool(ctx, p.retIn, p.free) })
+	reader.Do(func(ctx context.Context) error { return w.reader(ctx, rec, reader, p.reqsIn, p.freeIn, p.read) })
+	up.Do(func(ctx context.Context) error { return w.uploader(ctx, rec, up, p.readIn, p.ret, p.done) })
+	w.cache.ports = p
+	w.cache.rec, w.cache.stg = rec, comp
+	return w.cache
+}
+
+// Run runs fn as the compute stage of a graph that holds the weight path's
+// stages, for tools that drive a model.Context themselves (bench): fn's
+// Context must take ex as its Experts (nil when nothing streams) and use it
+// only inside fn.
+func (w *WeightPath) Run(ctx context.Context, rec *graph.Recorder, fn func(ctx context.Context, ex model.Experts) error) error {
+	g := graph.New(rec)
+	comp := g.Stage("compute")
+	c := w.add(g, rec, comp)
+	comp.Do(func(ctx context.Context) error {
+		if c == nil {
+			return fn(ctx, nil)
+		}
+		c.bind(ctx)
+		return fn(ctx, c)
+	})
+	return g.Run(ctx)
+}
+
+// pool hands out the staging slabs and takes them back from the uploader.
+func (w *WeightPath) pool(ctx context.Context, ret *graph.In[int], free *graph.Out[int]) error {
+	for i := range w.staging {
+		if err := free.Send(ctx, i); err != nil {
 			return err
 		}
 	}
 	for {
-		s, err := released.Recv(ctx)
+		i, err := ret.Recv(ctx)
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		if err := free.Send(ctx, s); err != nil {
+		if err := free.Send(ctx, i); err != nil {
 			return err
 		}
 	}
 }
 
-// reader fills free slabs with the layers in compute order, cycling over
-// the model: it prefetches the next layers while compute runs this one.
-func (w *weightPath) reader(ctx context.Context, st *graph.Stage, free *graph.In[*Slab], out *graph.Out[*Slab]) error {
-	data := make([][][]byte, w.m.NLayer)
-	sizes := make([]int64, w.m.NLayer)
-	for il := range data {
-		data[il] = w.m.LayerData(il)
-		for _, b := range data[il] {
-			sizes[il] += int64(len(b))
-		}
+// reader takes each request, a free staging slab, and hands both to one of
+// QueueDepth workers that read the expert's three ranges.
+func (w *WeightPath) reader(ctx context.Context, rec *graph.Recorder, stg *graph.Stage, reqs *graph.In[readReq], free *graph.In[int], out *graph.Out[staged]) error {
+	work := make(chan staged)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(work)
+	for range w.cfg.QueueDepth {
+		wg.Go(func() {
+			for s := range work {
+				w.read(rec, stg, &s)
+				if out.Send(ctx, s) != nil {
+					return
+				}
+			}
+		})
 	}
-	for il := 0; ; il = (il + 1) % w.m.NLayer {
-		s, err := free.Recv(ctx)
+	for {
+		r, err := reqs.Recv(ctx)
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		// Mapped weights: the read is a view; the page cache does the I/O.
-		s.Layer, s.Views, s.Bytes = il, data[il], sizes[il]
-		w.rec.Add(st, "bytes mapped", s.Bytes)
-		if err := out.Send(ctx, s); err != nil {
+		slab, err := free.Recv(ctx)
+		if err != nil {
 			return err
+		}
+		select {
+		case work <- staged{req: r, slab: slab}:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 }
 
-// uploader places slabs on the compute device. The CPU backend computes
-// from host memory, so it hands the slab over unchanged.
-func (w *weightPath) uploader(ctx context.Context, in *graph.In[*Slab], out *graph.Out[*Slab]) error {
+// read reads the expert of s.req into its staging slab.
+func (w *WeightPath) read(rec *graph.Recorder, stg *graph.Stage, s *staged) {
+	l := &w.layers[s.req.layer]
+	buf := w.staging[s.slab]
+	span := rec.Begin(stg, "read")
+	t0 := nanotime()
+	var o int64
+	for i := range 3 {
+		n := nvme.BufferSize(l.per[i])
+		v, err := w.rd.ReadAt(buf[o:o+n], l.off[i]+int64(s.req.expert)*l.per[i], l.per[i])
+		if err != nil {
+			s.err = fmt.Errorf("%w: expert %d of layer %d: %w", errWeightRead, s.req.expert, s.req.layer, err)
+			break
+		}
+		s.views[i] = v
+		o += n
+	}
+	w.readNanos.Add(nanotime() - t0)
+	span.End()
+	if s.err == nil {
+		n := l.per[0] + l.per[1] + l.per[2]
+		w.readBytes.Add(n)
+		rec.Add(stg, "bytes read", n)
+	}
+}
+
+// uploader puts each read expert into its cache slot in compute's layout.
+func (w *WeightPath) uploader(ctx context.Context, rec *graph.Recorder, stg *graph.Stage, in *graph.In[staged], ret *graph.Out[int], done *graph.Out[readDone]) error {
 	for {
 		s, err := in.Recv(ctx)
 		if errors.Is(err, io.EOF) {
@@ -89,39 +510,41 @@ func (w *weightPath) uploader(ctx context.Context, in *graph.In[*Slab], out *gra
 		if err != nil {
 			return err
 		}
-		if err := out.Send(ctx, s); err != nil {
+		if s.err == nil {
+			span := rec.Begin(stg, "pack")
+			s.err = w.place(&s)
+			span.End()
+		}
+		if err := ret.Send(ctx, s.slab); err != nil {
+			return err
+		}
+		if err := done.Send(ctx, readDone{slot: s.req.slot, err: s.err}); err != nil {
 			return err
 		}
 	}
 }
 
-// layerGate connects compute's per-layer hooks to the weight path.
-type layerGate struct {
-	ctx      context.Context
-	tickets  *graph.In[*Slab]
-	released *graph.Out[*Slab]
-	held     *Slab
-}
-
-func (g *layerGate) before(il int) error {
-	s, err := g.tickets.Recv(g.ctx)
-	if err != nil {
-		if errors.Is(err, io.EOF) {
-			return fmt.Errorf("stages: weight path ended before layer %d", il)
+// place packs (or copies) the three matrices of s into the slot.
+func (w *WeightPath) place(s *staged) error {
+	l := &w.layers[s.req.layer]
+	c := w.cache
+	slot := c.slotBytes(s.req.slot)
+	ew := &c.slots[s.req.slot].w
+	for i, dst := range [3]*model.Weight{&ew.Gate, &ew.Up, &ew.Down} {
+		*dst = l.tmpl[i]
+		if l.packed[i] > 0 {
+			src := l.tmpl[i]
+			src.Data = s.views[i]
+			out := slot[l.at[i] : l.at[i]+l.packed[i]]
+			if err := w.packer.PackInto(out, &src); err != nil {
+				return fmt.Errorf("stages: packing expert %d of layer %d: %w", s.req.expert, s.req.layer, err)
+			}
+			dst.Data, dst.Packed = out, true
+		} else {
+			out := slot[l.at[i] : l.at[i]+int(l.per[i])]
+			copy(out, s.views[i])
+			dst.Data = out
 		}
-		return err
 	}
-	if s.Layer != il {
-		return fmt.Errorf("stages: weight ticket for layer %d, compute is at layer %d", s.Layer, il)
-	}
-	g.held = s
 	return nil
-}
-
-func (g *layerGate) after(int) {
-	s := g.held
-	g.held = nil
-	// A failed send means the pool has stopped (abort); the step's error
-	// surfaces through the graph.
-	_ = g.released.Send(g.ctx, s)
 }

@@ -86,9 +86,15 @@ func (c *BatchCmd) Run(g *Globals, cli *CLI) error {
 	scfg.Queue = max(scfg.Queue, window) // every request in flight fits: no 429s
 	be := cpu.NewBackend(cfg.Pipeline.Threads, nil)
 	defer be.Close()
-	if err := packWeights(be, l.Model, g.Log); err != nil {
+	wp, err := openWeights(&c.WeightFlags, l, be, weightSetup{nCtx: scfg.NSeq * nCtx, nSeq: 1, maxBatch: scfg.MaxBatch}, g.Log)
+	if errors.Is(err, errDryRun) {
+		return nil
+	}
+	if err != nil {
 		return err
 	}
+	defer wp.Close()
+	scfg.Weights = wp
 	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, scfg, nil)
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -19,6 +20,7 @@ import (
 // BenchCmd measures prompt processing (pp) and generation (tg) throughput.
 type BenchCmd struct {
 	ModelFlags
+	WeightFlags
 	NPrompt    int    `short:"p" name:"n-prompt" default:"512" help:"Prompt tokens of the pp test (0: no pp test)."`
 	NGen       int    `short:"n" name:"n-gen" default:"128" help:"Generated tokens of the tg test (0: no tg test)."`
 	Reps       int    `short:"r" name:"repetitions" default:"5" help:"Measured repetitions of each test."`
@@ -62,13 +64,20 @@ func (c *BenchCmd) Run(g *Globals) error {
 		return err
 	}
 	defer b.Close()
-	// pack the weights the kernels have a faster layout for now, not in
-	// the first timed run
-	if _, err := backend.PackModel(b.Model); err != nil {
+	nCtx := max(c.NPrompt, c.NGen, 1)
+	maxBatch := max(1, min(c.NPrompt, c.BatchSize))
+	// plan the weights and pack the resident ones now, not in the first
+	// timed run
+	l := &loaded{Bundle: b, path: path}
+	wp, err := openWeights(&c.WeightFlags, l, backend, weightSetup{nCtx: nCtx, nSeq: 1, maxBatch: maxBatch}, g.Log)
+	if errors.Is(err, errDryRun) {
+		return nil
+	}
+	if err != nil {
 		return err
 	}
-	nCtx := max(c.NPrompt, c.NGen, 1)
-	mctx, err := b.Model.NewContext(backend, nCtx, 1, max(1, min(c.NPrompt, c.BatchSize)))
+	defer wp.Close()
+	mctx, err := b.Model.NewContext(backend, nCtx, 1, maxBatch)
 	if err != nil {
 		return err
 	}
@@ -87,11 +96,19 @@ func (c *BenchCmd) Run(g *Globals) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	tests, err := bench.Throughput(ctx, mctx, bench.ThroughputConfig{
-		NPrompt: c.NPrompt, NGen: c.NGen, Reps: c.Reps, NoWarmup: c.NoWarmup, Seed: c.Seed, BOS: bos,
+	var tests []bench.Test
+	err = wp.Run(ctx, nil, func(ctx context.Context, ex model.Experts) error {
+		mctx.Experts = ex
+		tests, err = bench.Throughput(ctx, mctx, bench.ThroughputConfig{
+			NPrompt: c.NPrompt, NGen: c.NGen, Reps: c.Reps, NoWarmup: c.NoWarmup, Seed: c.Seed, BOS: bos,
+		})
+		return err
 	})
 	if err != nil {
 		return err
+	}
+	if p := wp.Plan(); p.Streaming() {
+		printWeightStats(wp)
 	}
 	info := bench.DescribeModel(c.Model, b.File)
 	if info.Filename == "" {

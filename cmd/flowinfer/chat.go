@@ -24,6 +24,7 @@ import (
 type ChatCmd struct {
 	ModelFlags
 	SamplingFlags
+	WeightFlags
 	System    string `name:"system" help:"System prompt."`
 	CtxSize   int    `short:"c" name:"ctx-size" default:"0" help:"Context size (0 = the model's, at most 4096)."`
 	NPredict  int    `short:"n" name:"n-predict" default:"-1" help:"Max tokens per reply (-1 = until end of turn)."`
@@ -51,10 +52,16 @@ func (c *ChatCmd) Run(g *Globals) error {
 	}
 	be := cpu.NewBackend(c.Threads, nil)
 	defer be.Close()
-	if err := packWeights(be, l.Model, g.Log); err != nil {
+	nCtx := ctxSize(l, c.CtxSize, g.Log)
+	wp, err := openWeights(&c.WeightFlags, l, be, weightSetup{nCtx: nCtx, nSeq: 1, maxBatch: c.BatchSize}, g.Log)
+	if errors.Is(err, errDryRun) {
+		return nil
+	}
+	if err != nil {
 		return err
 	}
-	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, stages.Config{NCtx: ctxSize(l, c.CtxSize, g.Log), MaxBatch: c.BatchSize}, nil)
+	defer wp.Close()
+	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, stages.Config{NCtx: nCtx, MaxBatch: c.BatchSize, Weights: wp}, nil)
 	if err != nil {
 		return err
 	}

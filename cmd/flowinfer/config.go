@@ -83,7 +83,7 @@ func profileKeys() []profileKey {
 		{"queue", "pipeline.queue", func(c *configs.Config) string { return itoa(c.Pipeline.Queue) }},
 		{"edge-tokens", "pipeline.edges.tokens", func(c *configs.Config) string { return itoa(c.Pipeline.Edges.Tokens) }},
 		{"slabs", "pipeline.edges.slabs", func(c *configs.Config) string { return itoa(c.Pipeline.Edges.Slabs) }},
-		{"ram-pool", "pipeline.ram_pool", func(c *configs.Config) string { return c.Pipeline.RAMPool.String() }},
+		{"ram-budget", "pipeline.ram_pool", func(c *configs.Config) string { return c.Pipeline.RAMPool.String() }},
 		{"vram", "pipeline.vram", func(c *configs.Config) string { return c.Pipeline.VRAM.String() }},
 		{"kv-type", "pipeline.kv_cache.type", func(c *configs.Config) string { return c.Pipeline.KVCache.Type }},
 		{"ctx-size", "pipeline.kv_cache.ctx_size", func(c *configs.Config) string { return itoa(c.Pipeline.KVCache.CtxSize) }},
@@ -158,19 +158,16 @@ func (r *profileResolver) Resolve(_ *kong.Context, _ *kong.Path, flag *kong.Flag
 
 // PipelineFlags size the stage graph. Their defaults are configs.Default's.
 type PipelineFlags struct {
-	Threads       int              `short:"t" default:"0" env:"FLOWINFER_THREADS" help:"Threads (0 = physical cores)."`
-	CtxSize       int              `short:"c" name:"ctx-size" default:"0" env:"FLOWINFER_CTX_SIZE" help:"KV cells per sequence (0 = the model's context, at most 4096)."`
-	BatchSize     int              `short:"b" name:"batch-size" default:"512" env:"FLOWINFER_BATCH_SIZE" help:"Tokens per forward step (prompt chunk)."`
-	Parallel      int              `name:"parallel" default:"1" env:"FLOWINFER_PARALLEL" help:"Sequences decoded together (continuous batching)."`
-	Queue         int              `name:"queue" default:"64" env:"FLOWINFER_QUEUE" help:"Admission queue length."`
-	EdgeTokens    int              `name:"edge-tokens" default:"64" env:"FLOWINFER_EDGE_TOKENS" help:"Capacity of the sampler->streamer edge."`
-	Slabs         int              `name:"slabs" default:"2" env:"FLOWINFER_SLABS" help:"Weight slabs in flight (2 = double buffering)."`
-	KVType        string           `name:"kv-type" default:"f32" env:"FLOWINFER_KV_TYPE" help:"KV cache element type (f32; f16, q8_0, turbo3 are not implemented yet)."`
-	IOEngine      string           `name:"io-engine" default:"mmap" env:"FLOWINFER_IO_ENGINE" help:"Weight reader: mmap, pread or io_uring (only mmap is implemented yet)."`
-	PrefetchDepth int              `name:"prefetch-depth" default:"1" env:"FLOWINFER_PREFETCH_DEPTH" help:"Layers the weight reader requests ahead."`
-	RAMPool       configs.ByteSize `name:"ram-pool" default:"0" env:"FLOWINFER_RAM_POOL" help:"RAM budget for streamed weight slabs (0 = map the whole model)."`
-	VRAM          configs.ByteSize `name:"vram" default:"0" env:"FLOWINFER_VRAM" help:"VRAM budget (0 = CPU only)."`
-	Backend       string           `name:"backend" default:"auto" env:"FLOWINFER_BACKEND" help:"Compute backend: auto, cpu or vulkan (only cpu is implemented yet)."`
+	Threads    int    `short:"t" default:"0" env:"FLOWINFER_THREADS" help:"Threads (0 = physical cores)."`
+	CtxSize    int    `short:"c" name:"ctx-size" default:"0" env:"FLOWINFER_CTX_SIZE" help:"KV cells per sequence (0 = the model's context, at most 4096)."`
+	BatchSize  int    `short:"b" name:"batch-size" default:"512" env:"FLOWINFER_BATCH_SIZE" help:"Tokens per forward step (prompt chunk)."`
+	Parallel   int    `name:"parallel" default:"1" env:"FLOWINFER_PARALLEL" help:"Sequences decoded together (continuous batching)."`
+	Queue      int    `name:"queue" default:"64" env:"FLOWINFER_QUEUE" help:"Admission queue length."`
+	EdgeTokens int    `name:"edge-tokens" default:"64" env:"FLOWINFER_EDGE_TOKENS" help:"Capacity of the sampler->streamer edge."`
+	KVType     string `name:"kv-type" default:"f32" env:"FLOWINFER_KV_TYPE" help:"KV cache element type (f32; f16, q8_0, turbo3 are not implemented yet)."`
+	WeightFlags
+	VRAM    configs.ByteSize `name:"vram" default:"0" env:"FLOWINFER_VRAM" help:"VRAM budget (0 = CPU only)."`
+	Backend string           `name:"backend" default:"auto" env:"FLOWINFER_BACKEND" help:"Compute backend: auto, cpu or vulkan (only cpu is implemented yet)."`
 }
 
 func (f *PipelineFlags) apply(c *configs.Config) {
@@ -178,7 +175,7 @@ func (f *PipelineFlags) apply(c *configs.Config) {
 	p.Threads, p.KVCache.CtxSize, p.BatchSize, p.Parallel, p.Queue = f.Threads, f.CtxSize, f.BatchSize, f.Parallel, f.Queue
 	p.Edges.Tokens, p.Edges.Slabs = f.EdgeTokens, f.Slabs
 	p.KVCache.Type, p.IOEngine, p.PrefetchDepth = f.KVType, f.IOEngine, f.PrefetchDepth
-	p.RAMPool, p.VRAM, p.Backend = f.RAMPool, f.VRAM, f.Backend
+	p.RAMPool, p.VRAM, p.Backend = f.RAMBudget, f.VRAM, f.Backend
 }
 
 // applySampling copies the sampling flags into c.
@@ -219,13 +216,10 @@ func engineConfig(c *configs.Config, nCtx int) (stages.Config, []string) {
 	if p.KVCache.Type != "f32" {
 		warn = append(warn, fmt.Sprintf("kv_cache.type %s is not implemented yet: using f32", p.KVCache.Type))
 	}
-	if p.IOEngine != "mmap" {
-		warn = append(warn, fmt.Sprintf("io_engine %s is not implemented yet: using mmap", p.IOEngine))
-	}
 	if p.Backend == "vulkan" {
 		warn = append(warn, "the vulkan backend is not implemented yet: using the CPU")
 	}
-	return stages.Config{NCtx: nCtx, NSeq: p.Parallel, MaxBatch: p.BatchSize, Queue: p.Queue, Slabs: p.Edges.Slabs, EdgeCap: p.Edges.Tokens}, warn
+	return stages.Config{NCtx: nCtx, NSeq: p.Parallel, MaxBatch: p.BatchSize, Queue: p.Queue, EdgeCap: p.Edges.Tokens}, warn
 }
 
 // ConfigCmd groups the configuration commands.

@@ -74,7 +74,7 @@ func TestRunStory(t *testing.T) {
 	if want := " Once upon a time" + c.GenText + "\n"; out != want {
 		t.Errorf("stdout:\n%q\nwant\n%q", out, want)
 	}
-	for _, s := range []string{"load time", "prompt eval time", "/     5 tokens", "eval time", "/    47 runs", "stage compute", "stage reader"} {
+	for _, s := range []string{"load time", "prompt eval time", "/     5 tokens", "eval time", "/    47 runs", "stage compute", "stage sampler"} {
 		if !strings.Contains(errOut, s) {
 			t.Errorf("stderr lacks %q:\n%s", s, errOut)
 		}

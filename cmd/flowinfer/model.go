@@ -104,6 +104,7 @@ type loaded struct {
 	*model.Bundle
 	loadTime time.Duration
 	demo     bool
+	path     string
 }
 
 // open resolves and loads the model for the CPU reference backend.
@@ -120,7 +121,7 @@ func (f *ModelFlags) open(ctx context.Context, log *zap.Logger) (*loaded, error)
 	if err != nil {
 		return nil, err
 	}
-	return &loaded{Bundle: b, loadTime: time.Since(t0), demo: demo}, nil
+	return &loaded{Bundle: b, loadTime: time.Since(t0), demo: demo, path: path}, nil
 }
 
 // ctxSize returns the KV context to use: -c, or the model's training
@@ -138,20 +139,4 @@ func ctxSize(l *loaded, c int, log *zap.Logger) int {
 		log.Warn("context size exceeds the model's training context; quality may degrade", zap.Int("n_ctx", c), zap.Int("n_ctx_train", train))
 	}
 	return c
-}
-
-// packWeights makes the backend's packed copies of the model's weights
-// (the kernels' faster layouts) now, at load time, as llama.cpp repacks at
-// load; otherwise each matrix is packed when first used and the first
-// prompt's time includes it (about a second for a 1B model).
-func packWeights(be *cpu.Backend, m *model.Model, log *zap.Logger) error {
-	t0 := time.Now()
-	n, err := be.PackModel(m)
-	if err != nil {
-		return err
-	}
-	if n > 0 {
-		log.Info("packed weights", zap.Int64("bytes", n), zap.Duration("took", time.Since(t0)))
-	}
-	return nil
 }

@@ -23,6 +23,7 @@ import (
 type RunCmd struct {
 	ModelFlags
 	SamplingFlags
+	WeightFlags
 	Prompt          string `short:"p" help:"Prompt text." xor:"prompt"`
 	File            string `short:"f" help:"Read the prompt from a file." type:"existingfile" xor:"prompt"`
 	NPredict        int    `short:"n" name:"n-predict" default:"-1" help:"Tokens to generate (-1 = until end of generation or a full context)."`
@@ -94,10 +95,17 @@ func (r *RunCmd) Run(g *Globals) error {
 	rec := graph.NewRecorder(0)
 	be := cpu.NewBackend(r.Threads, nil)
 	defer be.Close()
-	if err := packWeights(be, l.Model, g.Log); err != nil {
+	t0 := time.Now()
+	wp, err := openWeights(&r.WeightFlags, l, be, weightSetup{nCtx: nCtx, nSeq: 1, maxBatch: r.BatchSize}, g.Log)
+	l.loadTime += time.Since(t0) // planning and packing are part of loading
+	if errors.Is(err, errDryRun) {
+		return nil
+	}
+	if err != nil {
 		return err
 	}
-	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, stages.Config{NCtx: nCtx, MaxBatch: r.BatchSize}, rec)
+	defer wp.Close()
+	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, stages.Config{NCtx: nCtx, MaxBatch: r.BatchSize, Weights: wp}, rec)
 	if err != nil {
 		return err
 	}
@@ -159,6 +167,9 @@ func (r *RunCmd) Run(g *Globals) error {
 		return runErr
 	}
 	printPerf(os.Stderr, l.loadTime, final, rec.Summary())
+	if wp.Plan().Streaming() {
+		printWeightStats(wp)
+	}
 	return nil
 }
 

@@ -29,6 +29,7 @@ import (
 type ServeCmd struct {
 	ModelFlags
 	SamplingFlags
+	WeightFlags
 	Host         string        `default:"127.0.0.1" help:"Address to listen on (loopback by default)."`
 	Port         int           `default:"8080" help:"Port to listen on (0 = any free port; the address is printed)."`
 	Parallel     int           `name:"parallel" short:"P" default:"4" help:"Sequences generated together (continuous batching)."`
@@ -85,15 +86,25 @@ func (c *ServeCmd) Run(g *Globals) error {
 		return err
 	}
 	defer b.Close()
-	l := &loaded{Bundle: b, demo: demo}
-	if err := packWeights(be, l.Model, log); err != nil { // while /health says loading
+	l := &loaded{Bundle: b, demo: demo, path: path}
+	nCtx := ctxSize(l, c.CtxSize, log)
+	kvTok := c.KVTokens
+	if kvTok <= 0 {
+		kvTok = c.Parallel * nCtx
+	}
+	// while /health says loading
+	wp, err := openWeights(&c.WeightFlags, l, be, weightSetup{nCtx: kvTok, nSeq: 1, maxBatch: c.BatchSize}, log)
+	if err != nil {
 		srv.Shutdown(context.Background())
+		if errors.Is(err, errDryRun) {
+			return nil
+		}
 		return err
 	}
-	nCtx := ctxSize(l, c.CtxSize, log)
+	defer wp.Close()
 	rec := graph.NewRecorder(0)
 	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, stages.Config{
-		NCtx: nCtx, NSeq: c.Parallel, MaxBatch: c.BatchSize, Queue: c.Queue, BlockSize: c.KVBlock, KVTokens: c.KVTokens,
+		NCtx: nCtx, NSeq: c.Parallel, MaxBatch: c.BatchSize, Queue: c.Queue, BlockSize: c.KVBlock, KVTokens: c.KVTokens, Weights: wp,
 	}, rec)
 	if err != nil {
 		srv.Shutdown(context.Background())

@@ -81,9 +81,15 @@ func (c *TraceCmd) Run(g *Globals, cli *CLI) error {
 	}
 	be := cpu.NewBackend(cfg.Pipeline.Threads, nil)
 	defer be.Close()
-	if err := packWeights(be, l.Model, g.Log); err != nil {
+	wp, err := openWeights(&c.WeightFlags, l, be, weightSetup{nCtx: scfg.NSeq * nCtx, nSeq: 1, maxBatch: scfg.MaxBatch}, g.Log)
+	if errors.Is(err, errDryRun) {
+		return nil
+	}
+	if err != nil {
 		return err
 	}
+	defer wp.Close()
+	scfg.Weights = wp
 	job := traceJob{l: l, ops: be, scfg: scfg, prompt: prompt, params: params, n: c.NPredict, requests: c.Requests, ignoreEOS: c.IgnoreEOS}
 
 	if c.Warmup {

@@ -1,0 +1,170 @@
+package main
+
+// weights.go: the weight path's flags and setup shared by the commands that
+// run a model: the RAM budget, the I/O engine, the placement plan printed at
+// load, the packed copies of the resident weights.
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/flowinfer/flowinfer/configs"
+	"github.com/flowinfer/flowinfer/cpu"
+	"github.com/flowinfer/flowinfer/io/nvme"
+	"github.com/flowinfer/flowinfer/model"
+	"github.com/flowinfer/flowinfer/stages"
+)
+
+// WeightFlags choose where weights live: the RAM budget and how the rest is
+// read from disk.
+type WeightFlags struct {
+	RAMBudget     configs.ByteSize `name:"ram-budget" default:"0" env:"FLOWINFER_RAM_BUDGET" help:"Bytes of weights held in RAM (e.g. 4GiB, 512MiB): resident weights, the expert cache and the read slabs; routed experts beyond it are read from disk as the router picks them. 0 = what the machine or its cgroup allows after the KV cache, activations and 512 MiB of headroom."`
+	IOEngine      string           `name:"io-engine" default:"pread" env:"FLOWINFER_IO_ENGINE" help:"How experts are read: pread (O_DIRECT where the filesystem allows, into an expert cache within --ram-budget) or mmap (the whole file mapped, paged by the kernel, no budget). io_uring is not implemented."`
+	Slabs         int              `name:"slabs" default:"8" env:"FLOWINFER_SLABS" help:"Expert reads in flight (staging slabs)."`
+	PrefetchDepth int              `name:"prefetch-depth" default:"0" env:"FLOWINFER_PREFETCH_DEPTH" help:"Layers of experts read ahead speculatively (only 0 is implemented: experts are requested the moment the router picks them)."`
+	Mlock         bool             `name:"mlock" help:"Lock the expert cache and read slabs in RAM."`
+	DryRun        bool             `name:"dry-run" help:"Print the placement plan and exit."`
+}
+
+// weightSetup is what openWeights needs beyond the flags.
+type weightSetup struct {
+	nCtx, nSeq, maxBatch int
+}
+
+// openWeights plans the model's weights for the budget, packs the resident
+// ones (dropping their mapped pages, so they cost their size once) and
+// returns the weight path; with DryRun it prints the plan and returns
+// errDryRun.
+func openWeights(f *WeightFlags, l *loaded, be *cpu.Backend, s weightSetup, log *zap.Logger) (*stages.WeightPath, error) {
+	if f.PrefetchDepth != 0 {
+		return nil, fmt.Errorf("--prefetch-depth / pipeline.prefetch_depth %d: speculative prefetch is not implemented (supported: 0, experts requested the moment the router picks them)", f.PrefetchDepth)
+	}
+	if f.Slabs < 1 || f.Slabs > 1024 {
+		return nil, fmt.Errorf("--slabs / pipeline.edges.slabs %d: must be between 1 and 1024", f.Slabs)
+	}
+	m := l.Model
+	budget := int64(f.RAMBudget)
+	auto := budget == 0
+	if auto {
+		limit, src := configs.MemoryLimit()
+		if limit > 0 {
+			budget = int64(limit) - kvBytes(m, s.nCtx, s.nSeq) - actBytes(m, s.maxBatch) - headroom
+			if budget <= 0 {
+				return nil, fmt.Errorf("the %s limit of %v leaves no RAM for weights after the KV cache and activations: lower -c or -b, or set --ram-budget", src, limit)
+			}
+			log.Debug("RAM budget from the memory limit", zap.String("source", src), zap.Int64("limit", int64(limit)), zap.Int64("budget", budget))
+		}
+	}
+	wp, err := stages.NewWeightPath(m, l.path, be, stages.WeightConfig{
+		Engine: f.IOEngine, Budget: budget, QueueDepth: f.Slabs, Lock: f.Mlock,
+	})
+	if err != nil && auto && budget > 0 {
+		err = fmt.Errorf("%w (the budget was derived from the machine's memory; set --ram-budget to choose it)", err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	plan := wp.Plan()
+	fmt.Fprintf(os.Stderr, "flowinfer: %s\n", plan)
+	if f.DryRun {
+		wp.Close()
+		return nil, errDryRun
+	}
+	if err := packResident(be, m, !plan.Streaming(), log); err != nil {
+		wp.Close()
+		return nil, err
+	}
+	return wp, nil
+}
+
+// errDryRun ends a command after --dry-run printed the plan.
+var errDryRun = fmt.Errorf("dry run")
+
+// headroom is RAM kept outside the weight budget for the Go runtime, the
+// tokenizer, buffers of the server and the page cache of resident views.
+const headroom = 512 << 20
+
+// kvBytes is the KV cache's size (F32 rows).
+func kvBytes(m *model.Model, nCtx, nSeq int) int64 {
+	return int64(nCtx) * int64(nSeq) * int64(m.NLayer) * int64(m.KDim()+m.VDim()) * 4
+}
+
+// actBytes estimates a context's scratch for batches of maxBatch tokens:
+// the logits and the per-layer activations.
+func actBytes(m *model.Model, maxBatch int) int64 {
+	w := int64(m.NVocab) + 12*int64(m.NEmbd) + 2*int64(max(m.NFF, m.NFFExp)) + int64(m.NExpertUsed)*int64(m.NEmbd)
+	return int64(maxBatch) * w * 4
+}
+
+// packResident makes the backend's packed copies of the resident weights
+// (all of them, experts too when experts is true) at load time, as
+// llama.cpp repacks at load, and drops the mapped pages the copies replace.
+func packResident(be *cpu.Backend, m *model.Model, experts bool, log *zap.Logger) error {
+	t0 := time.Now()
+	n, err := be.PackModel(m, experts)
+	if err != nil {
+		return err
+	}
+	forEachMatrix(m, experts, func(w *model.Weight) {
+		if be.PackedSize(w) > 0 {
+			nvme.DropPages(w.Data)
+		}
+	})
+	if n > 0 {
+		log.Info("packed weights", zap.Int64("bytes", n), zap.Duration("took", time.Since(t0)))
+	}
+	return nil
+}
+
+// forEachMatrix calls fn for each weight matrix of m (the routed experts
+// only if experts).
+func forEachMatrix(m *model.Model, experts bool, fn func(*model.Weight)) {
+	if m.Output != nil {
+		fn(m.Output)
+	}
+	for i := range m.Layers {
+		L := &m.Layers[i]
+		for _, w := range []*model.Weight{L.Wq, L.Wk, L.Wv, L.Wo, L.Gate, L.Up, L.Down, L.Router} {
+			if w != nil {
+				fn(w)
+			}
+		}
+		if !experts {
+			continue
+		}
+		for _, e := range [][]model.Weight{L.GateExps, L.UpExps, L.DownExps} {
+			for j := range e {
+				fn(&e[j])
+			}
+		}
+	}
+}
+
+// printWeightStats prints the expert cache's counters on stderr: hits and
+// misses (all layers, and the layers' range), bytes read and the read time.
+func printWeightStats(wp *stages.WeightPath) {
+	st := wp.Stats()
+	var hits, misses int64
+	lo, hi := 1.0, 0.0
+	for i := range st.Hits {
+		hits += st.Hits[i]
+		misses += st.Misses[i]
+		if n := st.Hits[i] + st.Misses[i]; n > 0 {
+			r := float64(st.Hits[i]) / float64(n)
+			lo, hi = min(lo, r), max(hi, r)
+		}
+	}
+	rate := 0.0
+	if hits+misses > 0 {
+		rate = float64(hits) / float64(hits+misses)
+	}
+	fmt.Fprintf(os.Stderr, "flowinfer: expert cache: %d hits, %d misses (hit rate %.1f%%, per layer %.1f%%-%.1f%%), %d evictions, %d experts cached\n",
+		hits, misses, 100*rate, 100*lo, 100*hi, st.Evictions, st.CachedExperts)
+	if st.BytesRead > 0 {
+		fmt.Fprintf(os.Stderr, "flowinfer: expert reads: %.2f GiB in %d experts, %.2f s of reads in flight\n",
+			float64(st.BytesRead)/(1<<30), misses, float64(st.ReadNanos)/1e9)
+	}
+}

@@ -1,0 +1,41 @@
+package model
+
+// experts.go: where a MoE layer's routed experts come from. By default they
+// are views of the file mapping (Layer.GateExps ...). A weight path that
+// streams experts from disk (stages' expert cache) implements Experts and
+// sets Context.Experts: the forward pass then asks for the experts its
+// router chose and computes each as soon as its weights are ready.
+
+// ExpertWeights are one expert's three matrices.
+type ExpertWeights struct {
+	Gate, Up, Down Weight
+}
+
+// Experts supplies routed experts' weights from outside the mapping.
+type Experts interface {
+	// MaxFetch is the most experts one Fetch may ask for (what the cache
+	// can hold at once).
+	MaxFetch() int
+	// Fetch asks for experts ids (distinct, at most MaxFetch) of layer il
+	// and returns without waiting: cached ones are ready, missing ones
+	// are read.
+	Fetch(il int, ids []int) error
+	// Next waits for one fetched expert that Next has not yet returned
+	// and returns its id and weights: ready ones first, the others as
+	// their reads complete. The weights stay valid until Release.
+	Next() (id int, w *ExpertWeights, err error)
+	// Release ends the use of the experts fetched for layer il.
+	Release(il int)
+}
+
+// Packer is implemented by backends that multiply some weight types in a
+// packed layout of their own: a weight read from disk can then be packed
+// before compute needs it (off compute's path), into a buffer the caller
+// owns, and marked Weight.Packed.
+type Packer interface {
+	// PackedSize returns the size of w's packed form, 0 if w has none.
+	PackedSize(w *Weight) int
+	// PackInto writes w's packed form (w in the file layout) to
+	// dst[:PackedSize(w)].
+	PackInto(dst []byte, w *Weight) error
+}

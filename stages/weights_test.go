@@ -1,0 +1,361 @@
+package stages_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/flowinfer/flowinfer/cpu"
+	"github.com/flowinfer/flowinfer/internal/golden"
+	"github.com/flowinfer/flowinfer/io/gguf"
+	"github.com/flowinfer/flowinfer/io/nvme"
+	"github.com/flowinfer/flowinfer/model"
+	"github.com/flowinfer/flowinfer/model/tokenizer"
+	"github.com/flowinfer/flowinfer/stages"
+)
+
+// openModel loads a GGUF (a golden model, or a copy) for the CPU backend.
+func openModel(t *testing.T, path string) (*model.Model, *tokenizer.Tokenizer) {
+	t.Helper()
+	f, err := gguf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	m, err := model.Load(f, cpu.Best().Supports)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.New(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, tok
+}
+
+var streamPrompts = []string{"Once upon a time", "The cat sat on the mat and looked at the", "One day, Lily"}
+
+// runLogits runs the prompts one after another (greedy, 12 tokens each;
+// one sequence at a time, so each step's batch, and with it the grouping of
+// tokens by expert, does not depend on timing) and returns each request's
+// logits rows, prompt and generated, in order.
+func runLogits(t *testing.T, m *model.Model, tok *tokenizer.Tokenizer, ops model.Ops, wp *stages.WeightPath, maxBatch int) ([][]float32, []stages.Event) {
+	t.Helper()
+	e, err := stages.NewEngine(m, tok, ops, stages.Config{NCtx: 128, NSeq: 1, MaxBatch: maxBatch, Weights: wp}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := make([][]float32, len(streamPrompts))
+	finals := make([]stages.Event, len(streamPrompts))
+	var mu sync.Mutex
+	for i, p := range streamPrompts {
+		r := &stages.Request{ID: uint64(i + 1), Prompt: tok.Encode(p, true, true), Params: greedy(), MaxTokens: 12, IgnoreEOG: true, AllLogits: true,
+			OnLogits: func(row []float32) {
+				mu.Lock()
+				rows[i] = append(rows[i], row...)
+				mu.Unlock()
+			},
+			Emit: func(ev stages.Event) error {
+				if ev.Finish != stages.FinishNone {
+					finals[i] = ev
+				}
+				return nil
+			}}
+		if err := e.Submit(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.Close()
+	if err := e.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return rows, finals
+}
+
+// TestStreamedExpertsBitIdentical: with routed experts read from disk into
+// an expert cache (packed by the uploader), logits are bit-identical to the
+// fully resident run, at budgets from "one token's experts" (every step
+// evicts) to unlimited, for prefill in one step and in chunks, with three
+// sequences decoding together.
+func TestStreamedExpertsBitIdentical(t *testing.T) {
+	dir, _ := golden.Load(t)
+	for _, name := range []string{"synth-qwen3moe-Q8_0.gguf", "synth-qwen3moe-Q4_K_M.gguf", "synth-qwen3moe-F32.gguf"} {
+		path := filepath.Join(dir, "models", name)
+		m, tok := openModel(t, path)
+		ref := cpu.NewBackend(2, nil)
+		defer ref.Close()
+		if _, err := ref.PackModel(m, true); err != nil {
+			t.Fatal(err)
+		}
+		for _, maxBatch := range []int{64, 5} {
+			want, _ := runLogits(t, m, tok, ref, nil, maxBatch)
+			probe, err := stages.NewWeightPath(m, path, ref, stages.WeightConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := probe.Plan()
+			probe.Close()
+			minimal := p.Resident + p.Staging + int64(m.NExpertUsed)*p.SlotBytes
+			for _, budget := range []int64{minimal, minimal + 3*p.SlotBytes, 0} {
+				t.Run(fmt.Sprintf("%s/batch=%d/budget=%d", name, maxBatch, budget), func(t *testing.T) {
+					be := cpu.NewBackend(2, nil)
+					defer be.Close()
+					if _, err := be.PackModel(m, false); err != nil {
+						t.Fatal(err)
+					}
+					wp, err := stages.NewWeightPath(m, path, be, stages.WeightConfig{Budget: budget, QueueDepth: 3})
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer wp.Close()
+					if !wp.Plan().Streaming() {
+						t.Fatal("the weight path does not stream")
+					}
+					got, _ := runLogits(t, m, tok, be, wp, maxBatch)
+					for i := range want {
+						if len(got[i]) != len(want[i]) {
+							t.Fatalf("request %d: %d logits, want %d", i, len(got[i]), len(want[i]))
+						}
+						for j := range want[i] {
+							if math.Float32bits(got[i][j]) != math.Float32bits(want[i][j]) {
+								t.Fatalf("request %d: logit %d (row %d) is %v, resident %v", i, j, j/m.NVocab, got[i][j], want[i][j])
+							}
+						}
+					}
+					st := wp.Stats()
+					var hits, misses int64
+					for l := range st.Hits {
+						hits += st.Hits[l]
+						misses += st.Misses[l]
+					}
+					if misses == 0 || st.BytesRead == 0 {
+						t.Errorf("no expert was read (misses %d, bytes %d)", misses, st.BytesRead)
+					}
+					if budget == minimal && st.Evictions == 0 {
+						t.Errorf("the smallest budget evicted nothing")
+					}
+					if budget == 0 && (st.Evictions != 0 || misses > int64(p.Experts)) {
+						t.Errorf("unlimited budget: %d evictions, %d misses for %d experts", st.Evictions, misses, p.Experts)
+					}
+					t.Logf("slots %d of %d: %d hits, %d misses, %d evictions, %d bytes read", wp.Plan().Slots, p.Experts, hits, misses, st.Evictions, st.BytesRead)
+				})
+			}
+		}
+	}
+}
+
+// TestStreamedBatchBitIdentical: one batch holding three sequences' prompts,
+// then decode steps of three rows (what continuous batching runs), through
+// a Context driven by WeightPath.Run: streamed logits equal resident ones.
+func TestStreamedBatchBitIdentical(t *testing.T) {
+	dir, _ := golden.Load(t)
+	path := filepath.Join(dir, "models", "synth-qwen3moe-Q4_K_M.gguf")
+	m, tok := openModel(t, path)
+	run := func(ops model.Ops, wp *stages.WeightPath) []float32 {
+		mctx, err := m.NewContext(ops, 64, 3, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var all []float32
+		step := func(ctx context.Context, b *model.Batch) error {
+			out, err := mctx.Decode(b)
+			all = append(all, out...)
+			return err
+		}
+		err = wp.Run(context.Background(), nil, func(ctx context.Context, ex model.Experts) error {
+			mctx.Experts = ex
+			var b model.Batch
+			for s, p := range streamPrompts {
+				for i, id := range tok.Encode(p, true, true) {
+					b.Tokens, b.Pos, b.Seq = append(b.Tokens, id), append(b.Pos, int32(i)), append(b.Seq, int32(s))
+				}
+			}
+			if err := step(ctx, &b); err != nil {
+				return err
+			}
+			pos := map[int32]int32{}
+			for i := range b.Seq {
+				pos[b.Seq[i]] = b.Pos[i] + 1
+			}
+			for k := range 6 {
+				d := model.Batch{}
+				for s := range int32(3) {
+					d.Tokens, d.Pos, d.Seq = append(d.Tokens, int32(10+k+int(s))), append(d.Pos, pos[s]), append(d.Seq, s)
+					pos[s]++
+				}
+				if err := step(ctx, &d); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return all
+	}
+	ref := cpu.NewBackend(2, nil)
+	defer ref.Close()
+	ref.PackModel(m, true)
+	mmap, err := stages.NewWeightPath(m, path, ref, stages.WeightConfig{Engine: "mmap"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := run(ref, mmap)
+	be := cpu.NewBackend(2, nil)
+	defer be.Close()
+	be.PackModel(m, false)
+	probe, _ := stages.NewWeightPath(m, path, be, stages.WeightConfig{})
+	p := probe.Plan()
+	probe.Close()
+	wp, err := stages.NewWeightPath(m, path, be, stages.WeightConfig{Budget: p.Resident + p.Staging + int64(m.NExpertUsed+1)*p.SlotBytes, Policy: "lru"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wp.Close()
+	got := run(be, wp)
+	if len(got) != len(want) || len(want) == 0 {
+		t.Fatalf("%d logits, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("logit %d: %v, resident %v", i, got[i], want[i])
+		}
+	}
+	if wp.Stats().Evictions == 0 {
+		t.Error("no eviction: the budget was meant to force them")
+	}
+}
+
+// TestStreamedReadErrorFailsRequests: when the model file changes under the
+// engine, the requests whose step needed an unread expert end with
+// FinishError naming the cause; the engine itself does not fail.
+func TestStreamedReadErrorFailsRequests(t *testing.T) {
+	dir, _ := golden.Load(t)
+	src := filepath.Join(dir, "models", "synth-qwen3moe-Q8_0.gguf")
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	copyFile(t, src, path)
+	m, tok := openModel(t, path)
+	be := cpu.NewBackend(2, nil)
+	defer be.Close()
+	probe, err := stages.NewWeightPath(m, path, be, stages.WeightConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := probe.Plan()
+	probe.Close()
+	wp, err := stages.NewWeightPath(m, path, be, stages.WeightConfig{Budget: p.Resident + p.Staging + int64(m.NExpertUsed)*p.SlotBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wp.Close()
+	// the file grows by a byte: every later read fails with ErrChanged
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte{0})
+	f.Close()
+	_, finals := runLogits(t, m, tok, be, wp, 64)
+	for i, ev := range finals {
+		if ev.Finish != stages.FinishError || !errors.Is(ev.Err, nvme.ErrChanged) {
+			t.Errorf("request %d: finish %q, err %v; want an error matching nvme.ErrChanged", i, ev.Finish, ev.Err)
+		}
+	}
+}
+
+func copyFile(t *testing.T, src, dst string) {
+	t.Helper()
+	in, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStreamedCancel: cancelling a run whose weight path is reading stops
+// every stage (reader workers included) and leaves no goroutine behind.
+func TestStreamedCancel(t *testing.T) {
+	dir, _ := golden.Load(t)
+	path := filepath.Join(dir, "models", "synth-qwen3moe-Q8_0.gguf")
+	m, tok := openModel(t, path)
+	be := cpu.NewBackend(2, nil)
+	defer be.Close()
+	probe, _ := stages.NewWeightPath(m, path, be, stages.WeightConfig{})
+	p := probe.Plan()
+	probe.Close()
+	before := runtime.NumGoroutine()
+	wp, err := stages.NewWeightPath(m, path, be, stages.WeightConfig{Budget: p.Resident + p.Staging + int64(m.NExpertUsed)*p.SlotBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wp.Close()
+	e, err := stages.NewEngine(m, tok, be, stages.Config{NCtx: 512, Weights: wp}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n := 0
+	e.Submit(&stages.Request{Prompt: tok.Encode("Once upon a time", true, true), Params: greedy(), IgnoreEOG: true,
+		Emit: func(stages.Event) error {
+			if n++; n == 5 {
+				cancel()
+			}
+			return nil
+		}})
+	if err := e.Run(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Run: %v, want context.Canceled", err)
+	}
+	waitGoroutines(t, before)
+}
+
+// TestWeightPathPlanErrors: settings the weight path cannot honour are
+// refused with the reason.
+func TestWeightPathPlanErrors(t *testing.T) {
+	dir, _ := golden.Load(t)
+	path := filepath.Join(dir, "models", "synth-qwen3moe-Q8_0.gguf")
+	m, _ := openModel(t, path)
+	be := cpu.NewBackend(1, nil)
+	defer be.Close()
+	dense := filepath.Join(dir, "models", "stories260K.gguf")
+	md, _ := openModel(t, dense)
+	for _, tc := range []struct {
+		m    *model.Model
+		path string
+		cfg  stages.WeightConfig
+		want string
+	}{
+		{m, path, stages.WeightConfig{Engine: "io_uring"}, "io_uring is not implemented"},
+		{m, path, stages.WeightConfig{Engine: "aio"}, `unknown io_engine "aio"`},
+		{m, path, stages.WeightConfig{Policy: "lfu"}, "unknown expert cache policy"},
+		{m, path, stages.WeightConfig{Budget: 1 << 20}, "cannot hold the resident weights"},
+		{m, path, stages.WeightConfig{Engine: "mmap", Budget: 1 << 20}, "io_engine mmap maps the whole model"},
+		{md, dense, stages.WeightConfig{Budget: 1 << 10}, "streaming dense layers is not implemented"},
+	} {
+		_, err := stages.NewWeightPath(tc.m, tc.path, be, tc.cfg)
+		if err == nil || !contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want %q", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+func contains(s, sub string) bool {
+	return len(sub) == 0 || (len(s) >= len(sub) && (s[:len(sub)] == sub || contains(s[1:], sub)))
+}
