@@ -173,18 +173,24 @@ static void pack_q6_K(const uint8_t *w, int64_t ws, int64_t rows, int64_t nb, ui
 				for (int q = 0; q < 8; q++) {
 					p[1536 + 16 * q + 2 * r] = x[192 + 2 * q];
 					p[1536 + 16 * q + 2 * r + 1] = x[192 + 2 * q + 1];
-					// byte j of step k: code 2k+j of sub-block 2q (j < 2), 2k+j-2 of 2q+1
-					const uint8_t *c0 = codes + 32 * q, *c1 = c0 + 16;
+					// byte j of step k: code 2k+j of sub-block 2q (j < 2), 2k+j-2 of 2q+1.
+					// Steps 4h..4h+3 are the 16-bit interleave of the two
+					// sub-blocks' halves (st[s][j], s-major); step 4h+v (v < 3)
+					// is stored with the two bits 2v, 2v+1 of step 4h+3 on top.
+					const __m128i c0 = _mm_loadu_si128((const __m128i *)(codes + 32 * q));
+					const __m128i c1 = _mm_loadu_si128((const __m128i *)(codes + 32 * q + 16));
 					for (int h = 0; h < 2; h++) {
-						uint8_t st[4][4];
-						for (int s = 0; s < 4; s++) {
-							const int k = 4 * h + s;
-							st[s][0] = c0[2 * k], st[s][1] = c0[2 * k + 1], st[s][2] = c1[2 * k], st[s][3] = c1[2 * k + 1];
-						}
-						for (int v = 0; v < 3; v++) {
-							uint8_t *o = p + 192 * q + 96 * h + 32 * v + 4 * r;
-							for (int j = 0; j < 4; j++) o[j] = (uint8_t)(st[v][j] | ((st[3][j] >> (2 * v)) & 3) << 6);
-						}
+						const __m128i st = h ? _mm_unpackhi_epi16(c0, c1) : _mm_unpacklo_epi16(c0, c1);
+						const __m128i s3 = _mm_shuffle_epi32(st, 0xff);
+						const __m128i top = _mm_slli_epi32(
+						    _mm_and_si128(_mm_srlv_epi32(s3, _mm_setr_epi32(0, 2, 4, 0)), _mm_set1_epi8(3)), 6);
+						const __m128i o = _mm_or_si128(st, top);
+						uint8_t *b = p + 192 * q + 96 * h + 4 * r;
+						const uint32_t o0 = (uint32_t)_mm_cvtsi128_si32(o), o1 = (uint32_t)_mm_extract_epi32(o, 1),
+						               o2 = (uint32_t)_mm_extract_epi32(o, 2);
+						memcpy(b, &o0, 4);
+						memcpy(b + 32, &o1, 4);
+						memcpy(b + 64, &o2, 4);
 					}
 				}
 			}

@@ -69,6 +69,15 @@ type Spec struct {
 //     32 experts of width 512 with 4 used, dense FFN 3072 (unused), rope base
 //     1e6, rms eps 1e-6, untied: 0.66B parameters, 0.13B active per token,
 //     plus the embeddings.
+//   - "qwen3-30b-a3b": Qwen3-30B-A3B's shape: hidden 2048, 48 layers, 32
+//     heads / 4 KV heads of 128, 128 experts of width 768 with 8 used, dense
+//     FFN 6144 (unused), rope base 1e6, rms eps 1e-6, untied: 30.5B
+//     parameters, 3.3B active per token (with a 151,936-token vocabulary);
+//     about 17.9 GB in Q4_K_M with the built-in vocabulary. The router is
+//     the recipe's: rows N(0, 0.02²) times a per-expert scale, so some
+//     experts are chosen far more often than others, and consecutive
+//     tokens share much of their residual stream (attention mixes the
+//     context into every position), so their choices correlate.
 //
 // The large presets set NCtx 8192 (the real models train longer; a tool that
 // sizes its cache by the training context should not allocate for 128K) and
@@ -84,6 +93,9 @@ func Preset(name string) (Spec, error) {
 	case "llama-8b":
 		return Spec{Arch: "llama", Name: "synth-llama-8b", NCtx: 8192, NEmbd: 4096, NLayer: 32, NHead: 32, NHeadKV: 8,
 			HeadDim: 128, NFF: 14336, RopeBase: 500000, RMSEps: 1e-5}, nil
+	case "qwen3-30b-a3b":
+		return Spec{Arch: "qwen3moe", Name: "synth-qwen3-30b-a3b", NCtx: 8192, NEmbd: 2048, NLayer: 48, NHead: 32,
+			NHeadKV: 4, HeadDim: 128, NFF: 6144, NExpert: 128, NExpertUsed: 8, NFFExp: 768, RopeBase: 1e6, RMSEps: 1e-6}, nil
 	case "qwen3moe-small":
 		return Spec{Arch: "qwen3moe", Name: "synth-qwen3moe-small", NCtx: 8192, NEmbd: 1024, NLayer: 12, NHead: 16,
 			NHeadKV: 2, HeadDim: 128, NFF: 3072, NExpert: 32, NExpertUsed: 4, NFFExp: 512, RopeBase: 1e6, RMSEps: 1e-6}, nil
@@ -92,7 +104,9 @@ func Preset(name string) (Spec, error) {
 }
 
 // Presets returns the preset names.
-func Presets() []string { return []string{"demo", "llama-1b", "llama-8b", "qwen3moe-small"} }
+func Presets() []string {
+	return []string{"demo", "llama-1b", "llama-8b", "qwen3moe-small", "qwen3-30b-a3b"}
+}
 
 // Options select the weight types, the seed and the vocabulary.
 type Options struct {
