@@ -71,6 +71,8 @@ type engineCollector struct {
 	s                                                        *Server
 	queue, running, blocks, used, cached, hit, pre, blockTok *prometheus.Desc
 	stage                                                    *prometheus.Desc
+	// the weight path's expert cache (streamed MoE models)
+	expHits, expMisses, expRatio, expRead, expEvict, expCached, expSlots *prometheus.Desc
 }
 
 func newEngineCollector(s *Server) *engineCollector {
@@ -87,11 +89,20 @@ func newEngineCollector(s *Server) *engineCollector {
 		pre:      d("flowinfer_preemptions_total", "Sequences preempted (KV blocks reclaimed, recomputed later)."),
 		blockTok: d("flowinfer_kv_block_tokens", "Tokens per KV cache block."),
 		stage:    d("flowinfer_stage_seconds_total", "Wall time of each graph stage: busy, waiting for input, or blocked on output (stalled = waiting + blocked).", "stage", "state"),
+
+		expHits:   d("flowinfer_expert_cache_hits_total", "Routed experts a step needed that were in the expert cache, by layer.", "layer"),
+		expMisses: d("flowinfer_expert_cache_misses_total", "Routed experts a step needed that were read from disk, by layer.", "layer"),
+		expRatio:  d("flowinfer_expert_cache_hit_ratio", "Expert cache hits over all routed experts needed (all layers)."),
+		expRead:   d("flowinfer_weight_read_bytes_total", "Bytes of weights read from disk by the weight path's reader."),
+		expEvict:  d("flowinfer_expert_cache_evictions_total", "Experts evicted from the expert cache."),
+		expCached: d("flowinfer_expert_cache_experts", "Experts held in the expert cache."),
+		expSlots:  d("flowinfer_expert_cache_slots", "Experts the expert cache can hold (its byte budget over the slot size)."),
 	}
 }
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.queue, c.running, c.blocks, c.used, c.cached, c.hit, c.pre, c.blockTok, c.stage} {
+	for _, d := range []*prometheus.Desc{c.queue, c.running, c.blocks, c.used, c.cached, c.hit, c.pre, c.blockTok, c.stage,
+		c.expHits, c.expMisses, c.expRatio, c.expRead, c.expEvict, c.expCached, c.expSlots} {
 		ch <- d
 	}
 }
@@ -115,6 +126,28 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(c.hit, ratio)
 	ch <- prometheus.MustNewConstMetric(c.pre, prometheus.CounterValue, float64(st.Preemptions))
+	if w := b.Engine.Config().Weights; w != nil && w.Plan().Streaming() {
+		ws := w.Stats()
+		counter := func(d *prometheus.Desc, v float64, labels ...string) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+		}
+		var hits, misses int64
+		for l := range ws.Hits {
+			counter(c.expHits, float64(ws.Hits[l]), strconv.Itoa(l))
+			counter(c.expMisses, float64(ws.Misses[l]), strconv.Itoa(l))
+			hits += ws.Hits[l]
+			misses += ws.Misses[l]
+		}
+		r := 0.0
+		if hits+misses > 0 {
+			r = float64(hits) / float64(hits+misses)
+		}
+		gauge(c.expRatio, r)
+		counter(c.expRead, float64(ws.BytesRead))
+		counter(c.expEvict, float64(ws.Evictions))
+		gauge(c.expCached, float64(ws.CachedExperts))
+		gauge(c.expSlots, float64(w.Plan().Slots))
+	}
 	if b.Recorder == nil {
 		return
 	}

@@ -313,6 +313,20 @@ func (w *WeightPath) Close() error {
 	return err
 }
 
+// ResetStats zeroes the hit, miss and read counters (after Preload, so
+// they describe the run).
+func (w *WeightPath) ResetStats() {
+	if c := w.cache; c != nil {
+		for i := range c.hits {
+			c.hits[i].Store(0)
+			c.misses[i].Store(0)
+		}
+		c.evictions.Store(0)
+	}
+	w.readBytes.Store(0)
+	w.readNanos.Store(0)
+}
+
 // WeightStats are the weight path's counters since load.
 type WeightStats struct {
 	Hits, Misses  []int64 // per layer
@@ -414,6 +428,36 @@ func (w *WeightPath) Run(ctx context.Context, rec *graph.Recorder, fn func(ctx c
 		return fn(ctx, c)
 	})
 	return g.Run(ctx)
+}
+
+// Preload reads every routed expert into the cache through the weight
+// path's stages, when the cache holds them all (Plan.Slots ==
+// Plan.Experts): the model then runs with nothing left to read, as a fully
+// resident one (llama.cpp loads every weight before its first token, too).
+// It does nothing when the cache is smaller.
+func (w *WeightPath) Preload(ctx context.Context) error {
+	if !w.plan.Streaming() || w.plan.Slots < w.plan.Experts {
+		return nil
+	}
+	ids := make([]int, w.m.NExpert)
+	for i := range ids {
+		ids[i] = i
+	}
+	return w.Run(ctx, nil, func(ctx context.Context, ex model.Experts) error {
+		for il := range w.m.NLayer {
+			if err := ex.Fetch(il, ids); err != nil {
+				return err
+			}
+			for range ids {
+				if _, _, err := ex.Next(); err != nil {
+					ex.Release(il)
+					return err
+				}
+			}
+			ex.Release(il)
+		}
+		return nil
+	})
 }
 
 // pool hands out the staging slabs and takes them back from the uploader.

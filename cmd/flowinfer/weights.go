@@ -5,6 +5,7 @@ package main
 // load, the packed copies of the resident weights.
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"time"
@@ -76,6 +77,20 @@ func openWeights(f *WeightFlags, l *loaded, be *cpu.Backend, s weightSetup, log 
 	if err := packResident(be, m, !plan.Streaming(), log); err != nil {
 		wp.Close()
 		return nil, err
+	}
+	if plan.Streaming() && plan.Slots == plan.Experts {
+		// everything fits: read every expert now, at disk speed, rather
+		// than one miss at a time in the first tokens
+		t0 := time.Now()
+		if err := wp.Preload(context.Background()); err != nil {
+			wp.Close()
+			return nil, err
+		}
+		st := wp.Stats()
+		d := time.Since(t0)
+		fmt.Fprintf(os.Stderr, "flowinfer: preloaded %d experts (%v) in %.1f s (%.2f GB/s)\n", plan.Experts,
+			configs.ByteSize(st.BytesRead), d.Seconds(), float64(st.BytesRead)/d.Seconds()/1e9)
+		wp.ResetStats()
 	}
 	return wp, nil
 }
