@@ -21,12 +21,18 @@ type GenCmd struct {
 	Vocab  string `name:"vocab" help:"GGUF whose tokenizer to copy (e.g. a llama.cpp vocab file); default: the built-in 1024-token vocabulary." type:"existingfile"`
 	Out    string `short:"o" name:"output" required:"" help:"Output GGUF file." type:"path"`
 	Seed   uint64 `name:"seed" default:"1" help:"Seed of the random weights."`
+	// PlainRouter keeps the golden recipe's router for presets that make
+	// routing realistic (qwen3-30b-a3b).
+	PlainRouter bool `name:"plain-router" help:"MoE presets: the golden models' router (a few experts take almost every token) instead of the realistic one."`
 }
 
 func (c *GenCmd) Run(g *Globals) error {
 	spec, err := synth.Preset(c.Preset)
 	if err != nil {
 		return err
+	}
+	if c.PlainRouter {
+		spec.RouterSigma, spec.EmbdStd, spec.AttnOutStd = 0, 0, 0
 	}
 	opts := synth.Options{Seed: c.Seed}
 	if c.Pure {

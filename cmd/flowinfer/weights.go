@@ -27,6 +27,7 @@ type WeightFlags struct {
 	Slabs         int              `name:"slabs" default:"8" env:"FLOWINFER_SLABS" help:"Expert reads in flight (staging slabs)."`
 	PrefetchDepth int              `name:"prefetch-depth" default:"0" env:"FLOWINFER_PREFETCH_DEPTH" help:"Layers of experts read ahead speculatively (only 0 is implemented: experts are requested the moment the router picks them)."`
 	Mlock         bool             `name:"mlock" help:"Lock the expert cache and read slabs in RAM."`
+	CachePolicy   string           `name:"expert-cache-policy" default:"slru" enum:"slru,lru" help:"Expert cache eviction: slru (segmented LRU: experts used again are protected) or lru."`
 	DryRun        bool             `name:"dry-run" help:"Print the placement plan and exit."`
 }
 
@@ -60,7 +61,7 @@ func openWeights(f *WeightFlags, l *loaded, be *cpu.Backend, s weightSetup, log 
 		}
 	}
 	wp, err := stages.NewWeightPath(m, l.path, be, stages.WeightConfig{
-		Engine: f.IOEngine, Budget: budget, QueueDepth: f.Slabs, Lock: f.Mlock,
+		Engine: f.IOEngine, Budget: budget, QueueDepth: f.Slabs, Lock: f.Mlock, Policy: f.CachePolicy,
 	})
 	if err != nil && auto && budget > 0 {
 		err = fmt.Errorf("%w (the budget was derived from the machine's memory; set --ram-budget to choose it)", err)

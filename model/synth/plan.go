@@ -102,7 +102,8 @@ type Tensor struct {
 
 	role  role
 	std   float64
-	layer int // -1 outside the blocks
+	sigma float64 // router: lognormal σ of the per-expert scales (0: the golden table)
+	layer int     // -1 outside the blocks
 }
 
 // Plan returns the tensors Write writes for s and o, in file order, with
@@ -163,7 +164,14 @@ func tensorList(s Spec) []Tensor {
 	}
 	e, v := s.NEmbd, s.NVocab
 	qDim, kvDim := s.NHead*s.HeadDim, s.NHeadKV*s.HeadDim
-	add(-1, "token_embd.weight", roleWeight, std, e, v)
+	embdStd, attnOutStd := std, std
+	if s.EmbdStd > 0 {
+		embdStd = s.EmbdStd
+	}
+	if s.AttnOutStd > 0 {
+		attnOutStd = s.AttnOutStd
+	}
+	add(-1, "token_embd.weight", roleWeight, embdStd, e, v)
 	add(-1, "output_norm.weight", roleNorm, 0.1, e)
 	if !s.Tied {
 		add(-1, "output.weight", roleWeight, std, e, v)
@@ -173,7 +181,7 @@ func tensorList(s Spec) []Tensor {
 		add(i, "attn_q.weight", roleWeight, qkStd, e, qDim)
 		add(i, "attn_k.weight", roleWeight, qkStd, e, kvDim)
 		add(i, "attn_v.weight", roleWeight, std, e, kvDim)
-		add(i, "attn_output.weight", roleWeight, std, qDim, e)
+		add(i, "attn_output.weight", roleWeight, attnOutStd, qDim, e)
 		switch s.Arch {
 		case "qwen2":
 			add(i, "attn_q.bias", roleBias, 0.1, qDim)
@@ -186,6 +194,7 @@ func tensorList(s Spec) []Tensor {
 		add(i, "ffn_norm.weight", roleNorm, 0.1, e)
 		if s.NExpert > 0 {
 			add(i, "ffn_gate_inp.weight", roleRouter, std, e, s.NExpert)
+			ts[len(ts)-1].sigma = s.RouterSigma
 			add(i, "ffn_gate_exps.weight", roleWeight, std, e, s.NFFExp, s.NExpert)
 			add(i, "ffn_up_exps.weight", roleWeight, std, e, s.NFFExp, s.NExpert)
 			add(i, "ffn_down_exps.weight", roleWeight, std, s.NFFExp, e, s.NExpert)

@@ -70,7 +70,15 @@ func writeSmall(w io.Writer, t *Tensor, table *[65536]float32, k float32, seed u
 	for i := range scale {
 		scale[i] = 1
 	}
-	if t.role == roleRouter {
+	if t.role == roleRouter && t.sigma > 0 {
+		// scale_e = exp(σ·z), z ~ N(0, 1) by Box-Muller
+		for e := range scale {
+			u1 := (float64(r.Uint64()>>11) + 0.5) / (1 << 53)
+			u2 := float64(r.Uint64()>>11) / (1 << 53)
+			z := math.Sqrt(-2*math.Log(u1)) * math.Cos(2*math.Pi*u2)
+			scale[e] = float32(math.Exp(t.sigma * z))
+		}
+	} else if t.role == roleRouter {
 		// per-expert scales as the golden qwen3moe: {6, 4, 3, 2, 1.5, 1,
 		// 0.5, 0.25} repeated, shuffled per layer, so a few experts win
 		base := [...]float32{6, 4, 3, 2, 1.5, 1, 0.5, 0.25}

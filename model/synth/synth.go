@@ -53,6 +53,16 @@ type Spec struct {
 	RMSEps      float32
 	Tied        bool // no output.weight: the output reuses token_embd
 	Name        string
+	// Routing realism (qwen3moe; zero values keep the golden recipe). A
+	// random model's residual stream is dominated by the attention's
+	// average over the context, the same for every token, so its router
+	// picks nearly the same few experts every time. RouterSigma > 0 draws
+	// each expert's router-row scale from exp(N(0, σ²)) instead of the
+	// golden {6 ... 0.25} table (a milder popularity skew); EmbdStd and
+	// AttnOutStd replace 0.02 for token_embd and attn_output, so the
+	// token's own embedding carries weight against the context average
+	// (choices that vary from token to token but still correlate).
+	RouterSigma, EmbdStd, AttnOutStd float64
 }
 
 // Preset returns a named shape:
@@ -73,11 +83,15 @@ type Spec struct {
 //     heads / 4 KV heads of 128, 128 experts of width 768 with 8 used, dense
 //     FFN 6144 (unused), rope base 1e6, rms eps 1e-6, untied: 30.5B
 //     parameters, 3.3B active per token (with a 151,936-token vocabulary);
-//     about 17.9 GB in Q4_K_M with the built-in vocabulary. The router is
-//     the recipe's: rows N(0, 0.02²) times a per-expert scale, so some
-//     experts are chosen far more often than others, and consecutive
-//     tokens share much of their residual stream (attention mixes the
-//     context into every position), so their choices correlate.
+//     about 17.9 GB in Q4_K_M with the built-in vocabulary. Its routing is
+//     made to resemble the real model's (RouterSigma 0.25, EmbdStd 1, AttnOutStd 0.006;
+//     bench/README.md "Routing of the synthetic MoE" has the measurements
+//     and the published figures they follow): over 192 tokens of a story
+//     each layer uses ~107 of its 128 experts, the top expert takes ~6% of
+//     the choices, about half the experts cover 90% of them, and a token
+//     shares about a fifth of its experts with the previous one. The
+//     golden recipe's router (gen --plain-router) instead sends almost
+//     every token to the same few experts, which flatters any cache.
 //
 // The large presets set NCtx 8192 (the real models train longer; a tool that
 // sizes its cache by the training context should not allocate for 128K) and
@@ -95,7 +109,8 @@ func Preset(name string) (Spec, error) {
 			HeadDim: 128, NFF: 14336, RopeBase: 500000, RMSEps: 1e-5}, nil
 	case "qwen3-30b-a3b":
 		return Spec{Arch: "qwen3moe", Name: "synth-qwen3-30b-a3b", NCtx: 8192, NEmbd: 2048, NLayer: 48, NHead: 32,
-			NHeadKV: 4, HeadDim: 128, NFF: 6144, NExpert: 128, NExpertUsed: 8, NFFExp: 768, RopeBase: 1e6, RMSEps: 1e-6}, nil
+			NHeadKV: 4, HeadDim: 128, NFF: 6144, NExpert: 128, NExpertUsed: 8, NFFExp: 768, RopeBase: 1e6, RMSEps: 1e-6,
+			RouterSigma: 0.25, EmbdStd: 1, AttnOutStd: 0.006}, nil
 	case "qwen3moe-small":
 		return Spec{Arch: "qwen3moe", Name: "synth-qwen3moe-small", NCtx: 8192, NEmbd: 1024, NLayer: 12, NHead: 16,
 			NHeadKV: 2, HeadDim: 128, NFF: 3072, NExpert: 32, NExpertUsed: 4, NFFExp: 512, RopeBase: 1e6, RMSEps: 1e-6}, nil

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Out-of-core benchmark: decode and prompt speed of flowinfer and llama.cpp
+# on the same GGUF, under memory caps, with the page cache dropped before
+# every run (issue: models larger than memory).
+#
+#   sudo FLOWINFER=./flowinfer LLAMA_BIN=path/to/llama.cpp/build/bin \
+#        bench/outofcore.sh MODEL.gguf [CAP ...]
+#
+# CAPs are cgroup memory limits (4G, 8G, ...; "none" for no cap); default
+# "4G 8G none". Each run: drop caches, start the command inside the cgroup,
+# 16 tokens after a short prompt, 2 threads, context 512. llama.cpp runs
+# llama-completion with its default (repack), --no-repack, and, without a
+# cap, --no-mmap; flowinfer runs with its defaults (--ram-budget from the
+# cgroup limit). The script prints one line per run: engine, setting, cap,
+# prompt t/s, decode t/s, peak memory of the cgroup (page cache included),
+# exit status; and the disk's O_DIRECT bandwidth at the reader's queue depth
+# (bench/diskbw). It needs root (cgroup v1 memory controller at
+# /sys/fs/cgroup/memory, or cgroup v2 at /sys/fs/cgroup) and says so.
+set -u
+model=${1:?usage: bench/outofcore.sh MODEL.gguf [CAP ...]}
+shift
+caps=${*:-"4G 8G none"}
+fi_bin=${FLOWINFER:-}
+llama=${LLAMA_BIN:-}
+prompt="Once upon a time"
+ntok=16
+timeout_s=${TIMEOUT:-1200}
+if [ -z "$fi_bin" ] || [ ! -x "$fi_bin" ]; then
+	echo "outofcore: set FLOWINFER to a flowinfer binary (go build -o flowinfer ./cmd/flowinfer)" >&2; exit 2
+fi
+if [ -z "$llama" ] || [ ! -x "$llama/llama-completion" ]; then
+	echo "outofcore: set LLAMA_BIN to llama.cpp's build/bin (with llama-completion)" >&2; exit 2
+fi
+if [ "$(id -u)" != 0 ]; then
+	echo "outofcore: needs root (cgroup memory limits and drop_caches)" >&2; exit 2
+fi
+if [ -d /sys/fs/cgroup/memory ]; then
+	cg=/sys/fs/cgroup/memory/fi-outofcore; v=1
+elif [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+	cg=/sys/fs/cgroup/fi-outofcore; v=2
+else
+	echo "outofcore: no cgroup memory controller found" >&2; exit 2
+fi
+mkdir -p "$cg" || { echo "outofcore: cannot create $cg" >&2; exit 2; }
+
+bytes() { # 4G -> bytes
+	case $1 in
+	*G) echo $(( ${1%G} * 1024 * 1024 * 1024 ));;
+	*M) echo $(( ${1%M} * 1024 * 1024 ));;
+	*) echo "$1";;
+	esac
+}
+
+setcap() {
+	if [ $v = 1 ]; then
+		if [ "$1" = none ]; then echo -1 > "$cg/memory.limit_in_bytes"; else bytes "$1" > "$cg/memory.limit_in_bytes"; fi
+		echo 0 > "$cg/memory.max_usage_in_bytes"
+	else
+		if [ "$1" = none ]; then echo max > "$cg/memory.max"; else bytes "$1" > "$cg/memory.max"; fi
+	fi
+}
+
+peak() {
+	if [ $v = 1 ]; then cat "$cg/memory.max_usage_in_bytes"; else cat "$cg/memory.peak" 2>/dev/null || echo 0; fi
+}
+
+# run CAP NAME SETTING CMD...: one measured run inside the cgroup.
+run() {
+	local cap=$1 name=$2 setting=$3; shift 3
+	setcap "$cap"
+	sync; echo 3 > /proc/sys/vm/drop_caches
+	local out; out=$(mktemp)
+	timeout "$timeout_s" sh -c 'echo $$ > "$0/cgroup.procs"; exec "$@"' "$cg" "$@" > "$out" 2>&1
+	local rc=$?
+	local pp tg
+	if [ "$name" = flowinfer ]; then
+		pp=$(grep -o 'prompt eval time.*' "$out" | grep -o '[0-9.]* tokens per second' | cut -d' ' -f1)
+		tg=$(grep -o ' eval time.*runs.*' "$out" | grep -v prompt | grep -o '[0-9.]* tokens per second' | cut -d' ' -f1)
+	else
+		pp=$(grep 'prompt eval time' "$out" | grep -o '[0-9.]* tokens per second' | cut -d' ' -f1)
+		tg=$(grep ' eval time' "$out" | grep -v prompt | grep -o '[0-9.]* tokens per second' | cut -d' ' -f1)
+	fi
+	printf "%-10s %-28s cap %-5s pp %8s t/s  tg %8s t/s  peak %6.2f GiB  rc %s\n" "$name" "$setting" "$cap" "${pp:--}" "${tg:--}" \
+		"$(echo "$(peak) / 1073741824" | bc -l)" "$rc"
+	if [ "$name" = flowinfer ]; then grep -E 'expert cache:|expert reads:|weights:' "$out" | sed 's/^/    /'; fi
+	if [ $rc != 0 ]; then tail -3 "$out" | sed 's/^/    /'; fi
+	rm -f "$out"
+}
+
+echo "outofcore: $model ($(du -h "$model" | cut -f1)), caps: $caps, cgroup v$v, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+for cap in $caps; do
+	run "$cap" flowinfer "default" "$fi_bin" run -m "$model" -p "$prompt" -n $ntok -t 2 -c 512 --temp 0 --no-display-prompt
+	run "$cap" llama.cpp "default (repack, mmap)" "$llama/llama-completion" -m "$model" -p "$prompt" -n $ntok -t 2 -c 512 --temp 0 -no-cnv
+	run "$cap" llama.cpp "--no-repack (mmap)" "$llama/llama-completion" -m "$model" -p "$prompt" -n $ntok -t 2 -c 512 --temp 0 -no-cnv --no-repack
+	if [ "$cap" = none ]; then
+		run "$cap" llama.cpp "--no-mmap" "$llama/llama-completion" -m "$model" -p "$prompt" -n $ntok -t 2 -c 512 --temp 0 -no-cnv --no-mmap
+	fi
+done
+sync; echo 3 > /proc/sys/vm/drop_caches
+go run ./bench/diskbw -f "$model" -size 1MiB -qd 8 -t 10s
+rmdir "$cg" 2>/dev/null || true
