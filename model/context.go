@@ -192,6 +192,11 @@ type Context struct {
 	// ExpertRuns counts the routed experts run (one per expert and step,
 	// whatever its number of tokens), for the weight bytes a step used.
 	ExpertRuns int64
+	// PrefetchNext, with an Experts that is a Prefetcher, guesses the next
+	// layer's experts while a MoE layer runs, by applying the next layer's
+	// FFN norm and router to the current residual stream, and prefetches
+	// them (speculative prefetch, one layer ahead).
+	PrefetchNext bool
 	// Experts, when set, supplies the routed experts of MoE layers (the
 	// weight path's expert cache); nil: the views of the mapping.
 	Experts Experts
@@ -218,6 +223,7 @@ type Context struct {
 	probs                    []float32 // MaxBatch × NExpert
 	moeS                     moeScratch
 	stepErr                  error // an error inside a layer (Experts)
+	moeRows                  int   // tokens of the MoE step running
 	rowIdx                   []int
 	outRows                  []float32    // rows selected for logits
 	logits                   []float32    // MaxBatch × NVocab

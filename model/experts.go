@@ -28,6 +28,14 @@ type Experts interface {
 	Release(il int)
 }
 
+// Prefetcher is implemented by Experts that can read experts ahead of the
+// router: a guess, so nothing is pinned and a wrong one only costs a read.
+type Prefetcher interface {
+	// Prefetch starts reading the experts ids of layer il that are not
+	// cached, and returns without waiting.
+	Prefetch(il int, ids []int) error
+}
+
 // Packer is implemented by backends that multiply some weight types in a
 // packed layout of their own: a weight read from disk can then be packed
 // before compute needs it (off compute's path), into a buffer the caller

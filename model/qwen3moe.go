@@ -53,6 +53,12 @@ type moeScratch struct {
 	yg     []float32 // n × NEmbd: its outputs
 	out    []float32 // n·K × NEmbd: weighted output of token t's j-th expert
 	cursor []int32   // NExpert: write cursors while grouping
+	// the next layer's guessed experts (PrefetchNext)
+	pprobs []float32 // n × NExpert
+	psel   []int     // K
+	pw     []float32 // K
+	pmark  []bool    // NExpert
+	punion []int
 }
 
 func (s *moeScratch) alloc(n int, h *Hyper) {
@@ -63,6 +69,8 @@ func (s *moeScratch) alloc(n int, h *Hyper) {
 	s.xg, s.yg = make([]float32, n*h.NEmbd), make([]float32, n*h.NEmbd)
 	s.out = make([]float32, n*k*h.NEmbd)
 	s.cursor = make([]int32, h.NExpert)
+	s.pprobs, s.psel, s.pw = make([]float32, n*h.NExpert), make([]int, k), make([]float32, k)
+	s.pmark, s.punion = make([]bool, h.NExpert), make([]int, 0, h.NExpert)
 }
 
 // moe runs the mixture-of-experts FFN sub-layer by expert: the router
@@ -77,6 +85,7 @@ func (c *Context) moe(il int, b *Batch) {
 	n, h := b.Len(), &m.Hyper
 	K, d := h.NExpertUsed, h.NEmbd
 	s := &c.moeS
+	c.moeRows = n
 	c.span("moe", il, true)
 	defer c.span("moe", il, false)
 	ops.RMSNorm(c.xn, c.x[:n*d], L.FFNNorm, n, d, h.RMSEps)
@@ -165,6 +174,14 @@ func (c *Context) streamedExperts(il int) error {
 		if err := src.Fetch(il, ids); err != nil {
 			return err
 		}
+		if lo == 0 && c.PrefetchNext && il+1 < c.M.NLayer {
+			if pf, ok := src.(Prefetcher); ok {
+				if err := pf.Prefetch(il+1, c.guessNext(il)); err != nil {
+					src.Release(il)
+					return err
+				}
+			}
+		}
 		for range ids {
 			e, w, err := src.Next()
 			if err != nil {
@@ -176,6 +193,34 @@ func (c *Context) streamedExperts(il int) error {
 		src.Release(il)
 	}
 	return nil
+}
+
+// guessNext returns the union over the batch of the experts layer il+1's
+// router would pick if its input were the residual stream as it is now
+// (after layer il's attention): the next layer's input differs only by
+// this layer's expert outputs and the next attention.
+func (c *Context) guessNext(il int) []int {
+	h, s, ops := &c.M.Hyper, &c.moeS, c.Ops
+	L := &c.M.Layers[il+1]
+	n, d := c.moeRows, h.NEmbd
+	xn := s.yg[:n*d] // scratch: yg is free until the experts run
+	ops.RMSNorm(xn, c.x[:n*d], L.FFNNorm, n, d, h.RMSEps)
+	probs := s.pprobs[:n*h.NExpert]
+	ops.MatMul(probs, L.Router, xn, n)
+	clear(s.pmark)
+	s.punion = s.punion[:0]
+	for t := range n {
+		// softmax keeps the order: the top K logits are the top K
+		// probabilities
+		topK(probs[t*h.NExpert:(t+1)*h.NExpert], s.psel, s.pw)
+		for _, e := range s.psel {
+			if !s.pmark[e] {
+				s.pmark[e] = true
+				s.punion = append(s.punion, e)
+			}
+		}
+	}
+	return s.punion
 }
 
 // expert runs expert e on the tokens routed to it and writes each token's

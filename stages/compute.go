@@ -28,7 +28,9 @@ func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*st
 	if c.experts != nil {
 		c.experts.bind(ctx)
 		c.mctx.Experts = c.experts
-		defer func() { c.mctx.Experts = nil }()
+		c.mctx.PrefetchNext = c.experts.wp.Prefetching()
+		defer func() { c.mctx.Experts, c.mctx.PrefetchNext = nil, false }()
+		defer c.experts.finish()
 	}
 	if c.rec.Enabled() {
 		if d := c.rec.Detail(); d >= graph.DetailLayers {

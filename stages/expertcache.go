@@ -42,6 +42,9 @@ const (
 type slotState struct {
 	key        expertKey
 	valid      bool // holds key's weights
+	inflight   bool // a read into it is outstanding
+	mine       bool // part of the current Fetch
+	prefetched bool // brought by Prefetch and not yet used by a Fetch
 	list       uint8
 	hit        bool // the current fetch found it cached
 	prev, next int32
@@ -54,28 +57,32 @@ type lruList struct {
 }
 
 type expertCache struct {
-	wp        *WeightPath
-	slots     []slotState
-	index     map[expertKey]int32
-	free      []int32
-	lists     [3]lruList // by list id
-	protCap   int
-	slru      bool
-	ports     ports
-	ctx       context.Context
-	rec       *graph.Recorder
-	stg       *graph.Stage
-	fetched   []int32 // slots of the current Fetch
-	ready     []int32 // of those, ready and not yet returned by Next
-	pending   int     // reads outstanding
-	layer     int
-	hits      []atomic.Int64
-	misses    []atomic.Int64
-	evictions atomic.Int64
-	cached    atomic.Int64
+	wp      *WeightPath
+	slots   []slotState
+	index   map[expertKey]int32
+	free    []int32
+	lists   [3]lruList // by list id
+	protCap int
+	slru    bool
+	ports   ports
+	ctx     context.Context
+	rec     *graph.Recorder
+	stg     *graph.Stage
+	fetched []int32 // slots of the current Fetch
+	ready   []int32 // of those, ready and not yet returned by Next
+	pending int     // reads outstanding (fetches and prefetches)
+	mineP   int     // of those, the current Fetch's
+	err     error   // the first failed read of the current Fetch
+
+	hits, misses              []atomic.Int64
+	evictions, cached         atomic.Int64
+	pfIssued, pfUsed, pfWaste atomic.Int64
 }
 
-var _ model.Experts = (*expertCache)(nil)
+var (
+	_ model.Experts    = (*expertCache)(nil)
+	_ model.Prefetcher = (*expertCache)(nil)
+)
 
 func newExpertCache(wp *WeightPath, n int, policy string) *expertCache {
 	c := &expertCache{
@@ -108,21 +115,35 @@ func (c *expertCache) MaxFetch() int { return len(c.slots) }
 
 // Fetch implements model.Experts.
 func (c *expertCache) Fetch(il int, ids []int) error {
-	c.layer = il
-	c.fetched, c.ready = c.fetched[:0], c.ready[:0]
+	c.fetched, c.ready, c.err = c.fetched[:0], c.ready[:0], nil
+	nHit := 0
 	for _, e := range ids {
 		k := expertKey{int32(il), int32(e)}
-		if s, ok := c.index[k]; ok && c.slots[s].valid {
-			c.unlink(s)
-			c.slots[s].hit = true
+		if s, ok := c.index[k]; ok {
+			st := &c.slots[s]
+			if st.prefetched {
+				st.prefetched = false
+				c.pfUsed.Add(1)
+			}
+			st.mine, st.hit = true, st.valid
 			c.fetched = append(c.fetched, s)
-			c.ready = append(c.ready, s)
-			c.hits[il].Add(1)
+			if st.valid {
+				c.unlink(s)
+				c.ready = append(c.ready, s)
+				c.hits[il].Add(1)
+				nHit++
+			} else { // a prefetch of it is in flight
+				c.mineP++
+				c.misses[il].Add(1)
+			}
 			continue
 		}
-		s := c.victim()
+		s, err := c.victim(true)
+		if err != nil {
+			return err
+		}
 		st := &c.slots[s]
-		st.key, st.valid, st.hit = k, false, false
+		st.key, st.valid, st.inflight, st.mine, st.hit, st.prefetched = k, false, true, true, false, false
 		c.index[k] = s
 		c.fetched = append(c.fetched, s)
 		c.misses[il].Add(1)
@@ -130,77 +151,150 @@ func (c *expertCache) Fetch(il int, ids []int) error {
 			return err
 		}
 		c.pending++
+		c.mineP++
 	}
-	c.rec.Add(c.stg, "expert hits", int64(len(c.ready)))
-	c.rec.Add(c.stg, "expert misses", int64(len(ids)-len(c.ready)))
+	c.rec.Add(c.stg, "expert hits", int64(nHit))
+	c.rec.Add(c.stg, "expert misses", int64(len(ids)-nHit))
+	return nil
+}
+
+// Prefetch implements model.Prefetcher: it starts reads of the experts of
+// layer il that are neither cached nor in flight, into the coldest
+// unpinned slots, and returns at once. A prefetched expert joins the cache
+// (probation) when its read completes; it is counted as used when a later
+// Fetch asks for it, as wasted when evicted before that.
+func (c *expertCache) Prefetch(il int, ids []int) error {
+	for _, e := range ids {
+		k := expertKey{int32(il), int32(e)}
+		if _, ok := c.index[k]; ok {
+			continue
+		}
+		s, err := c.victim(false)
+		if err != nil {
+			return err
+		}
+		if s < 0 {
+			return nil // every slot is pinned or being read: no room to guess
+		}
+		st := &c.slots[s]
+		st.key, st.valid, st.inflight, st.mine, st.hit, st.prefetched = k, false, true, false, false, true
+		c.index[k] = s
+		if err := c.ports.reqs.Send(c.ctx, readReq{slot: s, layer: int32(il), expert: int32(e)}); err != nil {
+			return err
+		}
+		c.pending++
+		c.pfIssued.Add(1)
+	}
 	return nil
 }
 
 // victim returns a slot for a new expert: a free one, else the coldest
-// unpinned one (probation first), evicted.
-func (c *expertCache) victim() int32 {
-	if n := len(c.free); n > 0 {
-		s := c.free[n-1]
-		c.free = c.free[:n-1]
-		c.cached.Add(1)
-		return s
+// unpinned one (probation first), evicted. When every slot is pinned or
+// being read, it waits for a read to complete if wait is set (a Fetch
+// must get its slots; one exists since a Fetch asks for at most MaxFetch
+// experts), and returns -1 otherwise.
+func (c *expertCache) victim(wait bool) (int32, error) {
+	for {
+		if n := len(c.free); n > 0 {
+			s := c.free[n-1]
+			c.free = c.free[:n-1]
+			c.cached.Add(1)
+			return s, nil
+		}
+		l := listProbation
+		if c.lists[l].n == 0 {
+			l = listProtected
+		}
+		if s := c.lists[l].tail; s >= 0 {
+			c.unlink(s)
+			st := &c.slots[s]
+			delete(c.index, st.key)
+			if st.prefetched {
+				c.pfWaste.Add(1)
+			}
+			st.valid, st.prefetched = false, false
+			c.evictions.Add(1)
+			return s, nil
+		}
+		if !wait || c.pending == 0 {
+			return -1, nil
+		}
+		if err := c.await(); err != nil {
+			return -1, err
+		}
 	}
-	l := listProbation
-	if c.lists[l].n == 0 {
-		l = listProtected
+}
+
+// await receives one completed read: the current Fetch's become ready for
+// Next (or record its error); a prefetch's joins the cache.
+func (c *expertCache) await() error {
+	d, err := c.ports.doneIn.Recv(c.ctx)
+	if err != nil {
+		return err
 	}
-	s := c.lists[l].tail
-	if s < 0 {
-		// every slot is pinned: Fetch asked for more than MaxFetch
-		panic("stages: expert cache: no unpinned slot (fetch larger than MaxFetch)")
+	c.pending--
+	st := &c.slots[d.slot]
+	st.inflight = false
+	if st.mine {
+		c.mineP--
+		if d.err != nil {
+			if c.err == nil {
+				c.err = d.err
+			}
+			return nil
+		}
+		st.valid = true
+		c.ready = append(c.ready, d.slot)
+		return nil
 	}
-	c.unlink(s)
-	delete(c.index, c.slots[s].key)
-	c.slots[s].valid = false
-	c.evictions.Add(1)
-	return s
+	if d.err != nil || !st.prefetched && !st.valid {
+		// a failed prefetch: forget it
+		delete(c.index, st.key)
+		st.prefetched = false
+		c.free = append(c.free, d.slot)
+		c.cached.Add(-1)
+		return nil
+	}
+	st.valid = true
+	c.pushFront(listProbation, d.slot)
+	return nil
 }
 
 // Next implements model.Experts.
 func (c *expertCache) Next() (int, *model.ExpertWeights, error) {
-	if n := len(c.ready); n > 0 {
-		s := c.ready[0]
-		c.ready = c.ready[1:]
-		return int(c.slots[s].key.expert), &c.slots[s].w, nil
+	for len(c.ready) == 0 {
+		if c.err != nil {
+			return 0, nil, c.err
+		}
+		if c.mineP == 0 {
+			panic("stages: expert cache: Next after every fetched expert was returned")
+		}
+		if err := c.await(); err != nil {
+			return 0, nil, err
+		}
 	}
-	if c.pending == 0 {
-		panic("stages: expert cache: Next after every fetched expert was returned")
-	}
-	d, err := c.ports.doneIn.Recv(c.ctx)
-	if err != nil {
-		return 0, nil, err
-	}
-	c.pending--
-	st := &c.slots[d.slot]
-	if d.err != nil {
-		return 0, nil, d.err
-	}
-	st.valid = true
-	return int(st.key.expert), &st.w, nil
+	s := c.ready[0]
+	c.ready = c.ready[1:]
+	return int(c.slots[s].key.expert), &c.slots[s].w, nil
 }
 
-// Release implements model.Experts: it waits for reads still in flight
-// (after an error), then returns the fetched slots to the lists: hits to
-// protected (SLRU), new ones to probation; failed ones to the free list.
+// Release implements model.Experts: it waits for the Fetch's reads still
+// in flight (after an error), then returns the fetched slots to the lists:
+// hits to protected (SLRU), new ones to probation; failed ones to the free
+// list. Prefetches may stay in flight.
 func (c *expertCache) Release(int) {
-	for c.pending > 0 {
-		d, err := c.ports.doneIn.Recv(c.ctx)
-		if err != nil {
+	for c.mineP > 0 {
+		if c.await() != nil {
 			break // aborting: the graph's error says why
-		}
-		c.pending--
-		if d.err == nil {
-			c.slots[d.slot].valid = true
 		}
 	}
 	for _, s := range c.fetched {
 		st := &c.slots[s]
+		st.mine = false
 		if !st.valid {
+			if st.inflight {
+				continue // abort: finish forgets it
+			}
 			if i, ok := c.index[st.key]; ok && i == s {
 				delete(c.index, st.key)
 			}
@@ -219,7 +313,31 @@ func (c *expertCache) Release(int) {
 			c.pushFront(listProbation, s)
 		}
 	}
-	c.fetched, c.ready = c.fetched[:0], c.ready[:0]
+	c.fetched, c.ready, c.err = c.fetched[:0], c.ready[:0], nil
+}
+
+// finish waits for the prefetches still in flight when compute stops (so
+// the next run starts from a consistent cache); if the run was aborted,
+// it forgets them instead.
+func (c *expertCache) finish() {
+	for c.pending > 0 && c.ctx.Err() == nil {
+		if c.await() != nil {
+			break
+		}
+	}
+	if c.pending == 0 {
+		return
+	}
+	for i := range c.slots {
+		st := &c.slots[i]
+		if st.inflight {
+			delete(c.index, st.key)
+			st.inflight, st.valid, st.prefetched, st.mine = false, false, false, false
+			c.free = append(c.free, int32(i))
+			c.cached.Add(-1)
+		}
+	}
+	c.pending, c.mineP = 0, 0
 }
 
 func (c *expertCache) pushFront(l int, s int32) {

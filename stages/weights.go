@@ -55,6 +55,11 @@ type WeightConfig struct {
 	Policy string
 	// Lock mlocks the cache and staging slabs.
 	Lock bool
+	// PrefetchDepth 1 guesses each MoE layer's experts from the residual
+	// stream one layer early and reads them ahead (model.Context
+	// PrefetchNext); 0 reads only what the router chose. Deeper
+	// speculation is not implemented.
+	PrefetchDepth int
 	// NoDirect reads through the page cache instead of O_DIRECT.
 	NoDirect bool
 }
@@ -154,6 +159,9 @@ func NewWeightPath(m *model.Model, path string, ops model.Ops, cfg WeightConfig)
 	}
 	if cfg.Policy != "slru" && cfg.Policy != "lru" {
 		return nil, fmt.Errorf("stages: unknown expert cache policy %q (supported: slru, lru)", cfg.Policy)
+	}
+	if cfg.PrefetchDepth < 0 || cfg.PrefetchDepth > 1 {
+		return nil, fmt.Errorf("stages: prefetch_depth %d is not implemented (supported: 0, 1)", cfg.PrefetchDepth)
 	}
 	if cfg.Budget < 0 {
 		return nil, fmt.Errorf("stages: negative RAM budget %d", cfg.Budget)
@@ -297,6 +305,12 @@ func residentBytes(m *model.Model, pk model.Packer) int64 {
 	return n
 }
 
+// Prefetching reports whether MoE layers should prefetch the next layer's
+// guessed experts (Context.PrefetchNext).
+func (w *WeightPath) Prefetching() bool {
+	return w != nil && w.plan.Streaming() && w.cfg.PrefetchDepth > 0
+}
+
 // Plan returns the placement plan.
 func (w *WeightPath) Plan() Plan { return w.plan }
 
@@ -322,6 +336,9 @@ func (w *WeightPath) ResetStats() {
 			c.misses[i].Store(0)
 		}
 		c.evictions.Store(0)
+		c.pfIssued.Store(0)
+		c.pfUsed.Store(0)
+		c.pfWaste.Store(0)
 	}
 	w.readBytes.Store(0)
 	w.readNanos.Store(0)
@@ -334,6 +351,9 @@ type WeightStats struct {
 	ReadNanos     int64   // summed time of the reads (in flight together)
 	Evictions     int64
 	CachedExperts int
+	// speculative prefetch: reads issued, used by the next layer, evicted
+	// unused (accuracy = used / issued once the run is over)
+	PrefetchIssued, PrefetchUsed, PrefetchWasted int64
 }
 
 // Stats returns a snapshot of the counters (safe from any goroutine).
@@ -345,6 +365,7 @@ func (w *WeightPath) Stats() WeightStats {
 			s.Hits[i], s.Misses[i] = c.hits[i].Load(), c.misses[i].Load()
 		}
 		s.Evictions = c.evictions.Load()
+		s.PrefetchIssued, s.PrefetchUsed, s.PrefetchWasted = c.pfIssued.Load(), c.pfUsed.Load(), c.pfWaste.Load()
 		s.CachedExperts = int(c.cached.Load())
 	}
 	s.BytesRead, s.ReadNanos = w.readBytes.Load(), w.readNanos.Load()
@@ -398,7 +419,9 @@ func (w *WeightPath) add(g *graph.Graph, rec *graph.Recorder, comp *graph.Stage)
 	}
 	reader, pool, up := g.Stage("reader"), g.Stage("pool"), g.Stage("uploader")
 	var p ports
-	capReq := w.m.NExpert
+	// every outstanding read owns a slot: edges as deep as the slots never
+	// block compute (which would deadlock it against the uploader)
+	capReq := len(w.cache.slots)
 	p.reqs, p.reqsIn = graph.Connect[readReq](comp, reader, capReq)
 	p.free, p.freeIn = graph.Connect[int](pool, reader, len(w.staging))
 	p.read, p.readIn = graph.Connect[staged](reader, up, len(w.staging))
@@ -425,6 +448,7 @@ func (w *WeightPath) Run(ctx context.Context, rec *graph.Recorder, fn func(ctx c
 			return fn(ctx, nil)
 		}
 		c.bind(ctx)
+		defer c.finish()
 		return fn(ctx, c)
 	})
 	return g.Run(ctx)

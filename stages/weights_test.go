@@ -103,14 +103,18 @@ func TestStreamedExpertsBitIdentical(t *testing.T) {
 			p := probe.Plan()
 			probe.Close()
 			minimal := p.Resident + p.Staging + int64(m.NExpertUsed)*p.SlotBytes
-			for _, budget := range []int64{minimal, minimal + 3*p.SlotBytes, 0} {
-				t.Run(fmt.Sprintf("%s/batch=%d/budget=%d", name, maxBatch, budget), func(t *testing.T) {
+			for _, tc := range []struct {
+				budget   int64
+				prefetch int
+			}{{minimal, 0}, {minimal + 3*p.SlotBytes, 0}, {0, 0}, {minimal, 1}, {minimal + 5*p.SlotBytes, 1}} {
+				budget := tc.budget
+				t.Run(fmt.Sprintf("%s/batch=%d/budget=%d/prefetch=%d", name, maxBatch, budget, tc.prefetch), func(t *testing.T) {
 					be := cpu.NewBackend(2, nil)
 					defer be.Close()
 					if _, err := be.PackModel(m, false); err != nil {
 						t.Fatal(err)
 					}
-					wp, err := stages.NewWeightPath(m, path, be, stages.WeightConfig{Budget: budget, QueueDepth: 3})
+					wp, err := stages.NewWeightPath(m, path, be, stages.WeightConfig{Budget: budget, QueueDepth: 3, PrefetchDepth: tc.prefetch})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -138,13 +142,17 @@ func TestStreamedExpertsBitIdentical(t *testing.T) {
 					if misses == 0 || st.BytesRead == 0 {
 						t.Errorf("no expert was read (misses %d, bytes %d)", misses, st.BytesRead)
 					}
+					if tc.prefetch > 0 && st.PrefetchIssued == 0 {
+						t.Errorf("prefetch on, nothing prefetched")
+					}
 					if budget == minimal && st.Evictions == 0 {
 						t.Errorf("the smallest budget evicted nothing")
 					}
 					if budget == 0 && (st.Evictions != 0 || misses > int64(p.Experts)) {
 						t.Errorf("unlimited budget: %d evictions, %d misses for %d experts", st.Evictions, misses, p.Experts)
 					}
-					t.Logf("slots %d of %d: %d hits, %d misses, %d evictions, %d bytes read", wp.Plan().Slots, p.Experts, hits, misses, st.Evictions, st.BytesRead)
+					t.Logf("slots %d of %d: %d hits, %d misses, %d evictions, %d bytes read; prefetch %d issued, %d used, %d wasted",
+						wp.Plan().Slots, p.Experts, hits, misses, st.Evictions, st.BytesRead, st.PrefetchIssued, st.PrefetchUsed, st.PrefetchWasted)
 				})
 			}
 		}
@@ -170,7 +178,7 @@ func TestStreamedBatchBitIdentical(t *testing.T) {
 			return err
 		}
 		err = wp.Run(context.Background(), nil, func(ctx context.Context, ex model.Experts) error {
-			mctx.Experts = ex
+			mctx.Experts, mctx.PrefetchNext = ex, wp.Prefetching()
 			var b model.Batch
 			for s, p := range streamPrompts {
 				for i, id := range tok.Encode(p, true, true) {
@@ -215,7 +223,7 @@ func TestStreamedBatchBitIdentical(t *testing.T) {
 	probe, _ := stages.NewWeightPath(m, path, be, stages.WeightConfig{})
 	p := probe.Plan()
 	probe.Close()
-	wp, err := stages.NewWeightPath(m, path, be, stages.WeightConfig{Budget: p.Resident + p.Staging + int64(m.NExpertUsed+1)*p.SlotBytes, Policy: "lru"})
+	wp, err := stages.NewWeightPath(m, path, be, stages.WeightConfig{Budget: p.Resident + p.Staging + int64(m.NExpertUsed+1)*p.SlotBytes, Policy: "lru", PrefetchDepth: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

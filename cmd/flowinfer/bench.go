@@ -98,7 +98,7 @@ func (c *BenchCmd) Run(g *Globals) error {
 	}
 	var tests []bench.Test
 	err = wp.Run(ctx, nil, func(ctx context.Context, ex model.Experts) error {
-		mctx.Experts = ex
+		mctx.Experts, mctx.PrefetchNext = ex, wp.Prefetching()
 		tests, err = bench.Throughput(ctx, mctx, bench.ThroughputConfig{
 			NPrompt: c.NPrompt, NGen: c.NGen, Reps: c.Reps, NoWarmup: c.NoWarmup, Seed: c.Seed, BOS: bos,
 		})

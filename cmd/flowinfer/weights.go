@@ -25,7 +25,7 @@ type WeightFlags struct {
 	RAMBudget     configs.ByteSize `name:"ram-budget" default:"0" env:"FLOWINFER_RAM_BUDGET" help:"Bytes of weights held in RAM (e.g. 4GiB, 512MiB): resident weights, the expert cache and the read slabs; routed experts beyond it are read from disk as the router picks them. 0 = what the machine or its cgroup allows after the KV cache, activations and 512 MiB of headroom."`
 	IOEngine      string           `name:"io-engine" default:"pread" env:"FLOWINFER_IO_ENGINE" help:"How experts are read: pread (O_DIRECT where the filesystem allows, into an expert cache within --ram-budget) or mmap (the whole file mapped, paged by the kernel, no budget). io_uring is not implemented."`
 	Slabs         int              `name:"slabs" default:"8" env:"FLOWINFER_SLABS" help:"Expert reads in flight (staging slabs)."`
-	PrefetchDepth int              `name:"prefetch-depth" default:"0" env:"FLOWINFER_PREFETCH_DEPTH" help:"Layers of experts read ahead speculatively (only 0 is implemented: experts are requested the moment the router picks them)."`
+	PrefetchDepth int              `name:"prefetch-depth" default:"0" env:"FLOWINFER_PREFETCH_DEPTH" help:"Layers of experts read ahead speculatively: 0 reads the experts the router picked (the moment it picks them); 1 also guesses the next layer's experts from the current residual stream and reads them ahead."`
 	Mlock         bool             `name:"mlock" help:"Lock the expert cache and read slabs in RAM."`
 	CachePolicy   string           `name:"expert-cache-policy" default:"slru" enum:"slru,lru" help:"Expert cache eviction: slru (segmented LRU: experts used again are protected) or lru."`
 	DryRun        bool             `name:"dry-run" help:"Print the placement plan and exit."`
@@ -41,8 +41,8 @@ type weightSetup struct {
 // returns the weight path; with DryRun it prints the plan and returns
 // errDryRun.
 func openWeights(f *WeightFlags, l *loaded, be *cpu.Backend, s weightSetup, log *zap.Logger) (*stages.WeightPath, error) {
-	if f.PrefetchDepth != 0 {
-		return nil, fmt.Errorf("--prefetch-depth / pipeline.prefetch_depth %d: speculative prefetch is not implemented (supported: 0, experts requested the moment the router picks them)", f.PrefetchDepth)
+	if f.PrefetchDepth != 0 && f.PrefetchDepth != 1 {
+		return nil, fmt.Errorf("--prefetch-depth / pipeline.prefetch_depth %d: not implemented (supported: 0, the experts the router picked; 1, also the next layer's guessed experts)", f.PrefetchDepth)
 	}
 	if f.Slabs < 1 || f.Slabs > 1024 {
 		return nil, fmt.Errorf("--slabs / pipeline.edges.slabs %d: must be between 1 and 1024", f.Slabs)
@@ -61,7 +61,7 @@ func openWeights(f *WeightFlags, l *loaded, be *cpu.Backend, s weightSetup, log 
 		}
 	}
 	wp, err := stages.NewWeightPath(m, l.path, be, stages.WeightConfig{
-		Engine: f.IOEngine, Budget: budget, QueueDepth: f.Slabs, Lock: f.Mlock, Policy: f.CachePolicy,
+		Engine: f.IOEngine, Budget: budget, QueueDepth: f.Slabs, Lock: f.Mlock, Policy: f.CachePolicy, PrefetchDepth: f.PrefetchDepth,
 	})
 	if err != nil && auto && budget > 0 {
 		err = fmt.Errorf("%w (the budget was derived from the machine's memory; set --ram-budget to choose it)", err)
@@ -179,6 +179,10 @@ func printWeightStats(wp *stages.WeightPath) {
 	}
 	fmt.Fprintf(os.Stderr, "flowinfer: expert cache: %d hits, %d misses (hit rate %.1f%%, per layer %.1f%%-%.1f%%), %d evictions, %d experts cached\n",
 		hits, misses, 100*rate, 100*lo, 100*hi, st.Evictions, st.CachedExperts)
+	if st.PrefetchIssued > 0 {
+		fmt.Fprintf(os.Stderr, "flowinfer: prefetch: %d experts read ahead, %d used by the next layer (%.1f%%), %d evicted unused\n",
+			st.PrefetchIssued, st.PrefetchUsed, 100*float64(st.PrefetchUsed)/float64(st.PrefetchIssued), st.PrefetchWasted)
+	}
 	if st.BytesRead > 0 {
 		fmt.Fprintf(os.Stderr, "flowinfer: expert reads: %.2f GiB in %d experts, %.2f s of reads in flight\n",
 			float64(st.BytesRead)/(1<<30), misses, float64(st.ReadNanos)/1e9)
