@@ -82,7 +82,7 @@ run() {
 	fi
 	printf "%-10s %-28s cap %-5s pp %8s t/s  tg %8s t/s  peak %6.2f GiB  rc %s\n" "$name" "$setting" "$cap" "${pp:--}" "${tg:--}" \
 		"$(echo "$(peak) / 1073741824" | bc -l)" "$rc"
-	if [ "$name" = flowinfer ]; then grep -E 'expert cache:|expert reads:|weights:' "$out" | sed 's/^/    /'; fi
+	if [ "$name" = flowinfer ]; then grep -E 'expert cache:|expert reads:|prefetch:|weights:|preloaded' "$out" | sed 's/^/    /'; fi
 	if [ $rc != 0 ]; then tail -3 "$out" | sed 's/^/    /'; fi
 	rm -f "$out"
 }
@@ -90,6 +90,7 @@ run() {
 echo "outofcore: $model ($(du -h "$model" | cut -f1)), caps: $caps, cgroup v$v, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 for cap in $caps; do
 	run "$cap" flowinfer "default" "$fi_bin" run -m "$model" -p "$prompt" -n $ntok -t 2 -c 512 --temp 0 --no-display-prompt
+	run "$cap" flowinfer "--prefetch-depth 1" "$fi_bin" run -m "$model" -p "$prompt" -n $ntok -t 2 -c 512 --temp 0 --no-display-prompt --prefetch-depth 1
 	run "$cap" llama.cpp "default (repack, mmap)" "$llama/llama-completion" -m "$model" -p "$prompt" -n $ntok -t 2 -c 512 --temp 0 -no-cnv
 	run "$cap" llama.cpp "--no-repack (mmap)" "$llama/llama-completion" -m "$model" -p "$prompt" -n $ntok -t 2 -c 512 --temp 0 -no-cnv --no-repack
 	if [ "$cap" = none ]; then

@@ -86,9 +86,11 @@ type Pipeline struct {
 	// KVCache is the KV cache's element type and size.
 	KVCache KVCache `yaml:"kv_cache"`
 	// PrefetchDepth is how many layers of experts the reader requests
-	// ahead of the router, speculatively. Only 0 is implemented (experts
-	// are requested the moment the router picks them); other values are
-	// refused by the commands that run a model.
+	// ahead of the router, speculatively: 0 reads only what the router
+	// picked (the moment it picks it); 1 (default) also guesses the next
+	// layer's experts from the current residual stream and reads them
+	// ahead (measured: +11% decode at a 4 GiB cap, +18% at 8 GiB, 84-89%
+	// of the guesses used). Deeper values are refused.
 	PrefetchDepth int `yaml:"prefetch_depth"`
 	// IOEngine reads weights: pread (default; O_DIRECT into the expert
 	// cache) or mmap (the whole file mapped; no budget). io_uring is
@@ -160,7 +162,7 @@ func Default() Config {
 			Queue:         64,
 			Edges:         Edges{Tokens: 64, Slabs: 8},
 			KVCache:       KVCache{Type: "f32", CtxSize: 0},
-			PrefetchDepth: 0,
+			PrefetchDepth: 1,
 			IOEngine:      "pread",
 		},
 		Sampling: Sampling{

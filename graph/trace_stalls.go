@@ -123,6 +123,9 @@ func (r *Recorder) Stalls() Stalls {
 type Limit struct {
 	GBps   float64 // 0: unknown
 	Source string  // "memory, measured now", "disk, from the profile", ...
+	// Counters overrides the limit for some transfers, keyed by
+	// "stage/counter" (the disk's bandwidth for the reader's bytes read).
+	Counters map[string]Limit
 }
 
 // Format writes the report as text: a table of stages, the bounding stage,
@@ -159,8 +162,12 @@ func (st Stalls) Format(w io.Writer, limit Limit) error {
 	for _, t := range st.Transfers {
 		fmt.Fprintf(w, "transfer %s/%s: %s in %v = %.3f GB/s", t.Stage, t.Counter,
 			formatBytes(t.Bytes), t.Wall.Round(time.Microsecond), t.GBps)
-		if limit.GBps > 0 {
-			fmt.Fprintf(w, " = %.1f%% of %.1f GB/s (%s)", 100*t.GBps/limit.GBps, limit.GBps, limit.Source)
+		l := limit
+		if o, ok := limit.Counters[t.Stage+"/"+t.Counter]; ok {
+			l = o
+		}
+		if l.GBps > 0 {
+			fmt.Fprintf(w, " = %.1f%% of %.1f GB/s (%s)", 100*t.GBps/l.GBps, l.GBps, l.Source)
 		}
 		if t.Wall > 0 && t.Busy*20 >= t.Wall { // a rate over a sliver of busy time means nothing
 			fmt.Fprintf(w, "; %.3f GB/s while the stage was busy", t.BusyGBps)

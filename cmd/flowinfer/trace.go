@@ -117,6 +117,14 @@ func (c *TraceCmd) Run(g *Globals, cli *CLI) error {
 		}
 	}
 
+	if wp.Plan().Streaming() && !c.NoMeasure {
+		// the reader's bytes against the disk, not memory
+		if bw, err := diskBandwidth(ctx, l.path, c.Slabs, time.Second); err == nil {
+			limit.Counters = map[string]graph.Limit{"reader/bytes read": {GBps: bw,
+				Source: fmt.Sprintf("disk bandwidth, O_DIRECT 1 MiB reads, %d in flight, measured now", c.Slabs)}}
+		}
+	}
+
 	meta := map[string]string{
 		"model": l.Name, "model_file": c.Model, "prompt_tokens": strconv.Itoa(len(prompt)),
 		"n_predict": strconv.Itoa(c.NPredict), "requests": strconv.Itoa(c.Requests),

@@ -8,6 +8,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -25,7 +27,7 @@ type WeightFlags struct {
 	RAMBudget     configs.ByteSize `name:"ram-budget" default:"0" env:"FLOWINFER_RAM_BUDGET" help:"Bytes of weights held in RAM (e.g. 4GiB, 512MiB): resident weights, the expert cache and the read slabs; routed experts beyond it are read from disk as the router picks them. 0 = what the machine or its cgroup allows after the KV cache, activations and 512 MiB of headroom."`
 	IOEngine      string           `name:"io-engine" default:"pread" env:"FLOWINFER_IO_ENGINE" help:"How experts are read: pread (O_DIRECT where the filesystem allows, into an expert cache within --ram-budget) or mmap (the whole file mapped, paged by the kernel, no budget). io_uring is not implemented."`
 	Slabs         int              `name:"slabs" default:"8" env:"FLOWINFER_SLABS" help:"Expert reads in flight (staging slabs)."`
-	PrefetchDepth int              `name:"prefetch-depth" default:"0" env:"FLOWINFER_PREFETCH_DEPTH" help:"Layers of experts read ahead speculatively: 0 reads the experts the router picked (the moment it picks them); 1 also guesses the next layer's experts from the current residual stream and reads them ahead."`
+	PrefetchDepth int              `name:"prefetch-depth" default:"1" env:"FLOWINFER_PREFETCH_DEPTH" help:"Layers of experts read ahead speculatively: 0 reads the experts the router picked (the moment it picks them); 1 also guesses the next layer's experts from the current residual stream and reads them ahead."`
 	Mlock         bool             `name:"mlock" help:"Lock the expert cache and read slabs in RAM."`
 	CachePolicy   string           `name:"expert-cache-policy" default:"slru" enum:"slru,lru" help:"Expert cache eviction: slru (segmented LRU: experts used again are protected) or lru."`
 	DryRun        bool             `name:"dry-run" help:"Print the placement plan and exit."`
@@ -187,4 +189,46 @@ func printWeightStats(wp *stages.WeightPath) {
 		fmt.Fprintf(os.Stderr, "flowinfer: expert reads: %.2f GiB in %d experts, %.2f s of reads in flight\n",
 			float64(st.BytesRead)/(1<<30), misses, float64(st.ReadNanos)/1e9)
 	}
+}
+
+// diskBandwidth measures the O_DIRECT read bandwidth of the file at path
+// (1 MiB reads at random aligned offsets, qd in flight, for d), in GB/s:
+// what the reader's bytes are compared with (bench/diskbw is the same
+// measurement as a tool).
+func diskBandwidth(ctx context.Context, path string, qd int, d time.Duration) (float64, error) {
+	r, err := nvme.Open(path, nvme.Options{Engine: "pread", Direct: true})
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	const n = 1 << 20
+	if r.Size() < 2*n {
+		return 0, fmt.Errorf("file too small")
+	}
+	var total atomic.Int64
+	deadline := time.Now().Add(d)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for g := range max(qd, 1) {
+		wg.Go(func() {
+			buf, err := nvme.AlignedAlloc(nvme.BufferSize(n), false)
+			if err != nil {
+				return
+			}
+			defer nvme.AlignedFree(buf)
+			x := uint64(g)*0x9E3779B97F4A7C15 + 1
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				x ^= x << 13
+				x ^= x >> 7
+				x ^= x << 17
+				off := int64(x%uint64((r.Size()-n)/nvme.Align)) * nvme.Align
+				if _, err := r.ReadAt(buf, off, n); err != nil {
+					return
+				}
+				total.Add(n)
+			}
+		})
+	}
+	wg.Wait()
+	return float64(total.Load()) / time.Since(start).Seconds() / 1e9, nil
 }
