@@ -166,7 +166,8 @@ func New(source, bosToken, eosToken string, opts ...Option) (*Template, error) {
 	if err != nil {
 		// gonja rejects (or misparses) conditional expressions nested in
 		// brackets; retry with those rewritten.
-		if rw, changed := rewriteInlineIfs(t.source); changed {
+		// (Not after a render limit: the rewrite would not make it cheaper.)
+		if rw, changed := rewriteInlineIfs(t.source); changed && !errors.Is(err, ErrRenderLimit) {
 			jt2, err2 := parseJinja(rw)
 			if err2 == nil {
 				err2 = t.probe(jt2)
@@ -181,7 +182,7 @@ func New(source, bosToken, eosToken string, opts ...Option) (*Template, error) {
 	}
 	if err != nil {
 		if t.family == Unknown {
-			return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
+			return nil, fmt.Errorf("%w: %w", ErrUnsupported, err)
 		}
 		t.fallback = true
 		t.log.Warn("chat template: Jinja rendering failed, using the built-in renderer",
