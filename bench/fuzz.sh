@@ -127,11 +127,11 @@ for t in "${targets[@]}"; do
 			break
 		fi
 	done
-	line=$(printf '%-22s %-16s %12d execs %7ds  %s' "$pkg" "$name" "$total" "$spent" "$result")
+	line=$(printf '%-22s %-22s %12d execs %7ds  %s' "$pkg" "$name" "$total" "$spent" "$result")
 	echo "$line" >&2
 	results+=("$line")
 done
 echo
-printf '%-22s %-16s %18s %8s  %s\n' package target executions time result
+printf '%-22s %-22s %18s %8s  %s\n' package target executions time result
 printf '%s\n' "${results[@]}"
 exit $status
