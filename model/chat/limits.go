@@ -247,16 +247,18 @@ func binop(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value 
 		return r
 	}
 	op := tokens.Type(params.Args[0].Integer())
-	if b := budgetOf(e.Environment.Context); b != nil {
+	// String concatenation, gonja's semantics for ~ and for + with a string
+	// operand (and no list or float), done here without a sub-evaluator.
+	concat := op == tokens.Tilde ||
+		(op == tokens.Addition && !l.IsList() && !l.IsFloat() && !r.IsFloat() && (l.IsString() || r.IsString()))
+	b := budgetOf(e.Environment.Context)
+	if b != nil {
 		n := 0
 		switch {
-		case op == tokens.Tilde:
+		case concat:
 			n = len(l.String()) + len(r.String())
-		case op == tokens.Addition && (l.IsString() || l.IsList()):
+		case op == tokens.Addition && l.IsList():
 			n = l.Len() + r.Len()
-			if l.IsString() {
-				n = len(l.String()) + len(r.String())
-			}
 		case op == tokens.Multiply && l.IsString() && !r.IsFloat():
 			k := r.Integer()
 			if k > 0 && len(l.String()) > 0 && k > b.maxBytes/len(l.String()) {
@@ -273,6 +275,9 @@ func binop(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value 
 		if b.built += n; b.built > MaxRenderAlloc {
 			return exec.AsValue(b.fail("more than %d bytes of strings built", MaxRenderAlloc))
 		}
+	}
+	if concat {
+		return exec.AsValue(l.String() + r.String())
 	}
 	ctx := e.Environment.Context.Inherit()
 	ctx.Set(binopLeft, l)
