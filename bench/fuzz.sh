@@ -121,6 +121,12 @@ for t in "${targets[@]}"; do
 			status=1
 			break
 		fi
+		if [ "${n:-0}" -eq 0 ]; then
+			result="FAILED (no executions in a chunk)"
+			cat "$log" >&2
+			status=1
+			break
+		fi
 		if [ "$execs" -gt 0 ]; then
 			[ $total -ge "$execs" ] && break
 		elif [ $spent -ge $budget ]; then
