@@ -89,8 +89,23 @@ func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// MarshalYAML writes the String form.
-func (b ByteSize) MarshalYAML() (any, error) { return b.String(), nil }
+// exact is b in the largest unit that divides it, else in bytes: unlike
+// String (rounded to two decimals for display), it parses back to b.
+func (b ByteSize) exact() string {
+	for _, u := range []struct {
+		name string
+		v    ByteSize
+	}{{"TiB", TiB}, {"GiB", GiB}, {"MiB", MiB}, {"KiB", KiB}} {
+		if b >= u.v && b%u.v == 0 {
+			return strconv.FormatInt(int64(b/u.v), 10) + u.name
+		}
+	}
+	return strconv.FormatInt(int64(b), 10)
+}
+
+// MarshalYAML writes the exact form, so a written profile loads back the
+// same (a rounded "1.04KiB" would not: fuzz finding, testdata/fuzz/FuzzLoad).
+func (b ByteSize) MarshalYAML() (any, error) { return b.exact(), nil }
 
 // UnmarshalText lets flags and environment variables carry byte sizes.
 func (b *ByteSize) UnmarshalText(text []byte) error {
@@ -103,4 +118,4 @@ func (b *ByteSize) UnmarshalText(text []byte) error {
 }
 
 // MarshalText writes the String form.
-func (b ByteSize) MarshalText() ([]byte, error) { return []byte(b.String()), nil }
+func (b ByteSize) MarshalText() ([]byte, error) { return []byte(b.exact()), nil }

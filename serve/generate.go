@@ -310,6 +310,9 @@ func decode(ctx *fasthttp.RequestCtx, v any) *apiError {
 	if len(strings.TrimSpace(string(body))) == 0 {
 		return badRequest("", "the request body is empty; expected a JSON object")
 	}
+	if countObjects(body, MaxJSONObjects) > MaxJSONObjects {
+		return badRequest("", "the request has more than %d JSON objects", MaxJSONObjects)
+	}
 	if err := json.Unmarshal(body, v); err != nil {
 		return decodeError(err)
 	}

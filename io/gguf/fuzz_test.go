@@ -1,15 +1,19 @@
 // FuzzParse and the allocation bound: Parse never panics, what it accepts
 // is consistent (tensor data inside the input, accessors safe, a rewrite
 // with Writer parses back the same), and a hostile header cannot make it
-// allocate more than the input justifies.
+// allocate more than the input justifies. Seeds: hand-made files, the
+// malformed cases, testdata/fuzz/FuzzParse and the golden stories260K-q8_0.
 package gguf
 
 import (
 	"bytes"
 	"errors"
+	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 
+	"github.com/flowinfer/flowinfer/internal/golden"
 	"github.com/flowinfer/flowinfer/quant"
 )
 
@@ -20,6 +24,10 @@ func FuzzParse(f *testing.F) {
 	f.Add(hdr(2, 1, 0).tensor("s", quant.F32, 0).pad(32).zeros(4).bytes()) // v2, a 0-dim scalar
 	for _, c := range malformedCases() {
 		f.Add(c.data)
+	}
+	// The smallest golden model, a real file (read at test time).
+	if b, err := os.ReadFile(filepath.Join(golden.Dir(f), "models", "stories260K-q8_0.gguf")); err == nil {
+		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		file, err := Parse(data)

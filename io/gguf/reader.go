@@ -9,7 +9,10 @@
 // magic, unknown versions, duplicate keys or tensor names, bad alignment,
 // more than four dimensions, unknown tensor types, rows that are not a whole
 // number of blocks and tensor data outside the file. Every rejection is a
-// *FormatError naming what was wrong and where; nothing panics.
+// *FormatError naming what was wrong and where; nothing panics. Tensor
+// shapes follow one rule, TensorBytes, in the reader and the Writer alike:
+// every partial product of the dimensions, in elements and in bytes, fits
+// in an int64.
 //
 // It does not interpret model metadata (that is package model's job) and
 // does not support big-endian files or GGUF v1.
@@ -21,7 +24,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/bits"
 	"os"
 	"slices"
 	"strings"
@@ -556,19 +558,10 @@ func (d *decoder) tensorInfo(i uint64) (*Tensor, error) {
 		return nil, d.errf("tensor %q has %d dimensions, at most %d allowed", name, nDims, MaxDims)
 	}
 	t.Dims = make([]uint64, nDims)
-	n := uint64(1)
 	for j := range t.Dims {
 		if t.Dims[j], err = d.u64(func() string { return fmt.Sprintf("tensor %q dimension %d", name, j) }); err != nil {
 			return nil, err
 		}
-		if t.Dims[j] > math.MaxInt64 {
-			return nil, d.errf("tensor %q: dimension %d is %d (negative as int64)", name, j, t.Dims[j])
-		}
-		hi, lo := bits.Mul64(n, t.Dims[j])
-		if hi != 0 || lo > math.MaxInt64 {
-			return nil, d.errf("tensor %q: element count overflows with shape %v", name, t.Dims)
-		}
-		n = lo
 	}
 	typ, err := d.u32(func() string { return fmt.Sprintf("tensor %q type", name) })
 	if err != nil {
@@ -578,16 +571,9 @@ func (d *decoder) tensorInfo(i uint64) (*Tensor, error) {
 	if !t.Type.Known() {
 		return nil, d.errf("tensor %q has unknown tensor type %d", name, typ)
 	}
-	bs := uint64(t.Type.BlockSize())
-	if nDims > 0 && t.Dims[0]%bs != 0 {
-		return nil, d.errf("tensor %q: row of %d elements is not a whole number of %s blocks of %d", name, t.Dims[0], t.Type, bs)
-	}
-	if nDims == 0 && bs != 1 {
-		return nil, d.errf("tensor %q: scalar of block type %s", name, t.Type)
-	}
-	hi, size := bits.Mul64(n/bs, uint64(t.Type.BlockBytes()))
-	if hi != 0 || size > math.MaxInt64 {
-		return nil, d.errf("tensor %q: size in bytes overflows", name)
+	size, err := TensorBytes(t.Type, t.Dims)
+	if err != nil {
+		return nil, d.errf("tensor %q: %v", name, err)
 	}
 	t.Size = size
 	if t.Offset, err = d.u64(func() string { return fmt.Sprintf("tensor %q data offset", name) }); err != nil {

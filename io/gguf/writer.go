@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/bits"
 
 	"github.com/flowinfer/flowinfer/quant"
 )
@@ -67,21 +66,10 @@ func (w *Writer) check(name string, typ quant.Type, dims []uint64) (uint64, erro
 	if len(dims) == 0 || len(dims) > MaxDims {
 		return 0, fmt.Errorf("gguf: writer: tensor %q has %d dims, want 1 to %d", name, len(dims), MaxDims)
 	}
-	if dims[0] > math.MaxInt {
-		return 0, fmt.Errorf("gguf: writer: tensor %q: row of %d elements is too long", name, dims[0])
-	}
-	rb, err := quant.RowBytes(typ, int(dims[0]))
+	// The reader's shape rule (TensorBytes), so a written file parses back.
+	size, err := TensorBytes(typ, dims)
 	if err != nil {
 		return 0, fmt.Errorf("gguf: writer: tensor %q: %w", name, err)
-	}
-	// size = row bytes * rows, checked for overflow like the reader does.
-	size := uint64(rb)
-	for _, d := range dims[1:] {
-		hi, lo := bits.Mul64(size, d)
-		if hi != 0 || lo > math.MaxInt64 {
-			return 0, fmt.Errorf("gguf: writer: tensor %q: shape %v overflows", name, dims)
-		}
-		size = lo
 	}
 	return size, nil
 }

@@ -20,6 +20,12 @@
 //
 // A model without a template gets ChatML (Default), as in llama-server.
 //
+// The template is untrusted (it comes with a downloaded model), so a render is
+// bounded: RenderTimeout, MaxLoopIterations, MaxMacroDepth, an output and
+// string size limit of MaxRenderBytes plus RenderBytesPerInput times the
+// conversation's bytes, and MaxRenderAlloc bytes of strings built in all
+// (limits.go). A render beyond them fails with ErrRenderLimit.
+//
 // BOS: llama-server tokenizes the rendered prompt with add_special=true and
 // parse_special=true, after removing a leading bos_token text when the
 // vocabulary adds BOS itself (and a trailing eos_token text when it adds EOS).
@@ -166,7 +172,8 @@ func New(source, bosToken, eosToken string, opts ...Option) (*Template, error) {
 	if err != nil {
 		// gonja rejects (or misparses) conditional expressions nested in
 		// brackets; retry with those rewritten.
-		if rw, changed := rewriteInlineIfs(t.source); changed {
+		// (Not after a render limit: the rewrite would not make it cheaper.)
+		if rw, changed := rewriteInlineIfs(t.source); changed && !errors.Is(err, ErrRenderLimit) {
 			jt2, err2 := parseJinja(rw)
 			if err2 == nil {
 				err2 = t.probe(jt2)
@@ -181,7 +188,7 @@ func New(source, bosToken, eosToken string, opts ...Option) (*Template, error) {
 	}
 	if err != nil {
 		if t.family == Unknown {
-			return nil, fmt.Errorf("%w: %v", ErrUnsupported, err)
+			return nil, fmt.Errorf("%w: %w", ErrUnsupported, err)
 		}
 		t.fallback = true
 		t.log.Warn("chat template: Jinja rendering failed, using the built-in renderer",

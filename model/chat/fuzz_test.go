@@ -1,10 +1,20 @@
-// Fuzzing of template parsing and rendering: any template text must give a
-// Template or an error, never a panic or a hang.
+// Fuzzing of template parsing and rendering: any template text gives a
+// Template or an error, never a panic; a render takes at most about
+// RenderTimeout and its output stays within the byte limit, or fails with
+// ErrRenderLimit. Seeds: the templates in testdata/templates and the chat
+// template of the golden phi-3 vocabulary (read at test time).
 
 package chat
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/flowinfer/flowinfer/internal/golden"
+	"github.com/flowinfer/flowinfer/io/gguf"
 )
 
 func FuzzNew(f *testing.F) {
@@ -20,12 +30,53 @@ func FuzzNew(f *testing.F) {
 	} {
 		f.Add(s)
 	}
+	for _, h := range hostileTemplates {
+		if !strings.Contains(h, "range(1000000)") { // those take a second each
+			f.Add(h)
+		}
+	}
+	paths, _ := filepath.Glob("testdata/templates/*.jinja")
+	for _, p := range paths {
+		if b, err := os.ReadFile(p); err == nil {
+			f.Add(string(b))
+		}
+	}
+	if dir := golden.Dir(f); dir != "" {
+		if g, err := gguf.Open(filepath.Join(dir, "vocab", "ggml-vocab-phi-3.gguf")); err == nil {
+			if s, ok := g.GetString("tokenizer.chat_template"); ok {
+				f.Add(s)
+			}
+			g.Close()
+		}
+	}
 	f.Fuzz(func(t *testing.T, src string) {
+		start := time.Now()
 		tpl, err := New(src, "<s>", "</s>")
+		// New renders up to three probe conversations.
+		if d := time.Since(start); d > 4*RenderTimeout {
+			t.Fatalf("New took %v", d)
+		}
 		if err != nil {
 			return
 		}
-		_, _ = tpl.Render([]Message{{"system", "s"}, {"user", "u"}, {"assistant", "a"}, {"user", "u2"}}, true)
-		_, _ = tpl.Render([]Message{{"user", "x"}}, false)
+		for _, c := range []struct {
+			msgs []Message
+			gen  bool
+		}{
+			{[]Message{{"system", "s"}, {"user", "u"}, {"assistant", "a"}, {"user", "u2"}}, true},
+			{[]Message{{"user", "x"}}, false},
+		} {
+			start := time.Now()
+			out, err := tpl.Render(c.msgs, c.gen)
+			if d := time.Since(start); d > 2*RenderTimeout {
+				t.Fatalf("Render took %v (err %v)", d, err)
+			}
+			if len(out) > MaxRenderBytes+RenderBytesPerInput*64 {
+				t.Fatalf("Render wrote %d bytes", len(out))
+			}
+			if err == nil && out == "" && tpl.jinja == nil {
+				t.Fatal("built-in renderer rendered nothing")
+			}
+		}
 	})
 }

@@ -64,6 +64,7 @@ func parseJinja(source string) (jt *jinjaTemplate, err error) {
 	if err != nil {
 		return nil, trimParseError(err, source)
 	}
+	limitTemplate(tpl.Root())
 	return &jinjaTemplate{tpl: tpl}, nil
 }
 
@@ -93,7 +94,13 @@ func (j *jinjaTemplate) render(v jinjaVars) (out string, err error) {
 			{Key: exec.AsValue("content"), Value: exec.AsValue(m.Content)},
 		}}
 	}
+	input := len(v.bosToken) + len(v.eosToken)
+	for _, m := range v.messages {
+		input += len(m.Role) + len(m.Content)
+	}
+	b := newBudget(input)
 	ctx := exec.NewContext(map[string]any{
+		budgetKey:               b,
 		"messages":              msgs,
 		"bos_token":             v.bosToken,
 		"eos_token":             v.eosToken,
@@ -118,14 +125,20 @@ func (j *jinjaTemplate) render(v jinjaVars) (out string, err error) {
 			return strftime(args.Args[0].String(), v.now), nil
 		},
 	})
-	out, err = j.tpl.ExecuteToString(ctx)
-	if err != nil {
+	if err = j.tpl.Execute(b, ctx); err != nil {
 		if raised != nil {
 			return "", raised
 		}
+		if b.err != nil {
+			return "", b.err
+		}
+		// str methods do not see the budget, and gonja flattens their errors.
+		if strings.Contains(err.Error(), ErrRenderLimit.Error()) {
+			return "", fmt.Errorf("%w: %v", ErrRenderLimit, err)
+		}
 		return "", err
 	}
-	return out, nil
+	return b.out.String(), nil
 }
 
 // newEnvironment builds a private gonja environment: gonja's builtins plus
@@ -150,6 +163,16 @@ func newEnvironment() (*exec.Environment, error) {
 		return nil, err
 	}
 	if err := filters.Replace("trim", trimFilter); err != nil {
+		return nil, err
+	}
+	for _, name := range widthFilters {
+		if fn, ok := filters.Get(name); ok {
+			if err := filters.Replace(name, widthLimited(name, fn)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := filters.Register(binopFilter, binop); err != nil {
 		return nil, err
 	}
 
@@ -255,6 +278,11 @@ func newMethods() exec.Methods {
 	}
 	for name, m := range stringMethods() {
 		str[name] = m
+	}
+	for _, name := range widthMethods {
+		if m, ok := str[name]; ok {
+			str[name] = widthLimitedMethod(name, m)
+		}
 	}
 	dict := map[string]exec.Method[map[string]any]{}
 	for _, name := range dictMethodNames {

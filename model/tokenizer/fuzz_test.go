@@ -1,5 +1,7 @@
 // fuzz_test.go: Encode never panics, returns valid ids, and round-trips
-// through Decode and the streaming Decoder. Seeds: testdata/fuzz/FuzzEncode.
+// through Decode and the streaming Decoder: Decode(Encode(x)) == x for valid
+// UTF-8 wherever the tokenizer is lossless. Seeds: testdata/fuzz/FuzzEncode,
+// llama.cpp's test inputs for the golden vocabularies and the golden prompts.
 
 package tokenizer
 
@@ -10,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/flowinfer/flowinfer/internal/golden"
 )
 
 // fuzzTokenizers returns hand-built SPM and BPE tokenizers, plus the golden
@@ -72,6 +76,21 @@ func FuzzEncode(f *testing.F) {
 	f.Add("Hello world", false, false)
 	f.Add("<s> x </s>", true, true)
 	toks := fuzzTokenizers(f)
+	// llama.cpp's tokenizer test inputs (golden vocab/*.gguf.inp) and the
+	// golden prompts, read at test time.
+	if g := golden.Dir(f); g != "" {
+		inps, _ := filepath.Glob(filepath.Join(g, "vocab", "*.gguf.inp"))
+		prompts, _ := filepath.Glob(filepath.Join(g, "prompts", "*.txt"))
+		for _, p := range append(inps, prompts...) {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				continue
+			}
+			for _, s := range strings.Split(string(b), "\n__ggml_vocab_test__\n") {
+				f.Add(s, false, false)
+			}
+		}
+	}
 	f.Fuzz(func(t *testing.T, text string, addSpecial, parseSpecial bool) {
 		for name, tok := range toks {
 			got := tok.Encode(text, addSpecial, parseSpecial)

@@ -1,0 +1,99 @@
+package batch
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// echoHandler answers a JSON object with 200 and anything else with 400.
+func echoHandler(ctx *fasthttp.RequestCtx) {
+	ctx.SetContentType("application/json")
+	var obj map[string]any
+	if json.Unmarshal(ctx.PostBody(), &obj) != nil {
+		ctx.SetStatusCode(400)
+		ctx.SetBodyString(`{"error":{"message":"bad request","type":"invalid_request_error"}}`)
+		return
+	}
+	ctx.SetBodyString(`{"id":"x","usage":{"prompt_tokens":1,"completion_tokens":1}}`)
+}
+
+// FuzzLines: every non-blank input line gets exactly one output record
+// (batch_req_<line>), whatever the line holds; Run never fails on content.
+func FuzzLines(f *testing.F) {
+	for _, s := range []string{
+		`{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"hi"}]}}`,
+		`{"prompt":"hi","max_tokens":2}` + "\n\n" + `{"messages":[{"role":"user","content":"x"}]}`,
+		`{"custom_id":"a","url":"/v1/completions","body":{"prompt":"x"}}` + "\n" + `{"custom_id":"a","url":"/v1/completions","body":{"prompt":"y"}}`,
+		"not json\n{}\n[]\n \t\r\n{\"url\":\"/v1/messages\",\"body\":1}",
+		`{"custom_id":1,"method":"GET","url":"/x","body":{}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, input []byte) {
+		if len(input) > 1<<20 {
+			return
+		}
+		dir := t.TempDir()
+		in, out := filepath.Join(dir, "in.jsonl"), filepath.Join(dir, "out.jsonl")
+		if err := os.WriteFile(in, input, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		type ran struct {
+			st  Stats
+			err error
+		}
+		c := make(chan ran, 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			st, err := Run(ctx, Options{Input: in, Output: out, Handler: echoHandler, Window: 2})
+			c <- ran{st, err}
+		}()
+		var st Stats
+		var err error
+		select {
+		case r := <-c:
+			st, err = r.st, r.err
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Run still running after 10s on %q", input)
+		}
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		want := map[string]bool{}
+		for i, line := range bytes.Split(input, []byte("\n")) {
+			if len(trimSpace(line)) > 0 {
+				want["batch_req_"+strconv.Itoa(i+1)] = true
+			}
+		}
+		data, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]bool{}
+		for _, rec := range bytes.Split(bytes.TrimSuffix(data, []byte("\n")), []byte("\n")) {
+			if len(rec) == 0 {
+				continue
+			}
+			var r struct{ ID string }
+			if err := json.Unmarshal(rec, &r); err != nil {
+				t.Fatalf("output line %q: %v", rec, err)
+			}
+			if got[r.ID] || !want[r.ID] {
+				t.Fatalf("record %s unexpected or repeated (want %d lines)", r.ID, len(want))
+			}
+			got[r.ID] = true
+		}
+		if len(got) != len(want) || st.Written != len(want) || st.Retryable != 0 {
+			t.Fatalf("%d records, %d written, %d retryable; want %d lines", len(got), st.Written, st.Retryable, len(want))
+		}
+	})
+}
