@@ -37,7 +37,12 @@ type Backend struct {
 	// the kernels can pack is copied into their packed layout when first
 	// used (or by PackModel), and products read the copy.
 	NoPack bool
-	packed map[packKey]*Packed // nil value: not packable
+	// DropPacked makes PackModel release each matrix's pages of the file
+	// mapping as soon as its packed copy exists (madvise DONTNEED: a clean
+	// file page costs nothing to read again), so resident weights cost
+	// their size once, also at the peak.
+	DropPacked bool
+	packed     map[packKey]*Packed // nil value: not packable
 
 	mat    matTask
 	one    [1]*model.Weight // MatMul's argument to MatMuls

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/flowinfer/flowinfer/io/nvme"
 	"github.com/flowinfer/flowinfer/model"
 )
 
@@ -113,6 +114,11 @@ func (b *Backend) PackModel(m *model.Model, experts bool) (int64, error) {
 				w := ws[i]
 				if b.k.CanPack(w.Type, w.Rows, w.Cols) {
 					out[i], errs[i] = b.k.Pack(w.Type, w.Data, w.RowBytes, w.Rows, w.Cols)
+					if errs[i] == nil && b.DropPacked {
+						// the copy replaces the mapped pages now, not
+						// after the whole model: the peak stays one copy
+						nvme.DropPages(w.Data)
+					}
 				}
 			}
 		}()

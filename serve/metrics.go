@@ -73,6 +73,7 @@ type engineCollector struct {
 	stage                                                    *prometheus.Desc
 	// the weight path's expert cache (streamed MoE models)
 	expHits, expMisses, expRatio, expRead, expEvict, expCached, expSlots *prometheus.Desc
+	pfIssued, pfUsed, pfWasted                                           *prometheus.Desc
 }
 
 func newEngineCollector(s *Server) *engineCollector {
@@ -97,12 +98,15 @@ func newEngineCollector(s *Server) *engineCollector {
 		expEvict:  d("flowinfer_expert_cache_evictions_total", "Experts evicted from the expert cache."),
 		expCached: d("flowinfer_expert_cache_experts", "Experts held in the expert cache."),
 		expSlots:  d("flowinfer_expert_cache_slots", "Experts the expert cache can hold (its byte budget over the slot size)."),
+		pfIssued:  d("flowinfer_expert_prefetch_total", "Experts read ahead on a guess of the next layer's routing."),
+		pfUsed:    d("flowinfer_expert_prefetch_used_total", "Prefetched experts that the next layer's router did pick (accuracy = used / prefetched)."),
+		pfWasted:  d("flowinfer_expert_prefetch_wasted_total", "Prefetched experts evicted before any layer used them."),
 	}
 }
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.queue, c.running, c.blocks, c.used, c.cached, c.hit, c.pre, c.blockTok, c.stage,
-		c.expHits, c.expMisses, c.expRatio, c.expRead, c.expEvict, c.expCached, c.expSlots} {
+		c.expHits, c.expMisses, c.expRatio, c.expRead, c.expEvict, c.expCached, c.expSlots, c.pfIssued, c.pfUsed, c.pfWasted} {
 		ch <- d
 	}
 }
@@ -147,6 +151,9 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.expEvict, float64(ws.Evictions))
 		gauge(c.expCached, float64(ws.CachedExperts))
 		gauge(c.expSlots, float64(w.Plan().Slots))
+		counter(c.pfIssued, float64(ws.PrefetchIssued))
+		counter(c.pfUsed, float64(ws.PrefetchUsed))
+		counter(c.pfWasted, float64(ws.PrefetchWasted))
 	}
 	if b.Recorder == nil {
 		return

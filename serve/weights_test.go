@@ -40,7 +40,7 @@ func startMoE(t *testing.T, budget int64) (string, *stages.WeightPath) {
 		}
 		p := probe.Plan()
 		probe.Close()
-		wp, err = stages.NewWeightPath(b.Model, path, be, stages.WeightConfig{Budget: p.Resident + p.Staging + budget*p.SlotBytes})
+		wp, err = stages.NewWeightPath(b.Model, path, be, stages.WeightConfig{Budget: p.Resident + p.Staging + budget*p.SlotBytes, PrefetchDepth: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,7 +125,8 @@ func TestServeStreamedExperts(t *testing.T) {
 	}
 	m := string(raw)
 	for _, want := range []string{`flowinfer_expert_cache_misses_total{layer="0"}`, `flowinfer_expert_cache_hits_total{layer="1"}`,
-		"flowinfer_expert_cache_hit_ratio", "flowinfer_weight_read_bytes_total", "flowinfer_expert_cache_evictions_total", "flowinfer_expert_cache_slots 3"} {
+		"flowinfer_expert_cache_hit_ratio", "flowinfer_weight_read_bytes_total", "flowinfer_expert_cache_evictions_total", "flowinfer_expert_cache_slots 3",
+		"flowinfer_expert_prefetch_total", "flowinfer_expert_prefetch_used_total", "flowinfer_expert_prefetch_wasted_total"} {
 		if !strings.Contains(m, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}

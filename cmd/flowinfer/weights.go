@@ -122,15 +122,11 @@ func actBytes(m *model.Model, maxBatch int) int64 {
 // llama.cpp repacks at load, and drops the mapped pages the copies replace.
 func packResident(be *cpu.Backend, m *model.Model, experts bool, log *zap.Logger) error {
 	t0 := time.Now()
+	be.DropPacked = true
 	n, err := be.PackModel(m, experts)
 	if err != nil {
 		return err
 	}
-	forEachMatrix(m, experts, func(w *model.Weight) {
-		if be.PackedSize(w) > 0 {
-			nvme.DropPages(w.Data)
-		}
-	})
 	if n > 0 {
 		log.Info("packed weights", zap.Int64("bytes", n), zap.Duration("took", time.Since(t0)))
 	}
