@@ -69,8 +69,9 @@ func (b *Backend) packedFor(w *model.Weight, view *Packed) *Packed {
 // for, on the backend's workers, and returns the bytes the copies take.
 // Without it, matrices are packed when first used. With experts false the
 // routed experts are left out (the weight path streams them and packs
-// each into its cache slot).
-func (b *Backend) PackModel(m *model.Model, experts bool) (int64, error) {
+// each into its cache slot); the matrices of the layers skip reports
+// (routers excepted) too (layers the weight path streams). skip may be nil.
+func (b *Backend) PackModel(m *model.Model, experts bool, skip func(il int) bool) (int64, error) {
 	if b.NoPack {
 		return 0, nil
 	}
@@ -86,8 +87,11 @@ func (b *Backend) PackModel(m *model.Model, experts bool) (int64, error) {
 	add(m.Output)
 	for i := range m.Layers {
 		L := &m.Layers[i]
-		for _, w := range []*model.Weight{L.Wq, L.Wk, L.Wv, L.Wo, L.Gate, L.Up, L.Down, L.Router} {
-			add(w)
+		add(L.Router)
+		if skip == nil || !skip(i) {
+			for _, w := range []*model.Weight{L.Wq, L.Wk, L.Wv, L.Wo, L.Gate, L.Up, L.Down} {
+				add(w)
+			}
 		}
 		if !experts {
 			continue

@@ -149,7 +149,7 @@ func TestBackendPackModel(t *testing.T) {
 		be := newBackend(t, 2)
 		switch i {
 		case 0:
-			n, err := be.PackModel(m, true)
+			n, err := be.PackModel(m, true, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

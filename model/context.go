@@ -200,11 +200,9 @@ type Context struct {
 	// Experts, when set, supplies the routed experts of MoE layers (the
 	// weight path's expert cache); nil: the views of the mapping.
 	Experts Experts
-	// BeforeLayer, when set, is called before layer il runs (compute waits
-	// there for the layer's weight ticket); an error aborts the step.
-	// AfterLayer is called when the layer is done with its weights.
-	BeforeLayer func(il int) error
-	AfterLayer  func(il int)
+	// Layers, when set, supplies each layer's weights for the time the
+	// layer runs (the weight path's layer streaming); nil: m.Layers.
+	Layers LayerSource
 	// Span, when set, is called at the start (begin=true) and end of each
 	// named part of the forward pass: "attn", "ffn", "moe", "output" and
 	// the matrix products inside them ("attn_q", "ffn_down", ...; with a
@@ -222,8 +220,10 @@ type Context struct {
 	gate, up                 []float32 // MaxBatch × max(NFF, NFFExp)
 	probs                    []float32 // MaxBatch × NExpert
 	moeS                     moeScratch
-	stepErr                  error // an error inside a layer (Experts)
-	moeRows                  int   // tokens of the MoE step running
+	stepErr                  error  // an error inside a layer (Experts)
+	cur                      *Layer // the running layer's weights (Layers)
+	curIL                    int
+	moeRows                  int // tokens of the MoE step running
 	rowIdx                   []int
 	outRows                  []float32    // rows selected for logits
 	logits                   []float32    // MaxBatch × NVocab
@@ -384,14 +384,17 @@ func (c *Context) output(b *Batch) []float32 {
 // layers runs block(il) for every layer between the weight hooks.
 func (c *Context) layers(b *Batch, block func(il int, b *Batch)) error {
 	for il := range c.M.Layers {
-		if c.BeforeLayer != nil {
-			if err := c.BeforeLayer(il); err != nil {
+		if c.Layers != nil {
+			L, err := c.Layers.Acquire(il)
+			if err != nil {
 				return err
 			}
+			c.cur, c.curIL = L, il
 		}
 		block(il, b)
-		if c.AfterLayer != nil {
-			c.AfterLayer(il)
+		if c.Layers != nil {
+			c.Layers.Release(il)
+			c.cur = nil
 		}
 		if err := c.stepErr; err != nil {
 			c.stepErr = nil
@@ -399,6 +402,15 @@ func (c *Context) layers(b *Batch, block func(il int, b *Batch)) error {
 		}
 	}
 	return nil
+}
+
+// layer returns layer il's weights: the LayerSource's while the layer
+// runs, else the model's.
+func (c *Context) layer(il int) *Layer {
+	if c.cur != nil && c.curIL == il {
+		return c.cur
+	}
+	return &c.M.Layers[il]
 }
 
 // embed looks up the batch's token embeddings into c.x.
@@ -410,7 +422,7 @@ func (c *Context) embed(b *Batch) {
 // attention runs one block's attention sub-layer and adds it to the residual
 // stream c.x: x += Wo·attn(rope(norm(x)·Wq), rope(norm(x)·Wk), norm(x)·Wv).
 func (c *Context) attention(il int, b *Batch) {
-	m, L, ops := c.M, &c.M.Layers[il], c.Ops
+	m, L, ops := c.M, c.layer(il), c.Ops
 	n := b.Len()
 	h := &m.Hyper
 	c.span("attn", il, true)
@@ -457,7 +469,7 @@ func (c *Context) attention(il int, b *Batch) {
 
 // ffn runs a dense SwiGLU FFN sub-layer: x += Wdown·(silu(Wgate·norm(x)) ⊙ Wup·norm(x)).
 func (c *Context) ffn(il int, b *Batch) {
-	m, L, ops := c.M, &c.M.Layers[il], c.Ops
+	m, L, ops := c.M, c.layer(il), c.Ops
 	n := b.Len()
 	h := &m.Hyper
 	c.span("ffn", il, true)

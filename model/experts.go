@@ -47,3 +47,15 @@ type Packer interface {
 	// dst[:PackedSize(w)].
 	PackInto(dst []byte, w *Weight) error
 }
+
+// LayerSource supplies layers' weights from outside the mapping: a weight
+// path that streams layers which do not fit in RAM (stages' layer
+// streaming) reads them ahead and hands each out while it runs.
+type LayerSource interface {
+	// Acquire waits until layer il's weights are in RAM and returns the
+	// layer (norms, routers and routed experts as in Model.Layers; the
+	// streamed matrices in the source's memory), valid until Release.
+	Acquire(il int) (*Layer, error)
+	// Release ends the use of layer il's weights.
+	Release(il int)
+}

@@ -157,21 +157,3 @@ func loadFFN(l *loader, m *Model, i int) {
 	L.Up = l.matrix(p+"ffn_up.weight", m.NEmbd, m.NFF, true)
 	L.Down = l.matrix(p+"ffn_down.weight", m.NFF, m.NEmbd, true)
 }
-
-// LayerData returns the weight bytes layer il reads (views of the mapping),
-// for the weight path: the reader fetches them, the uploader places them.
-func (m *Model) LayerData(il int) [][]byte {
-	L := &m.Layers[il]
-	var out [][]byte
-	for _, w := range []*Weight{L.Wq, L.Wk, L.Wv, L.Wo, L.Gate, L.Up, L.Down, L.Router} {
-		if w != nil {
-			out = append(out, w.Data)
-		}
-	}
-	for _, ws := range [][]Weight{L.GateExps, L.UpExps, L.DownExps} {
-		for i := range ws {
-			out = append(out, ws[i].Data)
-		}
-	}
-	return out
-}

@@ -81,7 +81,7 @@ func (s *moeScratch) alloc(n int, h *Hyper) {
 // result does not depend on the order in which experts are computed (with
 // Context.Experts, the order their weights arrive from disk).
 func (c *Context) moe(il int, b *Batch) {
-	m, L, ops := c.M, &c.M.Layers[il], c.Ops
+	m, L, ops := c.M, c.layer(il), c.Ops
 	n, h := b.Len(), &m.Hyper
 	K, d := h.NExpertUsed, h.NEmbd
 	s := &c.moeS
@@ -201,7 +201,7 @@ func (c *Context) streamedExperts(il int) error {
 // this layer's expert outputs and the next attention.
 func (c *Context) guessNext(il int) []int {
 	h, s, ops := &c.M.Hyper, &c.moeS, c.Ops
-	L := &c.M.Layers[il+1]
+	L := &c.M.Layers[il+1] // its norm and router: resident even when the layer streams
 	n, d := c.moeRows, h.NEmbd
 	xn := s.yg[:n*d] // scratch: yg is free until the experts run
 	ops.RMSNorm(xn, c.x[:n*d], L.FFNNorm, n, d, h.RMSEps)

@@ -74,6 +74,7 @@ type engineCollector struct {
 	// the weight path's expert cache (streamed MoE models)
 	expHits, expMisses, expRatio, expRead, expEvict, expCached, expSlots *prometheus.Desc
 	pfIssued, pfUsed, pfWasted                                           *prometheus.Desc
+	layRuns, layWait, layStreamed                                        *prometheus.Desc
 }
 
 func newEngineCollector(s *Server) *engineCollector {
@@ -91,22 +92,26 @@ func newEngineCollector(s *Server) *engineCollector {
 		blockTok: d("flowinfer_kv_block_tokens", "Tokens per KV cache block."),
 		stage:    d("flowinfer_stage_seconds_total", "Wall time of each graph stage: busy, waiting for input, or blocked on output (stalled = waiting + blocked).", "stage", "state"),
 
-		expHits:   d("flowinfer_expert_cache_hits_total", "Routed experts a step needed that were in the expert cache, by layer.", "layer"),
-		expMisses: d("flowinfer_expert_cache_misses_total", "Routed experts a step needed that were read from disk, by layer.", "layer"),
-		expRatio:  d("flowinfer_expert_cache_hit_ratio", "Expert cache hits over all routed experts needed (all layers)."),
-		expRead:   d("flowinfer_weight_read_bytes_total", "Bytes of weights read from disk by the weight path's reader."),
-		expEvict:  d("flowinfer_expert_cache_evictions_total", "Experts evicted from the expert cache."),
-		expCached: d("flowinfer_expert_cache_experts", "Experts held in the expert cache."),
-		expSlots:  d("flowinfer_expert_cache_slots", "Experts the expert cache can hold (its byte budget over the slot size)."),
-		pfIssued:  d("flowinfer_expert_prefetch_total", "Experts read ahead on a guess of the next layer's routing."),
-		pfUsed:    d("flowinfer_expert_prefetch_used_total", "Prefetched experts that the next layer's router did pick (accuracy = used / prefetched)."),
-		pfWasted:  d("flowinfer_expert_prefetch_wasted_total", "Prefetched experts evicted before any layer used them."),
+		expHits:     d("flowinfer_expert_cache_hits_total", "Routed experts a step needed that were in the expert cache, by layer.", "layer"),
+		expMisses:   d("flowinfer_expert_cache_misses_total", "Routed experts a step needed that were read from disk, by layer.", "layer"),
+		expRatio:    d("flowinfer_expert_cache_hit_ratio", "Expert cache hits over all routed experts needed (all layers)."),
+		expRead:     d("flowinfer_weight_read_bytes_total", "Bytes of weights read from disk by the weight path's reader."),
+		expEvict:    d("flowinfer_expert_cache_evictions_total", "Experts evicted from the expert cache."),
+		expCached:   d("flowinfer_expert_cache_experts", "Experts held in the expert cache."),
+		expSlots:    d("flowinfer_expert_cache_slots", "Experts the expert cache can hold (its byte budget over the slot size)."),
+		pfIssued:    d("flowinfer_expert_prefetch_total", "Experts read ahead on a guess of the next layer's routing."),
+		pfUsed:      d("flowinfer_expert_prefetch_used_total", "Prefetched experts that the next layer's router did pick (accuracy = used / prefetched)."),
+		pfWasted:    d("flowinfer_expert_prefetch_wasted_total", "Prefetched experts evicted before any layer used them."),
+		layRuns:     d("flowinfer_layer_stream_runs_total", "Streamed layers run, by whether their weights were already read (ready) or compute waited for them (waited).", "state"),
+		layWait:     d("flowinfer_layer_stream_wait_seconds_total", "Time compute waited for streamed layers' weights."),
+		layStreamed: d("flowinfer_layer_stream_layers", "Layers whose matrices stream from disk (the budget holds the others)."),
 	}
 }
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.queue, c.running, c.blocks, c.used, c.cached, c.hit, c.pre, c.blockTok, c.stage,
-		c.expHits, c.expMisses, c.expRatio, c.expRead, c.expEvict, c.expCached, c.expSlots, c.pfIssued, c.pfUsed, c.pfWasted} {
+		c.expHits, c.expMisses, c.expRatio, c.expRead, c.expEvict, c.expCached, c.expSlots, c.pfIssued, c.pfUsed, c.pfWasted,
+		c.layRuns, c.layWait, c.layStreamed} {
 		ch <- d
 	}
 }
@@ -135,25 +140,33 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		counter := func(d *prometheus.Desc, v float64, labels ...string) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
 		}
-		var hits, misses int64
-		for l := range ws.Hits {
-			counter(c.expHits, float64(ws.Hits[l]), strconv.Itoa(l))
-			counter(c.expMisses, float64(ws.Misses[l]), strconv.Itoa(l))
-			hits += ws.Hits[l]
-			misses += ws.Misses[l]
-		}
-		r := 0.0
-		if hits+misses > 0 {
-			r = float64(hits) / float64(hits+misses)
-		}
-		gauge(c.expRatio, r)
 		counter(c.expRead, float64(ws.BytesRead))
-		counter(c.expEvict, float64(ws.Evictions))
-		gauge(c.expCached, float64(ws.CachedExperts))
-		gauge(c.expSlots, float64(w.Plan().Slots))
-		counter(c.pfIssued, float64(ws.PrefetchIssued))
-		counter(c.pfUsed, float64(ws.PrefetchUsed))
-		counter(c.pfWasted, float64(ws.PrefetchWasted))
+		if p := w.Plan(); p.Layers > 0 {
+			counter(c.layRuns, float64(ws.LayersReady), "ready")
+			counter(c.layRuns, float64(ws.LayersWaited), "waited")
+			counter(c.layWait, float64(ws.LayerWaitNanos)/1e9)
+			gauge(c.layStreamed, float64(p.Layers))
+		}
+		if w.Plan().Experts > 0 {
+			var hits, misses int64
+			for l := range ws.Hits {
+				counter(c.expHits, float64(ws.Hits[l]), strconv.Itoa(l))
+				counter(c.expMisses, float64(ws.Misses[l]), strconv.Itoa(l))
+				hits += ws.Hits[l]
+				misses += ws.Misses[l]
+			}
+			r := 0.0
+			if hits+misses > 0 {
+				r = float64(hits) / float64(hits+misses)
+			}
+			gauge(c.expRatio, r)
+			counter(c.expEvict, float64(ws.Evictions))
+			gauge(c.expCached, float64(ws.CachedExperts))
+			gauge(c.expSlots, float64(w.Plan().Slots))
+			counter(c.pfIssued, float64(ws.PrefetchIssued))
+			counter(c.pfUsed, float64(ws.PrefetchUsed))
+			counter(c.pfWasted, float64(ws.PrefetchWasted))
+		}
 	}
 	if b.Recorder == nil {
 		return

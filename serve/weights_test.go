@@ -46,7 +46,7 @@ func startMoE(t *testing.T, budget int64) (string, *stages.WeightPath) {
 		}
 		t.Cleanup(func() { wp.Close() })
 	}
-	be.PackModel(b.Model, wp == nil)
+	be.PackModel(b.Model, wp == nil, nil)
 	e, err := stages.NewEngine(b.Model, b.Tokenizer, be, stages.Config{NCtx: 128, NSeq: 3, Weights: wp}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -14,23 +14,23 @@ import (
 
 // compute runs each step's forward pass on the backend. With a streaming
 // weight path, MoE layers fetch their routed experts through the expert
-// cache (experts), which waits on the uploader for the ones being read.
+// cache, and streamed layers come from the layer stream (streams), which
+// wait on the uploader for the ones being read.
 type compute struct {
 	mctx    *model.Context
 	rec     *graph.Recorder
-	experts *expertCache // nil: every weight is resident
+	streams *Streams // nil: every weight is resident
 	// resident is the bytes of the non-expert matrices a step reads in
 	// its layers; expertBytes the file bytes of one routed expert.
 	resident, expertBytes, outBytes int64
 }
 
 func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*step], out *graph.Out[*step]) error {
-	if c.experts != nil {
-		c.experts.bind(ctx)
-		c.mctx.Experts = c.experts
-		c.mctx.PrefetchNext = c.experts.wp.Prefetching()
-		defer func() { c.mctx.Experts, c.mctx.PrefetchNext = nil, false }()
-		defer c.experts.finish()
+	if c.streams != nil {
+		c.streams.bind(ctx)
+		c.streams.Attach(c.mctx)
+		defer c.streams.Detach(c.mctx)
+		defer c.streams.finish()
 	}
 	if c.rec.Enabled() {
 		if d := c.rec.Detail(); d >= graph.DetailLayers {

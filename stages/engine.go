@@ -225,7 +225,7 @@ func (e *Engine) Run(ctx context.Context) error {
 
 	resident, expert, output := stepBytes(e.m)
 	sc := newScheduler(e.m, e.cfg, e.pool, &e.stats)
-	cp := &compute{mctx: e.mctx, rec: e.rec, experts: e.cfg.Weights.add(g, e.rec, comp),
+	cp := &compute{mctx: e.mctx, rec: e.rec, streams: e.cfg.Weights.add(g, e.rec, comp),
 		resident: resident, expertBytes: expert, outBytes: output}
 	sp := &sampler{tok: e.tok, nCtx: e.cfg.NCtx, nVocab: e.m.NVocab}
 	sr := &streamer{tok: e.tok}

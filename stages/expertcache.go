@@ -64,7 +64,6 @@ type expertCache struct {
 	lists   [3]lruList // by list id
 	protCap int
 	slru    bool
-	ports   ports
 	ctx     context.Context
 	rec     *graph.Recorder
 	stg     *graph.Stage
@@ -147,7 +146,7 @@ func (c *expertCache) Fetch(il int, ids []int) error {
 		c.index[k] = s
 		c.fetched = append(c.fetched, s)
 		c.misses[il].Add(1)
-		if err := c.ports.reqs.Send(c.ctx, readReq{slot: s, layer: int32(il), expert: int32(e)}); err != nil {
+		if err := c.wp.ports.reqs.Send(c.ctx, readReq{slot: s, layer: int32(il), expert: int32(e), mat: -1}); err != nil {
 			return err
 		}
 		c.pending++
@@ -179,7 +178,7 @@ func (c *expertCache) Prefetch(il int, ids []int) error {
 		st := &c.slots[s]
 		st.key, st.valid, st.inflight, st.mine, st.hit, st.prefetched = k, false, true, false, false, true
 		c.index[k] = s
-		if err := c.ports.reqs.Send(c.ctx, readReq{slot: s, layer: int32(il), expert: int32(e)}); err != nil {
+		if err := c.wp.ports.reqs.Send(c.ctx, readReq{slot: s, layer: int32(il), expert: int32(e), mat: -1}); err != nil {
 			return err
 		}
 		c.pending++
@@ -225,13 +224,13 @@ func (c *expertCache) victim(wait bool) (int32, error) {
 	}
 }
 
-// await receives one completed read: the current Fetch's become ready for
-// Next (or record its error); a prefetch's joins the cache.
-func (c *expertCache) await() error {
-	d, err := c.ports.doneIn.Recv(c.ctx)
-	if err != nil {
-		return err
-	}
+// await waits for one completed read (of an expert, or of a streamed
+// layer's matrix: WeightPath.await dispatches).
+func (c *expertCache) await() error { return c.wp.await(c.ctx) }
+
+// complete records a completed expert read: the current Fetch's become
+// ready for Next (or record its error); a prefetch's joins the cache.
+func (c *expertCache) complete(d readDone) {
 	c.pending--
 	st := &c.slots[d.slot]
 	st.inflight = false
@@ -241,11 +240,11 @@ func (c *expertCache) await() error {
 			if c.err == nil {
 				c.err = d.err
 			}
-			return nil
+			return
 		}
 		st.valid = true
 		c.ready = append(c.ready, d.slot)
-		return nil
+		return
 	}
 	if d.err != nil || !st.prefetched && !st.valid {
 		// a failed prefetch: forget it
@@ -253,11 +252,11 @@ func (c *expertCache) await() error {
 		st.prefetched = false
 		c.free = append(c.free, d.slot)
 		c.cached.Add(-1)
-		return nil
+		return
 	}
 	st.valid = true
 	c.pushFront(listProbation, d.slot)
-	return nil
+	return
 }
 
 // Next implements model.Experts.

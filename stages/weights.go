@@ -18,10 +18,11 @@ package stages
 //     compute while the others are read.
 //
 // Everything that is not a routed expert (embeddings, attention, norms,
-// routers, dense FFNs, the output) is resident: a packed copy replaces the
-// mapped pages (DropResidentPages), so it costs its size once. Dense layers
-// are not streamed yet: a budget that cannot hold the resident part is an
-// error (Plan).
+// routers, dense FFNs, the output) is resident when the budget holds it: a
+// packed copy replaces the mapped pages (cpu.Backend.DropPacked), so it
+// costs its size once. When it does not fit, the layers' matrices stream
+// too (layerstream.go): the first layers stay resident, the others are
+// read through a few layer slots, reading ahead of compute.
 
 import (
 	"context"
@@ -62,7 +63,14 @@ type WeightConfig struct {
 	PrefetchDepth int
 	// NoDirect reads through the page cache instead of O_DIRECT.
 	NoDirect bool
+
+	// force, set by tests only (export_test.go), streams every layer but
+	// the first force.resident through force.slots slots whatever the
+	// budget: the golden models are too small for a budget to do it.
+	force *layerForce
 }
+
+type layerForce struct{ resident, slots int }
 
 // Plan is where each kind of weight lives, decided at load from the model
 // and the budget.
@@ -77,10 +85,23 @@ type Plan struct {
 	Experts    int   // routed experts in the model (layers × experts)
 	Slots      int   // experts the cache holds
 	Staging    int64 // bytes of staging slabs
+	// layer streaming (when the layers do not all fit): Layers of the
+	// model's layers stream through LayerSlots slots of LayerSlotBytes,
+	// reading LayerFile bytes of the file per step; ResidentLayers stay.
+	Layers, ResidentLayers, LayerSlots int
+	LayerSlotBytes, LayerFile          int64
+	// MinBudget is the smallest budget the model runs with (every layer
+	// streamed through two slots; MoE: one token's experts cached).
+	MinBudget int64
 }
 
-// Streaming reports whether some experts are read from disk after load.
-func (p Plan) Streaming() bool { return p.Experts > 0 && p.Engine != "mmap" }
+// Streaming reports whether some weights are read from disk after load.
+func (p Plan) Streaming() bool { return p.Experts > 0 && p.Engine != "mmap" || p.Layers > 0 }
+
+// maxLayerSlots bounds the read-ahead of layer streaming: past a few
+// layers, more slots hide no more latency and the bytes do more good as
+// resident layers or cached experts.
+const maxLayerSlots = 4
 
 // String is the plan in two lines, as printed at load.
 func (p Plan) String() string {
@@ -90,11 +111,22 @@ func (p Plan) String() string {
 	if p.Budget > 0 {
 		budget = gib(p.Budget)
 	}
-	fmt.Fprintf(&sb, "weights: budget %s; resident %s (embeddings, attention, norms, routers, dense FFNs, output)", budget, gib(p.Resident))
+	if p.Layers == 0 {
+		fmt.Fprintf(&sb, "weights: budget %s; resident %s (embeddings, attention, norms, routers, dense FFNs, output)", budget, gib(p.Resident))
+	} else {
+		fmt.Fprintf(&sb, "weights: budget %s; resident %s (embeddings, output, norms, routers, %d of %d layers); %d layers (%s) streamed from disk each step through %d slots of %s",
+			budget, gib(p.Resident), p.ResidentLayers, p.ResidentLayers+p.Layers, p.Layers, gib(p.LayerFile), p.LayerSlots, gib(p.LayerSlotBytes))
+	}
 	switch {
-	case p.Experts == 0:
+	case p.Experts == 0 && p.Layers == 0:
 		sb.WriteString("; no routed experts: nothing streams")
-	case !p.Streaming():
+	case p.Experts == 0:
+		direct := "buffered"
+		if p.Direct {
+			direct = "O_DIRECT"
+		}
+		fmt.Fprintf(&sb, "\nweights: %s %s, %d reads in flight, staging %s", p.Engine, direct, p.QueueDepth, gib(p.Staging))
+	case p.Engine == "mmap":
 		fmt.Fprintf(&sb, "; %d experts (%s) mapped by mmap, paged in by the kernel", p.Experts, gib(p.ExpertFile))
 	default:
 		direct := "buffered"
@@ -117,6 +149,11 @@ type expertLayer struct {
 	at     [3]int          // offset in the slot
 }
 
+// readChunk is the size of the pieces a streamed layer matrix is read in,
+// QueueDepth of them in flight (1 MiB O_DIRECT reads reach the disk's
+// bandwidth here: bench/diskbw).
+const readChunk = 1 << 20
+
 // WeightPath is the weight path of one model: the plan, the file reader,
 // the slabs and the expert cache. It is made once at load (NewWeightPath)
 // and runs as stages of a graph (Engine.Run, or Run).
@@ -127,11 +164,22 @@ type WeightPath struct {
 	rd     *nvme.Reader
 	packer model.Packer
 	layers []expertLayer
+	lmats  [][7]layerMat // streamable matrices per layer
+	// streamed[il]: layer il's matrices stream (nil: none do)
+	streamed []bool
 
 	arena   []byte   // staging slabs, then cache slots
 	staging [][]byte // QueueDepth+1 slabs
 	stSize  int64
 	cache   *expertCache
+	ls      *layerStream
+	ports   ports // of the current run
+
+	// a streamed matrix is read in chunks by several workers: chunks
+	// left and the first error, per staging slab
+	left    []atomic.Int32
+	errMu   sync.Mutex
+	slabErr []error
 
 	readBytes, readNanos atomic.Int64
 }
@@ -183,32 +231,47 @@ func NewWeightPath(m *model.Model, path string, ops model.Ops, cfg WeightConfig)
 			return nil, err
 		}
 	}
-	if !p.Streaming() {
+	if cfg.Engine == "mmap" {
 		if p.Budget > 0 && p.Resident+p.ExpertFile > p.Budget {
-			if cfg.Engine == "mmap" {
-				return nil, fmt.Errorf("stages: io_engine mmap maps the whole model (%s) and cannot keep within the RAM budget of %s; use io_engine pread", size(p.Resident+p.ExpertFile), size(p.Budget))
-			}
-			return nil, fmt.Errorf("stages: the model's weights (%s) do not fit the RAM budget of %s, and streaming dense layers is not implemented yet", size(p.Resident+p.ExpertFile), size(p.Budget))
+			return nil, fmt.Errorf("stages: io_engine mmap maps the whole model (%s) and cannot keep within the RAM budget of %s; use io_engine pread", size(p.Resident+p.ExpertFile), size(p.Budget))
 		}
 		return w, nil
 	}
 	// staging slabs: one expert's three ranges, each widened for O_DIRECT
-	for _, l := range w.layers {
-		var s int64
-		for i := range 3 {
-			s += nvme.BufferSize(l.per[i])
+	nStaging, expertMin := 0, int64(0)
+	if m.NExpert > 0 {
+		for _, l := range w.layers {
+			var s int64
+			for i := range 3 {
+				s += nvme.BufferSize(l.per[i])
+			}
+			w.stSize = max(w.stSize, s)
 		}
-		w.stSize = max(w.stSize, s)
+		nStaging = cfg.QueueDepth + extraStaging
+		expertMin = int64(m.NExpertUsed) * p.SlotBytes
 	}
-	nStaging := cfg.QueueDepth + extraStaging
+	sizes, err := w.layoutLayers()
+	if err != nil {
+		return nil, err
+	}
+	p.MinBudget = w.layerNeed(sizes, expertMin, nStaging)
+	if cfg.force != nil || p.Budget > 0 && p.Resident+int64(nStaging)*w.stSize+expertMin > p.Budget {
+		if err := w.planLayers(sizes, expertMin, &nStaging); err != nil {
+			return nil, err
+		}
+	}
+	if nStaging == 0 {
+		return w, nil // nothing streams
+	}
 	p.Staging = int64(nStaging) * w.stSize
+	layerSlots := int64(p.LayerSlots) * p.LayerSlotBytes
 	p.Slots = p.Experts
-	if p.Budget > 0 {
-		left := p.Budget - p.Resident - p.Staging
-		if left < int64(m.NExpertUsed)*p.SlotBytes {
+	if p.Budget > 0 && m.NExpert > 0 {
+		left := p.Budget - p.Resident - p.Staging - layerSlots
+		if left < expertMin {
 			return nil, fmt.Errorf("stages: a RAM budget of %s cannot hold the resident weights (%s), the staging slabs (%s) and one token's %d experts (%s); it needs at least %s",
-				size(p.Budget), size(p.Resident), size(p.Staging), m.NExpertUsed, size(int64(m.NExpertUsed)*p.SlotBytes),
-				size(p.Resident+p.Staging+int64(m.NExpertUsed)*p.SlotBytes))
+				size(p.Budget), size(p.Resident), size(p.Staging), m.NExpertUsed, size(expertMin),
+				size(p.Resident+p.Staging+layerSlots+expertMin))
 		}
 		p.Slots = int(min(int64(p.Experts), left/p.SlotBytes))
 	}
@@ -217,7 +280,7 @@ func NewWeightPath(m *model.Model, path string, ops model.Ops, cfg WeightConfig)
 		return nil, err
 	}
 	w.rd, p.Direct = rd, rd.Direct()
-	w.arena, err = nvme.AlignedAlloc(int64(p.Slots)*p.SlotBytes+p.Staging, cfg.Lock)
+	w.arena, err = nvme.AlignedAlloc(p.Staging+int64(p.Slots)*p.SlotBytes+layerSlots, cfg.Lock)
 	if err != nil {
 		rd.Close()
 		return nil, err
@@ -228,8 +291,118 @@ func NewWeightPath(m *model.Model, path string, ops model.Ops, cfg WeightConfig)
 		o := int64(i) * w.stSize
 		w.staging = append(w.staging, w.arena[o:o+w.stSize:o+w.stSize])
 	}
-	w.cache = newExpertCache(w, p.Slots, cfg.Policy)
+	w.left, w.slabErr = make([]atomic.Int32, nStaging), make([]error, nStaging)
+	if m.NExpert > 0 {
+		w.cache = newExpertCache(w, p.Slots, cfg.Policy)
+	}
+	if p.Layers > 0 {
+		w.ls = newLayerStream(w, w.streamed, p.LayerSlots)
+	}
 	return w, nil
+}
+
+// planLayers decides which layers stream when the budget cannot hold them
+// all: the weights outside the layers' matrices, LayerSlots slots, the
+// staging slabs and (MoE) one token's experts come first; then as many
+// layers as fit stay resident, from the first; bytes left over buy more
+// slots (read-ahead), up to maxLayerSlots, and then (MoE) cached experts.
+func (w *WeightPath) planLayers(sizes []int64, expertMin int64, nStaging *int) error {
+	p, m := &w.plan, w.m
+	var sum, slot int64
+	for il, s := range sizes {
+		sum += s
+		slot = max(slot, s)
+		for _, lm := range w.lmats[il] {
+			if lm.n > 0 {
+				w.stSize = max(w.stSize, nvme.BufferSize(lm.n))
+			}
+		}
+	}
+	fixed := p.Resident - sum
+	if *nStaging == 0 {
+		*nStaging = denseStaging
+	}
+	staging := int64(*nStaging) * w.stSize
+	need := fixed + staging + expertMin + minSlots*slot
+	if f := w.cfg.force; f != nil {
+		w.streamed = make([]bool, len(sizes))
+		p.Resident = fixed
+		for il, s := range sizes {
+			if il < f.resident {
+				p.Resident += s
+				p.ResidentLayers++
+				continue
+			}
+			w.streamed[il] = true
+			p.Layers++
+			for _, lm := range w.lmats[il] {
+				p.LayerFile += lm.n
+			}
+		}
+		p.LayerSlots, p.LayerSlotBytes = f.slots, slot
+		return nil
+	}
+	if need > p.Budget {
+		experts := ""
+		if m.NExpert > 0 {
+			experts = fmt.Sprintf(", one token's %d experts (%s)", m.NExpertUsed, size(expertMin))
+		}
+		return fmt.Errorf("stages: a RAM budget of %s cannot hold the weights that always stay resident (%s: embeddings, output, norms, routers), %d layer slots (%s), the staging slabs (%s)%s; it needs at least %s",
+			size(p.Budget), size(fixed), minSlots, size(minSlots*slot), size(staging), experts, size(need))
+	}
+	avail := p.Budget - need
+	w.streamed = make([]bool, len(sizes))
+	p.Resident = fixed
+	for il, s := range sizes {
+		if p.ResidentLayers == il && s <= avail {
+			avail -= s
+			p.Resident += s
+			p.ResidentLayers++
+			continue
+		}
+		w.streamed[il] = true
+		p.Layers++
+		for _, lm := range w.lmats[il] {
+			p.LayerFile += lm.n
+		}
+	}
+	p.LayerSlots, p.LayerSlotBytes = minSlots, slot
+	for p.LayerSlots < maxLayerSlots && p.LayerSlots < p.Layers && avail >= slot {
+		p.LayerSlots++
+		avail -= slot
+	}
+	return nil
+}
+
+// minSlots is the fewest layer slots: one computes while the next is read.
+const minSlots = 2
+
+// denseStaging is the staging slabs of a model without routed experts: one
+// is read into while the uploader packs the other.
+const denseStaging = 2
+
+// layerNeed is planLayers' smallest budget: every layer streamed.
+func (w *WeightPath) layerNeed(sizes []int64, expertMin int64, nStaging int) int64 {
+	var sum, slot, st int64
+	for il, s := range sizes {
+		sum += s
+		slot = max(slot, s)
+		for _, lm := range w.lmats[il] {
+			if lm.n > 0 {
+				st = max(st, nvme.BufferSize(lm.n))
+			}
+		}
+	}
+	if nStaging == 0 {
+		nStaging = denseStaging
+	}
+	return w.plan.Resident - sum + int64(nStaging)*max(st, w.stSize) + expertMin + minSlots*slot
+}
+
+// StreamsLayer reports whether layer il's matrices are streamed (so they
+// are not packed or kept resident at load).
+func (w *WeightPath) StreamsLayer(il int) bool {
+	return w != nil && w.streamed != nil && w.streamed[il]
 }
 
 func size(b int64) string { return configs.ByteSize(b).String() }
@@ -340,6 +513,11 @@ func (w *WeightPath) ResetStats() {
 		c.pfUsed.Store(0)
 		c.pfWaste.Store(0)
 	}
+	if ls := w.ls; ls != nil {
+		ls.ready.Store(0)
+		ls.waited.Store(0)
+		ls.waitNanos.Store(0)
+	}
 	w.readBytes.Store(0)
 	w.readNanos.Store(0)
 }
@@ -354,6 +532,9 @@ type WeightStats struct {
 	// speculative prefetch: reads issued, used by the next layer, evicted
 	// unused (accuracy = used / issued once the run is over)
 	PrefetchIssued, PrefetchUsed, PrefetchWasted int64
+	// layer streaming: streamed layers found read when compute reached
+	// them, layers compute waited for, and the time it waited
+	LayersReady, LayersWaited, LayerWaitNanos int64
 }
 
 // Stats returns a snapshot of the counters (safe from any goroutine).
@@ -368,6 +549,9 @@ func (w *WeightPath) Stats() WeightStats {
 		s.PrefetchIssued, s.PrefetchUsed, s.PrefetchWasted = c.pfIssued.Load(), c.pfUsed.Load(), c.pfWaste.Load()
 		s.CachedExperts = int(c.cached.Load())
 	}
+	if ls := w.ls; ls != nil {
+		s.LayersReady, s.LayersWaited, s.LayerWaitNanos = ls.ready.Load(), ls.waited.Load(), ls.waitNanos.Load()
+	}
 	s.BytesRead, s.ReadNanos = w.readBytes.Load(), w.readNanos.Load()
 	return s
 }
@@ -376,10 +560,12 @@ func (w *WeightPath) Stats() WeightStats {
 // the requests of the step that needed the expert, not the engine.
 var errWeightRead = errors.New("stages: reading weights")
 
-// readReq asks for one expert to be read into a cache slot.
+// readReq asks for one expert to be read into a cache slot, or (mat >= 0)
+// one matrix of a streamed layer into a layer slot.
 type readReq struct {
 	slot          int32
 	layer, expert int32
+	mat           int8 // index in layerMatNames; -1: an expert
 }
 
 // staged is a read expert in a staging slab, on its way to the uploader.
@@ -390,10 +576,27 @@ type staged struct {
 	err   error
 }
 
-// readDone tells compute an expert is in its slot (or why not).
+// readDone tells compute an expert (or a layer's matrix, mat >= 0) is in
+// its slot, or why not.
 type readDone struct {
 	slot int32
+	mat  int8
 	err  error
+}
+
+// await receives one completed read and hands it to the expert cache or
+// the layer stream (compute's goroutine).
+func (w *WeightPath) await(ctx context.Context) error {
+	d, err := w.ports.doneIn.Recv(ctx)
+	if err != nil {
+		return err
+	}
+	if d.mat >= 0 {
+		w.ls.complete(d)
+	} else {
+		w.cache.complete(d)
+	}
+	return nil
 }
 
 // ports are the edges the weight path's stages use.
@@ -410,10 +613,63 @@ type ports struct {
 	doneIn *graph.In[readDone]
 }
 
+// Streams are the weight path's sources for compute, valid inside the
+// compute stage's goroutine of one graph run (nil when nothing streams).
+type Streams struct {
+	w *WeightPath
+}
+
+// Experts returns the routed experts' source, nil when experts do not
+// stream.
+func (s *Streams) Experts() model.Experts {
+	if s == nil || s.w.cache == nil {
+		return nil
+	}
+	return s.w.cache
+}
+
+// Attach makes mctx take its streamed weights (experts, layers) from s, and
+// prefetch when the path is configured to; Detach undoes it.
+func (s *Streams) Attach(mctx *model.Context) {
+	if s == nil {
+		return
+	}
+	if s.w.cache != nil {
+		mctx.Experts, mctx.PrefetchNext = s.w.cache, s.w.Prefetching()
+	}
+	if s.w.ls != nil {
+		mctx.Layers = s.w.ls
+	}
+}
+
+// Detach undoes Attach.
+func (s *Streams) Detach(mctx *model.Context) {
+	mctx.Experts, mctx.PrefetchNext, mctx.Layers = nil, false, nil
+}
+
+func (s *Streams) bind(ctx context.Context) {
+	if s.w.cache != nil {
+		s.w.cache.bind(ctx)
+	}
+	if s.w.ls != nil {
+		s.w.ls.bind(ctx)
+	}
+}
+
+// finish waits for the reads in flight when compute stops.
+func (s *Streams) finish() {
+	if s.w.cache != nil {
+		s.w.cache.finish()
+	}
+	if s.w.ls != nil {
+		s.w.ls.finish()
+	}
+}
+
 // add wires the path's stages into g next to the compute stage comp and
-// returns the model.Experts compute must use (nil when nothing streams),
-// valid inside comp's goroutine once bind has given it comp's context.
-func (w *WeightPath) add(g *graph.Graph, rec *graph.Recorder, comp *graph.Stage) *expertCache {
+// returns the sources compute must use (nil when nothing streams), valid
+// inside comp's goroutine once bind has given them comp's context.
+func (w *WeightPath) add(g *graph.Graph, rec *graph.Recorder, comp *graph.Stage) *Streams {
 	if w == nil || !w.plan.Streaming() {
 		return nil
 	}
@@ -421,7 +677,11 @@ func (w *WeightPath) add(g *graph.Graph, rec *graph.Recorder, comp *graph.Stage)
 	var p ports
 	// every outstanding read owns a slot: edges as deep as the slots never
 	// block compute (which would deadlock it against the uploader)
-	capReq := len(w.cache.slots)
+	capReq := w.plan.LayerSlots * len(layerMatNames)
+	if w.cache != nil {
+		capReq += len(w.cache.slots)
+		w.cache.rec, w.cache.stg = rec, comp
+	}
 	p.reqs, p.reqsIn = graph.Connect[readReq](comp, reader, capReq)
 	p.free, p.freeIn = graph.Connect[int](pool, reader, len(w.staging))
 	p.read, p.readIn = graph.Connect[staged](reader, up, len(w.staging))
@@ -430,26 +690,25 @@ func (w *WeightPath) add(g *graph.Graph, rec *graph.Recorder, comp *graph.Stage)
 	pool.Do(func(ctx context.Context) error { return w.pool(ctx, p.retIn, p.free) })
 	reader.Do(func(ctx context.Context) error { return w.reader(ctx, rec, reader, p.reqsIn, p.freeIn, p.read) })
 	up.Do(func(ctx context.Context) error { return w.uploader(ctx, rec, up, p.readIn, p.ret, p.done) })
-	w.cache.ports = p
-	w.cache.rec, w.cache.stg = rec, comp
-	return w.cache
+	w.ports = p
+	return &Streams{w: w}
 }
 
 // Run runs fn as the compute stage of a graph that holds the weight path's
-// stages, for tools that drive a model.Context themselves (bench): fn's
-// Context must take ex as its Experts (nil when nothing streams) and use it
-// only inside fn.
-func (w *WeightPath) Run(ctx context.Context, rec *graph.Recorder, fn func(ctx context.Context, ex model.Experts) error) error {
+// stages, for tools that drive a model.Context themselves (bench): fn
+// attaches st (nil when nothing streams) to its Context and uses it only
+// inside fn.
+func (w *WeightPath) Run(ctx context.Context, rec *graph.Recorder, fn func(ctx context.Context, st *Streams) error) error {
 	g := graph.New(rec)
 	comp := g.Stage("compute")
-	c := w.add(g, rec, comp)
+	st := w.add(g, rec, comp)
 	comp.Do(func(ctx context.Context) error {
-		if c == nil {
+		if st == nil {
 			return fn(ctx, nil)
 		}
-		c.bind(ctx)
-		defer c.finish()
-		return fn(ctx, c)
+		st.bind(ctx)
+		defer st.finish()
+		return fn(ctx, st)
 	})
 	return g.Run(ctx)
 }
@@ -460,14 +719,15 @@ func (w *WeightPath) Run(ctx context.Context, rec *graph.Recorder, fn func(ctx c
 // resident one (llama.cpp loads every weight before its first token, too).
 // It does nothing when the cache is smaller.
 func (w *WeightPath) Preload(ctx context.Context) error {
-	if !w.plan.Streaming() || w.plan.Slots < w.plan.Experts {
+	if w.cache == nil || w.plan.Slots < w.plan.Experts {
 		return nil
 	}
 	ids := make([]int, w.m.NExpert)
 	for i := range ids {
 		ids[i] = i
 	}
-	return w.Run(ctx, nil, func(ctx context.Context, ex model.Experts) error {
+	return w.Run(ctx, nil, func(ctx context.Context, st *Streams) error {
+		ex := st.Experts()
 		for il := range w.m.NLayer {
 			if err := ex.Fetch(il, ids); err != nil {
 				return err
@@ -505,22 +765,43 @@ func (w *WeightPath) pool(ctx context.Context, ret *graph.In[int], free *graph.O
 	}
 }
 
-// reader takes each request, a free staging slab, and hands both to one of
-// QueueDepth workers that read the expert's three ranges.
+// readJob is one read for a worker: a whole expert (c0 < 0), or one chunk
+// [c0, c1) of a layer matrix into its staging slab at dst.
+type readJob struct {
+	s           staged
+	c0, c1, dst int64
+}
+
+// reader takes each request and a free staging slab, and hands the reads
+// to QueueDepth workers: an expert's three ranges as one job, a layer
+// matrix in readChunk pieces read in parallel (the worker that reads the
+// last piece passes the matrix on).
 func (w *WeightPath) reader(ctx context.Context, rec *graph.Recorder, stg *graph.Stage, reqs *graph.In[readReq], free *graph.In[int], out *graph.Out[staged]) error {
-	work := make(chan staged)
+	work := make(chan readJob, w.cfg.QueueDepth)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer close(work)
 	for range w.cfg.QueueDepth {
 		wg.Go(func() {
-			for s := range work {
-				w.read(rec, stg, &s)
-				if out.Send(ctx, s) != nil {
+			for j := range work {
+				if j.c0 < 0 {
+					w.read(rec, stg, &j.s)
+				} else if !w.readPiece(rec, stg, &j) {
+					continue
+				}
+				if out.Send(ctx, j.s) != nil {
 					return
 				}
 			}
 		})
+	}
+	send := func(j readJob) error {
+		select {
+		case work <- j:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	for {
 		r, err := reqs.Recv(ctx)
@@ -534,12 +815,60 @@ func (w *WeightPath) reader(ctx context.Context, rec *graph.Recorder, stg *graph
 		if err != nil {
 			return err
 		}
-		select {
-		case work <- staged{req: r, slab: slab}:
-		case <-ctx.Done():
-			return ctx.Err()
+		s := staged{req: r, slab: slab}
+		if r.mat < 0 {
+			if err := send(readJob{s: s, c0: -1}); err != nil {
+				return err
+			}
+			continue
+		}
+		// pieces start at the aligned block holding the matrix's first
+		// byte, so every piece is an aligned O_DIRECT read and lands where
+		// a single read of the whole range would have put it
+		lm := &w.lmats[r.layer][r.mat]
+		a0, end := lm.off&^(nvme.Align-1), lm.off+lm.n
+		s.views[0] = w.staging[slab][lm.off-a0 : lm.off-a0+lm.n]
+		n := (end - a0 + readChunk - 1) / readChunk
+		w.left[slab].Store(int32(n))
+		w.errMu.Lock()
+		w.slabErr[slab] = nil
+		w.errMu.Unlock()
+		for i := range n {
+			c0 := a0 + i*readChunk
+			if err := send(readJob{s: s, c0: c0, c1: min(end, c0+readChunk), dst: i * readChunk}); err != nil {
+				return err
+			}
 		}
 	}
+}
+
+// readPiece reads one piece of a layer matrix and reports whether it was
+// the last one (j.s then carries the matrix's first error).
+func (w *WeightPath) readPiece(rec *graph.Recorder, stg *graph.Stage, j *readJob) bool {
+	lm := &w.lmats[j.s.req.layer][j.s.req.mat]
+	span := rec.Begin(stg, "read")
+	t0 := nanotime()
+	_, err := w.rd.ReadAt(w.staging[j.s.slab][j.dst:], j.c0, j.c1-j.c0)
+	w.readNanos.Add(nanotime() - t0)
+	span.End()
+	if err != nil {
+		w.errMu.Lock()
+		if w.slabErr[j.s.slab] == nil {
+			w.slabErr[j.s.slab] = fmt.Errorf("%w: %s: %w", errWeightRead, lm.tmpl.Name, err)
+		}
+		w.errMu.Unlock()
+	} else {
+		n := j.c1 - max(j.c0, lm.off) // the matrix's bytes, not the block's head
+		w.readBytes.Add(n)
+		rec.Add(stg, "bytes read", n)
+	}
+	if w.left[j.s.slab].Add(-1) != 0 {
+		return false
+	}
+	w.errMu.Lock()
+	j.s.err = w.slabErr[j.s.slab]
+	w.errMu.Unlock()
+	return true
 }
 
 // read reads the expert of s.req into its staging slab.
@@ -586,14 +915,29 @@ func (w *WeightPath) uploader(ctx context.Context, rec *graph.Recorder, stg *gra
 		if err := ret.Send(ctx, s.slab); err != nil {
 			return err
 		}
-		if err := done.Send(ctx, readDone{slot: s.req.slot, err: s.err}); err != nil {
+		if err := done.Send(ctx, readDone{slot: s.req.slot, mat: s.req.mat, err: s.err}); err != nil {
 			return err
 		}
 	}
 }
 
-// place packs (or copies) the three matrices of s into the slot.
+// place packs (or copies) the three matrices of an expert into its cache
+// slot, or a layer's matrix into its layer slot.
 func (w *WeightPath) place(s *staged) error {
+	if s.req.mat >= 0 {
+		lm := &w.lmats[s.req.layer][s.req.mat]
+		dst := w.ls.slotBytes(s.req.slot)[lm.at:]
+		if lm.packed == 0 {
+			copy(dst[:lm.n], s.views[0])
+			return nil
+		}
+		src := lm.tmpl
+		src.Data = s.views[0]
+		if err := w.packer.PackInto(dst[:lm.packed], &src); err != nil {
+			return fmt.Errorf("stages: packing %s: %w", lm.tmpl.Name, err)
+		}
+		return nil
+	}
 	l := &w.layers[s.req.layer]
 	c := w.cache
 	slot := c.slotBytes(s.req.slot)

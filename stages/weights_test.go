@@ -91,7 +91,7 @@ func TestStreamedExpertsBitIdentical(t *testing.T) {
 		m, tok := openModel(t, path)
 		ref := cpu.NewBackend(2, nil)
 		defer ref.Close()
-		if _, err := ref.PackModel(m, true); err != nil {
+		if _, err := ref.PackModel(m, true, nil); err != nil {
 			t.Fatal(err)
 		}
 		for _, maxBatch := range []int{64, 5} {
@@ -111,7 +111,7 @@ func TestStreamedExpertsBitIdentical(t *testing.T) {
 				t.Run(fmt.Sprintf("%s/batch=%d/budget=%d/prefetch=%d", name, maxBatch, budget, tc.prefetch), func(t *testing.T) {
 					be := cpu.NewBackend(2, nil)
 					defer be.Close()
-					if _, err := be.PackModel(m, false); err != nil {
+					if _, err := be.PackModel(m, false, nil); err != nil {
 						t.Fatal(err)
 					}
 					wp, err := stages.NewWeightPath(m, path, be, stages.WeightConfig{Budget: budget, QueueDepth: 3, PrefetchDepth: tc.prefetch})
@@ -177,8 +177,8 @@ func TestStreamedBatchBitIdentical(t *testing.T) {
 			all = append(all, out...)
 			return err
 		}
-		err = wp.Run(context.Background(), nil, func(ctx context.Context, ex model.Experts) error {
-			mctx.Experts, mctx.PrefetchNext = ex, wp.Prefetching()
+		err = wp.Run(context.Background(), nil, func(ctx context.Context, st *stages.Streams) error {
+			st.Attach(mctx)
 			var b model.Batch
 			for s, p := range streamPrompts {
 				for i, id := range tok.Encode(p, true, true) {
@@ -211,7 +211,7 @@ func TestStreamedBatchBitIdentical(t *testing.T) {
 	}
 	ref := cpu.NewBackend(2, nil)
 	defer ref.Close()
-	ref.PackModel(m, true)
+	ref.PackModel(m, true, nil)
 	mmap, err := stages.NewWeightPath(m, path, ref, stages.WeightConfig{Engine: "mmap"})
 	if err != nil {
 		t.Fatal(err)
@@ -219,7 +219,7 @@ func TestStreamedBatchBitIdentical(t *testing.T) {
 	want := run(ref, mmap)
 	be := cpu.NewBackend(2, nil)
 	defer be.Close()
-	be.PackModel(m, false)
+	be.PackModel(m, false, nil)
 	probe, _ := stages.NewWeightPath(m, path, be, stages.WeightConfig{})
 	p := probe.Plan()
 	probe.Close()
@@ -353,9 +353,9 @@ func TestWeightPathPlanErrors(t *testing.T) {
 		{m, path, stages.WeightConfig{Engine: "io_uring"}, "io_uring is not implemented"},
 		{m, path, stages.WeightConfig{Engine: "aio"}, `unknown io_engine "aio"`},
 		{m, path, stages.WeightConfig{Policy: "lfu"}, "unknown expert cache policy"},
-		{m, path, stages.WeightConfig{Budget: 1 << 20}, "cannot hold the resident weights"},
+		{m, path, stages.WeightConfig{Budget: 1 << 20}, "cannot hold the weights that always stay resident"},
 		{m, path, stages.WeightConfig{Engine: "mmap", Budget: 1 << 20}, "io_engine mmap maps the whole model"},
-		{md, dense, stages.WeightConfig{Budget: 1 << 10}, "streaming dense layers is not implemented"},
+		{md, dense, stages.WeightConfig{Budget: 1 << 10}, "cannot hold the weights that always stay resident"},
 	} {
 		_, err := stages.NewWeightPath(tc.m, tc.path, be, tc.cfg)
 		if err == nil || !contains(err.Error(), tc.want) {

@@ -15,6 +15,7 @@ import (
 	"github.com/flowinfer/flowinfer/bench"
 	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/model"
+	"github.com/flowinfer/flowinfer/stages"
 )
 
 // BenchCmd measures prompt processing (pp) and generation (tg) throughput.
@@ -97,8 +98,9 @@ func (c *BenchCmd) Run(g *Globals) error {
 		defer pprof.StopCPUProfile()
 	}
 	var tests []bench.Test
-	err = wp.Run(ctx, nil, func(ctx context.Context, ex model.Experts) error {
-		mctx.Experts, mctx.PrefetchNext = ex, wp.Prefetching()
+	err = wp.Run(ctx, nil, func(ctx context.Context, st *stages.Streams) error {
+		st.Attach(mctx)
+		defer st.Detach(mctx)
 		tests, err = bench.Throughput(ctx, mctx, bench.ThroughputConfig{
 			NPrompt: c.NPrompt, NGen: c.NGen, Reps: c.Reps, NoWarmup: c.NoWarmup, Seed: c.Seed, BOS: bos,
 		})

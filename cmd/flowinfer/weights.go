@@ -24,8 +24,8 @@ import (
 // WeightFlags choose where weights live: the RAM budget and how the rest is
 // read from disk.
 type WeightFlags struct {
-	RAMBudget     configs.ByteSize `name:"ram-budget" default:"0" env:"FLOWINFER_RAM_BUDGET" help:"Bytes of weights held in RAM (e.g. 4GiB, 512MiB): resident weights, the expert cache and the read slabs; routed experts beyond it are read from disk as the router picks them. 0 = what the machine or its cgroup allows after the KV cache, activations and 512 MiB of headroom."`
-	IOEngine      string           `name:"io-engine" default:"pread" env:"FLOWINFER_IO_ENGINE" help:"How experts are read: pread (O_DIRECT where the filesystem allows, into an expert cache within --ram-budget) or mmap (the whole file mapped, paged by the kernel, no budget). io_uring is not implemented."`
+	RAMBudget     configs.ByteSize `name:"ram-budget" default:"0" env:"FLOWINFER_RAM_BUDGET" help:"Bytes of weights held in RAM (e.g. 4GiB, 512MiB): resident weights, the expert cache, layer slots and the read slabs; routed experts beyond it are read from disk as the router picks them, and layers beyond it are read ahead of compute every step. 0 = what the machine or its cgroup allows after the KV cache, activations and 512 MiB of headroom."`
+	IOEngine      string           `name:"io-engine" default:"pread" env:"FLOWINFER_IO_ENGINE" help:"How weights beyond the budget are read: pread (O_DIRECT where the filesystem allows, into the expert cache and layer slots within --ram-budget) or mmap (the whole file mapped, paged by the kernel, no budget). io_uring is not implemented."`
 	Slabs         int              `name:"slabs" default:"8" env:"FLOWINFER_SLABS" help:"Expert reads in flight (staging slabs)."`
 	PrefetchDepth int              `name:"prefetch-depth" default:"1" env:"FLOWINFER_PREFETCH_DEPTH" help:"Layers of experts read ahead speculatively: 0 reads the experts the router picked (the moment it picks them); 1 also guesses the next layer's experts from the current residual stream and reads them ahead."`
 	Mlock         bool             `name:"mlock" help:"Lock the expert cache and read slabs in RAM."`
@@ -77,11 +77,11 @@ func openWeights(f *WeightFlags, l *loaded, be *cpu.Backend, s weightSetup, log 
 		wp.Close()
 		return nil, errDryRun
 	}
-	if err := packResident(be, m, !plan.Streaming(), log); err != nil {
+	if err := packResident(be, m, plan.Experts > 0 && !plan.Streaming(), wp.StreamsLayer, log); err != nil {
 		wp.Close()
 		return nil, err
 	}
-	if plan.Streaming() && plan.Slots == plan.Experts {
+	if plan.Streaming() && plan.Experts > 0 && plan.Slots == plan.Experts {
 		// everything fits: read every expert now, at disk speed, rather
 		// than one miss at a time in the first tokens
 		t0 := time.Now()
@@ -120,10 +120,10 @@ func actBytes(m *model.Model, maxBatch int) int64 {
 // packResident makes the backend's packed copies of the resident weights
 // (all of them, experts too when experts is true) at load time, as
 // llama.cpp repacks at load, and drops the mapped pages the copies replace.
-func packResident(be *cpu.Backend, m *model.Model, experts bool, log *zap.Logger) error {
+func packResident(be *cpu.Backend, m *model.Model, experts bool, streamed func(il int) bool, log *zap.Logger) error {
 	t0 := time.Now()
 	be.DropPacked = true
-	n, err := be.PackModel(m, experts)
+	n, err := be.PackModel(m, experts, streamed)
 	if err != nil {
 		return err
 	}
@@ -161,6 +161,16 @@ func forEachMatrix(m *model.Model, experts bool, fn func(*model.Weight)) {
 // misses (all layers, and the layers' range), bytes read and the read time.
 func printWeightStats(wp *stages.WeightPath) {
 	st := wp.Stats()
+	if n := st.LayersReady + st.LayersWaited; n > 0 {
+		fmt.Fprintf(os.Stderr, "flowinfer: layer stream: %d layers run, %d already read, %d waited for (%.2f s in all)\n",
+			n, st.LayersReady, st.LayersWaited, float64(st.LayerWaitNanos)/1e9)
+	}
+	if wp.Plan().Experts == 0 {
+		if st.BytesRead > 0 {
+			fmt.Fprintf(os.Stderr, "flowinfer: layer reads: %.2f GiB, %.2f s of reads in flight\n", float64(st.BytesRead)/(1<<30), float64(st.ReadNanos)/1e9)
+		}
+		return
+	}
 	var hits, misses int64
 	lo, hi := 1.0, 0.0
 	for i := range st.Hits {

@@ -1,0 +1,9 @@
+package stages
+
+// ForceLayerStreaming makes a weight path stream every layer but the first
+// resident through slots layer slots, whatever the budget (the golden
+// models are smaller than the smallest budget that would make them
+// stream).
+func ForceLayerStreaming(cfg *WeightConfig, resident, slots int) {
+	cfg.force = &layerForce{resident: resident, slots: slots}
+}

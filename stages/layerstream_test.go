@@ -1,0 +1,115 @@
+package stages_test
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/flowinfer/flowinfer/cpu"
+	"github.com/flowinfer/flowinfer/internal/golden"
+	"github.com/flowinfer/flowinfer/io/nvme"
+	"github.com/flowinfer/flowinfer/stages"
+)
+
+// TestStreamedLayersBitIdentical: with a budget below the model's resident
+// size, layers stream from disk through a few layer slots (packed by the
+// uploader), and the logits are bit-identical to the fully resident run:
+// dense families (llama, qwen2 biases, qwen3 QK-norm), packed and unpacked
+// types, and a MoE model whose attention streams along with its experts;
+// budgets from "every layer streams through two slots" up; prefill in one
+// step and in chunks, three sequences decoding together.
+func TestStreamedLayersBitIdentical(t *testing.T) {
+	dir, _ := golden.Load(t)
+	for _, name := range []string{"synth-llama-Q4_K_M.gguf", "synth-qwen2-Q8_0.gguf", "synth-qwen3-F32.gguf", "synth-qwen3moe-Q4_K_M.gguf"} {
+		path := filepath.Join(dir, "models", name)
+		m, tok := openModel(t, path)
+		ref := cpu.NewBackend(2, nil)
+		defer ref.Close()
+		if _, err := ref.PackModel(m, true, nil); err != nil {
+			t.Fatal(err)
+		}
+		for _, maxBatch := range []int{64, 5} {
+			want, _ := runLogits(t, m, tok, ref, nil, maxBatch)
+			// every layer through one slot (the golden models have two
+			// layers: each layer evicts the other, every step reads
+			// both), through two slots (both stay once read), and the
+			// first layer resident with three slots
+			for _, lc := range []struct{ resident, slots int }{{0, 1}, {0, 2}, {1, 3}} {
+				t.Run(fmt.Sprintf("%s/batch=%d/resident=%d/slots=%d", name, maxBatch, lc.resident, lc.slots), func(t *testing.T) {
+					be := cpu.NewBackend(2, nil)
+					defer be.Close()
+					cfg := stages.WeightConfig{QueueDepth: 3}
+					stages.ForceLayerStreaming(&cfg, lc.resident, lc.slots)
+					wp, err := stages.NewWeightPath(m, path, be, cfg)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer wp.Close()
+					lp := wp.Plan()
+					if lp.Layers != m.NLayer-lc.resident || lp.LayerSlots != lc.slots {
+						t.Fatalf("plan: %d layers stream through %d slots", lp.Layers, lp.LayerSlots)
+					}
+					if _, err := be.PackModel(m, false, wp.StreamsLayer); err != nil {
+						t.Fatal(err)
+					}
+					got, finals := runLogits(t, m, tok, be, wp, maxBatch)
+					for i := range want {
+						if finals[i].Err != nil {
+							t.Fatalf("request %d: %v", i, finals[i].Err)
+						}
+						if len(got[i]) != len(want[i]) {
+							t.Fatalf("request %d: %d logits, want %d", i, len(got[i]), len(want[i]))
+						}
+						for j := range want[i] {
+							if math.Float32bits(got[i][j]) != math.Float32bits(want[i][j]) {
+								t.Fatalf("request %d: logit %d (row %d) is %v, resident %v", i, j, j/m.NVocab, got[i][j], want[i][j])
+							}
+						}
+					}
+					st := wp.Stats()
+					if st.BytesRead < lp.LayerFile {
+						t.Errorf("%d bytes read, less than one pass over the streamed layers (%d)", st.BytesRead, lp.LayerFile)
+					}
+					if lp.Layers > lp.LayerSlots && st.LayersWaited+st.LayersReady == 0 {
+						t.Errorf("no layer was acquired")
+					}
+					t.Logf("%d of %d layers stream through %d slots; %d layers ready, %d waited for; %d bytes read",
+						lp.Layers, m.NLayer, lp.LayerSlots, st.LayersReady, st.LayersWaited, st.BytesRead)
+				})
+			}
+		}
+	}
+}
+
+// TestStreamedLayerReadErrorFailsRequests: a failed layer read fails the
+// requests of the step that needed it, with the reader's error.
+func TestStreamedLayerReadErrorFailsRequests(t *testing.T) {
+	dir, _ := golden.Load(t)
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	copyFile(t, filepath.Join(dir, "models", "synth-llama-Q8_0.gguf"), path)
+	m, tok := openModel(t, path)
+	be := cpu.NewBackend(2, nil)
+	defer be.Close()
+	var cfg stages.WeightConfig
+	stages.ForceLayerStreaming(&cfg, 0, 2)
+	wp, err := stages.NewWeightPath(m, path, be, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wp.Close()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte{0})
+	f.Close()
+	_, finals := runLogits(t, m, tok, be, wp, 64)
+	for i, ev := range finals {
+		if ev.Finish != stages.FinishError || !errors.Is(ev.Err, nvme.ErrChanged) {
+			t.Errorf("request %d: finish %q, err %v; want an error matching nvme.ErrChanged", i, ev.Finish, ev.Err)
+		}
+	}
+}
