@@ -11,7 +11,7 @@
 # 16 tokens after a short prompt, 2 threads, context 512. llama.cpp runs
 # llama-completion with its default (repack), --no-repack, and, without a
 # cap, --no-mmap; flowinfer runs with its defaults (--ram-budget from the
-# cgroup limit). The script prints one line per run: engine, setting, cap,
+# cgroup limit) and, for a MoE model, also with --prefetch-depth 0. The script prints one line per run: engine, setting, cap,
 # prompt t/s, decode t/s, peak memory of the cgroup (page cache included),
 # exit status; and the disk's O_DIRECT bandwidth at the reader's queue depth
 # (bench/diskbw). It needs root (cgroup v1 memory controller at
@@ -82,15 +82,19 @@ run() {
 	fi
 	printf "%-10s %-28s cap %-5s pp %8s t/s  tg %8s t/s  peak %6.2f GiB  rc %s\n" "$name" "$setting" "$cap" "${pp:--}" "${tg:--}" \
 		"$(echo "$(peak) / 1073741824" | bc -l)" "$rc"
-	if [ "$name" = flowinfer ]; then grep -E 'expert cache:|expert reads:|prefetch:|weights:|preloaded' "$out" | sed 's/^/    /'; fi
+	if [ "$name" = flowinfer ]; then grep -E 'expert cache:|expert reads:|prefetch:|weights:|preloaded|layer stream:|layer reads:' "$out" | sed 's/^/    /'; fi
 	if [ $rc != 0 ]; then tail -3 "$out" | sed 's/^/    /'; fi
 	rm -f "$out"
 }
 
+# a MoE model also runs without speculative prefetch (the default is 1)
+moe=$("$fi_bin" run -m "$model" --dry-run 2>&1 | grep -o 'expert cache' | head -1)
 echo "outofcore: $model ($(du -h "$model" | cut -f1)), caps: $caps, cgroup v$v, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 for cap in $caps; do
+	if [ -n "$moe" ]; then
+		run "$cap" flowinfer "--prefetch-depth 0" "$fi_bin" run -m "$model" -p "$prompt" -n $ntok -t 2 -c 512 --temp 0 --no-display-prompt --prefetch-depth 0
+	fi
 	run "$cap" flowinfer "default" "$fi_bin" run -m "$model" -p "$prompt" -n $ntok -t 2 -c 512 --temp 0 --no-display-prompt
-	run "$cap" flowinfer "--prefetch-depth 1" "$fi_bin" run -m "$model" -p "$prompt" -n $ntok -t 2 -c 512 --temp 0 --no-display-prompt --prefetch-depth 1
 	run "$cap" llama.cpp "default (repack, mmap)" "$llama/llama-completion" -m "$model" -p "$prompt" -n $ntok -t 2 -c 512 --temp 0 -no-cnv
 	run "$cap" llama.cpp "--no-repack (mmap)" "$llama/llama-completion" -m "$model" -p "$prompt" -n $ntok -t 2 -c 512 --temp 0 -no-cnv --no-repack
 	if [ "$cap" = none ]; then

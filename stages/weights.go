@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -351,16 +352,38 @@ func (w *WeightPath) planLayers(sizes []int64, expertMin int64, nStaging *int) e
 			size(p.Budget), size(fixed), minSlots, size(minSlots*slot), size(staging), experts, size(need))
 	}
 	avail := p.Budget - need
-	w.streamed = make([]bool, len(sizes))
-	p.Resident = fixed
-	for il, s := range sizes {
-		if p.ResidentLayers == il && s <= avail {
-			avail -= s
-			p.Resident += s
+	// as many layers as fit stay resident; the streamed ones are spread
+	// evenly between them, so that the reader reads the next streamed
+	// layer while compute runs resident ones (streaming the last layers
+	// in a block would leave the reader idle for the resident part of
+	// every step)
+	nres := 0
+	for _, s := range slices.Sorted(slices.Values(sizes)) {
+		if s > avail {
+			break
+		}
+		avail -= s
+		nres++
+	}
+	for ; ; nres-- {
+		w.streamed = spread(len(sizes), len(sizes)-nres)
+		var res int64
+		for il, s := range sizes {
+			if !w.streamed[il] {
+				res += s
+			}
+		}
+		if res <= p.Budget-need || nres == 0 {
+			avail = p.Budget - need - res
+			p.Resident = fixed + res
+			break
+		}
+	}
+	for il := range sizes {
+		if !w.streamed[il] {
 			p.ResidentLayers++
 			continue
 		}
-		w.streamed[il] = true
 		p.Layers++
 		for _, lm := range w.lmats[il] {
 			p.LayerFile += lm.n
@@ -372,6 +395,15 @@ func (w *WeightPath) planLayers(sizes []int64, expertMin int64, nStaging *int) e
 		avail -= slot
 	}
 	return nil
+}
+
+// spread marks k of n layers, evenly spaced (the last of each group).
+func spread(n, k int) []bool {
+	out := make([]bool, n)
+	for i := range n {
+		out[i] = (i+1)*k/n != i*k/n
+	}
+	return out
 }
 
 // minSlots is the fewest layer slots: one computes while the next is read.
