@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/flowinfer/flowinfer/graph"
 	"github.com/flowinfer/flowinfer/model"
 )
 
@@ -56,6 +57,8 @@ type layerStream struct {
 	inUse   int32 // the acquired slot, -1
 	pending int   // matrix reads outstanding
 	ctx     context.Context
+	rec     *graph.Recorder
+	stg     *graph.Stage
 
 	// counters: layers found read when acquired, layers compute waited
 	// for, and the time it waited
@@ -208,8 +211,10 @@ func (ls *layerStream) Acquire(il int) (*model.Layer, error) {
 	st := &ls.slots[s]
 	if st.pending == 0 {
 		ls.ready.Add(1)
+		ls.rec.Add(ls.stg, "layers ready", 1)
 	} else {
 		ls.waited.Add(1)
+		ls.rec.Add(ls.stg, "layers waited for", 1)
 		t0 := nanotime()
 		for st.pending > 0 {
 			if err := ls.wp.await(ls.ctx); err != nil {

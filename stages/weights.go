@@ -64,6 +64,9 @@ type WeightConfig struct {
 	PrefetchDepth int
 	// NoDirect reads through the page cache instead of O_DIRECT.
 	NoDirect bool
+	// PlanOnly makes the plan and stops: nothing is opened or allocated
+	// (--dry-run); the path cannot run.
+	PlanOnly bool
 
 	// force, set by tests only (export_test.go), streams every layer but
 	// the first force.resident through force.slots slots whatever the
@@ -275,6 +278,10 @@ func NewWeightPath(m *model.Model, path string, ops model.Ops, cfg WeightConfig)
 				size(p.Resident+p.Staging+layerSlots+expertMin))
 		}
 		p.Slots = int(min(int64(p.Experts), left/p.SlotBytes))
+	}
+	if cfg.PlanOnly {
+		p.Direct = !cfg.NoDirect // what Open would try
+		return w, nil
 	}
 	rd, err := nvme.Open(path, nvme.Options{Engine: "pread", Direct: !cfg.NoDirect})
 	if err != nil {
@@ -713,6 +720,9 @@ func (w *WeightPath) add(g *graph.Graph, rec *graph.Recorder, comp *graph.Stage)
 	if w.cache != nil {
 		capReq += len(w.cache.slots)
 		w.cache.rec, w.cache.stg = rec, comp
+	}
+	if w.ls != nil {
+		w.ls.rec, w.ls.stg = rec, comp
 	}
 	p.reqs, p.reqsIn = graph.Connect[readReq](comp, reader, capReq)
 	p.free, p.freeIn = graph.Connect[int](pool, reader, len(w.staging))

@@ -31,9 +31,11 @@ import (
 	"time"
 
 	"github.com/alecthomas/kong"
+	"go.uber.org/zap"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/flowinfer/flowinfer/configs"
+	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/stages"
 )
 
@@ -233,7 +235,8 @@ type ConfigCmd struct {
 type ConfigShowCmd struct {
 	PipelineFlags
 	SamplingFlags
-	NPredict int `short:"n" name:"n-predict" default:"-1" help:"Default token limit (-1 = none)."`
+	NPredict int    `short:"n" name:"n-predict" default:"-1" help:"Default token limit (-1 = none)."`
+	Model    string `short:"m" help:"Also print the placement plan of this GGUF file's weights under the effective settings (what --dry-run prints)." type:"path" placeholder:"FILE"`
 }
 
 func (c *ConfigShowCmd) Run(kctx *kong.Context, cli *CLI) error {
@@ -249,7 +252,29 @@ func (c *ConfigShowCmd) Run(kctx *kong.Context, cli *CLI) error {
 		fmt.Printf("# profile: %s\n", l.Source)
 	}
 	fmt.Print("# precedence: flag > config file > environment > default\n")
-	_, err = os.Stdout.Write(out)
+	if _, err := os.Stdout.Write(out); err != nil {
+		return err
+	}
+	if c.Model == "" {
+		return nil
+	}
+	// the plan, as run would make it: same budget, context and batch
+	log := zap.NewNop()
+	mf := ModelFlags{Model: c.Model}
+	lm, err := mf.open(context.Background(), log)
+	if err != nil {
+		return err
+	}
+	defer lm.Close()
+	be := cpu.NewBackend(c.Threads, nil)
+	defer be.Close()
+	wf := c.WeightFlags
+	wf.DryRun = true
+	nCtx := ctxSize(lm, c.CtxSize, log)
+	_, err = openWeights(&wf, lm, be, weightSetup{nCtx: nCtx, nSeq: 1, maxBatch: c.BatchSize}, log)
+	if errors.Is(err, errDryRun) {
+		return nil
+	}
 	return err
 }
 

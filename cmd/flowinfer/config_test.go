@@ -162,3 +162,18 @@ func TestConfigDetect(t *testing.T) {
 		t.Errorf("config list: %v\n%s", err, out)
 	}
 }
+
+// TestConfigShowPlan: `config show -m FILE` also prints the placement plan
+// of the file's weights under the effective settings (a profile's
+// ram_pool included), and allocates nothing (as --dry-run).
+func TestConfigShowPlan(t *testing.T) {
+	model, _ := goldenModel(t, "synth-qwen3moe-Q8_0.gguf")
+	file := writeProfile(t, "pipeline:\n  ram_pool: 3300KiB\n")
+	_, errOut, err := runEnv(t, nil, "config", "show", "--config", file, "-m", model)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	if !strings.Contains(errOut, "weights: budget 3.22MiB") || !strings.Contains(errOut, "expert cache") {
+		t.Errorf("no plan for the profile's budget:\n%s", errOut)
+	}
+}

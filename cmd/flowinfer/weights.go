@@ -64,6 +64,7 @@ func openWeights(f *WeightFlags, l *loaded, be *cpu.Backend, s weightSetup, log 
 	}
 	wp, err := stages.NewWeightPath(m, l.path, be, stages.WeightConfig{
 		Engine: f.IOEngine, Budget: budget, QueueDepth: f.Slabs, Lock: f.Mlock, Policy: f.CachePolicy, PrefetchDepth: f.PrefetchDepth,
+		PlanOnly: f.DryRun,
 	})
 	if err != nil && auto && budget > 0 {
 		err = fmt.Errorf("%w (the budget was derived from the machine's memory; set --ram-budget to choose it)", err)
