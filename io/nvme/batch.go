@@ -55,4 +55,4 @@ func (r *Reader) ReadBatch(reqs []Req) error {
 
 // ErrClosed is matched (errors.Is) by the error of an io_uring read that
 // starts after Close (or is still waiting for a ring slot when Close comes).
-var ErrClosed = errors.New("nvme: reader closed")
+var ErrClosed = errors.New("reader closed")

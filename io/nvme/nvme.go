@@ -59,7 +59,7 @@ var ErrChanged = errors.New("nvme: file changed since it was opened")
 
 // ErrNoURing is matched (errors.Is) by Open's error when the io_uring engine
 // was asked for and the kernel refuses io_uring (or the platform has none).
-var ErrNoURing = errors.New("nvme: io_uring unavailable")
+var ErrNoURing = errors.New("io_uring unavailable")
 
 // Options select the engine.
 type Options struct {
