@@ -405,7 +405,10 @@ func (r *ring) reap() {
 			r.broken.Store(&err)
 			for i := range r.waiters {
 				if w := r.waiters[i].Load(); w != nil {
-					w.ch <- completion{slot: uint32(i), res: -int32(unix.EIO)}
+					select { // never block here: the batch may hold a slot without a read in flight
+					case w.ch <- completion{slot: uint32(i), res: -int32(unix.EIO)}:
+					default:
+					}
 				}
 			}
 			return
