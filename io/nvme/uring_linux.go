@@ -10,8 +10,12 @@
 // RLIMIT_MEMLOCK and the Reader takes any buffer), linked or timed requests.
 //
 // Concurrency: submissions take a mutex (one writer of the SQ tail); one
-// completion goroutine waits in io_uring_enter(GETEVENTS) and hands each CQE
-// to the batch that owns its slot (user_data is the slot index). Slots are a
+// completion goroutine hands each CQE to the batch that owns its slot
+// (user_data is the slot index). It waits on an eventfd the kernel signals
+// per CQE, through Go's netpoller: waiting in io_uring_enter(GETEVENTS)
+// instead kept a thread blocked in the kernel and cost 0.065-0.071 s of CPU
+// per GB read in 4 MiB reads against 0.041-0.047 (bench/diskbw, same runs;
+// equal at 1 MiB). Slots are a
 // counting semaphore of the ring's size, so at most sq_entries requests are
 // in flight and the completion queue (twice that) cannot overflow; a caller
 // that finds no free slot waits for completions ("ring full").
@@ -21,6 +25,7 @@ package nvme
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -35,7 +40,6 @@ const (
 	opNop  = 0
 	opRead = 22 // IORING_OP_READ, Linux 5.6
 
-	enterGetEvents = 1 << 0 // IORING_ENTER_GETEVENTS
 	setupClamp     = 1 << 4 // IORING_SETUP_CLAMP
 	featSingleMmap = 1 << 0 // IORING_FEAT_SINGLE_MMAP
 
@@ -43,8 +47,9 @@ const (
 	offCQRing = 0x8000000
 	offSQEs   = 0x10000000
 
-	registerProbe = 8 // IORING_REGISTER_PROBE
-	probeOpSupp   = 1 // IO_URING_OP_SUPPORTED
+	registerEventFD = 4 // IORING_REGISTER_EVENTFD
+	registerProbe   = 8 // IORING_REGISTER_PROBE
+	probeOpSupp     = 1 // IO_URING_OP_SUPPORTED
 
 	// maxSQE caps one SQE's length (read(2) stops at 0x7ffff000 anyway);
 	// the rest of a longer range goes out as a resubmission.
@@ -152,6 +157,7 @@ type ring struct {
 	waiters []atomic.Pointer[waiter]
 	quit    chan struct{} // closed by close: no new slots
 	reaped  chan struct{} // closed when the completion goroutine returns
+	efd     *os.File      // eventfd the kernel signals per CQE (netpoller-driven)
 	broken  atomic.Pointer[error]
 	closing sync.Once
 }
@@ -172,6 +178,11 @@ func newRing(fileFD, entries int) (*ring, error) {
 		return nil, err
 	}
 	if err := r.probeRead(); err != nil {
+		r.unmap()
+		unix.Close(r.fd)
+		return nil, err
+	}
+	if err := r.registerEventFD(); err != nil {
 		r.unmap()
 		unix.Close(r.fd)
 		return nil, err
@@ -250,6 +261,25 @@ func (r *ring) probeRead() error {
 	if pr.lastOp < opRead || pr.ops[opRead].flags&probeOpSupp == 0 {
 		return fmt.Errorf("%w: the kernel has no IORING_OP_READ (Linux 5.6); use io_engine pread", ErrNoURing)
 	}
+	return nil
+}
+
+// registerEventFD has the kernel signal an eventfd for every CQE: the
+// completion goroutine waits on it through Go's netpoller instead of in a
+// blocking io_uring_enter (which keeps a thread in the kernel and the
+// runtime handing its P back and forth at every completion).
+func (r *ring) registerEventFD() error {
+	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("nvme: io_uring: eventfd: %w", err)
+	}
+	fd32 := int32(efd)
+	_, _, errno := unix.Syscall6(unix.SYS_IO_URING_REGISTER, uintptr(r.fd), registerEventFD, uintptr(unsafe.Pointer(&fd32)), 1, 0, 0)
+	if errno != 0 {
+		unix.Close(efd)
+		return fmt.Errorf("nvme: io_uring: registering an eventfd: %w", errno)
+	}
+	r.efd = os.NewFile(uintptr(efd), "io_uring-eventfd")
 	return nil
 }
 
@@ -374,6 +404,7 @@ func (r *ring) submit(rs []sqeRead) (taken int, err error) {
 // slot's waiter, until the close NOP arrives.
 func (r *ring) reap() {
 	defer close(r.reaped)
+	var evbuf [8]byte
 	for {
 		head := atomic.LoadUint32(r.cqHead)
 		tail := atomic.LoadUint32(r.cqTail)
@@ -395,13 +426,12 @@ func (r *ring) reap() {
 		if stop {
 			return
 		}
-		_, errno := r.enter(0, 1, enterGetEvents)
-		switch errno {
-		case 0, unix.EINTR, unix.EAGAIN, unix.EBUSY:
-		default:
-			// the ring itself failed (cannot happen with a valid fd):
-			// fail every read in flight and every later one
-			err := fmt.Errorf("nvme: io_uring completion wait: %w", errno)
+		// every CQE posted after the drain above adds to the counter, so
+		// this returns at once when one came in meanwhile
+		if _, err := r.efd.Read(evbuf[:]); err != nil {
+			// the eventfd failed (cannot happen): fail every read in
+			// flight and every later one
+			err := fmt.Errorf("nvme: io_uring completion wait: %w", err)
 			r.broken.Store(&err)
 			for i := range r.waiters {
 				if w := r.waiters[i].Load(); w != nil {
@@ -450,6 +480,7 @@ func (r *ring) close() error {
 			r.mu.Unlock()
 			<-r.reaped
 		}
+		r.efd.Close()
 		r.unmap()
 		if e := unix.Close(r.fd); e != nil {
 			err = fmt.Errorf("nvme: io_uring: %w", e)
