@@ -15,10 +15,10 @@
 // per CQE, through Go's netpoller: waiting in io_uring_enter(GETEVENTS)
 // instead kept a thread blocked in the kernel and cost 0.065-0.071 s of CPU
 // per GB read in 4 MiB reads against 0.041-0.047 (bench/diskbw, same runs;
-// equal at 1 MiB). Slots are a
-// counting semaphore of the ring's size, so at most sq_entries requests are
-// in flight and the completion queue (twice that) cannot overflow; a caller
-// that finds no free slot waits for completions ("ring full").
+// equal at 1 MiB). Slots are a counting semaphore of the ring's size, so at
+// most sq_entries requests are in flight and the completion queue (twice
+// that) cannot overflow; a caller that finds no free slot waits for
+// completions ("ring full").
 
 package nvme
 
