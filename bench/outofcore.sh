@@ -102,5 +102,5 @@ for cap in $caps; do
 	fi
 done
 sync; echo 3 > /proc/sys/vm/drop_caches
-go run ./bench/diskbw -f "$model" -size 1MiB -qd 8 -t 10s
+go run ./bench/diskbw -f "$model" -size 1MiB -qd 8 -t 10s -engine pread,io_uring
 rmdir "$cg" 2>/dev/null || true

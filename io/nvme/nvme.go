@@ -13,18 +13,23 @@
 //     alignment and the caller gets the exact range inside its buffer. When
 //     the filesystem refuses O_DIRECT (tmpfs, some overlays), buffered reads
 //     are used and Direct reports false.
+//   - "io_uring" (Linux): the same reads (same O_DIRECT window, same
+//     results and errors) through an io_uring of our own (uring_linux.go):
+//     any number of goroutines share one ring of QueueDepth entries, and
+//     ReadBatch enters many ranges with one io_uring_enter. A kernel that
+//     refuses io_uring (ENOSYS, or EPERM from kernel.io_uring_disabled or
+//     a seccomp filter) makes Open fail with ErrNoURing: there is no silent
+//     fallback to pread.
 //   - "mmap": copies out of a read-only mapping of the file (the page cache
 //     does the I/O, as before this package existed), kept for comparison.
 //
-// io_uring is not an engine here: docs/decisions.md records why (the
-// library the project card names needs -checklinkname=0, and on this
-// machine several preads in flight reach the disk's bandwidth).
-//
 // Concurrency: a Reader is safe for concurrent use; callers keep many reads
 // in flight by calling ReadAt from several goroutines (the reader stage's
-// queue depth). Errors are per read: a short read, EIO, or a file that
-// changed size or modification time since Open fails that read with an
-// error naming the file and range, and the Reader stays usable.
+// queue depth), or by handing many ranges to one ReadBatch. Errors are per
+// read: a short read, EIO, or a file that changed size or modification time
+// since Open fails that read with an error naming the file and range, and
+// the Reader stays usable. Close waits for the reads in flight; reads that
+// start after it fail.
 package nvme
 
 import (
@@ -43,26 +48,41 @@ import (
 const Align = 4096
 
 // Engines lists the engine names Open accepts.
-func Engines() []string { return []string{"pread", "mmap"} }
+func Engines() []string { return []string{"pread", "io_uring", "mmap"} }
+
+// DefaultQueueDepth is Options.QueueDepth when it is 0.
+const DefaultQueueDepth = 8
 
 // ErrChanged is matched (errors.Is) by the error of a read from a file that
 // was truncated, extended or rewritten since Open.
 var ErrChanged = errors.New("nvme: file changed since it was opened")
 
+// ErrNoURing is matched (errors.Is) by Open's error when the io_uring engine
+// was asked for and the kernel refuses io_uring (or the platform has none).
+var ErrNoURing = errors.New("io_uring unavailable")
+
 // Options select the engine.
 type Options struct {
-	Engine string // "pread" (default) or "mmap"
-	// Direct asks for O_DIRECT with the pread engine (falls back to
-	// buffered reads where the filesystem refuses it).
+	Engine string // "pread" (default), "io_uring" or "mmap"
+	// Direct asks for O_DIRECT with the pread and io_uring engines (falls
+	// back to buffered reads where the filesystem refuses it).
 	Direct bool
+	// QueueDepth is the reads in flight: the io_uring engine's ring
+	// entries (rounded up to a power of two by the kernel), shared by all
+	// callers; the pread engine's goroutines per ReadBatch. 0 means
+	// DefaultQueueDepth.
+	QueueDepth int
 }
 
 // Reader reads ranges of one file.
 type Reader struct {
 	path   string
 	engine string
-	f      *os.File // pread: O_DIRECT if direct
+	f      *os.File // pread, io_uring: O_DIRECT if direct
+	fd     int      // f's descriptor
 	direct bool
+	ring   *ring // io_uring engine
+	qd     int
 	data   []byte // mmap engine
 	size   int64
 	mtime  time.Time
@@ -75,9 +95,15 @@ func Open(path string, o Options) (*Reader, error) {
 	if o.Engine == "" {
 		o.Engine = "pread"
 	}
-	r := &Reader{path: path, engine: o.Engine}
+	if o.QueueDepth < 0 {
+		return nil, fmt.Errorf("nvme: negative queue depth %d", o.QueueDepth)
+	}
+	if o.QueueDepth == 0 {
+		o.QueueDepth = DefaultQueueDepth
+	}
+	r := &Reader{path: path, engine: o.Engine, qd: o.QueueDepth}
 	switch o.Engine {
-	case "pread":
+	case "pread", "io_uring":
 		if o.Direct {
 			f, err := os.OpenFile(path, os.O_RDONLY|unix.O_DIRECT, 0)
 			if err == nil {
@@ -97,11 +123,10 @@ func Open(path string, o Options) (*Reader, error) {
 			return nil, fmt.Errorf("nvme: %w", err)
 		}
 		r.f = f
-	case "io_uring":
-		return nil, fmt.Errorf("nvme: io_engine io_uring is not implemented (see docs/decisions.md); use pread or mmap")
 	default:
-		return nil, fmt.Errorf("nvme: unknown io_engine %q (supported: pread, mmap)", o.Engine)
+		return nil, fmt.Errorf("nvme: unknown io_engine %q (supported: pread, io_uring, mmap)", o.Engine)
 	}
+	r.fd = int(r.f.Fd())
 	st, err := r.f.Stat()
 	if err != nil {
 		r.f.Close()
@@ -115,16 +140,27 @@ func Open(path string, o Options) (*Reader, error) {
 			return nil, fmt.Errorf("nvme: mmap %s: %w", path, err)
 		}
 	}
+	if o.Engine == "io_uring" {
+		if r.ring, err = newRing(r.fd, o.QueueDepth); err != nil {
+			r.f.Close()
+			return nil, fmt.Errorf("nvme: %s: %w", path, err)
+		}
+	}
 	return r, nil
 }
 
-// Close releases the file (and mapping).
+// Close releases the file (and mapping, and ring). With the io_uring engine
+// it first waits for the reads in flight.
 func (r *Reader) Close() error {
+	var err error
+	if r.ring != nil {
+		err = r.ring.close()
+	}
 	if r.data != nil {
 		unix.Munmap(r.data)
 		r.data = nil
 	}
-	return r.f.Close()
+	return errors.Join(err, r.f.Close())
 }
 
 // Engine returns the engine name.
@@ -149,10 +185,15 @@ func BufferSize(n int64) int64 { return (n+2*Align-2)/Align*Align + Align }
 // and at least BufferSize(n) long; the returned slice does not start at
 // buf[0] when off is not aligned.
 func (r *Reader) ReadAt(buf []byte, off, n int64) ([]byte, error) {
-	if off < 0 || n < 0 || off > r.size || n > r.size-off {
-		return nil, fmt.Errorf("nvme: %s: range [%d, %d) outside the file (size %d)", r.path, off, off+n, r.size)
+	if r.ring != nil {
+		q := [1]Req{{Buf: buf, Off: off, N: n}}
+		r.ringBatch(q[:])
+		return q[0].Data, q[0].Err
 	}
 	if r.data != nil {
+		if err := r.inFile(off, n); err != nil {
+			return nil, err
+		}
 		if int64(len(buf)) < n {
 			return nil, fmt.Errorf("nvme: buffer of %d bytes for a read of %d", len(buf), n)
 		}
@@ -160,18 +201,10 @@ func (r *Reader) ReadAt(buf []byte, off, n int64) ([]byte, error) {
 		r.count(n)
 		return buf[:n], nil
 	}
-	a0, a1 := off, off+n
-	if r.direct {
-		a0 = off &^ (Align - 1)
-		a1 = (off + n + Align - 1) &^ (Align - 1)
-		if !aligned(buf) {
-			return nil, errors.New("nvme: O_DIRECT read into a buffer that is not 4096-aligned")
-		}
+	a0, dst, err := r.window(buf, off, n)
+	if err != nil {
+		return nil, err
 	}
-	if int64(len(buf)) < a1-a0 {
-		return nil, fmt.Errorf("nvme: buffer of %d bytes for a read of %d (aligned: %d)", len(buf), n, a1-a0)
-	}
-	dst := buf[:a1-a0]
 	got := 0
 	for got < len(dst) {
 		k, err := unix.Pread(int(r.f.Fd()), dst[got:], a0+int64(got))
@@ -185,12 +218,42 @@ func (r *Reader) ReadAt(buf []byte, off, n int64) ([]byte, error) {
 			break // end of file: fine if the wanted range is covered
 		}
 		got += k
-		if r.direct && k%Align != 0 && a0+int64(got) < off+n {
-			// a short O_DIRECT read not at end of file: keep reading
-			// from the next aligned block
-			continue
+	}
+	return r.finish(buf, off, n, a0, got)
+}
+
+// inFile checks that [off, off+n) lies inside the file.
+func (r *Reader) inFile(off, n int64) error {
+	if off < 0 || n < 0 || off > r.size || n > r.size-off {
+		return fmt.Errorf("nvme: %s: range [%d, %d) outside the file (size %d)", r.path, off, off+n, r.size)
+	}
+	return nil
+}
+
+// window checks a read of n bytes at off into buf and returns the file
+// offset a0 to read from (off widened down to Align with O_DIRECT) and the
+// part of buf the read fills (its end widened up to Align).
+func (r *Reader) window(buf []byte, off, n int64) (int64, []byte, error) {
+	if err := r.inFile(off, n); err != nil {
+		return 0, nil, err
+	}
+	a0, a1 := off, off+n
+	if r.direct {
+		a0 = off &^ (Align - 1)
+		a1 = (off + n + Align - 1) &^ (Align - 1)
+		if !aligned(buf) {
+			return 0, nil, errors.New("nvme: O_DIRECT read into a buffer that is not 4096-aligned")
 		}
 	}
+	if int64(len(buf)) < a1-a0 {
+		return 0, nil, fmt.Errorf("nvme: buffer of %d bytes for a read of %d (aligned: %d)", len(buf), n, a1-a0)
+	}
+	return a0, buf[:a1-a0], nil
+}
+
+// finish checks that got bytes read at a0 cover [off, off+n) and that the
+// file did not change, counts the read and returns its view of buf.
+func (r *Reader) finish(buf []byte, off, n, a0 int64, got int) ([]byte, error) {
 	if a0+int64(got) < off+n {
 		return nil, r.fail(off, n, fmt.Errorf("short read: %d of %d bytes", max(0, a0+int64(got)-off), n))
 	}
@@ -219,7 +282,7 @@ func (r *Reader) fail(off, n int64, err error) error {
 // differs from Open's.
 func (r *Reader) check() error {
 	var st unix.Stat_t
-	if err := unix.Fstat(int(r.f.Fd()), &st); err != nil {
+	if err := unix.Fstat(r.fd, &st); err != nil {
 		return err
 	}
 	if st.Size != r.size || time.Unix(st.Mtim.Unix()).Compare(r.mtime) != 0 {
