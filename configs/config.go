@@ -93,8 +93,8 @@ type Pipeline struct {
 	// of the guesses used). Deeper values are refused.
 	PrefetchDepth int `yaml:"prefetch_depth"`
 	// IOEngine reads weights: pread (default; O_DIRECT into the expert
-	// cache) or mmap (the whole file mapped; no budget). io_uring is
-	// refused (not implemented).
+	// cache), io_uring (Linux; the same reads through an io_uring) or mmap
+	// (the whole file mapped; no budget).
 	IOEngine string `yaml:"io_engine"`
 }
 

@@ -35,15 +35,21 @@ func TestStreamedLayersBitIdentical(t *testing.T) {
 			want, _ := runLogits(t, m, tok, ref, nil, maxBatch)
 			// every layer through one slot (the golden models have two
 			// layers: each layer evicts the other, every step reads
-			// both), through two slots (both stay once read), and the
-			// first layer resident with three slots
-			for _, lc := range []struct{ resident, slots int }{{0, 1}, {0, 2}, {1, 3}} {
-				t.Run(fmt.Sprintf("%s/batch=%d/resident=%d/slots=%d", name, maxBatch, lc.resident, lc.slots), func(t *testing.T) {
+			// both), through two slots (both stay once read), the
+			// first layer resident with three slots; pread and io_uring
+			for _, lc := range []struct {
+				resident, slots int
+				engine          string
+			}{{0, 1, ""}, {0, 2, ""}, {1, 3, ""}, {0, 1, "io_uring"}} {
+				t.Run(fmt.Sprintf("%s/batch=%d/resident=%d/slots=%d/engine=%s", name, maxBatch, lc.resident, lc.slots, lc.engine), func(t *testing.T) {
 					be := cpu.NewBackend(2, nil)
 					defer be.Close()
-					cfg := stages.WeightConfig{QueueDepth: 3}
+					cfg := stages.WeightConfig{QueueDepth: 3, Engine: lc.engine}
 					stages.ForceLayerStreaming(&cfg, lc.resident, lc.slots)
 					wp, err := stages.NewWeightPath(m, path, be, cfg)
+					if errors.Is(err, nvme.ErrNoURing) {
+						t.Skip(err)
+					}
 					if err != nil {
 						t.Fatal(err)
 					}

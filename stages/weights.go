@@ -7,7 +7,7 @@ package stages
 //     mlocked) that reads land in, and recycles them; an exhausted pool is
 //     what holds the reader back.
 //   - reader: turns compute's requests for experts into reads of their
-//     byte ranges (io/nvme: pread, O_DIRECT) into staging slabs, with up to
+//     byte ranges (io/nvme: pread or io_uring, O_DIRECT) into staging slabs, with up to
 //     QueueDepth reads in flight.
 //   - uploader: puts a read expert where compute can use it: on the CPU,
 //     packs it into the kernels' layout in its expert-cache slot (what a
@@ -219,11 +219,9 @@ func NewWeightPath(m *model.Model, path string, ops model.Ops, cfg WeightConfig)
 		return nil, fmt.Errorf("stages: negative RAM budget %d", cfg.Budget)
 	}
 	switch cfg.Engine {
-	case "mmap", "pread":
-	case "io_uring":
-		return nil, errors.New("stages: io_engine io_uring is not implemented (docs/decisions.md says why); use pread (default) or mmap")
+	case "mmap", "pread", "io_uring":
 	default:
-		return nil, fmt.Errorf("stages: unknown io_engine %q (supported: pread, mmap)", cfg.Engine)
+		return nil, fmt.Errorf("stages: unknown io_engine %q (supported: pread, io_uring, mmap)", cfg.Engine)
 	}
 	w := &WeightPath{m: m, cfg: cfg}
 	w.packer, _ = ops.(model.Packer)
@@ -283,7 +281,14 @@ func NewWeightPath(m *model.Model, path string, ops model.Ops, cfg WeightConfig)
 		p.Direct = !cfg.NoDirect // what Open would try
 		return w, nil
 	}
-	rd, err := nvme.Open(path, nvme.Options{Engine: "pread", Direct: !cfg.NoDirect})
+	// pread: each worker reads its expert's three ranges one after another
+	// (QueueDepth 1 per ReadBatch); io_uring: one ring for all workers, room
+	// for each one's three ranges in flight at once
+	qd := 1
+	if cfg.Engine == "io_uring" {
+		qd = 3 * cfg.QueueDepth
+	}
+	rd, err := nvme.Open(path, nvme.Options{Engine: cfg.Engine, Direct: !cfg.NoDirect, QueueDepth: qd})
 	if err != nil {
 		return nil, err
 	}
@@ -919,16 +924,21 @@ func (w *WeightPath) read(rec *graph.Recorder, stg *graph.Stage, s *staged) {
 	buf := w.staging[s.slab]
 	span := rec.Begin(stg, "read")
 	t0 := nanotime()
+	// the expert's three ranges: one submission with io_uring, one after
+	// another with pread
+	var q [3]nvme.Req
 	var o int64
 	for i := range 3 {
 		n := nvme.BufferSize(l.per[i])
-		v, err := w.rd.ReadAt(buf[o:o+n], l.off[i]+int64(s.req.expert)*l.per[i], l.per[i])
-		if err != nil {
-			s.err = fmt.Errorf("%w: expert %d of layer %d: %w", errWeightRead, s.req.expert, s.req.layer, err)
-			break
-		}
-		s.views[i] = v
+		q[i] = nvme.Req{Buf: buf[o : o+n], Off: l.off[i] + int64(s.req.expert)*l.per[i], N: l.per[i]}
 		o += n
+	}
+	if err := w.rd.ReadBatch(q[:]); err != nil {
+		s.err = fmt.Errorf("%w: expert %d of layer %d: %w", errWeightRead, s.req.expert, s.req.layer, err)
+	} else {
+		for i := range 3 {
+			s.views[i] = q[i].Data
+		}
 	}
 	w.readNanos.Add(nanotime() - t0)
 	span.End()
