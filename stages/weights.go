@@ -951,6 +951,32 @@ func (w *WeightPath) read(rec *graph.Recorder, stg *graph.Stage, s *staged) {
 
 // uploader puts each read expert into its cache slot in compute's layout.
 func (w *WeightPath) uploader(ctx context.Context, rec *graph.Recorder, stg *graph.Stage, in *graph.In[staged], ret *graph.Out[int], done *graph.Out[readDone]) error {
+	// packers pack in parallel: one packer was the bounding stage of a
+	// 4 GiB run once the disk read 2.4 GB/s (busy 70% of the run)
+	work := make(chan staged)
+	errc := make(chan error, packers)
+	var wg sync.WaitGroup
+	for range packers {
+		wg.Go(func() {
+			for s := range work {
+				if s.err == nil {
+					span := rec.Begin(stg, "pack")
+					s.err = w.place(&s)
+					span.End()
+				}
+				if err := ret.Send(ctx, s.slab); err != nil {
+					errc <- err
+					return
+				}
+				if err := done.Send(ctx, readDone{slot: s.req.slot, mat: s.req.mat, err: s.err}); err != nil {
+					errc <- err
+					return
+				}
+			}
+		})
+	}
+	defer wg.Wait()
+	defer close(work)
 	for {
 		s, err := in.Recv(ctx)
 		if errors.Is(err, io.EOF) {
@@ -959,19 +985,18 @@ func (w *WeightPath) uploader(ctx context.Context, rec *graph.Recorder, stg *gra
 		if err != nil {
 			return err
 		}
-		if s.err == nil {
-			span := rec.Begin(stg, "pack")
-			s.err = w.place(&s)
-			span.End()
-		}
-		if err := ret.Send(ctx, s.slab); err != nil {
+		select {
+		case work <- s:
+		case err := <-errc:
 			return err
-		}
-		if err := done.Send(ctx, readDone{slot: s.req.slot, mat: s.req.mat, err: s.err}); err != nil {
-			return err
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 }
+
+// packers is the uploader's goroutines packing read weights into slots.
+const packers = 2
 
 // place packs (or copies) the three matrices of an expert into its cache
 // slot, or a layer's matrix into its layer slot.
