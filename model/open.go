@@ -44,6 +44,23 @@ func Open(path string, supports func(quant.Type) bool, log *zap.Logger) (*Bundle
 	return b, nil
 }
 
+// OpenTokenizer maps the GGUF at path and loads only its tokenizer: for
+// tools that need no weights (tokenize), and for vocab-only files such as
+// llama.cpp's tokenizer test vocabularies. Close the returned file when done
+// with the tokenizer.
+func OpenTokenizer(path string) (*gguf.File, *tokenizer.Tokenizer, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	tok, err := tokenizer.New(f)
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return f, tok, nil
+}
+
 func load(f *gguf.File, supports func(quant.Type) bool, log *zap.Logger) (*Bundle, error) {
 	m, err := Load(f, supports)
 	if err != nil {

@@ -258,3 +258,43 @@ func TestChatREPL(t *testing.T) {
 		t.Errorf("expected two replies (turn 2 overflows), stdout:\n%s", out)
 	}
 }
+
+// TestTokenizeVocabOnly: `tokenize` needs only the tokenizer, so llama.cpp's
+// vocab-only test files (no tensors, architectures we do not run) tokenize,
+// matching their test vectors.
+func TestTokenizeVocabOnly(t *testing.T) {
+	dir, _ := golden.Load(t)
+	files, _ := filepath.Glob(filepath.Join(dir, "vocab", "*.gguf"))
+	if len(files) == 0 {
+		t.Skip("no vocab files")
+	}
+	n := 0
+	for _, f := range files {
+		inp, err1 := os.ReadFile(f + ".inp")
+		out, err2 := os.ReadFile(f + ".out")
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		cases := strings.Split(string(inp), "\n__ggml_vocab_test__\n")
+		want := strings.Split(string(out), "\n")
+		for i, c := range cases {
+			if c != "Hello world" || i >= len(want) {
+				continue
+			}
+			n++
+			got, errOut, err := runEnv(t, nil, "tokenize", "-m", f, "--prompt", c)
+			if err != nil {
+				t.Errorf("%s: %v\n%s", filepath.Base(f), err, errOut)
+				continue
+			}
+			g := strings.NewReplacer("[", "", "]", "", ",", "").Replace(strings.TrimSpace(got))
+			if g != strings.TrimSpace(want[i]) {
+				t.Errorf("%s: %q -> %s, want %s", filepath.Base(f), c, g, want[i])
+			}
+		}
+	}
+	if n < 5 {
+		t.Errorf("only %d vocab files have a \"Hello world\" case", n)
+	}
+	t.Logf("%d vocab files", n)
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/flowinfer/flowinfer/bench"
 	"github.com/flowinfer/flowinfer/cpu"
+	"github.com/flowinfer/flowinfer/model"
 )
 
 // TokenizeCmd prints token ids, like llama-tokenize --ids.
@@ -31,15 +32,24 @@ func (c *TokenizeCmd) Run(g *Globals) error {
 		}
 		text = string(b)
 	}
-	l, err := c.open(context.Background(), g.Log)
+	// only the tokenizer: vocab-only files (no tensors) and architectures
+	// we cannot run tokenize as well
+	path, demo, err := c.resolve(context.Background(), g.Log)
 	if err != nil {
 		return err
 	}
-	defer l.Close()
-	ids := l.Tokenizer.Encode(text, c.AddBOS, !c.NoParseSpecial)
+	if demo {
+		fmt.Fprint(os.Stderr, demoBanner)
+	}
+	f, tok, err := model.OpenTokenizer(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	ids := tok.Encode(text, c.AddBOS, !c.NoParseSpecial)
 	if c.Pieces {
 		for _, id := range ids {
-			fmt.Printf("%6d -> '%s'\n", id, l.Tokenizer.Piece(id, true))
+			fmt.Printf("%6d -> '%s'\n", id, tok.Piece(id, true))
 		}
 		return nil
 	}
