@@ -79,6 +79,9 @@ func (r *antRequest) translate(s *Server, b *Backend) (*genRequest, *apiError) {
 	if gr.messages, e = r.conversation(); e != nil {
 		return nil, e
 	}
+	if t := r.Temperature; t != nil && *t > 1 {
+		return nil, badRequest("temperature", "temperature: %v is out of range (Anthropic's is 0 to 1)", *t)
+	}
 	if gr.params, e = r.apply(s.cfg.Defaults, b.Bundle.Model.NVocab); e != nil {
 		return nil, e
 	}

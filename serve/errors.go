@@ -136,6 +136,10 @@ func decodeError(err error) *apiError {
 		if field == "" {
 			return badRequest("", "request body must be a JSON object, not %s", te.Value)
 		}
+		if want := jsonTypeName(te.Type.String()); want == "a number" && strings.HasPrefix(te.Value, "number") {
+			// a number that does not fit the field's type (1e308 in a float32)
+			return badRequest(field, "field %q: %s is out of range for this field", field, te.Value)
+		}
 		return badRequest(field, "field %q: expected %s, got %s", field, jsonTypeName(te.Type.String()), te.Value)
 	case errors.As(err, &se):
 		return badRequest("", "invalid JSON at byte %d: %v", se.Offset, err)

@@ -116,6 +116,11 @@ func (r *oaiChatRequest) translate(s *Server, b *Backend) (*genRequest, *apiErro
 		if e := checkRole(m.Role, field+".role", "system", "developer", "user", "assistant", "tool"); e != nil {
 			return nil, e
 		}
+		if isNull(m.Content) && m.Role != "assistant" {
+			// only an assistant turn (one that made tool calls) may have
+			// null content (OpenAI's schema)
+			return nil, badRequest(field+".content", "%s.content: a %s message needs content (a string or an array of content parts), got null", field, m.Role)
+		}
 		text, e := textContent(m.Content, field+".content")
 		if e != nil {
 			return nil, e

@@ -52,7 +52,13 @@ type samplingFields struct {
 func (f *samplingFields) apply(def sample.Params, nVocab int) (sample.Params, *apiError) {
 	p := def
 	if f.Temperature != nil {
+		if t := *f.Temperature; !(t >= 0) || math.IsInf(float64(t), 0) {
+			return p, badRequest("temperature", "temperature: %v is out of range (0 or more: 0 is greedy)", t)
+		}
 		p.Temperature = *f.Temperature
+	}
+	if f.TopK != nil && *f.TopK < 0 {
+		return p, badRequest("top_k", "top_k: %d is out of range (0 or more: 0 is off)", *f.TopK)
 	}
 	if f.TopP != nil {
 		p.TopP = *f.TopP
