@@ -28,14 +28,10 @@ func (s *Server) handleDebugTrace(ctx *fasthttp.RequestCtx) {
 		badRequest("", "this server runs without a recorder").write(ctx, dialectOpenAI)
 		return
 	}
-	window := 5 * time.Second
-	if v := ctx.QueryArgs().Peek("seconds"); len(v) > 0 {
-		f, err := strconv.ParseFloat(string(v), 64)
-		if err != nil || !(f > 0) {
-			badRequest("seconds", "seconds must be a positive number, got %q", v).write(ctx, dialectOpenAI)
-			return
-		}
-		window = min(time.Duration(f*float64(time.Second)), maxTraceWindow)
+	window, e := traceWindow(ctx.QueryArgs().Peek("seconds"))
+	if e != nil {
+		e.write(ctx, dialectOpenAI)
+		return
 	}
 	from := time.Now()
 	b.Recorder.Forget(from)
@@ -55,4 +51,18 @@ func (s *Server) handleDebugTrace(ctx *fasthttp.RequestCtx) {
 	ctx.SetContentType("application/json")
 	ctx.Response.Header.Set("Content-Disposition", `attachment; filename="flowinfer-trace.json"`)
 	ctx.SetBody(buf.Bytes())
+}
+
+// traceWindow parses ?seconds= (empty: 5 s), capped at maxTraceWindow.
+func traceWindow(v []byte) (time.Duration, *apiError) {
+	if len(v) == 0 {
+		return 5 * time.Second, nil
+	}
+	f, err := strconv.ParseFloat(string(v), 64)
+	if err != nil || !(f > 0) {
+		return 0, badRequest("seconds", "seconds must be a positive number, got %q", v)
+	}
+	// capped before the conversion: 1e20 s (or Inf) overflows a Duration
+	// into a negative window
+	return time.Duration(min(f, maxTraceWindow.Seconds()) * float64(time.Second)), nil
 }
