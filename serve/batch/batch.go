@@ -131,7 +131,7 @@ func Run(ctx context.Context, o Options) (Stats, error) {
 		return st, err
 	}
 	st.TornBytes = torn
-	todo, firstLine, err := survey(o, prev, &st)
+	todo, err := survey(o, prev, &st)
 	if err != nil {
 		out.close()
 		return st, err
@@ -150,7 +150,7 @@ func Run(ctx context.Context, o Options) (Stats, error) {
 	}
 	readErr := make(chan error, 1)
 	go func() {
-		readErr <- dispatch(ctx, o, prev, firstLine, window, work)
+		readErr <- dispatch(ctx, o, prev, window, work)
 		close(work)
 		wg.Wait()
 		close(results)
@@ -232,24 +232,31 @@ func Run(ctx context.Context, o Options) (Stats, error) {
 	return st, err
 }
 
+// ErrDuplicateCustomID is matched by Run's error when two lines of the
+// input share a custom_id: as OpenAI's Batch API does, the whole file is
+// refused before any line runs (the output could not say which answer is
+// whose).
+var ErrDuplicateCustomID = errors.New("batch: duplicate custom_id")
+
 // survey reads the input once: it counts lines, the shard's lines and
-// those already done, and records the first line of each custom_id (a
-// later line with the same custom_id is an error record).
-func survey(o Options, prev *done, st *Stats) (todo int, firstLine map[string]int, err error) {
-	firstLine = map[string]int{}
+// those already done, and refuses the file if two lines (of any shard)
+// share a custom_id.
+func survey(o Options, prev *done, st *Stats) (todo int, err error) {
+	firstLine := map[string]int{}
 	st.Skipped = 0
 	err = eachLine(o.Input, func(n int, raw []byte) error {
 		st.Lines++
+		it := parseLine(n, raw)
+		if it.customID != nil {
+			if first, ok := firstLine[*it.customID]; ok {
+				return fmt.Errorf("%w %q on lines %d and %d: nothing was run; give every line its own custom_id", ErrDuplicateCustomID, *it.customID, first, n)
+			}
+			firstLine[*it.customID] = n
+		}
 		if (n-1)%o.Shards != o.Shard {
 			return nil
 		}
 		st.InShard++
-		it := parseLine(n, raw)
-		if it.customID != nil {
-			if _, ok := firstLine[*it.customID]; !ok {
-				firstLine[*it.customID] = n
-			}
-		}
 		if prev.has(&it) {
 			st.Skipped++
 			return nil
@@ -257,12 +264,12 @@ func survey(o Options, prev *done, st *Stats) (todo int, firstLine map[string]in
 		todo++
 		return nil
 	})
-	return todo, firstLine, err
+	return todo, err
 }
 
 // dispatch reads the input again and sends the shard's lines still to do to
 // work, taking a window token for each.
-func dispatch(ctx context.Context, o Options, prev *done, firstLine map[string]int, window chan struct{}, work chan<- result) error {
+func dispatch(ctx context.Context, o Options, prev *done, window chan struct{}, work chan<- result) error {
 	seq := 0
 	err := eachLine(o.Input, func(n int, raw []byte) error {
 		if (n-1)%o.Shards != o.Shard {
@@ -271,10 +278,6 @@ func dispatch(ctx context.Context, o Options, prev *done, firstLine map[string]i
 		it := parseLine(n, raw)
 		if prev.has(&it) {
 			return nil
-		}
-		if it.err == "" && it.customID != nil && firstLine[*it.customID] != n {
-			it.err = fmt.Sprintf("line %d: duplicate custom_id %q (first on line %d)", n, *it.customID, firstLine[*it.customID])
-			it.url, it.body = "", nil
 		}
 		select {
 		case window <- struct{}{}:

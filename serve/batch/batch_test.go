@@ -141,7 +141,7 @@ func TestFormats(t *testing.T) {
 		`{"custom_id": "e", "method": "GET", "url": "/v1/completions", "body": {}}`,
 		`{"custom_id": "f", "method": "POST", "url": "/v1/embeddings", "body": {}}`,
 		`{"custom_id": "g", "method": "POST", "url": "/v1/completions", "body": {"bad": true}}`,
-		`{"custom_id": "a", "method": "POST", "url": "/v1/completions", "body": {"prompt": "dup"}}`,
+		`{"custom_id": "a2", "method": "POST", "url": "/v1/completions", "body": {"prompt": "dup"}}`,
 		`{"id": "h"}`,
 		`   `,
 		`{"custom_id": "i", "method": "POST", "url": "/v1/completions", "body": {"prompt": "busy", "busy": true}}`,
@@ -168,7 +168,7 @@ func TestFormats(t *testing.T) {
 		{"batch_req_6", "e", 0, `method must be "POST"`},
 		{"batch_req_7", "f", 0, `url "/v1/embeddings" is not one of`},
 		{"batch_req_8", "g", 400, ""},
-		{"batch_req_9", "a", 0, `duplicate custom_id "a" (first on line 1)`},
+		{"batch_req_9", "a2", 200, ""},
 		{"batch_req_10", "h", 0, `want "messages" (chat) or "prompt"`},
 		{"batch_req_12", "i", 200, ""},
 		{"batch_req_13", "<nil>", 0, "custom_id must be a non-empty string"},
@@ -201,7 +201,7 @@ func TestFormats(t *testing.T) {
 	if got := string(recs[2].Response.Body); !strings.Contains(got, `"echo":"simple"`) {
 		t.Errorf("body %s", got)
 	}
-	if st.OK != 5 || st.Failed != 1 || st.Malformed != 6 || st.Written != 12 || st.Lines != 12 || st.CompletionTokens == 0 {
+	if st.OK != 6 || st.Failed != 1 || st.Malformed != 5 || st.Written != 12 || st.Lines != 12 || st.CompletionTokens == 0 {
 		t.Errorf("stats %+v", st)
 	}
 	if f.busy.Load() != 2 {
@@ -492,5 +492,27 @@ func TestInterruptSafety(t *testing.T) {
 				t.Errorf("%d records (%d distinct) after resuming; want 400 (%+v)", len(recs), len(ids), st)
 			}
 		})
+	}
+}
+
+// TestDuplicateCustomID: two lines with one custom_id (in different shards
+// too) refuse the file before any line runs, naming both lines.
+func TestDuplicateCustomID(t *testing.T) {
+	lines := []string{
+		`{"custom_id": "a", "method": "POST", "url": "/v1/completions", "body": {"prompt": "one"}}`,
+		`{"custom_id": "b", "method": "POST", "url": "/v1/completions", "body": {"prompt": "two"}}`,
+		`{"custom_id": "a", "method": "POST", "url": "/v1/completions", "body": {"prompt": "three"}}`,
+	}
+	in := writeInput(t, lines)
+	for shard := range 2 {
+		f := &fake{}
+		out := filepath.Join(t.TempDir(), "out.jsonl")
+		_, err := Run(context.Background(), Options{Input: in, Output: out, Handler: f.handle, Shards: 2, Shard: shard})
+		if !errors.Is(err, ErrDuplicateCustomID) || !strings.Contains(err.Error(), "lines 1 and 3") {
+			t.Errorf("shard %d: %v, want ErrDuplicateCustomID naming lines 1 and 3", shard, err)
+		}
+		if recs := readOutput(t, out); len(recs) != 0 {
+			t.Errorf("shard %d: %d records written", shard, len(recs))
+		}
 	}
 }
