@@ -242,7 +242,16 @@ func NewFromVocab(v *Vocab) (*Tokenizer, error) {
 	}
 
 	// special token ids: defaults outside the vocabulary are dropped; a key
-	// outside the vocabulary keeps the default
+	// outside the vocabulary is an error (llama.cpp warns and keeps the
+	// default, which silently makes another token the BOS or EOS), except
+	// "none" (-1, or 0xFFFFFFFF as converters write it as a uint32), which
+	// keeps the default as llama.cpp does
+	none := func(x uint64) bool { return x == 1<<64-1 || x == 1<<32-1 }
+	for k := range numSpecial {
+		if x, ok := v.IDs[k]; ok && x >= uint64(n) && !none(x) {
+			return nil, fmt.Errorf("tokenizer: tokenizer.ggml.%s is %d, outside the vocabulary of %d tokens", specialKeys[k], x, n)
+		}
+	}
 	for k := range numSpecial {
 		id := int64(-1)
 		switch k {

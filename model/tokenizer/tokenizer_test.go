@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 )
 
@@ -436,6 +437,20 @@ func TestConcurrentEncode(t *testing.T) {
 	for range 4 {
 		if got := <-done; !slices.Equal(got, want) {
 			t.Errorf("concurrent Encode = %v, want %v", got, want)
+		}
+	}
+}
+
+// TestSpecialIDOutOfVocab: a special token id inside the uint32 range but
+// outside the vocabulary refuses the tokenizer, naming the key (it used to
+// keep the default silently); "none" (0xFFFFFFFF) keeps the default.
+func TestSpecialIDOutOfVocab(t *testing.T) {
+	for k, key := range specialKeys {
+		v := spmVocab(nil)
+		v.IDs = map[Special]uint64{Special(k): 70000}
+		_, err := NewFromVocab(v)
+		if err == nil || !strings.Contains(err.Error(), "tokenizer.ggml."+key) || !strings.Contains(err.Error(), "outside the vocabulary") {
+			t.Errorf("%s = 70000: %v", key, err)
 		}
 	}
 }
