@@ -160,6 +160,9 @@ func TestAPIKey(t *testing.T) {
 			if r.status != 401 {
 				t.Errorf("%s %v: status %d", e.path, hdr, r.status)
 			}
+			if w := r.header.Get("WWW-Authenticate"); !strings.HasPrefix(w, "Bearer") {
+				t.Errorf("%s %v: WWW-Authenticate %q", e.path, hdr, w)
+			}
 			checkShape(t, e.api, r)
 		}
 		for _, hdr := range [][]string{{"Authorization", "Bearer sekrit"}, {"x-api-key", "sekrit"}} {
@@ -168,7 +171,7 @@ func TestAPIKey(t *testing.T) {
 			}
 		}
 	}
-	for _, p := range []string{"/health", "/v1/models", "/api/tags"} {
+	for _, p := range []string{"/health", "/v1/models", "/api/tags", "/v1/models/stories260K.gguf"} {
 		if r := ts.do(t, "GET", p, nil); r.status != 200 {
 			t.Errorf("%s without key: %d", p, r.status)
 		}
@@ -205,5 +208,28 @@ func TestBodyTooLargeWhileSending(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 413 {
 		t.Errorf("status %d, want 413", resp.StatusCode)
+	}
+}
+
+// TestRetrieveModel: GET /v1/models/{id} answers the model's entry under
+// its name or an alias, and 404 in OpenAI's shape for any other id.
+func TestRetrieveModel(t *testing.T) {
+	ts := start(t, serve.Config{Aliases: []string{"gpt-4o-mini", "tiny"}}, stages.Config{})
+	for _, id := range []string{"gpt-4o-mini", "tiny"} {
+		r := ts.do(t, "GET", "/v1/models/"+id, nil)
+		if r.status != 200 {
+			t.Fatalf("%s: %d %s", id, r.status, r.body)
+		}
+		m := r.json(t)
+		if m["id"] != id || m["object"] != "model" || m["owned_by"] != "flowinfer" {
+			t.Errorf("%s: %s", id, r.body)
+		}
+	}
+	for _, p := range []string{"/v1/models/gpt-9", "/v1/models/", "/models/nope"} {
+		r := ts.do(t, "GET", p, nil)
+		if r.status != 404 {
+			t.Errorf("%s: %d", p, r.status)
+		}
+		checkShape(t, "openai", r)
 	}
 }

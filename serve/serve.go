@@ -202,6 +202,16 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	path := string(ctx.Path())
 	r, ok := s.routes[path]
 	endpoint := path
+	var modelID string
+	if !ok {
+		// GET /v1/models/{id} (OpenAI's retrieve model): public, as the list
+		for _, p := range []string{"/v1/models/", "/models/"} {
+			if id, found := strings.CutPrefix(path, p); found {
+				modelID, endpoint, ok = id, p+"{id}", true
+				r = route{method: "GET", public: true, handle: func(s *Server, ctx *fasthttp.RequestCtx) { s.handleModel(ctx, modelID) }}
+			}
+		}
+	}
 	if !ok {
 		endpoint = "other"
 	}
@@ -228,6 +238,8 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	}
 	if !r.public && !s.authorized(ctx) {
 		errUnauthorized.write(ctx, r.dialect)
+		// RFC 9110: a 401 names the scheme that would be accepted
+		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="flowinfer"`)
 		return
 	}
 	r.handle(s, ctx)
