@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -231,5 +232,86 @@ func TestRetrieveModel(t *testing.T) {
 			t.Errorf("%s: %d", p, r.status)
 		}
 		checkShape(t, "openai", r)
+	}
+}
+
+// TestSlowClientCut: a client that sends its request a little at a time is
+// cut after ReadTimeout (408), whatever it sends next.
+func TestSlowClientCut(t *testing.T) {
+	ts := start(t, serve.Config{ReadTimeout: 500 * time.Millisecond}, stages.Config{NCtx: 64})
+	for _, partial := range []string{"POST /v1/compl", "POST /v1/completions HTTP/1.1\r\nHost: x\r\n", "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro"} {
+		c, err := net.Dial("tcp", strings.TrimPrefix(ts.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now()
+		fmt.Fprint(c, partial)
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		// one more byte a while later: the server must not wait for it
+		time.Sleep(200 * time.Millisecond)
+		c.Write([]byte("x"))
+		resp, _ := io.ReadAll(c)
+		if d := time.Since(t0); d > 5*time.Second {
+			t.Errorf("%q: connection held %v", partial, d)
+		}
+		if len(resp) > 0 && !bytes.Contains(resp, []byte(" 408 ")) && !bytes.Contains(resp, []byte(" 400 ")) {
+			t.Errorf("%q: answered %q", partial, resp[:min(len(resp), 80)])
+		}
+		c.Close()
+	}
+}
+
+// TestOversizedHeaders: a request head over MaxHeaderBytes gets 431 with a
+// message that quotes nothing from the request (no API key echoed).
+func TestOversizedHeaders(t *testing.T) {
+	ts := start(t, serve.Config{MaxHeaderBytes: 8 << 10, APIKey: "sekrit-key"}, stages.Config{NCtx: 64})
+	c, err := net.Dial("tcp", strings.TrimPrefix(ts.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekrit-key\r\nX-Pad: %s\r\nContent-Length: 2\r\n\r\n{}", strings.Repeat("p", 12<<10))
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, _ := io.ReadAll(c)
+	if !bytes.HasPrefix(resp, []byte("HTTP/1.1 431")) {
+		t.Fatalf("answered %q", resp[:min(len(resp), 120)])
+	}
+	if bytes.Contains(resp, []byte("sekrit")) || bytes.Contains(resp, []byte("ppppp")) {
+		t.Errorf("the answer quotes the request: %q", resp)
+	}
+	// a realistic head (8 KiB of headers) is fine
+	r := ts.do(t, "GET", "/health", nil, "X-Pad", strings.Repeat("p", 6<<10))
+	if r.status != 200 {
+		t.Errorf("6 KiB header: status %d", r.status)
+	}
+}
+
+// TestMaxConns: connections beyond MaxConns are answered 503 and closed.
+func TestMaxConns(t *testing.T) {
+	ts := start(t, serve.Config{MaxConns: 2}, stages.Config{NCtx: 64})
+	addr := strings.TrimPrefix(ts.url, "http://")
+	var held []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		held = append(held, c)
+	}
+	time.Sleep(100 * time.Millisecond) // both accepted and being served
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprint(c, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, _ := io.ReadAll(c)
+	if !bytes.Contains(resp, []byte(" 503 ")) {
+		t.Errorf("third connection answered %q", resp[:min(len(resp), 120)])
+	}
+	for _, h := range held {
+		h.Close()
 	}
 }

@@ -23,6 +23,10 @@ func watchPeer(c net.Conn, interval time.Duration, gone func()) (stop func()) {
 	if c == nil || !canPeek(c) {
 		return func() {}
 	}
+	// the request has been read: lift the server's read timeout, which
+	// would fail the peek after Config.ReadTimeout of a long prefill
+	// (fasthttp sets a new deadline before reading the next request)
+	c.SetReadDeadline(time.Time{})
 	quit, exited := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(exited)

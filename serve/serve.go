@@ -33,6 +33,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -72,6 +73,16 @@ type Config struct {
 	Fingerprint string
 	// Log receives request errors [no logging].
 	Log *zap.Logger
+	// ReadTimeout bounds the time a request's headers and body take to
+	// arrive [30s]: a client that sends a byte a second is cut. Responses,
+	// streams included, are not affected.
+	ReadTimeout time.Duration
+	// MaxConns caps concurrent connections [1024]; one more gets 503 and is
+	// closed.
+	MaxConns int
+	// MaxHeaderBytes is the largest request head (request line and
+	// headers) [16 KiB]; a larger one gets 431.
+	MaxHeaderBytes int
 }
 
 func (c *Config) defaults() {
@@ -86,6 +97,15 @@ func (c *Config) defaults() {
 	}
 	if c.Log == nil {
 		c.Log = zap.NewNop()
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = 30 * time.Second
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = 1024
+	}
+	if c.MaxHeaderBytes <= 0 {
+		c.MaxHeaderBytes = 16 << 10
 	}
 }
 
@@ -124,6 +144,9 @@ func New(cfg Config) *Server {
 		ErrorHandler:       s.handleReadError,
 		Name:               "flowinfer",
 		MaxRequestBodySize: cfg.MaxBodyBytes,
+		ReadTimeout:        cfg.ReadTimeout,
+		Concurrency:        cfg.MaxConns,
+		ReadBufferSize:     cfg.MaxHeaderBytes,
 		IdleTimeout:        60 * time.Second,
 		CloseOnShutdown:    true,
 		Logger:             zapPrintf{cfg.Log},
@@ -262,12 +285,23 @@ func (s *Server) authorized(ctx *fasthttp.RequestCtx) bool {
 func (s *Server) handleReadError(ctx *fasthttp.RequestCtx, err error) {
 	d := dialectOf(string(ctx.Path()))
 	var e *apiError
+	var small *fasthttp.ErrSmallBuffer
+	var nerr net.Error
+	// messages quote nothing from the request (fasthttp's own quote the
+	// raw head, Authorization header included)
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		e = errBodyTooLarge
 		drain(ctx.Conn())
+	case errors.As(err, &small):
+		e = &apiError{status: fasthttp.StatusRequestHeaderFieldsTooLarge, kind: "invalid_request_error",
+			message: fmt.Sprintf("request line and headers exceed %d bytes", s.cfg.MaxHeaderBytes)}
+	case errors.As(err, &nerr) && nerr.Timeout():
+		e = &apiError{status: fasthttp.StatusRequestTimeout, kind: "invalid_request_error",
+			message: fmt.Sprintf("the request did not arrive within %v", s.cfg.ReadTimeout)}
 	default:
-		e = badRequest("", "cannot read the request: %v", err)
+		s.cfg.Log.Debug("unreadable request", zap.Error(err))
+		e = badRequest("", "malformed HTTP request")
 	}
 	e.write(ctx, d)
 	s.metrics.request("other", e.status)

@@ -43,7 +43,9 @@ func TestDisconnectCancels(t *testing.T) {
 // answer is being generated has its sequence cancelled too (the server
 // peeks at the connection), and a client that stays gets its answer.
 func TestDisconnectNonStream(t *testing.T) {
-	ts := startSlow(t, serve.Config{}, stages.Config{NCtx: 1024}, 5*time.Millisecond)
+	// the client leaves after the read timeout has passed: the watcher
+	// must still see it (it lifts the request's read deadline)
+	ts := startSlow(t, serve.Config{ReadTimeout: 200 * time.Millisecond}, stages.Config{NCtx: 1024}, 5*time.Millisecond)
 	for _, path := range []string{"/v1/completions", "/v1/messages", "/api/generate"} {
 		body := `{"prompt":"Once upon a time","logit_bias":{"2":-100},"stream":false}`
 		switch path {
@@ -58,6 +60,7 @@ func TestDisconnectNonStream(t *testing.T) {
 		}
 		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", path, len(body), body)
 		waitFor(t, path+": the request to start", func() bool { return ts.engine.Stats().Running == 1 })
+		time.Sleep(400 * time.Millisecond)
 		c.Close()
 		start := time.Now()
 		waitFor(t, path+": the sequence to be cancelled", func() bool {

@@ -45,9 +45,20 @@ type ServeCmd struct {
 	MaxBody      int           `name:"max-body" default:"16777216" help:"Largest request body in bytes."`
 	Heartbeat    time.Duration `default:"2s" help:"SSE comment interval while a stream has nothing to send (e.g. during prefill)."`
 	DrainTimeout time.Duration `name:"drain-timeout" default:"60s" help:"On SIGTERM, how long in-flight requests may run before they are cut."`
+	ReadTimeout  time.Duration `name:"read-timeout" default:"30s" help:"Longest time a request's headers and body may take to arrive; slower clients get 408 and are cut (responses and streams are not limited)."`
+	MaxConns     int           `name:"max-conns" default:"1024" help:"Most concurrent connections; one more gets 503 and is closed."`
+	MaxHeader    int           `name:"max-header-bytes" default:"16384" help:"Largest request line and headers in bytes; a larger head gets 431."`
 }
 
 func (c *ServeCmd) Run(g *Globals) error {
+	switch {
+	case c.ReadTimeout <= 0:
+		return fmt.Errorf("--read-timeout %v: must be positive", c.ReadTimeout)
+	case c.MaxConns <= 0:
+		return fmt.Errorf("--max-conns %d: must be positive", c.MaxConns)
+	case c.MaxHeader < 1024:
+		return fmt.Errorf("--max-header-bytes %d: must be at least 1024", c.MaxHeader)
+	}
 	sigCtx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 	log := g.Log
@@ -61,6 +72,7 @@ func (c *ServeCmd) Run(g *Globals) error {
 	srv := serve.New(serve.Config{
 		Aliases: c.Alias, APIKey: c.APIKey, Defaults: params, MaxTokens: max(c.NPredict, 0), Stops: c.Stop,
 		MaxBodyBytes: c.MaxBody, Heartbeat: c.Heartbeat, Fingerprint: "flowinfer-" + version, Log: log,
+		ReadTimeout: c.ReadTimeout, MaxConns: c.MaxConns, MaxHeaderBytes: c.MaxHeader,
 	})
 	ln, err := net.Listen("tcp", net.JoinHostPort(c.Host, strconv.Itoa(c.Port)))
 	if err != nil {
