@@ -30,14 +30,15 @@ type BatchCmd struct {
 	ModelFlags
 	SamplingFlags
 	PipelineFlags
-	Input      string `short:"i" required:"" help:"Input JSONL: OpenAI batch lines {custom_id, method, url, body} or {id, messages|prompt, ...}." type:"existingfile" placeholder:"IN.jsonl"`
-	Output     string `short:"o" required:"" help:"Output JSONL (OpenAI batch output records); an existing file is resumed." type:"path" placeholder:"OUT.jsonl"`
-	Ordered    bool   `help:"Write records in input order (default: as they finish)."`
-	Shard      string `help:"Process only lines i, i+n, i+2n, ... (0-based), e.g. 0/4." placeholder:"i/n"`
-	NPredict   int    `short:"n" name:"n-predict" default:"-1" help:"Default max tokens of a request that sets none (-1 = until end of generation or a full context)."`
-	Window     int    `default:"0" help:"Requests in flight (0 = 2 × --parallel)."`
-	SyncEvery  int    `name:"sync-every" default:"64" help:"fsync the output after this many records (and at least every second)."`
-	NoProgress bool   `name:"no-progress" help:"No progress bar on stderr."`
+	Input      string   `short:"i" required:"" help:"Input JSONL: OpenAI batch lines {custom_id, method, url, body} or {id, messages|prompt, ...}." type:"existingfile" placeholder:"IN.jsonl"`
+	Output     string   `short:"o" required:"" help:"Output JSONL (OpenAI batch output records); an existing file is resumed." type:"path" placeholder:"OUT.jsonl"`
+	Ordered    bool     `help:"Write records in input order (default: as they finish)."`
+	Shard      string   `help:"Process only lines i, i+n, i+2n, ... (0-based), e.g. 0/4." placeholder:"i/n"`
+	NPredict   int      `short:"n" name:"n-predict" default:"-1" help:"Default max tokens of a request that sets none (-1 = until end of generation or a full context)."`
+	Window     int      `default:"0" help:"Requests in flight (0 = 2 × --parallel)."`
+	SyncEvery  int      `name:"sync-every" default:"64" help:"fsync the output after this many records (and at least every second)."`
+	NoProgress bool     `name:"no-progress" help:"No progress bar on stderr."`
+	Alias      []string `name:"alias" help:"Model name(s) the input's lines may ask for (repeatable, or comma-separated), e.g. gpt-4o-mini; the first is reported (default: the file name)." sep:","`
 }
 
 // parseShard reads "i/n".
@@ -105,7 +106,7 @@ func (c *BatchCmd) Run(g *Globals, cli *CLI) error {
 		runErr = e.Run(ctx) // an interrupt aborts it: requests in flight are not written
 		close(engineDone)
 	}()
-	srv := serve.New(serve.Config{Defaults: params, Stops: c.Stop, MaxTokens: max(c.NPredict, 0), Fingerprint: "flowinfer-" + version, Log: g.Log})
+	srv := serve.New(serve.Config{Aliases: c.Alias, Defaults: params, Stops: c.Stop, MaxTokens: max(c.NPredict, 0), Fingerprint: "flowinfer-" + version, Log: g.Log})
 	var size int64
 	if st, err := os.Stat(c.Model); err == nil {
 		size = st.Size()
@@ -131,7 +132,7 @@ func (c *BatchCmd) Run(g *Globals, cli *CLI) error {
 				)
 			}
 			tps := float64(p.CompletionTokens) / max(p.Elapsed.Seconds(), 1e-9)
-			bar.Describe(fmt.Sprintf("batch %6.1f tok/s, %d failed", tps, p.Failed))
+			bar.Describe(fmt.Sprintf("batch %6.1f tok/s, %d failed, %d malformed", tps, p.Failed, p.Malformed))
 			bar.Set(p.Done)
 		}
 	}
@@ -145,6 +146,9 @@ func (c *BatchCmd) Run(g *Globals, cli *CLI) error {
 	secs := max(st.Elapsed.Seconds(), 1e-9)
 	fmt.Fprintf(os.Stderr, "flowinfer: batch: %d records written (%d ok, %d failed, %d malformed; %d already done) in %.2fs: %.2f requests/s, %d tokens generated, %.1f tok/s, parallel %d\n",
 		st.Written, st.OK, st.Failed, st.Malformed, st.Skipped, secs, float64(st.Written)/secs, st.CompletionTokens, float64(st.CompletionTokens)/secs, scfg.NSeq)
+	if st.UnknownModel > 0 {
+		fmt.Fprintf(os.Stderr, "flowinfer: batch: %d of the failed lines asked for a model this run does not serve; name it with --alias\n", st.UnknownModel)
+	}
 	if st.TornBytes > 0 {
 		fmt.Fprintf(os.Stderr, "flowinfer: batch: dropped a torn last line (%d bytes) of %s\n", st.TornBytes, c.Output)
 	}

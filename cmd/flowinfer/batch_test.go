@@ -267,3 +267,35 @@ func TestBatchInterrupt(t *testing.T) {
 		})
 	}
 }
+
+// TestBatchAlias: lines naming a model (as OpenAI batch files do) fail with
+// 404 and are counted as such in the summary, until --alias names it.
+func TestBatchAlias(t *testing.T) {
+	m, _ := goldenModel(t, "stories260K.gguf")
+	in := filepath.Join(t.TempDir(), "in.jsonl")
+	var lines []string
+	for i := range 3 {
+		lines = append(lines, fmt.Sprintf(`{"custom_id":"r%d","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"max_tokens":2}}`, i))
+	}
+	if err := os.WriteFile(in, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	_, errOut, err := runEnv(t, nil, "batch", "-m", m, "-i", in, "-o", out, "--no-progress")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	if !strings.Contains(errOut, "(0 ok, 3 failed, 0 malformed") || !strings.Contains(errOut, "3 of the failed lines asked for a model this run does not serve") {
+		t.Errorf("summary without the unknown model:\n%s", errOut)
+	}
+	out2 := filepath.Join(t.TempDir(), "out.jsonl")
+	_, errOut, err = runEnv(t, nil, "batch", "-m", m, "-i", in, "-o", out2, "--no-progress", "--alias", "gpt-4o-mini")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	for _, r := range readBatch(t, out2) {
+		if r.Response == nil || r.Response.StatusCode != 200 || r.Response.Body["model"] != "gpt-4o-mini" {
+			t.Errorf("with --alias: %+v", r)
+		}
+	}
+}

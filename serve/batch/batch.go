@@ -59,7 +59,8 @@ type Options struct {
 type Progress struct {
 	Total            int // requests of this shard still to do when the run started
 	Done             int // records written so far
-	Failed           int // of which errors (malformed lines, 4xx answers)
+	Failed           int // of which 4xx answers (as Stats.Failed)
+	Malformed        int // of which malformed lines (as Stats.Malformed)
 	CompletionTokens int64
 	Elapsed          time.Duration
 }
@@ -74,6 +75,10 @@ type Stats struct {
 	OK        int   // 2xx answers
 	Failed    int   // 4xx answers (written)
 	Malformed int   // malformed lines (error records)
+	// UnknownModel counts the Failed answers that were 404 for a model
+	// the server does not serve (a line naming "gpt-4o-mini" without an
+	// --alias for it).
+	UnknownModel int
 	// Retryable counts requests not written: server errors (5xx) and
 	// requests cut short by an interrupt. Run again to finish them.
 	Retryable                      int
@@ -188,7 +193,7 @@ func Run(ctx context.Context, o Options) (Stats, error) {
 		switch {
 		case r.it.err != "":
 			st.Malformed++
-			prog.Failed++
+			prog.Malformed++
 		case r.status >= 200 && r.status < 300:
 			st.OK++
 			p, c := usage(r.body)
@@ -198,6 +203,9 @@ func Run(ctx context.Context, o Options) (Stats, error) {
 		default:
 			st.Failed++
 			prog.Failed++
+			if r.status == 404 { // the generation endpoints' only 404
+				st.UnknownModel++
+			}
 		}
 		if o.Progress != nil {
 			prog.Elapsed = time.Since(t0)
