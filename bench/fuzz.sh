@@ -16,8 +16,8 @@
 # Options: -t DURATION (per target; Go's -fuzztime syntax, default 3m),
 # -long (-t 1h), -execs N (keep running chunks until N executions),
 # -chunk DURATION (length of one go test run, default 5m: between chunks
-# the script waits while /work/BENCH_LOCK or $FUZZ_LOCK exists, so a shared
-# machine's benchmark is not disturbed), -run REGEXP (targets whose name or
+# the script waits while the file $FUZZ_LOCK exists, so a shared machine's
+# benchmark is not disturbed; unset: no waiting), -run REGEXP (targets whose name or
 # package matches), -parallel N (fuzzing workers, default 1). The fuzzing
 # cache ($(go env GOCACHE)/fuzz) carries the generated corpus from one
 # chunk to the next. Run it under `nice -n 10` on a shared machine.
@@ -42,7 +42,7 @@ while [ $# -gt 0 ]; do
 	*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
 	esac
 done
-lock=${FUZZ_LOCK:-/work/BENCH_LOCK}
+lock=${FUZZ_LOCK:-}
 
 # seconds converts Go's duration syntax (90s, 5m, 1h, 1h30m) to seconds.
 seconds() {
@@ -79,7 +79,7 @@ if [ $list -eq 1 ]; then
 fi
 
 waitlock() {
-	while [ -e "$lock" ]; do
+	while [ -n "$lock" ] && [ -e "$lock" ]; do
 		echo "fuzz.sh: $lock exists, waiting" >&2
 		sleep 30
 	done

@@ -7,8 +7,11 @@
 // -np N, continuous batching on) and threads. Optionally it also times
 // `flowinfer run` on the short prompt, the single-stream reference.
 //
-//	go run ./bench/serve -model /work/bench-models/llama-1b-Q4_K_M.gguf \
-//	    -llama-server /work/ref/llama-src/build/bin/llama-server
+//	go run ./bench/serve -model models/llama-1b-Q4_K_M.gguf \
+//	    -llama-server ../llama.cpp/build/bin/llama-server
+//
+// (or LLAMA_SERVER=... in the environment; without either, llama-server is
+// skipped and says so)
 //
 // Everything listens on 127.0.0.1. Results print as a table and, with
 // -json, as JSON.
@@ -35,7 +38,7 @@ import (
 func main() {
 	model := flag.String("model", "", "GGUF model both servers load (required)")
 	flowinfer := flag.String("flowinfer", "", "flowinfer binary (default: go build ./cmd/flowinfer)")
-	llama := flag.String("llama-server", "/work/ref/llama-src/build/bin/llama-server", "llama-server binary (skipped if missing)")
+	llama := flag.String("llama-server", os.Getenv("LLAMA_SERVER"), "llama-server binary [$LLAMA_SERVER] (skipped, with a message, if not given)")
 	levels := flag.String("concurrency", "1,4,16", "concurrent streams per level")
 	perLevel := flag.Int("requests", 0, "requests per level (0: 2 × streams, at least 4)")
 	nPredict := flag.Int("n-predict", 64, "tokens generated per request")
@@ -111,7 +114,9 @@ func run(ctx context.Context, c config) error {
 	}
 	th := strconv.Itoa(c.threads)
 	targets := []target{{"flowinfer", c.flowinfer, []string{"serve", "-m", c.model, "--parallel", strconv.Itoa(maxC), "-c", strconv.Itoa(c.ctx), "-t", th, "--queue", "1024", "--log-level", "warn"}, apiOpenAI}}
-	if _, err := os.Stat(c.llama); err == nil {
+	if c.llama == "" {
+		fmt.Fprintln(os.Stderr, "bench/serve: no -llama-server (or $LLAMA_SERVER) given: measuring flowinfer only")
+	} else if _, err := os.Stat(c.llama); err == nil {
 		args := []string{"-m", c.model, "-np", strconv.Itoa(maxC), "-c", strconv.Itoa(maxC * c.ctx), "--cont-batching", "--no-webui"}
 		if c.threads > 0 {
 			args = append(args, "-t", th)
