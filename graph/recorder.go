@@ -33,6 +33,7 @@ const chunkSize = 4096
 type Recorder struct {
 	epoch      time.Time
 	max        int
+	ring       bool // drop the oldest events, not the newest (NewRingRecorder)
 	enabled    atomic.Bool
 	queueEvery atomic.Int64 // queue sampling interval in ns; 0 = off (trace_queues.go)
 	detail     atomic.Int32 // Detail of sub-spans stages record (trace_extra.go)
@@ -49,6 +50,17 @@ func NewRecorder(maxEvents int) *Recorder {
 	}
 	r := &Recorder{epoch: time.Now(), max: maxEvents}
 	r.enabled.Store(true)
+	return r
+}
+
+// NewRingRecorder returns an enabled recorder that keeps the most recent
+// events of each stage, about maxEvents of them (at least two chunks of
+// 4096): when a stage's buffer is full its oldest chunk is dropped. For
+// always-on recording (a server's /metrics and /debug/trace): its memory
+// stays bounded however long it runs, and the latest window is kept.
+func NewRingRecorder(maxEvents int) *Recorder {
+	r := NewRecorder(max(maxEvents, 2*chunkSize))
+	r.ring = true
 	return r
 }
 
@@ -92,6 +104,7 @@ type stageRec struct {
 	chunks  [][]event // full chunks, then the current one
 	n       int       // events stored
 	max     int
+	ring    bool
 	dropped int64
 
 	begin, end       int64 // wall interval; end < 0 while running
@@ -107,6 +120,7 @@ func (r *Recorder) register(name string) *stageRec {
 		tid:    len(r.stages) + 1,
 		epoch:  r.epoch,
 		max:    r.max,
+		ring:   r.ring,
 		end:    -1,
 		chunks: [][]event{make([]event, 0, min(chunkSize, r.max))},
 	}
@@ -155,11 +169,19 @@ func (sr *stageRec) counter(k evKind, name string, v int64) {
 func (sr *stageRec) add(e event) {
 	cur := &sr.chunks[len(sr.chunks)-1]
 	if len(*cur) == cap(*cur) {
-		if sr.n >= sr.max {
+		if sr.n >= sr.max && (!sr.ring || len(sr.chunks) < 2) {
 			sr.dropped++
 			return
 		}
-		sr.chunks = append(sr.chunks, make([]event, 0, min(chunkSize, sr.max-sr.n)))
+		if sr.n >= sr.max {
+			// ring: forget the oldest chunk (a new one is allocated: stored
+			// events are never rewritten, snapshots may still hold them)
+			sr.n -= len(sr.chunks[0])
+			sr.dropped += int64(len(sr.chunks[0]))
+			sr.chunks[0] = nil
+			sr.chunks = sr.chunks[1:]
+		}
+		sr.chunks = append(sr.chunks, make([]event, 0, min(chunkSize, max(sr.max-sr.n, 1))))
 		cur = &sr.chunks[len(sr.chunks)-1]
 	}
 	*cur = append(*cur, e)

@@ -349,3 +349,38 @@ func TestTraceWriteError(t *testing.T) {
 type failWriter struct{}
 
 func (failWriter) Write([]byte) (int, error) { return 0, io.ErrClosedPipe }
+
+// TestRingRecorder: a ring recorder keeps the newest events within its
+// bound however many are recorded, and its totals stay exact.
+func TestRingRecorder(t *testing.T) {
+	r := NewRingRecorder(3 * chunkSize)
+	sr := r.register("s")
+	const n = 50 * chunkSize
+	for i := range n {
+		sr.span(evWait, "w", int64(i), int64(i)+1)
+	}
+	sr.mu.Lock()
+	defer sr.mu.Unlock()
+	if sr.n > 3*chunkSize || sr.n < 2*chunkSize {
+		t.Errorf("%d events kept, want between %d and %d", sr.n, 2*chunkSize, 3*chunkSize)
+	}
+	last := sr.chunks[len(sr.chunks)-1]
+	if e := last[len(last)-1]; e.t0 != n-1 {
+		t.Errorf("newest event kept is %d, want %d", e.t0, n-1)
+	}
+	if sr.waiting != n {
+		t.Errorf("waiting total %d, want %d", sr.waiting, n)
+	}
+	if sr.dropped+int64(sr.n) != n {
+		t.Errorf("%d dropped + %d kept != %d", sr.dropped, sr.n, n)
+	}
+	// a plain recorder keeps the oldest and drops the rest
+	p := NewRecorder(chunkSize)
+	pr := p.register("s")
+	for i := range 3 * chunkSize {
+		pr.span(evWait, "w", int64(i), int64(i)+1)
+	}
+	if pr.n != chunkSize || pr.chunks[0][0].t0 != 0 {
+		t.Errorf("plain recorder: %d kept, first %d", pr.n, pr.chunks[0][0].t0)
+	}
+}

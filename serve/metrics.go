@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
@@ -39,7 +40,10 @@ func newMetrics(s *Server) *metrics {
 		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}})
 	m.itl = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flowinfer_inter_token_latency_seconds", Help: "Time between consecutive generated tokens of a request.",
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}})
-	m.reg.MustRegister(m.requests, m.prompt, m.cached, m.generated, m.ttft, m.itl, newEngineCollector(s))
+	m.reg.MustRegister(m.requests, m.prompt, m.cached, m.generated, m.ttft, m.itl, newEngineCollector(s),
+		// the Go runtime's and the process's own (go_goroutines,
+		// go_memstats_*, process_resident_memory_bytes, ...): leaks show
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.handler = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	return m
 }

@@ -238,6 +238,7 @@ func TestMetrics(t *testing.T) {
 		"flowinfer_queue_depth 0", "flowinfer_running_sequences 0", "flowinfer_kv_blocks_used 0", "flowinfer_kv_blocks_total 64",
 		"flowinfer_prefix_cache_hit_ratio ", `flowinfer_stage_seconds_total{stage="compute",state="busy"}`,
 		`flowinfer_stage_seconds_total{stage="sampler",state="waiting"}`,
+		"go_goroutines ", "go_memstats_heap_alloc_bytes ", "process_resident_memory_bytes ",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q", want)

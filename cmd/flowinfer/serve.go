@@ -50,6 +50,9 @@ type ServeCmd struct {
 	MaxHeader    int           `name:"max-header-bytes" default:"16384" help:"Largest request line and headers in bytes; a larger head gets 431."`
 }
 
+// serveTraceEvents bounds each stage's events in the server's recorder.
+const serveTraceEvents = 1 << 14
+
 func (c *ServeCmd) Run(g *Globals) error {
 	switch {
 	case c.ReadTimeout <= 0:
@@ -114,7 +117,9 @@ func (c *ServeCmd) Run(g *Globals) error {
 		return err
 	}
 	defer wp.Close()
-	rec := graph.NewRecorder(0)
+	// always on for /metrics and /debug/trace, so a ring: bounded memory
+	// (~6 MiB for 8 stages), the latest events kept
+	rec := graph.NewRingRecorder(serveTraceEvents)
 	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, stages.Config{
 		NCtx: nCtx, NSeq: c.Parallel, MaxBatch: c.BatchSize, Queue: c.Queue, BlockSize: c.KVBlock, KVTokens: c.KVTokens, Weights: wp,
 	}, rec)
