@@ -27,7 +27,8 @@ client() { # loop until the deadline: a short chat request, some streamed
 	done
 }
 end=$(( $(date +%s) + dur ))
-for _ in $(seq "$conc"); do client "$end" & done
+clients=()
+for _ in $(seq "$conc"); do client "$end" & clients+=($!); done
 metric() { curl -s "localhost:$port/metrics" | awk -v k="$1" '$1 == k {print $2}'; }
 reqs() { curl -s "localhost:$port/metrics" | awk '/^flowinfer_requests_total\{endpoint="\/v1\/chat\/completions",status="200"\}/ {print $2}'; }
 echo "soak: $model, $dur s, $conc clients, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
@@ -38,6 +39,6 @@ while [ "$(date +%s)" -lt "$end" ]; do
 	printf "%6d %10.1f %10s %11s\n" $(( $(date +%s) - t0 )) "$(echo "$rss / 1024" | bc -l)" "$(metric go_goroutines)" "$(reqs)"
 	sleep "$every"
 done
-wait
+wait "${clients[@]}" # not the server
 rss=$(awk '/^VmRSS/ {print $2}' /proc/$pid/status)
 printf "%6d %10.1f %10s %11s\n" $(( $(date +%s) - t0 )) "$(echo "$rss / 1024" | bc -l)" "$(metric go_goroutines)" "$(reqs)"
