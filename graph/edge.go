@@ -88,6 +88,7 @@ func (o *Out[T]) sendSlow(ctx context.Context, done <-chan struct{}, v T) error 
 	var t0 int64
 	if r != nil {
 		t0 = r.now()
+		r.waitBegins(evBlocked, t0)
 	}
 	var err error
 	select {
@@ -142,6 +143,7 @@ func (in *In[T]) recvSlow(ctx context.Context, done <-chan struct{}) (T, error) 
 	var t0 int64
 	if r != nil {
 		t0 = r.now()
+		r.waitBegins(evWait, t0)
 	}
 	var (
 		v   T

@@ -109,6 +109,10 @@ type stageRec struct {
 
 	begin, end       int64 // wall interval; end < 0 while running
 	waiting, blocked int64 // exact totals, ns
+	// the start (+1; 0 = none) of a wait or a block still in progress, so
+	// that a snapshot taken during it counts it as waiting or blocked, not
+	// busy: a stage parked in Recv for seconds is not busy for seconds
+	waitFrom, blockFrom atomic.Int64
 }
 
 // register adds a track for a stage about to run.
@@ -151,11 +155,23 @@ func (sr *stageRec) span(k evKind, name string, t0, t1 int64) {
 	switch k {
 	case evWait:
 		sr.waiting += t1 - t0
+		sr.waitFrom.Store(0)
 	case evBlocked:
 		sr.blocked += t1 - t0
+		sr.blockFrom.Store(0)
 	}
 	sr.add(event{kind: k, name: name, t0: t0, t1: t1})
 	sr.mu.Unlock()
+}
+
+// waitBegins marks the start t0 of a wait in progress (k: evWait or
+// evBlocked) until its span is recorded.
+func (sr *stageRec) waitBegins(k evKind, t0 int64) {
+	if k == evWait {
+		sr.waitFrom.Store(t0 + 1)
+	} else {
+		sr.blockFrom.Store(t0 + 1)
+	}
 }
 
 func (sr *stageRec) counter(k evKind, name string, v int64) {
@@ -212,6 +228,12 @@ func (sr *stageRec) snapshot() snapshot {
 	}
 	if s.end < 0 { // still running
 		s.end = now
+		if t := sr.waitFrom.Load(); t > 0 && t-1 <= now {
+			s.waiting += now - (t - 1)
+		}
+		if t := sr.blockFrom.Load(); t > 0 && t-1 <= now {
+			s.blocked += now - (t - 1)
+		}
 	}
 	return s
 }

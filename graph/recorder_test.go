@@ -384,3 +384,40 @@ func TestRingRecorder(t *testing.T) {
 		t.Errorf("plain recorder: %d kept, first %d", pr.n, pr.chunks[0][0].t0)
 	}
 }
+
+// TestSummaryDuringWait: a summary taken while a stage is parked in Recv
+// counts the wait in progress as waiting, not busy, as /metrics reads it
+// from a running server.
+func TestSummaryDuringWait(t *testing.T) {
+	rec := NewRecorder(0)
+	g := New(rec)
+	src, sink := g.Stage("source"), g.Stage("sink")
+	out, in := Connect[int](src, sink, 1)
+	release := make(chan struct{})
+	src.Do(func(ctx context.Context) error {
+		if err := out.Send(ctx, 1); err != nil {
+			return err
+		}
+		<-release
+		return out.Send(ctx, 2)
+	})
+	sink.Do(func(ctx context.Context) error {
+		if _, err := in.Recv(ctx); err != nil {
+			return err
+		}
+		// parked in Recv until the source sends again
+		return drain(ctx, in, func(int) error { return nil })
+	})
+	done := make(chan error, 1)
+	go func() { done <- g.Run(context.Background()) }()
+	time.Sleep(300 * time.Millisecond)
+	for _, st := range rec.Summary() {
+		if st.Stage == "sink" && st.Busy > 100*time.Millisecond {
+			t.Errorf("sink parked in Recv for 300 ms: busy %v, waiting %v (a wait in progress counted as busy)", st.Busy, st.Waiting)
+		}
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

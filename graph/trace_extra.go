@@ -165,7 +165,9 @@ func (r *Recorder) BeginWait(s *Stage, name string) WaitSpan {
 	if r == nil || s == nil || s.rec == nil {
 		return WaitSpan{}
 	}
-	return WaitSpan{sr: s.rec, name: name, t0: s.rec.now()}
+	t0 := s.rec.now()
+	s.rec.waitBegins(evWait, t0)
+	return WaitSpan{sr: s.rec, name: name, t0: t0}
 }
 
 // End closes the wait.
