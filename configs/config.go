@@ -137,8 +137,6 @@ type Sampling struct {
 type Server struct {
 	Host string `yaml:"host"`
 	Port int    `yaml:"port"`
-	// TraceDir, when set, receives Chrome traces of live traffic.
-	TraceDir string `yaml:"trace_dir,omitempty"`
 }
 
 // Backends returns the known values of pipeline.backend.

@@ -256,31 +256,18 @@ func gpuHeader(line string) (int, bool) {
 	return n, err == nil
 }
 
-// Suggest returns a profile for hardware h: backend, threads, memory
-// budgets and parallelism derived from the machine, everything else at
-// its default.
+// Suggest returns a profile for hardware h: threads and parallelism
+// derived from the machine, everything else at its default. It writes only
+// settings this build honours: the backend is cpu even when h has a GPU
+// (there is no GPU backend yet: a GPU profile would be refused), and the
+// RAM budget is left at 0, which derives it at run time from the machine's
+// or the cgroup's memory after the KV cache and activations.
 func Suggest(h Hardware) Config {
 	c := Default()
 	c.Hardware = h
 	p := &c.Pipeline
 	p.Threads = h.Cores
-	var best GPU
-	for _, g := range h.GPUs {
-		if g.Type != "cpu" && g.VRAM > best.VRAM {
-			best = g
-		}
-	}
-	if best.VRAM > 0 {
-		p.Backend = "vulkan"
-		p.VRAM = best.VRAM / 10 * 9 // leave room for the driver and the display
-	} else {
-		p.Backend = "cpu"
-	}
-	if h.RAM > 0 {
-		// Weights beyond half of RAM stream from disk through a pool of
-		// a quarter of RAM; below that the model is mapped.
-		p.RAMPool = h.RAM / 4 / MiB * MiB
-	}
+	p.Backend = "cpu"
 	switch {
 	case h.RAM >= 128*GiB:
 		p.Parallel, p.Queue, p.Edges.Tokens = 16, 256, 256
@@ -288,7 +275,6 @@ func Suggest(h Hardware) Config {
 		p.Parallel = 4
 	case h.RAM > 0 && h.RAM < 12*GiB:
 		p.BatchSize = 256
-		p.IOEngine = "pread"
 	}
 	if h.Cores > 0 && h.Cores <= 2 {
 		p.Parallel = min(p.Parallel, 4)

@@ -80,10 +80,7 @@ func (c *BatchCmd) Run(g *Globals, cli *CLI) error {
 	}
 	defer l.Close()
 	nCtx := ctxSize(l, cfg.Pipeline.KVCache.CtxSize, g.Log)
-	scfg, warns := engineConfig(&cfg.Config, nCtx)
-	for _, w := range warns {
-		fmt.Fprintln(os.Stderr, "flowinfer: warning:", w)
-	}
+	scfg := engineConfig(&cfg.Config, nCtx)
 	scfg.Queue = max(scfg.Queue, window) // every request in flight fits: no 429s
 	be := cpu.NewBackend(cfg.Pipeline.Threads, nil)
 	defer be.Close()

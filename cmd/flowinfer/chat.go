@@ -25,11 +25,12 @@ type ChatCmd struct {
 	ModelFlags
 	SamplingFlags
 	WeightFlags
-	System    string `name:"system" help:"System prompt."`
-	CtxSize   int    `short:"c" name:"ctx-size" default:"0" help:"Context size (0 = the model's, at most 4096)."`
-	NPredict  int    `short:"n" name:"n-predict" default:"-1" help:"Max tokens per reply (-1 = until end of turn)."`
-	BatchSize int    `short:"b" name:"batch-size" default:"512" help:"Tokens per forward step."`
-	Threads   int    `short:"t" default:"0" help:"Threads (0 = physical cores)."`
+	System     string `name:"system" help:"System prompt."`
+	CtxSize    int    `short:"c" name:"ctx-size" default:"0" help:"Context size (0 = the model's, at most 4096)."`
+	NPredict   int    `short:"n" name:"n-predict" default:"-1" help:"Max tokens per reply (-1 = until end of turn)."`
+	BatchSize  int    `short:"b" name:"batch-size" default:"512" help:"Tokens per forward step."`
+	EdgeTokens int    `name:"edge-tokens" default:"64" help:"Capacity of the sampler->streamer edge (token events buffered ahead of the output)."`
+	Threads    int    `short:"t" default:"0" help:"Threads (0 = physical cores)."`
 }
 
 const chatHelp = "commands: /reset (forget the conversation), /system TEXT (set the system prompt and reset), /exit"
@@ -61,7 +62,7 @@ func (c *ChatCmd) Run(g *Globals) error {
 		return err
 	}
 	defer wp.Close()
-	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, stages.Config{NCtx: nCtx, MaxBatch: c.BatchSize, Weights: wp}, nil)
+	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, stages.Config{NCtx: nCtx, MaxBatch: c.BatchSize, EdgeCap: c.EdgeTokens, Weights: wp}, nil)
 	if err != nil {
 		return err
 	}

@@ -69,41 +69,68 @@ func loadProfile(path ProfileFlag) (configs.Loaded, error) {
 type profileKey struct {
 	flag, key string
 	get       func(c *configs.Config) string
+	// notFor names the computing commands the key does not apply to, with
+	// the reason; the resolver does not feed the key to them (where one has
+	// a flag of the same name, it means something else). Every other
+	// computing command has the flag and honours it or refuses the value:
+	// TestEveryConfigKey checks both.
+	notFor map[string]string
 }
 
 func itoa(v int) string { return strconv.Itoa(v) }
 
 func ftoa(v float32) string { return strconv.FormatFloat(float64(v), 'g', -1, 32) }
 
+// Reasons a key does not apply to a command.
+var (
+	oneSequence = map[string]string{
+		"run": "generates one sequence", "chat": "converses in one sequence",
+		"bench": "measures one sequence, as llama-bench", "perplexity": "evaluates one chunk at a time",
+	}
+	noSampling = map[string]string{
+		"bench":      "measures greedy decoding of random tokens (its --seed seeds those tokens)",
+		"perplexity": "scores the text, samples nothing",
+	}
+	noTokenStream = map[string]string{
+		"bench": "streams no tokens", "perplexity": "streams no tokens",
+	}
+	notServing = map[string]string{
+		"run": "does not listen", "chat": "does not listen", "bench": "does not listen", "batch": "does not listen",
+		"trace": "does not listen", "perplexity": "does not listen", "config show": "prints the pipeline and sampling settings",
+	}
+	// perplexity is llama-perplexity's reference path: the whole file
+	// mapped, weights unpacked, no weight path
+	mappedFile = map[string]string{"perplexity": "reads the weights through the mapped file, as the reference path"}
+)
+
 // profileKeys lists every flag a typed profile key supplies.
 func profileKeys() []profileKey {
 	return []profileKey{
-		{"backend", "pipeline.backend", func(c *configs.Config) string { return c.Pipeline.Backend }},
-		{"threads", "pipeline.threads", func(c *configs.Config) string { return itoa(c.Pipeline.Threads) }},
-		{"batch-size", "pipeline.batch_size", func(c *configs.Config) string { return itoa(c.Pipeline.BatchSize) }},
-		{"parallel", "pipeline.parallel", func(c *configs.Config) string { return itoa(c.Pipeline.Parallel) }},
-		{"queue", "pipeline.queue", func(c *configs.Config) string { return itoa(c.Pipeline.Queue) }},
-		{"edge-tokens", "pipeline.edges.tokens", func(c *configs.Config) string { return itoa(c.Pipeline.Edges.Tokens) }},
-		{"slabs", "pipeline.edges.slabs", func(c *configs.Config) string { return itoa(c.Pipeline.Edges.Slabs) }},
-		{"ram-budget", "pipeline.ram_pool", func(c *configs.Config) string { return c.Pipeline.RAMPool.String() }},
-		{"vram", "pipeline.vram", func(c *configs.Config) string { return c.Pipeline.VRAM.String() }},
-		{"kv-type", "pipeline.kv_cache.type", func(c *configs.Config) string { return c.Pipeline.KVCache.Type }},
-		{"ctx-size", "pipeline.kv_cache.ctx_size", func(c *configs.Config) string { return itoa(c.Pipeline.KVCache.CtxSize) }},
-		{"prefetch-depth", "pipeline.prefetch_depth", func(c *configs.Config) string { return itoa(c.Pipeline.PrefetchDepth) }},
-		{"io-engine", "pipeline.io_engine", func(c *configs.Config) string { return c.Pipeline.IOEngine }},
-		{"temp", "sampling.temperature", func(c *configs.Config) string { return ftoa(c.Sampling.Temperature) }},
-		{"top-k", "sampling.top_k", func(c *configs.Config) string { return itoa(c.Sampling.TopK) }},
-		{"top-p", "sampling.top_p", func(c *configs.Config) string { return ftoa(c.Sampling.TopP) }},
-		{"min-p", "sampling.min_p", func(c *configs.Config) string { return ftoa(c.Sampling.MinP) }},
-		{"repeat-penalty", "sampling.repeat_penalty", func(c *configs.Config) string { return ftoa(c.Sampling.RepeatPenalty) }},
-		{"repeat-last-n", "sampling.repeat_last_n", func(c *configs.Config) string { return itoa(c.Sampling.RepeatLastN) }},
-		{"presence-penalty", "sampling.presence_penalty", func(c *configs.Config) string { return ftoa(c.Sampling.PresencePenalty) }},
-		{"frequency-penalty", "sampling.frequency_penalty", func(c *configs.Config) string { return ftoa(c.Sampling.FrequencyPenalty) }},
-		{"seed", "sampling.seed", func(c *configs.Config) string { return strconv.FormatInt(c.Sampling.Seed, 10) }},
-		{"n-predict", "sampling.max_tokens", func(c *configs.Config) string { return itoa(c.Sampling.MaxTokens) }},
-		{"host", "server.host", func(c *configs.Config) string { return c.Server.Host }},
-		{"port", "server.port", func(c *configs.Config) string { return itoa(c.Server.Port) }},
-		{"trace-dir", "server.trace_dir", func(c *configs.Config) string { return c.Server.TraceDir }},
+		{"backend", "pipeline.backend", func(c *configs.Config) string { return c.Pipeline.Backend }, nil},
+		{"threads", "pipeline.threads", func(c *configs.Config) string { return itoa(c.Pipeline.Threads) }, nil},
+		{"batch-size", "pipeline.batch_size", func(c *configs.Config) string { return itoa(c.Pipeline.BatchSize) }, map[string]string{"perplexity": "evaluates each -c chunk in one forward step"}},
+		{"parallel", "pipeline.parallel", func(c *configs.Config) string { return itoa(c.Pipeline.Parallel) }, oneSequence},
+		{"queue", "pipeline.queue", func(c *configs.Config) string { return itoa(c.Pipeline.Queue) }, oneSequence},
+		{"edge-tokens", "pipeline.edges.tokens", func(c *configs.Config) string { return itoa(c.Pipeline.Edges.Tokens) }, noTokenStream},
+		{"slabs", "pipeline.edges.slabs", func(c *configs.Config) string { return itoa(c.Pipeline.Edges.Slabs) }, mappedFile},
+		{"ram-budget", "pipeline.ram_pool", func(c *configs.Config) string { return c.Pipeline.RAMPool.String() }, mappedFile},
+		{"vram", "pipeline.vram", func(c *configs.Config) string { return c.Pipeline.VRAM.String() }, nil},
+		{"kv-type", "pipeline.kv_cache.type", func(c *configs.Config) string { return c.Pipeline.KVCache.Type }, nil},
+		{"ctx-size", "pipeline.kv_cache.ctx_size", func(c *configs.Config) string { return itoa(c.Pipeline.KVCache.CtxSize) }, map[string]string{"bench": "sizes the context from -p and -n, as llama-bench"}},
+		{"prefetch-depth", "pipeline.prefetch_depth", func(c *configs.Config) string { return itoa(c.Pipeline.PrefetchDepth) }, mappedFile},
+		{"io-engine", "pipeline.io_engine", func(c *configs.Config) string { return c.Pipeline.IOEngine }, mappedFile},
+		{"temp", "sampling.temperature", func(c *configs.Config) string { return ftoa(c.Sampling.Temperature) }, noSampling},
+		{"top-k", "sampling.top_k", func(c *configs.Config) string { return itoa(c.Sampling.TopK) }, noSampling},
+		{"top-p", "sampling.top_p", func(c *configs.Config) string { return ftoa(c.Sampling.TopP) }, noSampling},
+		{"min-p", "sampling.min_p", func(c *configs.Config) string { return ftoa(c.Sampling.MinP) }, noSampling},
+		{"repeat-penalty", "sampling.repeat_penalty", func(c *configs.Config) string { return ftoa(c.Sampling.RepeatPenalty) }, noSampling},
+		{"repeat-last-n", "sampling.repeat_last_n", func(c *configs.Config) string { return itoa(c.Sampling.RepeatLastN) }, noSampling},
+		{"presence-penalty", "sampling.presence_penalty", func(c *configs.Config) string { return ftoa(c.Sampling.PresencePenalty) }, noSampling},
+		{"frequency-penalty", "sampling.frequency_penalty", func(c *configs.Config) string { return ftoa(c.Sampling.FrequencyPenalty) }, noSampling},
+		{"seed", "sampling.seed", func(c *configs.Config) string { return strconv.FormatInt(c.Sampling.Seed, 10) }, noSampling},
+		{"n-predict", "sampling.max_tokens", func(c *configs.Config) string { return itoa(c.Sampling.MaxTokens) }, noSampling},
+		{"host", "server.host", func(c *configs.Config) string { return c.Server.Host }, notServing},
+		{"port", "server.port", func(c *configs.Config) string { return itoa(c.Server.Port) }, notServing},
 	}
 }
 
@@ -146,9 +173,16 @@ func (r *profileResolver) Validate(app *kong.Application) error {
 
 // Resolve returns the profile's value for flag, or nil when the profile
 // does not set it.
-func (r *profileResolver) Resolve(_ *kong.Context, _ *kong.Path, flag *kong.Flag) (any, error) {
+func (r *profileResolver) Resolve(_ *kong.Context, parent *kong.Path, flag *kong.Flag) (any, error) {
+	cmd := ""
+	if parent != nil && parent.Node() != nil {
+		cmd = parent.Node().Path()
+	}
 	for _, k := range profileKeys() {
 		if k.flag == flag.Name && r.l.IsSet(k.key) {
+			if _, na := k.notFor[cmd]; na {
+				return nil, nil
+			}
 			return k.get(&r.l.Config), nil
 		}
 	}
@@ -160,16 +194,13 @@ func (r *profileResolver) Resolve(_ *kong.Context, _ *kong.Path, flag *kong.Flag
 
 // PipelineFlags size the stage graph. Their defaults are configs.Default's.
 type PipelineFlags struct {
-	Threads    int    `short:"t" default:"0" env:"FLOWINFER_THREADS" help:"Threads (0 = physical cores)."`
-	CtxSize    int    `short:"c" name:"ctx-size" default:"0" env:"FLOWINFER_CTX_SIZE" help:"KV cells per sequence (0 = the model's context, at most 4096)."`
-	BatchSize  int    `short:"b" name:"batch-size" default:"512" env:"FLOWINFER_BATCH_SIZE" help:"Tokens per forward step (prompt chunk)."`
-	Parallel   int    `name:"parallel" default:"1" env:"FLOWINFER_PARALLEL" help:"Sequences decoded together (continuous batching)."`
-	Queue      int    `name:"queue" default:"64" env:"FLOWINFER_QUEUE" help:"Admission queue length."`
-	EdgeTokens int    `name:"edge-tokens" default:"64" env:"FLOWINFER_EDGE_TOKENS" help:"Capacity of the sampler->streamer edge."`
-	KVType     string `name:"kv-type" default:"f32" env:"FLOWINFER_KV_TYPE" help:"KV cache element type (f32; f16, q8_0, turbo3 are not implemented yet)."`
+	Threads    int `short:"t" default:"0" env:"FLOWINFER_THREADS" help:"Threads (0 = physical cores)."`
+	CtxSize    int `short:"c" name:"ctx-size" default:"0" env:"FLOWINFER_CTX_SIZE" help:"KV cells per sequence (0 = the model's context, at most 4096)."`
+	BatchSize  int `short:"b" name:"batch-size" default:"512" env:"FLOWINFER_BATCH_SIZE" help:"Tokens per forward step (prompt chunk)."`
+	Parallel   int `name:"parallel" default:"1" env:"FLOWINFER_PARALLEL" help:"Sequences decoded together (continuous batching)."`
+	Queue      int `name:"queue" default:"64" env:"FLOWINFER_QUEUE" help:"Admission queue length."`
+	EdgeTokens int `name:"edge-tokens" default:"64" env:"FLOWINFER_EDGE_TOKENS" help:"Capacity of the sampler->streamer edge."`
 	WeightFlags
-	VRAM    configs.ByteSize `name:"vram" default:"0" env:"FLOWINFER_VRAM" help:"VRAM budget (0 = CPU only)."`
-	Backend string           `name:"backend" default:"auto" env:"FLOWINFER_BACKEND" help:"Compute backend: auto, cpu or vulkan (only cpu is implemented yet)."`
 }
 
 func (f *PipelineFlags) apply(c *configs.Config) {
@@ -210,18 +241,11 @@ func effective(path ProfileFlag, pf *PipelineFlags, sf *SamplingFlags, nPredict 
 	return l, nil
 }
 
-// engineConfig maps a configuration onto the engine's settings; settings
-// the engine does not implement yet are named in the returned warnings.
-func engineConfig(c *configs.Config, nCtx int) (stages.Config, []string) {
+// engineConfig maps a configuration onto the engine's settings (the
+// backend and KV type were checked by checkCompute).
+func engineConfig(c *configs.Config, nCtx int) stages.Config {
 	p := &c.Pipeline
-	var warn []string
-	if p.KVCache.Type != "f32" {
-		warn = append(warn, fmt.Sprintf("kv_cache.type %s is not implemented yet: using f32", p.KVCache.Type))
-	}
-	if p.Backend == "vulkan" {
-		warn = append(warn, "the vulkan backend is not implemented yet: using the CPU")
-	}
-	return stages.Config{NCtx: nCtx, NSeq: p.Parallel, MaxBatch: p.BatchSize, Queue: p.Queue, EdgeCap: p.Edges.Tokens}, warn
+	return stages.Config{NCtx: nCtx, NSeq: p.Parallel, MaxBatch: p.BatchSize, Queue: p.Queue, EdgeCap: p.Edges.Tokens}
 }
 
 // ConfigCmd groups the configuration commands.
@@ -383,6 +407,9 @@ func (c *ConfigDetectCmd) Run(g *Globals) error {
 	})
 	if err != nil {
 		return err
+	}
+	if len(h.GPUs) > 0 {
+		notes = append(notes, fmt.Sprintf("%d GPU(s) found; backend cpu: this build has no GPU backend yet", len(h.GPUs)))
 	}
 	for _, n := range notes {
 		fmt.Fprintln(os.Stderr, "flowinfer: note:", n)

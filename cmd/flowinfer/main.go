@@ -67,6 +67,19 @@ func newLogger(level string) *zap.Logger {
 	return log
 }
 
+// checkSelected refuses, before anything loads, the settings the selected
+// command cannot honour: every command that computes embeds ComputeFlags.
+func checkSelected(ctx *kong.Context, log *zap.Logger) error {
+	n := ctx.Selected()
+	if n == nil || !n.Target.CanAddr() {
+		return nil
+	}
+	if c, ok := n.Target.Addr().Interface().(interface{ checkCompute(*zap.Logger) error }); ok {
+		return c.checkCompute(log)
+	}
+	return nil
+}
+
 func main() {
 	var cli CLI
 	ctx := kong.Parse(&cli,
@@ -77,7 +90,11 @@ func main() {
 	)
 	log := newLogger(cli.LogLevel)
 	defer log.Sync()
-	if err := ctx.Run(&Globals{Log: log}); err != nil {
+	err := checkSelected(ctx, log)
+	if err == nil {
+		err = ctx.Run(&Globals{Log: log})
+	}
+	if err != nil {
 		// One clear line, no stack trace.
 		fmt.Fprintf(os.Stderr, "flowinfer: error: %v\n", err)
 		os.Exit(1)

@@ -30,6 +30,7 @@ type RunCmd struct {
 	CtxSize         int    `short:"c" name:"ctx-size" default:"0" help:"Context size (0 = the model's, at most 4096)."`
 	Threads         int    `short:"t" default:"0" help:"Threads (0 = physical cores)."`
 	BatchSize       int    `short:"b" name:"batch-size" default:"512" help:"Tokens per forward step (prompt chunk)."`
+	EdgeTokens      int    `name:"edge-tokens" default:"64" help:"Capacity of the sampler->streamer edge (token events buffered ahead of the output)."`
 	Chat            bool   `help:"Apply the model's chat template to the prompt (as a user message)."`
 	System          string `name:"system" help:"System prompt (with --chat)."`
 	IgnoreEOS       bool   `name:"ignore-eos" help:"Keep generating past end-of-generation tokens."`
@@ -105,7 +106,7 @@ func (r *RunCmd) Run(g *Globals) error {
 		return err
 	}
 	defer wp.Close()
-	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, stages.Config{NCtx: nCtx, MaxBatch: r.BatchSize, Weights: wp}, rec)
+	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, stages.Config{NCtx: nCtx, MaxBatch: r.BatchSize, EdgeCap: r.EdgeTokens, Weights: wp}, rec)
 	if err != nil {
 		return err
 	}

@@ -39,6 +39,7 @@ type ServeCmd struct {
 	BatchSize    int           `short:"b" name:"batch-size" default:"512" help:"Tokens per forward step (prompt chunks share it with decode tokens)."`
 	Threads      int           `short:"t" default:"0" help:"Compute threads (0 = physical cores)."`
 	Queue        int           `default:"64" help:"Requests waiting for a free sequence before the server answers 429."`
+	EdgeTokens   int           `name:"edge-tokens" default:"64" help:"Capacity of the sampler->streamer edge (token events buffered ahead of the output)."`
 	NPredict     int           `short:"n" name:"n-predict" default:"-1" help:"Default max tokens per request (-1 = until end of generation or a full context)."`
 	APIKey       string        `name:"api-key" env:"FLOWINFER_API_KEY" help:"Require this key (Authorization: Bearer KEY or x-api-key)."`
 	Alias        []string      `name:"alias" help:"Model name(s) clients use; the first is reported (default: the file name)." sep:","`
@@ -121,7 +122,7 @@ func (c *ServeCmd) Run(g *Globals) error {
 	// (~6 MiB for 8 stages), the latest events kept
 	rec := graph.NewRingRecorder(serveTraceEvents)
 	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, stages.Config{
-		NCtx: nCtx, NSeq: c.Parallel, MaxBatch: c.BatchSize, Queue: c.Queue, BlockSize: c.KVBlock, KVTokens: c.KVTokens, Weights: wp,
+		NCtx: nCtx, NSeq: c.Parallel, MaxBatch: c.BatchSize, Queue: c.Queue, EdgeCap: c.EdgeTokens, BlockSize: c.KVBlock, KVTokens: c.KVTokens, Weights: wp,
 	}, rec)
 	if err != nil {
 		srv.Shutdown(context.Background())

@@ -64,6 +64,7 @@ func (c *TokenizeCmd) Run(g *Globals) error {
 // PerplexityCmd computes perplexity over a text file.
 type PerplexityCmd struct {
 	ModelFlags
+	ComputeFlags
 	File    string `short:"f" help:"Text file." type:"existingfile" required:""`
 	CtxSize int    `short:"c" name:"ctx-size" default:"512" help:"Chunk size (tokens per evaluated sequence)."`
 	Threads int    `short:"t" default:"0" help:"Threads (0 = physical cores)."`

@@ -75,10 +75,7 @@ func (c *TraceCmd) Run(g *Globals, cli *CLI) error {
 		return err
 	}
 	nCtx := ctxSize(l, cfg.Pipeline.KVCache.CtxSize, g.Log)
-	scfg, warns := engineConfig(&cfg.Config, nCtx)
-	for _, w := range warns {
-		fmt.Fprintln(os.Stderr, "flowinfer: warning:", w)
-	}
+	scfg := engineConfig(&cfg.Config, nCtx)
 	be := cpu.NewBackend(cfg.Pipeline.Threads, nil)
 	defer be.Close()
 	wp, err := openWeights(&c.WeightFlags, l, be, weightSetup{nCtx: scfg.NSeq * nCtx, nSeq: 1, maxBatch: scfg.MaxBatch}, g.Log)

@@ -6,8 +6,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +26,7 @@ import (
 // WeightFlags choose where weights live: the RAM budget and how the rest is
 // read from disk.
 type WeightFlags struct {
+	ComputeFlags
 	RAMBudget     configs.ByteSize `name:"ram-budget" default:"0" env:"FLOWINFER_RAM_BUDGET" help:"Bytes of weights held in RAM (e.g. 4GiB, 512MiB): resident weights, the expert cache, layer slots and the read slabs; routed experts beyond it are read from disk as the router picks them, and layers beyond it are read ahead of compute every step. 0 = what the machine or its cgroup allows after the KV cache, activations and 256 MiB of headroom."`
 	IOEngine      string           `name:"io-engine" default:"pread" env:"FLOWINFER_IO_ENGINE" help:"How weights beyond the budget are read: pread (O_DIRECT where the filesystem allows, into the expert cache and layer slots within --ram-budget), io_uring (Linux: the same reads through an io_uring, an expert's ranges in one submission; an error if the kernel refuses io_uring), or mmap (the whole file mapped, paged by the kernel, no budget)."`
 	Slabs         int              `name:"slabs" default:"8" env:"FLOWINFER_SLABS" help:"Expert reads in flight (staging slabs)."`
@@ -31,6 +34,45 @@ type WeightFlags struct {
 	Mlock         bool             `name:"mlock" help:"Lock the expert cache and read slabs in RAM."`
 	CachePolicy   string           `name:"expert-cache-policy" default:"slru" enum:"slru,lru" help:"Expert cache eviction: slru (segmented LRU: experts used again are protected) or lru."`
 	DryRun        bool             `name:"dry-run" help:"Print the placement plan and exit."`
+}
+
+// ComputeFlags choose the compute backend and the KV cache's element type.
+// This build computes on the CPU with an F32 KV cache: any other value is
+// refused by name (checkCompute, before anything loads), never ignored.
+type ComputeFlags struct {
+	Backend string           `name:"backend" default:"auto" env:"FLOWINFER_BACKEND" help:"Compute backend: cpu, or auto (a GPU backend when there is one, else the CPU; this build has only the CPU). vulkan is refused: the Vulkan backend is not implemented yet."`
+	VRAM    configs.ByteSize `name:"vram" default:"0" env:"FLOWINFER_VRAM" help:"VRAM budget for a GPU backend. This build has none: 0, or unused (with a warning) under --backend auto."`
+	KVType  string           `name:"kv-type" default:"f32" env:"FLOWINFER_KV_TYPE" help:"KV cache element type: f32 (f16, q8_0 and turbo3 are refused until implemented)."`
+}
+
+// checkCompute refuses the backend, VRAM and KV settings this build cannot
+// honour, naming the key, the value and what is supported. main calls it
+// for every command that embeds ComputeFlags.
+func (f *ComputeFlags) checkCompute(log *zap.Logger) error {
+	var errs []string
+	switch f.Backend {
+	case "cpu":
+	case "auto":
+		if f.VRAM > 0 {
+			log.Warn("backend auto: this build has no GPU backend, computing on the CPU; the VRAM budget is unused", zap.String("vram", f.VRAM.String()))
+		} else {
+			log.Debug("backend auto: computing on the CPU (this build has no GPU backend)")
+		}
+	case "vulkan":
+		errs = append(errs, "pipeline.backend / --backend vulkan: this build has no Vulkan backend yet (supported: cpu; auto computes on the CPU)")
+	default:
+		errs = append(errs, fmt.Sprintf("pipeline.backend / --backend %q: unknown (supported: auto, cpu)", f.Backend))
+	}
+	if f.VRAM < 0 || (f.VRAM > 0 && f.Backend != "auto") {
+		errs = append(errs, fmt.Sprintf("pipeline.vram / --vram %v: only a GPU backend uses VRAM and this build has none (supported: 0)", f.VRAM))
+	}
+	if f.KVType != "f32" {
+		errs = append(errs, fmt.Sprintf("pipeline.kv_cache.type / --kv-type %q: not implemented yet (supported: f32)", f.KVType))
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	return nil
 }
 
 // weightSetup is what openWeights needs beyond the flags.
@@ -242,3 +284,22 @@ func diskBandwidth(ctx context.Context, path string, qd int, d time.Duration) (f
 	wg.Wait()
 	return float64(total.Load()) / time.Since(start).Seconds() / 1e9, nil
 }
+
+// validEdge checks --edge-tokens / pipeline.edges.tokens (the engine would
+// take 0 as its default, silently).
+func validEdge(n int) error {
+	if n < 1 || n > 1<<20 {
+		return fmt.Errorf("--edge-tokens / pipeline.edges.tokens %d: must be between 1 and %d", n, 1<<20)
+	}
+	return nil
+}
+
+// Validate is called by kong after parsing.
+func (r *RunCmd) Validate() error { return validEdge(r.EdgeTokens) }
+
+// Validate is called by kong after parsing.
+func (c *ChatCmd) Validate() error { return validEdge(c.EdgeTokens) }
+
+// Validate is called by kong after parsing.
+
+func (c *ServeCmd) Validate() error { return validEdge(c.EdgeTokens) }
