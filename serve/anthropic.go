@@ -94,7 +94,7 @@ func (s *Server) handleMessages(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	var req antRequest
-	if e := decode(ctx, &req); e != nil {
+	if e := s.decodeRequest(ctx, &req, antFields); e != nil {
 		e.write(ctx, dialectAnthropic)
 		return
 	}
@@ -112,7 +112,7 @@ func (s *Server) handleCountTokens(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	var req antRequest
-	if e := decode(ctx, &req); e != nil {
+	if e := s.decodeRequest(ctx, &req, antFields); e != nil {
 		e.write(ctx, dialectAnthropic)
 		return
 	}

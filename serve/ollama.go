@@ -24,7 +24,7 @@ import (
 type ollamaOptions struct {
 	NumPredict *int     `json:"num_predict"`
 	Stop       []string `json:"stop"`
-	NumCtx     *int     `json:"num_ctx"` // accepted, ignored: the server's context is fixed
+	NumCtx     *int     `json:"num_ctx"` // at most the server's context (fixed at start)
 	samplingFields
 }
 
@@ -52,6 +52,10 @@ func (c *ollamaCommon) translate(s *Server, b *Backend, gr *genRequest) *apiErro
 	gr.maxTokens = s.cfg.MaxTokens
 	gr.params = s.cfg.Defaults
 	if o := c.Options; o != nil {
+		if n := b.Engine.Config().NCtx; o.NumCtx != nil && *o.NumCtx > n {
+			// a smaller num_ctx is honoured by the larger server context
+			return badRequest("options.num_ctx", "options.num_ctx: %d is more than the server's context of %d tokens per sequence (set by its --ctx-size)", *o.NumCtx, n)
+		}
 		if o.NumPredict != nil {
 			gr.maxTokens = *o.NumPredict // -1 and -2 (fill the context): no limit
 			if gr.maxTokens < 0 {
@@ -94,7 +98,7 @@ func (s *Server) handleOllamaChat(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	var req ollamaChatRequest
-	if e := decode(ctx, &req); e != nil {
+	if e := s.decodeOllama(ctx, &req, ollamaChatFields); e != nil {
 		e.write(ctx, dialectOllama)
 		return
 	}
@@ -129,7 +133,7 @@ func (s *Server) handleOllamaGenerate(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	var req ollamaGenerateRequest
-	if e := decode(ctx, &req); e != nil {
+	if e := s.decodeOllama(ctx, &req, ollamaGenerateFields); e != nil {
 		e.write(ctx, dialectOllama)
 		return
 	}

@@ -94,7 +94,7 @@ func (s *Server) handleChatCompletions(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	var req oaiChatRequest
-	if e := decode(ctx, &req); e != nil {
+	if e := s.decodeRequest(ctx, &req, oaiChatFields); e != nil {
 		e.write(ctx, dialectOpenAI)
 		return
 	}
@@ -139,7 +139,7 @@ func (s *Server) handleCompletions(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	var req oaiCompletionRequest
-	if e := decode(ctx, &req); e != nil {
+	if e := s.decodeRequest(ctx, &req, oaiCompletionFields); e != nil {
 		e.write(ctx, dialectOpenAI)
 		return
 	}

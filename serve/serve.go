@@ -21,8 +21,11 @@
 // A model whose GGUF has no chat template (stories260K) is chatted with
 // through ChatML, as llama-server does (model.Bundle.Template).
 //
-// It does not implement tool calls (tool definitions are ignored, tool
-// content blocks rejected), images, logprobs, n > 1, embeddings, or CORS.
+// It does not implement tool calls, images, logprobs, n > 1 or structured
+// output: a request that asks for one of them gets a 400 naming the field
+// (fields.go lists every documented field each API has and what is done
+// with it), never a silent drop. Fields no API documents are ignored and
+// logged at debug level.
 // A client that leaves is noticed on the next write of a stream and, for a
 // non-streamed request, by peeking at its connection every 200 ms
 // (peerwatch.go); either way its sequence is cancelled and its KV blocks

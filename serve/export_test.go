@@ -1,0 +1,25 @@
+package serve
+
+import "reflect"
+
+// DecodedFields returns the top-level JSON fields an endpoint's request
+// struct decodes, and the names its field rules cover (fields_test.go).
+func DecodedFields(path string) (decoded, ruled map[string]bool) {
+	reqs := map[string]struct {
+		v     any
+		rules map[string]fieldRule
+	}{
+		"/v1/chat/completions": {&oaiChatRequest{}, oaiChatFields},
+		"/v1/completions":      {&oaiCompletionRequest{}, oaiCompletionFields},
+		"/v1/messages":         {&antRequest{}, antFields},
+		"/api/chat":            {&ollamaChatRequest{}, ollamaChatFields},
+		"/api/generate":        {&ollamaGenerateRequest{}, ollamaGenerateFields},
+		"options":              {&ollamaOptions{}, ollamaOptionFields},
+	}
+	r := reqs[path]
+	ruled = map[string]bool{}
+	for k := range r.rules {
+		ruled[k] = true
+	}
+	return jsonFields(reflect.TypeOf(r.v)), ruled
+}
