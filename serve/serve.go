@@ -86,6 +86,10 @@ type Config struct {
 	// MaxHeaderBytes is the largest request head (request line and
 	// headers) [16 KiB]; a larger one gets 431.
 	MaxHeaderBytes int
+	// CORSOrigins are the browser origins allowed to call the API
+	// ("https://app.example.com", or "*" for any) [none: no CORS headers,
+	// browsers refuse cross-origin calls]. cors.go.
+	CORSOrigins []string
 }
 
 func (c *Config) defaults() {
@@ -246,10 +250,14 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 			s.cfg.Log.Error("panic in handler", zap.String("path", path), zap.Any("panic", p), zap.Stack("stack"))
 			(&apiError{status: 500, kind: "server_error", message: "internal error"}).write(ctx, r.dialect)
 		}
+		s.corsHeaders(ctx)
 		s.metrics.request(endpoint, ctx.Response.StatusCode())
 	}()
 	if !ok {
 		notFound("", "no endpoint %s %s", ctx.Method(), path).write(ctx, dialectOf(path))
+		return
+	}
+	if s.corsPreflight(ctx, r.method) {
 		return
 	}
 	if string(ctx.Method()) != r.method {

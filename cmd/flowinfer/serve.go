@@ -10,9 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -49,6 +51,7 @@ type ServeCmd struct {
 	ReadTimeout  time.Duration `name:"read-timeout" default:"30s" help:"Longest time a request's headers and body may take to arrive; slower clients get 408 and are cut (responses and streams are not limited)."`
 	MaxConns     int           `name:"max-conns" default:"1024" help:"Most concurrent connections; one more gets 503 and is closed."`
 	MaxHeader    int           `name:"max-header-bytes" default:"16384" help:"Largest request line and headers in bytes; a larger head gets 431."`
+	CORSOrigin   []string      `name:"cors-origin" help:"Browser origin allowed to call the API (repeatable; e.g. http://localhost:3000, or * for any). Default: none (no CORS headers)."`
 }
 
 // serveTraceEvents bounds each stage's events in the server's recorder.
@@ -62,6 +65,8 @@ func (c *ServeCmd) Run(g *Globals) error {
 		return fmt.Errorf("--max-conns %d: must be positive", c.MaxConns)
 	case c.MaxHeader < 1024:
 		return fmt.Errorf("--max-header-bytes %d: must be at least 1024", c.MaxHeader)
+	case badOrigin(c.CORSOrigin) != "":
+		return fmt.Errorf("--cors-origin %q: not an origin (scheme://host[:port], no path, or *)", badOrigin(c.CORSOrigin))
 	}
 	sigCtx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
@@ -76,7 +81,7 @@ func (c *ServeCmd) Run(g *Globals) error {
 	srv := serve.New(serve.Config{
 		Aliases: c.Alias, APIKey: c.APIKey, Defaults: params, MaxTokens: max(c.NPredict, 0), Stops: c.Stop,
 		MaxBodyBytes: c.MaxBody, Heartbeat: c.Heartbeat, Fingerprint: "flowinfer-" + version, Log: log,
-		ReadTimeout: c.ReadTimeout, MaxConns: c.MaxConns, MaxHeaderBytes: c.MaxHeader,
+		ReadTimeout: c.ReadTimeout, MaxConns: c.MaxConns, MaxHeaderBytes: c.MaxHeader, CORSOrigins: trimSlashes(c.CORSOrigin),
 	})
 	ln, err := net.Listen("tcp", net.JoinHostPort(c.Host, strconv.Itoa(c.Port)))
 	if err != nil {
@@ -181,4 +186,28 @@ func (c *ServeCmd) Run(g *Globals) error {
 	}
 	fmt.Fprintln(os.Stderr, "flowinfer: stopped")
 	return nil
+}
+
+// badOrigin returns the first of origins that is not "*" or an origin as
+// browsers send it (scheme://host[:port]), or "".
+func badOrigin(origins []string) string {
+	for _, o := range origins {
+		if o == "*" {
+			continue
+		}
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+			return o
+		}
+	}
+	return ""
+}
+
+// trimSlashes drops a trailing "/" from each origin: browsers send none.
+func trimSlashes(origins []string) []string {
+	out := make([]string, len(origins))
+	for i, o := range origins {
+		out[i] = strings.TrimSuffix(o, "/")
+	}
+	return out
 }
