@@ -67,7 +67,6 @@ func empty(raw json.RawMessage) bool {
 const (
 	noTools     = "tool calling is not implemented yet"
 	noAudio     = "flowinfer generates text only"
-	noLogprobs  = "logprobs are not implemented yet"
 	noStructure = "structured output (grammars, JSON schemas) is not implemented yet"
 	noThinking  = "reasoning controls are not implemented"
 	localServer = "a local server has no accounts, storage or tiers: nothing to do"
@@ -84,7 +83,6 @@ var oaiChatFields = map[string]fieldRule{
 	"functions":              refused(noTools),
 	"function_call":          refused(noTools, `"none"`, `"auto"`),
 	"response_format":        refused(noStructure, `{"type":"text"}`),
-	"top_logprobs":           refused(noLogprobs),
 	"reasoning_effort":       refused(noThinking),
 	"verbosity":              refused("verbosity control is not implemented", `"medium"`),
 	"web_search_options":     refused("web search is not available"),

@@ -55,7 +55,6 @@ var probes = []struct {
 	{"function_call", `{"name":"f"}`, 400, ""},
 	{"response_format", `{"type":"json_object"}`, 400, ""},
 	{"response_format", `{"type":"text"}`, 200, ""},
-	{"top_logprobs", `3`, 400, ""},
 	{"reasoning_effort", `"high"`, 400, ""},
 	{"verbosity", `"low"`, 400, ""},
 	{"web_search_options", `{}`, 200, ""},

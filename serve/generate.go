@@ -136,6 +136,7 @@ func (s *Server) start(ctx *fasthttp.RequestCtx, b *Backend, gr *genRequest, idP
 	j.req.Params = gr.params
 	j.req.MaxTokens = gr.maxTokens
 	j.req.IgnoreEOG = gr.ignoreEOS
+	j.req.Logprobs, j.req.TopLogprobs = gr.logprobs, gr.topLogprobs
 	j.req.Stops = append(append([]string(nil), gr.stops...), s.cfg.Stops...)
 	if gr.chat && b.Bundle.Template != nil {
 		j.req.Stops = append(j.req.Stops, b.Bundle.Template.StopStrings()...)
@@ -251,7 +252,7 @@ func (s *Server) stream(ctx *fasthttp.RequestCtx, b *Backend, j *job, enc encode
 				enc.begin(w, j, usage)
 				begun = true
 			}
-			if text != "" {
+			if text != "" || j.hasLogprobs() {
 				enc.delta(w, j, text)
 			}
 			if final != nil {

@@ -41,6 +41,8 @@ type job struct {
 	wake    chan struct{} // capacity 1: "something new"
 
 	onToken func(first bool, since time.Duration) // metrics hook, from Emit
+	// logprobs of the tokens not yet taken, when the request asked for them
+	lps []stages.TokenLogprob
 }
 
 func newJob(parent context.Context, id, model, endpoint string, prompt []int32) *job {
@@ -59,6 +61,9 @@ func (j *job) emit(ev stages.Event) error {
 		return errClientGone
 	}
 	j.text.WriteString(ev.Text)
+	if ev.Logprob != nil {
+		j.lps = append(j.lps, *ev.Logprob)
+	}
 	j.usage = ev.Usage
 	j.events++
 	first := j.lastTok.IsZero()
@@ -94,6 +99,23 @@ func (j *job) take() (text string, usage stages.Usage, started bool, final *stag
 	text = j.text.String()
 	j.text.Reset()
 	return text, j.usage, j.events > 0, j.final
+}
+
+// takeLogprobs returns the logprobs of the tokens generated since the last
+// call (nil when the request asked for none).
+func (j *job) takeLogprobs() []stages.TokenLogprob {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	lps := j.lps
+	j.lps = nil
+	return lps
+}
+
+// hasLogprobs reports whether logprobs are waiting to be taken.
+func (j *job) hasLogprobs() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return len(j.lps) > 0
 }
 
 // abandon marks the client gone and cancels the request: the scheduler

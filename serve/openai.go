@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/flowinfer/flowinfer/model/chat"
+	"github.com/flowinfer/flowinfer/model/tokenizer"
 	"github.com/flowinfer/flowinfer/stages"
 )
 
@@ -36,8 +37,9 @@ type oaiCommon struct {
 	NPredict            *int              `json:"n_predict"` // llama-server's name
 	Stop                json.RawMessage   `json:"stop"`
 	N                   *int              `json:"n"`
-	Logprobs            json.RawMessage   `json:"logprobs"`
-	IgnoreEOS           bool              `json:"ignore_eos"` // llama-server's extension
+	Logprobs            json.RawMessage   `json:"logprobs"`     // chat: a bool; completions: 0 to 20 alternatives
+	TopLogprobs         *int              `json:"top_logprobs"` // chat only
+	IgnoreEOS           bool              `json:"ignore_eos"`   // llama-server's extension
 	samplingFields
 }
 
@@ -53,6 +55,46 @@ type oaiCompletionRequest struct {
 	oaiCommon
 }
 
+// maxTopLogprobs bounds the alternatives per token (OpenAI's chat limit).
+const maxTopLogprobs = 20
+
+// logprobs reads chat's logprobs (a bool) and top_logprobs (0 to 20, with
+// logprobs), or completions' logprobs (the number of alternatives, 0 to
+// 20; 0 reports only the chosen token's).
+func (c *oaiCommon) logprobs(gr *genRequest) *apiError {
+	if gr.chat {
+		if !isNull(c.Logprobs) {
+			var on bool
+			if json.Unmarshal(c.Logprobs, &on) != nil {
+				return badRequest("logprobs", "logprobs: expected a boolean, got %s", c.Logprobs)
+			}
+			gr.logprobs = on
+		}
+		if c.TopLogprobs != nil {
+			switch n := *c.TopLogprobs; {
+			case n < 0 || n > maxTopLogprobs:
+				return badRequest("top_logprobs", "top_logprobs: %d is out of range (0 to %d)", n, maxTopLogprobs)
+			case !gr.logprobs && n > 0:
+				return badRequest("top_logprobs", "top_logprobs needs logprobs: true")
+			}
+			gr.topLogprobs = *c.TopLogprobs
+		}
+		return nil
+	}
+	if c.TopLogprobs != nil {
+		return badRequest("top_logprobs", "top_logprobs is a chat completions field: /v1/completions takes logprobs: N")
+	}
+	if isNull(c.Logprobs) {
+		return nil
+	}
+	var n int
+	if json.Unmarshal(c.Logprobs, &n) != nil || n < 0 || n > maxTopLogprobs {
+		return badRequest("logprobs", "logprobs: expected the number of alternatives per token, 0 to %d, got %s", maxTopLogprobs, c.Logprobs)
+	}
+	gr.logprobs, gr.topLogprobs = true, n
+	return nil
+}
+
 // translate fills the fields chat and completions share.
 func (c *oaiCommon) translate(s *Server, b *Backend, gr *genRequest) *apiError {
 	var e *apiError
@@ -63,8 +105,8 @@ func (c *oaiCommon) translate(s *Server, b *Backend, gr *genRequest) *apiError {
 	if c.N != nil && *c.N != 1 {
 		return badRequest("n", "only n=1 is supported")
 	}
-	if !isNull(c.Logprobs) && string(c.Logprobs) != "false" && string(c.Logprobs) != "0" {
-		return badRequest("logprobs", "logprobs are not supported")
+	if e := c.logprobs(gr); e != nil {
+		return e
 	}
 	limit := c.MaxTokens
 	field := "max_tokens"
@@ -103,7 +145,7 @@ func (s *Server) handleChatCompletions(ctx *fasthttp.RequestCtx) {
 		e.write(ctx, dialectOpenAI)
 		return
 	}
-	s.generate(ctx, b, gr, "chatcmpl-", "/v1/chat/completions", "messages", &oaiEncoder{s: s, chat: true, usage: gr.usage})
+	s.generate(ctx, b, gr, "chatcmpl-", "/v1/chat/completions", "messages", &oaiEncoder{s: s, chat: true, usage: gr.usage, logprobs: gr.logprobs, tok: b.Bundle.Tokenizer})
 }
 
 func (r *oaiChatRequest) translate(s *Server, b *Backend) (*genRequest, *apiError) {
@@ -148,7 +190,7 @@ func (s *Server) handleCompletions(ctx *fasthttp.RequestCtx) {
 		e.write(ctx, dialectOpenAI)
 		return
 	}
-	s.generate(ctx, b, gr, "cmpl-", "/v1/completions", "prompt", &oaiEncoder{s: s, usage: gr.usage})
+	s.generate(ctx, b, gr, "cmpl-", "/v1/completions", "prompt", &oaiEncoder{s: s, usage: gr.usage, logprobs: gr.logprobs, tok: b.Bundle.Tokenizer})
 }
 
 func (r *oaiCompletionRequest) translate(s *Server, b *Backend) (*genRequest, *apiError) {
@@ -252,7 +294,82 @@ type oaiChoice struct {
 	Message      *oaiOutMessage `json:"message,omitempty"`
 	Delta        any            `json:"delta,omitempty"`
 	Text         *string        `json:"text,omitempty"`
-	Logprobs     *struct{}      `json:"logprobs,omitempty"`
+	// Logprobs: chat's {content: [...]} or completions' legacy arrays;
+	// null when not asked for (OpenAI writes the null)
+	Logprobs any `json:"logprobs"`
+}
+
+// oaiTokenLogprob is one token of chat's logprobs.content.
+type oaiTokenLogprob struct {
+	Token       string          `json:"token"`
+	Logprob     float32         `json:"logprob"`
+	Bytes       []int           `json:"bytes"`
+	TopLogprobs []oaiTopLogprob `json:"top_logprobs"`
+}
+
+type oaiTopLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float32 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
+}
+
+type oaiChatLogprobs struct {
+	Content []oaiTokenLogprob `json:"content"`
+	Refusal []oaiTokenLogprob `json:"refusal"`
+}
+
+// oaiCompletionLogprobs is completions' legacy shape.
+type oaiCompletionLogprobs struct {
+	Tokens        []string             `json:"tokens"`
+	TokenLogprobs []float32            `json:"token_logprobs"`
+	TopLogprobs   []map[string]float32 `json:"top_logprobs"`
+	TextOffset    []int                `json:"text_offset"`
+}
+
+// tokenBytes returns a token's text as OpenAI reports it: the string (a
+// partial UTF-8 character becomes U+FFFD when encoded) and its bytes.
+func tokenBytes(tok *tokenizer.Tokenizer, id int32) (string, []int) {
+	p := tok.Piece(id, false)
+	b := make([]int, len(p))
+	for i, c := range p {
+		b[i] = int(c)
+	}
+	return string(p), b
+}
+
+// logprobsOf renders lps in the endpoint's shape; offset is the text
+// length before the first of them (completions' text_offset).
+func (o *oaiEncoder) logprobsOf(lps []stages.TokenLogprob, offset int) any {
+	if o.chat {
+		out := oaiChatLogprobs{Content: make([]oaiTokenLogprob, len(lps)), Refusal: nil}
+		for i, lp := range lps {
+			t := oaiTokenLogprob{Logprob: lp.Logprob, TopLogprobs: make([]oaiTopLogprob, len(lp.Top))}
+			t.Token, t.Bytes = tokenBytes(o.tok, lp.Token)
+			for k, a := range lp.Top {
+				t.TopLogprobs[k].Token, t.TopLogprobs[k].Bytes = tokenBytes(o.tok, a.Token)
+				t.TopLogprobs[k].Logprob = a.Logprob
+			}
+			out.Content[i] = t
+		}
+		return out
+	}
+	out := oaiCompletionLogprobs{Tokens: make([]string, len(lps)), TokenLogprobs: make([]float32, len(lps)),
+		TopLogprobs: make([]map[string]float32, len(lps)), TextOffset: make([]int, len(lps))}
+	for i, lp := range lps {
+		out.Tokens[i], _ = tokenBytes(o.tok, lp.Token)
+		out.TokenLogprobs[i] = lp.Logprob
+		out.TextOffset[i] = offset
+		offset += len(o.tok.Piece(lp.Token, false))
+		top := make(map[string]float32, len(lp.Top))
+		for _, a := range lp.Top {
+			t, _ := tokenBytes(o.tok, a.Token)
+			if _, dup := top[t]; !dup { // two ids with one text: keep the likelier
+				top[t] = a.Logprob
+			}
+		}
+		out.TopLogprobs[i] = top
+	}
+	return out
 }
 
 type oaiResponse struct {
@@ -277,9 +394,12 @@ func finishReason(f stages.FinishReason) *string {
 
 // oaiEncoder writes chat completions (chat) or text completions.
 type oaiEncoder struct {
-	s     *Server
-	chat  bool
-	usage bool // stream_options.include_usage
+	s        *Server
+	chat     bool
+	usage    bool                 // stream_options.include_usage
+	logprobs bool                 // the request asked for logprobs
+	tok      *tokenizer.Tokenizer // for the tokens' text in logprobs
+	offset   int                  // text streamed so far (completions' text_offset)
 }
 
 func (o *oaiEncoder) dialect() dialect   { return dialectOpenAI }
@@ -314,8 +434,12 @@ func (o *oaiEncoder) delta(w *bufio.Writer, j *job, text string) {
 			Content string `json:"content"`
 		}{text}}}
 	} else {
-		r.Choices = []oaiChoice{{Text: &text, Logprobs: nil}}
+		r.Choices = []oaiChoice{{Text: &text}}
 	}
+	if o.logprobs {
+		r.Choices[0].Logprobs = o.logprobsOf(j.takeLogprobs(), o.offset)
+	}
+	o.offset += len(text)
 	sse(w, "", r)
 }
 
@@ -358,6 +482,9 @@ func (o *oaiEncoder) result(j *job, text string, ev *stages.Event) any {
 		r.Choices = []oaiChoice{{FinishReason: finishReason(ev.Finish), Message: &oaiOutMessage{Role: "assistant", Content: text}}}
 	} else {
 		r.Choices = []oaiChoice{{FinishReason: finishReason(ev.Finish), Text: &text}}
+	}
+	if o.logprobs {
+		r.Choices[0].Logprobs = o.logprobsOf(j.takeLogprobs(), 0)
 	}
 	r.Usage = newOAIUsage(ev.Usage)
 	r.Timings = newTimings(ev)

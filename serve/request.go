@@ -31,6 +31,10 @@ type genRequest struct {
 	stream    bool
 	usage     bool // OpenAI stream_options.include_usage
 	ignoreEOS bool // generate past end-of-generation tokens (benchmarks)
+	// logprobs: report each token's log probability and the topLogprobs
+	// most likely tokens of its step (OpenAI)
+	logprobs    bool
+	topLogprobs int
 }
 
 // samplingFields are the sampling settings the APIs share; nil keeps the

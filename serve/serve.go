@@ -21,7 +21,7 @@
 // A model whose GGUF has no chat template (stories260K) is chatted with
 // through ChatML, as llama-server does (model.Bundle.Template).
 //
-// It does not implement tool calls, images, logprobs, n > 1 or structured
+// It does not implement tool calls, images, n > 1 or structured
 // output: a request that asks for one of them gets a 400 naming the field
 // (fields.go lists every documented field each API has and what is done
 // with it), never a silent drop. Fields no API documents are ignored and

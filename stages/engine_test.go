@@ -3,8 +3,10 @@ package stages_test
 import (
 	"context"
 	"errors"
+	"math"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -332,5 +334,50 @@ func TestSlowConsumerBackpressure(t *testing.T) {
 	}
 	if s := sampled.Load(); s != 400 {
 		t.Errorf("after release: %d tokens sampled, want 400", s)
+	}
+}
+
+// TestLogprobs: each generated token's event carries its log probability
+// under the softmax of the very logits row it was sampled from, and the
+// step's most likely tokens; greedy picks the first of them.
+func TestLogprobs(t *testing.T) {
+	fx := load(t, "stories260K.gguf")
+	e, err := stages.NewEngine(fx.m, fx.tok, cpu.NewRef(), stages.Config{NCtx: 256}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows [][]float32
+	var lps []*stages.TokenLogprob
+	r := &stages.Request{ID: 1, Prompt: fx.tok.Encode("Once upon a time", true, true), Params: greedy(), MaxTokens: 12, IgnoreEOG: true,
+		Logprobs: true, TopLogprobs: 3,
+		OnLogits: func(row []float32) { rows = append(rows, slices.Clone(row)) },
+		Emit: func(ev stages.Event) error {
+			if ev.Token >= 0 {
+				lps = append(lps, ev.Logprob)
+			}
+			return nil
+		}}
+	if err := runEngine(t, e, r); err != nil {
+		t.Fatal(err)
+	}
+	if len(lps) != 12 || len(rows) != 12 {
+		t.Fatalf("%d logprobs, %d rows, want 12 each", len(lps), len(rows))
+	}
+	for i, lp := range lps {
+		if lp == nil || len(lp.Top) != 3 {
+			t.Fatalf("token %d: logprob %+v", i, lp)
+		}
+		row := rows[i]
+		var sum float64
+		for _, l := range row {
+			sum += math.Exp(float64(l))
+		}
+		want := float64(row[lp.Token]) - math.Log(sum)
+		if math.Abs(float64(lp.Logprob)-want) > 1e-4 {
+			t.Errorf("token %d: logprob %v, softmax of its row gives %v", i, lp.Logprob, want)
+		}
+		if lp.Top[0].Token != lp.Token || lp.Top[0].Logprob != lp.Logprob || lp.Top[1].Logprob > lp.Top[0].Logprob {
+			t.Errorf("token %d: greedy chose %d, top %+v", i, lp.Token, lp.Top)
+		}
 	}
 }

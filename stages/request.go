@@ -59,6 +59,11 @@ type Request struct {
 	// last), then one per generated token. The slice is only valid during
 	// the call.
 	OnLogits func(row []float32)
+	// Logprobs asks for each generated token's log probability (under the
+	// model's raw distribution: sample.Logprobs) and, with TopLogprobs > 0,
+	// the TopLogprobs most likely tokens at that step (Event.Logprob).
+	Logprobs    bool
+	TopLogprobs int
 	// Emit receives the request's events, in order, from the streamer
 	// stage. A slow Emit slows the whole pipeline (backpressure); an error
 	// cancels the request.
@@ -79,6 +84,18 @@ type Event struct {
 	Err      error // with FinishError
 	Usage    Usage // so far; final on the last event
 	Timing   Timing
+	// Logprob is Token's log probability and the step's most likely
+	// tokens, when the request asked for them (nil otherwise, and for an
+	// end-of-generation token that ends the request: it adds no text).
+	Logprob *TokenLogprob
+}
+
+// TokenLogprob is a generated token's log probability and the most likely
+// tokens of its step, most likely first.
+type TokenLogprob struct {
+	Token   int32
+	Logprob float32
+	Top     []sample.Alt
 }
 
 // Usage counts a request's tokens.

@@ -3,6 +3,7 @@ package stages
 import (
 	"context"
 	"errors"
+	"github.com/flowinfer/flowinfer/stages/sample"
 	"io"
 	"time"
 
@@ -21,6 +22,7 @@ type tokenEvent struct {
 	tPrompt, tGen time.Duration
 	queued        time.Duration // admission to the first step
 	err           error         // with FinishError
+	lp            *TokenLogprob // when the request asked for logprobs
 }
 
 // sampler turns each logits row into a token with the row's sequence's own
@@ -91,6 +93,11 @@ func (sp *sampler) run(ctx context.Context, in *graph.In[*step], back *graph.Out
 			q.last = t
 			q.nGen++
 			ev := tokenEvent{s: q, tok: t, nGen: q.nGen, tPrompt: q.tPrompt, tGen: q.tGen, queued: q.firstStep.Sub(q.admitted)}
+			if q.req.Logprobs {
+				lp := &TokenLogprob{Token: t}
+				lp.Logprob, lp.Top = sample.Logprobs(row, t, q.req.TopLogprobs, nil)
+				ev.lp = lp
+			}
 			switch {
 			case !q.req.IgnoreEOG && sp.tok.IsEOG(t):
 				ev.finish = FinishStop

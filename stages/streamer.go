@@ -42,6 +42,9 @@ func (s *streamer) run(ctx context.Context, in *graph.In[tokenEvent]) error {
 		}
 		emit, stopped := q.stops.Push(text)
 		out := Event{ReqID: q.req.ID, Text: emit, Token: ev.tok}
+		if ev.lp != nil && !(ev.finish == FinishStop && s.tok.IsEOG(ev.tok)) {
+			out.Logprob = ev.lp
+		}
 		switch {
 		case stopped:
 			out.Finish = FinishStop
