@@ -59,6 +59,12 @@ type Request struct {
 	// last), then one per generated token. The slice is only valid during
 	// the call.
 	OnLogits func(row []float32)
+	// Pooling, when not PoolNone, makes this an embedding request: its
+	// prompt is evaluated (prefill only, nothing is sampled or generated),
+	// the final hidden states of its tokens (after the output norm) are
+	// pooled and L2-normalised, and the one final event carries the vector
+	// in Event.Embedding. The prompt may fill the whole context.
+	Pooling Pooling
 	// Emit receives the request's events, in order, from the streamer
 	// stage. A slow Emit slows the whole pipeline (backpressure); an error
 	// cancels the request.
@@ -77,8 +83,11 @@ type Event struct {
 	// FinishStop), "" when it ended otherwise.
 	StopWord string
 	Err      error // with FinishError
-	Usage    Usage // so far; final on the last event
-	Timing   Timing
+	// Embedding is an embedding request's pooled, L2-normalised vector
+	// (NEmbd values), on its final event.
+	Embedding []float32
+	Usage     Usage // so far; final on the last event
+	Timing    Timing
 }
 
 // Usage counts a request's tokens.
