@@ -90,6 +90,9 @@ type Config struct {
 	// ("https://app.example.com", or "*" for any) [none: no CORS headers,
 	// browsers refuse cross-origin calls]. cors.go.
 	CORSOrigins []string
+	// Pooling is how embeddings pool the tokens' hidden states [the
+	// GGUF's <arch>.pooling_type; last when it has none].
+	Pooling stages.Pooling
 }
 
 func (c *Config) defaults() {
@@ -214,6 +217,11 @@ func routeTable() map[string]route {
 		"/api/generate":             {method: "POST", dialect: dialectOllama, handle: (*Server).handleOllamaGenerate},
 		"/api/tags":                 {method: "GET", dialect: dialectOllama, public: true, handle: (*Server).handleOllamaTags},
 		"/api/version":              {method: "GET", dialect: dialectOllama, public: true, handle: (*Server).handleOllamaVersion},
+		"/v1/embeddings":            {method: "POST", handle: (*Server).handleEmbeddings},
+		"/embeddings":               {method: "POST", handle: (*Server).handleEmbeddings},
+		"/api/embed":                {method: "POST", dialect: dialectOllama, handle: (*Server).handleOllamaEmbed},
+		"/api/show":                 {method: "POST", dialect: dialectOllama, handle: (*Server).handleOllamaShow},
+		"/api/ps":                   {method: "GET", dialect: dialectOllama, public: true, handle: (*Server).handleOllamaPs},
 	}
 }
 
