@@ -9,7 +9,6 @@
 package serve
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -139,8 +138,7 @@ func (s *Server) ollamaParameters(b *Backend) []param {
 		stops = append(stops, t.StopStrings()...)
 	}
 	for _, st := range stops {
-		q, _ := json.Marshal(st)
-		ps = append(ps, param{"stop", string(q)})
+		ps = append(ps, param{"stop", strconv.Quote(st)})
 	}
 	return ps
 }
