@@ -3,7 +3,10 @@ package serve_test
 import (
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
+	"fmt"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -402,5 +405,36 @@ func TestEmbeddingsDuringGeneration(t *testing.T) {
 		if s != alone {
 			t.Errorf("stream %d with embeddings: %q, alone %q", i, s, alone)
 		}
+	}
+}
+
+// TestEmbeddingClientLeaves: a client that disconnects while a long list
+// is embedded cancels its inputs: the engine ends with nothing running or
+// queued and no KV block held, and the server keeps answering.
+func TestEmbeddingClientLeaves(t *testing.T) {
+	ts := startSlow(t, serve.Config{}, stages.Config{NSeq: 2}, 20*time.Millisecond)
+	inputs := make([]string, 100)
+	for i := range inputs {
+		inputs[i] = "Once upon a time " + strconv.Itoa(i)
+	}
+	body, _ := json.Marshal(map[string]any{"input": inputs})
+	c, err := net.Dial("tcp", strings.TrimPrefix(ts.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "POST /v1/embeddings HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	waitFor(t, "inputs running", func() bool { return ts.engine.Stats().Running > 0 })
+	c.Close()
+	waitFor(t, "inputs cancelled", func() bool {
+		st := ts.engine.Stats()
+		return st.Running == 0 && st.Queued == 0 && st.KVBlocksUsed == 0
+	})
+	st := ts.engine.Stats()
+	t.Logf("%+v", st)
+	if st.PromptTokens >= int64(len(inputs)*5) {
+		t.Errorf("every input was admitted (%d prompt tokens) although the client left", st.PromptTokens)
+	}
+	if r := ts.post(t, "/v1/embeddings", map[string]any{"input": "x"}); r.status != 200 {
+		t.Errorf("after the client left: %d %s", r.status, r.body)
 	}
 }
