@@ -166,9 +166,13 @@ func (s *scheduler) freeSlot() int {
 
 // newSeq makes a seq of a request.
 func (s *scheduler) newSeq(r *Request) *seq {
-	sm, err := sample.New(r.Params, s.m.NVocab)
-	if err != nil { // validated by Submit; keep the engine alive regardless
-		sm, _ = sample.New(sample.Params{}, s.m.NVocab)
+	var sm *sample.Sampler // none for an embedding request: it samples nothing
+	if r.Pooling == PoolNone {
+		var err error
+		sm, err = sample.New(r.Params, s.m.NVocab)
+		if err != nil { // validated by Submit; keep the engine alive regardless
+			sm, _ = sample.New(sample.Params{}, s.m.NVocab)
+		}
 	}
 	s.order++
 	toks := make([]int32, len(r.Prompt), len(r.Prompt)+64)

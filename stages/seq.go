@@ -31,8 +31,8 @@ type seq struct {
 
 	pool *pooler // an embedding request's pooled rows, owned by the sampler
 
-	sampler *sample.Sampler
-	primed  bool // prompt tokens accepted into the sampler's history
+	sampler *sample.Sampler // nil for an embedding request
+	primed  bool            // prompt tokens accepted into the sampler's history
 	finish  FinishReason
 	stopped atomic.Bool // set by the streamer: stop string or consumer gone
 
