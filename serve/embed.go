@@ -14,8 +14,8 @@
 // instead refuses /v1/embeddings with pooling none). rank pooling (4,
 // rerankers) is refused.
 //
-// It does not implement OpenAI's dimensions (no Matryoshka truncation:
-// refused), Ollama's dimensions (refused) or Ollama's older
+// It does not implement dimensions other than the model's own (no
+// Matryoshka truncation: refused, in both APIs) or Ollama's older
 // /api/embeddings.
 
 package serve
@@ -64,6 +64,15 @@ func (s *Server) pooling(b *Backend) (stages.Pooling, *apiError) {
 	return 0, badRequest("", "the model's %s is %d, not a pooling this server supports; start the server with --pooling mean|cls|last", key, n)
 }
 
+// checkDimensions refuses a dimensions field other than the model's own
+// (no Matryoshka truncation).
+func checkDimensions(d *int, nEmbd int) *apiError {
+	if d == nil || *d == nEmbd {
+		return nil
+	}
+	return badRequest("dimensions", "dimensions: %d is not supported: embeddings have the model's %d dimensions (no truncation)", *d, nEmbd)
+}
+
 // embedInput is one input: text to tokenize, or token ids.
 type embedInput struct {
 	text   string
@@ -76,12 +85,11 @@ type embedResult struct {
 	tokens int
 }
 
-// embedTokens tokenizes the inputs and checks them against the context:
-// over it, an input is cut to the context when truncate is set, else
+// embedTokens tokenizes the inputs and checks them against the context of
+// nCtx tokens: over it, an input is cut to nCtx when truncate is set, else
 // refused naming the limit.
-func (s *Server) embedTokens(b *Backend, inputs []embedInput, truncate bool) ([][]int32, *apiError) {
+func (s *Server) embedTokens(b *Backend, inputs []embedInput, nCtx int, truncate bool) ([][]int32, *apiError) {
 	tok := b.Bundle.Tokenizer
-	nCtx := b.Engine.Config().NCtx
 	out := make([][]int32, len(inputs))
 	for i, in := range inputs {
 		field := "input[" + itoa(i) + "]"
@@ -183,7 +191,11 @@ type oaiEmbeddingRequest struct {
 	Input          json.RawMessage `json:"input"`
 	EncodingFormat *string         `json:"encoding_format"`
 	Dimensions     *int            `json:"dimensions"`
-	User           string          `json:"user"`
+}
+
+// oaiEmbeddingFields: OpenAI's create embeddings request (fields.go).
+var oaiEmbeddingFields = map[string]fieldRule{
+	"user": accepted(localServer),
 }
 
 type oaiEmbedding struct {
@@ -249,7 +261,7 @@ func (s *Server) handleEmbeddings(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	var req oaiEmbeddingRequest
-	if e := decode(ctx, &req); e != nil {
+	if e := s.decodeRequest(ctx, &req, oaiEmbeddingFields); e != nil {
 		e.write(ctx, dialectOpenAI)
 		return
 	}
@@ -270,8 +282,8 @@ func (s *Server) handleEmbeddings(ctx *fasthttp.RequestCtx) {
 			return
 		}
 	}
-	if req.Dimensions != nil {
-		badRequest("dimensions", "dimensions is not supported: embeddings have the model's %d dimensions", b.Bundle.Model.NEmbd).write(ctx, dialectOpenAI)
+	if e := checkDimensions(req.Dimensions, b.Bundle.Model.NEmbd); e != nil {
+		e.write(ctx, dialectOpenAI)
 		return
 	}
 	pool, e := s.pooling(b)
@@ -284,7 +296,7 @@ func (s *Server) handleEmbeddings(ctx *fasthttp.RequestCtx) {
 		e.write(ctx, dialectOpenAI)
 		return
 	}
-	toks, e := s.embedTokens(b, inputs, false)
+	toks, e := s.embedTokens(b, inputs, b.Engine.Config().NCtx, false)
 	if e != nil {
 		e.write(ctx, dialectOpenAI)
 		return
@@ -323,9 +335,14 @@ type ollamaEmbedRequest struct {
 	Input      json.RawMessage `json:"input"`
 	Truncate   *bool           `json:"truncate"`
 	Dimensions *int            `json:"dimensions"`
-	Options    json.RawMessage `json:"options"`    // accepted, ignored: sampling options do not apply
-	KeepAlive  json.RawMessage `json:"keep_alive"` // accepted, ignored
+	// Options: num_ctx is the context inputs are checked against (at most
+	// the server's); sampling options do not apply to embeddings.
+	Options   *ollamaOptions  `json:"options"`
+	KeepAlive json.RawMessage `json:"keep_alive"` // accepted, ignored: the model stays loaded
 }
+
+// ollamaEmbedFields: Ollama's /api/embed decodes every documented field.
+var ollamaEmbedFields = map[string]fieldRule{}
 
 type ollamaEmbedResponse struct {
 	Model           string      `json:"model"`
@@ -342,7 +359,7 @@ func (s *Server) handleOllamaEmbed(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	var req ollamaEmbedRequest
-	if e := decode(ctx, &req); e != nil {
+	if e := s.decodeOllama(ctx, &req, ollamaEmbedFields); e != nil {
 		e.write(ctx, dialectOllama)
 		return
 	}
@@ -356,8 +373,8 @@ func (s *Server) handleOllamaEmbed(ctx *fasthttp.RequestCtx) {
 		e.write(ctx, dialectOllama)
 		return
 	}
-	if req.Dimensions != nil {
-		badRequest("dimensions", "dimensions is not supported: embeddings have the model's %d dimensions", b.Bundle.Model.NEmbd).write(ctx, dialectOllama)
+	if e := checkDimensions(req.Dimensions, b.Bundle.Model.NEmbd); e != nil {
+		e.write(ctx, dialectOllama)
 		return
 	}
 	// Ollama: a string or an array of strings; "" and [] load the model
@@ -398,7 +415,15 @@ func (s *Server) handleOllamaEmbed(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	// Ollama truncates an input over the context unless truncate is false
-	toks, e := s.embedTokens(b, inputs, req.Truncate == nil || *req.Truncate)
+	nCtx := b.Engine.Config().NCtx
+	if o := req.Options; o != nil && o.NumCtx != nil {
+		if *o.NumCtx > nCtx || *o.NumCtx < 1 {
+			badRequest("options.num_ctx", "options.num_ctx: %d is not between 1 and the server's context of %d tokens per sequence (set by its --ctx-size)", *o.NumCtx, nCtx).write(ctx, dialectOllama)
+			return
+		}
+		nCtx = *o.NumCtx
+	}
+	toks, e := s.embedTokens(b, inputs, nCtx, req.Truncate == nil || *req.Truncate)
 	if e != nil {
 		e.write(ctx, dialectOllama)
 		return

@@ -296,7 +296,7 @@ func TestEmbeddingErrors(t *testing.T) {
 		param  string
 		has    string
 	}{
-		{map[string]any{"input": "x", "dimensions": 8}, 400, "dimensions", "dimensions is not supported"},
+		{map[string]any{"input": "x", "dimensions": 8}, 400, "dimensions", "dimensions: 8 is not supported: embeddings have the model's 64 dimensions"},
 		{map[string]any{"input": "x", "encoding_format": "int8"}, 400, "encoding_format", `"int8"`},
 		{map[string]any{}, 400, "input", "input is required"},
 		{map[string]any{"input": []string{}}, 400, "input", "empty array"},
@@ -312,6 +312,12 @@ func TestEmbeddingErrors(t *testing.T) {
 		msg, _ := path(m, "error.message").(string)
 		if r.status != c.status || path(m, "error.param") != c.param || !strings.Contains(msg, c.has) {
 			t.Errorf("%v: %d %s", c.body, r.status, r.body)
+		}
+	}
+	// the model's own dimensions ask for nothing
+	for _, p := range []string{"/v1/embeddings", "/api/embed"} {
+		if r := ts.post(t, p, map[string]any{"model": "stories260K", "input": "x", "dimensions": ts.bundle.Model.NEmbd}); r.status != 200 {
+			t.Errorf("%s with the model's dimensions: %d %s", p, r.status, r.body)
 		}
 	}
 	r := ts.post(t, "/v1/embeddings", map[string]any{"input": long})
@@ -331,13 +337,23 @@ func TestEmbeddingErrors(t *testing.T) {
 	if m := r.json(t); num(m["prompt_eval_count"]) != 32 {
 		t.Errorf("truncated prompt_eval_count %v", m["prompt_eval_count"])
 	}
+	// options.num_ctx is the context inputs are cut to
+	r = ts.post(t, "/api/embed", map[string]any{"model": "stories260K", "input": long, "options": map[string]any{"num_ctx": 8}})
+	if m := r.json(t); r.status != 200 || num(m["prompt_eval_count"]) != 8 {
+		t.Fatalf("num_ctx 8: %d %s", r.status, r.body)
+	}
+	if d := diff(vec(t, path(r.json(t), "embeddings.0")), refEmbedding(t, ts.bundle.Model, toks[:8], stages.PoolLast)); d > embedTol {
+		t.Errorf("num_ctx 8: differs from the first 8 tokens by %g", d)
+	}
 	for _, c := range []struct {
 		body   any
 		status int
 		has    string
 	}{
 		{map[string]any{"model": "stories260K", "input": long, "truncate": false}, 400, "the context holds 32"},
-		{map[string]any{"model": "stories260K", "input": "x", "dimensions": 4}, 400, "dimensions is not supported"},
+		{map[string]any{"model": "stories260K", "input": long, "truncate": false, "options": map[string]any{"num_ctx": 8}}, 400, "the context holds 8"},
+		{map[string]any{"model": "stories260K", "input": "x", "options": map[string]any{"num_ctx": 64}}, 400, "options.num_ctx: 64 is not between 1 and the server's context of 32"},
+		{map[string]any{"model": "stories260K", "input": "x", "dimensions": 4}, 400, "dimensions: 4 is not supported"},
 		{map[string]any{"model": "stories260K", "input": []int{1}}, 400, "string or an array of strings"},
 		{map[string]any{"model": "nope", "input": "x"}, 404, `model "nope" not found`},
 		{map[string]any{"input": "x"}, 400, "model is required"},

@@ -43,6 +43,9 @@ func (s *Server) ollamaDetails(b *Backend) ollamaDetails {
 // Ollama shows them.
 const maxInfoArray = 1024
 
+// ollamaShowFields: /api/show decodes every documented field.
+var ollamaShowFields = map[string]fieldRule{}
+
 type ollamaShowRequest struct {
 	Model   string `json:"model"`
 	Name    string `json:"name"` // older clients
@@ -67,7 +70,7 @@ func (s *Server) handleOllamaShow(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	var req ollamaShowRequest
-	if e := decode(ctx, &req); e != nil {
+	if e := s.decodeRequest(ctx, &req, ollamaShowFields); e != nil {
 		e.write(ctx, dialectOllama)
 		return
 	}

@@ -27,9 +27,10 @@
 // else the last token) and L2-normalised, as llama-server's.
 //
 // It does not implement tool calls, images, logprobs, n > 1, structured
-// output, embedding dimensions or reranking: a request that asks for one
-// of them gets a 400 naming the field (fields.go lists every documented
-// field each API has and what is done with it), never a silent drop.
+// output, embedding dimensions other than the model's, or reranking: a
+// request that asks for one of them gets a 400 naming the field (fields.go
+// lists every documented field each API has and what is done with it),
+// never a silent drop.
 // Fields no API documents are ignored and logged at debug level.
 // A client that leaves is noticed on the next write of a stream and, for a
 // non-streamed request, by peeking at its connection every 200 ms
