@@ -165,6 +165,10 @@ type Batch struct {
 	Seq    []int32
 	// Logits marks the rows whose logits are wanted (nil: all rows).
 	Logits []bool
+	// Embd marks the rows whose final hidden state (after the output
+	// norm, llama.cpp's "result_norm", what its embeddings pool) is
+	// wanted (nil: none); Context.Embeddings returns them.
+	Embd []bool
 }
 
 // Len returns the number of tokens.
@@ -226,6 +230,8 @@ type Context struct {
 	moeRows                  int // tokens of the MoE step running
 	rowIdx                   []int
 	outRows                  []float32    // rows selected for logits
+	embd                     []float32    // rows selected for embeddings (MaxBatch × NEmbd)
+	nEmbd                    int          // rows in embd after the last Decode
 	logits                   []float32    // MaxBatch × NVocab
 	mmOuts                   [3][]float32 // matmuls' arguments
 	mmWs                     [3]*Weight
@@ -271,6 +277,7 @@ func (m *Model) NewContextKV(ops Ops, kv *KVCache, maxBatch int) (*Context, erro
 	}
 	c.rowIdx = make([]int, n)
 	c.outRows = make([]float32, n*h.NEmbd)
+	c.embd = make([]float32, n*h.NEmbd)
 	c.logits = make([]float32, n*h.NVocab)
 	return c, nil
 }
@@ -330,8 +337,8 @@ func (c *Context) Decode(b *Batch) ([]float32, error) {
 	if n == 0 || n > c.MaxBatch {
 		return nil, fmt.Errorf("%w: %d tokens (max %d)", ErrBatch, n, c.MaxBatch)
 	}
-	if len(b.Pos) != n || len(b.Seq) != n || (b.Logits != nil && len(b.Logits) != n) {
-		return nil, fmt.Errorf("%w: tokens, positions, sequences and logit flags differ in length", ErrBatch)
+	if len(b.Pos) != n || len(b.Seq) != n || (b.Logits != nil && len(b.Logits) != n) || (b.Embd != nil && len(b.Embd) != n) {
+		return nil, fmt.Errorf("%w: tokens, positions, sequences and logit or embedding flags differ in length", ErrBatch)
 	}
 	for i := range n {
 		if t := b.Tokens[i]; t < 0 || int(t) >= c.M.NVocab {
@@ -350,10 +357,39 @@ func (c *Context) Decode(b *Batch) ([]float32, error) {
 			}
 		}
 	}
+	c.nEmbd = 0
 	if err := c.M.forward(c, b); err != nil {
 		return nil, err
 	}
+	c.embeddings(b)
 	return c.output(b), nil
+}
+
+// Embeddings returns the final hidden states (after the output norm) of
+// the rows marked in Batch.Embd by the last Decode, packed in batch order:
+// len = rows × NEmbd. The slice is reused by the next call.
+func (c *Context) Embeddings() []float32 { return c.embd[:c.nEmbd*c.M.NEmbd] }
+
+// embeddings applies the final norm to the rows that want embeddings.
+func (c *Context) embeddings(b *Batch) {
+	if b.Embd == nil {
+		return
+	}
+	h := &c.M.Hyper
+	rows := 0
+	for i, want := range b.Embd {
+		if want {
+			copy(c.embd[rows*h.NEmbd:(rows+1)*h.NEmbd], c.x[i*h.NEmbd:(i+1)*h.NEmbd])
+			rows++
+		}
+	}
+	if rows == 0 {
+		return
+	}
+	c.span("output", -1, true)
+	c.Ops.RMSNorm(c.embd, c.embd[:rows*h.NEmbd], c.M.OutputNorm, rows, h.NEmbd, h.RMSEps)
+	c.span("output", -1, false)
+	c.nEmbd = rows
 }
 
 // output applies the final norm and the output projection to the rows that

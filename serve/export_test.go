@@ -14,6 +14,9 @@ func DecodedFields(path string) (decoded, ruled map[string]bool) {
 		"/v1/messages":         {&antRequest{}, antFields},
 		"/api/chat":            {&ollamaChatRequest{}, ollamaChatFields},
 		"/api/generate":        {&ollamaGenerateRequest{}, ollamaGenerateFields},
+		"/v1/embeddings":       {&oaiEmbeddingRequest{}, oaiEmbeddingFields},
+		"/api/embed":           {&ollamaEmbedRequest{}, ollamaEmbedFields},
+		"/api/show":            {&ollamaShowRequest{}, ollamaShowFields},
 		"options":              {&ollamaOptions{}, ollamaOptionFields},
 	}
 	r := reqs[path]

@@ -11,8 +11,9 @@ import (
 
 // documented are the request fields each API documents (top level; for
 // Ollama also "options"), as of November 2026: OpenAI's create chat
-// completion and create completion, Anthropic's create message, Ollama's
-// /api/chat, /api/generate and its model options.
+// completion, create completion and create embeddings, Anthropic's
+// create message, Ollama's /api/chat, /api/generate, /api/embed, /api/show
+// and its model options.
 var documented = map[string][]string{
 	"/v1/chat/completions": {"messages", "model", "audio", "frequency_penalty", "function_call", "functions", "logit_bias",
 		"logprobs", "max_completion_tokens", "max_tokens", "metadata", "modalities", "n", "parallel_tool_calls", "prediction",
@@ -23,8 +24,11 @@ var documented = map[string][]string{
 		"n", "presence_penalty", "seed", "stop", "stream", "stream_options", "suffix", "temperature", "top_p", "user"},
 	"/v1/messages": {"model", "messages", "max_tokens", "container", "context_management", "mcp_servers", "metadata",
 		"service_tier", "stop_sequences", "stream", "system", "temperature", "thinking", "tool_choice", "tools", "top_k", "top_p"},
-	"/api/chat":     {"model", "messages", "tools", "think", "format", "options", "stream", "keep_alive"},
-	"/api/generate": {"model", "prompt", "suffix", "images", "think", "format", "options", "system", "template", "stream", "raw", "keep_alive", "context"},
+	"/api/chat":      {"model", "messages", "tools", "think", "format", "options", "stream", "keep_alive"},
+	"/api/generate":  {"model", "prompt", "suffix", "images", "think", "format", "options", "system", "template", "stream", "raw", "keep_alive", "context"},
+	"/v1/embeddings": {"input", "model", "dimensions", "encoding_format", "user"},
+	"/api/embed":     {"model", "input", "truncate", "options", "keep_alive", "dimensions"},
+	"/api/show":      {"model", "verbose"},
 	"options": {"num_keep", "seed", "num_predict", "top_k", "top_p", "min_p", "typical_p", "repeat_last_n", "temperature",
 		"repeat_penalty", "presence_penalty", "frequency_penalty", "penalize_newline", "stop", "numa", "num_ctx", "num_batch",
 		"num_gpu", "main_gpu", "use_mmap", "num_thread", "mirostat", "mirostat_tau", "mirostat_eta", "tfs_z", "low_vram",
@@ -109,6 +113,9 @@ var bases = map[string]string{
 	"/v1/messages":         `{"model":"stories260K","max_tokens":2,"messages":[{"role":"user","content":"Once"}]`,
 	"/api/chat":            `{"model":"stories260K","stream":false,"messages":[{"role":"user","content":"Once"}],"options":{"num_predict":2}`,
 	"/api/generate":        `{"model":"stories260K","stream":false,"prompt":"Once","options":{"num_predict":2}`,
+	"/v1/embeddings":       `{"input":"Once"`,
+	"/api/embed":           `{"model":"stories260K","input":"Once","options":{"temperature":0}`,
+	"/api/show":            `{"model":"stories260K"`,
 }
 
 // TestDocumentedFields: every field an API documents is either decoded
@@ -143,7 +150,7 @@ func TestDocumentedFields(t *testing.T) {
 			switch {
 			case ruled[p.field]:
 				body = bases[path] + `,"` + p.field + `":` + p.value + `}`
-			case strings.HasPrefix(path, "/api/"):
+			case strings.HasPrefix(path, "/api/") && strings.Contains(bases[path], `"options":{`):
 				if _, isOpt := serve.DecodedFields("options"); !isOpt[p.field] && p.field != "num_ctx" {
 					continue
 				}

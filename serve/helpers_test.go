@@ -63,7 +63,12 @@ func start(t testing.TB, cfg serve.Config, ecfg stages.Config) *testServer {
 // startSlow is start with every forward step delayed.
 func startSlow(t testing.TB, cfg serve.Config, ecfg stages.Config, delay time.Duration) *testServer {
 	t.Helper()
-	path := modelPath(t)
+	return startModel(t, modelPath(t), cfg, ecfg, delay)
+}
+
+// startModel is startSlow with the model at path.
+func startModel(t testing.TB, path string, cfg serve.Config, ecfg stages.Config, delay time.Duration) *testServer {
+	t.Helper()
 	b, err := model.Open(path, cpu.NewRef().Supports, nil)
 	if err != nil {
 		t.Fatal(err)

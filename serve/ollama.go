@@ -1,5 +1,6 @@
 // This file holds the Ollama-compatible endpoints (/api/chat,
-// /api/generate, /api/tags, /api/version): request translation (sampling
+// /api/generate, /api/tags, /api/version; /api/embed is in embed.go,
+// /api/show and /api/ps in ollamashow.go): request translation (sampling
 // settings under "options", streaming on by default) and the NDJSON
 // shapes with Ollama's count and duration fields (nanoseconds).
 
@@ -9,7 +10,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -246,33 +246,18 @@ func (s *Server) handleOllamaTags(ctx *fasthttp.RequestCtx) {
 	if b == nil {
 		return
 	}
-	type details struct {
-		ParentModel       string   `json:"parent_model"`
-		Format            string   `json:"format"`
-		Family            string   `json:"family"`
-		Families          []string `json:"families"`
-		ParameterSize     string   `json:"parameter_size"`
-		QuantizationLevel string   `json:"quantization_level"`
-	}
 	type entry struct {
-		Name       string  `json:"name"`
-		Model      string  `json:"model"`
-		ModifiedAt string  `json:"modified_at"`
-		Size       int64   `json:"size"`
-		Digest     string  `json:"digest"`
-		Details    details `json:"details"`
+		Name       string        `json:"name"`
+		Model      string        `json:"model"`
+		ModifiedAt string        `json:"modified_at"`
+		Size       int64         `json:"size"`
+		Digest     string        `json:"digest"`
+		Details    ollamaDetails `json:"details"`
 	}
 	name := s.reportedName(b)
-	arch := b.Bundle.Model.Arch
-	var modified time.Time
-	if st, err := os.Stat(b.Path); err == nil {
-		modified = st.ModTime()
-	}
-	params, quant := weightFacts(b)
 	writeJSON(ctx, struct {
 		Models []entry `json:"models"`
-	}{[]entry{{Name: name, Model: name, ModifiedAt: ollamaTime(modified), Size: b.Size,
-		Details: details{Format: "gguf", Family: arch, Families: []string{arch}, ParameterSize: paramSize(params), QuantizationLevel: quant}}}})
+	}{[]entry{{Name: name, Model: name, ModifiedAt: ollamaTime(modTime(b.Path)), Size: b.Size, Details: s.ollamaDetails(b)}}})
 }
 
 // weightFacts counts the model's parameters and names its main weight type

@@ -1,8 +1,8 @@
 // Package serve is flowinfer's HTTP server: OpenAI-compatible
-// (/v1/chat/completions, /v1/completions, /v1/models), Anthropic-compatible
-// (/v1/messages, /v1/messages/count_tokens) and Ollama-compatible
-// (/api/chat, /api/generate, /api/tags) endpoints, /health and /metrics, on
-// fasthttp.
+// (/v1/chat/completions, /v1/completions, /v1/models, /v1/embeddings),
+// Anthropic-compatible (/v1/messages, /v1/messages/count_tokens) and
+// Ollama-compatible (/api/chat, /api/generate, /api/embed, /api/tags,
+// /api/show, /api/ps) endpoints, /health and /metrics, on fasthttp.
 //
 // Each API's request is translated once into one internal request
 // (genRequest), tokenized (chat through the model's template, ChatML when
@@ -21,11 +21,17 @@
 // A model whose GGUF has no chat template (stories260K) is chatted with
 // through ChatML, as llama-server does (model.Bundle.Template).
 //
-// It does not implement tool calls, images, n > 1 or structured
-// output: a request that asks for one of them gets a 400 naming the field
-// (fields.go lists every documented field each API has and what is done
-// with it), never a silent drop. Fields no API documents are ignored and
-// logged at debug level.
+// Embeddings (embed.go) run through the same engine as prefill-only
+// requests, batched with generation: the final hidden states after the
+// output norm, pooled (--pooling, else the GGUF's <arch>.pooling_type,
+// else the last token) and L2-normalised, as llama-server's.
+//
+// It does not implement tool calls, images, n > 1, structured
+// output, embedding dimensions other than the model's, or reranking: a
+// request that asks for one of them gets a 400 naming the field (fields.go
+// lists every documented field each API has and what is done with it),
+// never a silent drop.
+// Fields no API documents are ignored and logged at debug level.
 // A client that leaves is noticed on the next write of a stream and, for a
 // non-streamed request, by peeking at its connection every 200 ms
 // (peerwatch.go); either way its sequence is cancelled and its KV blocks
@@ -90,6 +96,9 @@ type Config struct {
 	// ("https://app.example.com", or "*" for any) [none: no CORS headers,
 	// browsers refuse cross-origin calls]. cors.go.
 	CORSOrigins []string
+	// Pooling is how embeddings pool the tokens' hidden states [the
+	// GGUF's <arch>.pooling_type; last when it has none].
+	Pooling stages.Pooling
 }
 
 func (c *Config) defaults() {
@@ -214,6 +223,11 @@ func routeTable() map[string]route {
 		"/api/generate":             {method: "POST", dialect: dialectOllama, handle: (*Server).handleOllamaGenerate},
 		"/api/tags":                 {method: "GET", dialect: dialectOllama, public: true, handle: (*Server).handleOllamaTags},
 		"/api/version":              {method: "GET", dialect: dialectOllama, public: true, handle: (*Server).handleOllamaVersion},
+		"/v1/embeddings":            {method: "POST", handle: (*Server).handleEmbeddings},
+		"/embeddings":               {method: "POST", handle: (*Server).handleEmbeddings},
+		"/api/embed":                {method: "POST", dialect: dialectOllama, handle: (*Server).handleOllamaEmbed},
+		"/api/show":                 {method: "POST", dialect: dialectOllama, handle: (*Server).handleOllamaShow},
+		"/api/ps":                   {method: "GET", dialect: dialectOllama, public: true, handle: (*Server).handleOllamaPs},
 	}
 }
 

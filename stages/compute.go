@@ -76,6 +76,7 @@ func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*st
 		}
 		stg.SampleQueues() // edge depths for the trace (nothing when off)
 		st.logits = logits
+		st.embd = c.mctx.Embeddings()
 		if err := out.Send(ctx, st); err != nil {
 			return err
 		}

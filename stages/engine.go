@@ -173,7 +173,11 @@ func (e *Engine) Submit(r *Request) error {
 	switch {
 	case len(r.Prompt) == 0:
 		return fmt.Errorf("%w: empty prompt", ErrPrompt)
-	case len(r.Prompt) >= e.cfg.NCtx:
+	case r.Pooling < PoolNone || r.Pooling > PoolLast:
+		return fmt.Errorf("%w: %v is not a supported pooling (mean, cls, last)", ErrPrompt, r.Pooling)
+	case r.Pooling != PoolNone && len(r.Prompt) > e.cfg.NCtx:
+		return fmt.Errorf("%w: input of %d tokens does not fit in the context of %d", ErrPrompt, len(r.Prompt), e.cfg.NCtx)
+	case r.Pooling == PoolNone && len(r.Prompt) >= e.cfg.NCtx:
 		return fmt.Errorf("%w: prompt of %d tokens does not fit in the context of %d (leave room for at least one generated token)", ErrPrompt, len(r.Prompt), e.cfg.NCtx)
 	}
 	for i, t := range r.Prompt {
@@ -181,8 +185,10 @@ func (e *Engine) Submit(r *Request) error {
 			return fmt.Errorf("%w: token %d at %d outside the vocabulary of %d", ErrPrompt, t, i, e.m.NVocab)
 		}
 	}
-	if err := r.Params.Validate(); err != nil {
-		return err
+	if r.Pooling == PoolNone { // an embedding request samples nothing
+		if err := r.Params.Validate(); err != nil {
+			return err
+		}
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -227,7 +233,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	sc := newScheduler(e.m, e.cfg, e.pool, &e.stats)
 	cp := &compute{mctx: e.mctx, rec: e.rec, streams: e.cfg.Weights.add(g, e.rec, comp),
 		resident: resident, expertBytes: expert, outBytes: output}
-	sp := &sampler{tok: e.tok, nCtx: e.cfg.NCtx, nVocab: e.m.NVocab}
+	sp := &sampler{tok: e.tok, nCtx: e.cfg.NCtx, nVocab: e.m.NVocab, nEmbd: e.m.NEmbd}
 	sr := &streamer{tok: e.tok}
 
 	admit.Do(func(ctx context.Context) error {

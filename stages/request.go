@@ -64,6 +64,12 @@ type Request struct {
 	// the TopLogprobs most likely tokens at that step (Event.Logprob).
 	Logprobs    bool
 	TopLogprobs int
+	// Pooling, when not PoolNone, makes this an embedding request: its
+	// prompt is evaluated (prefill only, nothing is sampled or generated),
+	// the final hidden states of its tokens (after the output norm) are
+	// pooled and L2-normalised, and the one final event carries the vector
+	// in Event.Embedding. The prompt may fill the whole context.
+	Pooling Pooling
 	// Emit receives the request's events, in order, from the streamer
 	// stage. A slow Emit slows the whole pipeline (backpressure); an error
 	// cancels the request.
@@ -82,8 +88,11 @@ type Event struct {
 	// FinishStop), "" when it ended otherwise.
 	StopWord string
 	Err      error // with FinishError
-	Usage    Usage // so far; final on the last event
-	Timing   Timing
+	// Embedding is an embedding request's pooled, L2-normalised vector
+	// (NEmbd values), on its final event.
+	Embedding []float32
+	Usage     Usage // so far; final on the last event
+	Timing    Timing
 	// Logprob is Token's log probability and the step's most likely
 	// tokens, when the request asked for them (nil otherwise, and for an
 	// end-of-generation token that ends the request: it adds no text).

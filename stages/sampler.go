@@ -23,16 +23,19 @@ type tokenEvent struct {
 	queued        time.Duration // admission to the first step
 	err           error         // with FinishError
 	lp            *TokenLogprob // when the request asked for logprobs
+	embedding     []float32     // an embedding request's vector, with its finish
 }
 
 // sampler turns each logits row into a token with the row's sequence's own
 // sampling settings, decides end of generation (end-of-generation token,
 // max tokens, full context), sends tokens on to the streamer and the step
-// back to the scheduler.
+// back to the scheduler. For embedding requests it pools the final hidden
+// states instead, and ends each one once its whole prompt is evaluated.
 type sampler struct {
 	tok    *tokenizer.Tokenizer
 	nCtx   int
 	nVocab int
+	nEmbd  int
 }
 
 func (sp *sampler) run(ctx context.Context, in *graph.In[*step], back *graph.Out[*step], events *graph.Out[tokenEvent]) error {
@@ -111,8 +114,37 @@ func (sp *sampler) run(ctx context.Context, in *graph.In[*step], back *graph.Out
 				return err
 			}
 		}
+		if err := sp.pool(ctx, st, events); err != nil {
+			return err
+		}
 		if err := back.Send(ctx, st); err != nil {
 			return err
 		}
 	}
+}
+
+// pool adds the step's embedding rows to their requests' pooled vectors
+// and ends the embedding requests whose prompt is now all evaluated.
+func (sp *sampler) pool(ctx context.Context, st *step, events *graph.Out[tokenEvent]) error {
+	E := sp.nEmbd
+	for r, q := range st.embdSeq {
+		if q.pool == nil {
+			q.pool = &pooler{}
+		}
+		q.pool.add(st.embd[r*E : (r+1)*E])
+	}
+	for _, q := range st.seqs {
+		if q.req.Pooling == PoolNone || q.fed < len(q.toks) || q.finish != FinishNone || q.stopped.Load() {
+			continue
+		}
+		q.finish = FinishStop
+		if q.pool == nil { // cannot happen: the last row is always computed
+			q.pool = &pooler{sum: make([]float64, E)}
+		}
+		ev := tokenEvent{s: q, tok: -1, finish: FinishStop, tPrompt: q.tPrompt, queued: q.firstStep.Sub(q.admitted), embedding: q.pool.vector()}
+		if err := events.Send(ctx, ev); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -23,7 +23,11 @@ type step struct {
 	rowSeq    []*seq
 	rowSample []bool
 	logits    []float32 // set by compute: rows × NVocab, valid until the next step
-	dur       time.Duration
+	// Per embedding row (Batch.Embd): its seq; embd is set by compute:
+	// rows × NEmbd final hidden states, valid until the next step.
+	embdSeq []*seq
+	embd    []float32
+	dur     time.Duration
 	// err is set by compute when the step failed for its own requests
 	// (a weight read failed): they end with FinishError, others go on.
 	err error
@@ -34,19 +38,25 @@ func (st *step) reset() {
 	st.batch.Pos = st.batch.Pos[:0]
 	st.batch.Seq = st.batch.Seq[:0]
 	st.batch.Logits = st.batch.Logits[:0]
+	st.batch.Embd = st.batch.Embd[:0]
 	st.seqs, st.prompt = st.seqs[:0], st.prompt[:0]
 	st.rowSeq, st.rowSample = st.rowSeq[:0], st.rowSample[:0]
-	st.logits = nil
+	st.embdSeq = st.embdSeq[:0]
+	st.logits, st.embd = nil, nil
 }
 
-func (st *step) add(s *seq, tok int32, pos int, logits, sampleRow bool) {
+func (st *step) add(s *seq, tok int32, pos int, logits, sampleRow, embd bool) {
 	st.batch.Tokens = append(st.batch.Tokens, tok)
 	st.batch.Pos = append(st.batch.Pos, int32(pos))
 	st.batch.Seq = append(st.batch.Seq, int32(s.slot))
 	st.batch.Logits = append(st.batch.Logits, logits)
+	st.batch.Embd = append(st.batch.Embd, embd)
 	if logits {
 		st.rowSeq = append(st.rowSeq, s)
 		st.rowSample = append(st.rowSample, sampleRow)
+	}
+	if embd {
+		st.embdSeq = append(st.embdSeq, s)
 	}
 }
 
@@ -156,9 +166,13 @@ func (s *scheduler) freeSlot() int {
 
 // newSeq makes a seq of a request.
 func (s *scheduler) newSeq(r *Request) *seq {
-	sm, err := sample.New(r.Params, s.m.NVocab)
-	if err != nil { // validated by Submit; keep the engine alive regardless
-		sm, _ = sample.New(sample.Params{}, s.m.NVocab)
+	var sm *sample.Sampler // none for an embedding request: it samples nothing
+	if r.Pooling == PoolNone {
+		var err error
+		sm, err = sample.New(r.Params, s.m.NVocab)
+		if err != nil { // validated by Submit; keep the engine alive regardless
+			sm, _ = sample.New(sample.Params{}, s.m.NVocab)
+		}
 	}
 	s.order++
 	toks := make([]int32, len(r.Prompt), len(r.Prompt)+64)
@@ -315,7 +329,7 @@ func (s *scheduler) build() bool {
 			continue
 		}
 		st.seqs, st.prompt = append(st.seqs, q), append(st.prompt, false)
-		st.add(q, q.last, q.fed, true, true)
+		st.add(q, q.last, q.fed, true, true, false)
 		q.toks = append(q.toks, q.last)
 		q.fed++
 		q.rows = q.fed
@@ -330,13 +344,17 @@ func (s *scheduler) build() bool {
 		if end <= q.fed {
 			continue
 		}
-		sampleLast := q.nGen == 0 && end == len(q.toks)
+		pool := q.req.Pooling
+		sampleLast := q.nGen == 0 && end == len(q.toks) && pool == PoolNone
 		st.seqs, st.prompt = append(st.seqs, q), append(st.prompt, true)
 		for i := q.fed; i < end; i++ {
 			last := i == len(q.toks)-1
 			logits := i >= q.rows && (q.req.AllLogits || last && sampleLast)
-			st.add(q, q.toks[i], i, logits, last && sampleLast)
-			if logits {
+			// an embedding request pools each row it needs once; rows
+			// it does not need count as done
+			embd := pool != PoolNone && i >= q.rows && pool.needs(i, len(q.toks))
+			st.add(q, q.toks[i], i, logits, last && sampleLast, embd)
+			if logits || pool != PoolNone && i >= q.rows {
 				q.rows = i + 1
 			}
 		}

@@ -29,8 +29,10 @@ type seq struct {
 	last   int32 // last sampled token, fed at the next step
 	nGen   int
 
-	sampler *sample.Sampler
-	primed  bool // prompt tokens accepted into the sampler's history
+	pool *pooler // an embedding request's pooled rows, owned by the sampler
+
+	sampler *sample.Sampler // nil for an embedding request
+	primed  bool            // prompt tokens accepted into the sampler's history
 	finish  FinishReason
 	stopped atomic.Bool // set by the streamer: stop string or consumer gone
 
@@ -51,15 +53,16 @@ type seq struct {
 func (s *seq) prefilling() bool { return s.fed < len(s.toks) }
 
 // limit is how many of its tokens the seq may take from the prefix cache:
-// the row it samples next must be computed, and rows whose logits a
-// caller wants must be computed once.
+// the row it samples next (an embedding request: its last row) must be
+// computed, and rows whose logits a caller wants, or whose hidden states
+// it pools, must be computed once.
 func (s *seq) limit() int {
 	n := len(s.toks)
 	if s.nGen == 0 {
 		n-- // the last prompt row gives the first token
 	}
-	if s.req.AllLogits {
-		n = min(n, s.rows)
+	if s.req.AllLogits || s.req.Pooling == PoolMean || s.req.Pooling == PoolCLS {
+		n = min(n, s.rows) // rows still to pool must be computed
 	}
 	return max(n, 0)
 }

@@ -56,6 +56,7 @@ func (s *streamer) run(ctx context.Context, in *graph.In[tokenEvent]) error {
 			}
 			out.Finish = ev.finish
 			out.Err = ev.err
+			out.Embedding = ev.embedding
 		}
 		out.Usage = Usage{PromptTokens: len(q.req.Prompt), CachedTokens: q.cached, GeneratedTokens: ev.nGen}
 		if out.Finish != FinishNone {

@@ -52,6 +52,7 @@ type ServeCmd struct {
 	MaxConns     int           `name:"max-conns" default:"1024" help:"Most concurrent connections; one more gets 503 and is closed."`
 	MaxHeader    int           `name:"max-header-bytes" default:"16384" help:"Largest request line and headers in bytes; a larger head gets 431."`
 	CORSOrigin   []string      `name:"cors-origin" help:"Browser origin allowed to call the API (repeatable; e.g. http://localhost:3000, or * for any). Default: none (no CORS headers)."`
+	Pooling      string        `name:"pooling" default:"" help:"Embedding pooling: mean, cls or last (default: the GGUF's <arch>.pooling_type, last when it has none)."`
 }
 
 // serveTraceEvents bounds each stage's events in the server's recorder.
@@ -68,6 +69,14 @@ func (c *ServeCmd) Run(g *Globals) error {
 	case badOrigin(c.CORSOrigin) != "":
 		return fmt.Errorf("--cors-origin %q: not an origin (scheme://host[:port], no path, or *)", badOrigin(c.CORSOrigin))
 	}
+	var pooling stages.Pooling
+	if c.Pooling != "" {
+		p, err := stages.ParsePooling(c.Pooling)
+		if err != nil {
+			return fmt.Errorf("--pooling: %w", err)
+		}
+		pooling = p
+	}
 	sigCtx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 	log := g.Log
@@ -82,6 +91,7 @@ func (c *ServeCmd) Run(g *Globals) error {
 		Aliases: c.Alias, APIKey: c.APIKey, Defaults: params, MaxTokens: max(c.NPredict, 0), Stops: c.Stop,
 		MaxBodyBytes: c.MaxBody, Heartbeat: c.Heartbeat, Fingerprint: "flowinfer-" + version, Log: log,
 		ReadTimeout: c.ReadTimeout, MaxConns: c.MaxConns, MaxHeaderBytes: c.MaxHeader, CORSOrigins: trimSlashes(c.CORSOrigin),
+		Pooling: pooling,
 	})
 	ln, err := net.Listen("tcp", net.JoinHostPort(c.Host, strconv.Itoa(c.Port)))
 	if err != nil {

@@ -128,3 +128,13 @@ func TestServe(t *testing.T) {
 		t.Errorf("log:\n%s", log)
 	}
 }
+
+// TestServePoolingFlag: --pooling takes mean, cls or last; anything else
+// is one error line naming the flag, before the server listens.
+func TestServePoolingFlag(t *testing.T) {
+	m, _ := goldenModel(t, "stories260K.gguf")
+	_, errOut, err := flowinfer(t, "serve", "-m", m, "--port", "0", "--pooling", "rank")
+	if err == nil || strings.TrimSpace(errOut) != `flowinfer: error: --pooling: pooling "rank" is not one of mean, cls, last` {
+		t.Errorf("--pooling rank: %v\n%s", err, errOut)
+	}
+}

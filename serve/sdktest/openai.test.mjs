@@ -1,6 +1,6 @@
 // OpenAI SDK (openai@6) against flowinfer serve: chat and completions,
-// non-stream and stream, usage, stop sequences, models, and errors as the
-// SDK's error classes.
+// non-stream and stream, usage, stop sequences, models, embeddings, and
+// errors as the SDK's error classes.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
@@ -102,6 +102,44 @@ test('models list', { skip }, async () => {
   const ids = [];
   for await (const m of client.models.list()) ids.push(m.id);
   assert.deepEqual(ids, ['stories']);
+});
+
+test('embeddings.create: base64 (the SDK default) and float, list input, usage', { skip }, async () => {
+  const texts = ['Once upon a time', 'The cat sat on the mat.', 'One day'];
+  // the SDK asks for base64 when encoding_format is not given, and decodes it
+  const b64 = await client.embeddings.create({ model: 'stories', input: texts });
+  const flt = await client.embeddings.create({ model: 'stories', input: texts, encoding_format: 'float' });
+  for (const r of [b64, flt]) {
+    assert.equal(r.object, 'list');
+    assert.equal(r.model, 'stories');
+    assert.equal(r.data.length, texts.length);
+    assert.ok(r.usage.prompt_tokens >= texts.length);
+    assert.equal(r.usage.total_tokens, r.usage.prompt_tokens);
+  }
+  assert.equal(b64.usage.prompt_tokens, flt.usage.prompt_tokens);
+  for (let i = 0; i < texts.length; i++) {
+    const a = b64.data[i];
+    const b = flt.data[i];
+    assert.equal(a.object, 'embedding');
+    assert.equal(a.index, i);
+    assert.equal(b.index, i);
+    assert.ok(Array.isArray(a.embedding) && a.embedding.length > 0);
+    // two requests: equal up to float32 rounding (the fast backend's
+    // kernels depend on the batch shape, and the second run finds the
+    // prompts cached)
+    assert.equal(a.embedding.length, b.embedding.length);
+    const d = Math.max(...a.embedding.map((x, k) => Math.abs(x - b.embedding[k])));
+    assert.ok(d < 1e-5, `base64 and float differ by ${d}`);
+    const norm = Math.hypot(...a.embedding);
+    assert.ok(Math.abs(norm - 1) < 1e-5, `norm ${norm}`);
+  }
+  // one input alone: the same vector, and its own token count
+  const one = await client.embeddings.create({ model: 'stories', input: texts[1], encoding_format: 'float' });
+  const d1 = Math.max(...one.data[0].embedding.map((x, k) => Math.abs(x - flt.data[1].embedding[k])));
+  assert.ok(d1 < 1e-5, `alone and in a list differ by ${d1}`);
+  assert.ok(one.usage.prompt_tokens > 0 && one.usage.prompt_tokens < flt.usage.prompt_tokens);
+  await assert.rejects(client.embeddings.create({ model: 'stories', input: 'x', dimensions: 8 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'dimensions');
 });
 
 test('errors surface as the SDK error classes', { skip }, async () => {
