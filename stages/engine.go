@@ -29,7 +29,19 @@ type Config struct {
 	// [NSeq × NCtx: every sequence can always reach NCtx]. A smaller pool
 	// (at least NCtx) preempts sequences when it runs out.
 	KVTokens int
+	// StepFactor paces prompt chunks while other sequences decode: a
+	// step that carries decode tokens gets only as many prompt tokens as
+	// are expected (from the steps measured so far) to keep it within
+	// StepFactor times a decode-only step, at least MinChunk, so a long
+	// prompt does not freeze running streams; with nothing decoding a
+	// chunk fills the batch [2]. Negative: no pacing (chunks always fill
+	// the batch: most prompt throughput, for offline work).
+	StepFactor float64
 }
+
+// MinChunk is the fewest prompt tokens a paced step carries: a prompt
+// always progresses, however slow its tokens are at their depth.
+const MinChunk = 8
 
 func (c *Config) defaults(m *model.Model) {
 	if c.NCtx <= 0 {
@@ -52,6 +64,9 @@ func (c *Config) defaults(m *model.Model) {
 	}
 	if c.KVTokens <= 0 {
 		c.KVTokens = c.NSeq * roundUp(c.NCtx, c.BlockSize)
+	}
+	if c.StepFactor == 0 {
+		c.StepFactor = 2
 	}
 }
 

@@ -381,3 +381,53 @@ func TestLogprobs(t *testing.T) {
 		}
 	}
 }
+
+// TestLongPromptPaced: a long prompt admitted while another sequence
+// decodes is prefilled in paced chunks, so the running stream keeps
+// producing tokens meanwhile; without pacing the prompt goes in whole
+// batches and the stream waits.
+func TestLongPromptPaced(t *testing.T) {
+	fx := load(t, "stories260K.gguf")
+	long := fx.tok.Encode(strings.Repeat("Once upon a time there was a girl. ", 40), true, true)
+	for _, factor := range []float64{2, -1} {
+		e, err := stages.NewEngine(fx.m, fx.tok, cpu.NewRef(), stages.Config{NCtx: 512, NSeq: 2, MaxBatch: 512, StepFactor: factor}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- e.Run(context.Background()) }()
+		var streamed atomic.Int32
+		started := make(chan struct{})
+		e.Submit(&stages.Request{ID: 1, Prompt: fx.tok.Encode("Once", true, true), Params: greedy(), IgnoreEOG: true, MaxTokens: 250,
+			Emit: func(ev stages.Event) error {
+				if streamed.Add(1) == 20 {
+					close(started) // decode-only steps measured
+				}
+				return nil
+			}})
+		<-started
+		var during int32 = -1
+		before := streamed.Load()
+		first := make(chan struct{})
+		e.Submit(&stages.Request{ID: 2, Prompt: long, Params: greedy(), MaxTokens: 1,
+			Emit: func(ev stages.Event) error {
+				if during < 0 {
+					during = streamed.Load() - before
+					close(first)
+				}
+				return nil
+			}})
+		<-first
+		e.Close()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("step factor %v: %d-token prompt; the stream made %d tokens during its prefill", factor, len(long), during)
+		if factor > 0 && during < 5 {
+			t.Errorf("paced: the stream made %d tokens while a %d-token prompt was prefilled, want several", during, len(long))
+		}
+		if factor < 0 && during > 3 {
+			t.Errorf("unpaced: the stream made %d tokens during the prefill, want the prompt in one or two batches", during)
+		}
+	}
+}

@@ -82,11 +82,57 @@ type scheduler struct {
 	order    uint64
 	st       step
 	stats    *engineStats
+	pace     pacer
+}
+
+// pacer sizes prompt chunks in steps that also decode (Config.StepFactor):
+// the target is factor times a decode-only step (an EMA of measured ones);
+// after each paced step the chunk is scaled by target/measured time,
+// between half and twice the last (a noisy step moves it little, a long
+// prompt's tokens that cost more with depth shrink it), never below
+// MinChunk.
+type pacer struct {
+	factor     float64
+	decodeStep float64 // seconds, EMA of decode-only steps; 0 = not measured
+	chunk      int     // prompt tokens of the next paced step; 0 = MinChunk
+	nDecode    int     // of the step in flight
+	nPrompt    int
+}
+
+// paceEMA weighs the newest decode-only step.
+const paceEMA = 0.3
+
+// observe updates the estimates with a finished step's duration.
+func (p *pacer) observe(d time.Duration) {
+	sec := d.Seconds()
+	switch {
+	case p.nPrompt == 0 && p.nDecode > 0:
+		if p.decodeStep == 0 {
+			p.decodeStep = sec
+		} else {
+			p.decodeStep += paceEMA * (sec - p.decodeStep)
+		}
+	case p.nPrompt > 0 && p.nDecode > 0 && p.decodeStep > 0:
+		r := 2.0
+		if sec > 0 {
+			r = min(max(p.factor*p.decodeStep/sec, 0.5), 2)
+		}
+		p.chunk = max(int(float64(p.nPrompt)*r), MinChunk)
+	}
+}
+
+// budget returns how many prompt tokens a step with nDecode decode tokens
+// may carry, given free tokens left in the batch.
+func (p *pacer) budget(nDecode, free int) int {
+	if p.factor < 0 || nDecode == 0 || p.decodeStep == 0 {
+		return free // nothing to protect, or nothing measured yet
+	}
+	return min(max(p.chunk, MinChunk), free)
 }
 
 func newScheduler(m *model.Model, cfg Config, pool *blockPool, stats *engineStats) *scheduler {
 	s := &scheduler{m: m, nCtx: cfg.NCtx, maxBatch: cfg.MaxBatch, pool: pool, stats: stats,
-		free: make([]bool, cfg.NSeq), lastUsed: make([]uint64, cfg.NSeq)}
+		free: make([]bool, cfg.NSeq), lastUsed: make([]uint64, cfg.NSeq), pace: pacer{factor: cfg.StepFactor}}
 	for i := range s.free {
 		s.free[i] = true
 	}
@@ -146,6 +192,7 @@ func (s *scheduler) run(ctx context.Context, admit *graph.In[*Request], back *gr
 			}
 			return err
 		}
+		s.pace.observe(s.st.dur)
 		for _, q := range s.st.seqs {
 			if q.slot >= 0 {
 				s.pool.publish(q)
@@ -335,7 +382,10 @@ func (s *scheduler) build() bool {
 		q.rows = q.fed
 		budget--
 	}
-	// Then prompt chunks, as far as the batch and the free blocks allow.
+	// Then prompt chunks, as far as the batch, the pacing of the running
+	// streams and the free blocks allow.
+	nDecode := s.maxBatch - budget
+	budget = s.pace.budget(nDecode, budget)
 	for _, q := range s.running {
 		if !q.prefilling() || budget == 0 {
 			continue
@@ -362,6 +412,7 @@ func (s *scheduler) build() bool {
 		q.fed = end
 	}
 	if len(st.batch.Tokens) > 0 {
+		s.pace.nDecode, s.pace.nPrompt = nDecode, len(st.batch.Tokens)-nDecode
 		return true
 	}
 	// Every running sequence is prefilling and no block is free: the

@@ -41,6 +41,7 @@ type ServeCmd struct {
 	BatchSize    int           `short:"b" name:"batch-size" default:"512" help:"Tokens per forward step (prompt chunks share it with decode tokens)."`
 	Threads      int           `short:"t" default:"0" help:"Compute threads (0 = physical cores)."`
 	Queue        int           `default:"64" help:"Requests waiting for a free sequence before the server answers 429."`
+	StepFactor   float64       `name:"step-factor" default:"2" help:"While sequences decode, a step carrying prompt tokens is sized (from measured step times) to take at most this many times a decode-only step, so a long prompt does not freeze running streams (0 or negative: prompt chunks fill the batch, most prompt throughput)."`
 	EdgeTokens   int           `name:"edge-tokens" default:"64" help:"Capacity of the sampler->streamer edge (token events buffered ahead of the output)."`
 	NPredict     int           `short:"n" name:"n-predict" default:"-1" help:"Default max tokens per request (-1 = until end of generation or a full context)."`
 	APIKey       string        `name:"api-key" env:"FLOWINFER_API_KEY" help:"Require this key (Authorization: Bearer KEY or x-api-key)."`
@@ -137,7 +138,7 @@ func (c *ServeCmd) Run(g *Globals) error {
 	// (~6 MiB for 8 stages), the latest events kept
 	rec := graph.NewRingRecorder(serveTraceEvents)
 	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, stages.Config{
-		NCtx: nCtx, NSeq: c.Parallel, MaxBatch: c.BatchSize, Queue: c.Queue, EdgeCap: c.EdgeTokens, BlockSize: c.KVBlock, KVTokens: c.KVTokens, Weights: wp,
+		NCtx: nCtx, NSeq: c.Parallel, MaxBatch: c.BatchSize, Queue: c.Queue, EdgeCap: c.EdgeTokens, StepFactor: stepFactor(c.StepFactor), BlockSize: c.KVBlock, KVTokens: c.KVTokens, Weights: wp,
 	}, rec)
 	if err != nil {
 		srv.Shutdown(context.Background())
@@ -220,4 +221,13 @@ func trimSlashes(origins []string) []string {
 		out[i] = strings.TrimSuffix(o, "/")
 	}
 	return out
+}
+
+// stepFactor maps the flag (0 or negative: off) onto stages.Config's
+// (negative: off; 0 would mean the default).
+func stepFactor(f float64) float64 {
+	if f <= 0 {
+		return -1
+	}
+	return f
 }

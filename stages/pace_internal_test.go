@@ -1,0 +1,62 @@
+package stages
+
+import (
+	"testing"
+	"time"
+)
+
+// TestPacer: with nothing decoding, or before a decode step is measured, a
+// chunk fills the batch; a paced chunk starts at MinChunk and is scaled by
+// target/measured step time, at most doubling or halving per step, never
+// below MinChunk; a negative factor turns pacing off.
+func TestPacer(t *testing.T) {
+	p := pacer{factor: 2}
+	if n := p.budget(1, 500); n != 500 {
+		t.Errorf("nothing measured: budget %d, want the batch", n)
+	}
+	p.nDecode, p.nPrompt = 1, 0
+	p.observe(10 * time.Millisecond)
+	if n := p.budget(0, 500); n != 500 {
+		t.Errorf("nothing decoding: budget %d, want the batch", n)
+	}
+	if n := p.budget(1, 500); n != MinChunk {
+		t.Errorf("first paced chunk %d, want %d", n, MinChunk)
+	}
+	step := func(nPrompt int, d time.Duration) int {
+		p.nDecode, p.nPrompt = 1, nPrompt
+		p.observe(d)
+		return p.budget(1, 500)
+	}
+	// fast steps: the chunk doubles, however fast (a noisy step cannot
+	// blow it up to the whole batch)
+	if n := step(8, time.Millisecond); n != 16 {
+		t.Errorf("after a fast step: %d, want 16", n)
+	}
+	if n := step(16, 0); n != 32 {
+		t.Errorf("after a step measured 0: %d, want 32", n)
+	}
+	// at the target (2 × 10 ms) it holds
+	if n := step(32, 20*time.Millisecond); n != 32 {
+		t.Errorf("at the target: %d, want 32", n)
+	}
+	// slower than the target: it shrinks by half at most, to MinChunk
+	if n := step(32, 25*time.Millisecond); n != 25 {
+		t.Errorf("25 ms step: %d, want 25", n)
+	}
+	if n := step(25, time.Second); n != 12 {
+		t.Errorf("slow step: %d, want 12", n)
+	}
+	for range 5 {
+		step(p.budget(1, 500), time.Second)
+	}
+	if n := p.budget(1, 500); n != MinChunk {
+		t.Errorf("slow steps: %d, want %d", n, MinChunk)
+	}
+	if n := p.budget(1, 5); n != 5 {
+		t.Errorf("budget %d above the free batch 5", n)
+	}
+	off := pacer{factor: -1, decodeStep: 0.01, chunk: 8}
+	if n := off.budget(3, 500); n != 500 {
+		t.Errorf("pacing off: budget %d", n)
+	}
+}
