@@ -81,7 +81,7 @@ func (c *BatchCmd) Run(g *Globals, cli *CLI) error {
 	defer l.Close()
 	nCtx := ctxSize(l, cfg.Pipeline.KVCache.CtxSize, g.Log)
 	scfg := engineConfig(&cfg.Config, nCtx)
-	scfg.StepFactor = -1 // offline: prompt chunks fill the batch (throughput, no stream to protect)
+	scfg.StepFactor = -1                 // offline: prompt chunks fill the batch (throughput, no stream to protect)
 	scfg.Queue = max(scfg.Queue, window) // every request in flight fits: no 429s
 	be := cpu.NewBackend(cfg.Pipeline.Threads, nil)
 	defer be.Close()
