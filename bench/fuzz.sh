@@ -15,7 +15,8 @@
 #
 # Options: -t DURATION (per target; Go's -fuzztime syntax, default 3m),
 # -long (-t 1h), -execs N (keep running chunks until N executions),
-# -chunk DURATION (length of one go test run, default 5m: between chunks
+# -chunk DURATION (length of one go test run, default 5m, the last one
+# with -execs as long as the measured rate says the rest needs; between chunks
 # the script waits while the file $FUZZ_LOCK exists, so a shared machine's
 # benchmark is not disturbed; unset: no waiting), -run REGEXP (targets whose name or
 # package matches), -parallel N (fuzzing workers, default 1). The fuzzing
@@ -98,7 +99,14 @@ for t in "${targets[@]}"; do
 	while :; do
 		left=$((budget - spent))
 		if [ "$execs" -gt 0 ]; then
-			left=$chunksec # -execs: run until the count, not the time
+			# -execs: run until the count, not the time; once the rate is
+			# known, the last chunk is only as long as the rest needs
+			# (plus 15 s), not a whole chunk.
+			left=$chunksec
+			if [ $total -gt 0 ] && [ $spent -gt 0 ]; then
+				need=$(((execs - total) * spent / total + 15))
+				[ $need -lt $left ] && left=$need
+			fi
 		fi
 		[ $left -gt $chunksec ] && left=$chunksec
 		[ $left -le 0 ] && break

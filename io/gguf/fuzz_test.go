@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"syscall"
 	"testing"
 
 	"github.com/flowinfer/flowinfer/internal/golden"
@@ -145,11 +146,25 @@ func checkRewrite(t *testing.T, f *File) {
 		}
 		kept = append(kept, tn)
 	}
-	var buf bytes.Buffer
-	if _, err := w.WriteTo(&buf); err != nil {
+	// The rewrite is as large as its alignment (up to 2 GiB of padding
+	// for a file of a few bytes): it goes into zero pages mapped for it,
+	// of which only those written with something other than zeros are
+	// touched (issue 19 finding: a 45-byte file with general.alignment
+	// 2^29 made the Writer allocate 512 MiB and the fuzz worker crash).
+	var size countZeros
+	if _, err := w.WriteTo(&size); err != nil {
 		t.Fatalf("Writer refused metadata the reader accepted: %v", err)
 	}
-	g, err := Parse(buf.Bytes())
+	out, err := syscall.Mmap(-1, 0, max(int(size.n), 1), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		t.Fatalf("mapping %d bytes: %v", size.n, err)
+	}
+	defer syscall.Munmap(out)
+	sw := &sparseWriter{buf: out[:size.n]}
+	if _, err := w.WriteTo(sw); err != nil || sw.n != len(sw.buf) {
+		t.Fatalf("second write: %d of %d bytes, %v", sw.n, len(sw.buf), err)
+	}
+	g, err := Parse(sw.buf)
 	if err != nil {
 		t.Fatalf("rewritten file does not parse: %v", err)
 	}
@@ -166,6 +181,34 @@ func checkRewrite(t *testing.T, f *File) {
 			t.Fatalf("rewrite: tensor %d differs", i)
 		}
 	}
+}
+
+// countZeros counts the bytes written to it.
+type countZeros struct{ n int64 }
+
+func (c *countZeros) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
+
+// sparseWriter writes into buf (zero pages), skipping runs of zeros.
+type sparseWriter struct {
+	buf []byte
+	n   int
+}
+
+var zeroChunk [1 << 20]byte
+
+func (s *sparseWriter) Write(p []byte) (int, error) {
+	if len(p) > len(s.buf)-s.n {
+		return 0, errors.New("write beyond the size of the first write")
+	}
+	for q := p; len(q) > 0; {
+		k := min(len(q), len(zeroChunk))
+		if !bytes.Equal(q[:k], zeroChunk[:k]) {
+			copy(s.buf[s.n+len(p)-len(q):], q[:k])
+		}
+		q = q[k:]
+	}
+	s.n += len(p)
+	return len(p), nil
 }
 
 // TestParseAllocBound feeds headers that claim huge counts and lengths and
@@ -209,3 +252,24 @@ func TestParseAllocBound(t *testing.T) {
 
 // padTo appends zeros to b up to n bytes.
 func padTo(b []byte, n int) []byte { return append(b, make([]byte, n-len(b))...) }
+
+// TestWriterPadAlloc: padding to the largest alignment allocates nothing
+// in proportion to it (it took a 2 GiB buffer per pad).
+func TestWriterPadAlloc(t *testing.T) {
+	w := NewWriter()
+	w.Set("general.alignment", Uint32(1<<31))
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	var out countZeros
+	if _, err := w.WriteTo(&out); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	if out.n != 1<<31 {
+		t.Fatalf("wrote %d bytes, want %d", out.n, 1<<31)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 4<<20 {
+		t.Errorf("writing 2 GiB of padding allocated %d bytes", got)
+	}
+}

@@ -116,9 +116,17 @@ func (c *countWriter) u32(v uint32) { c.Write(binary.LittleEndian.AppendUint32(n
 func (c *countWriter) u64(v uint64) { c.Write(binary.LittleEndian.AppendUint64(nil, v)) }
 func (c *countWriter) str(s string) { c.u64(uint64(len(s))); c.w.WriteString(s); c.n += int64(len(s)) }
 
+// zeros is what pad writes, a piece at a time: padding to a large
+// general.alignment (up to 2 GiB) allocates nothing.
+var zeros [64 << 10]byte
+
 func (c *countWriter) pad(align uint64) {
 	if r := uint64(c.n) % align; r != 0 {
-		c.Write(make([]byte, align-r))
+		for n := align - r; n > 0; {
+			k := min(n, uint64(len(zeros)))
+			c.Write(zeros[:k])
+			n -= k
+		}
 	}
 }
 

@@ -21,10 +21,11 @@
 // A model without a template gets ChatML (Default), as in llama-server.
 //
 // The template is untrusted (it comes with a downloaded model), so a render is
-// bounded: RenderTimeout, MaxLoopIterations, MaxMacroDepth, an output and
-// string size limit of MaxRenderBytes plus RenderBytesPerInput times the
-// conversation's bytes, and MaxRenderAlloc bytes of strings built in all
-// (limits.go). A render beyond them fails with ErrRenderLimit.
+// bounded: RenderTimeout, MaxLoopIterations, MaxLoopItems, MaxMacroDepth, an
+// output, value and string size limit of MaxRenderBytes plus
+// RenderBytesPerInput times the conversation's bytes (for every operand and
+// result of a filter or method too), and MaxRenderAlloc bytes of strings
+// built in all (limits.go, limitops.go). A render beyond them fails with ErrRenderLimit.
 //
 // BOS: llama-server tokenizes the rendered prompt with add_special=true and
 // parse_special=true, after removing a leading bos_token text when the

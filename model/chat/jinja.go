@@ -98,7 +98,7 @@ func (j *jinjaTemplate) render(v jinjaVars) (out string, err error) {
 	for _, m := range v.messages {
 		input += len(m.Role) + len(m.Content)
 	}
-	b := newBudget(input)
+	b := newBudget(input, len(v.messages))
 	ctx := exec.NewContext(map[string]any{
 		budgetKey:               b,
 		"messages":              msgs,
@@ -172,7 +172,25 @@ func newEnvironment() (*exec.Environment, error) {
 			}
 		}
 	}
+	// Every filter checks the time and the sizes of its operands and result
+	// (limitops.go).
+	for _, name := range gonjaFilterNames {
+		if fn, ok := filters.Get(name); ok {
+			if err := filters.Replace(name, limitedFilter(name, fn)); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if err := filters.Register(binopFilter, binop); err != nil {
+		return nil, err
+	}
+	if err := filters.Register(methodFilter, methodCall); err != nil {
+		return nil, err
+	}
+	if err := filters.Register(outputFilter, outputCheck); err != nil {
+		return nil, err
+	}
+	if err := filters.Register(iterFilter, iterableCheck); err != nil {
 		return nil, err
 	}
 
@@ -207,13 +225,16 @@ func listifyFilter(fn exec.FilterFunction) exec.FilterFunction {
 
 // tojsonFilter is transformers' tojson: json.dumps with ensure_ascii=False,
 // ", " and ": " separators, no HTML escaping.
-func tojsonFilter(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
+func tojsonFilter(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
 	if in.IsError() {
 		return in
 	}
 	o, err := parseJSONOptions(params)
 	if err != nil {
 		return exec.AsValue(exec.ErrInvalidCall(err))
+	}
+	if b := budgetOf(e.Environment.Context); b != nil {
+		o.limit = b.maxBytes
 	}
 	s, err := toJSON(in.Interface(), o)
 	if err != nil {
@@ -306,8 +327,17 @@ func newMethods() exec.Methods {
 	}
 }
 
-// gonja keeps its method tables private, so the names are listed here.
+// gonja keeps its method and filter tables private, so the names are
+// listed here.
 var (
+	gonjaFilterNames = [...]string{
+		"abs", "attr", "batch", "capitalize", "center", "count", "d", "default", "dictsort", "e",
+		"escape", "filesizeformat", "first", "float", "forceescape", "format", "groupby", "indent",
+		"int", "items", "join", "last", "length", "list", "lower", "map", "max", "min", "pprint",
+		"random", "reject", "rejectattr", "replace", "reverse", "round", "safe", "select",
+		"selectattr", "slice", "sort", "string", "striptags", "sum", "title", "tojson", "trim",
+		"truncate", "unique", "upper", "urlencode", "urlize", "wordcount", "wordwrap", "xmlattr",
+	}
 	strMethodNames = [...]string{
 		"capitalize", "capwords", "casefold", "center", "count", "encode", "endswith",
 		"expandtabs", "find", "format", "format_map", "isalnum", "isalpha", "isascii",

@@ -2,9 +2,14 @@
 // template comes from a downloaded GGUF file and Jinja can loop, recurse and
 // build strings without end. A render fails with ErrRenderLimit when it:
 //
-//   - runs longer than RenderTimeout (checked at every loop iteration, macro
-//     call, string operation and write);
-//   - runs more than MaxLoopIterations loop iterations in total;
+//   - runs longer than RenderTimeout (checked at every statement, loop
+//     iteration, macro call, filter, method call, string operation and
+//     write);
+//   - runs more than MaxLoopIterations loop iterations in total (the items
+//     of a loop count once when the loop starts, since gonja prepares them
+//     all before the first iteration, and once per iteration), or one loop
+//     over more than MaxLoopItems items plus the number of messages (gonja
+//     prepares the items at about 0.5 us each, with no check between);
 //   - nests macro calls deeper than MaxMacroDepth (an unbounded recursion
 //     would otherwise overflow Go's stack, which no recover catches);
 //   - writes more output, or builds one string (with +, ~, *, or a padding
@@ -13,12 +18,21 @@
 //     of the messages and special tokens, so a long conversation still
 //     renders;
 //   - builds more than MaxRenderAlloc bytes of strings with those operations
-//     in total (a peak-memory bound: a loop cannot keep making new strings).
+//     and with filters and methods in total (a peak-memory bound: a loop
+//     cannot keep making new strings);
+//   - passes a filter or a method an operand, or gets from one a result,
+//     larger than the byte limit, or calls one whose result would be
+//     (limitops.go: replace, join, indent, expandtabs, batch, slice and
+//     tojson's indentation are predicted before they run), or outputs such
+//     a value.
 //
 // The limits are applied by rewriting the parsed template once (parseJinja):
-// every for body and macro body gets a check node, and every +, ~ and *
-// expression goes through a filter that checks the size of its result
-// before computing it.
+// every statement, for body and macro body gets a check node, every +, ~
+// and * expression goes through a filter that checks the size of its result
+// before computing it, every method call x.m(a) becomes a filter call that
+// checks before and after calling it, and every output and loop iterable
+// goes through a check filter; every gonja filter is wrapped with the
+// checks.
 
 package chat
 
@@ -40,6 +54,7 @@ import (
 const (
 	RenderTimeout       = time.Second
 	MaxLoopIterations   = 1 << 22
+	MaxLoopItems        = 1 << 16
 	MaxMacroDepth       = 200
 	MaxRenderBytes      = 1 << 20
 	MaxRenderAlloc      = 1 << 30
@@ -62,6 +77,7 @@ const (
 type budget struct {
 	deadline time.Time
 	maxBytes int
+	maxItems int // items of one loop
 	steps    int
 	depth    int
 	written  int
@@ -70,8 +86,9 @@ type budget struct {
 	err      error
 }
 
-func newBudget(inputBytes int) *budget {
-	return &budget{deadline: time.Now().Add(RenderTimeout), maxBytes: MaxRenderBytes + RenderBytesPerInput*inputBytes}
+func newBudget(inputBytes, messages int) *budget {
+	return &budget{deadline: time.Now().Add(RenderTimeout), maxBytes: MaxRenderBytes + RenderBytesPerInput*inputBytes,
+		maxItems: MaxLoopItems + messages}
 }
 
 // fail records the first limit exceeded and returns it.
@@ -164,10 +181,20 @@ func limitTemplate(root nodes.Node) {
 				if n.BodyWrapper != nil {
 					n.BodyWrapper.Nodes = append([]nodes.Node{tickNode("loop")}, n.BodyWrapper.Nodes...)
 				}
+				if n.ObjectEvaluator != nil {
+					n.ObjectEvaluator = guardIterable(n.ObjectEvaluator)
+				}
 			case *nodes.Macro:
 				if n.Wrapper != nil {
 					n.Wrapper.Nodes = append(append([]nodes.Node{tickNode("enter")}, n.Wrapper.Nodes...), tickNode("exit"))
 				}
+			case *nodes.Output:
+				walk(v.Elem())
+				n.Expression = guardOutput(n.Expression)
+				if n.Alternative != nil {
+					n.Alternative = guardOutput(n.Alternative)
+				}
+				return
 			}
 			walk(v.Elem())
 		case reflect.Interface:
@@ -179,8 +206,27 @@ func limitTemplate(root nodes.Node) {
 				v.Set(reflect.ValueOf(guardBinop(be)))
 				return
 			}
+			if c, ok := v.Interface().(*nodes.Call); ok && v.CanSet() {
+				if ga, ok := c.Func.(*nodes.GetAttribute); ok && ga.Attribute != "" {
+					if obj, ok := ga.Node.(nodes.Expression); ok {
+						walk(reflect.ValueOf(c))
+						if g := guardMethodCall(c, ga, obj); reflect.TypeOf(g).AssignableTo(v.Type()) {
+							v.Set(reflect.ValueOf(g))
+						}
+						return
+					}
+				}
+			}
 			walk(v.Elem())
 		case reflect.Struct:
+			if v.CanAddr() {
+				switch n := v.Addr().Interface().(type) {
+				case *nodes.Wrapper:
+					n.Nodes = withTicks(n.Nodes)
+				case *nodes.Template:
+					n.Nodes = withTicks(n.Nodes)
+				}
+			}
 			for i := range v.NumField() {
 				f := v.Field(i)
 				if !f.CanSet() && f.CanAddr() {

@@ -29,7 +29,30 @@ var hostileTemplates = []string{
 	"{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}",
 	// many strings kept
 	"{% set l = [] %}{% set s = 'x' * 1000000 %}{% for i in range(1000000) %}{% do l.append(s ~ i) %}{% endfor %}",
+	// one call making far more than its operands (each asked for 16 GB to
+	// 1 TB before limitops.go)
+	"{% set x = 'a' * 1000000 %}{{ x.replace('', x) }}",
+	"{% set x = 'a' * 1000000 %}{{ x|replace('a', x) }}",
+	"{{ range(1000000)|join('a' * 1000000) }}",
+	"{{ ('a' * 1000000).join(range(1000000)|map('string')) }}",
+	"{{ ('\t' * 1000000).expandtabs(1000000) }}",
+	"{{ ('a\n' * 500000)|indent(1000000) }}",
+	"{{ range(1000)|list|tojson(indent=1000000) }}",
+	"{{ range(1000000)|list|tojson(indent=1000) }}",
+	"{{ [1]|batch(1000000000, 'x') }}",
+	"{% set x = 'a' * 1000000 %}{% set l = [x, x, x, x] %}{% set l = l + l + l + l %}{{ l }}",
+	// time and iterations with loops of allowed length
+	"{% for i in range(60000) %}{% for j in range(60000) %}{% endfor %}{% endfor %}{{ messages[0].content }}",
+	"{% for i in range(60000) %}{% for j in range(60000) %}{{ '' }}{% endfor %}{% endfor %}{{ messages[0].content }}",
+	// statements without loops (50 of these took 28 s)
+	"{% set x = range(1000000)|join(',') %}" + strings.Repeat("{% set x = range(1000000)|join(',')|length %}", 50),
+	strings.Repeat("{% set x = range(1000000) %}", 50),
 }
+
+// maxHostileAlloc bounds what New and one render of a hostile template
+// allocate in all: MaxRenderAlloc of strings built plus what gonja
+// allocates in about RenderTimeout (its loops allocate about 1 GB/s).
+const maxHostileAlloc = MaxRenderAlloc + 2<<30
 
 func TestRenderLimits(t *testing.T) {
 	for _, src := range hostileTemplates {
@@ -58,7 +81,11 @@ func TestRenderLimits(t *testing.T) {
 			if grew > 3<<30 {
 				t.Errorf("heap grew by %d MiB", grew>>20)
 			}
-			t.Logf("%v in %v, heap %+d MiB", err, d.Round(time.Millisecond), grew>>20)
+			total := after.TotalAlloc - before.TotalAlloc
+			if total > maxHostileAlloc {
+				t.Errorf("allocated %d MiB in all", total>>20)
+			}
+			t.Logf("%v in %v, heap %+d MiB, %d MiB allocated", err, d.Round(time.Millisecond), grew>>20, total>>20)
 		})
 	}
 }

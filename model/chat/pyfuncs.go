@@ -278,6 +278,10 @@ type jsonOptions struct {
 	itemSep     string
 	keySep      string
 	sortKeys    bool
+	// limit, when positive, is the most bytes the encoding may take; over
+	// is set when it would take more (and the encoding fails).
+	limit int
+	over  *bool
 }
 
 // parseJSONOptions reads tojson's arguments (indent may also be positional).
@@ -323,17 +327,26 @@ func parseJSONOptions(args *exec.VarArgs) (jsonOptions, error) {
 // toJSON encodes x the way Python's json.dumps does with options o.
 func toJSON(x any, o jsonOptions) (string, error) {
 	var b strings.Builder
+	o.over = new(bool)
 	if err := writeJSON(&b, reflect.ValueOf(x), o, 0, 0); err != nil {
 		return "", err
 	}
+	if *o.over || (o.limit > 0 && b.Len() > o.limit) {
+		return "", errJSONLimit
+	}
 	return b.String(), nil
 }
+
+var errJSONLimit = fmt.Errorf("%w: tojson result beyond the byte limit", ErrRenderLimit)
 
 const maxJSONDepth = 64
 
 func writeJSON(b *strings.Builder, v reflect.Value, o jsonOptions, level, depth int) error {
 	if depth > maxJSONDepth {
 		return fmt.Errorf("tojson: value nested deeper than %d levels", maxJSONDepth)
+	}
+	if *o.over || (o.limit > 0 && b.Len() > o.limit) {
+		return errJSONLimit
 	}
 	for v.IsValid() && (v.Kind() == reflect.Interface || v.Kind() == reflect.Pointer) {
 		if v.IsNil() {
@@ -492,6 +505,10 @@ func jsonKey(k reflect.Value) (string, error) {
 
 func writeIndent(b *strings.Builder, o jsonOptions, level int) {
 	if !o.hasIndent {
+		return
+	}
+	if o.limit > 0 && b.Len()+1+level*len(o.indent) > o.limit {
+		*o.over = true
 		return
 	}
 	b.WriteByte('\n')
