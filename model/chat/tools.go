@@ -58,10 +58,11 @@ func (t *Template) jinjaTools() bool {
 	return t.jinja != nil && strings.Contains(t.source, "tools")
 }
 
-// hasToolTurns reports whether msgs use tool calls or tool results.
+// hasToolTurns reports whether msgs hold tool calls. (A tool result alone
+// renders through any template, as a message of role "tool".)
 func hasToolTurns(msgs []Message) bool {
 	for _, m := range msgs {
-		if len(m.ToolCalls) > 0 || m.Role == "tool" {
+		if len(m.ToolCalls) > 0 {
 			return true
 		}
 	}
