@@ -41,6 +41,10 @@ type job struct {
 	wake    chan struct{} // capacity 1: "something new"
 
 	onToken func(first bool, since time.Duration) // metrics hook, from Emit
+
+	// tools parses the reply into content and calls when the request
+	// offered tools (tools.go); nil otherwise. Used by the HTTP side only.
+	tools *toolState
 }
 
 func newJob(parent context.Context, id, model, endpoint string, prompt []int32) *job {

@@ -139,6 +139,9 @@ type Server struct {
 	nextID   atomic.Uint64
 	stop     chan struct{} // closed by Shutdown's deadline: abort streams
 	stopOnce atomic.Bool
+	// script, set by tests only (export_test.go), replaces the engine: a
+	// request's reply is the pieces it returns for the prompt (tools.go).
+	script func(prompt []int32) []string
 }
 
 // New returns a server; it serves nothing until Serve.
