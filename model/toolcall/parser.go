@@ -442,3 +442,6 @@ func pythonKwargs(s string) (string, bool) {
 	b.WriteByte('}')
 	return b.String(), true
 }
+
+// Names are the declared functions the parser was given.
+func (p *Parser) Names() []string { return p.names }
