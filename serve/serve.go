@@ -21,7 +21,16 @@
 // A model whose GGUF has no chat template (stories260K) is chatted with
 // through ChatML, as llama-server does (model.Bundle.Template).
 //
-// It does not implement tool calls, images, logprobs, n > 1 or structured
+// Tool calling (tools.go): each API's tools and earlier calls and results
+// are rendered through the chat template; with tools offered, the reply is
+// parsed into content and calls in the format of the template's family
+// (model/toolcall: Hermes/Qwen, Llama 3.x, Mistral, generic JSON), text that
+// may start a call held back while streaming, and each API's encoder writes
+// the calls (OpenAI tool_calls, Anthropic tool_use blocks, Ollama
+// tool_calls). Choices that force a call need constrained sampling and are
+// refused.
+//
+// It does not implement images, logprobs, n > 1 or structured
 // output: a request that asks for one of them gets a 400 naming the field
 // (fields.go lists every documented field each API has and what is done
 // with it), never a silent drop. Fields no API documents are ignored and
