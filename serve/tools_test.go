@@ -2,11 +2,15 @@ package serve_test
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/flowinfer/flowinfer/model/chat"
 	"github.com/flowinfer/flowinfer/serve"
 	"github.com/flowinfer/flowinfer/stages"
 )
@@ -369,5 +373,83 @@ func TestToolsOllama(t *testing.T) {
 	}
 	if content.String() != "Let me check." || n != 2 {
 		t.Errorf("streamed content %q, %d calls", content.String(), n)
+	}
+}
+
+// TestToolsFamilies: with the chat template of a Llama 3.1, Mistral Nemo
+// or Qwen2.5 model in place of the ChatML default, the prompt carries the
+// tools that template's way and the reply is parsed in that family's
+// format, streamed and not.
+func TestToolsFamilies(t *testing.T) {
+	ts := startScripted(t, "", 4)
+	for _, c := range []struct {
+		template, bos, eos string
+		reply, inPrompt    string
+		idLen              int // 0: call_...
+	}{
+		{"meta-llama-Llama-3.1-8B-Instruct", "<|begin_of_text|>", "<|eot_id|>",
+			"{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
+			`Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}`, 0},
+		{"mistralai-Mistral-Nemo-Instruct-2407", "<s>", "</s>",
+			"[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \"a1b2c3d4e\"}]",
+			`[AVAILABLE_TOOLS][{"type": "function", "function": {"name": "get_weather"`, 9},
+		{"Qwen-Qwen2.5-7B-Instruct", "", "<|im_end|>",
+			"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+			"You are Qwen, created by Alibaba Cloud. You are a helpful assistant.\n\n# Tools", 0},
+	} {
+		src, err := os.ReadFile(filepath.Join("..", "model", "chat", "testdata", "templates", c.template+".jinja"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tpl, err := chat.New(string(src), c.bos, c.eos)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts.bundle.Template = tpl
+		ts.reply = c.reply
+		for _, stream := range []bool{false, true} {
+			req := `{"messages":[{"role":"user","content":"Weather in Paris?"}],"tools":[` + weatherTool + `],"stream":` + strconv.FormatBool(stream) + `}`
+			r := ts.post(t, "/v1/chat/completions", req)
+			if !strings.Contains(ts.lastPrompt(), c.inPrompt) {
+				t.Errorf("%s: prompt %q lacks %q", c.template, ts.lastPrompt(), c.inPrompt)
+			}
+			var id, name, args, finish string
+			if !stream {
+				m := r.json(t)
+				id, _ = path(m, "choices.0.message.tool_calls.0.id").(string)
+				name, _ = path(m, "choices.0.message.tool_calls.0.function.name").(string)
+				args, _ = path(m, "choices.0.message.tool_calls.0.function.arguments").(string)
+				finish, _ = path(m, "choices.0.finish_reason").(string)
+			} else {
+				for _, ev := range parseSSE(t, r.body) {
+					if ev.data == "[DONE]" {
+						continue
+					}
+					d := decodeJSON(t, ev.data)
+					if s, ok := path(d, "choices.0.delta.tool_calls.0.id").(string); ok {
+						id = s
+					}
+					if s, ok := path(d, "choices.0.delta.tool_calls.0.function.name").(string); ok {
+						name += s
+					}
+					if s, ok := path(d, "choices.0.delta.tool_calls.0.function.arguments").(string); ok {
+						args += s
+					}
+					if s, ok := path(d, "choices.0.finish_reason").(string); ok {
+						finish = s
+					}
+					if s, ok := path(d, "choices.0.delta.content").(string); ok && s != "" {
+						t.Errorf("%s: content delta %q", c.template, s)
+					}
+				}
+			}
+			okID := strings.HasPrefix(id, "call_")
+			if c.idLen > 0 {
+				okID = len(id) == c.idLen
+			}
+			if !okID || name != "get_weather" || args != `{"city":"Paris"}` || finish != "tool_calls" {
+				t.Errorf("%s stream=%v: id %q name %q args %q finish %q: %s", c.template, stream, id, name, args, finish, r.body)
+			}
+		}
 	}
 }
