@@ -45,6 +45,47 @@ type Parser struct {
 	// separates calls from what follows is not content
 	afterCall bool
 	out       []Event
+
+	// While a call is open, text is only appended to pending and checked
+	// for what could end the call (the close tag across the boundary, the
+	// JSON value closing), so a long call costs linear time.
+	pending strings.Builder
+	tagTail string   // modeTag: the last bytes seen, for a split close tag
+	js      jsonScan // modeJSON: the leading value scanned so far
+}
+
+// jsonScan follows a JSON value's nesting, skipping strings.
+type jsonScan struct {
+	depth        int
+	inStr, esc   bool
+	opened, done bool
+}
+
+// feed scans b and reports whether the value has closed.
+func (s *jsonScan) feed(b string) bool {
+	for i := 0; i < len(b) && !s.done; i++ {
+		c := b[i]
+		switch {
+		case s.inStr:
+			switch {
+			case s.esc:
+				s.esc = false
+			case c == '\\':
+				s.esc = true
+			case c == '"':
+				s.inStr = false
+			}
+		case c == '"':
+			s.inStr = true
+		case c == '{' || c == '[':
+			s.depth++
+			s.opened = true
+		case c == '}' || c == ']':
+			s.depth--
+			s.done = s.opened && s.depth <= 0
+		}
+	}
+	return s.done
 }
 
 // NewParser returns a parser for format f. names are the declared
@@ -60,13 +101,53 @@ func (p *Parser) Calls() int { return p.calls }
 
 // Push consumes newly generated text and returns what is now decided.
 func (p *Parser) Push(text string) []Event {
+	switch p.mode {
+	case modeTail:
+		p.pending.WriteString(text)
+		return nil
+	case modeTag:
+		w := p.tagTail + text
+		p.tagTail = w[max(0, len(w)-len(hermesClose)+1):]
+		if !strings.Contains(w, hermesClose) {
+			p.pending.WriteString(text)
+			return nil
+		}
+	case modeJSON:
+		if !p.js.feed(text) {
+			p.pending.WriteString(text)
+			return nil
+		}
+	}
+	p.take()
 	p.buf += text
-	return p.step(false)
+	evs := p.step(false)
+	p.prime()
+	return evs
+}
+
+// take moves pending text into buf.
+func (p *Parser) take() {
+	if p.pending.Len() > 0 {
+		p.buf += p.pending.String()
+		p.pending.Reset()
+	}
+}
+
+// prime sets up the checks of Push for the mode step left the parser in.
+func (p *Parser) prime() {
+	switch p.mode {
+	case modeTag:
+		p.tagTail = p.buf[max(0, len(p.buf)-len(hermesClose)+1):]
+	case modeJSON:
+		p.js = jsonScan{}
+		p.js.feed(p.buf)
+	}
 }
 
 // Finish ends the reply: whatever is held is decided (an unclosed call
 // that parses is a call, anything else is content).
 func (p *Parser) Finish() []Event {
+	p.take()
 	evs := p.step(true)
 	if p.ws != "" && p.calls == 0 {
 		evs = append(evs, Event{Content: p.ws})

@@ -54,6 +54,8 @@ var parseCases = []parseCase{
 		"", []Call{{Name: "get_weather", Arguments: `{"city":"Paris"}`}}},
 	{"llama3/builtin", Llama3, "<|python_tag|>brave_search.call(query=\"weather in \\\"Paris\\\"\", count=3)",
 		"", []Call{{Name: "brave_search", Arguments: `{"query":"weather in \"Paris\"","count":3}`}}},
+	{"llama3/escapes", Llama3, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Pa\\\"}ris\\\\\"}}",
+		"", []Call{{Name: "get_weather", Arguments: `{"city":"Pa\"}ris\\"}`}}},
 	{"llama3/answer-json", Llama3, "{\"answer\": 42}", "{\"answer\": 42}", nil},
 	{"llama3/unknown-name", Llama3, "{\"name\": \"Bob\", \"parameters\": {}}", "{\"name\": \"Bob\", \"parameters\": {}}", nil},
 	{"llama3/truncated", Llama3, "{\"name\": \"get_weather\", \"parameters\": {\"ci", "{\"name\": \"get_weather\", \"parameters\": {\"ci", nil},
@@ -218,4 +220,31 @@ func FuzzParser(f *testing.F) {
 			t.Fatalf("streamed %q (%d calls) != whole %q (%d calls)", b.String(), n, whole, len(calls))
 		}
 	})
+}
+
+// BenchmarkParserLongCall: a call with 64 KiB of arguments streamed in
+// 4-byte pieces (about a token each).
+func BenchmarkParserLongCall(b *testing.B) {
+	for _, f := range []Format{Hermes, Llama3} {
+		arg := strings.Repeat("x", 64<<10)
+		text := `{"name": "add", "arguments": {"a": "` + arg + `"}}`
+		if f == Hermes {
+			text = "<tool_call>\n" + text + "\n</tool_call>"
+		}
+		b.Run(f.String(), func(b *testing.B) {
+			for b.Loop() {
+				p := NewParser(f, tools)
+				n := 0
+				for s := text; s != ""; {
+					k := min(4, len(s))
+					n += len(p.Push(s[:k]))
+					s = s[k:]
+				}
+				n += len(p.Finish())
+				if n != 1 {
+					b.Fatalf("%d events", n)
+				}
+			}
+		})
+	}
 }
