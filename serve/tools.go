@@ -52,7 +52,6 @@ type toolState struct {
 	single   bool
 	idPrefix string
 	calls    []outCall
-	dropped  int // calls past the first with single
 }
 
 func newToolState(t *toolSettings, f toolcall.Format) *toolState {
@@ -66,8 +65,7 @@ func newToolState(t *toolSettings, f toolcall.Format) *toolState {
 // add records a parsed call and returns it, or nil when it is dropped.
 func (ts *toolState) add(c *toolcall.Call) *outCall {
 	if ts.single && len(ts.calls) > 0 {
-		ts.dropped++
-		return nil
+		return nil // parallel calls were declined: the first one stands
 	}
 	id := c.ID
 	switch {
