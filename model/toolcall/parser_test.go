@@ -2,6 +2,8 @@ package toolcall
 
 import (
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -246,5 +248,30 @@ func BenchmarkParserLongCall(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestDetectRealTemplates: the formats of the real templates in
+// model/chat/testdata.
+func TestDetectRealTemplates(t *testing.T) {
+	for name, want := range map[string]Format{
+		"Qwen-Qwen2.5-7B-Instruct":             Hermes,
+		"Qwen-Qwen3-0.6B":                      Hermes,
+		"Qwen-QwQ-32B":                         Hermes,
+		"meta-llama-Llama-3.1-8B-Instruct":     Llama3,
+		"meta-llama-Llama-3.2-3B-Instruct":     Llama3,
+		"meta-llama-Llama-3.3-70B-Instruct":    Llama3,
+		"mistralai-Mistral-Nemo-Instruct-2407": Mistral,
+		"Mistral-Small-3.2-24B-Instruct-2506":  Mistral,
+		"LFM2-8B-A1B":                          Generic, // <|tool_call_start|>[f(x=1)]: not parsed
+	} {
+		src, err := os.ReadFile(filepath.Join("..", "chat", "testdata", "templates", name+".jinja"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		chatML := strings.Contains(string(src), "<|im_start|>")
+		if got := Detect(string(src), chatML); got != want {
+			t.Errorf("%s: %v, want %v", name, got, want)
+		}
 	}
 }
