@@ -7,8 +7,10 @@ package serve
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"slices"
+	"strings"
 
 	"github.com/valyala/fasthttp"
 
@@ -28,7 +30,142 @@ type antRequest struct {
 	System        json.RawMessage `json:"system"`
 	StopSequences []string        `json:"stop_sequences"`
 	Stream        bool            `json:"stream"`
+	Tools         []antTool       `json:"tools"`
+	ToolChoice    *antToolChoice  `json:"tool_choice"`
 	samplingFields
+}
+
+// antTool is a client tool (a server tool has a versioned type, such as
+// "web_search_20250305").
+type antTool struct {
+	Type        string          `json:"type"`
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	InputSchema json.RawMessage `json:"input_schema"`
+}
+
+type antToolChoice struct {
+	Type                   string `json:"type"`
+	Name                   string `json:"name"`
+	DisableParallelToolUse bool   `json:"disable_parallel_tool_use"`
+}
+
+// translateTools decodes tools and tool_choice into gr.
+func (r *antRequest) translateTools(gr *genRequest) *apiError {
+	ts := &toolSettings{idPrefix: "toolu_"}
+	if c := r.ToolChoice; c != nil {
+		switch c.Type {
+		case "auto":
+		case "none":
+			return nil // the model is not shown the tools
+		case "any", "tool":
+			return badRequest("tool_choice", "tool_choice: type %q "+errConstrained, c.Type, `{"type": "auto"}`)
+		default:
+			return badRequest("tool_choice", `tool_choice.type: %q is not one of "auto", "any", "tool", "none"`, c.Type)
+		}
+		ts.single = c.DisableParallelToolUse
+	}
+	for i, t := range r.Tools {
+		field := "tools." + itoa(i)
+		if t.Type != "" && t.Type != "custom" {
+			return badRequest(field+".type", "%s.type: server tool %q is not available (client tools only)", field, t.Type)
+		}
+		if len(t.InputSchema) == 0 {
+			return badRequest(field+".input_schema", "%s.input_schema: field required", field)
+		}
+		tool, e := functionTool(t.Name, t.Description, t.InputSchema, field)
+		if e != nil {
+			return e
+		}
+		ts.tools = append(ts.tools, tool)
+	}
+	if len(ts.tools) > 0 {
+		gr.tools = ts
+	}
+	return nil
+}
+
+// antBlock is a content block of a message in a request.
+type antBlock struct {
+	Type      string          `json:"type"`
+	Text      string          `json:"text"`
+	ID        string          `json:"id"`          // tool_use
+	Name      string          `json:"name"`        // tool_use
+	Input     json.RawMessage `json:"input"`       // tool_use
+	ToolUseID string          `json:"tool_use_id"` // tool_result
+	Content   json.RawMessage `json:"content"`     // tool_result: a string or text blocks
+	IsError   bool            `json:"is_error"`    // tool_result
+}
+
+// antTurn translates one message: a string, or blocks of text, tool_use
+// (assistant) and tool_result (user: each becomes a "tool" message, before
+// the user's text). names maps tool_use ids to function names.
+func antTurn(m antMessage, field string, names map[string]string) ([]chat.Message, *apiError) {
+	var str string
+	if json.Unmarshal(m.Content, &str) == nil {
+		return []chat.Message{{Role: m.Role, Content: str}}, nil
+	}
+	var blocks []antBlock
+	if err := json.Unmarshal(m.Content, &blocks); err != nil {
+		return nil, badRequest(field, "%s: expected a string or an array of content blocks", field)
+	}
+	var out []chat.Message
+	msg := chat.Message{Role: m.Role}
+	var text []string
+	for i, b := range blocks {
+		bf := field + "." + itoa(i)
+		switch {
+		case b.Type == "text":
+			text = append(text, b.Text)
+		case b.Type == "tool_use" && m.Role == "assistant":
+			if b.Name == "" {
+				return nil, badRequest(bf+".name", "%s.name: field required", bf)
+			}
+			args, ok := jsonObject(b.Input)
+			if !ok {
+				return nil, badRequest(bf+".input", "%s.input: a JSON object is required", bf)
+			}
+			msg.ToolCalls = append(msg.ToolCalls, chat.ToolCall{ID: b.ID, Name: b.Name, Arguments: args})
+			names[b.ID] = b.Name
+		case b.Type == "tool_result" && m.Role == "user":
+			if _, ok := names[b.ToolUseID]; !ok {
+				return nil, badRequest(bf+".tool_use_id", "%s: tool_result block with tool_use_id %q, which no earlier tool_use block has", bf, b.ToolUseID)
+			}
+			content, e := textContent(b.Content, bf+".content")
+			if e != nil {
+				return nil, e
+			}
+			if b.IsError {
+				content = "Error: " + content
+			}
+			out = append(out, chat.Message{Role: "tool", Content: content, ToolCallID: b.ToolUseID, Name: names[b.ToolUseID]})
+		case b.Type == "":
+			return nil, badRequest(bf, "%s: content block without a type", bf)
+		default:
+			return nil, badRequest(bf, "%s: content block type %q is not supported in a %s message (text, tool_use in assistant messages, tool_result in user messages)", bf, b.Type, m.Role)
+		}
+	}
+	msg.Content = strings.Join(text, "\n")
+	if len(text) > 0 || len(msg.ToolCalls) > 0 || len(out) == 0 {
+		out = append(out, msg)
+	}
+	return out, nil
+}
+
+// jsonObject returns raw compacted if it is a JSON object ({} if absent).
+func jsonObject(raw json.RawMessage) (string, bool) {
+	if isNull(raw) {
+		return "{}", true
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(raw, &obj) != nil {
+		return "", false
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return "", false
+	}
+	return b.String(), true
 }
 
 // conversation translates system and messages (shared with count_tokens).
@@ -44,6 +181,7 @@ func (r *antRequest) conversation() ([]chat.Message, *apiError) {
 		}
 		msgs = append(msgs, chat.Message{Role: "system", Content: sys})
 	}
+	names := map[string]string{}
 	for i, m := range r.Messages {
 		field := "messages." + itoa(i)
 		if e := checkRole(m.Role, field+".role", "user", "assistant"); e != nil {
@@ -52,11 +190,11 @@ func (r *antRequest) conversation() ([]chat.Message, *apiError) {
 		if isNull(m.Content) {
 			return nil, badRequest(field+".content", "%s.content: field required", field)
 		}
-		text, e := textContent(m.Content, field+".content")
+		turn, e := antTurn(m, field+".content", names)
 		if e != nil {
 			return nil, e
 		}
-		msgs = append(msgs, chat.Message{Role: m.Role, Content: text})
+		msgs = append(msgs, turn...)
 	}
 	return msgs, nil
 }
@@ -77,6 +215,9 @@ func (r *antRequest) translate(s *Server, b *Backend) (*genRequest, *apiError) {
 		return nil, e
 	}
 	if gr.messages, e = r.conversation(); e != nil {
+		return nil, e
+	}
+	if e = r.translateTools(gr); e != nil {
 		return nil, e
 	}
 	if t := r.Temperature; t != nil && *t > 1 {
@@ -130,6 +271,10 @@ func (s *Server) handleCountTokens(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	gr := &genRequest{chat: true, messages: msgs}
+	if e := req.translateTools(gr); e != nil {
+		e.write(ctx, dialectAnthropic)
+		return
+	}
 	prompt, e := s.tokenizeAny(b, gr, "messages")
 	if e != nil {
 		e.write(ctx, dialectAnthropic)
@@ -157,29 +302,41 @@ type antText struct {
 	Text string `json:"text"`
 }
 
+// antToolUse is a tool_use content block of a response.
+type antToolUse struct {
+	Type  string          `json:"type"`
+	ID    string          `json:"id"`
+	Name  string          `json:"name"`
+	Input json.RawMessage `json:"input"`
+}
+
 type antMessageOut struct {
-	ID           string    `json:"id"`
-	Type         string    `json:"type"`
-	Role         string    `json:"role"`
-	Model        string    `json:"model"`
-	Content      []antText `json:"content"`
-	StopReason   *string   `json:"stop_reason"`
-	StopSequence *string   `json:"stop_sequence"`
-	Usage        antUsage  `json:"usage"`
+	ID           string   `json:"id"`
+	Type         string   `json:"type"`
+	Role         string   `json:"role"`
+	Model        string   `json:"model"`
+	Content      []any    `json:"content"` // antText, antToolUse
+	StopReason   *string  `json:"stop_reason"`
+	StopSequence *string  `json:"stop_sequence"`
+	Usage        antUsage `json:"usage"`
 }
 
 // antEncoder writes Messages API responses.
 type antEncoder struct {
 	stops []string // the request's stop_sequences
+	// stream state: the open content block (-1: none) and the next index
+	open, next int
 }
 
 func (a *antEncoder) dialect() dialect   { return dialectAnthropic }
 func (a *antEncoder) streamType() string { return "text/event-stream" }
 
 // stopReason maps the final event to stop_reason and stop_sequence.
-func (a *antEncoder) stopReason(ev *stages.Event) (*string, *string) {
+func (a *antEncoder) stopReason(j *job, ev *stages.Event) (*string, *string) {
 	r := "end_turn"
 	switch {
+	case j.hasCalls():
+		r = "tool_use"
 	case ev.Finish == stages.FinishLength:
 		r = "max_tokens"
 	case ev.StopWord != "" && slices.Contains(a.stops, ev.StopWord):
@@ -191,20 +348,62 @@ func (a *antEncoder) stopReason(ev *stages.Event) (*string, *string) {
 }
 
 func (a *antEncoder) begin(w *bufio.Writer, j *job, u stages.Usage) {
-	msg := antMessageOut{ID: j.id, Type: "message", Role: "assistant", Model: j.model, Content: []antText{}, Usage: newAntUsage(u)}
+	msg := antMessageOut{ID: j.id, Type: "message", Role: "assistant", Model: j.model, Content: []any{}, Usage: newAntUsage(u)}
 	msg.Usage.OutputTokens = 0
 	sse(w, "message_start", struct {
 		Type    string        `json:"type"`
 		Message antMessageOut `json:"message"`
 	}{"message_start", msg})
-	sse(w, "content_block_start", struct {
-		Type         string  `json:"type"`
-		Index        int     `json:"index"`
-		ContentBlock antText `json:"content_block"`
-	}{"content_block_start", 0, antText{Type: "text"}})
+	a.open = -1
+	if j.tools == nil {
+		// without tools the reply is one text block: open it now
+		a.startBlock(w, antText{Type: "text"})
+	}
 	sse(w, "ping", struct {
 		Type string `json:"type"`
 	}{"ping"})
+}
+
+// startBlock opens the next content block.
+func (a *antEncoder) startBlock(w *bufio.Writer, block any) {
+	a.open = a.next
+	a.next++
+	sse(w, "content_block_start", struct {
+		Type         string `json:"type"`
+		Index        int    `json:"index"`
+		ContentBlock any    `json:"content_block"`
+	}{"content_block_start", a.open, block})
+}
+
+// stopBlock closes the open content block, if any.
+func (a *antEncoder) stopBlock(w *bufio.Writer) {
+	if a.open < 0 {
+		return
+	}
+	sse(w, "content_block_stop", struct {
+		Type  string `json:"type"`
+		Index int    `json:"index"`
+	}{"content_block_stop", a.open})
+	a.open = -1
+}
+
+// toolCall writes a tool_use block: its start with an empty input, the
+// input as one input_json_delta, its stop.
+func (a *antEncoder) toolCall(w *bufio.Writer, _ *job, c *outCall) {
+	a.stopBlock(w)
+	a.startBlock(w, antToolUse{Type: "tool_use", ID: c.id, Name: c.name, Input: json.RawMessage("{}")})
+	sse(w, "content_block_delta", struct {
+		Type  string `json:"type"`
+		Index int    `json:"index"`
+		Delta struct {
+			Type        string `json:"type"`
+			PartialJSON string `json:"partial_json"`
+		} `json:"delta"`
+	}{Type: "content_block_delta", Index: a.open, Delta: struct {
+		Type        string `json:"type"`
+		PartialJSON string `json:"partial_json"`
+	}{"input_json_delta", c.args}})
+	a.stopBlock(w)
 }
 
 type antDelta struct {
@@ -214,15 +413,18 @@ type antDelta struct {
 }
 
 func (a *antEncoder) delta(w *bufio.Writer, _ *job, text string) {
-	sse(w, "content_block_delta", antDelta{"content_block_delta", 0, antText{"text_delta", text}})
+	if a.open < 0 {
+		a.startBlock(w, antText{Type: "text"})
+	}
+	sse(w, "content_block_delta", antDelta{"content_block_delta", a.open, antText{"text_delta", text}})
 }
 
 func (a *antEncoder) end(w *bufio.Writer, j *job, ev *stages.Event) {
-	sse(w, "content_block_stop", struct {
-		Type  string `json:"type"`
-		Index int    `json:"index"`
-	}{"content_block_stop", 0})
-	reason, seq := a.stopReason(ev)
+	if a.next == 0 { // an empty reply still has its text block
+		a.startBlock(w, antText{Type: "text"})
+	}
+	a.stopBlock(w)
+	reason, seq := a.stopReason(j, ev)
 	sse(w, "message_delta", struct {
 		Type  string `json:"type"`
 		Delta struct {
@@ -251,7 +453,16 @@ func (a *antEncoder) heartbeat(w *bufio.Writer) bool {
 }
 
 func (a *antEncoder) result(j *job, text string, ev *stages.Event) any {
-	reason, seq := a.stopReason(ev)
+	reason, seq := a.stopReason(j, ev)
+	content := []any{}
+	if text != "" || !j.hasCalls() {
+		content = append(content, antText{Type: "text", Text: text})
+	}
+	if j.tools != nil {
+		for _, c := range j.tools.calls {
+			content = append(content, antToolUse{Type: "tool_use", ID: c.id, Name: c.name, Input: json.RawMessage(c.args)})
+		}
+	}
 	return antMessageOut{ID: j.id, Type: "message", Role: "assistant", Model: j.model,
-		Content: []antText{{Type: "text", Text: text}}, StopReason: reason, StopSequence: seq, Usage: newAntUsage(ev.Usage)}
+		Content: content, StopReason: reason, StopSequence: seq, Usage: newAntUsage(ev.Usage)}
 }

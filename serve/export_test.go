@@ -26,3 +26,9 @@ func DecodedFields(path string) (decoded, ruled map[string]bool) {
 	}
 	return jsonFields(reflect.TypeOf(r.v)), ruled
 }
+
+// SetScript makes s answer every generation request with pieces instead of
+// running the engine: fn gets the prompt's tokens and returns the
+// generated text, piece by piece, which goes through the same mailbox,
+// parser and encoders as the engine's output (tools_test.go).
+func SetScript(s *Server, fn func(prompt []int32) []string) { s.script = fn }

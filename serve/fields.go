@@ -65,7 +65,7 @@ func empty(raw json.RawMessage) bool {
 }
 
 const (
-	noTools     = "tool calling is not implemented yet"
+	noFunctions = "the deprecated functions API is not supported: send tools and tool_choice"
 	noAudio     = "flowinfer generates text only"
 	noStructure = "structured output (grammars, JSON schemas) is not implemented yet"
 	noThinking  = "reasoning controls are not implemented"
@@ -77,11 +77,8 @@ var oaiChatFields = map[string]fieldRule{
 	"audio":                  refused(noAudio),
 	"modalities":             refused(noAudio, `["text"]`),
 	"prediction":             refused("predicted outputs are not implemented"),
-	"tools":                  refused(noTools),
-	"tool_choice":            refused(noTools, `"none"`, `"auto"`),
-	"parallel_tool_calls":    accepted("only matters with tools, which are refused"),
-	"functions":              refused(noTools),
-	"function_call":          refused(noTools, `"none"`, `"auto"`),
+	"functions":              refused(noFunctions),
+	"function_call":          refused(noFunctions, `"none"`, `"auto"`),
 	"response_format":        refused(noStructure, `{"type":"text"}`),
 	"reasoning_effort":       refused(noThinking),
 	"verbosity":              refused("verbosity control is not implemented", `"medium"`),
@@ -103,8 +100,6 @@ var oaiCompletionFields = map[string]fieldRule{
 
 // antFields: Anthropic's create message request (also count_tokens).
 var antFields = map[string]fieldRule{
-	"tools":              refused(noTools),
-	"tool_choice":        refused(noTools, `{"type":"none"}`, `{"type":"auto"}`),
 	"thinking":           refused(noThinking, `{"type":"disabled"}`),
 	"container":          refused("containers are not available"),
 	"context_management": refused("context management is not implemented"),
@@ -117,7 +112,6 @@ var antFields = map[string]fieldRule{
 // /api/generate.
 var (
 	ollamaChatFields = map[string]fieldRule{
-		"tools": refused(noTools),
 		"think": refused(noThinking),
 	}
 	ollamaGenerateFields = map[string]fieldRule{

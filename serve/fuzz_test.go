@@ -248,7 +248,8 @@ func FuzzOpenAIChat(f *testing.F) {
 		`{"model":"stories260K","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Once upon a time"}],"max_tokens":4,"temperature":0}`,
 		`{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"max_completion_tokens":2,"stream":true,"stream_options":{"include_usage":true}}`,
 		`{"messages":[{"role":"user","content":"hi"}],"max_tokens":3,"stop":["x","y"],"seed":1,"top_p":0.5,"logit_bias":{"5":-100},"n":1}`,
-		`{"messages":[{"role":"user","content":"hi"}],"max_tokens":2,"logprobs":true,"top_logprobs":2,"response_format":{"type":"text"}}`)
+		`{"messages":[{"role":"user","content":"hi"}],"max_tokens":2,"logprobs":true,"top_logprobs":2,"response_format":{"type":"text"}}`,
+		`{"messages":[{"role":"user","content":"w?"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},{"role":"tool","tool_call_id":"c1","content":"ok"}],"tools":[{"type":"function","function":{"name":"f","description":"d","parameters":{"type":"object","properties":{"a":{"type":"number"}}}}}],"tool_choice":"auto","parallel_tool_calls":false,"max_tokens":2,"stream":true}`)
 }
 
 func FuzzOpenAICompletions(f *testing.F) {
@@ -262,13 +263,15 @@ func FuzzAnthropicMessages(f *testing.F) {
 	fuzzAPI(f, "/v1/messages", anthropicShape, anthropicStream,
 		`{"model":"stories260K","max_tokens":4,"messages":[{"role":"user","content":"Once upon a time"}]}`,
 		`{"model":"stories260K","max_tokens":2,"system":"Be brief.","stream":true,"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"stop_sequences":["x"],"temperature":0,"top_k":5}`,
-		`{"model":"stories260K","max_tokens":2,"system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"user","content":"c"}],"metadata":{"user_id":"u"}}`)
+		`{"model":"stories260K","max_tokens":2,"system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"user","content":"c"}],"metadata":{"user_id":"u"}}`,
+		`{"model":"stories260K","max_tokens":2,"tools":[{"name":"f","input_schema":{"type":"object"}}],"tool_choice":{"type":"auto","disable_parallel_tool_use":true},"messages":[{"role":"user","content":"w?"},{"role":"assistant","content":[{"type":"text","text":"t"},{"type":"tool_use","id":"t1","name":"f","input":{"a":1}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"ok"}],"is_error":true},{"type":"text","text":"go on"}]}]}`)
 }
 
 func FuzzOllamaChat(f *testing.F) {
 	fuzzAPI(f, "/api/chat", ollamaShape, ollamaStream, append(ollamaSeeds(f, "/v1/chat/completions", "messages"),
 		`{"model":"stories260K","messages":[{"role":"user","content":"Once upon a time"}],"stream":false,"options":{"num_predict":4,"temperature":0}}`,
-		`{"model":"stories260K","messages":[{"role":"system","content":"s"},{"role":"user","content":"hi"}],"options":{"num_predict":2,"seed":1,"top_k":3,"stop":["x"]},"keep_alive":"5m"}`)...)
+		`{"model":"stories260K","messages":[{"role":"system","content":"s"},{"role":"user","content":"hi"}],"options":{"num_predict":2,"seed":1,"top_k":3,"stop":["x"]},"keep_alive":"5m"}`,
+		`{"model":"stories260K","tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"messages":[{"role":"user","content":"w?"},{"role":"assistant","content":"","tool_calls":[{"function":{"name":"f","arguments":{"a":1}}}]},{"role":"tool","tool_name":"f","content":"ok"}],"options":{"num_predict":2}}`)...)
 }
 
 func FuzzOllamaGenerate(f *testing.F) {

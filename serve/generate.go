@@ -19,6 +19,8 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
 
+	"github.com/flowinfer/flowinfer/model/chat"
+	"github.com/flowinfer/flowinfer/model/toolcall"
 	"github.com/flowinfer/flowinfer/stages"
 	"github.com/flowinfer/flowinfer/stages/sample"
 )
@@ -103,11 +105,11 @@ func (s *Server) tokenizeAny(b *Backend, gr *genRequest, param string) ([]int32,
 		if t == nil {
 			return nil, badRequest(param, "the model's chat template is not supported; use a raw prompt endpoint (/v1/completions, /api/generate with raw)")
 		}
-		text, err := t.Render(gr.messages, true)
+		r, err := t.RenderTools(gr.messages, gr.toolList(), true)
 		if err != nil {
-			return nil, badRequest(param, "chat template: %v", err)
+			return nil, renderError(err, param)
 		}
-		prompt = tok.Encode(t.TrimForTokenizer(text, tok.AddBOS(), tok.AddEOS()), true, true)
+		prompt = tok.Encode(t.TrimForTokenizer(r.Prompt, tok.AddBOS(), tok.AddEOS()), true, true)
 	case gr.tokens != nil:
 		for i, id := range gr.tokens {
 			if id < 0 || int(id) >= tok.NVocab() {
@@ -142,6 +144,16 @@ func (s *Server) start(ctx *fasthttp.RequestCtx, b *Backend, gr *genRequest, idP
 		j.req.Stops = append(j.req.Stops, b.Bundle.Template.StopStrings()...)
 	}
 	j.onToken = s.metrics.token
+	if tools := gr.toolList(); len(tools) > 0 && b.Bundle.Template != nil {
+		t := b.Bundle.Template
+		f := toolcall.Detect(t.Source(), t.Family() == chat.ChatML)
+		j.tools = newToolState(gr.tools, f)
+		j.req.Preserve = markerTokens(b, f)
+	}
+	if s.script != nil { // tests: scripted generation instead of the engine
+		go runScript(j, s.script(j.req.Prompt))
+		return j
+	}
 	if err := b.Engine.Submit(j.req); err != nil {
 		j.cancel()
 		submitError(err).write(ctx, enc.dialect())
@@ -201,7 +213,7 @@ func (s *Server) generate(ctx *fasthttp.RequestCtx, b *Backend, gr *genRequest, 
 		(&apiError{status: 500, kind: "server_error", message: fmt.Sprintf("generation failed: %v", final.Err)}).write(ctx, enc.dialect())
 	default:
 		s.metrics.finished(final)
-		writeJSON(ctx, enc.result(j, text, final))
+		writeJSON(ctx, enc.result(j, splitCalls(j, text), final))
 	}
 }
 
@@ -252,9 +264,7 @@ func (s *Server) stream(ctx *fasthttp.RequestCtx, b *Backend, j *job, enc encode
 				enc.begin(w, j, usage)
 				begun = true
 			}
-			if text != "" || j.hasLogprobs() {
-				enc.delta(w, j, text)
-			}
+			streamText(w, j, enc, text, final != nil && final.Finish != stages.FinishError)
 			if final != nil {
 				if final.Finish == stages.FinishError {
 					log.Error("generation failed", zap.String("id", j.id), zap.Error(final.Err))

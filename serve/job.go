@@ -43,6 +43,10 @@ type job struct {
 	onToken func(first bool, since time.Duration) // metrics hook, from Emit
 	// logprobs of the tokens not yet taken, when the request asked for them
 	lps []stages.TokenLogprob
+
+	// tools parses the reply into content and calls when the request
+	// offered tools (tools.go); nil otherwise. Used by the HTTP side only.
+	tools *toolState
 }
 
 func newJob(parent context.Context, id, model, endpoint string, prompt []int32) *job {

@@ -73,13 +73,27 @@ func (c *ollamaCommon) translate(s *Server, b *Backend, gr *genRequest) *apiErro
 }
 
 type ollamaMessage struct {
-	Role    string   `json:"role"`
-	Content string   `json:"content"`
-	Images  []string `json:"images,omitempty"`
+	Role       string           `json:"role"`
+	Content    string           `json:"content"`
+	Images     []string         `json:"images,omitempty"`
+	ToolCalls  []ollamaToolCall `json:"tool_calls,omitempty"`
+	ToolName   string           `json:"tool_name,omitempty"`    // tool: the function that answered
+	ToolCallID string           `json:"tool_call_id,omitempty"` // tool
+}
+
+// ollamaToolCall is Ollama's call: arguments as an object.
+type ollamaToolCall struct {
+	ID       string `json:"id,omitempty"`
+	Function struct {
+		Index     int             `json:"index"`
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	} `json:"function"`
 }
 
 type ollamaChatRequest struct {
 	Messages []ollamaMessage `json:"messages"`
+	Tools    []oaiTool       `json:"tools"`
 	ollamaCommon
 }
 
@@ -122,9 +136,51 @@ func (s *Server) handleOllamaChat(ctx *fasthttp.RequestCtx) {
 			badRequest(field+".images", "images are not supported").write(ctx, dialectOllama)
 			return
 		}
-		gr.messages = append(gr.messages, chat.Message{Role: m.Role, Content: m.Content})
+		msg, e := ollamaTurn(m, field)
+		if e != nil {
+			e.write(ctx, dialectOllama)
+			return
+		}
+		gr.messages = append(gr.messages, msg)
+	}
+	if len(req.Tools) > 0 {
+		gr.tools = &toolSettings{}
+		for i, t := range req.Tools {
+			field := "tools[" + itoa(i) + "]"
+			if t.Type != "function" || t.Function == nil {
+				badRequest(field+".type", "%s: only function tools are supported", field).write(ctx, dialectOllama)
+				return
+			}
+			tool, e := functionTool(t.Function.Name, t.Function.Description, t.Function.Parameters, field+".function")
+			if e != nil {
+				e.write(ctx, dialectOllama)
+				return
+			}
+			gr.tools.tools = append(gr.tools.tools, tool)
+		}
 	}
 	s.generate(ctx, b, gr, "", "/api/chat", "messages", &ollamaEncoder{chat: true})
+}
+
+// ollamaTurn translates a message: an assistant's tool_calls (arguments
+// an object), a tool result's tool_name.
+func ollamaTurn(m ollamaMessage, field string) (chat.Message, *apiError) {
+	msg := chat.Message{Role: m.Role, Content: m.Content, Name: m.ToolName, ToolCallID: m.ToolCallID}
+	if len(m.ToolCalls) > 0 && m.Role != "assistant" {
+		return msg, badRequest(field+".tool_calls", "%s.tool_calls: only an assistant message makes tool calls", field)
+	}
+	for k, c := range m.ToolCalls {
+		cf := field + ".tool_calls[" + itoa(k) + "].function"
+		if c.Function.Name == "" {
+			return msg, badRequest(cf+".name", "%s.name is required", cf)
+		}
+		args, ok := jsonObject(c.Function.Arguments)
+		if !ok {
+			return msg, badRequest(cf+".arguments", "%s.arguments: a JSON object is required", cf)
+		}
+		msg.ToolCalls = append(msg.ToolCalls, chat.ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: args})
+	}
+	return msg, nil
 }
 
 func (s *Server) handleOllamaGenerate(ctx *fasthttp.RequestCtx) {
@@ -206,6 +262,20 @@ func (o *ollamaEncoder) begin(*bufio.Writer, *job, stages.Usage) {}
 
 func (o *ollamaEncoder) delta(w *bufio.Writer, j *job, text string) { ndjson(w, o.chunk(j, text)) }
 
+// ollamaCall is c in Ollama's shape.
+func ollamaCall(c *outCall) ollamaToolCall {
+	var t ollamaToolCall
+	t.Function.Index, t.Function.Name, t.Function.Arguments = c.index, c.name, json.RawMessage(c.args)
+	return t
+}
+
+// toolCall writes a chunk carrying one complete call, as Ollama streams them.
+func (o *ollamaEncoder) toolCall(w *bufio.Writer, j *job, c *outCall) {
+	ch := o.chunk(j, "")
+	ch.Message.ToolCalls = []ollamaToolCall{ollamaCall(c)}
+	ndjson(w, ch)
+}
+
 // final fills the closing fields.
 func (o *ollamaEncoder) final(c *ollamaChunk, j *job, ev *stages.Event) {
 	c.Done = true
@@ -237,6 +307,11 @@ func (o *ollamaEncoder) heartbeat(*bufio.Writer) bool { return false }
 
 func (o *ollamaEncoder) result(j *job, text string, ev *stages.Event) any {
 	c := o.chunk(j, text)
+	if j.hasCalls() {
+		for i := range j.tools.calls {
+			c.Message.ToolCalls = append(c.Message.ToolCalls, ollamaCall(&j.tools.calls[i]))
+		}
+	}
 	o.final(&c, j, ev)
 	return c
 }

@@ -19,8 +19,32 @@ import (
 )
 
 type oaiMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	ToolCalls  []oaiToolCall   `json:"tool_calls"`   // assistant
+	ToolCallID string          `json:"tool_call_id"` // tool
+	Name       string          `json:"name"`
+}
+
+// oaiToolCall is a call in an assistant message, and in a response.
+type oaiToolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+// oaiTool is an entry of "tools".
+type oaiTool struct {
+	Type     string `json:"type"`
+	Function *struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Parameters  json.RawMessage `json:"parameters"`
+		Strict      *bool           `json:"strict"`
+	} `json:"function"`
 }
 
 type oaiStreamOptions struct {
@@ -44,7 +68,10 @@ type oaiCommon struct {
 }
 
 type oaiChatRequest struct {
-	Messages []oaiMessage `json:"messages"`
+	Messages          []oaiMessage    `json:"messages"`
+	Tools             []oaiTool       `json:"tools"`
+	ToolChoice        json.RawMessage `json:"tool_choice"`
+	ParallelToolCalls *bool           `json:"parallel_tool_calls"`
 	oaiCommon
 }
 
@@ -153,6 +180,7 @@ func (r *oaiChatRequest) translate(s *Server, b *Backend) (*genRequest, *apiErro
 	if len(r.Messages) == 0 {
 		return nil, badRequest("messages", "messages is required and must be a non-empty array")
 	}
+	callNames := map[string]string{} // tool call id -> function name
 	for i, m := range r.Messages {
 		field := "messages[" + itoa(i) + "]"
 		if e := checkRole(m.Role, field+".role", "system", "developer", "user", "assistant", "tool"); e != nil {
@@ -167,12 +195,89 @@ func (r *oaiChatRequest) translate(s *Server, b *Backend) (*genRequest, *apiErro
 		if e != nil {
 			return nil, e
 		}
-		gr.messages = append(gr.messages, chat.Message{Role: m.Role, Content: text})
+		msg := chat.Message{Role: m.Role, Content: text}
+		switch {
+		case len(m.ToolCalls) > 0 && m.Role != "assistant":
+			return nil, badRequest(field+".tool_calls", "%s.tool_calls: only an assistant message makes tool calls", field)
+		case m.Role == "tool":
+			msg.ToolCallID, msg.Name = m.ToolCallID, m.Name
+			if msg.Name == "" {
+				msg.Name = callNames[m.ToolCallID]
+			}
+		}
+		for k, c := range m.ToolCalls {
+			cf := field + ".tool_calls[" + itoa(k) + "]"
+			if c.Type != "function" && c.Type != "" {
+				return nil, badRequest(cf+".type", "%s.type: %q is not supported (function only)", cf, c.Type)
+			}
+			if c.Function.Name == "" {
+				return nil, badRequest(cf+".function.name", "%s.function.name is required", cf)
+			}
+			args := c.Function.Arguments
+			if args == "" {
+				args = "{}"
+			}
+			msg.ToolCalls = append(msg.ToolCalls, chat.ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: args})
+			callNames[c.ID] = c.Function.Name
+		}
+		gr.messages = append(gr.messages, msg)
+	}
+	if e := r.translateTools(gr); e != nil {
+		return nil, e
 	}
 	if e := r.oaiCommon.translate(s, b, gr); e != nil {
 		return nil, e
 	}
 	return gr, nil
+}
+
+// translateTools decodes tools, tool_choice and parallel_tool_calls.
+func (r *oaiChatRequest) translateTools(gr *genRequest) *apiError {
+	choice := "auto"
+	if !isNull(r.ToolChoice) {
+		var str string
+		var obj struct {
+			Type     string `json:"type"`
+			Function struct {
+				Name string `json:"name"`
+			} `json:"function"`
+		}
+		switch {
+		case json.Unmarshal(r.ToolChoice, &str) == nil:
+			choice = str
+		case json.Unmarshal(r.ToolChoice, &obj) == nil && obj.Type == "function":
+			return badRequest("tool_choice", "tool_choice: forcing function %q "+errConstrained, obj.Function.Name, `"auto"`)
+		default:
+			return badRequest("tool_choice", `tool_choice: expected "none", "auto", "required" or {"type":"function","function":{"name":...}}`)
+		}
+	}
+	switch choice {
+	case "auto", "none":
+	case "required":
+		return badRequest("tool_choice", `tool_choice: "required" `+errConstrained, `"auto"`)
+	default:
+		return badRequest("tool_choice", `tool_choice: %q is not one of "none", "auto", "required"`, choice)
+	}
+	if len(r.Tools) == 0 || choice == "none" {
+		return nil // tool_choice none: the model is not shown the tools
+	}
+	ts := &toolSettings{single: r.ParallelToolCalls != nil && !*r.ParallelToolCalls}
+	for i, t := range r.Tools {
+		field := "tools[" + itoa(i) + "]"
+		if t.Type != "function" || t.Function == nil {
+			return badRequest(field+".type", "%s: only function tools are supported (type \"function\" with a \"function\" object)", field)
+		}
+		if t.Function.Strict != nil && *t.Function.Strict {
+			return badRequest(field+".function.strict", "%s.function.strict: true "+errConstrained, field, "strict: false")
+		}
+		tool, e := functionTool(t.Function.Name, t.Function.Description, t.Function.Parameters, field+".function")
+		if e != nil {
+			return e
+		}
+		ts.tools = append(ts.tools, tool)
+	}
+	gr.tools = ts
+	return nil
 }
 
 func (s *Server) handleCompletions(ctx *fasthttp.RequestCtx) {
@@ -282,8 +387,9 @@ func newTimings(ev *stages.Event) *oaiTimings {
 }
 
 type oaiOutMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role      string        `json:"role"`
+	Content   *string       `json:"content"` // null when the reply is only tool calls
+	ToolCalls []oaiToolCall `json:"tool_calls,omitempty"`
 }
 
 // oaiChoice is a choice of a response or a chunk: Message (chat), Delta
@@ -383,13 +489,45 @@ type oaiResponse struct {
 	Timings           *oaiTimings `json:"timings,omitempty"`
 }
 
-// finishReason maps the engine's reason to OpenAI's.
-func finishReason(f stages.FinishReason) *string {
+// finishReason maps the engine's reason to OpenAI's ("tool_calls" when
+// the reply made calls).
+func finishReason(f stages.FinishReason, j *job) *string {
 	r := "stop"
-	if f == stages.FinishLength {
+	switch {
+	case j.hasCalls():
+		r = "tool_calls"
+	case f == stages.FinishLength:
 		r = "length"
 	}
 	return &r
+}
+
+// oaiDeltaCall is a call in a chunk: index, id, type and name first, then
+// the arguments, as the SDKs' stream helpers accumulate them.
+type oaiDeltaCall struct {
+	Index    int    `json:"index"`
+	ID       string `json:"id,omitempty"`
+	Type     string `json:"type,omitempty"`
+	Function struct {
+		Name      string `json:"name,omitempty"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+type oaiCallsDelta struct {
+	ToolCalls []oaiDeltaCall `json:"tool_calls"`
+}
+
+func (o *oaiEncoder) toolCall(w *bufio.Writer, j *job, c *outCall) {
+	head := oaiDeltaCall{Index: c.index, ID: c.id, Type: "function"}
+	head.Function.Name = c.name
+	args := oaiDeltaCall{Index: c.index}
+	args.Function.Arguments = c.args
+	for _, d := range []oaiDeltaCall{head, args} {
+		r := o.frame(j)
+		r.Choices = []oaiChoice{{Delta: oaiCallsDelta{[]oaiDeltaCall{d}}}}
+		sse(w, "", r)
+	}
 }
 
 // oaiEncoder writes chat completions (chat) or text completions.
@@ -446,10 +584,10 @@ func (o *oaiEncoder) delta(w *bufio.Writer, j *job, text string) {
 func (o *oaiEncoder) end(w *bufio.Writer, j *job, ev *stages.Event) {
 	r := o.frame(j)
 	if o.chat {
-		r.Choices = []oaiChoice{{FinishReason: finishReason(ev.Finish), Delta: json.RawMessage(emptyDelta)}}
+		r.Choices = []oaiChoice{{FinishReason: finishReason(ev.Finish, j), Delta: json.RawMessage(emptyDelta)}}
 	} else {
 		empty := ""
-		r.Choices = []oaiChoice{{FinishReason: finishReason(ev.Finish), Text: &empty}}
+		r.Choices = []oaiChoice{{FinishReason: finishReason(ev.Finish, j), Text: &empty}}
 	}
 	if !o.usage {
 		r.Timings = newTimings(ev)
@@ -479,9 +617,20 @@ func (o *oaiEncoder) result(j *job, text string, ev *stages.Event) any {
 	r := o.frame(j)
 	if o.chat {
 		r.Object = "chat.completion"
-		r.Choices = []oaiChoice{{FinishReason: finishReason(ev.Finish), Message: &oaiOutMessage{Role: "assistant", Content: text}}}
+		m := &oaiOutMessage{Role: "assistant", Content: &text}
+		if j.hasCalls() {
+			if text == "" {
+				m.Content = nil
+			}
+			for _, c := range j.tools.calls {
+				tc := oaiToolCall{ID: c.id, Type: "function"}
+				tc.Function.Name, tc.Function.Arguments = c.name, c.args
+				m.ToolCalls = append(m.ToolCalls, tc)
+			}
+		}
+		r.Choices = []oaiChoice{{FinishReason: finishReason(ev.Finish, j), Message: m}}
 	} else {
-		r.Choices = []oaiChoice{{FinishReason: finishReason(ev.Finish), Text: &text}}
+		r.Choices = []oaiChoice{{FinishReason: finishReason(ev.Finish, j), Text: &text}}
 	}
 	if o.logprobs {
 		r.Choices[0].Logprobs = o.logprobsOf(j.takeLogprobs(), 0)

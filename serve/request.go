@@ -35,6 +35,17 @@ type genRequest struct {
 	// most likely tokens of its step (OpenAI)
 	logprobs    bool
 	topLogprobs int
+	// tools: the functions the model may call (nil: none offered, the
+	// reply is all content); tools.go.
+	tools *toolSettings
+}
+
+// toolList is the tools to render with the conversation.
+func (gr *genRequest) toolList() []chat.Tool {
+	if gr.tools == nil {
+		return nil
+	}
+	return gr.tools.tools
 }
 
 // samplingFields are the sampling settings the APIs share; nil keeps the

@@ -26,12 +26,21 @@
 // output norm, pooled (--pooling, else the GGUF's <arch>.pooling_type,
 // else the last token) and L2-normalised, as llama-server's.
 //
-// It does not implement tool calls, images, n > 1, structured
+// Tool calling (tools.go): each API's tools and earlier calls and results
+// are rendered through the chat template; with tools offered, the reply is
+// parsed into content and calls in the format of the template's family
+// (model/toolcall: Hermes/Qwen, Llama 3.x, Mistral, generic JSON), text that
+// may start a call held back while streaming, and each API's encoder writes
+// the calls (OpenAI tool_calls, Anthropic tool_use blocks, Ollama
+// tool_calls). Choices that force a call need constrained sampling and are
+// refused.
+//
+// It does not implement images, n > 1, structured
 // output, embedding dimensions other than the model's, or reranking: a
-// request that asks for one of them gets a 400 naming the field (fields.go
-// lists every documented field each API has and what is done with it),
-// never a silent drop.
-// Fields no API documents are ignored and logged at debug level.
+// request that asks for one of them gets a 400 naming the field
+// (fields.go lists every documented field each API has and what is done
+// with it), never a silent drop. Fields no API documents are ignored and
+// logged at debug level.
 // A client that leaves is noticed on the next write of a stream and, for a
 // non-streamed request, by peeking at its connection every 200 ms
 // (peerwatch.go); either way its sequence is cancelled and its KV blocks
@@ -148,6 +157,9 @@ type Server struct {
 	nextID   atomic.Uint64
 	stop     chan struct{} // closed by Shutdown's deadline: abort streams
 	stopOnce atomic.Bool
+	// script, set by tests only (export_test.go), replaces the engine: a
+	// request's reply is the pieces it returns for the prompt (tools.go).
+	script func(prompt []int32) []string
 }
 
 // New returns a server; it serves nothing until Serve.

@@ -21,9 +21,12 @@ import (
 func TestDisconnectCancels(t *testing.T) {
 	ts := startSlow(t, serve.Config{}, stages.Config{NCtx: 1024}, 5*time.Millisecond)
 	c := ts.openStream(t, "/v1/completions", longStream)
-	if st := ts.engine.Stats(); st.Running != 1 || st.KVBlocksUsed == 0 {
-		t.Errorf("while streaming: %+v", st)
-	}
+	// the stream opens (headers, a heartbeat) before the sequence has its
+	// blocks: wait for them
+	waitFor(t, "the sequence to run", func() bool {
+		st := ts.engine.Stats()
+		return st.Running == 1 && st.KVBlocksUsed > 0
+	})
 	c.Close()
 	// ~1000 tokens at ≥5 ms would take 5 s; the cancel must come sooner.
 	start := time.Now()

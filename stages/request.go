@@ -51,6 +51,9 @@ type Request struct {
 	IgnoreEOG bool
 	// RenderSpecial renders control tokens as text.
 	RenderSpecial bool
+	// Preserve lists control tokens rendered as text without
+	// RenderSpecial (tool-call markers such as <|python_tag|>).
+	Preserve []int32
 	// AllLogits asks for the logits of every prompt position (not only the
 	// last); each row is passed to OnLogits.
 	AllLogits bool

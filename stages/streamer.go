@@ -34,6 +34,7 @@ func (s *streamer) run(ctx context.Context, in *graph.In[tokenEvent]) error {
 		}
 		if q.dec == nil {
 			q.dec = s.tok.NewDecoder(q.req.RenderSpecial)
+			q.dec.Preserve(q.req.Preserve)
 			q.stops = sample.NewStopMatcher(q.req.Stops)
 		}
 		text := ""

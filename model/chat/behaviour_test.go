@@ -105,7 +105,7 @@ func TestUnknownTemplateRendersThroughJinja(t *testing.T) {
 	if tpl.Family() != Unknown || tpl.UsedFallback() || tpl.StopStrings() != nil {
 		t.Errorf("Family=%s UsedFallback=%v StopStrings=%q", tpl.Family(), tpl.UsedFallback(), tpl.StopStrings())
 	}
-	got, err := tpl.Render([]Message{{"system", " Be nice. "}, {"user", "Hi"}}, true)
+	got, err := tpl.Render([]Message{{Role: "system", Content: " Be nice. "}, {Role: "user", Content: "Hi"}}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,11 +152,11 @@ func TestFallbackAtRender(t *testing.T) {
 	if tpl.UsedFallback() {
 		t.Fatal("UsedFallback() = true at New")
 	}
-	r, err := tpl.RenderDetailed([]Message{{"user", "Hi"}}, true)
+	r, err := tpl.RenderDetailed([]Message{{Role: "user", Content: "Hi"}}, true)
 	if err != nil || r.Fallback {
 		t.Fatalf("plain conversation: %v, fallback %v", err, r.Fallback)
 	}
-	r, err = tpl.RenderDetailed([]Message{{"user", "Hi"}, {"tool", "42"}}, true)
+	r, err = tpl.RenderDetailed([]Message{{Role: "user", Content: "Hi"}, {Role: "tool", Content: "42"}}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestFallbackAtRender(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tpl.Render([]Message{{"user", "Hi"}, {"tool", "42"}}, true); err == nil || errors.Is(err, ErrRejected) {
+	if _, err := tpl.Render([]Message{{Role: "user", Content: "Hi"}, {Role: "tool", Content: "42"}}, true); err == nil || errors.Is(err, ErrRejected) {
 		t.Errorf("unknown family engine failure: err = %v", err)
 	}
 }
@@ -186,7 +186,7 @@ func TestRejected(t *testing.T) {
 			continue
 		}
 		tpl := newFromFile(t, c, tt)
-		_, err := tpl.Render([]Message{{"user", "a"}, {"user", "b"}}, true)
+		_, err := tpl.Render([]Message{{Role: "user", Content: "a"}, {Role: "user", Content: "b"}}, true)
 		if !errors.Is(err, ErrRejected) || !strings.Contains(err.Error(), "alternate") {
 			t.Errorf("%s: err = %v, want ErrRejected about alternating roles", tt.stem(), err)
 		}
@@ -219,7 +219,7 @@ func TestSystemMerge(t *testing.T) {
 	if tpl.SupportsSystemRole() {
 		t.Error("SupportsSystemRole() = true for a template that ignores system messages")
 	}
-	got, err := tpl.Render([]Message{{"system", "S"}, {"user", "U"}}, true)
+	got, err := tpl.Render([]Message{{Role: "system", Content: "S"}, {Role: "user", Content: "U"}}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestSystemMerge(t *testing.T) {
 		t.Error("ChatML: SupportsSystemRole() = false")
 	}
 	gemma := mustNew(t, "gemma", "<bos>", "<eos>")
-	got, err = gemma.Render([]Message{{"system", "only a system message"}}, true)
+	got, err = gemma.Render([]Message{{Role: "system", Content: "only a system message"}}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +240,7 @@ func TestSystemMerge(t *testing.T) {
 }
 
 func TestBuiltinNames(t *testing.T) {
-	conv := []Message{{"system", "S"}, {"user", "U1"}, {"assistant", " A1 "}, {"user", "U2"}}
+	conv := []Message{{Role: "system", Content: "S"}, {Role: "user", Content: "U1"}, {Role: "assistant", Content: " A1 "}, {Role: "user", Content: "U2"}}
 	tests := []struct {
 		name, want string
 		family     Family
@@ -313,7 +313,7 @@ func TestDetect(t *testing.T) {
 
 func TestTrimForTokenizer(t *testing.T) {
 	tpl := mustNew(t, "llama3", "<|begin_of_text|>", "<|eot_id|>")
-	prompt, err := tpl.Render([]Message{{"user", "Hi"}}, false)
+	prompt, err := tpl.Render([]Message{{Role: "user", Content: "Hi"}}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +377,7 @@ func TestClock(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := tpl.Render([]Message{{"user", "Hi"}}, true)
+		got, err := tpl.Render([]Message{{Role: "user", Content: "Hi"}}, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -388,7 +388,7 @@ func TestClock(t *testing.T) {
 }
 
 func TestDeveloperRole(t *testing.T) {
-	got, err := Default().Render([]Message{{"developer", "D"}, {"user", "U"}}, false)
+	got, err := Default().Render([]Message{{Role: "developer", Content: "D"}, {Role: "user", Content: "U"}}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +397,7 @@ func TestDeveloperRole(t *testing.T) {
 	}
 	// gpt-oss-style templates (with <|channel|>) see the developer role as is.
 	src := "{# <|channel|> #}{% for m in messages %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{% endfor %}"
-	got, err = mustNew(t, src, "", "").Render([]Message{{"developer", "D"}, {"user", "U"}}, false)
+	got, err = mustNew(t, src, "", "").Render([]Message{{Role: "developer", Content: "D"}, {Role: "user", Content: "U"}}, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,8 +33,10 @@
 // Callers do the same with TrimForTokenizer; EmitsBOS tells whether the
 // template writes the BOS text itself (Llama 3, Gemma, Mistral do).
 //
-// This package does not tokenize, does not handle tool calls, images or typed
-// content parts, and does not parse model output.
+// Tools, assistant tool calls and tool results reach the template as
+// Hugging Face's apply_chat_template passes them (tools.go); the model's
+// output is parsed into calls by model/toolcall, not here. This package does
+// not tokenize and does not handle images or typed content parts.
 package chat
 
 import (
@@ -51,6 +53,12 @@ import (
 type Message struct {
 	Role    string
 	Content string
+	// ToolCalls are the calls an assistant turn made (tools.go).
+	ToolCalls []ToolCall
+	// ToolCallID and Name: a "tool" turn is the result of the call with
+	// this id, to the function Name (either may be empty).
+	ToolCallID string
+	Name       string
 }
 
 // Family is the prompt format a template belongs to.
@@ -222,8 +230,8 @@ func (t *Template) probe(jt *jinjaTemplate) error {
 		name string
 		msgs []Message
 	}{
-		{"single user turn", []Message{{"user", probeUser}}},
-		{"user/assistant/user", []Message{{"user", probeUser}, {"assistant", probeAssistant}, {"user", probeUser2}}},
+		{"single user turn", []Message{{Role: "user", Content: probeUser}}},
+		{"user/assistant/user", []Message{{Role: "user", Content: probeUser}, {Role: "assistant", Content: probeAssistant}, {Role: "user", Content: probeUser2}}},
 	}
 	for _, c := range checks {
 		v.messages = c.msgs
@@ -237,7 +245,7 @@ func (t *Template) probe(jt *jinjaTemplate) error {
 			}
 		}
 	}
-	v.messages = []Message{{"system", probeSystem}, {"user", probeUser}}
+	v.messages = []Message{{Role: "system", Content: probeSystem}, {Role: "user", Content: probeUser}}
 	out, err := jt.render(v)
 	t.systemRole = err == nil && strings.Contains(out, probeSystem)
 	return nil
@@ -248,7 +256,7 @@ func (t *Template) probeBOS() bool {
 	if t.bos == "" {
 		return false
 	}
-	out, err := t.Render([]Message{{"user", probeUser}}, true)
+	out, err := t.Render([]Message{{Role: "user", Content: probeUser}}, true)
 	return err == nil && strings.HasPrefix(out, t.bos)
 }
 
@@ -271,10 +279,27 @@ type Rendered struct {
 
 // RenderDetailed is Render that also reports whether the fallback was used.
 func (t *Template) RenderDetailed(msgs []Message, addGenerationPrompt bool) (Rendered, error) {
+	return t.RenderTools(msgs, nil, addGenerationPrompt)
+}
+
+// RenderTools is RenderDetailed with tools the model may call; msgs may
+// hold assistant tool calls and tool results (tools.go). A template that
+// cannot render them gives ErrNoToolSupport.
+func (t *Template) RenderTools(msgs []Message, tools []Tool, addGenerationPrompt bool) (Rendered, error) {
 	if len(msgs) == 0 {
 		return Rendered{}, ErrNoMessages
 	}
 	msgs = t.mapRoles(msgs)
+	withTools := len(tools) > 0 || hasToolTurns(msgs)
+	switch {
+	case !withTools:
+	case !t.SupportsTools():
+		return Rendered{}, fmt.Errorf("%w (family %s)", ErrNoToolSupport, t.family)
+	case !t.jinjaTools():
+		var b strings.Builder
+		err := t.chatMLTools(&b, msgs, tools, addGenerationPrompt)
+		return Rendered{Prompt: b.String(), Fallback: t.jinja == nil && t.fallback}, err
+	}
 	if t.jinja == nil {
 		out, err := t.renderBuiltin(msgs, addGenerationPrompt)
 		return Rendered{Prompt: out, Fallback: t.fallback}, err
@@ -289,6 +314,7 @@ func (t *Template) RenderDetailed(msgs []Message, addGenerationPrompt bool) (Ren
 		eosToken:            t.eos,
 		addGenerationPrompt: addGenerationPrompt,
 		now:                 t.now(),
+		tools:               tools,
 	})
 	if err == nil {
 		return Rendered{Prompt: out}, nil
@@ -300,8 +326,19 @@ func (t *Template) RenderDetailed(msgs []Message, addGenerationPrompt bool) (Ren
 	if t.family == Unknown {
 		return Rendered{}, fmt.Errorf("chat: rendering template: %w", err)
 	}
+	if withTools && t.family != ChatML {
+		return Rendered{}, fmt.Errorf("chat: rendering template with tools: %w", err)
+	}
 	t.log.Warn("chat template: Jinja rendering failed for this conversation, using the built-in renderer",
 		zap.Stringer("family", t.family), zap.Error(err))
+	if withTools {
+		var b strings.Builder
+		berr := t.chatMLTools(&b, msgs, tools, addGenerationPrompt)
+		if berr != nil {
+			return Rendered{}, fmt.Errorf("chat: rendering template: %w (built-in %s renderer: %v)", err, t.family, berr)
+		}
+		return Rendered{Prompt: b.String(), Fallback: true}, nil
+	}
 	out, berr := t.renderBuiltin(msgs, addGenerationPrompt)
 	if berr != nil {
 		return Rendered{}, fmt.Errorf("chat: rendering template: %w (built-in %s renderer: %v)", err, t.family, berr)

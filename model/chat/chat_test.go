@@ -189,12 +189,12 @@ func TestBuiltinMatchesTemplate(t *testing.T) {
 
 // llamaCppConversation is the conversation of llama.cpp's test-chat-template.cpp.
 var llamaCppConversation = []Message{
-	{"system", "You are a helpful assistant"},
-	{"user", "Hello"},
-	{"assistant", "Hi there"},
-	{"user", "Who are you"},
-	{"assistant", "   I am an assistant   "},
-	{"user", "Another question"},
+	{Role: "system", Content: "You are a helpful assistant"},
+	{Role: "user", Content: "Hello"},
+	{Role: "assistant", Content: "Hi there"},
+	{Role: "user", Content: "Who are you"},
+	{Role: "assistant", Content: "   I am an assistant   "},
+	{Role: "user", Content: "Another question"},
 }
 
 // TestLlamaCppCases checks the templates of llama.cpp's

@@ -76,8 +76,8 @@ func FuzzNew(f *testing.F) {
 			msgs []Message
 			gen  bool
 		}{
-			{[]Message{{"system", "s"}, {"user", "u"}, {"assistant", "a"}, {"user", "u2"}}, true},
-			{[]Message{{"user", "x"}}, false},
+			{[]Message{{Role: "system", Content: "s"}, {Role: "user", Content: "u"}, {Role: "assistant", Content: "a"}, {Role: "user", Content: "u2"}}, true},
+			{[]Message{{Role: "user", Content: "x"}}, false},
 		} {
 			start := time.Now()
 			out, err := tpl.Render(c.msgs, c.gen)

@@ -35,6 +35,7 @@ type jinjaVars struct {
 	bosToken, eosToken  string
 	addGenerationPrompt bool
 	now                 time.Time
+	tools               []Tool // passed only when there are some
 }
 
 // raisedError is what the template's raise_exception produced.
@@ -87,19 +88,32 @@ func (j *jinjaTemplate) render(v jinjaVars) (out string, err error) {
 		}
 	}()
 	msgs := make(pyList, len(v.messages))
+	input := len(v.bosToken) + len(v.eosToken)
 	for i, m := range v.messages {
 		// An ordered dict, so that tojson keeps role before content as Python does.
-		msgs[i] = &exec.Dict{Pairs: []*exec.Pair{
-			{Key: exec.AsValue("role"), Value: exec.AsValue(m.Role)},
-			{Key: exec.AsValue("content"), Value: exec.AsValue(m.Content)},
-		}}
-	}
-	input := len(v.bosToken) + len(v.eosToken)
-	for _, m := range v.messages {
+		d, err := jinjaMessage(m)
+		if err != nil {
+			return "", err
+		}
+		msgs[i] = d
 		input += len(m.Role) + len(m.Content)
+		for _, c := range m.ToolCalls {
+			input += len(c.ID) + len(c.Name) + len(c.Arguments)
+		}
 	}
-	b := newBudget(input, len(v.messages))
-	ctx := exec.NewContext(map[string]any{
+	vars := map[string]any{}
+	if len(v.tools) > 0 {
+		tools, err := jinjaToolList(v.tools)
+		if err != nil {
+			return "", err
+		}
+		vars["tools"] = tools
+		for _, t := range v.tools {
+			input += len(t.Name) + len(t.Description) + len(t.Parameters)
+		}
+	}
+	b := newBudget(input, len(v.messages)+len(v.tools))
+	for k, val := range map[string]any{
 		budgetKey:               b,
 		"messages":              msgs,
 		"bos_token":             v.bosToken,
@@ -124,7 +138,10 @@ func (j *jinjaTemplate) render(v jinjaVars) (out string, err error) {
 			}
 			return strftime(args.Args[0].String(), v.now), nil
 		},
-	})
+	} {
+		vars[k] = val
+	}
+	ctx := exec.NewContext(vars)
 	if err = j.tpl.Execute(b, ctx); err != nil {
 		if raised != nil {
 			return "", raised
@@ -308,7 +325,7 @@ func newMethods() exec.Methods {
 	dict := map[string]exec.Method[map[string]any]{}
 	for _, name := range dictMethodNames {
 		if m, ok := base.Dict.Get(name); ok {
-			dict[name] = listifyMethod(m)
+			dict[name] = listifyMethod(orderedDictMethod(name, m))
 		}
 	}
 	list := map[string]exec.Method[[]any]{}
@@ -349,6 +366,33 @@ var (
 	dictMethodNames = [...]string{"keys", "values", "items", "get", "pop", "setdefault", "update", "copy", "clear"}
 	listMethodNames = [...]string{"append", "reverse", "copy"}
 )
+
+// orderedDictMethod makes keys, values and items of an ordered dict (JSON
+// objects from tools.go) follow insertion order, as Python's do; gonja
+// hands dict methods a Go map and sorts its keys.
+func orderedDictMethod(name string, m exec.Method[map[string]any]) exec.Method[map[string]any] {
+	if name != "keys" && name != "values" && name != "items" {
+		return m
+	}
+	return func(self map[string]any, selfValue *exec.Value, args *exec.VarArgs) (any, error) {
+		d, ok := selfValue.Interface().(*exec.Dict)
+		if !ok || len(args.Args) > 0 || len(args.KwArgs) > 0 {
+			return m(self, selfValue, args)
+		}
+		out := make(pyList, len(d.Pairs))
+		for i, p := range d.Pairs {
+			switch name {
+			case "keys":
+				out[i] = p.Key.Interface()
+			case "values":
+				out[i] = p.Value.Interface()
+			default:
+				out[i] = pyList{p.Key.Interface(), p.Value.Interface()}
+			}
+		}
+		return out, nil
+	}
+}
 
 func listifyMethod[T any](m exec.Method[T]) exec.Method[T] {
 	return func(self T, selfValue *exec.Value, args *exec.VarArgs) (any, error) {

@@ -160,7 +160,7 @@ func TestKnownDifferences(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := jt.render(jinjaVars{messages: []Message{{"user", "u"}}})
+			got, err := jt.render(jinjaVars{messages: []Message{{Role: "user", Content: "u"}}})
 			if err != nil {
 				t.Fatal(err)
 			}

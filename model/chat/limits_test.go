@@ -67,7 +67,7 @@ func TestRenderLimits(t *testing.T) {
 			start := time.Now()
 			tpl, err := New(src, "<s>", "</s>")
 			if err == nil {
-				_, err = tpl.Render([]Message{{"user", "hello"}}, true)
+				_, err = tpl.Render([]Message{{Role: "user", Content: "hello"}}, true)
 			}
 			d := time.Since(start)
 			runtime.ReadMemStats(&after)
@@ -98,7 +98,7 @@ func TestRenderLimitsLongConversation(t *testing.T) {
 		t.Fatal(err)
 	}
 	big := strings.Repeat("word ", 1<<20) // 5 MiB, beyond MaxRenderBytes
-	out, err := tpl.Render([]Message{{"user", big}, {"assistant", "ok"}, {"user", big}}, true)
+	out, err := tpl.Render([]Message{{Role: "user", Content: big}, {Role: "assistant", Content: "ok"}, {Role: "user", Content: big}}, true)
 	if err != nil || len(out) < 2*len(big) {
 		t.Fatalf("%d bytes, %v", len(out), err)
 	}

@@ -6,6 +6,7 @@ package tokenizer
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -211,8 +212,14 @@ func cleanSpaces(text []byte) []byte {
 type Decoder struct {
 	t             *Tokenizer
 	renderSpecial bool
+	preserve      []int32 // control tokens rendered anyway
 	pending       []byte
 }
+
+// Preserve renders the control tokens ids as text even without
+// renderSpecial: llama-server's preserved tokens, the markers tool calls
+// start with (<|python_tag|>, [TOOL_CALLS]).
+func (d *Decoder) Preserve(ids []int32) { d.preserve = ids }
 
 // NewDecoder returns a streaming decoder.
 func (t *Tokenizer) NewDecoder(renderSpecial bool) *Decoder {
@@ -222,7 +229,7 @@ func (t *Tokenizer) NewDecoder(renderSpecial bool) *Decoder {
 // Add appends the piece of id and returns the text that is now complete;
 // a trailing incomplete UTF-8 sequence is held back.
 func (d *Decoder) Add(id int32) string {
-	d.pending = append(d.pending, d.t.piece(id, d.renderSpecial)...)
+	d.pending = append(d.pending, d.t.piece(id, d.renderSpecial || len(d.preserve) > 0 && slices.Contains(d.preserve, id))...)
 	n := len(d.pending) - incompleteSuffix(d.pending)
 	if n == 0 {
 		return ""

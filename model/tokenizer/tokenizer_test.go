@@ -383,10 +383,14 @@ func TestDecoder(t *testing.T) {
 		{"held back at flush", []int32{A, byteTok(0xE2), byteTok(0x82)}, []string{" a", "", "", "\uFFFD\uFFFD"}},
 		{"surrogate lead", []int32{byteTok(0xED), byteTok(0xA0)}, []string{"", "\uFFFD\uFFFD", ""}},
 		{"control hidden", []int32{1, A, 2}, []string{"", " a", "", ""}},
+		{"preserved control", []int32{1, A, 2, 1}, []string{"", " a", "</s>", "", ""}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			d := tok.NewDecoder(false)
+			if tc.name == "preserved control" {
+				d.Preserve([]int32{2})
+			}
 			var got []string
 			for _, id := range tc.ids {
 				got = append(got, d.Add(id))

@@ -73,3 +73,40 @@ export async function metric(url, key, name) {
   const line = text.split('\n').find((l) => l.startsWith(name + ' '));
   return line ? Number(line.split(' ')[1]) : NaN;
 }
+
+// startScriptedServer runs the scripted server of the tool-calling tests
+// (TestScriptedServer in serve/scripted_test.go, from the serve package's
+// test binary): the model's replies are the base64 text after the last
+// "script:" in the prompt, since stories260K never calls a tool by itself.
+// Resolves to { url, stop } once it listens; it stops when its stdin
+// closes.
+export function startScriptedServer() {
+  const bin = join(mkdtempSync(join(tmpdir(), 'flowinfer-sdk-')), 'serve.test');
+  execFileSync('go', ['test', '-c', '-o', bin, './serve'], { cwd: repo, stdio: 'inherit' });
+  const proc = spawn(bin, ['-test.run', '^TestScriptedServer$', '-test.v'], {
+    cwd: join(repo, 'serve'), env: { ...process.env, FLOWINFER_SCRIPTED_SERVER: '1' }, stdio: ['pipe', 'pipe', 'pipe'],
+  });
+  let log = '';
+  return new Promise((ok, fail) => {
+    const timer = setTimeout(() => fail(new Error(`scripted server not ready:\n${log}`)), 300000);
+    const onData = (b) => {
+      log += b;
+      const m = /scripted server on (http:\/\/\S+)/.exec(log);
+      if (m) {
+        clearTimeout(timer);
+        ok({
+          url: m[1],
+          log: () => log,
+          stop: () => new Promise((done) => {
+            if (proc.exitCode !== null) return done(proc.exitCode);
+            proc.once('exit', (code) => done(code));
+            proc.stdin.end();
+          }),
+        });
+      }
+    };
+    proc.stdout.on('data', onData);
+    proc.stderr.on('data', (b) => { log += b; });
+    proc.once('exit', (code) => { clearTimeout(timer); fail(new Error(`scripted server exited (${code}):\n${log}`)); });
+  });
+}

@@ -65,10 +65,11 @@ def compile_template(source, now):
     return env.from_string(source)
 
 
-def render_raw(tpl, messages, bos, eos, add_generation_prompt, now):
+def render_raw(tpl, messages, bos, eos, add_generation_prompt, now, tools=None):
+    extra = {"tools": tools} if tools else {}
     return tpl.render(
-        messages=[{"role": m["role"], "content": m["content"]} for m in messages],
-        bos_token=bos, eos_token=eos,
+        messages=[dict(m) for m in messages],
+        bos_token=bos, eos_token=eos, **extra,
         add_generation_prompt=add_generation_prompt,
         enable_thinking=True,
         date_string=now.strftime("%d %b %Y"),
@@ -84,7 +85,7 @@ def supports_system(tpl, bos, eos, now):
         return False
 
 
-def render(source, messages, bos, eos, add_generation_prompt, now):
+def render(source, messages, bos, eos, add_generation_prompt, now, tools=None):
     """Renders like llama-server: returns the prompt, or raises TemplateRaised."""
     tpl = compile_template(source, now)
     msgs = [dict(m) for m in messages]
@@ -96,7 +97,29 @@ def render(source, messages, bos, eos, add_generation_prompt, now):
         if len(msgs) > 1:
             msgs[1]["content"] = msgs[0]["content"] + "\n" + msgs[1]["content"]
         msgs = msgs[1:]
-    return render_raw(tpl, msgs, bos, eos, add_generation_prompt, now)
+    return render_raw(tpl, msgs, bos, eos, add_generation_prompt, now, tools)
+
+
+def update_tool_cases(now):
+    """Fills tool_cases.json's expected outputs: conversations with tools,
+    assistant tool_calls (arguments as dicts, as transformers passes them)
+    and tool results, rendered through real templates."""
+    path = os.path.join(HERE, "tool_cases.json")
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    for case in doc["cases"]:
+        with open(os.path.join(HERE, case["file"]), encoding="utf-8") as f:
+            src = f.read()
+        conv = doc["conversations"][case["conversation"]]
+        case.pop("expected", None)
+        case.pop("raised", None)
+        try:
+            case["expected"] = render(src, conv["messages"], case["bos"], case["eos"], True, now, doc["tools"])
+        except TemplateRaised as e:
+            case["raised"] = str(e)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=2, ensure_ascii=False)
+        f.write("\n")
 
 
 def load_cases():
@@ -151,3 +174,4 @@ if __name__ == "__main__":
     main()
     if len(sys.argv) == 1:
         update_jinja_cases(dt.datetime.fromisoformat(load_cases()["now"]))
+        update_tool_cases(dt.datetime.fromisoformat(load_cases()["now"]))

@@ -1,0 +1,184 @@
+// This file holds tool calling shared by the APIs: the declared tools of
+// a request (genRequest.tools), the job's parser of the model's output
+// (model/toolcall, in the format detected from the chat template), and the
+// path that turns the text the engine emits into content and calls for the
+// encoders, streamed or not.
+//
+// Calls come out whole: an encoder gets a call's id and name, then its
+// arguments, once the call is complete in the generated text. Text that
+// may be the start of a call is held back until the parser knows.
+// tool_choice values that need the output constrained (OpenAI "required"
+// or a named function, Anthropic "any" or "tool") and strict function
+// schemas are refused until constrained sampling exists.
+
+package serve
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+
+	"github.com/flowinfer/flowinfer/model/chat"
+	"github.com/flowinfer/flowinfer/model/toolcall"
+	"github.com/flowinfer/flowinfer/stages"
+)
+
+// errConstrained is the reason tool choices that force a call are refused.
+const errConstrained = "needs constrained sampling (a grammar over the function's parameters), which is not implemented yet; use %s"
+
+// toolSettings is what a request asks of tool calling.
+type toolSettings struct {
+	tools  []chat.Tool
+	single bool // parallel_tool_calls false / disable_parallel_tool_use: at most one call
+	// idPrefix: "" for the format's style (toolcall.NewID), else this
+	// prefix and random characters (Anthropic's toolu_).
+	idPrefix string
+}
+
+// outCall is a call as the encoders write it.
+type outCall struct {
+	index int
+	id    string
+	name  string
+	args  string // JSON object text
+}
+
+// toolState is a job's tool calling.
+type toolState struct {
+	format   toolcall.Format
+	parser   *toolcall.Parser
+	single   bool
+	idPrefix string
+	calls    []outCall
+}
+
+func newToolState(t *toolSettings, f toolcall.Format) *toolState {
+	names := make([]string, len(t.tools))
+	for i, x := range t.tools {
+		names[i] = x.Name
+	}
+	return &toolState{format: f, parser: toolcall.NewParser(f, names), single: t.single, idPrefix: t.idPrefix}
+}
+
+// add records a parsed call and returns it, or nil when it is dropped.
+func (ts *toolState) add(c *toolcall.Call) *outCall {
+	if ts.single && len(ts.calls) > 0 {
+		return nil // parallel calls were declined: the first one stands
+	}
+	id := c.ID
+	switch {
+	case ts.idPrefix != "" && ts.format != toolcall.Mistral:
+		id = ts.idPrefix + rand.Text()
+	case id == "" || ts.format == toolcall.Mistral && len(id) != 9:
+		id = toolcall.NewID(ts.format)
+	}
+	ts.calls = append(ts.calls, outCall{index: len(ts.calls), id: id, name: c.Name, args: c.Arguments})
+	return &ts.calls[len(ts.calls)-1]
+}
+
+// toolEncoder is implemented by the encoders of chat endpoints.
+type toolEncoder interface {
+	// toolCall writes a complete call to a stream.
+	toolCall(w *bufio.Writer, j *job, c *outCall)
+}
+
+// streamText passes text the engine emitted to enc: straight to delta
+// without tools, else through the parser (content to delta, calls to
+// toolCall). final ends the reply.
+func streamText(w *bufio.Writer, j *job, enc encoder, text string, final bool) {
+	ts := j.tools
+	if ts == nil {
+		if text != "" || j.hasLogprobs() {
+			enc.delta(w, j, text)
+		}
+		return
+	}
+	evs := ts.parser.Push(text)
+	if final {
+		evs = append(evs, ts.parser.Finish()...)
+	}
+	for _, e := range evs {
+		if e.Call == nil {
+			enc.delta(w, j, e.Content)
+			continue
+		}
+		if c := ts.add(e.Call); c != nil {
+			if te, ok := enc.(toolEncoder); ok {
+				te.toolCall(w, j, c)
+			}
+		}
+	}
+	if j.hasLogprobs() && (final || len(evs) == 0) {
+		enc.delta(w, j, "") // the logprobs of tokens whose text is held back
+	}
+}
+
+// splitCalls parses a whole reply (non-streamed): the content and, in
+// j.tools, the calls.
+func splitCalls(j *job, text string) string {
+	if j.tools == nil {
+		return text
+	}
+	content, calls := toolcall.Parse(j.tools.format, j.tools.parser.Names(), text)
+	for i := range calls {
+		j.tools.add(&calls[i])
+	}
+	return content
+}
+
+// hasCalls reports whether the job's reply made tool calls.
+func (j *job) hasCalls() bool { return j.tools != nil && len(j.tools.calls) > 0 }
+
+// markerTokens are the control tokens the format's calls are marked with,
+// which the engine must render as text (tokenizer.Decoder.Preserve).
+func markerTokens(b *Backend, f toolcall.Format) []int32 {
+	tok := b.Bundle.Tokenizer
+	var ids []int32
+	for _, m := range f.Markers() {
+		if id, ok := tok.Lookup(m); ok && tok.IsControl(id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// runScript plays pieces as a request's generated text through the job's
+// mailbox, as the engine's streamer would (tests: Server.script).
+func runScript(j *job, pieces []string) {
+	u := stages.Usage{PromptTokens: j.nPrompt}
+	for i, p := range pieces {
+		u.GeneratedTokens = i + 1
+		if j.emit(stages.Event{Text: p, Token: int32(i), Usage: u}) != nil {
+			return
+		}
+	}
+	j.emit(stages.Event{Token: -1, Finish: stages.FinishStop, Usage: u})
+}
+
+// functionTool decodes the {name, description, parameters} of a function
+// (OpenAI's and Ollama's "function", Anthropic's tool with input_schema).
+func functionTool(name, description string, params json.RawMessage, field string) (chat.Tool, *apiError) {
+	if name == "" {
+		return chat.Tool{}, badRequest(field, "%s.name: a function needs a name", field)
+	}
+	p := bytes.TrimSpace(params)
+	if len(p) > 0 && string(p) != "null" {
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(p, &obj) != nil {
+			return chat.Tool{}, badRequest(field, "%s.parameters: a JSON Schema object is required", field)
+		}
+	} else {
+		p = nil
+	}
+	return chat.Tool{Name: name, Description: description, Parameters: p}, nil
+}
+
+// renderError maps a template's refusal of tools to the client's 400.
+func renderError(err error, param string) *apiError {
+	if errors.Is(err, chat.ErrNoToolSupport) {
+		return badRequest("tools", "tools: the model's chat template cannot render tools or tool calls (%v)", err)
+	}
+	return badRequest(param, "chat template: %v", err)
+}
