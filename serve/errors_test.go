@@ -78,7 +78,7 @@ func TestBadInput(t *testing.T) {
 		{"ollama chat temperature negative", "ollama", "/api/chat", `{"model":"stories260K","messages":` + msgs + `,"options":{"temperature":-1}}`, 400, "temperature"},
 		{"ollama generate top_k negative", "ollama", "/api/generate", `{"model":"stories260K","prompt":"x","options":{"top_k":-5}}`, 400, "top_k"},
 		{"stop wrong type", "openai", "/v1/chat/completions", `{"messages":` + msgs + `,"stop":3}`, 400, "stop"},
-		{"n=2", "openai", "/v1/chat/completions", `{"messages":` + msgs + `,"n":2}`, 400, "n"},
+		{"n=0", "openai", "/v1/chat/completions", `{"messages":` + msgs + `,"n":0}`, 400, "n"},
 		{"logprobs not a bool", "openai", "/v1/chat/completions", `{"messages":` + msgs + `,"logprobs":"yes"}`, 400, "logprobs"},
 		{"top_logprobs without logprobs", "openai", "/v1/chat/completions", `{"messages":` + msgs + `,"top_logprobs":2}`, 400, "top_logprobs"},
 		{"top_logprobs above 20", "openai", "/v1/chat/completions", `{"messages":` + msgs + `,"logprobs":true,"top_logprobs":21}`, 400, "top_logprobs"},

@@ -133,7 +133,17 @@ func (s *Server) start(ctx *fasthttp.RequestCtx, b *Backend, gr *genRequest, idP
 		e.write(ctx, enc.dialect())
 		return nil
 	}
-	j := newJob(context.Background(), newID(idPrefix), gr.model, endpoint, prompt)
+	j := s.newJob(b, gr, newID(idPrefix), endpoint, prompt)
+	if e := s.submit(b, j); e != nil {
+		e.write(ctx, enc.dialect())
+		return nil
+	}
+	return j
+}
+
+// newJob makes gr's job for the tokenized prompt (not yet submitted).
+func (s *Server) newJob(b *Backend, gr *genRequest, id, endpoint string, prompt []int32) *job {
+	j := newJob(context.Background(), id, gr.model, endpoint, prompt)
 	j.req.ID = s.nextID.Add(1)
 	j.req.Params = gr.params
 	j.req.MaxTokens = gr.maxTokens
@@ -150,16 +160,20 @@ func (s *Server) start(ctx *fasthttp.RequestCtx, b *Backend, gr *genRequest, idP
 		j.tools = newToolState(gr.tools, f)
 		j.req.Preserve = markerTokens(b, f)
 	}
+	return j
+}
+
+// submit hands j to the engine.
+func (s *Server) submit(b *Backend, j *job) *apiError {
 	if s.script != nil { // tests: scripted generation instead of the engine
 		go runScript(j, s.script(j.req.Prompt))
-		return j
+		return nil
 	}
 	if err := b.Engine.Submit(j.req); err != nil {
 		j.cancel()
-		submitError(err).write(ctx, enc.dialect())
-		return nil
+		return submitError(err)
 	}
-	return j
+	return nil
 }
 
 // submitError maps an Engine.Submit error to the client's answer.
@@ -185,6 +199,10 @@ const statusClientClosed = 499
 
 // generate runs gr and answers with enc's stream or result.
 func (s *Server) generate(ctx *fasthttp.RequestCtx, b *Backend, gr *genRequest, idPrefix, endpoint, param string, enc encoder) {
+	if o, ok := enc.(*oaiEncoder); ok && gr.n > 1 {
+		s.generateN(ctx, b, gr, idPrefix, endpoint, param, o)
+		return
+	}
 	j := s.start(ctx, b, gr, idPrefix, endpoint, param, enc)
 	if j == nil {
 		return

@@ -39,6 +39,7 @@ type job struct {
 	gone    bool
 	lastTok time.Time
 	wake    chan struct{} // capacity 1: "something new"
+	started chan struct{} // closed by the first event
 
 	onToken func(first bool, since time.Duration) // metrics hook, from Emit
 	// logprobs of the tokens not yet taken, when the request asked for them
@@ -51,7 +52,7 @@ type job struct {
 
 func newJob(parent context.Context, id, model, endpoint string, prompt []int32) *job {
 	ctx, cancel := context.WithCancel(parent)
-	j := &job{id: id, created: time.Now(), model: model, endpoint: endpoint, nPrompt: len(prompt), ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1)}
+	j := &job{id: id, created: time.Now(), model: model, endpoint: endpoint, nPrompt: len(prompt), ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), started: make(chan struct{})}
 	j.req = &stages.Request{Ctx: ctx, Prompt: prompt, Emit: j.emit}
 	return j
 }
@@ -70,6 +71,9 @@ func (j *job) emit(ev stages.Event) error {
 	}
 	j.usage = ev.Usage
 	j.events++
+	if j.events == 1 {
+		close(j.started)
+	}
 	first := j.lastTok.IsZero()
 	var since time.Duration
 	if first {

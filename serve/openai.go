@@ -82,6 +82,9 @@ type oaiCompletionRequest struct {
 	oaiCommon
 }
 
+// maxChoices bounds n (choices per request: each is a sequence).
+const maxChoices = 16
+
 // maxTopLogprobs bounds the alternatives per token (OpenAI's chat limit).
 const maxTopLogprobs = 20
 
@@ -129,8 +132,12 @@ func (c *oaiCommon) translate(s *Server, b *Backend, gr *genRequest) *apiError {
 		e.param = "model"
 		return e
 	}
-	if c.N != nil && *c.N != 1 {
-		return badRequest("n", "only n=1 is supported")
+	gr.n = 1
+	if c.N != nil {
+		if *c.N < 1 || *c.N > maxChoices {
+			return badRequest("n", "n: %d is out of range (1 to %d)", *c.N, maxChoices)
+		}
+		gr.n = *c.N
 	}
 	if e := c.logprobs(gr); e != nil {
 		return e
@@ -526,7 +533,7 @@ func (o *oaiEncoder) toolCall(w *bufio.Writer, j *job, c *outCall) {
 	for _, d := range []oaiDeltaCall{head, args} {
 		r := o.frame(j)
 		r.Choices = []oaiChoice{{Delta: oaiCallsDelta{[]oaiDeltaCall{d}}}}
-		sse(w, "", r)
+		o.send(w, r)
 	}
 }
 
@@ -538,6 +545,19 @@ type oaiEncoder struct {
 	logprobs bool                 // the request asked for logprobs
 	tok      *tokenizer.Tokenizer // for the tokens' text in logprobs
 	offset   int                  // text streamed so far (completions' text_offset)
+	// index is the choice this encoder writes (n > 1: one encoder per
+	// choice); multi: its end writes only the choice's finish chunk, the
+	// usage and [DONE] coming once after every choice (generateN).
+	index int
+	multi bool
+}
+
+// send writes one chunk of this encoder's choice.
+func (o *oaiEncoder) send(w *bufio.Writer, r oaiResponse) {
+	for i := range r.Choices {
+		r.Choices[i].Index = o.index
+	}
+	sse(w, "", r)
 }
 
 func (o *oaiEncoder) dialect() dialect   { return dialectOpenAI }
@@ -561,7 +581,7 @@ func (o *oaiEncoder) begin(w *bufio.Writer, j *job, _ stages.Usage) {
 	if o.chat {
 		r := o.frame(j)
 		r.Choices = []oaiChoice{{Delta: json.RawMessage(roleDelta)}}
-		sse(w, "", r)
+		o.send(w, r)
 	}
 }
 
@@ -578,7 +598,7 @@ func (o *oaiEncoder) delta(w *bufio.Writer, j *job, text string) {
 		r.Choices[0].Logprobs = o.logprobsOf(j.takeLogprobs(), o.offset)
 	}
 	o.offset += len(text)
-	sse(w, "", r)
+	o.send(w, r)
 }
 
 func (o *oaiEncoder) end(w *bufio.Writer, j *job, ev *stages.Event) {
@@ -589,15 +609,18 @@ func (o *oaiEncoder) end(w *bufio.Writer, j *job, ev *stages.Event) {
 		empty := ""
 		r.Choices = []oaiChoice{{FinishReason: finishReason(ev.Finish, j), Text: &empty}}
 	}
-	if !o.usage {
+	if !o.usage && !o.multi {
 		r.Timings = newTimings(ev)
 	}
-	sse(w, "", r)
+	o.send(w, r)
+	if o.multi {
+		return
+	}
 	if o.usage {
 		r.Choices = []oaiChoice{}
 		r.Usage = newOAIUsage(ev.Usage)
 		r.Timings = newTimings(ev)
-		sse(w, "", r)
+		o.send(w, r)
 	}
 	w.WriteString("data: [DONE]\n\n")
 }
@@ -635,6 +658,7 @@ func (o *oaiEncoder) result(j *job, text string, ev *stages.Event) any {
 	if o.logprobs {
 		r.Choices[0].Logprobs = o.logprobsOf(j.takeLogprobs(), 0)
 	}
+	r.Choices[0].Index = o.index
 	r.Usage = newOAIUsage(ev.Usage)
 	r.Timings = newTimings(ev)
 	return r

@@ -35,6 +35,9 @@ type genRequest struct {
 	// most likely tokens of its step (OpenAI)
 	logprobs    bool
 	topLogprobs int
+	// n: choices (OpenAI); each is its own sequence, all but the first
+	// submitted once the first's prompt is cached (generateN)
+	n int
 	// tools: the functions the model may call (nil: none offered, the
 	// reply is all content); tools.go.
 	tools *toolSettings

@@ -35,7 +35,7 @@
 // tool_calls). Choices that force a call need constrained sampling and are
 // refused.
 //
-// It does not implement images, n > 1, structured
+// It does not implement images, structured
 // output, embedding dimensions other than the model's, or reranking: a
 // request that asks for one of them gets a 400 naming the field
 // (fields.go lists every documented field each API has and what is done

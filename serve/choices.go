@@ -1,0 +1,226 @@
+// This file answers OpenAI requests with n > 1 choices: n sequences of one
+// prompt, each its own job with its own encoder (oaiEncoder.index). The
+// first is submitted at once, the others when it has produced its first
+// event: its prompt's full KV blocks are then in the prefix cache, so they
+// compute only the tail. Choice i samples with seed+i when the request set
+// a seed, so each choice is reproducible.
+
+package serve
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.uber.org/zap"
+
+	"github.com/flowinfer/flowinfer/stages"
+	"github.com/flowinfer/flowinfer/stages/sample"
+)
+
+// choices is the jobs of one request with n > 1.
+type choices struct {
+	jobs []*job
+	encs []*oaiEncoder
+	wake chan struct{} // shared by the jobs: something new in any
+}
+
+func (c *choices) abandon() {
+	for _, j := range c.jobs {
+		j.abandon()
+	}
+}
+
+// generateN runs gr's n choices and answers with one response or stream.
+func (s *Server) generateN(ctx *fasthttp.RequestCtx, b *Backend, gr *genRequest, idPrefix, endpoint, param string, enc *oaiEncoder) {
+	prompt, e := s.tokenize(b, gr, param)
+	if e != nil {
+		e.write(ctx, dialectOpenAI)
+		return
+	}
+	id := newID(idPrefix)
+	c := &choices{wake: make(chan struct{}, 1)}
+	for i := range gr.n {
+		g := *gr
+		if gr.params.Seed != sample.RandomSeed {
+			g.params.Seed = gr.params.Seed + uint64(i)
+		}
+		j := s.newJob(b, &g, id, endpoint, prompt)
+		j.wake = c.wake
+		if i > 0 {
+			j.created = c.jobs[0].created
+		}
+		e := *enc
+		e.index, e.multi = i, true
+		c.jobs, c.encs = append(c.jobs, j), append(c.encs, &e)
+	}
+	if e := s.submit(b, c.jobs[0]); e != nil {
+		c.abandon()
+		e.write(ctx, dialectOpenAI)
+		return
+	}
+	go s.submitRest(b, c)
+	if gr.stream {
+		s.streamN(ctx, b, c)
+		return
+	}
+	defer c.abandon()
+	var left atomic.Bool
+	stopWatch := watchPeer(ctx.Conn(), peerCheckEvery, func() {
+		left.Store(true)
+		c.abandon()
+	})
+	texts := make([]string, len(c.jobs))
+	finals := make([]*stages.Event, len(c.jobs))
+	for i, j := range c.jobs {
+		texts[i], finals[i] = j.wait(b.Done, s.stop)
+	}
+	stopWatch()
+	var resp oaiResponse
+	for i, f := range finals {
+		switch {
+		case f == nil && left.Load():
+			ctx.SetStatusCode(statusClientClosed)
+			ctx.SetConnectionClose()
+			return
+		case f == nil:
+			errEngineDown.write(ctx, dialectOpenAI)
+			return
+		case f.Finish == stages.FinishError && errors.Is(f.Err, stages.ErrQueueFull):
+			errQueueFull.write(ctx, dialectOpenAI)
+			return
+		case f.Finish == stages.FinishError:
+			s.cfg.Log.Error("generation failed", zap.String("id", c.jobs[i].id), zap.Error(f.Err))
+			(&apiError{status: 500, kind: "server_error", message: fmt.Sprintf("generation failed: %v", f.Err)}).write(ctx, dialectOpenAI)
+			return
+		}
+		s.metrics.finished(f)
+		r := c.encs[i].result(c.jobs[i], splitCalls(c.jobs[i], texts[i]), f).(oaiResponse)
+		if i == 0 {
+			resp = r
+			continue
+		}
+		resp.Choices = append(resp.Choices, r.Choices...)
+		resp.Usage.CompletionTokens += r.Usage.CompletionTokens
+		resp.Usage.TotalTokens += r.Usage.CompletionTokens
+	}
+	writeJSON(ctx, resp)
+}
+
+// submitRest submits every choice but the first once the first has
+// started (or gives them up with it); a choice the engine refuses ends
+// with that error.
+func (s *Server) submitRest(b *Backend, c *choices) {
+	j0 := c.jobs[0]
+	select {
+	case <-j0.started:
+	case <-j0.ctx.Done():
+		for _, j := range c.jobs[1:] {
+			j.cancel()
+		}
+		return
+	}
+	for _, j := range c.jobs[1:] {
+		if s.script != nil {
+			go runScript(j, s.script(j.req.Prompt))
+			continue
+		}
+		if err := b.Engine.Submit(j.req); err != nil {
+			j.emit(stages.Event{ReqID: j.req.ID, Token: -1, Finish: stages.FinishError, Err: err})
+		}
+	}
+}
+
+// streamN streams every choice's chunks as they come (each with its
+// index), then the usage of all (stream_options.include_usage) and [DONE].
+func (s *Server) streamN(ctx *fasthttp.RequestCtx, b *Backend, c *choices) {
+	ctx.SetContentType("text/event-stream")
+	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	ctx.Response.Header.Set("X-Accel-Buffering", "no")
+	hbEvery := s.cfg.Heartbeat
+	log := s.cfg.Log
+	enc0 := c.encs[0]
+	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer c.abandon()
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error("panic in stream writer", zap.String("id", c.jobs[0].id), zap.Any("panic", p), zap.Stack("stack"))
+			}
+		}()
+		enc0.heartbeat(w)
+		if w.Flush() != nil {
+			return
+		}
+		tick := time.NewTicker(hbEvery)
+		defer tick.Stop()
+		lastWrite := time.Now()
+		begun := make([]bool, len(c.jobs))
+		done := make([]*stages.Event, len(c.jobs))
+		left := len(c.jobs)
+		for left > 0 {
+			select {
+			case <-c.wake:
+			case <-tick.C:
+				if time.Since(lastWrite) >= hbEvery && enc0.heartbeat(w) {
+					if w.Flush() != nil {
+						return
+					}
+					lastWrite = time.Now()
+				}
+				continue
+			case <-b.Done:
+				enc0.fail(w, c.jobs[0], errEngineDown)
+				w.Flush()
+				return
+			case <-s.stop:
+				return
+			}
+			for i, j := range c.jobs {
+				if done[i] != nil {
+					continue
+				}
+				text, usage, started, final := j.take()
+				if started && !begun[i] {
+					c.encs[i].begin(w, j, usage)
+					begun[i] = true
+				}
+				streamText(w, j, c.encs[i], text, final != nil && final.Finish != stages.FinishError)
+				if final == nil {
+					continue
+				}
+				if final.Finish == stages.FinishError {
+					log.Error("generation failed", zap.String("id", j.id), zap.Error(final.Err))
+					c.encs[i].fail(w, j, &apiError{status: 500, kind: "server_error", message: fmt.Sprintf("generation failed: %v", final.Err)})
+					w.Flush()
+					return
+				}
+				s.metrics.finished(final)
+				c.encs[i].end(w, j, final)
+				done[i] = final
+				left--
+			}
+			if w.Flush() != nil {
+				return
+			}
+			lastWrite = time.Now()
+		}
+		// every choice has finished: the usage of all, then [DONE]
+		if enc0.usage {
+			r := enc0.frame(c.jobs[0])
+			r.Choices = []oaiChoice{}
+			u := newOAIUsage(done[0].Usage)
+			for _, f := range done[1:] {
+				u.CompletionTokens += f.Usage.GeneratedTokens
+				u.TotalTokens += f.Usage.GeneratedTokens
+			}
+			r.Usage = u
+			r.Timings = newTimings(done[0])
+			sse(w, "", r)
+		}
+		w.WriteString("data: [DONE]\n\n")
+		w.Flush()
+	})
+}
