@@ -1,0 +1,196 @@
+package grammar
+
+import (
+	"fmt"
+	"math"
+)
+
+// maskSlots is how many token masks a Matcher keeps, keyed by state.
+const maskSlots = 64
+
+// Matcher follows one sequence's output through a grammar: it says which
+// tokens may come next (Mask) and advances by the token chosen (Accept).
+// A Matcher is not safe for concurrent use; give each sequence its own.
+//
+// The first visit to a grammar state computes transitions and the state's
+// mask and may allocate; revisiting a state (the common case: the inside
+// of a string, the same place in a repeated object) costs a table lookup
+// and allocates nothing.
+type Matcher struct {
+	m     *machine
+	v     *Vocab
+	init  int32
+	state int32
+	ended bool // an end-of-generation token was accepted
+	words int
+
+	slab      []uint64 // maskSlots masks of words each
+	slotState []int32  // state cached in each slot, or -1
+	stateSlot []int32  // slot caching each state, or -1 (grown with states)
+	nextSlot  int
+	walk      []int32 // state at each trie depth during a mask walk
+}
+
+// NewMatcher returns a Matcher at the start of g, for tokens of v.
+func NewMatcher(g *Grammar, v *Vocab) (*Matcher, error) {
+	mt := &Matcher{m: newMachine(g), v: v, words: (v.n + 63) / 64}
+	mt.slab = make([]uint64, maskSlots*mt.words)
+	mt.slotState = make([]int32, maskSlots)
+	for i := range mt.slotState {
+		mt.slotState[i] = -1
+	}
+	mt.walk = make([]int32, v.maxDepth+1)
+	mt.init = mt.m.start()
+	if mt.m.err != nil {
+		return nil, mt.m.err
+	}
+	if mt.init == dead {
+		return nil, fmt.Errorf("grammar: root matches nothing")
+	}
+	mt.state = mt.init
+	return mt, nil
+}
+
+// Reset returns to the start of the grammar, keeping the caches.
+func (mt *Matcher) Reset() { mt.state, mt.ended = mt.init, false }
+
+// Err reports a limit reached while exploring the grammar (ErrTooComplex);
+// after it every token is refused.
+func (mt *Matcher) Err() error { return mt.m.err }
+
+// CanEnd reports whether the output so far is a complete sentence.
+func (mt *Matcher) CanEnd() bool { return mt.m.canEnd[mt.state] }
+
+// Ended reports whether an end-of-generation token was accepted.
+func (mt *Matcher) Ended() bool { return mt.ended }
+
+// Live reports whether some continuation (or the end) is still possible.
+func (mt *Matcher) Live() bool { return mt.state != dead && !mt.ended }
+
+// AcceptBytes advances by text and reports whether the grammar allows it;
+// when it does not, the state is unchanged.
+func (mt *Matcher) AcceptBytes(text []byte) bool {
+	if mt.ended {
+		return false
+	}
+	s := mt.state
+	for _, b := range text {
+		if s = mt.m.step(s, b); s == dead {
+			return false
+		}
+	}
+	mt.state = s
+	return true
+}
+
+// Accept advances by token id; an end-of-generation token is accepted
+// only where the grammar can end. It returns an error naming the token
+// when the grammar does not allow it (the state is then unchanged).
+func (mt *Matcher) Accept(id int32) error {
+	if id < 0 || int(id) >= mt.v.n {
+		return fmt.Errorf("grammar: token %d outside the vocabulary of %d", id, mt.v.n)
+	}
+	if mt.v.isEOG[id] {
+		if mt.ended || !mt.CanEnd() {
+			return fmt.Errorf("grammar: end-of-generation token %d before the grammar can end", id)
+		}
+		mt.ended = true
+		return nil
+	}
+	p := mt.v.pieces[id]
+	if len(p) == 0 || !mt.AcceptBytes(p) {
+		if err := mt.m.err; err != nil {
+			return err
+		}
+		return fmt.Errorf("grammar: token %d (%q) is not allowed here", id, p)
+	}
+	return nil
+}
+
+// Mask returns the tokens allowed next as a bitset over token ids (bit
+// id%64 of word id/64). The slice belongs to the Matcher and stays valid
+// until the next call to Mask; do not modify it.
+func (mt *Matcher) Mask() []uint64 {
+	s := mt.state
+	if mt.ended {
+		s = dead
+	}
+	if int(s) < len(mt.stateSlot) {
+		if k := mt.stateSlot[s]; k >= 0 {
+			return mt.slab[int(k)*mt.words : int(k+1)*mt.words]
+		}
+	}
+	k := mt.nextSlot
+	mt.nextSlot = (mt.nextSlot + 1) % maskSlots
+	if old := mt.slotState[k]; old >= 0 {
+		mt.stateSlot[old] = -1
+	}
+	mask := mt.slab[k*mt.words : (k+1)*mt.words]
+	mt.fill(mask, s)
+	// the walk may have created states: size stateSlot after it
+	for len(mt.stateSlot) < len(mt.m.canEnd) {
+		mt.stateSlot = append(mt.stateSlot, -1)
+	}
+	if mt.m.err == nil {
+		mt.slotState[k] = s
+		mt.stateSlot[s] = int32(k)
+	} else {
+		mt.slotState[k] = -1
+	}
+	return mask
+}
+
+// fill computes the mask of state s by walking the vocabulary trie with
+// the transition table: a byte leading to the dead state skips the whole
+// subtree under it; every token ending at a node reached alive is allowed.
+func (mt *Matcher) fill(mask []uint64, s int32) {
+	clear(mask)
+	if s == dead {
+		return
+	}
+	if mt.m.canEnd[s] {
+		for _, id := range mt.v.eog {
+			mask[id>>6] |= 1 << (uint(id) & 63)
+		}
+	}
+	m, v := mt.m, mt.v
+	nodes, tokStart, toks, st := v.nodes, v.tokStart, v.toks, mt.walk
+	st[0] = s
+	for i := 1; i < len(nodes); {
+		n := nodes[i]
+		t := m.trans[int(st[n.depth-1])<<8|int(n.b)]
+		if t == unknown {
+			t = m.step(st[n.depth-1], n.b)
+		}
+		if t == dead {
+			i = int(n.skip)
+			continue
+		}
+		st[n.depth] = t
+		for _, id := range toks[tokStart[i]:tokStart[i+1]] {
+			mask[id>>6] |= 1 << (uint(id) & 63)
+		}
+		i++
+	}
+}
+
+// Apply sets the logits of tokens outside mask to -Inf.
+func Apply(logits []float32, mask []uint64) {
+	ninf := float32(math.Inf(-1))
+	for w, bits := range mask {
+		if bits == math.MaxUint64 {
+			continue
+		}
+		base := w * 64
+		for j := range 64 {
+			if bits>>j&1 == 0 && base+j < len(logits) {
+				logits[base+j] = ninf
+			}
+		}
+	}
+}
+
+// Allowed reports whether token id is set in mask.
+func Allowed(mask []uint64, id int32) bool {
+	return id >= 0 && int(id>>6) < len(mask) && mask[id>>6]>>(uint(id)&63)&1 != 0
+}
