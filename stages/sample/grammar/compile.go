@@ -29,7 +29,7 @@ type elem struct {
 // byteSet is a set of byte values.
 type byteSet [4]uint64
 
-func (s *byteSet) has(b byte) bool     { return s[b>>6]>>(b&63)&1 != 0 }
+func (s *byteSet) has(b byte) bool { return s[b>>6]>>(b&63)&1 != 0 }
 func (s *byteSet) add(lo, hi byte) {
 	for c := int(lo); c <= int(hi); c++ {
 		s[c>>6] |= 1 << (uint(c) & 63)

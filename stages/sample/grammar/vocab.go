@@ -25,12 +25,12 @@ const maxPiece = 1<<16 - 1
 // Vocab is the trie of a vocabulary's token texts, built once per
 // tokenizer; immutable and safe for concurrent use by many Matchers.
 type Vocab struct {
-	n        int          // tokens
-	nodes    []trieNode   // preorder; nodes[0] is the root
-	tokStart []int32      // tokens ending at node i: toks[tokStart[i]:tokStart[i+1]]
-	toks     []int32      // token ids in node order
-	pieces   [][]byte     // each token's text (nil: never allowed except as EOG)
-	eog      []int32      // end-of-generation tokens
+	n        int        // tokens
+	nodes    []trieNode // preorder; nodes[0] is the root
+	tokStart []int32    // tokens ending at node i: toks[tokStart[i]:tokStart[i+1]]
+	toks     []int32    // token ids in node order
+	pieces   [][]byte   // each token's text (nil: never allowed except as EOG)
+	eog      []int32    // end-of-generation tokens
 	isEOG    map[int32]bool
 	maxDepth int
 }
