@@ -3,6 +3,8 @@ package grammar
 import (
 	"fmt"
 	"math"
+	"slices"
+	"unicode/utf8"
 )
 
 // maskSlots is how many token masks a Matcher keeps, keyed by state.
@@ -28,7 +30,10 @@ type Matcher struct {
 	slotState []int32  // state cached in each slot, or -1
 	stateSlot []int32  // slot caching each state, or -1 (grown with states)
 	nextSlot  int
-	walk      []int32 // state at each trie depth during a mask walk
+	walk      []int32        // state at each trie depth during a mask walk
+	loops     []subtreeBytes // per state: ASCII bytes that loop on it
+	loopKnown []bool
+	utf8Seqs  [][]byteRange // the UTF-8 byte-range sequences of U+0080..U+10FFFF
 }
 
 // NewMatcher returns a Matcher at the start of g, for tokens of v.
@@ -40,6 +45,7 @@ func NewMatcher(g *Grammar, v *Vocab) (*Matcher, error) {
 		mt.slotState[i] = -1
 	}
 	mt.walk = make([]int32, v.maxDepth+1)
+	mt.utf8Seqs = utf8Sequences(0x80, utf8.MaxRune, nil)
 	mt.init = mt.m.start()
 	if mt.m.err != nil {
 		return nil, mt.m.err
@@ -143,6 +149,8 @@ func (mt *Matcher) Mask() []uint64 {
 // fill computes the mask of state s by walking the vocabulary trie with
 // the transition table: a byte leading to the dead state skips the whole
 // subtree under it; every token ending at a node reached alive is allowed.
+// A subtree whose bytes all loop on the current state (the
+// inside of a string, most often) is accepted whole without walking it.
 func (mt *Matcher) fill(mask []uint64, s int32) {
 	clear(mask)
 	if s == dead {
@@ -154,24 +162,97 @@ func (mt *Matcher) fill(mask []uint64, s int32) {
 		}
 	}
 	m, v := mt.m, mt.v
-	nodes, tokStart, toks, st := v.nodes, v.tokStart, v.toks, mt.walk
+	nodes, toks, st := v.nodes, v.toks, mt.walk
+	end := len(nodes) - 1 // the sentinel
 	st[0] = s
-	for i := 1; i < len(nodes); {
+	for i := 1; i < end; {
 		n := nodes[i]
-		t := m.trans[int(st[n.depth-1])<<8|int(n.b)]
+		from := st[n.depth-1]
+		t := m.trans[int(from)<<8|int(n.b)]
 		if t == unknown {
-			t = m.step(st[n.depth-1], n.b)
+			t = m.step(from, n.b)
 		}
 		if t == dead {
 			i = int(n.skip)
 			continue
 		}
+		if t == from || n.b >= 0x80 {
+			if loop := mt.loopSet(from); loop.ascii != [2]uint64{} {
+				sum := &n.sum
+				if sum.ascii[0]&^loop.ascii[0] == 0 && sum.ascii[1]&^loop.ascii[1] == 0 &&
+					(!sum.nonASCII || loop.nonASCII && !sum.badUTF8) {
+					for _, id := range toks[n.tokLo:nodes[n.skip].tokLo] {
+						mask[id>>6] |= 1 << (uint(id) & 63)
+					}
+					i = int(n.skip)
+					continue
+				}
+			}
+		}
 		st[n.depth] = t
-		for _, id := range toks[tokStart[i]:tokStart[i+1]] {
+		for _, id := range toks[n.tokLo:nodes[i+1].tokLo] {
 			mask[id>>6] |= 1 << (uint(id) & 63)
 		}
 		i++
 	}
+}
+
+// loopSet returns what loops on state s, computing it on first use: the
+// ASCII bytes leading from s back to s, and (nonASCII) whether every
+// valid multi-byte character leads from s back to s.
+func (mt *Matcher) loopSet(s int32) subtreeBytes {
+	for len(mt.loops) < len(mt.m.canEnd) {
+		mt.loops = append(mt.loops, subtreeBytes{})
+		mt.loopKnown = append(mt.loopKnown, false)
+	}
+	if mt.loopKnown[s] {
+		return mt.loops[s]
+	}
+	var l subtreeBytes
+	for b := range 0x80 {
+		if mt.m.step(s, byte(b)) == s {
+			l.ascii[b>>6] |= 1 << (b & 63)
+		}
+	}
+	l.nonASCII = mt.utf8Loop(s)
+	if mt.m.err != nil {
+		return subtreeBytes{}
+	}
+	for len(mt.loops) < len(mt.m.canEnd) { // step may have added states
+		mt.loops = append(mt.loops, subtreeBytes{})
+		mt.loopKnown = append(mt.loopKnown, false)
+	}
+	mt.loops[s], mt.loopKnown[s] = l, true
+	return l
+}
+
+// utf8Loop reports whether every valid multi-byte character leads from
+// state s back to s (every byte of it alive on the way).
+func (mt *Matcher) utf8Loop(s int32) bool {
+	front := []int32{s}
+	var next []int32
+	for _, seq := range mt.utf8Seqs {
+		front = append(front[:0], s)
+		for j, r := range seq {
+			next = next[:0]
+			for _, st := range front {
+				for b := int(r.lo); b <= int(r.hi); b++ {
+					t := mt.m.step(st, byte(b))
+					if t == dead || j == len(seq)-1 && t != s {
+						return false
+					}
+					if !slices.Contains(next, t) {
+						next = append(next, t)
+					}
+				}
+			}
+			front, next = next, front
+			if len(front) > 8 { // not a simple character loop
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // Apply sets the logits of tokens outside mask to -Inf.
