@@ -72,6 +72,8 @@ type scheduler struct {
 	order    uint64
 	st       step
 	stats    *engineStats
+	// newSampler makes a request's sampler (constrained by its grammar).
+	newSampler func(sample.Params) (*sample.Sampler, error)
 }
 
 func newScheduler(m *model.Model, cfg Config, pool *blockPool, stats *engineStats) *scheduler {
@@ -156,7 +158,7 @@ func (s *scheduler) freeSlot() int {
 
 // newSeq makes a seq of a request.
 func (s *scheduler) newSeq(r *Request) *seq {
-	sm, err := sample.New(r.Params, s.m.NVocab)
+	sm, err := s.newSampler(r.Params)
 	if err != nil { // validated by Submit; keep the engine alive regardless
 		sm, _ = sample.New(sample.Params{}, s.m.NVocab)
 	}
