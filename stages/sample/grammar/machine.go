@@ -20,8 +20,11 @@ import (
 // Limits that bound a machine's memory; reaching one makes the matcher
 // fail with ErrTooComplex rather than grow without bound.
 const (
-	maxNodes  = 1 << 22
-	maxStates = 1 << 18
+	maxNodes   = 1 << 20 // stack nodes
+	maxStates  = 1 << 18 // states (rows of the transition table)
+	maxStacks  = 1 << 14 // stacks in one state
+	maxClosure = 1 << 18 // (position, parent) pairs expanded by one step
+	maxWork    = 1 << 25 // pairs expanded over a machine's life (a few seconds)
 )
 
 // ErrTooComplex is returned when a grammar's live parse stacks exceed the
@@ -50,6 +53,8 @@ type machine struct {
 	cur     uint32
 	work    []int64 // closure worklist of (pos, parent)
 	out     []int32
+	visited int // pairs expanded in the current step
+	work0   int // pairs expanded before it
 	err     error
 }
 
@@ -67,6 +72,7 @@ func newMachine(g *Grammar) *machine {
 func (m *machine) start() int32 {
 	m.cur++
 	m.out = m.out[:0]
+	m.work0, m.visited = m.work0+m.visited, 0
 	for _, a := range m.g.ruleAlts[m.g.root] {
 		m.expand(a, empty)
 	}
@@ -106,6 +112,10 @@ func (m *machine) expand(pos, par int32) {
 			continue
 		}
 		m.stamp[n] = m.cur
+		if m.visited++; m.visited > maxClosure || m.work0+m.visited > maxWork {
+			m.err = ErrTooComplex
+			return
+		}
 		switch e := code[p]; e.kind {
 		case eTerm:
 			m.out = append(m.out, n)
@@ -138,6 +148,10 @@ func (m *machine) intern() int32 {
 		return dead
 	}
 	if len(m.out) == 0 {
+		return dead
+	}
+	if len(m.out) > maxStacks {
+		m.err = ErrTooComplex
 		return dead
 	}
 	slices.Sort(m.out)
@@ -191,6 +205,7 @@ func (m *machine) step(s int32, b byte) int32 {
 	}
 	m.cur++
 	m.out = m.out[:0]
+	m.work0, m.visited = m.work0+m.visited, 0
 	for _, n := range m.setData[m.setOff[s]:m.setOff[s+1]] {
 		if n == empty {
 			continue
