@@ -6,6 +6,7 @@ package grammar
 
 import (
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"path/filepath"
 	"sync"
@@ -69,12 +70,28 @@ func loadBigVocab(tb testing.TB) ([][]byte, []int32) {
 	return bigVocab.pieces, bigVocab.eog
 }
 
+const benchSchema = `{
+  "type": "object",
+  "properties": {
+    "name":    {"type": "string"},
+    "age":     {"type": "integer", "minimum": 0, "maximum": 150},
+    "tags":    {"type": "array", "items": {"type": "string"}, "maxItems": 8},
+    "address": {"type": "object", "properties": {"street": {"type": "string"}, "city": {"type": "string", "maxLength": 40}},
+                "required": ["street", "city"]},
+    "note":    {"type": "string"}
+  },
+  "required": ["name", "age", "tags", "address"]
+}`
+
 // benchStates are prefixes of a JSON output that put the matcher
-// mid-object (after a comma, a key expected) and mid-string.
-var benchStates = []struct{ name, prefix string }{
-	{"mid-object", `{"name": "Ann", "age": 31, `},
-	{"mid-string", `{"name": "Ann Lee, of the `},
-	{"mid-number", `{"name": "Ann", "age": 3`},
+// mid-object (a key or a value expected) and mid-string.
+var benchStates = []struct{ grammar, name, prefix string }{
+	{"schema", "mid-object", `{"name": "Ann", "age": 31, `},
+	{"schema", "mid-string", `{"name": "Ann Lee, of the `},
+	{"schema", "mid-string-nested", `{"name": "Ann", "age": 31, "tags": [], "address": {"street": "Main St`},
+	{"schema", "mid-string-maxLength", `{"name": "Ann", "age": 31, "tags": [], "address": {"street": "Main", "city": "Spring`},
+	{"json", "mid-object", `{"name": "Ann", "age": 31, `},
+	{"json", "mid-string", `{"name": "Ann Lee, of the `},
 }
 
 func BenchmarkMask(b *testing.B) {
@@ -84,51 +101,90 @@ func BenchmarkMask(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Logf("vocab %d tokens, %d trie nodes", v.Size(), v.Nodes())
-	grammars := []struct{ name, src string }{{"json", testJSON}}
-	for _, gr := range grammars {
-		g := MustParse(gr.src)
-		for _, st := range benchStates {
-			mt, err := NewMatcher(g, v)
-			if err != nil {
+	grammars := map[string]*Grammar{"json": MustParse(JSONObjectGBNF)}
+	if grammars["schema"], err = FromSchema([]byte(benchSchema)); err != nil {
+		b.Fatal(err)
+	}
+	for _, st := range benchStates {
+		g := grammars[st.grammar]
+		mt, err := NewMatcher(g, v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !mt.AcceptBytes([]byte(st.prefix)) {
+			b.Fatalf("prefix %q rejected", st.prefix)
+		}
+		allowed := 0
+		for _, w := range mt.Mask() {
+			allowed += bits.OnesCount64(w)
+		}
+		name := fmt.Sprintf("grammar=%s/state=%s", st.grammar, st.name)
+		// walk: the mask of a state met for the first time, its
+		// transitions already known (what a new state mostly costs)
+		b.Run(name+"/cache=walk", func(b *testing.B) {
+			mask := make([]uint64, mt.words)
+			b.ReportAllocs()
+			for b.Loop() {
+				mt.fill(mask, mt.state)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/token")
+			b.ReportMetric(float64(allowed), "allowed")
+		})
+		// hit: a state seen before (the steady state inside a string)
+		b.Run(name+"/cache=hit", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				mt.Mask()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/token")
+		})
+		// cold: a fresh matcher; transitions, loop sets and the mask
+		// computed from nothing (the vocabulary's splits already built)
+		b.Run(name+"/cache=cold", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				m2, _ := NewMatcher(g, v)
+				m2.AcceptBytes([]byte(st.prefix))
+				m2.Mask()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/token")
+		})
+	}
+	// apply: what every constrained token pays on top of the mask: copy
+	// the logits row and set the disallowed ones to -Inf
+	b.Run("apply", func(b *testing.B) {
+		mt, _ := NewMatcher(grammars["json"], v)
+		mt.AcceptBytes([]byte(`{"name": "Ann`))
+		mask := mt.Mask()
+		logits := make([]float32, v.Size())
+		row := make([]float32, v.Size())
+		b.ReportAllocs()
+		for b.Loop() {
+			copy(row, logits)
+			Apply(row, mask)
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/token")
+	})
+}
+
+// BenchmarkVocab: building the trie, and one loop signature's split.
+func BenchmarkVocab(b *testing.B) {
+	pieces, eog := loadBigVocab(b)
+	b.Run("trie", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := NewVocab(pieces, eog); err != nil {
 				b.Fatal(err)
 			}
-			if !mt.AcceptBytes([]byte(st.prefix)) {
-				b.Fatalf("prefix %q rejected", st.prefix)
-			}
-			allowed := 0
-			for _, w := range mt.Mask() {
-				for ; w != 0; w &= w - 1 {
-					allowed++
-				}
-			}
-			// walk: the trie walk of a state seen for the first time, its
-			// transitions already known (what a new state mostly costs)
-			b.Run(fmt.Sprintf("grammar=%s/state=%s/cache=walk", gr.name, st.name), func(b *testing.B) {
-				mask := make([]uint64, mt.words)
-				b.ReportAllocs()
-				for b.Loop() {
-					mt.fill(mask, mt.state)
-				}
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/token")
-				b.ReportMetric(float64(allowed), "allowed")
-			})
-			b.Run(fmt.Sprintf("grammar=%s/state=%s/cache=hit", gr.name, st.name), func(b *testing.B) {
-				b.ReportAllocs()
-				for b.Loop() {
-					mt.Mask()
-				}
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/token")
-			})
-			// cold: a fresh matcher, transitions and mask computed from nothing
-			b.Run(fmt.Sprintf("grammar=%s/state=%s/cache=cold", gr.name, st.name), func(b *testing.B) {
-				b.ReportAllocs()
-				for b.Loop() {
-					m2, _ := NewMatcher(g, v)
-					m2.AcceptBytes([]byte(st.prefix))
-					m2.Mask()
-				}
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/token")
-			})
 		}
-	}
+	})
+	v, _ := NewVocab(pieces, eog)
+	mt, _ := NewMatcher(MustParse(JSONObjectGBNF), v)
+	mt.AcceptBytes([]byte(`{"a": "`))
+	sig := mt.loopSet(mt.state)
+	b.Run("split", func(b *testing.B) {
+		for b.Loop() {
+			v.splits = nil
+			v.split(sig)
+		}
+	})
 }

@@ -161,6 +161,10 @@ func (mt *Matcher) fill(mask []uint64, s int32) {
 			mask[id>>6] |= 1 << (uint(id) & 63)
 		}
 	}
+	if loop := mt.loopSet(s); splitWorthwhile(loop) {
+		mt.fillSplit(mask, s, mt.v.split(loop))
+		return
+	}
 	m, v := mt.m, mt.v
 	nodes, toks, st := v.nodes, v.toks, mt.walk
 	end := len(nodes) - 1 // the sentinel

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -52,6 +53,9 @@ type Vocab struct {
 	eog      []int32  // end-of-generation tokens
 	isEOG    map[int32]bool
 	maxDepth int
+
+	splitMu sync.Mutex
+	splits  []*loopSplit // per loop signature, built on first use (split.go)
 }
 
 // NewVocab builds the trie of pieces[id], the bytes each token id
