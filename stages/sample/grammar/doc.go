@@ -37,12 +37,17 @@
 //   - a state's mask is cached (64 per Matcher), so the common steps
 //     (inside a string, the same place in a repeated object) cost a
 //     lookup;
-//   - for a state on which many bytes loop (the inside of a string), the
-//     tokens whose whole text loops are a bitset that depends only on the
-//     loop's signature (which ASCII bytes loop, whether every multi-byte
-//     character does); the Vocab keeps it per signature with a compact
-//     trie of the remaining tokens, so a new string state costs a copy and
+//   - for a state where many bytes lead on to one common state (the inside
+//     of a string: back to itself; a string with maxLength: one count
+//     further, chain.go), the tokens made only of those "plain" characters
+//     are allowed exactly when they are short enough for the chain, a
+//     bitset that depends only on the chain's signature (which ASCII bytes
+//     are plain, whether every multi-byte character is) and the length
+//     left; the Vocab keeps it per signature with a compact trie of the
+//     remaining tokens (split.go), so a new string state costs a copy and
 //     a walk of a trie a few percent the size of the whole;
+//   - a transition computed for one byte is filled in for every byte the
+//     state's terminals cannot tell apart from it;
 //   - in other walks, a subtree whose bytes all loop on the current state
 //     is accepted whole from per-node summaries.
 //
@@ -51,9 +56,9 @@
 // # Limits
 //
 //   - Token references (<[id]>) of newer llama.cpp are not supported.
-//   - Counted repetitions (x{0,40}, a string's maxLength) give a new state
-//     per count; each costs a full trie walk the first time (milliseconds
-//     at 150K tokens), later visits hit the mask cache.
+//   - States that are neither string-like nor nearly dead (a class of few
+//     bytes repeated, such as [a-z]*) walk the whole trie the first time:
+//     milliseconds at 150K tokens; later visits hit the mask cache.
 //   - Grammars whose live stacks explode (deeply nested nullable
 //     repetitions) fail with ErrTooComplex; limits also bound the stack
 //     nodes, states and the work a machine may spend.

@@ -13,6 +13,7 @@ package grammar
 
 import (
 	"errors"
+	"math/bits"
 	"slices"
 	"unsafe"
 )
@@ -198,7 +199,9 @@ func (m *machine) addState(stacks []int32) int32 {
 	return id
 }
 
-// step returns the state after byte b in state s.
+// step returns the state after byte b in state s. The result holds for
+// every byte the top terminals of s cannot tell apart from b (the same
+// stacks match it), so the whole class is filled in at once.
 func (m *machine) step(s int32, b byte) int32 {
 	if t := m.trans[int(s)<<8|int(b)]; t != unknown {
 		return t
@@ -206,18 +209,32 @@ func (m *machine) step(s int32, b byte) int32 {
 	m.cur++
 	m.out = m.out[:0]
 	m.work0, m.visited = m.work0+m.visited, 0
+	cls := byteSet{^uint64(0), ^uint64(0), ^uint64(0), ^uint64(0)}
 	for _, n := range m.setData[m.setOff[s]:m.setOff[s+1]] {
 		if n == empty {
 			continue
 		}
 		p := m.nodePos[n]
-		if m.g.terms[m.g.code[p].arg].has(b) {
+		term := &m.g.terms[m.g.code[p].arg]
+		if term.has(b) {
+			for i := range cls {
+				cls[i] &= term[i]
+			}
 			m.expand(p+1, m.nodePar[n])
+		} else {
+			for i := range cls {
+				cls[i] &^= term[i]
+			}
 		}
 	}
 	t := m.intern()
 	if m.err == nil {
-		m.trans[int(s)<<8|int(b)] = t
+		row := m.trans[int(s)<<8 : int(s)<<8+256]
+		for i, w := range cls {
+			for ; w != 0; w &= w - 1 {
+				row[i<<6|bits.TrailingZeros64(w)] = t
+			}
+		}
 	}
 	return t
 }

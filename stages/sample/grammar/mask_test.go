@@ -18,6 +18,7 @@ var testVocab = []string{
 	"é", "\xc3", "\xa9", "\xa9\"", "€", "\xe2", "\x82", "\xac", "\x82\xac", "\xe2\x82", "😀", "\xf0\x9f", "\x98\x80",
 	"\xff", "\xc0\xaf", // never valid UTF-8
 	"x", "y", "z", "xyz", "Z", "\t",
+	"hello", "hello world", "abcdefgh", " the", "éé", "ab\"", "ab\",", "\"}", "0123456789",
 }
 
 func newTestVocab(t testing.TB, words []string) *Vocab {
@@ -76,6 +77,18 @@ func TestMaskMatchesBruteForce(t *testing.T) {
 		"neg":     `root ::= [^a-c\x00-\x1F]* "}"`,
 		"literal": `root ::= "{\"name\": \"é€\"}"`,
 		"count":   `root ::= [a-z]{2,5} ("," [0-9])?`,
+		"counted": `root ::= "\"" [^"\\\x00-\x1F]{0,6} "\"" [a-z]?`,
+		"chain":   `root ::= [^"]{1,3} [^"]* "\""`,
+	}
+	for name, schema := range map[string]string{
+		"schema":  `{"type":"object","properties":{"s":{"type":"string","minLength":2,"maxLength":7},"t":{"type":"string"}},"required":["s","t"]}`,
+		"pattern": `{"type":"string","pattern":"^[^,]{0,9}$"}`,
+	} {
+		src, err := SchemaToGBNF([]byte(schema))
+		if err != nil {
+			t.Fatal(err)
+		}
+		grammars[name] = src
 	}
 	for name, src := range grammars {
 		t.Run(name, func(t *testing.T) {
@@ -153,5 +166,48 @@ func TestPartialUTF8(t *testing.T) {
 	mt2, _ := NewMatcher(MustParse(`root ::= [^a]*`), v)
 	if m := mt2.Mask(); Allowed(m, id("\xff")) || Allowed(m, id("\xc0\xaf")) || !Allowed(m, id("\xe2\x82")) {
 		t.Errorf("invalid UTF-8: mask %v", maskIDs(m, v.n))
+	}
+}
+
+// TestMaskBigVocab: on the 150K-token benchmark vocabulary, the masks of
+// the benchmark states (strings, counted strings, objects) equal the
+// brute-force masks, along a short random walk from each.
+func TestMaskBigVocab(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a 150K-token vocabulary")
+	}
+	pieces, eog := loadBigVocab(t)
+	v, err := NewVocab(pieces, eog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grammars := map[string]*Grammar{"json": MustParse(JSONObjectGBNF)}
+	if grammars["schema"], err = FromSchema([]byte(benchSchema)); err != nil {
+		t.Fatal(err)
+	}
+	rnd := rand.New(rand.NewPCG(3, 4))
+	for _, st := range benchStates {
+		mt, err := NewMatcher(grammars[st.grammar], v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !mt.AcceptBytes([]byte(st.prefix)) {
+			t.Fatalf("prefix %q rejected", st.prefix)
+		}
+		for step := range 4 {
+			got := mt.Mask()
+			want := bruteMask(mt)
+			if !slices.Equal(got, want) {
+				g, w := maskIDs(got, v.n), maskIDs(want, v.n)
+				t.Fatalf("%s/%s step %d: trie mask has %d tokens, brute force %d", st.grammar, st.name, step, len(g), len(w))
+			}
+			ids := maskIDs(want, v.n)
+			if len(ids) == 0 {
+				break
+			}
+			if err := mt.Accept(ids[rnd.IntN(len(ids))]); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }

@@ -26,20 +26,21 @@ type Matcher struct {
 	ended bool // an end-of-generation token was accepted
 	words int
 
-	slab      []uint64 // maskSlots masks of words each
-	slotState []int32  // state cached in each slot, or -1
-	stateSlot []int32  // slot caching each state, or -1 (grown with states)
+	slots     [][]uint64 // up to maskSlots masks, allocated on first use
+	slotState []int32    // state cached in each slot, or -1
+	stateSlot []int32    // slot caching each state, or -1 (grown with states)
 	nextSlot  int
 	walk      []int32        // state at each trie depth during a mask walk
 	loops     []subtreeBytes // per state: ASCII bytes that loop on it
 	loopKnown []bool
+	chains    []chainInfo // per state (chain.go)
+	chainPath []int32
 	utf8Seqs  [][]byteRange // the UTF-8 byte-range sequences of U+0080..U+10FFFF
 }
 
 // NewMatcher returns a Matcher at the start of g, for tokens of v.
 func NewMatcher(g *Grammar, v *Vocab) (*Matcher, error) {
 	mt := &Matcher{m: newMachine(g), v: v, words: (v.n + 63) / 64}
-	mt.slab = make([]uint64, maskSlots*mt.words)
 	mt.slotState = make([]int32, maskSlots)
 	for i := range mt.slotState {
 		mt.slotState[i] = -1
@@ -123,7 +124,7 @@ func (mt *Matcher) Mask() []uint64 {
 	}
 	if int(s) < len(mt.stateSlot) {
 		if k := mt.stateSlot[s]; k >= 0 {
-			return mt.slab[int(k)*mt.words : int(k+1)*mt.words]
+			return mt.slots[k]
 		}
 	}
 	k := mt.nextSlot
@@ -131,7 +132,10 @@ func (mt *Matcher) Mask() []uint64 {
 	if old := mt.slotState[k]; old >= 0 {
 		mt.stateSlot[old] = -1
 	}
-	mask := mt.slab[k*mt.words : (k+1)*mt.words]
+	if k == len(mt.slots) {
+		mt.slots = append(mt.slots, make([]uint64, mt.words))
+	}
+	mask := mt.slots[k]
 	mt.fill(mask, s)
 	// the walk may have created states: size stateSlot after it
 	for len(mt.stateSlot) < len(mt.m.canEnd) {
@@ -161,8 +165,8 @@ func (mt *Matcher) fill(mask []uint64, s int32) {
 			mask[id>>6] |= 1 << (uint(id) & 63)
 		}
 	}
-	if loop := mt.loopSet(s); splitWorthwhile(loop) {
-		mt.fillSplit(mask, s, mt.v.split(loop))
+	if sig, budget, ok := mt.chain(s); ok {
+		mt.fillSplit(mask, s, mt.v.split(sig), budget)
 		return
 	}
 	m, v := mt.m, mt.v
@@ -232,7 +236,11 @@ func (mt *Matcher) loopSet(s int32) subtreeBytes {
 
 // utf8Loop reports whether every valid multi-byte character leads from
 // state s back to s (every byte of it alive on the way).
-func (mt *Matcher) utf8Loop(s int32) bool {
+func (mt *Matcher) utf8Loop(s int32) bool { return mt.utf8To(s, s) }
+
+// utf8To reports whether every valid multi-byte character leads from
+// state s to state to (every byte of it alive on the way).
+func (mt *Matcher) utf8To(s, to int32) bool {
 	front := []int32{s}
 	var next []int32
 	for _, seq := range mt.utf8Seqs {
@@ -242,7 +250,7 @@ func (mt *Matcher) utf8Loop(s int32) bool {
 			for _, st := range front {
 				for b := int(r.lo); b <= int(r.hi); b++ {
 					t := mt.m.step(st, byte(b))
-					if t == dead || j == len(seq)-1 && t != s {
+					if t == dead || j == len(seq)-1 && t != to {
 						return false
 					}
 					if !slices.Contains(next, t) {
@@ -251,7 +259,7 @@ func (mt *Matcher) utf8Loop(s int32) bool {
 				}
 			}
 			front, next = next, front
-			if len(front) > 8 { // not a simple character loop
+			if len(front) > 8 { // not a simple character class
 				return false
 			}
 		}

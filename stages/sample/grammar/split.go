@@ -32,6 +32,42 @@ type loopSplit struct {
 	sig    subtreeBytes
 	inside []uint64  // tokens whose whole text loops
 	nodes  []resNode // preorder; nodes[0] is the root; skip indexes this slice
+
+	// inside tokens by length in characters (a last partial one counts):
+	// lenOrder[:lenEnd[k]] are those of at most k characters
+	lenOrder []int32
+	lenEnd   []int32
+	upTo     map[int32][]uint64 // bitsets of lenOrder[:lenEnd[k]], built on use
+}
+
+// charLen counts the characters of text (started ones included).
+func charLen(text []byte) int {
+	n := 0
+	for _, b := range text {
+		if b&0xC0 != 0x80 {
+			n++
+		}
+	}
+	return n
+}
+
+// insideUpTo returns the bitset of inside tokens of at most k characters
+// (k < 0: all).
+func (v *Vocab) insideUpTo(sp *loopSplit, k int32) []uint64 {
+	if k < 0 || int(k) >= len(sp.lenEnd)-1 {
+		return sp.inside
+	}
+	v.splitMu.Lock()
+	defer v.splitMu.Unlock()
+	if m, ok := sp.upTo[k]; ok {
+		return m
+	}
+	m := make([]uint64, len(sp.inside))
+	for _, id := range sp.lenOrder[:sp.lenEnd[k]] {
+		m[id>>6] |= 1 << (uint(id) & 63)
+	}
+	sp.upTo[k] = m
+	return m
 }
 
 func splitWorthwhile(sig subtreeBytes) bool {
@@ -61,15 +97,40 @@ func (v *Vocab) split(sig subtreeBytes) *loopSplit {
 			return sp
 		}
 	}
-	sp := &loopSplit{sig: sig, inside: make([]uint64, (v.n+63)/64)}
+	sp := &loopSplit{sig: sig, inside: make([]uint64, (v.n+63)/64), upTo: map[int32][]uint64{}}
 	// outside[k]: tokens among toks[:k] that do not loop
 	outside := make([]int32, len(v.toks)+1)
+	var count []int32 // inside tokens per length
 	for k, id := range v.toks {
 		outside[k+1] = outside[k]
-		if sig.inside(v.pieces[id]) {
+		if p := v.pieces[id]; sig.inside(p) {
 			sp.inside[id>>6] |= 1 << (uint(id) & 63)
+			n := charLen(p)
+			for len(count) <= n {
+				count = append(count, 0)
+			}
+			count[n]++
 		} else {
 			outside[k+1]++
+		}
+	}
+	// counting sort of the inside tokens by length
+	sp.lenEnd = make([]int32, len(count))
+	total := int32(0)
+	for n, c := range count {
+		total += c
+		sp.lenEnd[n] = total
+	}
+	sp.lenOrder = make([]int32, total)
+	pos := make([]int32, len(count))
+	for n := 1; n < len(count); n++ {
+		pos[n] = sp.lenEnd[n-1]
+	}
+	for _, id := range v.toks {
+		if p := v.pieces[id]; sig.inside(p) {
+			n := charLen(p)
+			sp.lenOrder[pos[n]] = id
+			pos[n]++
 		}
 	}
 	sp.nodes = append(sp.nodes, resNode{})
@@ -103,9 +164,10 @@ func (v *Vocab) split(sig subtreeBytes) *loopSplit {
 	return sp
 }
 
-// fillSplit computes the mask of state s, whose loop signature is sp's.
-func (mt *Matcher) fillSplit(mask []uint64, s int32, sp *loopSplit) {
-	copy(mask, sp.inside)
+// fillSplit computes the mask of state s, whose chain signature is sp's
+// and which allows budget more plain characters (-1: any number).
+func (mt *Matcher) fillSplit(mask []uint64, s int32, sp *loopSplit, budget int32) {
+	copy(mask, mt.v.insideUpTo(sp, budget))
 	if mt.m.canEnd[s] {
 		for _, id := range mt.v.eog {
 			mask[id>>6] |= 1 << (uint(id) & 63)
