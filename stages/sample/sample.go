@@ -322,8 +322,18 @@ func (s *Sampler) Sample(logits []float32) int32 {
 	if s.gm == nil {
 		return s.sample(logits)
 	}
-	copy(s.masked, logits)
-	grammar.Apply(s.masked, s.gm.Mask())
+	mask := s.gm.Mask()
+	if s.greedy {
+		// the argmax of all tokens, when allowed, is the argmax of the
+		// allowed ones (ties go to the lowest id either way)
+		if t := s.sample(logits); t >= 0 && grammar.Allowed(mask, t) {
+			if s.gm.Accept(t) != nil {
+				return -1
+			}
+			return t
+		}
+	}
+	grammar.ApplyTo(s.masked, logits, mask)
 	t := s.sample(s.masked)
 	if t >= 0 && s.gm.Accept(t) != nil {
 		return -1 // the mask allowed it, so this is a limit reached (GrammarErr says which)

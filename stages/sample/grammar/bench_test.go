@@ -160,8 +160,7 @@ func BenchmarkMask(b *testing.B) {
 		row := make([]float32, v.Size())
 		b.ReportAllocs()
 		for b.Loop() {
-			copy(row, logits)
-			Apply(row, mask)
+			ApplyTo(row, logits, mask)
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/token")
 	})

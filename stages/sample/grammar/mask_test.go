@@ -1,6 +1,7 @@
 package grammar
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -209,5 +210,52 @@ func TestMaskBigVocab(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	}
+}
+
+func TestApplyTo(t *testing.T) {
+	src := make([]float32, 200)
+	for i := range src {
+		src[i] = float32(i)
+	}
+	mask := make([]uint64, 4)
+	mask[0] = ^uint64(0)   // 0..63 allowed
+	mask[1] = 0            // 64..127 banned
+	mask[2] = 1<<3 | 1<<63 // 131, 191
+	mask[3] = ^uint64(0)   // 192..199 (past the end ignored)
+	dst := make([]float32, 200)
+	ApplyTo(dst, src, mask)
+	for i, v := range dst {
+		want := Allowed(mask, int32(i))
+		if got := !math.IsInf(float64(v), -1); got != want || got && v != src[i] {
+			t.Fatalf("logit %d = %v (allowed %v)", i, v, want)
+		}
+	}
+}
+
+// TestNoAllocsWarm: once its states have been seen, a Matcher's Mask and
+// Accept allocate nothing.
+func TestNoAllocsWarm(t *testing.T) {
+	v := newTestVocab(t, testVocab)
+	mt, err := NewMatcher(MustParse(testJSON), v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := func(s string) int32 { return int32(slices.Index(testVocab, s)) }
+	seq := []int32{id("{\""), id("name"), id("\":"), id(" "), id("\""), id("abc"), id("ab"), id("é"), id("\""), id("}")}
+	run := func() {
+		mt.Reset()
+		for _, tok := range seq {
+			if !Allowed(mt.Mask(), tok) {
+				t.Fatalf("token %q not allowed", testVocab[tok])
+			}
+			if err := mt.Accept(tok); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	run()
+	if n := testing.AllocsPerRun(20, run); n != 0 {
+		t.Errorf("%v allocations per warm run", n)
 	}
 }

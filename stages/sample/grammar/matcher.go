@@ -268,16 +268,34 @@ func (mt *Matcher) utf8To(s, to int32) bool {
 }
 
 // Apply sets the logits of tokens outside mask to -Inf.
-func Apply(logits []float32, mask []uint64) {
+func Apply(logits []float32, mask []uint64) { ApplyTo(logits, logits, mask) }
+
+// ApplyTo writes src to dst (same length) with the logits of tokens
+// outside mask at -Inf, in one pass.
+func ApplyTo(dst, src []float32, mask []uint64) {
 	ninf := float32(math.Inf(-1))
+	n := min(len(dst), len(src))
 	for w, bits := range mask {
-		if bits == math.MaxUint64 {
-			continue
-		}
 		base := w * 64
-		for j := range 64 {
-			if bits>>j&1 == 0 && base+j < len(logits) {
-				logits[base+j] = ninf
+		if base >= n {
+			break
+		}
+		end := min(base+64, n)
+		switch bits {
+		case math.MaxUint64:
+			copy(dst[base:end], src[base:end])
+		case 0:
+			d := dst[base:end]
+			for j := range d {
+				d[j] = ninf
+			}
+		default:
+			for j := base; j < end; j++ {
+				if bits>>(j-base)&1 != 0 {
+					dst[j] = src[j]
+				} else {
+					dst[j] = ninf
+				}
 			}
 		}
 	}
