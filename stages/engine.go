@@ -192,7 +192,7 @@ func (e *Engine) Submit(r *Request) error {
 	if r.Params.Grammar != nil {
 		// builds the vocabulary trie on first use and checks the grammar
 		// can start; the scheduler makes the request's own sampler later
-		if _, err := e.newSampler(r.Params); err != nil {
+		if err := e.checkGrammar(r.Params.Grammar); err != nil {
 			return err
 		}
 	}

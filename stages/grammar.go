@@ -37,3 +37,16 @@ func (e *Engine) newSampler(p sample.Params) (*sample.Sampler, error) {
 	}
 	return sample.NewConstrained(p, v)
 }
+
+// checkGrammar builds the vocabulary trie if needed and checks that g can
+// start (its first state is within the grammar engine's limits).
+func (e *Engine) checkGrammar(g *grammar.Grammar) error {
+	v, err := e.grammarVocab()
+	if err != nil {
+		return fmt.Errorf("stages: grammar vocabulary: %w", err)
+	}
+	if _, err := grammar.NewMatcher(g, v); err != nil {
+		return fmt.Errorf("stages: %w", err)
+	}
+	return nil
+}

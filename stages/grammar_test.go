@@ -3,6 +3,7 @@ package stages_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -126,5 +127,21 @@ func TestGrammarDeadEnd(t *testing.T) {
 	}
 	if col.final.Finish != stages.FinishError || col.final.Err == nil || !strings.Contains(col.final.Err.Error(), "grammar allows no further token") || col.text.String() != "ab" {
 		t.Errorf("text %q, final %+v", col.text.String(), col.final)
+	}
+}
+
+// TestGrammarSubmitTooComplex: a grammar the engine cannot run is refused
+// by Submit, naming the cause.
+func TestGrammarSubmitTooComplex(t *testing.T) {
+	fx := load(t, "stories260K.gguf")
+	e, err := stages.NewEngine(fx.m, fx.tok, cpu.NewRef(), stages.Config{NCtx: 128}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := greedy()
+	p.Grammar = grammar.MustParse(`root ::= (("a"?){1000}){1000}`)
+	err = e.Submit(&stages.Request{ID: 1, Prompt: fx.tok.Encode("Hi", true, true), Params: p, Emit: newCollector().emit})
+	if !errors.Is(err, grammar.ErrTooComplex) {
+		t.Errorf("Submit: %v, want ErrTooComplex", err)
 	}
 }
