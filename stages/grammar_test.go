@@ -43,7 +43,7 @@ func checkPerson(t *testing.T, text string) {
 	if err := dec.Decode(&p); err != nil {
 		t.Fatalf("output %q is not valid: %v", text, err)
 	}
-	if rest, _ := io_ReadAll(dec); strings.TrimSpace(rest) != "" {
+	if rest, _ := buffered(dec); strings.TrimSpace(rest) != "" {
 		t.Fatalf("output %q: text after the object", text)
 	}
 	switch {
@@ -63,7 +63,8 @@ func checkPerson(t *testing.T, text string) {
 	}
 }
 
-func io_ReadAll(dec *json.Decoder) (string, error) {
+// buffered returns what the decoder read past the value.
+func buffered(dec *json.Decoder) (string, error) {
 	var b bytes.Buffer
 	_, err := b.ReadFrom(dec.Buffered())
 	return b.String(), err
