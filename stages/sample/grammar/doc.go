@@ -66,5 +66,5 @@
 //     transitions, a mask slot); after that Mask and Accept allocate
 //     nothing.
 //   - JSON Schema: see SchemaToGBNF for what is supported; format is an
-//     annotation and is not enforced; number bounds only as integers >= 0.
+//     annotation and is not enforced; number bounds only as integers.
 package grammar

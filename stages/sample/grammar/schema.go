@@ -9,7 +9,7 @@
 // prefixItems, minItems/maxItems, anyOf/oneOf (alternatives), allOf with
 // one member, string minLength/maxLength, pattern (see regex.go), integer
 // minimum/maximum/exclusiveMinimum/exclusiveMaximum (exact digit-range
-// rules), number minimum/maximum when both are integers >= 0, $ref to
+// rules), number minimum/maximum when they are integers, $ref to
 // "#", "#/$defs/..." and "#/definitions/...". Annotations (title,
 // description, default, examples, format, ...) are ignored, as JSON Schema
 // treats them. Every other keyword is refused with an error naming it.
@@ -710,27 +710,58 @@ func (c *schemaConv) number(s *jobj, name, path string) (string, error) {
 	if lo == nil && hi == nil {
 		return c.use("number"), nil
 	}
-	if lo == nil || !lo.IsInt() || lo.Sign() < 0 || hi != nil && !hi.IsInt() {
-		return "", schemaErr(path, "number minimum/maximum are supported only as integers with minimum >= 0 (use type integer, or drop the bounds)")
+	if lo != nil && !lo.IsInt() || hi != nil && !hi.IsInt() {
+		return "", schemaErr(path, "number minimum/maximum are supported only as integers (use integer bounds, or drop them)")
 	}
-	l := lo.Num()
-	if new(big.Int).Abs(l).Cmp(intLimit) > 0 || hi != nil && new(big.Int).Abs(hi.Num()).Cmp(intLimit) > 0 {
-		return "", schemaErr(path, "number bound has more than %d digits", maxDigits)
+	var l, h *big.Int
+	if lo != nil {
+		l = lo.Num()
 	}
-	frac := `("." ` + c.use("decimal-part") + `)?`
-	if hi == nil {
-		return c.rule(name, "("+intRange(l, nil)+") "+frac+" "+c.use("space")), nil
+	if hi != nil {
+		h = hi.Num()
 	}
-	h := hi.Num()
-	if l.Cmp(h) > 0 {
+	for _, v := range []*big.Int{l, h} {
+		if v != nil && new(big.Int).Abs(v).Cmp(intLimit) > 0 {
+			return "", schemaErr(path, "number bound %v has more than %d digits", v, maxDigits)
+		}
+	}
+	if l != nil && h != nil && l.Cmp(h) > 0 {
 		return "", schemaErr(path, "minimum above maximum")
 	}
-	// [lo, hi-1] with any fraction, or hi with zeros only
-	alts := []string{gbnfLiteral(h.String()) + ` ("." "0"{1,16})?`}
-	if l.Cmp(h) < 0 {
-		alts = append([]string{"(" + intRange(l, new(big.Int).Sub(h, big.NewInt(1))) + ") " + frac}, alts...)
+	neg := func(v *big.Int) *big.Int { return new(big.Int).Neg(v) }
+	var alts []string
+	switch {
+	case l != nil && l.Sign() >= 0: // [l, h]
+		alts = append(alts, c.magnitude(l, h))
+	case h != nil && h.Sign() <= 0: // -[|h|, |l|]
+		var ml *big.Int
+		if l != nil {
+			ml = neg(l)
+		}
+		alts = append(alts, `"-" `+c.magnitude(neg(h), ml))
+	default: // l < 0 (or none) < h (or none): -[0, |l|] or [0, h]
+		var ml *big.Int
+		if l != nil {
+			ml = neg(l)
+		}
+		alts = append(alts, `"-" `+c.magnitude(big.NewInt(0), ml), c.magnitude(big.NewInt(0), h))
 	}
 	return c.rule(name, "("+strings.Join(alts, " | ")+") "+c.use("space")), nil
+}
+
+// magnitude matches the unsigned decimals (no exponent) in [a, b], a >= 0
+// and b (nil: unbounded) integers: an integral part in [a, b-1] with any
+// fraction, or b with a zero fraction.
+func (c *schemaConv) magnitude(a, b *big.Int) string {
+	frac := `("." ` + c.use("decimal-part") + `)?`
+	if b == nil {
+		return "(" + intRange(a, nil) + ") " + frac
+	}
+	top := gbnfLiteral(b.String()) + ` ("." "0"{1,16})?`
+	if a.Cmp(b) == 0 {
+		return "(" + top + ")"
+	}
+	return "((" + intRange(a, new(big.Int).Sub(b, big.NewInt(1))) + ") " + frac + " | " + top + ")"
 }
 
 func floor(r *big.Rat) *big.Int {
