@@ -65,6 +65,7 @@
 //   - A Matcher allocates when it meets a state for the first time (new
 //     transitions, a mask slot); after that Mask and Accept allocate
 //     nothing.
-//   - JSON Schema: see SchemaToGBNF for what is supported; format is an
-//     annotation and is not enforced; number bounds only as integers.
+//   - JSON Schema: see schema.go for what is supported; formats other than
+//     date, time, date-time and uuid are annotations and not enforced;
+//     number bounds only as integers.
 package grammar

@@ -9,10 +9,12 @@
 // prefixItems, minItems/maxItems, anyOf/oneOf (alternatives), allOf with
 // one member, string minLength/maxLength, pattern (see regex.go), integer
 // minimum/maximum/exclusiveMinimum/exclusiveMaximum (exact digit-range
-// rules), number minimum/maximum when they are integers, $ref to
+// rules), number minimum/maximum when they are integers, string format
+// date, time, date-time and uuid (as llama.cpp writes them), $ref to
 // "#", "#/$defs/..." and "#/definitions/...". Annotations (title,
-// description, default, examples, format, ...) are ignored, as JSON Schema
-// treats them. Every other keyword is refused with an error naming it.
+// description, default, examples, other formats, ...) are ignored, as JSON
+// Schema treats them. Every other keyword is refused with an error naming
+// it.
 //
 // Whitespace between tokens is bounded: at most one newline and 20 spaces
 // or tabs, so output can always end within a bounded number of tokens.
@@ -594,8 +596,25 @@ func (c *schemaConv) array(s *jobj, name, path string) (string, error) {
 	return c.rule(name, `"[" `+sp+" "+list+`"]" `+sp), nil
 }
 
+// stringFormats are the string formats enforced, as llama.cpp's
+// json-schema-to-grammar writes them; other formats are annotations.
+var stringFormats = map[string]string{
+	"date":      `[0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | [1-2] [0-9] | "3" [0-1])`,
+	"time":      `([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{3})? ("Z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9])`,
+	"date-time": `[0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | [1-2] [0-9] | "3" [0-1]) "T" ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{3})? ("Z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9])`,
+	"uuid":      `[0-9a-fA-F]{8} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{4} "-" [0-9a-fA-F]{12}`,
+}
+
 func (c *schemaConv) str(s *jobj, name, path string) (string, error) {
 	sp := c.use("space")
+	if fv, ok := s.get("format"); ok {
+		if f, _ := fv.(string); stringFormats[f] != "" {
+			if has(s, "pattern") || has(s, "minLength") || has(s, "maxLength") {
+				return "", schemaErr(path, "format %q together with pattern/minLength/maxLength is not supported", f)
+			}
+			return c.rule(name, `"\"" `+c.rule(f, stringFormats[f])+` "\"" `+sp), nil
+		}
+	}
 	if pv, ok := s.get("pattern"); ok {
 		p, ok := pv.(string)
 		if !ok {
