@@ -91,6 +91,9 @@ func Parse(src string) (*Grammar, error) {
 	if len(g.code) > maxCodeElems {
 		return nil, fmt.Errorf("grammar: %w: compiled program of %d elements exceeds the limit of %d", ErrSyntax, len(g.code), maxCodeElems)
 	}
+	if !g.pruneUnproductive() {
+		return nil, fmt.Errorf("grammar: %w: root matches no finite text (every alternative recurses forever)", ErrSyntax)
+	}
 	if r := g.leftRecursive(); r >= 0 {
 		return nil, errAt(src, l.pos[r], "rule %q is left-recursive (directly, or after a part that can match nothing)", g.names[r])
 	}
@@ -373,6 +376,45 @@ func utf8Sequences(lo, hi rune, out [][]byteRange) [][]byteRange {
 		s[i] = byteRange{a[i], b[i]}
 	}
 	return append(out, s)
+}
+
+// pruneUnproductive drops the alternatives that cannot derive a finite
+// text (they reference a rule that only recurses), so that from every
+// state a sentence can still be completed. It reports whether root can.
+func (g *Grammar) pruneUnproductive() bool {
+	productive := make([]bool, len(g.ruleAlts))
+	altOK := func(p int32) bool {
+		for ; g.code[p].kind != eEnd; p++ {
+			if e := g.code[p]; e.kind == eRef && !productive[e.arg] {
+				return false
+			}
+		}
+		return true
+	}
+	for changed := true; changed; {
+		changed = false
+		for r, starts := range g.ruleAlts {
+			if productive[r] {
+				continue
+			}
+			for _, p := range starts {
+				if altOK(p) {
+					productive[r], changed = true, true
+					break
+				}
+			}
+		}
+	}
+	for r, starts := range g.ruleAlts {
+		kept := starts[:0]
+		for _, p := range starts {
+			if altOK(p) {
+				kept = append(kept, p)
+			}
+		}
+		g.ruleAlts[r] = kept
+	}
+	return productive[g.root]
 }
 
 // leftRecursive returns a rule that can reach itself without consuming a

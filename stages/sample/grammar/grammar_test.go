@@ -47,6 +47,7 @@ func TestAcceptStrings(t *testing.T) {
 		{"right recursion", `root ::= "(" root ")" | "x"`, []string{"x", "(x)", "((x))"}, []string{"(x", "()", "x)"}},
 		{"empty star item", `root ::= ""* "a"`, []string{"a"}, []string{""}},
 		{"nullable nested star", `root ::= ("a"?)* "b"`, []string{"b", "ab", "aab"}, []string{"", "ba"}},
+		{"unproductive branch", "root ::= \"a\" | \"b\" x\nx ::= \"c\" x", []string{"a"}, []string{"b", "bc", "bccc"}},
 		{"tail cycle", "root ::= a \"x\" | \"y\"\na ::= \"b\"? c\nc ::= \"c\" | a", []string{"y", "cx", "bcx", "bbcx"}, []string{"x", "bx"}},
 	}
 	for _, c := range cases {
@@ -104,10 +105,11 @@ func TestParseErrors(t *testing.T) {
 		{"root ::= \"\\uD800\"", "not a Unicode scalar value"},
 		{"root ::= [z-a]", "reversed"},
 		{"root ::= root \"a\" | \"b\"", `rule "root" is left-recursive`},
-		{"root ::= a \"x\"\na ::= \"b\"? root", `left-recursive`},
+		{"root ::= a \"x\" | \"y\"\na ::= \"b\"? root", `left-recursive`},
 		{"root = \"a\"", "expected ::="},
 		{"root ::= \"a\"\n  \"b\"", "line 2 col 3: grammar syntax error: expected a rule name"},
 		{"root ::= <[123]>", "token references"},
+		{"root ::= \"a\" root", "no finite text"},
 		{"root ::= [^\\x00-\\U0010FFFF]", "matches no character"},
 		{"root ::= \"a\" \xff", "invalid UTF-8"},
 	}
