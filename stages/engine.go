@@ -10,6 +10,7 @@ import (
 	"github.com/flowinfer/flowinfer/graph"
 	"github.com/flowinfer/flowinfer/model"
 	"github.com/flowinfer/flowinfer/model/tokenizer"
+	"github.com/flowinfer/flowinfer/stages/sample/grammar"
 )
 
 // Config sizes the engine. Zero fields take the defaults in brackets.
@@ -94,6 +95,10 @@ type Engine struct {
 	closed bool
 
 	stats engineStats
+
+	gvOnce sync.Once // the grammar vocabulary, built on first use
+	gv     *grammar.Vocab
+	gvErr  error
 }
 
 // Stats is a snapshot of the engine's state, for metrics.
@@ -205,6 +210,13 @@ func (e *Engine) Submit(r *Request) error {
 			return err
 		}
 	}
+	if r.Params.Grammar != nil {
+		// builds the vocabulary trie on first use and checks the grammar
+		// can start; the scheduler makes the request's own sampler later
+		if err := e.checkGrammar(r.Params.Grammar); err != nil {
+			return err
+		}
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
@@ -246,6 +258,7 @@ func (e *Engine) Run(ctx context.Context) error {
 
 	resident, expert, output := stepBytes(e.m)
 	sc := newScheduler(e.m, e.cfg, e.pool, &e.stats)
+	sc.newSampler = e.newSampler
 	cp := &compute{mctx: e.mctx, rec: e.rec, streams: e.cfg.Weights.add(g, e.rec, comp),
 		resident: resident, expertBytes: expert, outBytes: output}
 	sp := &sampler{tok: e.tok, nCtx: e.cfg.NCtx, nVocab: e.m.NVocab, nEmbd: e.m.NEmbd}

@@ -92,6 +92,18 @@ func (sp *sampler) run(ctx context.Context, in *graph.In[*step], back *graph.Out
 				q.primed = true
 			}
 			t := q.sampler.Sample(row)
+			if t < 0 { // every token banned (by the grammar or the logit bias)
+				err := q.sampler.GrammarErr()
+				if err == nil {
+					err = errors.New("stages: no token can be sampled (every token is banned)")
+				}
+				q.finish = FinishError
+				ev := tokenEvent{s: q, tok: -1, finish: FinishError, err: err, nGen: q.nGen, tPrompt: q.tPrompt, tGen: q.tGen, queued: q.firstStep.Sub(q.admitted)}
+				if err := events.Send(ctx, ev); err != nil {
+					return err
+				}
+				continue
+			}
 			q.sampler.Accept(t)
 			q.last = t
 			q.nGen++

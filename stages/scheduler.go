@@ -83,6 +83,8 @@ type scheduler struct {
 	st       step
 	stats    *engineStats
 	pace     pacer
+	// newSampler makes a request's sampler (constrained by its grammar).
+	newSampler func(sample.Params) (*sample.Sampler, error)
 }
 
 // pacer sizes prompt chunks in steps that also decode (Config.StepFactor):
@@ -216,7 +218,7 @@ func (s *scheduler) newSeq(r *Request) *seq {
 	var sm *sample.Sampler // none for an embedding request: it samples nothing
 	if r.Pooling == PoolNone {
 		var err error
-		sm, err = sample.New(r.Params, s.m.NVocab)
+		sm, err = s.newSampler(r.Params)
 		if err != nil { // validated by Submit; keep the engine alive regardless
 			sm, _ = sample.New(sample.Params{}, s.m.NVocab)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/flowinfer/flowinfer/graph"
 	"github.com/flowinfer/flowinfer/model/chat"
 	"github.com/flowinfer/flowinfer/stages"
+	"github.com/flowinfer/flowinfer/stages/sample/grammar"
 )
 
 // RunCmd generates from one prompt, like llama-completion.
@@ -37,6 +38,39 @@ type RunCmd struct {
 	NoDisplayPrompt bool   `name:"no-display-prompt" help:"Do not echo the prompt."`
 	LogitsOut       string `name:"logits-out" help:"Write raw float32 logits: one row per prompt position, then one per generated token fed back." type:"path"`
 	Special         bool   `name:"special" help:"Render control tokens as text."`
+	Grammar         string `name:"grammar" help:"Constrain the output to a GBNF grammar (llama.cpp's format; the start rule is root)." xor:"grammar"`
+	GrammarFile     string `name:"grammar-file" help:"Read the GBNF grammar from a file." type:"existingfile" xor:"grammar"`
+	JSONSchema      string `short:"j" name:"json-schema" help:"Constrain the output to JSON matching this JSON Schema (text, as llama.cpp's -j)." xor:"grammar"`
+}
+
+// grammar compiles the constraint asked for by --grammar, --grammar-file
+// or --json-schema; nil when none is.
+func (r *RunCmd) grammar() (*grammar.Grammar, error) {
+	switch {
+	case r.Grammar != "":
+		g, err := grammar.Parse(r.Grammar)
+		if err != nil {
+			return nil, fmt.Errorf("--grammar: %w", err)
+		}
+		return g, nil
+	case r.GrammarFile != "":
+		b, err := os.ReadFile(r.GrammarFile)
+		if err != nil {
+			return nil, err
+		}
+		g, err := grammar.Parse(string(b))
+		if err != nil {
+			return nil, fmt.Errorf("--grammar-file %s: %w", r.GrammarFile, err)
+		}
+		return g, nil
+	case r.JSONSchema != "":
+		g, err := grammar.FromSchema([]byte(r.JSONSchema))
+		if err != nil {
+			return nil, fmt.Errorf("--json-schema: %w", err)
+		}
+		return g, nil
+	}
+	return nil, nil
 }
 
 func (r *RunCmd) promptText() (string, error) {
@@ -81,6 +115,9 @@ func (r *RunCmd) Run(g *Globals) error {
 	}
 	params, err := r.params()
 	if err != nil {
+		return err
+	}
+	if params.Grammar, err = r.grammar(); err != nil {
 		return err
 	}
 	l, err := r.open(ctx, g.Log)

@@ -16,8 +16,14 @@
 // Sample allocates nothing: all scratch is sized in New. A Sampler is not
 // safe for concurrent use; give each sequence its own.
 //
+// With Params.Grammar (and NewConstrained), a grammar comes first in the
+// chain, as llama.cpp's grammar sampler: tokens the grammar does not allow
+// next get -Inf before everything else, and each token sampled advances
+// the grammar. Sampling then allocates only when the grammar reaches a
+// state it has not seen before (see package grammar).
+//
 // Not implemented (llama.cpp samplers off by default): DRY, typical-p, XTC,
-// top-n-sigma, dynamic temperature, mirostat, grammars.
+// top-n-sigma, dynamic temperature, mirostat.
 package sample
 
 import (
@@ -26,6 +32,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+
+	"github.com/flowinfer/flowinfer/stages/sample/grammar"
 )
 
 // RandomSeed asks New for a random seed, like llama.cpp's LLAMA_DEFAULT_SEED
@@ -67,6 +75,11 @@ type Params struct {
 	// mt19937's init_by_array with the low and high 32-bit words.
 	// RandomSeed picks a random seed in New.
 	Seed uint64
+
+	// Grammar, when set, constrains the output to the grammar's sentences
+	// (end-of-generation tokens only where a sentence is complete). Use
+	// NewConstrained, which needs the vocabulary's trie.
+	Grammar *grammar.Grammar
 }
 
 // DefaultParams returns llama.cpp's defaults (common_params_sampling):
@@ -160,6 +173,11 @@ type Sampler struct {
 	adj     []cand   // the changed logits of touched tokens
 	cands   []cand   // candidate list
 	nucleus [nucleusBuckets]float64
+
+	// Grammar constraint (NewConstrained): the matcher and a copy of the
+	// logits row with the disallowed tokens at -Inf.
+	gm     *grammar.Matcher
+	masked []float32
 }
 
 // New validates p and returns a Sampler for a vocabulary of nVocab tokens,
@@ -168,6 +186,33 @@ func New(p Params, nVocab int) (*Sampler, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
+	if p.Grammar != nil {
+		return nil, fmt.Errorf("sample: %w: a grammar needs the vocabulary's trie (use NewConstrained)", ErrParams)
+	}
+	return newSampler(p, nVocab)
+}
+
+// NewConstrained is New for Params with a Grammar: v is the trie of the
+// model's vocabulary (build it once per model with grammar.NewVocab).
+func NewConstrained(p Params, v *grammar.Vocab) (*Sampler, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	if p.Grammar == nil {
+		return nil, fmt.Errorf("sample: %w: NewConstrained without a grammar", ErrParams)
+	}
+	s, err := newSampler(p, v.Size())
+	if err != nil {
+		return nil, err
+	}
+	if s.gm, err = grammar.NewMatcher(p.Grammar, v); err != nil {
+		return nil, fmt.Errorf("sample: %w", err)
+	}
+	s.masked = make([]float32, v.Size())
+	return s, nil
+}
+
+func newSampler(p Params, nVocab int) (*Sampler, error) {
 	if nVocab <= 0 || nVocab > math.MaxInt32 {
 		return nil, fmt.Errorf("sample: vocabulary size %d out of range", nVocab)
 	}
@@ -257,6 +302,9 @@ func (s *Sampler) histAdd(tok int32, d int32) {
 // Reset forgets the penalty window and restarts the random generator from
 // the seed (a new random seed when Params.Seed is RandomSeed, as llama.cpp).
 func (s *Sampler) Reset() {
+	if s.gm != nil {
+		s.gm.Reset()
+	}
 	s.ringHead, s.ringLen = 0, 0
 	s.hist = s.hist[:0]
 	s.reseed()
@@ -265,11 +313,52 @@ func (s *Sampler) Reset() {
 // Sample returns the token chosen from logits (one value per vocabulary
 // entry; not modified). It returns -1 when len(logits) is not the
 // vocabulary size or when every token's logit is -Inf or NaN after the
-// logit bias (all tokens banned).
+// grammar and the logit bias (all tokens banned). With a grammar, the
+// token returned has been accepted by it.
 func (s *Sampler) Sample(logits []float32) int32 {
 	if len(logits) != s.nVocab {
 		return -1
 	}
+	if s.gm == nil {
+		return s.sample(logits)
+	}
+	mask := s.gm.Mask()
+	if s.greedy {
+		// the argmax of all tokens, when allowed, is the argmax of the
+		// allowed ones (ties go to the lowest id either way)
+		if t := s.sample(logits); t >= 0 && grammar.Allowed(mask, t) {
+			if s.gm.Accept(t) != nil {
+				return -1
+			}
+			return t
+		}
+	}
+	grammar.ApplyTo(s.masked, logits, mask)
+	t := s.sample(s.masked)
+	if t >= 0 && s.gm.Accept(t) != nil {
+		return -1 // the mask allowed it, so this is a limit reached (GrammarErr says which)
+	}
+	return t
+}
+
+// GrammarErr reports why a constrained Sampler returned -1 when the
+// grammar is to blame: a limit of the grammar engine, or the grammar
+// allowing no token (a dead end, or the output already ended). It is nil
+// without a grammar or while tokens are allowed.
+func (s *Sampler) GrammarErr() error {
+	if s.gm == nil {
+		return nil
+	}
+	if err := s.gm.Err(); err != nil {
+		return err
+	}
+	if !s.gm.Live() {
+		return errors.New("sample: the grammar allows no further token")
+	}
+	return nil
+}
+
+func (s *Sampler) sample(logits []float32) int32 {
 	s.applyBiasPenalties(logits)
 	defer s.clearTouched()
 	if s.greedy {

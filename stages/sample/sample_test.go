@@ -5,7 +5,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/flowinfer/flowinfer/stages/sample/grammar"
 )
 
 // plain returns parameters with every stage off: temperature 1, no top-k,
@@ -593,5 +596,57 @@ func TestZeroAllocs(t *testing.T) {
 				t.Fatalf("%v allocations per Sample+Accept", a)
 			}
 		})
+	}
+}
+
+// TestGrammarConstrained: with a grammar, only allowed tokens come out,
+// greedy (both the shortcut and the masked path) and sampled, and end of
+// generation only where the grammar can end.
+func TestGrammarConstrained(t *testing.T) {
+	words := []string{"", "a", "b", "ab", "c", "ba", "x"} // id 0: EOS
+	pieces := make([][]byte, len(words))
+	for i, w := range words {
+		pieces[i] = []byte(w)
+	}
+	v, err := grammar.NewVocab(pieces, []int32{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grammar.MustParse(`root ::= ("a" | "b")+ "c"`)
+	if _, err := New(Params{Grammar: g, RepeatPenalty: 1}, len(words)); err == nil {
+		t.Error("New accepted a grammar without a vocabulary")
+	}
+	for _, temp := range []float32{0, 1} {
+		for seed := range uint64(20) {
+			p := DefaultParams()
+			p.Temperature, p.Seed, p.Grammar = temp, seed, g
+			s, err := NewConstrained(p, v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// x is always the most likely token, then EOS: both banned
+			// until the end, where only EOS remains
+			logits := []float32{5, 1, 1.5, 0.5, 0.2, 1.2, 9}
+			var out string
+			for range 50 {
+				tok := s.Sample(logits)
+				if tok < 0 {
+					t.Fatalf("temp %v seed %d: no token after %q: %v", temp, seed, out, s.GrammarErr())
+				}
+				if tok == 0 {
+					break
+				}
+				out += words[tok]
+				if len(out) > 4 { // push towards the end: make c likely
+					logits[4] = 20
+				}
+			}
+			if len(out) < 2 || out[len(out)-1] != 'c' || strings.Trim(out[:len(out)-1], "ab") != "" {
+				t.Errorf("temp %v seed %d: output %q is not in the grammar", temp, seed, out)
+			}
+			if tok := s.Sample(logits); tok != -1 || s.GrammarErr() == nil {
+				t.Errorf("after EOS: token %d, error %v", tok, s.GrammarErr())
+			}
+		}
 	}
 }
