@@ -58,8 +58,13 @@ func (r *antRequest) translateTools(gr *genRequest) *apiError {
 		case "auto":
 		case "none":
 			return nil // the model is not shown the tools
-		case "any", "tool":
-			return badRequest("tool_choice", "tool_choice: type %q "+errConstrained, c.Type, `{"type": "auto"}`)
+		case "any":
+			ts.force = "*"
+		case "tool":
+			if c.Name == "" {
+				return badRequest("tool_choice.name", "tool_choice.name: field required")
+			}
+			ts.force = c.Name
 		default:
 			return badRequest("tool_choice", `tool_choice.type: %q is not one of "auto", "any", "tool", "none"`, c.Type)
 		}
@@ -78,6 +83,12 @@ func (r *antRequest) translateTools(gr *genRequest) *apiError {
 			return e
 		}
 		ts.tools = append(ts.tools, tool)
+	}
+	if ts.force != "" && len(ts.tools) == 0 {
+		return badRequest("tool_choice", "tool_choice: type %q forces a tool call but there are no tools", r.ToolChoice.Type)
+	}
+	if e := ts.checkForce("tool_choice.name"); e != nil {
+		return e
 	}
 	if len(ts.tools) > 0 {
 		gr.tools = ts

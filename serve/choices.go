@@ -37,6 +37,9 @@ func (c *choices) abandon() {
 // generateN runs gr's n choices and answers with one response or stream.
 func (s *Server) generateN(ctx *fasthttp.RequestCtx, b *Backend, gr *genRequest, idPrefix, endpoint, param string, enc *oaiEncoder) {
 	prompt, e := s.tokenize(b, gr, param)
+	if e == nil {
+		e = s.constrain(b, gr)
+	}
 	if e != nil {
 		e.write(ctx, dialectOpenAI)
 		return

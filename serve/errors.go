@@ -159,7 +159,7 @@ func jsonPath(field string) string {
 	kept := parts[:0]
 	for _, p := range parts {
 		switch p {
-		case "oaiCommon", "samplingFields", "ollamaCommon":
+		case "oaiCommon", "samplingFields", "ollamaCommon", "structuredFields":
 			continue
 		}
 		kept = append(kept, p)

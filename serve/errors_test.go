@@ -109,7 +109,7 @@ func TestBadInput(t *testing.T) {
 		{"ollama model missing", "ollama", "/api/chat", `{"messages":` + msgs + `}`, 400, "model"},
 		{"ollama unknown model", "ollama", "/api/chat", `{"model":"llama9","messages":` + msgs + `}`, 404, "llama9"},
 		{"ollama options wrong type", "ollama", "/api/generate", `{"model":"stories260K","prompt":"x","options":{"temperature":"x"}}`, 400, "temperature"},
-		{"ollama format", "ollama", "/api/generate", `{"model":"stories260K","prompt":"x","format":"json"}`, 400, "format"},
+		{"ollama format", "ollama", "/api/generate", `{"model":"stories260K","prompt":"x","format":"yaml"}`, 400, "format"},
 		{"ollama too long", "ollama", "/api/generate", `{"model":"stories260K","prompt":"` + long + `","raw":true}`, 400, "context"},
 		{"ollama unknown path", "ollama", "/api/pull", `{}`, 404, ""},
 		{"ollama body too large", "ollama", "/api/generate", huge, 413, ""},

@@ -67,7 +67,6 @@ func empty(raw json.RawMessage) bool {
 const (
 	noFunctions = "the deprecated functions API is not supported: send tools and tool_choice"
 	noAudio     = "flowinfer generates text only"
-	noStructure = "structured output (grammars, JSON schemas) is not implemented yet"
 	noThinking  = "reasoning controls are not implemented"
 	localServer = "a local server has no accounts, storage or tiers: nothing to do"
 )
@@ -79,7 +78,6 @@ var oaiChatFields = map[string]fieldRule{
 	"prediction":             refused("predicted outputs are not implemented"),
 	"functions":              refused(noFunctions),
 	"function_call":          refused(noFunctions, `"none"`, `"auto"`),
-	"response_format":        refused(noStructure, `{"type":"text"}`),
 	"reasoning_effort":       refused(noThinking),
 	"verbosity":              refused("verbosity control is not implemented", `"medium"`),
 	"web_search_options":     refused("web search is not available"),

@@ -129,6 +129,9 @@ func (s *Server) tokenizeAny(b *Backend, gr *genRequest, param string) ([]int32,
 // start tokenizes and submits gr. On failure it has written the error.
 func (s *Server) start(ctx *fasthttp.RequestCtx, b *Backend, gr *genRequest, idPrefix, endpoint, param string, enc encoder) *job {
 	prompt, e := s.tokenize(b, gr, param)
+	if e == nil {
+		e = s.constrain(b, gr)
+	}
 	if e != nil {
 		e.write(ctx, enc.dialect())
 		return nil

@@ -45,9 +45,7 @@ func (c *ollamaCommon) translate(s *Server, b *Backend, gr *genRequest) *apiErro
 		e.message = fmt.Sprintf("model %q not found", c.Model)
 		return e
 	}
-	if !isNull(c.Format) && string(c.Format) != `""` {
-		return badRequest("format", "format (structured output) is not supported")
-	}
+
 	gr.stream = c.Stream == nil || *c.Stream
 	gr.maxTokens = s.cfg.MaxTokens
 	gr.params = s.cfg.Defaults
@@ -68,6 +66,9 @@ func (c *ollamaCommon) translate(s *Server, b *Backend, gr *genRequest) *apiErro
 		if gr.params, e = o.apply(s.cfg.Defaults, b.Bundle.Model.NVocab); e != nil {
 			return e
 		}
+	}
+	if gr.params.Grammar, e = ollamaFormat(c.Format); e != nil {
+		return e
 	}
 	return nil
 }

@@ -65,6 +65,7 @@ type oaiCommon struct {
 	TopLogprobs         *int              `json:"top_logprobs"` // chat only
 	IgnoreEOS           bool              `json:"ignore_eos"`   // llama-server's extension
 	samplingFields
+	structuredFields
 }
 
 type oaiChatRequest struct {
@@ -158,6 +159,9 @@ func (c *oaiCommon) translate(s *Server, b *Backend, gr *genRequest) *apiError {
 	if gr.params, e = c.apply(s.cfg.Defaults, b.Bundle.Model.NVocab); e != nil {
 		return e
 	}
+	if gr.params.Grammar, e = c.grammarOf(); e != nil {
+		return e
+	}
 	gr.stream = c.Stream
 	gr.ignoreEOS = c.IgnoreEOS
 	gr.usage = c.Stream && c.StreamOptions != nil && c.StreamOptions.IncludeUsage
@@ -240,7 +244,7 @@ func (r *oaiChatRequest) translate(s *Server, b *Backend) (*genRequest, *apiErro
 
 // translateTools decodes tools, tool_choice and parallel_tool_calls.
 func (r *oaiChatRequest) translateTools(gr *genRequest) *apiError {
-	choice := "auto"
+	choice, named := "auto", ""
 	if !isNull(r.ToolChoice) {
 		var str string
 		var obj struct {
@@ -253,35 +257,50 @@ func (r *oaiChatRequest) translateTools(gr *genRequest) *apiError {
 		case json.Unmarshal(r.ToolChoice, &str) == nil:
 			choice = str
 		case json.Unmarshal(r.ToolChoice, &obj) == nil && obj.Type == "function":
-			return badRequest("tool_choice", "tool_choice: forcing function %q "+errConstrained, obj.Function.Name, `"auto"`)
+			if obj.Function.Name == "" {
+				return badRequest("tool_choice.function.name", "tool_choice.function.name is required")
+			}
+			choice, named = "function", obj.Function.Name
 		default:
 			return badRequest("tool_choice", `tool_choice: expected "none", "auto", "required" or {"type":"function","function":{"name":...}}`)
 		}
 	}
+	force := ""
 	switch choice {
 	case "auto", "none":
 	case "required":
-		return badRequest("tool_choice", `tool_choice: "required" `+errConstrained, `"auto"`)
+		force = "*"
+	case "function":
+		force = named
 	default:
 		return badRequest("tool_choice", `tool_choice: %q is not one of "none", "auto", "required"`, choice)
+	}
+	if force != "" && len(r.Tools) == 0 {
+		return badRequest("tool_choice", "tool_choice forces a call but there are no tools")
 	}
 	if len(r.Tools) == 0 || choice == "none" {
 		return nil // tool_choice none: the model is not shown the tools
 	}
-	ts := &toolSettings{single: r.ParallelToolCalls != nil && !*r.ParallelToolCalls}
+	ts := &toolSettings{single: r.ParallelToolCalls != nil && !*r.ParallelToolCalls, force: force}
 	for i, t := range r.Tools {
 		field := "tools[" + itoa(i) + "]"
 		if t.Type != "function" || t.Function == nil {
 			return badRequest(field+".type", "%s: only function tools are supported (type \"function\" with a \"function\" object)", field)
 		}
-		if t.Function.Strict != nil && *t.Function.Strict {
-			return badRequest(field+".function.strict", "%s.function.strict: true "+errConstrained, field, "strict: false")
+		if t.Function.Strict != nil && *t.Function.Strict && force == "" {
+			// strict arguments are guaranteed only for a forced call (the
+			// grammar constrains the whole reply); a call the model may or
+			// may not make would need a grammar triggered mid-reply
+			return badRequest(field+".function.strict", "%s.function.strict: true with tool_choice %q: arguments are guaranteed to match the schema only when the call is forced (tool_choice \"required\" or a named function)", field, choice)
 		}
 		tool, e := functionTool(t.Function.Name, t.Function.Description, t.Function.Parameters, field+".function")
 		if e != nil {
 			return e
 		}
 		ts.tools = append(ts.tools, tool)
+	}
+	if e := ts.checkForce("tool_choice.function.name"); e != nil {
+		return e
 	}
 	gr.tools = ts
 	return nil

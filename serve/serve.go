@@ -32,11 +32,12 @@
 // (model/toolcall: Hermes/Qwen, Llama 3.x, Mistral, generic JSON), text that
 // may start a call held back while streaming, and each API's encoder writes
 // the calls (OpenAI tool_calls, Anthropic tool_use blocks, Ollama
-// tool_calls). Choices that force a call need constrained sampling and are
-// refused.
+// tool_calls). Choices that force a call, and the structured-output fields
+// (response_format, grammar, json_schema, Ollama's format), constrain
+// sampling with a grammar (structured.go).
 //
-// It does not implement images, structured
-// output, embedding dimensions other than the model's, or reranking: a
+// It does not implement images, embedding dimensions other than the
+// model's, or reranking: a
 // request that asks for one of them gets a 400 naming the field
 // (fields.go lists every documented field each API has and what is done
 // with it), never a silent drop. Fields no API documents are ignored and

@@ -7,9 +7,10 @@
 // Calls come out whole: an encoder gets a call's id and name, then its
 // arguments, once the call is complete in the generated text. Text that
 // may be the start of a call is held back until the parser knows.
-// tool_choice values that need the output constrained (OpenAI "required"
-// or a named function, Anthropic "any" or "tool") and strict function
-// schemas are refused until constrained sampling exists.
+// tool_choice values that force a call (OpenAI "required" or a named
+// function, Anthropic "any" or "tool") constrain the reply with a grammar
+// of the call (structured.go); strict function schemas are accepted with a
+// forced call only.
 
 package serve
 
@@ -25,16 +26,47 @@ import (
 	"github.com/flowinfer/flowinfer/stages"
 )
 
-// errConstrained is the reason tool choices that force a call are refused.
-const errConstrained = "needs constrained sampling (a grammar over the function's parameters), which is not implemented yet; use %s"
-
 // toolSettings is what a request asks of tool calling.
 type toolSettings struct {
 	tools  []chat.Tool
 	single bool // parallel_tool_calls false / disable_parallel_tool_use: at most one call
+	// force: "" lets the model choose; "*" forces a call of one of the
+	// tools (OpenAI required, Anthropic any); a name forces that function.
+	// A grammar then constrains the reply to the call (structured.go).
+	force string
 	// idPrefix: "" for the format's style (toolcall.NewID), else this
 	// prefix and random characters (Anthropic's toolu_).
 	idPrefix string
+}
+
+// checkForce checks that a forced function is one of the tools.
+func (ts *toolSettings) checkForce(field string) *apiError {
+	if ts.force == "" || ts.force == "*" {
+		return nil
+	}
+	for _, t := range ts.tools {
+		if t.Name == ts.force {
+			return nil
+		}
+	}
+	return badRequest(field, "%s: %q is not one of the tools", field, ts.force)
+}
+
+// forced returns the forced call's grammar settings (nil: not forced).
+func (ts *toolSettings) forced() *forcedCall {
+	if ts == nil || ts.force == "" {
+		return nil
+	}
+	fc := &forcedCall{parallel: !ts.single}
+	for _, t := range ts.tools {
+		if ts.force == "*" || t.Name == ts.force {
+			fc.tools = append(fc.tools, forcedTool{name: t.Name, params: t.Parameters})
+		}
+	}
+	if ts.force != "*" {
+		fc.parallel = false // a named function: one call of it
+	}
+	return fc
 }
 
 // outCall is a call as the encoders write it.

@@ -148,7 +148,7 @@ test('errors surface as the SDK error classes', { skip }, async () => {
     (e) => e instanceof OpenAI.AuthenticationError && e.status === 401 && e.code === 'invalid_api_key');
   await assert.rejects(client.chat.completions.create({ model: 'gpt-9', messages, max_tokens: 2 }),
     (e) => e instanceof OpenAI.NotFoundError && e.status === 404 && e.code === 'model_not_found' && e.param === 'model');
-  await assert.rejects(client.chat.completions.create({ model: 'stories', messages, n: 2 }),
+  await assert.rejects(client.chat.completions.create({ model: 'stories', messages, n: 17 }),
     (e) => e instanceof OpenAI.BadRequestError && e.param === 'n' && e.type === 'invalid_request_error');
   await assert.rejects(client.chat.completions.create({ model: 'stories', messages: [{ role: 'user', content: 'tale '.repeat(300) }] }),
     (e) => e instanceof OpenAI.BadRequestError && e.code === 'context_length_exceeded');

@@ -132,10 +132,3 @@ test('anthropic messages.stream: tool_use blocks with input_json_delta, then a t
   assert.equal(reply.stop_reason, 'end_turn');
   assert.deepEqual(reply.content.map((b) => [b.type, b.text]), [['text', 'Sunny, and 5.5.']]);
 });
-
-test('anthropic: tool_choice any is refused until constrained sampling', { skip }, async () => {
-  await assert.rejects(anthropic.messages.create({
-    model, max_tokens: 5, tool_choice: { type: 'any' },
-    tools: [{ name: 'add', input_schema: addParams }], messages: [{ role: 'user', content: 'x' }],
-  }), (e) => e instanceof Anthropic.BadRequestError && /tool_choice/.test(e.message));
-});
