@@ -268,6 +268,14 @@ func (mt *Matcher) utf8To(s, to int32) bool {
 	return true
 }
 
+// ninfs is a word's worth of -Inf, copied over banned words.
+var ninfs = func() (a [64]float32) {
+	for i := range a {
+		a[i] = float32(math.Inf(-1))
+	}
+	return a
+}()
+
 // Apply sets the logits of tokens outside mask to -Inf.
 func Apply(logits []float32, mask []uint64) {
 	ninf := float32(math.Inf(-1))
@@ -295,10 +303,7 @@ func ApplyTo(dst, src []float32, mask []uint64) {
 		case math.MaxUint64:
 			copy(dst[base:end], src[base:end])
 		case 0:
-			d := dst[base:end]
-			for j := range d {
-				d[j] = ninf
-			}
+			copy(dst[base:end], ninfs[:end-base])
 		default:
 			d, sr := dst[base:end], src[base:end]
 			if bits.OnesCount64(w) >= 32 { // copy, then ban the few
@@ -309,9 +314,7 @@ func ApplyTo(dst, src []float32, mask []uint64) {
 					}
 				}
 			} else { // ban all, then copy the few
-				for j := range d {
-					d[j] = ninf
-				}
+				copy(d, ninfs[:len(d)])
 				for o := w; o != 0; o &= o - 1 {
 					if j := bits.TrailingZeros64(o); j < len(d) {
 						d[j] = sr[j]
