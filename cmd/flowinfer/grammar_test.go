@@ -45,6 +45,10 @@ func TestRunGrammar(t *testing.T) {
 	if err == nil || !strings.Contains(errOut, "--grammar: grammar: line 1 col 10: grammar syntax error: unterminated string literal") {
 		t.Errorf("bad grammar: err %v, stderr %q", err, errOut)
 	}
+	_, errOut, err = flowinfer(t, append(base, "--grammar", `root ::= "a"`, "--ignore-eos")...)
+	if err == nil || !strings.Contains(errOut, "--ignore-eos cannot be used with a grammar") {
+		t.Errorf("--ignore-eos with a grammar: err %v, stderr %q", err, errOut)
+	}
 	_, errOut, err = flowinfer(t, append(base, "--json-schema", `{"type":"string","pattern":"(a)\\1"}`)...)
 	if err == nil || !strings.Contains(errOut, "backreference") {
 		t.Errorf("bad schema: err %v, stderr %q", err, errOut)

@@ -120,6 +120,9 @@ func (r *RunCmd) Run(g *Globals) error {
 	if params.Grammar, err = r.grammar(); err != nil {
 		return err
 	}
+	if params.Grammar != nil && r.IgnoreEOS {
+		return errors.New("--ignore-eos cannot be used with a grammar: the grammar decides where the output ends")
+	}
 	l, err := r.open(ctx, g.Log)
 	if err != nil {
 		return err
@@ -203,6 +206,9 @@ func (r *RunCmd) Run(g *Globals) error {
 	}
 	if runErr != nil {
 		return runErr
+	}
+	if final.Finish == stages.FinishError && final.Err != nil {
+		return final.Err
 	}
 	printPerf(os.Stderr, l.loadTime, final, rec.Summary())
 	if wp.Plan().Streaming() {

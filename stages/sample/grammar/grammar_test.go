@@ -2,6 +2,8 @@ package grammar
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -124,6 +126,43 @@ func TestParseErrors(t *testing.T) {
 		}
 		if !errors.Is(err, ErrSyntax) {
 			t.Errorf("Parse(%q) = %v, does not wrap ErrSyntax", c.src, err)
+		}
+	}
+}
+
+// TestTestdataGrammars: llama.cpp-style grammars in testdata parse and
+// accept a sample; the bad-*.gbnf ones fail with a position.
+func TestTestdataGrammars(t *testing.T) {
+	samples := map[string]string{
+		"json.gbnf":       `{"a": [1, 2.5, "x\n"], "b": {"c": null}}`,
+		"arithmetic.gbnf": "(a+b)*2=x\n",
+		"list.gbnf":       "- one\n- two\n",
+		"chess.gbnf":      "1. e4 e5\n2. Nf3 Nc6\n",
+		"japanese.gbnf":   "こんにちは 世界",
+	}
+	files, err := filepath.Glob(filepath.Join("testdata", "*.gbnf"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no testdata grammars: %v", err)
+	}
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := Parse(string(src))
+		name := filepath.Base(f)
+		if strings.HasPrefix(name, "bad-") {
+			if err == nil || !strings.Contains(err.Error(), "line ") {
+				t.Errorf("%s: error %v, want one with a position", name, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if full, _ := matches(t, g, samples[name]); !full {
+			t.Errorf("%s rejects %q", name, samples[name])
 		}
 	}
 }

@@ -214,17 +214,24 @@ func TestMaskBigVocab(t *testing.T) {
 }
 
 func TestApplyTo(t *testing.T) {
-	src := make([]float32, 200)
+	src := make([]float32, 300)
 	for i := range src {
 		src[i] = float32(i)
 	}
-	mask := make([]uint64, 4)
-	mask[0] = ^uint64(0)   // 0..63 allowed
-	mask[1] = 0            // 64..127 banned
-	mask[2] = 1<<3 | 1<<63 // 131, 191
-	mask[3] = ^uint64(0)   // 192..199 (past the end ignored)
-	dst := make([]float32, 200)
+	mask := []uint64{
+		^uint64(0),              // 0..63 allowed
+		0,                       // 64..127 banned
+		1<<3 | 1<<63,            // 131, 191: few allowed
+		^uint64(1<<5 | 1<<6),    // 197, 198 banned: many allowed
+		^uint64(0) &^ (1 << 40), // 296 banned, bits past 299 ignored
+	}
+	dst := make([]float32, len(src))
 	ApplyTo(dst, src, mask)
+	inPlace := slices.Clone(src)
+	Apply(inPlace, mask)
+	if !slices.Equal(dst, inPlace) {
+		t.Fatal("Apply and ApplyTo differ")
+	}
 	for i, v := range dst {
 		want := Allowed(mask, int32(i))
 		if got := !math.IsInf(float64(v), -1); got != want || got && v != src[i] {

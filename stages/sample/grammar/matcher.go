@@ -3,6 +3,7 @@ package grammar
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 	"unicode/utf8"
 )
@@ -267,34 +268,57 @@ func (mt *Matcher) utf8To(s, to int32) bool {
 	return true
 }
 
-// Apply sets the logits of tokens outside mask to -Inf.
-func Apply(logits []float32, mask []uint64) { ApplyTo(logits, logits, mask) }
+// ninfs is a word's worth of -Inf, copied over banned words.
+var ninfs = func() (a [64]float32) {
+	for i := range a {
+		a[i] = float32(math.Inf(-1))
+	}
+	return a
+}()
 
-// ApplyTo writes src to dst (same length) with the logits of tokens
-// outside mask at -Inf, in one pass.
+// Apply sets the logits of tokens outside mask to -Inf.
+func Apply(logits []float32, mask []uint64) {
+	ninf := float32(math.Inf(-1))
+	for i, w := range mask {
+		for z := ^w; z != 0; z &= z - 1 {
+			if j := i*64 + bits.TrailingZeros64(z); j < len(logits) {
+				logits[j] = ninf
+			}
+		}
+	}
+}
+
+// ApplyTo writes src to dst (same length, not overlapping) with the
+// logits of tokens outside mask at -Inf, in one pass.
 func ApplyTo(dst, src []float32, mask []uint64) {
 	ninf := float32(math.Inf(-1))
 	n := min(len(dst), len(src))
-	for w, bits := range mask {
-		base := w * 64
+	for i, w := range mask {
+		base := i * 64
 		if base >= n {
 			break
 		}
 		end := min(base+64, n)
-		switch bits {
+		switch w {
 		case math.MaxUint64:
 			copy(dst[base:end], src[base:end])
 		case 0:
-			d := dst[base:end]
-			for j := range d {
-				d[j] = ninf
-			}
+			copy(dst[base:end], ninfs[:end-base])
 		default:
-			for j := base; j < end; j++ {
-				if bits>>(j-base)&1 != 0 {
-					dst[j] = src[j]
-				} else {
-					dst[j] = ninf
+			d, sr := dst[base:end], src[base:end]
+			if bits.OnesCount64(w) >= 32 { // copy, then ban the few
+				copy(d, sr)
+				for z := ^w; z != 0; z &= z - 1 {
+					if j := bits.TrailingZeros64(z); j < len(d) {
+						d[j] = ninf
+					}
+				}
+			} else { // ban all, then copy the few
+				copy(d, ninfs[:len(d)])
+				for o := w; o != 0; o &= o - 1 {
+					if j := bits.TrailingZeros64(o); j < len(d) {
+						d[j] = sr[j]
+					}
 				}
 			}
 		}
