@@ -34,23 +34,23 @@ import (
 
 // ThroughputConfig selects the tests.
 type ThroughputConfig struct {
-	NPrompt  int    // tokens of the pp test (0: no pp test)
-	NGen     int    // tokens of the tg test (0: no tg test)
-	NDepth   int    // tokens in the cache before each test (llama-bench -d)
+	NPrompt int // tokens of the pp test (0: no pp test)
+	NGen    int // tokens of the tg test (0: no tg test)
+	NDepth  int // tokens in the cache before each test (llama-bench -d)
 	// DepthReady: the context's cache already holds the depth's cells (an
 	// earlier call at the same depth on the same context, whose tests wrote
 	// positions NDepth on only), so they are not processed again.
 	DepthReady bool
-	Reps     int    // measured repetitions (llama-bench -r; default 5)
-	NoWarmup bool   // skip the warm-up runs (llama-bench --no-warmup)
-	Seed     uint64 // random tokens
-	BOS      int32  // first token of each test, or -1 (model adds no BOS)
+	Reps       int    // measured repetitions (llama-bench -r; default 5)
+	NoWarmup   bool   // skip the warm-up runs (llama-bench --no-warmup)
+	Seed       uint64 // random tokens
+	BOS        int32  // first token of each test, or -1 (model adds no BOS)
 }
 
 // Test is one measured test: pp (NGen 0) or tg (NPrompt 0).
 type Test struct {
 	NPrompt, NGen int
-	NDepth        int // tokens in the cache before the test
+	NDepth        int     // tokens in the cache before the test
 	SamplesNS     []int64 // wall time of each repetition
 	Time          time.Time
 	Load          MachineLoad // the rest of the machine during the repetitions
