@@ -39,7 +39,7 @@ const (
 	attnRows = 128
 	// attnTile is the cached positions per tile: its K and V rows (packed)
 	// and scores stay in L1/L2.
-	attnTile = 64
+	attnTile = 96
 	// attnMinWork is the multiply-adds below which attention runs on the
 	// caller alone.
 	attnMinWork = 1 << 15

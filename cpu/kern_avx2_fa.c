@@ -12,7 +12,8 @@
 //      register tile is 6 keys x 16 query rows (12 accumulators), a K
 //      element broadcast per key, two Q vectors per step.
 //   2. Per query row (8 columns of S at a time): keys beyond the row's
-//      position are masked on the diagonal tiles, the new max, the
+//      position are masked on the diagonal tiles, the new max (on the
+//      other tiles, kept by step 1 from its register tiles), the
 //      rescale factor c = exp(m_old - m_new), P = exp(S - m_new) in place,
 //      l = l·c + Σ P (the tile's sum in float32, l in float64).
 //   3. acc = acc·c + P·V: register tile 6 query rows x 16 columns of V,
@@ -50,8 +51,9 @@ FI_INLINE __m256 fa_exp8(__m256 x) {
 }
 
 // fa_qk sets nj (1..6) rows of S (stride ss) at columns [0, 16): key row
-// jj (kp + jj*dk) times the 16 query columns of the block at qb (dk x 16).
-FI_INLINE void fa_qk(const float *kp, int64_t dk, const float *qb, float *s, int64_t ss, const int nj) {
+// jj (kp + jj*dk) times the 16 query columns of the block at qb (dk x 16);
+// mx (unless NULL) becomes the columns' max of mx and these rows.
+FI_INLINE void fa_qk(const float *kp, int64_t dk, const float *qb, float *s, int64_t ss, float *mx, const int nj) {
 	__m256 a0[6], a1[6];
 	_Pragma("GCC unroll 6") for (int jj = 0; jj < nj; jj++) a0[jj] = _mm256_setzero_ps(), a1[jj] = _mm256_setzero_ps();
 	for (int64_t d = 0; d < dk; d++) {
@@ -65,6 +67,15 @@ FI_INLINE void fa_qk(const float *kp, int64_t dk, const float *qb, float *s, int
 	_Pragma("GCC unroll 6") for (int jj = 0; jj < nj; jj++) {
 		_mm256_storeu_ps(s + jj * ss, a0[jj]);
 		_mm256_storeu_ps(s + jj * ss + 8, a1[jj]);
+	}
+	if (mx) {
+		__m256 m0 = _mm256_loadu_ps(mx), m1 = _mm256_loadu_ps(mx + 8);
+		_Pragma("GCC unroll 6") for (int jj = 0; jj < nj; jj++) {
+			m0 = _mm256_max_ps(m0, a0[jj]);
+			m1 = _mm256_max_ps(m1, a1[jj]);
+		}
+		_mm256_storeu_ps(mx, m0);
+		_mm256_storeu_ps(mx + 8, m1);
 	}
 }
 
@@ -122,17 +133,19 @@ int fi_fa_tile_avx2(const float *qt, int64_t rp, int64_t R, int64_t dk, int64_t 
 	if (dv % 8 != 0 || rp % 16 != 0) return -1;
 	const int64_t ss = rp + 16;
 	float *s = scratch, *cs = s + L * ss;
-	// 1. S = K·Qᵀ
+	// 1. S = K·Qᵀ; unmasked, the new max per query row as well (in cs)
+	if (!mask) memcpy(cs, m, (size_t)rp * 4);
 	for (int64_t r = 0; r < rp; r += 16) {
 		const float *qb = qt + r * dk;
+		float *mx = mask ? NULL : cs + r;
 		int64_t j = 0;
-		for (; j + 6 <= L; j += 6) fa_qk(kp + j * dk, dk, qb, s + j * ss + r, ss, 6);
+		for (; j + 6 <= L; j += 6) fa_qk(kp + j * dk, dk, qb, s + j * ss + r, ss, mx, 6);
 		switch (L - j) {
-		case 1: fa_qk(kp + j * dk, dk, qb, s + j * ss + r, ss, 1); break;
-		case 2: fa_qk(kp + j * dk, dk, qb, s + j * ss + r, ss, 2); break;
-		case 3: fa_qk(kp + j * dk, dk, qb, s + j * ss + r, ss, 3); break;
-		case 4: fa_qk(kp + j * dk, dk, qb, s + j * ss + r, ss, 4); break;
-		case 5: fa_qk(kp + j * dk, dk, qb, s + j * ss + r, ss, 5); break;
+		case 1: fa_qk(kp + j * dk, dk, qb, s + j * ss + r, ss, mx, 1); break;
+		case 2: fa_qk(kp + j * dk, dk, qb, s + j * ss + r, ss, mx, 2); break;
+		case 3: fa_qk(kp + j * dk, dk, qb, s + j * ss + r, ss, mx, 3); break;
+		case 4: fa_qk(kp + j * dk, dk, qb, s + j * ss + r, ss, mx, 4); break;
+		case 5: fa_qk(kp + j * dk, dk, qb, s + j * ss + r, ss, mx, 5); break;
 		}
 	}
 	// 2. online softmax, 8 query rows (columns of S) at a time
@@ -150,7 +163,7 @@ int fi_fa_tile_avx2(const float *qt, int64_t rp, int64_t R, int64_t dk, int64_t 
 				mx = _mm256_max_ps(mx, x);
 			}
 		} else {
-			for (int64_t j = 0; j < L; j++) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j * ss + r));
+			mx = _mm256_loadu_ps(cs + r);
 		}
 		// a row with nothing unmasked yet keeps a max of -inf: use 0 there
 		// so that no -inf - -inf appears (its P and c are 0 either way)
