@@ -2,15 +2,19 @@ package cpu
 
 // backend_attn.go: the Backend's attention, in two forms.
 //
-//   - A lone row of a sequence (decode) is one unit per KV head: the group
+//   - A lone row of a sequence (decode), or each row of a run shorter than
+//     attnMinRun, is one unit per KV head: the group
 //     of query heads sharing the head (grouped-query attention) is scored
 //     against every cached position ≤ the row's own by one strided matrix
 //     product over the cache rows (a head's K rows are rows of stride KDim),
 //     softmax per query head, then the weighted sum of V rows, in Ref's
 //     order.
-//   - Consecutive rows of one sequence (prefill) are cut into blocks of
-//     about attnRows query rows (batch rows × the query heads of a KV
-//     head: the group shares every K and V load); a unit is one block and
+//   - A run of at least attnMinRun consecutive rows of one sequence
+//     (prefill) has the sequence's K and V packed once per call (per KV
+//     head: K rows back to back, V in column blocks, so that tiles stream
+//     whatever the cache's row stride) and is cut into blocks of about
+//     attnRows query rows (batch rows × the query heads of a KV head: the
+//     group shares every K and V load); a unit is one block and
 //     one KV head and walks the cached positions in tiles of up to
 //     attnTile (flash attention: Kernels.FlashTile): S = Q·Kᵀ, an online
 //     softmax (running max and sum per query row, the accumulated output
@@ -43,6 +47,11 @@ const (
 	// attnMinWork is the multiply-adds below which attention runs on the
 	// caller alone.
 	attnMinWork = 1 << 15
+	// attnMinRun is the fewest rows of a sequence that take the block
+	// form: packing its K and V costs as much as a pass of the row form
+	// over them, so shorter runs (a few draft tokens to verify, say) go
+	// row by row.
+	attnMinRun = 8
 )
 
 // attnUnit is rows [t0, t1) of the batch (one sequence) and KV head kh;
@@ -105,8 +114,9 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 	dk, dv := h.HeadDimK, h.HeadDimV
 	a.block = max(1, attnRows/G)
 	// units: runs of rows of one sequence, cut into blocks, a KV head's
-	// blocks together (they read the same packed K and V); a run of
-	// several rows gets its K and V packed once for all its blocks
+	// blocks together (they read the same packed K and V); a run of at
+	// least attnMinRun rows gets its K and V packed once for all its
+	// blocks, shorter ones go row by row
 	a.units, a.regions = a.units[:0], a.regions[:0]
 	work, packed := 0, 0
 	for r0 := 0; r0 < len(seq); {
@@ -115,15 +125,15 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 			np = max(np, int(pos[r1])+1)
 			r1++
 		}
-		reg := int32(-1)
-		if r1-r0 > 1 {
-			reg = int32(len(a.regions))
+		reg, block := int32(-1), 1
+		if r1-r0 >= attnMinRun {
+			reg, block = int32(len(a.regions)), a.block
 			a.regions = append(a.regions, kvRegion{k: packed, v: packed + h.NHeadKV*np*dk, n: np})
 			packed += h.NHeadKV * np * (dk + dv)
 		}
 		for kh := range h.NHeadKV {
-			for t0 := r0; t0 < r1; t0 += a.block {
-				a.units = append(a.units, attnUnit{int32(t0), int32(min(t0+a.block, r1)), int32(kh), reg})
+			for t0 := r0; t0 < r1; t0 += block {
+				a.units = append(a.units, attnUnit{int32(t0), int32(min(t0+block, r1)), int32(kh), reg})
 			}
 		}
 		for t := r0; t < r1; t++ {
@@ -171,7 +181,7 @@ func (a *attnTask) packKV() {
 		for r1 < len(a.seq) && a.seq[r1] == a.seq[r0] {
 			r1++
 		}
-		if r1-r0 > 1 {
+		if r1-r0 >= attnMinRun {
 			reg := &a.regions[ri]
 			ri++
 			s, n := int(a.seq[r0]), reg.n
