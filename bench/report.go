@@ -233,7 +233,7 @@ func WriteJSON(w io.Writer, rs []Result) error {
 			BuildCommit: r.Build, CPUInfo: r.CPUInfo, Backends: r.Backend, ISA: r.ISA,
 			ModelFile: r.Model.Filename, ModelType: r.Model.Type, ModelSize: r.Model.Size, ModelNParams: r.Model.NParams,
 			NBatch: r.NBatch, NUBatch: r.NUBatch, NThreads: r.Threads, TypeK: r.TypeK, TypeV: r.TypeV,
-			NPrompt: r.NPrompt, NGen: r.NGen, TestTime: r.Time.Format("2006-01-02T15:04:05Z"),
+			NPrompt: r.NPrompt, NGen: r.NGen, NDepth: r.NDepth, TestTime: r.Time.Format("2006-01-02T15:04:05Z"),
 			AvgNS: int64(r.AvgNS()), StddevNS: int64(r.StddevNS()), AvgTS: r.AvgTS(), StddevTS: r.StddevTS(),
 			SamplesNS: r.SamplesNS, SamplesTS: r.TS(),
 		}

@@ -25,21 +25,24 @@ func TestThroughput(t *testing.T) {
 	be := cpu.NewBackend(2, nil)
 	defer be.Close()
 	for _, tc := range []struct {
-		name             string
-		np, ng, maxBatch int
-		want             []string
+		name                    string
+		np, ng, depth, maxBatch int
+		want                    []string
 	}{
-		{"pp+tg", 40, 8, 40, []string{"pp40", "tg8"}},
-		{"pp in batches", 40, 0, 16, []string{"pp40"}},
-		{"tg only", 0, 12, 1, []string{"tg12"}},
+		{"pp+tg", 40, 8, 0, 40, []string{"pp40", "tg8"}},
+		{"pp in batches", 40, 0, 0, 16, []string{"pp40"}},
+		{"tg only", 0, 12, 0, 1, []string{"tg12"}},
+		{"at depth", 24, 4, 37, 16, []string{"pp24 @ d37", "tg4 @ d37"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mctx, err := b.Model.NewContext(be, max(tc.np, tc.ng), 1, tc.maxBatch)
+			n := tc.depth + max(tc.np, tc.ng)
+			rec := &posRecorder{Backend: be}
+			mctx, err := b.Model.NewContext(rec, n, 1, tc.maxBatch)
 			if err != nil {
 				t.Fatal(err)
 			}
 			tests, err := bench.Throughput(context.Background(), mctx, bench.ThroughputConfig{
-				NPrompt: tc.np, NGen: tc.ng, Reps: 3, Seed: 1, BOS: b.Tokenizer.BOS(),
+				NPrompt: tc.np, NGen: tc.ng, NDepth: tc.depth, Reps: 3, Seed: 1, BOS: b.Tokenizer.BOS(),
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -51,11 +54,24 @@ func TestThroughput(t *testing.T) {
 				if tt.Name() != tc.want[i] {
 					t.Errorf("test %d is %s, want %s", i, tt.Name(), tc.want[i])
 				}
-				if len(tt.SamplesNS) != 3 || tt.AvgTS() <= 0 {
-					t.Errorf("%s: samples %v, avg %g t/s", tt.Name(), tt.SamplesNS, tt.AvgTS())
+				if len(tt.SamplesNS) != 3 || tt.AvgTS() <= 0 || tt.NDepth != tc.depth {
+					t.Errorf("%s: samples %v, avg %g t/s, depth %d", tt.Name(), tt.SamplesNS, tt.AvgTS(), tt.NDepth)
 				}
 			}
+			// every position of the context was used: the depth once, the
+			// tests after it; no step started below the depth but the
+			// depth's own (at most ceil(depth/maxBatch) of them)
+			if rec.maxPos != int32(n-1) {
+				t.Errorf("last position %d, want %d", rec.maxPos, n-1)
+			}
+			if d := (tc.depth + tc.maxBatch - 1) / tc.maxBatch; tc.depth > 0 && rec.belowDepth(tc.depth) != d*len(b.Model.Layers) {
+				t.Errorf("%d attention calls started below the depth %d, want %d", rec.belowDepth(tc.depth), tc.depth, d*len(b.Model.Layers))
+			}
 		})
+	}
+	dctx, _ := b.Model.NewContext(be, 40, 1, 16)
+	if _, err := bench.Throughput(context.Background(), dctx, bench.ThroughputConfig{NPrompt: 8, NDepth: 33, Reps: 1}); err == nil {
+		t.Error("a prompt at a depth beyond the context was accepted")
 	}
 	mctx, _ := b.Model.NewContext(be, 16, 1, 16)
 	if _, err := bench.Throughput(context.Background(), mctx, bench.ThroughputConfig{NPrompt: 17, Reps: 1}); err == nil {
@@ -64,6 +80,30 @@ func TestThroughput(t *testing.T) {
 	if _, err := bench.Throughput(context.Background(), mctx, bench.ThroughputConfig{Reps: 1}); err == nil {
 		t.Error("no tests was accepted")
 	}
+}
+
+// posRecorder records the first position of every Attention call.
+type posRecorder struct {
+	*cpu.Backend
+	starts []int32
+	maxPos int32
+}
+
+func (r *posRecorder) Attention(out, q []float32, kv *model.KVCache, layer int, seq, pos []int32, h *model.Hyper, scale float32) {
+	r.starts = append(r.starts, pos[0])
+	r.maxPos = max(r.maxPos, pos[len(pos)-1])
+	r.Backend.Attention(out, q, kv, layer, seq, pos, h, scale)
+}
+
+// belowDepth returns the calls that started below position d.
+func (r *posRecorder) belowDepth(d int) int {
+	n := 0
+	for _, p := range r.starts {
+		if int(p) < d {
+			n++
+		}
+	}
+	return n
 }
 
 func TestStats(t *testing.T) {

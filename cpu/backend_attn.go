@@ -2,24 +2,31 @@ package cpu
 
 // backend_attn.go: the Backend's attention, in two forms.
 //
-//   - A lone row of a sequence (decode) is one unit per KV head: the group
+//   - A lone row of a sequence (decode), or each row of a run shorter than
+//     attnMinRun, is one unit per KV head: the group
 //     of query heads sharing the head (grouped-query attention) is scored
 //     against every cached position ≤ the row's own by one strided matrix
 //     product over the cache rows (a head's K rows are rows of stride KDim),
 //     softmax per query head, then the weighted sum of V rows, in Ref's
 //     order.
-//   - Consecutive rows of one sequence (prefill) are cut into blocks of up
-//     to attnBlock rows; a unit is one block and one KV head, and walks the
-//     cached positions in tiles of attnTile (flash-attention style): the
-//     block's query rows times the tile's K rows (a matrix product), an
-//     online softmax (running max and sum per row, earlier partial sums
-//     rescaled when the max grows), and the probabilities times the tile's
-//     V rows, transposed into scratch so that this too is a matrix product.
-//     Scratch per worker is bounded by the block and tile sizes, whatever
-//     the context length.
+//   - A run of at least attnMinRun consecutive rows of one sequence
+//     (prefill) has the sequence's K and V packed once per call (per KV
+//     head: K rows back to back, V in column blocks, so that tiles stream
+//     whatever the cache's row stride) and is cut into blocks of about
+//     attnRows query rows (batch rows × the query heads of a KV head: the
+//     group shares every K and V load); a unit is one block and
+//     one KV head and walks the cached positions in tiles of up to
+//     attnTile (flash attention: Kernels.FlashTile): S = Q·Kᵀ, an online
+//     softmax (running max and sum per query row, the accumulated output
+//     rescaled when the max grows), then acc += P·V, all on tiles that
+//     stay in L1/L2. Tiles beyond the block's last position are never
+//     visited; only tiles crossing the diagonal are masked. Scratch per
+//     worker is bounded by the block and tile sizes, whatever the context
+//     length.
 //
 // Workers claim units from a counter, most expensive (latest positions)
-// first. Both forms compute Ref's result up to float rounding order.
+// first. Both forms compute Ref's result up to float rounding: the row form
+// in Ref's order, the block form with float32 sums per tile (FlashTile).
 
 import (
 	"math"
@@ -30,32 +37,42 @@ import (
 )
 
 const (
-	attnBlock = 32  // batch rows per prefill unit
-	attnTile  = 256 // cached positions per tile
+	// attnRows is the query rows (batch rows × query heads of a KV head)
+	// of a prefill unit: every K and V row a tile loads serves all of
+	// them.
+	attnRows = 128
+	// attnTile is the cached positions per tile: its K and V rows (packed)
+	// and scores stay in L1/L2.
+	attnTile = 96
 	// attnMinWork is the multiply-adds below which attention runs on the
 	// caller alone.
 	attnMinWork = 1 << 15
+	// attnMinRun is the fewest rows of a sequence that take the block
+	// form: packing its K and V costs as much as a pass of the row form
+	// over them, so shorter runs (a few draft tokens to verify, say) go
+	// row by row.
+	attnMinRun = 8
 )
 
 // attnUnit is rows [t0, t1) of the batch (one sequence) and KV head kh;
-// vt indexes the sequence's transposed V (blocks of several rows).
+// reg indexes the sequence's packed K and V (blocks of several rows).
 type attnUnit struct {
-	t0, t1, kh, vt int32
+	t0, t1, kh, reg int32
 }
 
-// vtRegion is the V cache of one sequence, positions [0, np), transposed
-// once per call for all its blocks: element (c, j) (c < VDim) at
-// off + c*stride + j.
-type vtRegion struct {
-	off, stride int
+// kvRegion is the K and V of one sequence, positions [0, n), packed once
+// per call for all its blocks in FlashTile's layouts: head kh's K rows at
+// k + kh*n*dk (rows of dk), its V at v + kh*n*dv (FlashPackV's layout).
+type kvRegion struct {
+	k, v, n int
 }
 
 // attnScratch is one worker's scratch.
 type attnScratch struct {
-	scores []float32 // lone rows: G × nCtx; blocks: rows × attnTile
-	q      []float32 // rows × dk, the block's query rows packed
+	scores []float32 // lone rows: G × nCtx; blocks: FlashTile's scratch
+	q      []float32 // a block's query rows, packed for FlashTile
+	pos    []int32   // a block's position per query row
 	acc    []float32 // rows × dv
-	tmp    []float32 // rows × dv
 	m      []float32 // running max per row
 	l      []float64 // running sum per row
 }
@@ -70,9 +87,10 @@ type attnTask struct {
 	h        *model.Hyper
 	scale    float32
 	group    int
+	block    int // batch rows per prefill unit
 	units    []attnUnit
-	vt       []float32 // transposed V of the sequences with blocks
-	regions  []vtRegion
+	regions  []kvRegion
+	packed   []float32 // the regions' K and V
 	next     atomic.Int64
 	scratch  []attnScratch
 }
@@ -94,27 +112,28 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 	a.group = h.NHead / h.NHeadKV
 	G := a.group
 	dk, dv := h.HeadDimK, h.HeadDimV
-	// units: runs of rows of one sequence, cut into blocks; a run of
-	// several rows gets its V transposed once for all its blocks
+	a.block = max(1, attnRows/G)
+	// units: runs of rows of one sequence, cut into blocks, a KV head's
+	// blocks together (they read the same packed K and V); a run of at
+	// least attnMinRun rows gets its K and V packed once for all its
+	// blocks, shorter ones go row by row
 	a.units, a.regions = a.units[:0], a.regions[:0]
-	work, vtLen := 0, 0
+	work, packed := 0, 0
 	for r0 := 0; r0 < len(seq); {
 		r1, np := r0+1, int(pos[r0])+1
 		for r1 < len(seq) && seq[r1] == seq[r0] {
 			np = max(np, int(pos[r1])+1)
 			r1++
 		}
-		vt := int32(-1)
-		if r1-r0 > 1 {
-			stride := (np+15)&^15 + 16 // not a power of two: rows would share cache sets
-			vt = int32(len(a.regions))
-			a.regions = append(a.regions, vtRegion{off: vtLen, stride: stride})
-			vtLen += kv.VDim * stride
+		reg, block := int32(-1), 1
+		if r1-r0 >= attnMinRun {
+			reg, block = int32(len(a.regions)), a.block
+			a.regions = append(a.regions, kvRegion{k: packed, v: packed + h.NHeadKV*np*dk, n: np})
+			packed += h.NHeadKV * np * (dk + dv)
 		}
-		for t0 := r0; t0 < r1; t0 += attnBlock {
-			t1 := min(t0+attnBlock, r1)
-			for kh := range h.NHeadKV {
-				a.units = append(a.units, attnUnit{int32(t0), int32(t1), int32(kh), vt})
+		for kh := range h.NHeadKV {
+			for t0 := r0; t0 < r1; t0 += block {
+				a.units = append(a.units, attnUnit{int32(t0), int32(min(t0+block, r1)), int32(kh), reg})
 			}
 		}
 		for t := r0; t < r1; t++ {
@@ -122,22 +141,26 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 		}
 		r0 = r1
 	}
-	if len(a.regions) > 0 {
-		a.vt = grow(a.vt, vtLen)
-		a.transposeV()
+	blocks := len(a.regions) > 0
+	if blocks {
+		a.packed = grow(a.packed, packed)
+		a.packKV()
 	}
 	// scratch for the shapes of this call (grows, then is reused)
-	rows := min(attnBlock, len(seq)) * G
+	R := min(a.block, len(seq)) * G
+	rp := (R + FlashRowBlock - 1) / FlashRowBlock * FlashRowBlock
 	for w := range a.scratch {
 		s := &a.scratch[w]
-		s.scores = grow(s.scores, max(G*kv.NCtx, rows*attnTile))
-		if rows > G {
-			s.q = grow(s.q, rows*dk)
-			s.acc = grow(s.acc, rows*dv)
-			s.tmp = grow(s.tmp, rows*dv)
-			s.m = grow(s.m, rows)
-			s.l = grow(s.l, rows)
+		n := G * kv.NCtx
+		if blocks {
+			n = max(n, FlashScratch(rp, attnTile))
+			s.q = grow(s.q, rp*dk)
+			s.pos = grow(s.pos, rp)
+			s.acc = grow(s.acc, R*dv)
+			s.m = grow(s.m, rp)
+			s.l = grow(s.l, rp)
 		}
+		s.scores = grow(s.scores, n)
 	}
 	a.next.Store(0)
 	if len(a.units) == 1 || b.pool.workers() == 1 || work < attnMinWork {
@@ -145,6 +168,38 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 		return
 	}
 	b.pool.run(a)
+}
+
+// packKV fills the regions: for each run of several rows, the K and V rows
+// of its sequence at positions [0, n), head by head.
+func (a *attnTask) packKV() {
+	h, kv := a.h, a.kv
+	dk, dv := h.HeadDimK, h.HeadDimV
+	ri := 0
+	for r0 := 0; r0 < len(a.seq); {
+		r1 := r0 + 1
+		for r1 < len(a.seq) && a.seq[r1] == a.seq[r0] {
+			r1++
+		}
+		if r1-r0 >= attnMinRun {
+			reg := &a.regions[ri]
+			ri++
+			s, n := int(a.seq[r0]), reg.n
+			for j0 := 0; j0 < n; {
+				L := a.span(s, j0, n-j0)
+				kr, vr := kv.KRows(a.layer, s, j0, L), kv.VRows(a.layer, s, j0, L)
+				for kh := range h.NHeadKV {
+					kd := a.packed[reg.k+(kh*n+j0)*dk:][:L*dk]
+					for j := range L {
+						copy(kd[j*dk:(j+1)*dk], kr[j*kv.KDim+kh*dk:][:dk])
+					}
+					FlashPackV(a.packed[reg.v+kh*n*dv:][:n*dv], n, j0, vr[kh*dv:], kv.VDim, dv, L)
+				}
+				j0 += L
+			}
+		}
+		r0 = r1
+	}
 }
 
 func (a *attnTask) run(worker int) {
@@ -158,7 +213,7 @@ func (a *attnTask) run(worker int) {
 		if u.t1-u.t0 == 1 {
 			a.row(s, int(u.t0), int(u.kh))
 		} else {
-			a.block(s, int(u.t0), int(u.t1), int(u.kh), &a.regions[u.vt])
+			a.flash(s, int(u.t0), int(u.t1), int(u.kh), &a.regions[u.reg])
 		}
 	}
 }
@@ -223,118 +278,60 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 	}
 }
 
-// block computes KV head kh's query heads for batch rows [t0, t1) of one
-// sequence, tile by tile over the cached positions.
-func (a *attnTask) block(sc *attnScratch, t0, t1, kh int, vt *vtRegion) {
-	h, kv := a.h, a.kv
+// flash computes KV head kh's query heads for batch rows [t0, t1) of one
+// sequence, tile by tile over the cached positions up to the block's last
+// (FlashTile), from the sequence's packed K and V (reg).
+func (a *attnTask) flash(sc *attnScratch, t0, t1, kh int, reg *kvRegion) {
+	h := a.h
 	dk, dv, G := h.HeadDimK, h.HeadDimV, a.group
-	s := int(a.seq[t0])
 	R := (t1 - t0) * G // query rows: (row t, head g) at (t-t0)*G + g
-	np := 0
+	rp := (R + FlashRowBlock - 1) / FlashRowBlock * FlashRowBlock
+	np, pmin := 0, int(a.pos[t0])
 	for t := t0; t < t1; t++ {
-		np = max(np, int(a.pos[t])+1)
+		np, pmin = max(np, int(a.pos[t])+1), min(pmin, int(a.pos[t]))
 	}
-	// pack the block's query rows, times the scale (so the scores come out
-	// scaled)
-	qb := sc.q[:R*dk]
-	for t := t0; t < t1; t++ {
-		src := a.q[(t*h.NHead+kh*G)*dk:][:G*dk]
-		dst := qb[(t-t0)*G*dk:][:G*dk]
-		for i, v := range src {
-			dst[i] = v * a.scale
+	// the block's query rows times the scale (so the scores come out
+	// scaled), transposed into blocks of FlashRowBlock rows; padding rows
+	// are zero and at position pmin
+	qt, ps := sc.q[:rp*dk], sc.pos[:rp]
+	const B = FlashRowBlock
+	for r := range rp {
+		qb, i := qt[r/B*dk*B:], r%B
+		if r >= R {
+			for d := range dk {
+				qb[d*B+i] = 0
+			}
+			ps[r] = int32(pmin)
+			continue
+		}
+		t, g := t0+r/G, r%G
+		ps[r] = a.pos[t]
+		src := a.q[(t*h.NHead+kh*G+g)*dk:][:dk]
+		for d, v := range src {
+			qb[d*B+i] = v * a.scale
 		}
 	}
-	acc, tmp, m, l := sc.acc[:R*dv], sc.tmp[:R*dv], sc.m[:R], sc.l[:R]
+	acc, m, l := sc.acc[:R*dv], sc.m[:rp], sc.l[:rp]
 	clear(acc)
 	clear(l)
 	for i := range m {
 		m[i] = float32(math.Inf(-1))
 	}
-	for j0, j1 := 0, 0; j0 < np; j0 = j1 {
-		// a tile: up to attnTile positions in consecutive cache rows
-		L := a.span(s, j0, min(attnTile, np-j0))
-		j1 = j0 + L
-		S := sc.scores[:R*L]
-		// S[r*L + j] = K_{j0+j} · q_r
-		a.k.GemmRows(quant.F32, a.kRows(s, kh, j0, L), 4*kv.KDim, dk, 0, L, f32bytes(qb), R, S, L)
-		// online softmax: rescale what came before when the max grows
-		for r := range R {
-			p := int(a.pos[t0+r/G])
-			row := S[r*L : (r+1)*L]
-			valid := min(j1, p+1) - j0
-			if valid <= 0 {
-				clear(row)
-				continue
-			}
-			mx := m[r]
-			for _, v := range row[:valid] {
-				if v > mx {
-					mx = v
-				}
-			}
-			if mx > m[r] {
-				if c := expf(m[r] - mx); c != 1 {
-					l[r] *= float64(c)
-					scaleVec(acc[r*dv:(r+1)*dv], c)
-				}
-				m[r] = mx
-			}
-			l[r] += a.k.ExpSub(row[:valid], mx)
-			clear(row[valid:])
-		}
-		// acc += S·V_tile: the tile's columns of head kh's rows of the
-		// transposed V
-		w := a.vt[vt.off+kh*dv*vt.stride+j0:]
-		a.k.GemmRows(quant.F32, f32bytes(w), 4*vt.stride, L, 0, dv, f32bytes(S), R, tmp, dv)
-		add(acc, tmp)
+	// tiles of up to attnTile positions, masked only where they cross the
+	// diagonal of some row
+	kp, vp := a.packed[reg.k+kh*reg.n*dk:][:np*dk], a.packed[reg.v+kh*reg.n*dv:][:reg.n*dv]
+	for j0 := 0; j0 < np; j0 += attnTile {
+		L := min(attnTile, np-j0)
+		a.k.FlashTile(qt, rp, R, dk, dv, kp[j0*dk:], vp, reg.n, L, j0, ps, j0+L-1 > pmin, m, l, acc, sc.scores)
 	}
 	// out = acc / l
-	for t := t0; t < t1; t++ {
-		for g := range G {
-			r := (t-t0)*G + g
-			inv := float32(1 / l[r])
-			o := a.out[(t*h.NHead+kh*G+g)*dv : (t*h.NHead+kh*G+g+1)*dv]
-			for d, v := range acc[r*dv : (r+1)*dv] {
-				o[d] = v * inv
-			}
+	for r := range R {
+		t, g := t0+r/G, r%G
+		inv := float32(1 / l[r])
+		o := a.out[(t*h.NHead+kh*G+g)*dv:][:dv]
+		for d, v := range acc[r*dv : (r+1)*dv] {
+			o[d] = v * inv
 		}
-	}
-}
-
-// transposeV fills the regions: for the first row of each region's run,
-// the V rows of its sequence at positions [0, np) (np from the stride's
-// run), transposed, 16 positions at a time so that reads and writes both
-// stay within a few cache lines.
-func (a *attnTask) transposeV() {
-	kv := a.kv
-	ri := 0
-	for r0 := 0; r0 < len(a.seq); {
-		r1, np := r0+1, int(a.pos[r0])+1
-		for r1 < len(a.seq) && a.seq[r1] == a.seq[r0] {
-			np = max(np, int(a.pos[r1])+1)
-			r1++
-		}
-		if r1-r0 > 1 {
-			reg := &a.regions[ri]
-			ri++
-			s := int(a.seq[r0])
-			dst := a.vt[reg.off : reg.off+kv.VDim*reg.stride]
-			for j0 := 0; j0 < np; {
-				n := a.span(s, j0, np-j0)
-				src := a.kv.VRows(a.layer, s, j0, n)
-				for jb := 0; jb < n; jb += 16 {
-					je := min(jb+16, n)
-					for c := range kv.VDim {
-						d := dst[c*reg.stride+j0+jb : c*reg.stride+j0+je]
-						for j := range d {
-							d[j] = src[(jb+j)*kv.VDim+c]
-						}
-					}
-				}
-				j0 += n
-			}
-		}
-		r0 = r1
 	}
 }
 

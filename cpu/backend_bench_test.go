@@ -2,7 +2,9 @@ package cpu_test
 
 import (
 	"fmt"
+	"math"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -195,6 +197,55 @@ func BenchmarkAttention(b *testing.B) {
 	}
 }
 
+// BenchmarkAttentionPrefill measures the attention of a whole causal
+// prefill with the llama-1b preset's heads (32 query heads, 8 KV heads of
+// 64): n positions in chunks of 2048 rows (bench's default batch), each
+// chunk attending to the cache so far, per kernel path and thread count.
+// GFLOP/s counts 2·(dk+dv) flops per (query head, row, visible position):
+// the figure issue 20 quotes (8,466 positions: ~4.7 TFLOP in 16 layers).
+func BenchmarkAttentionPrefill(b *testing.B) {
+	h := model.Hyper{NHead: 32, NHeadKV: 8, HeadDimK: 64, HeadDimV: 64, NLayer: 1}
+	const chunk = 2048
+	for _, n := range []int{2048, 8192} {
+		kv := model.NewKVCache(&h, n, 1)
+		copy(kv.K[0], randomF32(len(kv.K[0]), 1))
+		copy(kv.V[0], randomF32(len(kv.V[0]), 2))
+		q := randomF32(chunk*h.NHead*h.HeadDimK, 3)
+		out := make([]float32, chunk*h.NHead*h.HeadDimV)
+		seq, pos := make([]int32, chunk), make([]int32, chunk)
+		var macs float64
+		for p := range n {
+			macs += float64(p+1) * float64(h.NHead*(h.HeadDimK+h.HeadDimV))
+		}
+		for _, isa := range cpu.Available() {
+			for _, threads := range []int{1, 2} {
+				if isa == cpu.ISAScalarGo && (n > 2048 || threads > 1) {
+					continue
+				}
+				b.Run(fmt.Sprintf("n=%d/isa=%s/threads=%d", n, isa, threads), func(b *testing.B) {
+					be := cpu.NewBackend(threads, cpu.KernelsFor(isa))
+					defer be.Close()
+					c0 := cpuTime()
+					for b.Loop() {
+						for p0 := 0; p0 < n; p0 += chunk {
+							k := min(chunk, n-p0)
+							for i := range k {
+								pos[i] = int32(p0 + i)
+							}
+							be.Attention(out, q, kv, 0, seq[:k], pos[:k], &h, 0.125)
+						}
+					}
+					cpu := cpuTime() - c0
+					reportCPU(b, c0)
+					b.ReportMetric(2*macs/(b.Elapsed().Seconds()/float64(b.N))/1e9, "GFLOP/s")
+					// per CPU-second: steadier on a shared machine
+					b.ReportMetric(2*macs*float64(b.N)/cpu.Seconds()/1e9, "GFLOP/cpu-s")
+				})
+			}
+		}
+	}
+}
+
 // cpuTime returns the process's user+system CPU time: on a machine shared
 // with other work, CPU time per operation is steadier than wall time.
 func cpuTime() time.Duration {
@@ -255,6 +306,70 @@ func BenchmarkNormRope(b *testing.B) {
 				})
 			}
 			be.Close()
+		}
+	}
+}
+
+// BenchmarkFMAPeak measures the F32 FMA peak per kernel path, on one
+// thread and on two (one loop per thread, concurrently): GFLOP/s of
+// Kernels.FMAPeak, the ceiling for BenchmarkAttentionPrefill's figures.
+func BenchmarkFMAPeak(b *testing.B) {
+	for _, isa := range cpu.Available() {
+		k := cpu.KernelsFor(isa)
+		if k.FMAPeak(1) == 0 {
+			continue
+		}
+		for _, threads := range []int{1, 2} {
+			b.Run(fmt.Sprintf("isa=%s/threads=%d", isa, threads), func(b *testing.B) {
+				const steps = 1 << 22
+				var flops float64
+				done := make([]float64, threads)
+				c0 := cpuTime()
+				for b.Loop() {
+					var wg sync.WaitGroup
+					for i := range threads {
+						wg.Go(func() { done[i] = k.FMAPeak(steps) })
+					}
+					wg.Wait()
+					for _, f := range done {
+						flops += f
+					}
+				}
+				b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				b.ReportMetric(flops/(cpuTime()-c0).Seconds()/1e9, "GFLOP/cpu-s")
+			})
+		}
+	}
+}
+
+// BenchmarkFlashTile measures one FlashTile call (llama-1b's head
+// dimensions, 128 query rows, unmasked) per kernel path, GFLOP/s counting
+// 2·(dk+dv) flops per query row and position.
+func BenchmarkFlashTile(b *testing.B) {
+	const rp, dk, dv = 128, 64, 64
+	for _, isa := range cpu.Available() {
+		k := cpu.KernelsFor(isa)
+		for _, L := range []int{64, 128} {
+			b.Run(fmt.Sprintf("isa=%s/L=%d", isa, L), func(b *testing.B) {
+				qt := randomF32(rp*dk, 1)
+				kp, vp := randomF32(L*dk, 2), randomF32(L*dv, 3)
+				pos := make([]int32, rp)
+				for i := range pos {
+					pos[i] = 1 << 20
+				}
+				m, l, acc := make([]float32, rp), make([]float64, rp), make([]float32, rp*dv)
+				scratch := make([]float32, cpu.FlashScratch(rp, L))
+				for i := range m {
+					m[i] = float32(math.Inf(-1))
+				}
+				c0 := cpuTime()
+				for b.Loop() {
+					k.FlashTile(qt, rp, rp, dk, dv, kp, vp, L, L, 0, pos, false, m, l, acc, scratch)
+				}
+				flops := 2 * float64(rp*L*(dk+dv)) * float64(b.N)
+				b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				b.ReportMetric(flops/(cpuTime()-c0).Seconds()/1e9, "GFLOP/cpu-s")
+			})
 		}
 	}
 }

@@ -115,4 +115,26 @@ double fi_expsub_avx2(float *row, int64_t n, float mx);
 void fi_rmsnorm_avx2(float *out, const float *x, const float *w, int64_t rows, int64_t dim, float eps);
 void fi_rope_avx2(float *x, const float *cs, int64_t rows, int64_t nhead, int64_t hdim, int64_t half, int neox);
 
+// fi_fa_tile_avx2 runs one tile of prefill attention (flash attention,
+// kern_avx2_fa.c; cpu.FlashTile): query rows r < R (rp, a multiple of 16,
+// with padding) against the L cached positions j0... whose K rows are at
+// kp + j*dk and whose V is vp in cpu.FlashPackV's layout for vn positions.
+// qt holds the pre-scaled query rows as rp/16 blocks of dk x 16 floats
+// (row r, element d at qt[(r/16*dk + d)*16 + r%16]); pos[r] is row r's
+// position (with mask != 0, positions j0+j > pos[r] are left out). m (rp
+// floats) and l (rp doubles) are the running max and sum, updated; acc (R
+// rows of dv) becomes acc*exp(m_old-m_new) + P*V. scratch holds
+// L*(rp+16) + rp floats. Returns 0, or -1 when dv is not a multiple of 8
+// or rp of 16 (nothing written then).
+int fi_fa_tile_avx2(const float *qt, int64_t rp, int64_t R, int64_t dk, int64_t dv, const float *kp, const float *vp,
+                    int64_t vn, int64_t L, int64_t j0, const int32_t *pos, int mask, float *m, double *l, float *acc,
+                    float *scratch);
+
+// fi_fma_peak_avx2 and fi_fma_peak_avx512 run n steps of 12 (24) independent
+// 8-lane (16-lane) FMAs: 192·n (768·n) flops, for measuring the F32 FMA
+// peak (kern_peak.c). They return a sum of the chains; the AVX-512 one NaN
+// in the SIMDe build, where it cannot run.
+float fi_fma_peak_avx2(int64_t n);
+float fi_fma_peak_avx512(int64_t n);
+
 #endif

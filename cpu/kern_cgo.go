@@ -135,3 +135,36 @@ func ropeC(isa ISA, x, cs []float32, rows, nHead, headDim, half int, neox bool) 
 	}
 	return false
 }
+
+// flashTileC runs the C attention tile of isa; false if it has none for
+// these shapes.
+func flashTileC(isa ISA, qt []float32, rp, R, dk, dv int, kp, vp []float32, vn, L, j0 int, pos []int32, mask bool,
+	m []float32, l []float64, acc, scratch []float32) bool {
+	if isa != ISAAVX2 && isa != ISAAVX512 {
+		return false
+	}
+	mk := C.int(0)
+	if mask {
+		mk = 1
+	}
+	return C.fi_fa_tile_avx2((*C.float)(ptr(qt)), C.int64_t(rp), C.int64_t(R), C.int64_t(dk), C.int64_t(dv),
+		(*C.float)(ptr(kp)), (*C.float)(ptr(vp)), C.int64_t(vn), C.int64_t(L), C.int64_t(j0),
+		(*C.int32_t)(ptr(pos)), mk, (*C.float)(ptr(m)), (*C.double)(ptr(l)), (*C.float)(ptr(acc)),
+		(*C.float)(ptr(scratch))) == 0
+}
+
+// fmaPeakC runs the FMA peak loop of isa for n steps and returns the flops
+// done (0: none for isa).
+func fmaPeakC(isa ISA, n int) float64 {
+	switch isa {
+	case ISAAVX2:
+		C.fi_fma_peak_avx2(C.int64_t(n))
+		return 192 * float64(n)
+	case ISAAVX512:
+		if f := float32(C.fi_fma_peak_avx512(C.int64_t(n))); f != f {
+			return 0
+		}
+		return 768 * float64(n)
+	}
+	return 0
+}

@@ -37,3 +37,10 @@ func expSubC(ISA, []float32, float32) (float64, bool) { return 0, false }
 func rmsNormC(ISA, []float32, []float32, []float32, int, int, float32) bool { return false }
 
 func ropeC(ISA, []float32, []float32, int, int, int, int, bool) bool { return false }
+
+func flashTileC(ISA, []float32, int, int, int, int, []float32, []float32, int, int, int, []int32, bool,
+	[]float32, []float64, []float32, []float32) bool {
+	return false
+}
+
+func fmaPeakC(ISA, int) float64 { return 0 }

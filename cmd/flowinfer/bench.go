@@ -22,8 +22,9 @@ import (
 type BenchCmd struct {
 	ModelFlags
 	WeightFlags
-	NPrompt    int    `short:"p" name:"n-prompt" default:"512" help:"Prompt tokens of the pp test (0: no pp test)."`
-	NGen       int    `short:"n" name:"n-gen" default:"128" help:"Generated tokens of the tg test (0: no tg test)."`
+	NPrompt    []int  `short:"p" name:"n-prompt" default:"512" sep:"," help:"Prompt tokens of the pp tests, comma-separated (0: no pp test)."`
+	NGen       []int  `short:"n" name:"n-gen" default:"128" sep:"," help:"Generated tokens of the tg tests, comma-separated (0: no tg test)."`
+	NDepth     []int  `short:"d" name:"n-depth" default:"0" sep:"," help:"Tokens already in the context before each test, comma-separated (llama-bench -d: \"pp512 @ d8192\" is prompt processing at depth 8192). The depth is processed once per depth, untimed."`
 	Reps       int    `short:"r" name:"repetitions" default:"5" help:"Measured repetitions of each test."`
 	Threads    int    `short:"t" default:"0" help:"Threads (0 = physical cores)."`
 	BatchSize  int    `short:"b" name:"batch-size" default:"2048" help:"Most prompt tokens per forward step."`
@@ -39,8 +40,9 @@ type BenchCmd struct {
 func (c *BenchCmd) Run(g *Globals) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if c.Reps <= 0 || c.NPrompt < 0 || c.NGen < 0 || c.NPrompt+c.NGen == 0 || c.BatchSize <= 0 {
-		return fmt.Errorf("bench: need -r > 0, -b > 0, -p ≥ 0, -n ≥ 0 and one of -p, -n positive")
+	maxP, maxN, maxD := maxOf(c.NPrompt), maxOf(c.NGen), maxOf(c.NDepth)
+	if c.Reps <= 0 || minOf(c.NPrompt) < 0 || minOf(c.NGen) < 0 || minOf(c.NDepth) < 0 || maxP+maxN <= 0 || c.BatchSize <= 0 {
+		return fmt.Errorf("bench: need -r > 0, -b > 0, -p, -n and -d ≥ 0 and some -p or -n positive")
 	}
 	kern := cpu.Best()
 	if c.ISA != "" {
@@ -65,8 +67,8 @@ func (c *BenchCmd) Run(g *Globals) error {
 		return err
 	}
 	defer b.Close()
-	nCtx := max(c.NPrompt, c.NGen, 1)
-	maxBatch := max(1, min(c.NPrompt, c.BatchSize))
+	nCtx := maxD + max(maxP, maxN, 1)
+	maxBatch := max(1, min(max(maxP, maxD), c.BatchSize))
 	// plan the weights and pack the resident ones now, not in the first
 	// timed run
 	l := &loaded{Bundle: b, path: path}
@@ -101,10 +103,33 @@ func (c *BenchCmd) Run(g *Globals) error {
 	err = wp.Run(ctx, nil, func(ctx context.Context, st *stages.Streams) error {
 		st.Attach(mctx)
 		defer st.Detach(mctx)
-		tests, err = bench.Throughput(ctx, mctx, bench.ThroughputConfig{
-			NPrompt: c.NPrompt, NGen: c.NGen, Reps: c.Reps, NoWarmup: c.NoWarmup, Seed: c.Seed, BOS: bos,
-		})
-		return err
+		// llama-bench's order: per depth, the pp tests, then the tg tests;
+		// the depth's cells are processed by the first test at it only
+		for _, d := range c.NDepth {
+			ready := false
+			run := func(np, ng int) error {
+				if np+ng == 0 {
+					return nil
+				}
+				ts, err := bench.Throughput(ctx, mctx, bench.ThroughputConfig{
+					NPrompt: np, NGen: ng, NDepth: d, DepthReady: ready, Reps: c.Reps, NoWarmup: c.NoWarmup, Seed: c.Seed, BOS: bos,
+				})
+				tests = append(tests, ts...)
+				ready = true
+				return err
+			}
+			for _, np := range c.NPrompt {
+				if err := run(np, 0); err != nil {
+					return err
+				}
+			}
+			for _, ng := range c.NGen {
+				if err := run(0, ng); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return err
@@ -138,9 +163,30 @@ func (c *BenchCmd) Run(g *Globals) error {
 		}
 	}
 	if c.Roofline {
-		printRoofline(b.Model, backend.Threads(), c.NGen, rs)
+		printRoofline(b.Model, backend.Threads(), maxN, rs)
 	}
 	return nil
+}
+
+// maxOf and minOf return a list's largest and smallest values (0 if empty).
+func maxOf(x []int) int {
+	m := 0
+	for i, v := range x {
+		if i == 0 || v > m {
+			m = v
+		}
+	}
+	return m
+}
+
+func minOf(x []int) int {
+	m := 0
+	for i, v := range x {
+		if i == 0 || v < m {
+			m = v
+		}
+	}
+	return m
 }
 
 // printRoofline prints the decode ceiling: weight and cache bytes read per

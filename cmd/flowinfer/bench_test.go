@@ -38,6 +38,34 @@ func TestBench(t *testing.T) {
 	if _, _, err := flowinfer(t, "bench", "-m", m, "-p", "0", "-n", "0"); err == nil {
 		t.Error("bench with no test succeeded")
 	}
+	if _, _, err := flowinfer(t, "bench", "-m", m, "-p", "8", "-d", "-1"); err == nil {
+		t.Error("bench at a negative depth succeeded")
+	}
+	// lists and depths, in llama-bench's order and names
+	out, stderr, err = flowinfer(t, "bench", "-m", m, "-p", "16,8", "-n", "4", "-d", "0,20", "-r", "1", "-t", "1", "-o", "json")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	rs = nil
+	if err := json.Unmarshal([]byte(out), &rs); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	want := [][3]float64{{16, 0, 0}, {8, 0, 0}, {0, 4, 0}, {16, 0, 20}, {8, 0, 20}, {0, 4, 20}}
+	if len(rs) != len(want) {
+		t.Fatalf("%d results, want %d:\n%s", len(rs), len(want), out)
+	}
+	for i, w := range want {
+		if got := [3]float64{rs[i]["n_prompt"].(float64), rs[i]["n_gen"].(float64), rs[i]["n_depth"].(float64)}; got != w {
+			t.Errorf("result %d: (n_prompt, n_gen, n_depth) = %v, want %v", i, got, w)
+		}
+	}
+	out, stderr, err = flowinfer(t, "bench", "-m", m, "-p", "16", "-n", "0", "-d", "20", "-r", "1")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	if !strings.Contains(out, " pp16 @ d20 |") {
+		t.Errorf("no pp16 @ d20 row:\n%s", out)
+	}
 }
 
 // TestGen writes the demo preset in two types and checks the files load
