@@ -229,6 +229,8 @@ func routeTable() map[string]route {
 		"/v1/chat/completions":      {method: "POST", handle: (*Server).handleChatCompletions},
 		"/chat/completions":         {method: "POST", handle: (*Server).handleChatCompletions},
 		"/v1/completions":           {method: "POST", handle: (*Server).handleCompletions},
+		"/v1/responses":             {method: "POST", handle: (*Server).handleResponses},
+		"/responses":                {method: "POST", handle: (*Server).handleResponses},
 		"/completions":              {method: "POST", handle: (*Server).handleCompletions},
 		"/v1/messages":              {method: "POST", dialect: dialectAnthropic, handle: (*Server).handleMessages},
 		"/v1/messages/count_tokens": {method: "POST", dialect: dialectAnthropic, handle: (*Server).handleCountTokens},
