@@ -522,8 +522,23 @@ func (r *respEncoder) delta(w *bufio.Writer, _ *job, text string) {
 		r.openMessage(w)
 	}
 	r.text = append(r.text, text...)
-	r.event(w, "response.output_text.delta", map[string]any{"item_id": r.msgID, "output_index": r.msg, "content_index": 0, "delta": text, "logprobs": []any{}})
+	const typ = "response.output_text.delta"
+	sse(w, typ, respTextDelta{Type: typ, SequenceNumber: r.seq, ItemID: r.msgID, OutputIndex: r.msg, Delta: text, Logprobs: noLogprobs})
+	r.seq++
 }
+
+// respTextDelta is the per-token event (a struct, not event's map).
+type respTextDelta struct {
+	Type           string `json:"type"`
+	SequenceNumber int    `json:"sequence_number"`
+	ItemID         string `json:"item_id"`
+	OutputIndex    int    `json:"output_index"`
+	ContentIndex   int    `json:"content_index"`
+	Delta          string `json:"delta"`
+	Logprobs       []any  `json:"logprobs"`
+}
+
+var noLogprobs = []any{}
 
 // toolCall writes a function_call item: added with empty arguments, the
 // arguments as one delta, done.
