@@ -1,6 +1,7 @@
 package serve_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -147,7 +148,7 @@ func TestResponsesTools(t *testing.T) {
 	o := r.json(t)
 	text, calls := respOutput(t, o)
 	if text != "" || len(calls) != 1 || calls[0]["name"] != "get_weather" || calls[0]["arguments"] != `{"city":"Paris"}` || o["status"] != "completed" {
-		t.Errorf("output %v", o["output"])
+		t.Fatalf("output %v", o["output"])
 	}
 	if path(o, "tools.0.name") != "get_weather" {
 		t.Errorf("tools echo %v", o["tools"])
@@ -165,6 +166,13 @@ func TestResponsesTools(t *testing.T) {
 		if _, calls := respOutput(t, evs[6]["response"]); len(calls) != 1 || calls[0]["call_id"] != path(evs[2], "item.call_id") {
 			t.Errorf("final output %v", path(evs[6], "response.output"))
 		}
+	}
+
+	// the output items go back as input, with the call's output
+	items, _ := json.Marshal(append([]any{map[string]any{"role": "user", "content": "Weather in Paris?"}},
+		append(asList(o["output"]), map[string]any{"type": "function_call_output", "call_id": calls[0]["call_id"], "output": "sunny"})...))
+	if r := ts.post(t, "/v1/responses", `{"input":`+string(items)+`,"tools":[`+tool+`]}`); r.status != 200 || !strings.Contains(ts.lastPrompt(), "<tool_response>\nsunny\n</tool_response>") {
+		t.Errorf("output items as input: %d %s\n%q", r.status, r.body, ts.lastPrompt())
 	}
 
 	// an earlier call and its output are rendered through the template

@@ -2,7 +2,8 @@
 // a real server (stories260K): responses.create and responses.stream
 // (finalResponse) with text.format json_schema at temperature 1 over
 // several seeds, a forced function call (tool_choice required) streamed
-// and not, store: false, and the 400 for previous_response_id.
+// and not, its output items sent back as input with the call's output,
+// store: false, and the 400s for previous_response_id and store: true.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
@@ -91,6 +92,14 @@ test('forced function call (tool_choice required), create and stream', { skip },
     assert.match(calls[0].call_id, /^call_/);
     assert.match(calls[0].id, /^fc_/);
     valid(JSON.parse(calls[0].arguments));
+    if (seed === seeds[0]) {
+      // the output items go back as input, with the call's output
+      const next = await openai.responses.create({
+        model: 'stories', temperature: 0, max_output_tokens: 8, tools: [{ ...tools[0], strict: false }],
+        input: [{ role: 'user', content: input }, ...r.output, { type: 'function_call_output', call_id: calls[0].call_id, output: '{"ok":true}' }],
+      });
+      assert.ok(next.output.length > 0, JSON.stringify(next));
+    }
 
     const stream = openai.responses.stream(req);
     let argDeltas = 0;
