@@ -446,6 +446,8 @@ type respObject struct {
 	Model              string          `json:"model"`
 	Output             []any           `json:"output"` // respMessage, respFunctionCall
 	PreviousResponseID *string         `json:"previous_response_id"`
+	MaxToolCalls       *int            `json:"max_tool_calls"`
+	TopLogprobs        int             `json:"top_logprobs"`
 	Reasoning          respReasoning   `json:"reasoning"`
 	ServiceTier        string          `json:"service_tier"`
 	Store              bool            `json:"store"`
