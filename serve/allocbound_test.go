@@ -33,7 +33,7 @@ func TestRequestAllocBound(t *testing.T) {
 		"many-keys":     strings.TrimSuffix(fill(`{"model":"stories260K",`, `"x":0,`, ""), ",") + "}",
 		"short-strings": strings.TrimSuffix(fill(`{"model":"stories260K","stop":[`, `"a",`, ""), ",") + "]}",
 	}
-	for _, path := range []string{"/v1/chat/completions", "/v1/completions", "/v1/messages", "/api/chat", "/api/generate"} {
+	for _, path := range []string{"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages", "/api/chat", "/api/generate"} {
 		for name, body := range bodies {
 			t.Run(path+"/"+name, func(t *testing.T) {
 				var before, after runtime.MemStats

@@ -11,6 +11,7 @@ func DecodedFields(path string) (decoded, ruled map[string]bool) {
 	}{
 		"/v1/chat/completions": {&oaiChatRequest{}, oaiChatFields},
 		"/v1/completions":      {&oaiCompletionRequest{}, oaiCompletionFields},
+		"/v1/responses":        {&respRequest{}, respFields},
 		"/v1/messages":         {&antRequest{}, antFields},
 		"/api/chat":            {&ollamaChatRequest{}, ollamaChatFields},
 		"/api/generate":        {&ollamaGenerateRequest{}, ollamaGenerateFields},

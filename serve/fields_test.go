@@ -11,7 +11,7 @@ import (
 
 // documented are the request fields each API documents (top level; for
 // Ollama also "options"), as of November 2026: OpenAI's create chat
-// completion, create completion and create embeddings, Anthropic's
+// completion, create completion, create response and create embeddings, Anthropic's
 // create message, Ollama's /api/chat, /api/generate, /api/embed, /api/show
 // and its model options.
 var documented = map[string][]string{
@@ -22,6 +22,10 @@ var documented = map[string][]string{
 		"top_p", "user", "verbosity", "web_search_options"},
 	"/v1/completions": {"model", "prompt", "best_of", "echo", "frequency_penalty", "logit_bias", "logprobs", "max_tokens",
 		"n", "presence_penalty", "seed", "stop", "stream", "stream_options", "suffix", "temperature", "top_p", "user"},
+	"/v1/responses": {"background", "conversation", "include", "input", "instructions", "max_output_tokens", "max_tool_calls",
+		"metadata", "model", "parallel_tool_calls", "previous_response_id", "prompt", "prompt_cache_key", "prompt_cache_retention",
+		"reasoning", "safety_identifier", "service_tier", "store", "stream", "stream_options", "temperature", "text", "tool_choice",
+		"tools", "top_logprobs", "top_p", "truncation", "user"},
 	"/v1/messages": {"model", "messages", "max_tokens", "container", "context_management", "mcp_servers", "metadata",
 		"service_tier", "stop_sequences", "stream", "system", "temperature", "thinking", "tool_choice", "tools", "top_k", "top_p"},
 	"/api/chat":      {"model", "messages", "tools", "think", "format", "options", "stream", "keep_alive"},
@@ -64,6 +68,19 @@ var probes = []struct {
 	{"service_tier", `"auto"`, 200, ""},
 	{"prompt_cache_key", `"k"`, 200, ""},
 	{"prompt_cache_retention", `"24h"`, 200, ""},
+	{"previous_response_id", `"resp_1"`, 400, ""},
+	{"conversation", `"conv_1"`, 400, ""},
+	{"background", `true`, 400, ""},
+	{"background", `false`, 200, ""},
+	{"include", `["message.output_text.logprobs"]`, 400, ""},
+	{"include", `[]`, 200, ""},
+	{"max_tool_calls", `3`, 400, ""},
+	{"prompt", `{"id":"pmpt_1"}`, 400, "/v1/responses"},
+	{"reasoning", `{"effort":"high"}`, 400, ""},
+	{"top_logprobs", `3`, 400, "/v1/responses"},
+	{"truncation", `"auto"`, 400, ""},
+	{"truncation", `"disabled"`, 200, ""},
+	{"stream_options", `{"include_obfuscation":false}`, 200, ""},
 	{"best_of", `3`, 400, ""},
 	{"best_of", `1`, 200, ""},
 	{"container", `"c1"`, 400, ""},
@@ -103,6 +120,7 @@ var probes = []struct {
 var bases = map[string]string{
 	"/v1/chat/completions": `{"messages":[{"role":"user","content":"Once"}],"max_tokens":2`,
 	"/v1/completions":      `{"prompt":"Once","max_tokens":2`,
+	"/v1/responses":        `{"input":"Once","max_output_tokens":2`,
 	"/v1/messages":         `{"model":"stories260K","max_tokens":2,"messages":[{"role":"user","content":"Once"}]`,
 	"/api/chat":            `{"model":"stories260K","stream":false,"messages":[{"role":"user","content":"Once"}],"options":{"num_predict":2}`,
 	"/api/generate":        `{"model":"stories260K","stream":false,"prompt":"Once","options":{"num_predict":2}`,

@@ -134,6 +134,28 @@ func anthropicStream(data []byte) error {
 	return nil
 }
 
+// responsesStream: named events whose data is a JSON object of that type,
+// none an error, the last response.completed or response.incomplete.
+func responsesStream(data []byte) error {
+	evs, err := sseEvents(data)
+	if err != nil {
+		return err
+	}
+	if n := len(evs); n == 0 || evs[n-1][0] != "response.completed" && evs[n-1][0] != "response.incomplete" {
+		return errors.New("does not end with response.completed or response.incomplete")
+	}
+	for _, ev := range evs {
+		m, err := jsonObject(ev[1])
+		if err != nil {
+			return err
+		}
+		if ev[0] == "error" || m["type"] != ev[0] {
+			return fmt.Errorf("event %q with data %s", ev[0], ev[1])
+		}
+	}
+	return nil
+}
+
 // ollamaStream: JSON lines, none an error, the last (only) one done.
 func ollamaStream(data []byte) error {
 	if !bytes.HasSuffix(data, []byte("\n")) {
@@ -257,6 +279,14 @@ func FuzzOpenAICompletions(f *testing.F) {
 		`{"model":"stories260K","prompt":"Once upon a time","max_tokens":4,"temperature":0}`,
 		`{"prompt":[1,2,3],"max_tokens":2,"stream":true}`,
 		`{"prompt":["a"],"max_tokens":2,"stop":"x","presence_penalty":0.5,"frequency_penalty":0.5}`)
+}
+
+func FuzzOpenAIResponses(f *testing.F) {
+	fuzzAPI(f, "/v1/responses", openAIShape, responsesStream,
+		`{"model":"stories260K","instructions":"Be brief.","input":"Once upon a time","max_output_tokens":4,"temperature":0}`,
+		`{"input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]}],"max_output_tokens":2,"stream":true,"store":false,"metadata":{"a":"b"}}`,
+		`{"input":"hi","max_output_tokens":3,"top_p":0.5,"seed":1,"text":{"format":{"type":"json_object"}}}`,
+		`{"input":[{"role":"user","content":"w?"},{"type":"function_call","call_id":"c1","name":"f","arguments":"{\"a\":1}"},{"type":"function_call_output","call_id":"c1","output":"ok"}],"tools":[{"type":"function","name":"f","description":"d","parameters":{"type":"object","properties":{"a":{"type":"number"}}}}],"tool_choice":"auto","parallel_tool_calls":false,"max_output_tokens":2,"stream":true}`)
 }
 
 func FuzzAnthropicMessages(f *testing.F) {

@@ -22,13 +22,14 @@ import (
 // sdkRequests returns the JSON bodies of the SDK calls in the files of
 // sdktest/, by API path. The OpenAI SDK's chat.completions.create and
 // completions.create post to /v1/chat/completions and /v1/completions,
-// the Anthropic SDK's messages.create to /v1/messages; their .stream(x)
+// responses.create to /v1/responses, the Anthropic SDK's messages.create
+// to /v1/messages; their .stream(x)
 // helpers post x with "stream": true.
 func sdkRequests(t testing.TB) map[string][]string {
 	t.Helper()
 	out := map[string][]string{}
 	seen := map[string]bool{}
-	for _, name := range []string{"sdktest/openai.test.mjs", "sdktest/anthropic.test.mjs"} {
+	for _, name := range []string{"sdktest/openai.test.mjs", "sdktest/anthropic.test.mjs", "sdktest/responses.test.mjs"} {
 		src, err := os.ReadFile(name)
 		if err != nil {
 			t.Fatal(err)
@@ -74,7 +75,7 @@ func sdkRequests(t testing.TB) map[string][]string {
 }
 
 // sdkPath is the API path of a call whose receiver ends the tokens before:
-// ... chat . completions, ... completions, ... messages.
+// ... chat . completions, ... completions, ... messages, ... responses.
 func sdkPath(before []jsToken) string {
 	n := len(before)
 	if n == 0 {
@@ -83,6 +84,8 @@ func sdkPath(before []jsToken) string {
 	switch before[n-1].text {
 	case "messages":
 		return "/v1/messages"
+	case "responses":
+		return "/v1/responses"
 	case "completions":
 		if n >= 3 && before[n-2].text == "." && before[n-3].text == "chat" {
 			return "/v1/chat/completions"

@@ -1,5 +1,6 @@
 // Package serve is flowinfer's HTTP server: OpenAI-compatible
-// (/v1/chat/completions, /v1/completions, /v1/models, /v1/embeddings),
+// (/v1/chat/completions, /v1/completions, /v1/responses, /v1/models,
+// /v1/embeddings),
 // Anthropic-compatible (/v1/messages, /v1/messages/count_tokens) and
 // Ollama-compatible (/api/chat, /api/generate, /api/embed, /api/tags,
 // /api/show, /api/ps) endpoints, /health and /metrics, on fasthttp.
@@ -35,6 +36,12 @@
 // tool_calls). Choices that force a call, and the structured-output fields
 // (response_format, grammar, json_schema, Ollama's format), constrain
 // sampling with a grammar (structured.go).
+//
+// The Responses API (responses.go) translates its input items
+// (messages, function_call, function_call_output) and instructions into
+// the same conversation, its text.format into the same grammars, and
+// writes response objects and the response.* event stream. Responses are
+// not stored: store true and previous_response_id are 400s.
 //
 // It does not implement images, embedding dimensions other than the
 // model's, or reranking: a
@@ -229,6 +236,8 @@ func routeTable() map[string]route {
 		"/v1/chat/completions":      {method: "POST", handle: (*Server).handleChatCompletions},
 		"/chat/completions":         {method: "POST", handle: (*Server).handleChatCompletions},
 		"/v1/completions":           {method: "POST", handle: (*Server).handleCompletions},
+		"/v1/responses":             {method: "POST", handle: (*Server).handleResponses},
+		"/responses":                {method: "POST", handle: (*Server).handleResponses},
 		"/completions":              {method: "POST", handle: (*Server).handleCompletions},
 		"/v1/messages":              {method: "POST", dialect: dialectAnthropic, handle: (*Server).handleMessages},
 		"/v1/messages/count_tokens": {method: "POST", dialect: dialectAnthropic, handle: (*Server).handleCountTokens},
