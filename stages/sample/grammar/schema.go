@@ -80,7 +80,14 @@ func SchemaToGBNF(schema []byte) (string, error) {
 	if body != "root" {
 		c.add("root", body)
 	}
-	return c.text(), nil
+	src := c.text()
+	// a schema can describe no finite value ({"$ref": "#"}, a definition
+	// that only refers to itself): that is the schema's error, not an
+	// internal one (fuzz finding, testdata/fuzz/FuzzSchemaToGBNF)
+	if _, err := Parse(src); err != nil {
+		return "", fmt.Errorf("grammar: %w: the schema describes no finite JSON value (a $ref cycle without a way out?): %v", ErrSchema, err)
+	}
+	return src, nil
 }
 
 // FromSchema compiles a JSON schema to a Grammar.
