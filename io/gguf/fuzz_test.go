@@ -155,7 +155,7 @@ func checkRewrite(t *testing.T, f *File) {
 	if _, err := w.WriteTo(&size); err != nil {
 		t.Fatalf("Writer refused metadata the reader accepted: %v", err)
 	}
-	out, err := syscall.Mmap(-1, 0, max(int(size.n), 1), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	out, err := syscall.Mmap(-1, 0, max(int(size.n), 1), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE|syscall.MAP_NORESERVE)
 	if err != nil {
 		t.Fatalf("mapping %d bytes: %v", size.n, err)
 	}

@@ -208,13 +208,15 @@ func limitTemplate(root nodes.Node) {
 			}
 			if c, ok := v.Interface().(*nodes.Call); ok && v.CanSet() {
 				if ga, ok := c.Func.(*nodes.GetAttribute); ok && ga.Attribute != "" {
+					// The receiver and arguments first (ga.Node may be
+					// replaced: read it after).
+					walk(reflect.ValueOf(c))
 					if obj, ok := ga.Node.(nodes.Expression); ok {
-						walk(reflect.ValueOf(c))
 						if g := guardMethodCall(c, ga, obj); reflect.TypeOf(g).AssignableTo(v.Type()) {
 							v.Set(reflect.ValueOf(g))
 						}
-						return
 					}
+					return
 				}
 			}
 			walk(v.Elem())

@@ -5,12 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/flowinfer/flowinfer/internal/sdkreq"
 	"github.com/valyala/fasthttp"
 )
 
@@ -29,6 +33,7 @@ func echoHandler(ctx *fasthttp.RequestCtx) {
 // FuzzLines: every non-blank input line gets exactly one output record
 // (batch_req_<line>), whatever the line holds; Run never fails on content,
 // except that a file with a duplicate custom_id is refused whole (no record).
+// Seeds: a few lines written here and the requests of the SDK tests.
 func FuzzLines(f *testing.F) {
 	for _, s := range []string{
 		`{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"messages":[{"role":"user","content":"hi"}]}}`,
@@ -39,6 +44,23 @@ func FuzzLines(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	// The SDK tests' requests (serve/sdktest, read at test time) as batch
+	// lines, one file of them all.
+	reqs, err := sdkreq.Requests("../sdktest")
+	if err != nil {
+		f.Fatal(err)
+	}
+	var all []byte
+	for _, path := range slices.Sorted(maps.Keys(reqs)) {
+		for _, body := range reqs[path] {
+			line := fmt.Sprintf(`{"custom_id":"sdk-%d","method":"POST","url":%q,"body":%s}`, len(all), path, body)
+			all = append(append(all, line...), '\n')
+		}
+	}
+	if len(all) == 0 {
+		f.Fatal("no request read from serve/sdktest")
+	}
+	f.Add(all)
 	f.Fuzz(func(t *testing.T, input []byte) {
 		if len(input) > 1<<20 {
 			return
