@@ -265,18 +265,9 @@ func (r *oaiChatRequest) translateTools(gr *genRequest) *apiError {
 			return badRequest("tool_choice", `tool_choice: expected "none", "auto", "required" or {"type":"function","function":{"name":...}}`)
 		}
 	}
-	force := ""
-	switch choice {
-	case "auto", "none":
-	case "required":
-		force = "*"
-	case "function":
-		force = named
-	default:
-		return badRequest("tool_choice", `tool_choice: %q is not one of "none", "auto", "required"`, choice)
-	}
-	if force != "" && len(r.Tools) == 0 {
-		return badRequest("tool_choice", "tool_choice forces a call but there are no tools")
+	force, e := forceOf(choice, named, len(r.Tools))
+	if e != nil {
+		return e
 	}
 	if len(r.Tools) == 0 || choice == "none" {
 		return nil // tool_choice none: the model is not shown the tools

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -180,14 +181,19 @@ func textContent(raw json.RawMessage, field string) (string, *apiError) {
 	if err := json.Unmarshal(raw, &parts); err != nil {
 		return "", badRequest(field, "field %q: expected a string or an array of content parts", field)
 	}
+	return joinParts(parts, field, "text")
+}
+
+// joinParts joins the text of content parts with newlines (as llama-server
+// joins them); a part of a type not in types is a 400 naming it.
+func joinParts(parts []contentPart, field string, types ...string) (string, *apiError) {
 	var b strings.Builder
 	for i, p := range parts {
-		switch p.Type {
-		case "text":
-		case "":
+		switch {
+		case p.Type == "":
 			return "", badRequest(field, "%s[%d]: content part without a type", field, i)
-		default:
-			return "", badRequest(field, "%s[%d]: content part type %q is not supported (text only)", field, i, p.Type)
+		case !slices.Contains(types, p.Type):
+			return "", badRequest(field, "%s[%d]: content part type %q is not supported (supported: %s)", field, i, p.Type, strings.Join(types, ", "))
 		}
 		if i > 0 {
 			b.WriteByte('\n')

@@ -14,7 +14,6 @@ package serve
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/rand"
 	"encoding/json"
 
@@ -229,21 +228,7 @@ func respContent(raw json.RawMessage, field string) (string, *apiError) {
 	if json.Unmarshal(raw, &parts) != nil {
 		return "", badRequest(field, "%s: expected a string or a list of content parts", field)
 	}
-	var b bytes.Buffer
-	for i, p := range parts {
-		switch p.Type {
-		case "input_text", "output_text":
-		case "":
-			return "", badRequest(field, "%s[%d]: content part without a type", field, i)
-		default:
-			return "", badRequest(field, "%s[%d]: content part type %q is not supported (input_text and output_text are)", field, i, p.Type)
-		}
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		b.WriteString(p.Text)
-	}
-	return b.String(), nil
+	return joinParts(parts, field, "input_text", "output_text")
 }
 
 // translateTools decodes tools, tool_choice and parallel_tool_calls.
@@ -267,18 +252,9 @@ func (r *respRequest) translateTools(gr *genRequest) *apiError {
 			return badRequest("tool_choice", `tool_choice: expected "none", "auto", "required" or {"type":"function","name":...}`)
 		}
 	}
-	force := ""
-	switch choice {
-	case "auto", "none":
-	case "required":
-		force = "*"
-	case "function":
-		force = named
-	default:
-		return badRequest("tool_choice", `tool_choice: %q is not one of "none", "auto", "required"`, choice)
-	}
-	if force != "" && len(r.Tools) == 0 {
-		return badRequest("tool_choice", "tool_choice forces a call but there are no tools")
+	force, e := forceOf(choice, named, len(r.Tools))
+	if e != nil {
+		return e
 	}
 	if len(r.Tools) == 0 || choice == "none" {
 		return nil // tool_choice none: the model is not shown the tools

@@ -39,6 +39,26 @@ type toolSettings struct {
 	idPrefix string
 }
 
+// forceOf maps an OpenAI tool_choice (chat's or the Responses API's:
+// "auto", "none", "required", or "function" with the named function) onto
+// toolSettings.force; a choice that forces a call needs tools.
+func forceOf(choice, named string, nTools int) (string, *apiError) {
+	force := ""
+	switch choice {
+	case "auto", "none":
+	case "required":
+		force = "*"
+	case "function":
+		force = named
+	default:
+		return "", badRequest("tool_choice", `tool_choice: %q is not one of "none", "auto", "required"`, choice)
+	}
+	if force != "" && nTools == 0 {
+		return "", badRequest("tool_choice", "tool_choice forces a call but there are no tools")
+	}
+	return force, nil
+}
+
 // checkForce checks that a forced function is one of the tools.
 func (ts *toolSettings) checkForce(field string) *apiError {
 	if ts.force == "" || ts.force == "*" {
