@@ -122,7 +122,7 @@ type Result struct {
 	Threads int
 	NBatch  int    // most tokens per Decode call (-b)
 	NUBatch int    // tokens per forward step (min(-b, -p))
-	TypeK   string // KV cache types ("f32")
+	TypeK   string // KV cache types ("f16")
 	TypeV   string
 	Build   string // flowinfer version
 	CPUInfo string
@@ -141,9 +141,29 @@ func WriteMarkdown(w io.Writer, rs []Result) error {
 		{"params", 10, func(r *Result) string { return paramsString(r.Model.NParams) }},
 		{"backend", -10, func(r *Result) string { return r.Backend }},
 		{"threads", 7, func(r *Result) string { return fmt.Sprint(r.Threads) }},
+	}
+	// as llama-bench, the KV types are shown when one differs from f16
+	for _, r := range rs {
+		if r.TypeK != "f16" || r.TypeV != "f16" {
+			cols = append(cols, []struct {
+				name  string
+				width int
+				value func(r *Result) string
+			}{
+				{"type_k", 6, func(r *Result) string { return r.TypeK }},
+				{"type_v", 6, func(r *Result) string { return r.TypeV }},
+			}...)
+			break
+		}
+	}
+	cols = append(cols, []struct {
+		name  string
+		width int
+		value func(r *Result) string
+	}{
 		{"test", 15, func(r *Result) string { return r.Name() }},
 		{"t/s", 20, func(r *Result) string { return fmt.Sprintf("%.2f ± %.2f", r.AvgTS(), r.StddevTS()) }},
-	}
+	}...)
 	var b strings.Builder
 	b.WriteString("|")
 	for _, c := range cols {

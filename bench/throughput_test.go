@@ -125,9 +125,9 @@ func sampleResults() []bench.Result {
 	info := bench.ModelInfo{Filename: "m.gguf", Type: "llama 1B Q4_K - Medium", Size: 638885408 - 6*1024*1024, NParams: 1_040_000_000}
 	at := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
 	return []bench.Result{
-		{Model: info, Backend: "CPU", ISA: "avx2", Threads: 2, NBatch: 512, TypeK: "f32", TypeV: "f32", Build: "dev",
+		{Model: info, Backend: "CPU", ISA: "avx2", Threads: 2, NBatch: 512, TypeK: "f16", TypeV: "f16", Build: "dev",
 			Test: bench.Test{NPrompt: 512, SamplesNS: []int64{4e9, 5e9}, Time: at}},
-		{Model: info, Backend: "CPU", ISA: "avx2", Threads: 2, NBatch: 512, TypeK: "f32", TypeV: "f32", Build: "dev",
+		{Model: info, Backend: "CPU", ISA: "avx2", Threads: 2, NBatch: 512, TypeK: "f16", TypeV: "f16", Build: "dev",
 			Test: bench.Test{NGen: 128, SamplesNS: []int64{4e9, 4e9}, Time: at}},
 	}
 }
@@ -147,6 +147,18 @@ build: flowinfer dev (avx2 kernels)
 `
 	if got := buf.String(); got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+	// a KV type other than f16 adds llama-bench's type_k and type_v columns
+	rs := sampleResults()
+	rs[1].TypeK, rs[1].TypeV = "q8_0", "tq3"
+	buf.Reset()
+	if err := bench.WriteMarkdown(&buf, rs); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| threads | type_k | type_v |            test |", "|       2 |    f16 |    f16 |           pp512 |", "|       2 |   q8_0 |    tq3 |           tg128 |"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("no %q in\n%s", want, buf.String())
+		}
 	}
 }
 

@@ -111,8 +111,11 @@ type Edges struct {
 
 // KVCache sizes the KV cache.
 type KVCache struct {
-	// Type of the cached K and V elements: f32, f16, q8_0 or turbo3.
-	Type string `yaml:"type"`
+	// TypeK and TypeV are the element types of the cached K and V rows
+	// (llama.cpp's -ctk/-ctv): f32, f16, bf16, q8_0, q4_0, or the
+	// TurboQuant types tq4 and tq3.
+	TypeK string `yaml:"type_k"`
+	TypeV string `yaml:"type_v"`
 	// CtxSize is the number of cells per sequence (the context); 0 = the
 	// model's training context, at most 4096.
 	CtxSize int `yaml:"ctx_size"`
@@ -145,8 +148,9 @@ func Backends() []string { return []string{"auto", "cpu", "vulkan"} }
 // IOEngines returns the known values of pipeline.io_engine.
 func IOEngines() []string { return []string{"mmap", "pread", "io_uring"} }
 
-// KVTypes returns the known values of pipeline.kv_cache.type.
-func KVTypes() []string { return []string{"f32", "f16", "q8_0", "turbo3"} }
+// KVTypes returns the known values of pipeline.kv_cache.type_k and
+// type_v (model.ParseKVType's names).
+func KVTypes() []string { return []string{"f32", "f16", "bf16", "q8_0", "q4_0", "tq4", "tq3"} }
 
 // Default returns the configuration used for everything a profile, the
 // environment and the flags leave unset.
@@ -159,7 +163,7 @@ func Default() Config {
 			Parallel:      1,
 			Queue:         64,
 			Edges:         Edges{Tokens: 64, Slabs: 8},
-			KVCache:       KVCache{Type: "f32", CtxSize: 0},
+			KVCache:       KVCache{TypeK: "f16", TypeV: "f16", CtxSize: 0},
 			PrefetchDepth: 1,
 			IOEngine:      "pread",
 		},
@@ -221,7 +225,8 @@ func (c *Config) Validate() error {
 	between("pipeline.edges.slabs", p.Edges.Slabs, 1, 1024)
 	between("pipeline.prefetch_depth", p.PrefetchDepth, 0, 1024)
 	between("pipeline.kv_cache.ctx_size", p.KVCache.CtxSize, 0, 1<<24)
-	oneOf("pipeline.kv_cache.type", p.KVCache.Type, KVTypes())
+	oneOf("pipeline.kv_cache.type_k", p.KVCache.TypeK, KVTypes())
+	oneOf("pipeline.kv_cache.type_v", p.KVCache.TypeV, KVTypes())
 	oneOf("pipeline.io_engine", p.IOEngine, IOEngines())
 	if p.RAMPool < 0 {
 		bad("pipeline.ram_pool", "must not be negative")

@@ -41,7 +41,7 @@ func TestBuiltins(t *testing.T) {
 			if l.Profile != name {
 				t.Errorf("profile: %q, want %q", l.Profile, name)
 			}
-			for _, k := range []string{"hardware.cores", "pipeline.threads", "pipeline.kv_cache.type", "pipeline.io_engine", "sampling.temperature"} {
+			for _, k := range []string{"hardware.cores", "pipeline.threads", "pipeline.kv_cache.type_k", "pipeline.kv_cache.type_v", "pipeline.io_engine", "sampling.temperature"} {
 				if !l.IsSet(k) {
 					t.Errorf("profile does not set %s", k)
 				}

@@ -23,7 +23,7 @@ import (
 type Loaded struct {
 	Config
 	// Set holds the dotted key of every key the file wrote, leaves and
-	// sections alike: "pipeline", "pipeline.kv_cache.type", "flags.seed".
+	// sections alike: "pipeline", "pipeline.kv_cache.type_k", "flags.seed".
 	Set map[string]bool
 	// Source names where it came from (a path, "builtin:NAME", or "").
 	Source string
@@ -50,6 +50,14 @@ func Load(r io.Reader) (Loaded, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&l.Config); err != nil && !errors.Is(err, io.EOF) {
+		var root yaml.Node
+		if yaml.Unmarshal(data, &root) == nil && len(root.Content) > 0 {
+			set := map[string]bool{}
+			collectKeys(root.Content[0], "", set)
+			if set["pipeline.kv_cache.type"] {
+				return Loaded{}, errors.New("configs: pipeline.kv_cache.type was replaced by type_k and type_v (llama.cpp's -ctk and -ctv; one of " + strings.Join(KVTypes(), ", ") + " each)")
+			}
+		}
 		return Loaded{}, fmt.Errorf("configs: %w", err)
 	}
 	var extra yaml.Node

@@ -75,7 +75,15 @@ type attnScratch struct {
 	acc    []float32 // rows × dv
 	m      []float32 // running max per row
 	l      []float64 // running sum per row
+	qq     []byte    // lone rows: the group's queries in K's vec-dot type
+	qrot   []float32 // the group's queries rotated (TurboQuant K)
+	dec    []float32 // a chunk of cached rows converted to float32
+	vacc   []float32 // lone rows: the rotated-domain V sums (TurboQuant V)
 }
+
+// kvChunk is the cached rows converted to float32 at a time (lone rows
+// and packing): they stay in L1/L2 between the conversion and their use.
+const kvChunk = 64
 
 // attnTask is one Attention call.
 type attnTask struct {
@@ -91,6 +99,8 @@ type attnTask struct {
 	units    []attnUnit
 	regions  []kvRegion
 	packed   []float32 // the regions' K and V
+	packTmp  []float32 // packKV's converted V rows
+	dkp, dvp int       // K and V head widths in the packed (rotated for TurboQuant) domain
 	next     atomic.Int64
 	scratch  []attnScratch
 }
@@ -111,7 +121,14 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 	a.k, a.out, a.q, a.kv, a.layer, a.seq, a.pos, a.h, a.scale = b.k, out, q, kv, layer, seq, pos, h, scale
 	a.group = h.NHead / h.NHeadKV
 	G := a.group
-	dk, dv := h.HeadDimK, h.HeadDimV
+	a.dkp, a.dvp = h.HeadDimK, h.HeadDimV
+	if tq := kv.TurboK(layer, 0); tq != nil {
+		a.dkp = tq.Padded()
+	}
+	if tq := kv.TurboV(layer, 0); tq != nil {
+		a.dvp = tq.Padded()
+	}
+	dk, dv := a.dkp, a.dvp
 	a.block = max(1, attnRows/G)
 	// units: runs of rows of one sequence, cut into blocks, a KV head's
 	// blocks together (they read the same packed K and V); a run of at
@@ -161,6 +178,16 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 			s.l = grow(s.l, rp)
 		}
 		s.scores = grow(s.scores, n)
+		if kv.Types.K != model.KVF32 {
+			vt := quant.VecDotType(quantOf(kv.Types.K))
+			rb, _ := quant.RowBytes(vt, h.HeadDimK)
+			s.qq = grow(s.qq, G*rb)
+			s.qrot = grow(s.qrot, G*a.dkp)
+		}
+		if kv.Types != (model.KVTypes{}) {
+			s.dec = grow(s.dec, kvChunk*max(a.dkp, a.dvp))
+			s.vacc = grow(s.vacc, G*a.dvp)
+		}
 	}
 	a.next.Store(0)
 	if len(a.units) == 1 || b.pool.workers() == 1 || work < attnMinWork {
@@ -171,10 +198,15 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 }
 
 // packKV fills the regions: for each run of several rows, the K and V rows
-// of its sequence at positions [0, n), head by head.
+// of its sequence at positions [0, n), head by head, as float32 (TurboQuant
+// rows stay in the rotated domain: flash rotates the queries and rotates
+// the outputs back).
 func (a *attnTask) packKV() {
 	h, kv := a.h, a.kv
-	dk, dv := h.HeadDimK, h.HeadDimV
+	dk, dv := a.dkp, a.dvp
+	if kv.Types.V != model.KVF32 {
+		a.packTmp = grow(a.packTmp, kvChunk*dv)
+	}
 	ri := 0
 	for r0 := 0; r0 < len(a.seq); {
 		r1 := r0 + 1
@@ -186,20 +218,42 @@ func (a *attnTask) packKV() {
 			ri++
 			s, n := int(a.seq[r0]), reg.n
 			for j0 := 0; j0 < n; {
-				L := a.span(s, j0, n-j0)
+				L := min(a.span(s, j0, n-j0), kvChunk)
 				kr, vr := kv.KRows(a.layer, s, j0, L), kv.VRows(a.layer, s, j0, L)
 				for kh := range h.NHeadKV {
 					kd := a.packed[reg.k+(kh*n+j0)*dk:][:L*dk]
-					for j := range L {
-						copy(kd[j*dk:(j+1)*dk], kr[j*kv.KDim+kh*dk:][:dk])
+					a.toF32(kv.Types.K, kv.TurboK(a.layer, kh), kr[kh*kv.KHead:], kv.KStride, L, h.HeadDimK, kd, dk)
+					vp := a.packed[reg.v+kh*n*dv:][:n*dv]
+					if kv.Types.V == model.KVF32 {
+						FlashPackV(vp, n, j0, bytesF32(vr[kh*kv.VHead:]), kv.VDim, dv, L)
+						continue
 					}
-					FlashPackV(a.packed[reg.v+kh*n*dv:][:n*dv], n, j0, vr[kh*dv:], kv.VDim, dv, L)
+					a.toF32(kv.Types.V, kv.TurboV(a.layer, kh), vr[kh*kv.VHead:], kv.VStride, L, h.HeadDimV, a.packTmp, dv)
+					FlashPackV(vp, n, j0, a.packTmp, dv, dv, L)
 				}
 				j0 += L
 			}
 		}
 		r0 = r1
 	}
+}
+
+// toF32 converts n cached heads of type t (row i at src[i*stride:], dim
+// values; tq the codec of a TurboQuant type) to float32 rows at
+// dst[i*dstride:]: TurboQuant rows into the rotated domain (Padded
+// values).
+func (a *attnTask) toF32(t model.KVType, tq *quant.Turbo, src []byte, stride, n, dim int, dst []float32, dstride int) {
+	if tq != nil {
+		a.k.TurboDecode(tq, src, stride, n, dst, dstride)
+		return
+	}
+	a.k.DequantRows(quantOf(t), src, stride, n, dim, dst, dstride)
+}
+
+// quantOf returns the ggml type of a block or float KV type.
+func quantOf(t model.KVType) quant.Type {
+	qt, _ := t.Quant()
+	return qt
 }
 
 func (a *attnTask) run(worker int) {
@@ -226,19 +280,12 @@ func (b *Backend) PagedKV() bool { return true }
 // consecutive cache rows of sequence s.
 func (a *attnTask) span(s, j, n int) int { return min(n, a.kv.Run(s, j)) }
 
-// kRows returns the K rows of positions [j, j+n) of sequence s at head kh,
-// as bytes: row i is at i*4*KDim. n must not exceed span.
-func (a *attnTask) kRows(s, kh, j, n int) []byte {
-	return f32bytes(a.kv.KRows(a.layer, s, j, n)[kh*a.h.HeadDimK:])
-}
-
-// vRows is kRows for V, as float32s: row i is at i*VDim.
-func (a *attnTask) vRows(s, kh, j, n int) []float32 {
-	return a.kv.VRows(a.layer, s, j, n)[kh*a.h.HeadDimV:]
-}
-
 // row computes the group of query heads of KV head kh for the lone batch
-// row t.
+// row t. Cached K rows of a block or float type are dotted in that type
+// (the queries converted to its vec-dot type, as llama.cpp does); TurboQuant
+// K rows are decoded into the rotated domain a chunk at a time and dotted
+// with the rotated queries. V rows are converted a chunk at a time and
+// summed; TurboQuant V sums stay rotated until the end.
 func (a *attnTask) row(sc *attnScratch, t, kh int) {
 	h, kv := a.h, a.kv
 	dk, dv, G := h.HeadDimK, h.HeadDimV, a.group
@@ -246,10 +293,37 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 	sco := sc.scores[:G*np]
 	// scores: sco[g*np + j] = K_j · q_g, run by run of consecutive rows
 	qBase := (t*h.NHead + kh*G) * dk
-	qb := f32bytes(a.q[qBase : qBase+G*dk])
+	qg := a.q[qBase : qBase+G*dk]
+	tk := kv.TurboK(a.layer, kh)
+	var qb []byte
+	switch {
+	case tk != nil:
+		P := tk.Padded()
+		for g := range G {
+			tk.Rotate(sc.qrot[g*P:(g+1)*P], qg[g*dk:(g+1)*dk])
+		}
+		qb = f32bytes(sc.qrot[:G*P])
+	case kv.Types.K == model.KVF32:
+		qb = f32bytes(qg)
+	default:
+		vt := quant.VecDotType(quantOf(kv.Types.K))
+		rb, _ := quant.RowBytes(vt, dk)
+		qb = sc.qq[:G*rb]
+		a.k.QuantizeRows(vt, qg, G, dk, qb)
+	}
 	for j := 0; j < np; {
 		n := a.span(s, j, np-j)
-		a.k.GemmRows(quant.F32, a.kRows(s, kh, j, n), 4*kv.KDim, dk, 0, n, qb, G, sco[j:], np)
+		kr := kv.KRows(a.layer, s, j, n)[kh*kv.KHead:]
+		if tk == nil {
+			a.k.GemmRows(quantOf(kv.Types.K), kr, kv.KStride, dk, 0, n, qb, G, sco[j:], np)
+		} else {
+			P := tk.Padded()
+			for c := 0; c < n; c += kvChunk {
+				cn := min(kvChunk, n-c)
+				a.k.TurboDecode(tk, kr[c*kv.KStride:], kv.KStride, cn, sc.dec, P)
+				a.k.GemmRows(quant.F32, f32bytes(sc.dec[:cn*P]), 4*P, P, 0, cn, qb, G, sco[j+c:], np)
+			}
+		}
 		j += n
 	}
 	// softmax per query head (float64 sum, as Ref)
@@ -269,12 +343,32 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 	// out_g = Σ_j w_gj · V_j
 	oBase := (t*h.NHead + kh*G) * dv
 	out := a.out[oBase : oBase+G*dv]
-	clear(out)
+	tv := kv.TurboV(a.layer, kh)
+	acc, ad := out, dv
+	if tv != nil {
+		ad = tv.Padded()
+		acc = sc.vacc[:G*ad]
+	}
+	clear(acc)
 	for j0 := 0; j0 < np; {
 		n := a.span(s, j0, np-j0)
-		// each V row once for the whole group (positions in order, as Ref)
-		a.k.AddWeighted(out, G, dv, sco[j0:], np, a.vRows(s, kh, j0, n), kv.VDim, n)
+		vr := kv.VRows(a.layer, s, j0, n)[kh*kv.VHead:]
+		if kv.Types.V == model.KVF32 {
+			// each V row once for the whole group (positions in order, as Ref)
+			a.k.AddWeighted(acc, G, dv, sco[j0:], np, bytesF32(vr), kv.VDim, n)
+		} else {
+			for c := 0; c < n; c += kvChunk {
+				cn := min(kvChunk, n-c)
+				a.toF32(kv.Types.V, tv, vr[c*kv.VStride:], kv.VStride, cn, dv, sc.dec, ad)
+				a.k.AddWeighted(acc, G, ad, sco[j0+c:], np, sc.dec[:cn*ad], ad, cn)
+			}
+		}
 		j0 += n
+	}
+	if tv != nil {
+		for g := range G {
+			tv.Unrotate(out[g*dv:(g+1)*dv], acc[g*ad:(g+1)*ad])
+		}
 	}
 }
 
@@ -283,7 +377,8 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 // (FlashTile), from the sequence's packed K and V (reg).
 func (a *attnTask) flash(sc *attnScratch, t0, t1, kh int, reg *kvRegion) {
 	h := a.h
-	dk, dv, G := h.HeadDimK, h.HeadDimV, a.group
+	dk, dv, G := a.dkp, a.dvp, a.group
+	tk, tv := a.kv.TurboK(a.layer, kh), a.kv.TurboV(a.layer, kh)
 	R := (t1 - t0) * G // query rows: (row t, head g) at (t-t0)*G + g
 	rp := (R + FlashRowBlock - 1) / FlashRowBlock * FlashRowBlock
 	np, pmin := 0, int(a.pos[t0])
@@ -306,7 +401,11 @@ func (a *attnTask) flash(sc *attnScratch, t0, t1, kh int, reg *kvRegion) {
 		}
 		t, g := t0+r/G, r%G
 		ps[r] = a.pos[t]
-		src := a.q[(t*h.NHead+kh*G+g)*dk:][:dk]
+		src := a.q[(t*h.NHead+kh*G+g)*h.HeadDimK:][:h.HeadDimK]
+		if tk != nil { // K is stored rotated: rotate the query alike
+			tk.Rotate(sc.qrot[:dk], src)
+			src = sc.qrot[:dk]
+		}
 		for d, v := range src {
 			qb[d*B+i] = v * a.scale
 		}
@@ -328,7 +427,15 @@ func (a *attnTask) flash(sc *attnScratch, t0, t1, kh int, reg *kvRegion) {
 	for r := range R {
 		t, g := t0+r/G, r%G
 		inv := float32(1 / l[r])
-		o := a.out[(t*h.NHead+kh*G+g)*dv:][:dv]
+		o := a.out[(t*h.NHead+kh*G+g)*h.HeadDimV:][:h.HeadDimV]
+		if tv != nil { // the sum is rotated: rotate it back
+			y := sc.vacc[:dv]
+			for d, v := range acc[r*dv : (r+1)*dv] {
+				y[d] = v * inv
+			}
+			tv.Unrotate(o, y)
+			continue
+		}
 		for d, v := range acc[r*dv : (r+1)*dv] {
 			o[d] = v * inv
 		}

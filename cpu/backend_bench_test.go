@@ -169,8 +169,7 @@ func BenchmarkAttention(b *testing.B) {
 	h := model.Hyper{NHead: 32, NHeadKV: 8, HeadDimK: 64, HeadDimV: 64, NLayer: 1}
 	const nCtx = 512
 	kv := model.NewKVCache(&h, nCtx, 1)
-	copy(kv.K[0], randomF32(len(kv.K[0]), 1))
-	copy(kv.V[0], randomF32(len(kv.V[0]), 2))
+	fillKV(kv, nCtx)
 	for _, rows := range []int{512, 1} {
 		seq, pos := make([]int32, rows), make([]int32, rows)
 		for i := range pos {
@@ -208,8 +207,7 @@ func BenchmarkAttentionPrefill(b *testing.B) {
 	const chunk = 2048
 	for _, n := range []int{2048, 8192} {
 		kv := model.NewKVCache(&h, n, 1)
-		copy(kv.K[0], randomF32(len(kv.K[0]), 1))
-		copy(kv.V[0], randomF32(len(kv.V[0]), 2))
+		fillKV(kv, n)
 		q := randomF32(chunk*h.NHead*h.HeadDimK, 3)
 		out := make([]float32, chunk*h.NHead*h.HeadDimV)
 		seq, pos := make([]int32, chunk), make([]int32, chunk)
@@ -371,5 +369,14 @@ func BenchmarkFlashTile(b *testing.B) {
 				b.ReportMetric(flops/(cpuTime()-c0).Seconds()/1e9, "GFLOP/cpu-s")
 			})
 		}
+	}
+}
+
+// fillKV fills positions [0, n) of sequence 0, layer 0, with random rows.
+func fillKV(kv *model.KVCache, n int) {
+	k, v := randomF32(n*kv.KDim, 1), randomF32(n*kv.VDim, 2)
+	for p := range n {
+		kv.SetK(0, 0, p, k[p*kv.KDim:(p+1)*kv.KDim])
+		kv.SetV(0, 0, p, v[p*kv.VDim:(p+1)*kv.VDim])
 	}
 }

@@ -185,8 +185,23 @@ func randomPositive(n int) []float32 {
 	return x
 }
 
+// kvTol is the NMSE Attention may differ from Ref's by on a cache of each
+// type. Ref works on the decoded rows in float32. The f32 and TurboQuant
+// paths differ from it only in float rounding (TurboQuant in the rotated
+// domain, which preserves inner products). Lone rows dot K rows of the
+// other types in their vec-dot type, as llama.cpp does: the query rounded
+// to f16 or bf16 (relative error up to 2^-11, 2^-8), or to q8_0 blocks
+// (error uniform within ±amax/254: for uniform queries a relative variance
+// of about (1/127)²/12 × 3 ≈ 1.5e-5), which the softmax and the sum of V
+// pass on: the bounds are about 3× those variances.
+var kvTol = map[model.KVType]float64{
+	model.KVF32: 1e-11, model.KVTQ4: 1e-10, model.KVTQ3: 1e-10,
+	model.KVF16: 1e-6, model.KVBF16: 3e-5, model.KVQ8_0: 1e-4, model.KVQ4_0: 1e-4,
+}
+
 // TestBackendAttention compares Attention with Ref's for grouped-query
-// heads, two sequences and several batch rows.
+// heads, two sequences and several batch rows, on a cache of every KV type
+// that can hold the heads.
 func TestBackendAttention(t *testing.T) {
 	for _, isa := range cpu.Available() {
 		for _, hp := range []model.Hyper{
@@ -194,49 +209,63 @@ func TestBackendAttention(t *testing.T) {
 			{NHead: 4, NHeadKV: 4, HeadDimK: 8, HeadDimV: 8, NLayer: 1},
 			{NHead: 6, NHeadKV: 3, HeadDimK: 128, HeadDimV: 128, NLayer: 1},
 		} {
-			t.Run(fmt.Sprintf("isa=%s/heads=%d/kv=%d/dim=%d", isa, hp.NHead, hp.NHeadKV, hp.HeadDimK), func(t *testing.T) {
+			for kt := range model.KVTQ3 + 1 {
+				types := model.KVTypes{K: kt, V: kt}
+				if kt == model.KVTQ4 {
+					types.V = model.KVTQ3 // the asymmetric pair
+				}
 				h := hp
 				const nCtx = 300
-				kv := model.NewKVCache(&h, nCtx, 2)
-				for s := range 2 {
-					for p := range nCtx {
-						copy(kv.KRow(0, s, p), randomF32(kv.KDim, uint64(1000*s+p)))
-						copy(kv.VRow(0, s, p), randomF32(kv.VDim, uint64(1000*s+p+500000)))
+				kv, err := model.NewKVCacheOf(&h, types, nCtx, 2)
+				if err != nil {
+					continue // q8_0 and q4_0 cannot hold heads of 8
+				}
+				t.Run(fmt.Sprintf("isa=%s/heads=%d/kv=%d/dim=%d/%s", isa, hp.NHead, hp.NHeadKV, hp.HeadDimK, types), func(t *testing.T) {
+					for s := range 2 {
+						for p := range nCtx {
+							kv.SetK(0, s, p, randomF32(kv.KDim, uint64(1000*s+p)))
+							kv.SetV(0, s, p, randomF32(kv.VDim, uint64(1000*s+p+500000)))
+						}
 					}
-				}
-				// rows: seq 0 at 0..4, seq 1 at 250..299 (a prefill chunk)
-				var seq, pos []int32
-				for p := range 5 {
-					seq, pos = append(seq, 0), append(pos, int32(p))
-				}
-				for p := 250; p < 300; p++ {
-					seq, pos = append(seq, 1), append(pos, int32(p))
-				}
-				n := len(seq)
-				q := randomF32(n*h.NHead*h.HeadDimK, 17)
-				want := make([]float32, n*h.NHead*h.HeadDimV)
-				scale := float32(1 / math.Sqrt(float64(h.HeadDimK)))
-				cpu.NewRef().Attention(want, q, kv, 0, seq, pos, &h, scale)
-				for _, threads := range testThreads {
-					be := cpu.NewBackend(threads, cpu.KernelsFor(isa))
-					got, check := guarded(len(want))
-					be.Attention(got, q, kv, 0, seq, pos, &h, scale)
-					be.Close()
-					check(t)
-					if e := nmse(got, want); e > 1e-11 {
-						t.Errorf("threads=%d: NMSE %.3g > 1e-11", threads, e)
+					// rows: seq 0 at 0..4, seq 1 at 250..299 (a prefill chunk)
+					var seq, pos []int32
+					for p := range 5 {
+						seq, pos = append(seq, 0), append(pos, int32(p))
 					}
-					// one row alone (the decode path)
-					got1, check1 := guarded(h.NHead * h.HeadDimV)
-					be = cpu.NewBackend(threads, cpu.KernelsFor(isa))
-					be.Attention(got1, q[(n-1)*h.NHead*h.HeadDimK:], kv, 0, seq[n-1:], pos[n-1:], &h, scale)
-					be.Close()
-					check1(t)
-					if e := nmse(got1, want[(n-1)*h.NHead*h.HeadDimV:]); e > 1e-11 {
-						t.Errorf("threads=%d, one row: NMSE %.3g > 1e-11", threads, e)
+					for p := 250; p < 300; p++ {
+						seq, pos = append(seq, 1), append(pos, int32(p))
 					}
-				}
-			})
+					n := len(seq)
+					q := randomF32(n*h.NHead*h.HeadDimK, 17)
+					want := make([]float32, n*h.NHead*h.HeadDimV)
+					scale := float32(1 / math.Sqrt(float64(h.HeadDimK)))
+					cpu.NewRef().Attention(want, q, kv, 0, seq, pos, &h, scale)
+					tol := kvTol[kt]
+					for _, threads := range testThreads {
+						be := cpu.NewBackend(threads, cpu.KernelsFor(isa))
+						got, check := guarded(len(want))
+						be.Attention(got, q, kv, 0, seq, pos, &h, scale)
+						be.Close()
+						check(t)
+						if e := nmse(got, want); e > tol {
+							t.Errorf("threads=%d: NMSE %.3g > %.0g", threads, e, tol)
+						} else if threads == 1 {
+							t.Logf("batch: NMSE %.3g", e)
+						}
+						// one row alone (the decode path)
+						got1, check1 := guarded(h.NHead * h.HeadDimV)
+						be = cpu.NewBackend(threads, cpu.KernelsFor(isa))
+						be.Attention(got1, q[(n-1)*h.NHead*h.HeadDimK:], kv, 0, seq[n-1:], pos[n-1:], &h, scale)
+						be.Close()
+						check1(t)
+						if e := nmse(got1, want[(n-1)*h.NHead*h.HeadDimV:]); e > tol {
+							t.Errorf("threads=%d, one row: NMSE %.3g > %.0g", threads, e, tol)
+						} else if threads == 1 {
+							t.Logf("one row: NMSE %.3g", e)
+						}
+					}
+				})
+			}
 		}
 	}
 }
@@ -248,7 +277,7 @@ func TestBackendAttentionPaged(t *testing.T) {
 	h := model.Hyper{NHead: 8, NHeadKV: 2, HeadDimK: 64, HeadDimV: 64, NLayer: 1}
 	const nCtx, bs = 320, 16
 	flat := model.NewKVCache(&h, nCtx, 1)
-	paged, err := model.NewPagedKVCache(&h, bs, 64, 1, nCtx)
+	paged, err := model.NewPagedKVCache(&h, model.KVTypes{}, bs, 64, 1, nCtx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,10 +288,10 @@ func TestBackendAttentionPaged(t *testing.T) {
 	}
 	for p := range nCtx {
 		k, v := randomF32(flat.KDim, uint64(p)), randomF32(flat.VDim, uint64(p+9999))
-		copy(flat.KRow(0, 0, p), k)
-		copy(flat.VRow(0, 0, p), v)
-		copy(paged.KRow(0, 0, p), k)
-		copy(paged.VRow(0, 0, p), v)
+		flat.SetK(0, 0, p, k)
+		flat.SetV(0, 0, p, v)
+		paged.SetK(0, 0, p, k)
+		paged.SetV(0, 0, p, v)
 	}
 	var seq, pos []int32
 	for p := 270; p < 320; p++ { // a prefill chunk

@@ -373,3 +373,62 @@ func (k *Kernels) Rope(x, cs []float32, rows, nHead, headDim, half int, neox boo
 
 // ptr returns the address of a slice's first element for C (nil if empty).
 func ptr[T any](s []T) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(s)) }
+
+// DequantRows converts rows rows of cols values of type t (F32, F16,
+// BF16, Q8_0, Q4_0: the KV cache's block and float types; cols a whole
+// number of blocks), row r at src[r*stride:], to float32s at
+// dst[r*dstride:]: bit for bit quant.DequantizeFunc(t) row by row.
+func (k *Kernels) DequantRows(t quant.Type, src []byte, stride, rows, cols int, dst []float32, dstride int) {
+	const op = "DequantRows"
+	rb := layoutBytes(op, t, cols, dotLayout)
+	switch {
+	case rows < 0:
+		panic(fmt.Sprintf("cpu: %s: %d rows", op, rows))
+	case rows == 0 || cols == 0:
+		return
+	case stride < rb || len(src) < (rows-1)*stride+rb:
+		panic(fmt.Sprintf("cpu: %s: %d rows of %d bytes (stride %d) in %d bytes", op, rows, rb, stride, len(src)))
+	case dstride < cols || len(dst) < (rows-1)*dstride+cols:
+		panic(fmt.Sprintf("cpu: %s: %d rows of %d floats (stride %d) in %d", op, rows, cols, dstride, len(dst)))
+	}
+	if t == quant.F32 {
+		for r := range rows {
+			copy(dst[r*dstride:][:cols], bytesF32(src[r*stride:][:rb]))
+		}
+		return
+	}
+	if k.isa != ISAScalarGo && dequantC(k.isa, t, src, stride, rows, cols, dst, dstride) {
+		return
+	}
+	f := quant.DequantizeFunc(t)
+	if f == nil {
+		panic(fmt.Sprintf("cpu: %s: type %s not supported", op, t))
+	}
+	for r := range rows {
+		f(src[r*stride:][:rb], dst[r*dstride:][:cols])
+	}
+}
+
+// TurboDecode decodes rows rows of tq's codes, row r at src[r*stride:],
+// into the rotated domain (tq.Padded() values at dst[r*dstride:]): bit for
+// bit tq.DecodeRotated row by row.
+func (k *Kernels) TurboDecode(tq *quant.Turbo, src []byte, stride, rows int, dst []float32, dstride int) {
+	const op = "TurboDecode"
+	n, rb := tq.Padded(), tq.RowBytes()
+	switch {
+	case rows < 0:
+		panic(fmt.Sprintf("cpu: %s: %d rows", op, rows))
+	case rows == 0:
+		return
+	case stride < rb || len(src) < (rows-1)*stride+rb:
+		panic(fmt.Sprintf("cpu: %s: %d rows of %d bytes (stride %d) in %d bytes", op, rows, rb, stride, len(src)))
+	case dstride < n || len(dst) < (rows-1)*dstride+n:
+		panic(fmt.Sprintf("cpu: %s: %d rows of %d floats (stride %d) in %d", op, rows, n, dstride, len(dst)))
+	}
+	if k.isa != ISAScalarGo && turboDecodeC(k.isa, tq.Bits(), tq.Levels(), src, stride, rows, n, dst, dstride) {
+		return
+	}
+	for r := range rows {
+		tq.DecodeRotated(dst[r*dstride:][:n], src[r*stride:][:rb])
+	}
+}

@@ -92,6 +92,18 @@ int fi_gemm_packed_avx512(int wt, const uint8_t *pk, int64_t cols, int64_t r0, i
 // order of packed Q6_K (256 bytes each; kern_avx2_pk.c). SSE2 only.
 void fi_q6_perm(const uint8_t *a, int64_t nb, uint8_t *dst);
 
+// fi_dequant_avx2 converts rows rows of cols values of type t (FI_F16,
+// FI_BF16, FI_Q8_0, FI_Q4_0; cols a whole number of blocks), row r at
+// src + r*stride bytes, to float32s at dst + r*dstride; -1 if t is not
+// one of those.
+int fi_dequant_avx2(int t, const uint8_t *src, int64_t stride, int64_t rows, int64_t cols, float *dst, int64_t dstride);
+
+// fi_turbo_decode_avx2 decodes rows rows of TurboQuant codes (a float16
+// scale, then n codes of bits bits packed from the low bit; n a multiple
+// of 8) into the rotated domain: dst[r*dstride + i] = scale·levels[code i].
+void fi_turbo_decode_avx2(int bits, const float *levels, const uint8_t *src, int64_t stride, int64_t rows, int64_t n,
+                          float *dst, int64_t dstride);
+
 // fi_wsum_avx2 adds to out[g*dim + c] (g < nout, c < dim) the sums over
 // j < n of w[g*ws + j] * v[j*vs + c]: attention's weighted sum of V rows
 // for a group of query heads.

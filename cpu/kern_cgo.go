@@ -168,3 +168,22 @@ func fmaPeakC(isa ISA, n int) float64 {
 	}
 	return 0
 }
+
+// dequantC runs the C row conversion of isa; false if it has none for t.
+func dequantC(isa ISA, t quant.Type, src []byte, stride, rows, cols int, dst []float32, dstride int) bool {
+	if isa == ISAAVX2 || isa == ISAAVX512 {
+		return C.fi_dequant_avx2(C.int(t), (*C.uint8_t)(ptr(src)), C.int64_t(stride), C.int64_t(rows), C.int64_t(cols),
+			(*C.float)(ptr(dst)), C.int64_t(dstride)) == 0
+	}
+	return false
+}
+
+// turboDecodeC runs the C TurboQuant decode of isa; false if it has none.
+func turboDecodeC(isa ISA, bits int, levels []float32, src []byte, stride, rows, n int, dst []float32, dstride int) bool {
+	if (isa == ISAAVX2 || isa == ISAAVX512) && n%8 == 0 {
+		C.fi_turbo_decode_avx2(C.int(bits), (*C.float)(ptr(levels)), (*C.uint8_t)(ptr(src)), C.int64_t(stride),
+			C.int64_t(rows), C.int64_t(n), (*C.float)(ptr(dst)), C.int64_t(dstride))
+		return true
+	}
+	return false
+}

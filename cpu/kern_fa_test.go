@@ -33,7 +33,7 @@ func TestAttentionPrefillShapes(t *testing.T) {
 	for _, sh := range shapes {
 		h := model.Hyper{NHead: sh.nHead, NHeadKV: sh.nKV, HeadDimK: sh.dk, HeadDimV: sh.dv, NLayer: 1}
 		flat := model.NewKVCache(&h, nCtx, 2)
-		paged, err := model.NewPagedKVCache(&h, 16, 2*nCtx/16, 2, nCtx)
+		paged, err := model.NewPagedKVCache(&h, model.KVTypes{}, 16, 2*nCtx/16, 2, nCtx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,10 +43,10 @@ func TestAttentionPrefillShapes(t *testing.T) {
 			}
 			for p := range nCtx {
 				k, v := randomF32(flat.KDim, uint64(1000*s+p)), randomF32(flat.VDim, uint64(1000*s+p+500000))
-				copy(flat.KRow(0, s, p), k)
-				copy(flat.VRow(0, s, p), v)
-				copy(paged.KRow(0, s, p), k)
-				copy(paged.VRow(0, s, p), v)
+				flat.SetK(0, s, p, k)
+				flat.SetV(0, s, p, v)
+				paged.SetK(0, s, p, k)
+				paged.SetV(0, s, p, v)
 			}
 		}
 		scale := float32(1 / math.Sqrt(float64(sh.dk)))

@@ -576,3 +576,86 @@ func TestAddWeighted(t *testing.T) {
 		}
 	}
 }
+
+// TestDequantRows: every path converts strided rows of each KV block and
+// float type bit for bit as quant's Go dequantizers do, for odd row counts
+// and head widths, without writing past the rows it was given.
+func TestDequantRows(t *testing.T) {
+	for _, isa := range cpu.Available() {
+		k := cpu.KernelsFor(isa)
+		for _, wt := range []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0} {
+			for _, cols := range []int{32, 64, 96, 128} {
+				rb, _ := quant.RowBytes(wt, cols)
+				const rows = 7
+				stride := rb + 3*rb/2 // several heads per row: skip the others
+				src := make([]byte, (rows-1)*stride+rb)
+				for r := range rows {
+					if err := quant.QuantizeRow(wt, randomF32(cols, uint64(r+cols)), src[r*stride:][:rb]); err != nil {
+						t.Fatal(err)
+					}
+				}
+				dstride := cols + 5
+				got := make([]float32, rows*dstride)
+				for i := range got {
+					got[i] = -7
+				}
+				k.DequantRows(wt, src, stride, rows, cols, got, dstride)
+				want := make([]float32, cols)
+				for r := range rows {
+					if err := quant.DequantizeRow(wt, src[r*stride:][:rb], want); err != nil {
+						t.Fatal(err)
+					}
+					for i := range dstride {
+						g := got[r*dstride+i]
+						if i >= cols {
+							if g != -7 {
+								t.Fatalf("%s %s cols=%d: row %d wrote past its end", isa, wt, cols, r)
+							}
+							continue
+						}
+						if math.Float32bits(g) != math.Float32bits(want[i]) {
+							t.Fatalf("%s %s cols=%d: row %d [%d] = %v, want %v", isa, wt, cols, r, i, g, want[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestTurboDecode: every path decodes TurboQuant rows into the rotated
+// domain bit for bit as quant.Turbo.DecodeRotated does.
+func TestTurboDecode(t *testing.T) {
+	for _, isa := range cpu.Available() {
+		k := cpu.KernelsFor(isa)
+		for _, bits := range []int{2, 3, 4} {
+			for _, dim := range []int{8, 40, 64, 128} {
+				tq, err := quant.NewTurbo(dim, bits, uint64(dim*bits))
+				if err != nil {
+					t.Fatal(err)
+				}
+				n, rb := tq.Padded(), tq.RowBytes()
+				const rows = 5
+				stride := 2*rb + 1
+				src := make([]byte, (rows-1)*stride+rb)
+				scratch := make([]float32, n)
+				for r := range rows {
+					if err := tq.Encode(src[r*stride:][:rb], randomF32(dim, uint64(r)), scratch); err != nil {
+						t.Fatal(err)
+					}
+				}
+				got := make([]float32, rows*(n+3))
+				k.TurboDecode(tq, src, stride, rows, got, n+3)
+				want := make([]float32, n)
+				for r := range rows {
+					tq.DecodeRotated(want, src[r*stride:][:rb])
+					for i := range n {
+						if math.Float32bits(got[r*(n+3)+i]) != math.Float32bits(want[i]) {
+							t.Fatalf("%s %d bits dim %d: row %d [%d] = %v, want %v", isa, bits, dim, r, i, got[r*(n+3)+i], want[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}

@@ -27,9 +27,10 @@ type Ref struct {
 	// rounding.
 	Exact bool
 
-	act    []byte    // activations converted to a vec-dot type
-	wrow   []float32 // one dequantized weight row (Exact)
-	scores []float32 // attention scores of one head
+	act               []byte    // activations converted to a vec-dot type
+	krow, vrow, kvTmp []float32 // Attention: one cached row, decoded
+	wrow              []float32 // one dequantized weight row (Exact)
+	scores            []float32 // attention scores of one head
 }
 
 // NewRef returns a reference backend.
@@ -194,42 +195,67 @@ func (r *Ref) Rope(x []float32, pos []int32, n, nHead, headDim int, rp *model.Ro
 
 // Attention implements model.Ops: for each row and head, scores against the
 // cached keys of its sequence at positions ≤ its own, softmax (float64 sum),
-// then the weighted sum of the values.
+// then the weighted sum of the values. Cached rows of any KV type are
+// converted to float32 first (KVCache.GetK/GetV: a TurboQuant row is
+// decoded and rotated back), so this is attention on exactly the values the
+// cache holds.
 func (r *Ref) Attention(out, q []float32, kv *model.KVCache, layer int, seq, pos []int32, h *model.Hyper, scale float32) {
 	group := h.NHead / h.NHeadKV
 	dk, dv := h.HeadDimK, h.HeadDimV
+	r.krow = growF32(r.krow, kv.KDim)
+	r.vrow = growF32(r.vrow, kv.VDim)
+	r.kvTmp = growF32(r.kvTmp, 2*max(dk, dv)+64)
 	for t := range seq {
-		s, p := int(seq[t]), int(pos[t])
-		if cap(r.scores) < p+1 {
-			r.scores = make([]float32, p+1)
+		s, np := int(seq[t]), int(pos[t])+1
+		r.scores = growF32(r.scores, h.NHead*np)
+		sc := r.scores[:h.NHead*np]
+		for j := range np {
+			kv.GetK(layer, s, j, r.krow, r.kvTmp)
+			for hd := range h.NHead {
+				kh := hd / group
+				qh := q[(t*h.NHead+hd)*dk : (t*h.NHead+hd+1)*dk]
+				sc[hd*np+j] = DotF32(r.krow[kh*dk:(kh+1)*dk], qh) * scale
+			}
 		}
-		sc := r.scores[:p+1]
 		for hd := range h.NHead {
-			kh := hd / group
-			qh := q[(t*h.NHead+hd)*dk : (t*h.NHead+hd+1)*dk]
+			row := sc[hd*np : (hd+1)*np]
 			mx := float32(math.Inf(-1))
-			for j := range sc {
-				sc[j] = DotF32(kv.KRow(layer, s, j)[kh*dk:(kh+1)*dk], qh) * scale
-				mx = max(mx, sc[j])
+			for _, v := range row {
+				mx = max(mx, v)
 			}
 			var sum float64
-			for j := range sc {
-				e := float32(math.Exp(float64(sc[j] - mx)))
-				sc[j] = e
+			for j := range row {
+				e := float32(math.Exp(float64(row[j] - mx)))
+				row[j] = e
 				sum += float64(e)
 			}
 			inv := float32(1 / sum)
-			o := out[(t*h.NHead+hd)*dv : (t*h.NHead+hd+1)*dv]
-			clear(o)
-			for j, w := range sc {
-				w *= inv
-				vr := kv.VRow(layer, s, j)[kh*dv : (kh+1)*dv]
+			for j := range row {
+				row[j] *= inv
+			}
+			clear(out[(t*h.NHead+hd)*dv : (t*h.NHead+hd+1)*dv])
+		}
+		for j := range np {
+			kv.GetV(layer, s, j, r.vrow, r.kvTmp)
+			for hd := range h.NHead {
+				kh := hd / group
+				w := sc[hd*np+j]
+				o := out[(t*h.NHead+hd)*dv : (t*h.NHead+hd+1)*dv]
+				vr := r.vrow[kh*dv : (kh+1)*dv]
 				for d := range o {
 					o[d] += w * vr[d]
 				}
 			}
 		}
 	}
+}
+
+// growF32 returns s with length n, reallocating only when it is too short.
+func growF32(s []float32, n int) []float32 {
+	if cap(s) < n {
+		return make([]float32, n)
+	}
+	return s[:n]
 }
 
 // SwiGLU implements model.Ops: out = silu(gate)·up, silu(x) = x/(1+e^-x).

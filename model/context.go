@@ -5,15 +5,29 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"unsafe"
+
+	"github.com/flowinfer/flowinfer/quant"
 )
 
+// f32Bytes views float32s as their bytes (little-endian machines).
+func f32Bytes(x []float32) []byte {
+	if len(x) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 4*len(x))
+}
+
 // KVCache stores every layer's K and V rows for NSeq sequences of up to
-// NCtx positions, as float32 (as llama.cpp with -ctk f32 -ctv f32), in one
-// of two layouts:
+// NCtx positions, in the types Types (-ctk/-ctv: f32, f16, bf16, q8_0,
+// q4_0, tq4, tq3), each row the NHeadKV heads of one token back to back
+// (KStride/VStride bytes; a head of a block type is a whole number of
+// blocks, a head of a TurboQuant type is one quant.Turbo row). Rows are
+// laid out in one of two ways:
 //
 //   - contiguous (Tables nil): cell (seq, pos) of layer l is row
-//     seq*NCtx+pos, i.e. K[l][(seq*NCtx+pos)*KDim:][:KDim]. Backends may
-//     index it directly.
+//     seq*NCtx+pos, i.e. K[l][(seq*NCtx+pos)*KStride:][:KStride]. Backends
+//     may index it directly.
 //   - paged (Tables set): rows are grouped in NBlocks blocks of BlockSize
 //     rows (block b holds rows b*BlockSize...), shared by all sequences;
 //     Tables[seq][pos/BlockSize] is the block holding (seq, pos). Blocks
@@ -22,13 +36,20 @@ import (
 //     KRow/VRow or KRows/Run and declare it by implementing PagedKV.
 type KVCache struct {
 	NLayer, NCtx, NSeq int
-	KDim, VDim         int
-	K, V               [][]float32
+	KDim, VDim         int // values per row: NHeadKV × head dimension
+	Types              KVTypes
+	KStride, VStride   int // bytes per row
+	KHead, VHead       int // bytes per head within a row
+	K, V               [][]byte
 	// BlockSize is the rows per block, a power of two (0: a contiguous
 	// cache made by NewKVCache, without block addressing).
 	BlockSize, NBlocks int
 	Tables             [][]int32
 	shift              uint
+	nHead              int
+	headK, headV       int              // head dimensions
+	tk, tv             [][]*quant.Turbo // [layer][head] codecs of TurboQuant types
+	scratch            []float32        // SetK/SetV's TurboQuant scratch
 }
 
 // PagedKV is implemented by backends whose Attention reads the cache only
@@ -44,45 +65,117 @@ func SupportsPagedKV(ops Ops) bool {
 	return ok && p.PagedKV()
 }
 
-// NewKVCache allocates a contiguous cache.
+// NewKVCache allocates a contiguous f32 cache.
 func NewKVCache(h *Hyper, nCtx, nSeq int) *KVCache {
-	c := &KVCache{NLayer: h.NLayer, NCtx: nCtx, NSeq: nSeq, KDim: h.KDim(), VDim: h.VDim()}
-	c.alloc(nSeq * nCtx)
+	c, err := NewKVCacheOf(h, KVTypes{}, nCtx, nSeq)
+	if err != nil {
+		panic(err) // f32 stores any head
+	}
 	return c
 }
 
+// NewKVCacheOf allocates a contiguous cache of types t.
+func NewKVCacheOf(h *Hyper, t KVTypes, nCtx, nSeq int) (*KVCache, error) {
+	c, err := newKV(h, t, nCtx, nSeq)
+	if err != nil {
+		return nil, err
+	}
+	c.alloc(nSeq * nCtx)
+	return c, nil
+}
+
+// newKV fills in a cache's shape and codecs, without storage.
+func newKV(h *Hyper, t KVTypes, nCtx, nSeq int) (*KVCache, error) {
+	kr, vr, err := KVRowBytes(h, t)
+	if err != nil {
+		return nil, err
+	}
+	c := &KVCache{NLayer: h.NLayer, NCtx: nCtx, NSeq: nSeq, KDim: h.KDim(), VDim: h.VDim(), Types: t,
+		KStride: kr, VStride: vr, KHead: kr / h.NHeadKV, VHead: vr / h.NHeadKV,
+		nHead: h.NHeadKV, headK: h.HeadDimK, headV: h.HeadDimV}
+	if c.tk, err = turboCodecs(h, t.K, h.HeadDimK, 'K'); err != nil {
+		return nil, err
+	}
+	if c.tv, err = turboCodecs(h, t.V, h.HeadDimV, 'V'); err != nil {
+		return nil, err
+	}
+	if c.tk != nil || c.tv != nil {
+		c.scratch = make([]float32, 2*max(h.HeadDimK, h.HeadDimV)+64)
+	}
+	return c, nil
+}
+
+// turboCodecs returns a TurboQuant codec per layer and head for type t
+// (nil for other types), each with its own rotation, seeded by (layer,
+// head, half): caches made for the same model agree.
+func turboCodecs(h *Hyper, t KVType, dim int, half byte) ([][]*quant.Turbo, error) {
+	b := t.Turbo()
+	if b == 0 {
+		return nil, nil
+	}
+	cs := make([][]*quant.Turbo, h.NLayer)
+	for l := range cs {
+		cs[l] = make([]*quant.Turbo, h.NHeadKV)
+		for kh := range cs[l] {
+			seed := uint64(l)<<32 | uint64(kh)<<8 | uint64(half)
+			tq, err := quant.NewTurbo(dim, b, seed)
+			if err != nil {
+				return nil, err
+			}
+			cs[l][kh] = tq
+		}
+	}
+	return cs, nil
+}
+
 func (c *KVCache) alloc(rows int) {
-	c.K = make([][]float32, c.NLayer)
-	c.V = make([][]float32, c.NLayer)
+	c.K = make([][]byte, c.NLayer)
+	c.V = make([][]byte, c.NLayer)
 	for l := range c.K {
-		c.K[l] = make([]float32, rows*c.KDim)
-		c.V[l] = make([]float32, rows*c.VDim)
+		c.K[l] = make([]byte, rows*c.KStride)
+		c.V[l] = make([]byte, rows*c.VStride)
 	}
 }
 
-// NewBlockKVCache allocates a contiguous cache whose rows are also
-// addressed as blocks of blockSize (a power of two dividing nCtx): block
-// b is rows [b*blockSize, (b+1)*blockSize), so sequence s owns blocks
-// s*nCtx/blockSize and following. Its block copies (CopyRows) let a
-// scheduler share prefixes between sequences by copying.
-func NewBlockKVCache(h *Hyper, blockSize, nCtx, nSeq int) (*KVCache, error) {
+// Bytes returns the cache's storage in bytes.
+func (c *KVCache) Bytes() int64 {
+	var n int64
+	for l := range c.K {
+		n += int64(len(c.K[l]) + len(c.V[l]))
+	}
+	return n
+}
+
+// NewBlockKVCache allocates a contiguous cache of types t whose rows are
+// also addressed as blocks of blockSize (a power of two dividing nCtx):
+// block b is rows [b*blockSize, (b+1)*blockSize), so sequence s owns
+// blocks s*nCtx/blockSize and following. Its block copies (CopyRows) let
+// a scheduler share prefixes between sequences by copying.
+func NewBlockKVCache(h *Hyper, t KVTypes, blockSize, nCtx, nSeq int) (*KVCache, error) {
 	if blockSize <= 0 || blockSize&(blockSize-1) != 0 || nCtx%blockSize != 0 {
 		return nil, fmt.Errorf("model: KV block size %d must be a power of two dividing the context %d", blockSize, nCtx)
 	}
-	c := NewKVCache(h, nCtx, nSeq)
+	c, err := NewKVCacheOf(h, t, nCtx, nSeq)
+	if err != nil {
+		return nil, err
+	}
 	c.BlockSize, c.NBlocks = blockSize, nSeq*nCtx/blockSize
 	c.shift = uint(bits.TrailingZeros(uint(blockSize)))
 	return c, nil
 }
 
-// NewPagedKVCache allocates a paged cache of nBlocks blocks of blockSize
-// rows (a power of two) for nSeq sequences of up to nCtx positions, with
-// empty block tables.
-func NewPagedKVCache(h *Hyper, blockSize, nBlocks, nSeq, nCtx int) (*KVCache, error) {
+// NewPagedKVCache allocates a paged cache of types t, nBlocks blocks of
+// blockSize rows (a power of two) for nSeq sequences of up to nCtx
+// positions, with empty block tables.
+func NewPagedKVCache(h *Hyper, t KVTypes, blockSize, nBlocks, nSeq, nCtx int) (*KVCache, error) {
 	if blockSize <= 0 || blockSize&(blockSize-1) != 0 || nBlocks <= 0 || nSeq <= 0 || nCtx <= 0 {
 		return nil, fmt.Errorf("model: paged KV cache of %d blocks of %d (a power of two) for %d sequences of %d positions", nBlocks, blockSize, nSeq, nCtx)
 	}
-	c := &KVCache{NLayer: h.NLayer, NCtx: nCtx, NSeq: nSeq, KDim: h.KDim(), VDim: h.VDim(), BlockSize: blockSize, NBlocks: nBlocks}
+	c, err := newKV(h, t, nCtx, nSeq)
+	if err != nil {
+		return nil, err
+	}
+	c.BlockSize, c.NBlocks = blockSize, nBlocks
 	c.shift = uint(bits.TrailingZeros(uint(blockSize)))
 	c.alloc(nBlocks * blockSize)
 	c.Tables = make([][]int32, nSeq)
@@ -100,16 +193,92 @@ func (c *KVCache) row(seq, pos int) int {
 	return int(c.Tables[seq][pos>>c.shift])<<c.shift | pos&(c.BlockSize-1)
 }
 
-// KRow returns the K row of (seq, pos) in layer l.
-func (c *KVCache) KRow(l, seq, pos int) []float32 {
-	i := c.row(seq, pos) * c.KDim
-	return c.K[l][i : i+c.KDim]
+// KRow returns the stored K row of (seq, pos) in layer l (KStride bytes).
+func (c *KVCache) KRow(l, seq, pos int) []byte {
+	i := c.row(seq, pos) * c.KStride
+	return c.K[l][i : i+c.KStride]
 }
 
-// VRow returns the V row of (seq, pos) in layer l.
-func (c *KVCache) VRow(l, seq, pos int) []float32 {
-	i := c.row(seq, pos) * c.VDim
-	return c.V[l][i : i+c.VDim]
+// VRow returns the stored V row of (seq, pos) in layer l (VStride bytes).
+func (c *KVCache) VRow(l, seq, pos int) []byte {
+	i := c.row(seq, pos) * c.VStride
+	return c.V[l][i : i+c.VStride]
+}
+
+// TurboK returns the codec of K head kh in layer l (nil unless K is a
+// TurboQuant type); TurboV is the same for V.
+func (c *KVCache) TurboK(l, kh int) *quant.Turbo {
+	if c.tk == nil {
+		return nil
+	}
+	return c.tk[l][kh]
+}
+
+// TurboV is TurboK for V.
+func (c *KVCache) TurboV(l, kh int) *quant.Turbo {
+	if c.tv == nil {
+		return nil
+	}
+	return c.tv[l][kh]
+}
+
+// SetK stores x (KDim values) as the K row of (seq, pos) in layer l,
+// converted to the cache's K type. SetK and SetV share scratch: calls on
+// one cache must not run concurrently.
+func (c *KVCache) SetK(l, seq, pos int, x []float32) {
+	c.store(c.KRow(l, seq, pos), c.Types.K, c.tk, l, c.headK, c.KHead, x)
+}
+
+// SetV stores x (VDim values) as the V row of (seq, pos) in layer l.
+func (c *KVCache) SetV(l, seq, pos int, x []float32) {
+	c.store(c.VRow(l, seq, pos), c.Types.V, c.tv, l, c.headV, c.VHead, x)
+}
+
+func (c *KVCache) store(dst []byte, t KVType, tq [][]*quant.Turbo, l, dim, hb int, x []float32) {
+	if tq != nil {
+		for kh := range c.nHead {
+			// cannot fail: the row and scratch are sized for the codec
+			_ = tq[l][kh].Encode(dst[kh*hb:(kh+1)*hb], x[kh*dim:(kh+1)*dim], c.scratch)
+		}
+		return
+	}
+	qt, _ := t.Quant()
+	if qt == quant.F32 {
+		copy(dst, f32Bytes(x[:c.nHead*dim]))
+		return
+	}
+	f := quant.QuantizeFunc(qt)
+	for kh := range c.nHead {
+		f(x[kh*dim:(kh+1)*dim], dst[kh*hb:(kh+1)*hb])
+	}
+}
+
+// GetK writes the K row of (seq, pos) in layer l, as float32s, to dst
+// (KDim values): the values attention uses (a reference; backends read
+// the stored bytes). scratch holds at least 2×the padded head dimension
+// for TurboQuant types (nil otherwise).
+func (c *KVCache) GetK(l, seq, pos int, dst, scratch []float32) {
+	DecodeKVRow(c.KRow(l, seq, pos), c.Types.K, c.tk, l, c.nHead, c.headK, c.KHead, dst, scratch)
+}
+
+// GetV is GetK for V.
+func (c *KVCache) GetV(l, seq, pos int, dst, scratch []float32) {
+	DecodeKVRow(c.VRow(l, seq, pos), c.Types.V, c.tv, l, c.nHead, c.headV, c.VHead, dst, scratch)
+}
+
+// DecodeKVRow converts a stored row of nHead heads to float32s.
+func DecodeKVRow(row []byte, t KVType, tq [][]*quant.Turbo, l, nHead, dim, hb int, dst, scratch []float32) {
+	if tq != nil {
+		for kh := range nHead {
+			tq[l][kh].Decode(dst[kh*dim:(kh+1)*dim], row[kh*hb:(kh+1)*hb], scratch)
+		}
+		return
+	}
+	qt, _ := t.Quant()
+	f := quant.DequantizeFunc(qt)
+	for kh := range nHead {
+		f(row[kh*hb:(kh+1)*hb], dst[kh*dim:(kh+1)*dim])
+	}
 }
 
 // Run returns how many positions from pos on (up to the end of the
@@ -129,17 +298,18 @@ func (c *KVCache) Run(seq, pos int) int {
 	return n
 }
 
-// KRows returns the K rows of positions [pos, pos+n) of seq in layer l,
-// consecutive with stride KDim; n must not exceed Run(seq, pos).
-func (c *KVCache) KRows(l, seq, pos, n int) []float32 {
-	i := c.row(seq, pos) * c.KDim
-	return c.K[l][i : i+n*c.KDim]
+// KRows returns the stored K rows of positions [pos, pos+n) of seq in
+// layer l, consecutive with stride KStride bytes; n must not exceed
+// Run(seq, pos).
+func (c *KVCache) KRows(l, seq, pos, n int) []byte {
+	i := c.row(seq, pos) * c.KStride
+	return c.K[l][i : i+n*c.KStride]
 }
 
 // VRows is KRows for V.
-func (c *KVCache) VRows(l, seq, pos, n int) []float32 {
-	i := c.row(seq, pos) * c.VDim
-	return c.V[l][i : i+n*c.VDim]
+func (c *KVCache) VRows(l, seq, pos, n int) []byte {
+	i := c.row(seq, pos) * c.VStride
+	return c.V[l][i : i+n*c.VStride]
 }
 
 // CopyRows copies the first n rows of block src to block dst in every
@@ -150,8 +320,8 @@ func (c *KVCache) CopyRows(dst, src, n int) {
 	}
 	for l := range c.K {
 		k, v := c.K[l], c.V[l]
-		copy(k[dst*c.BlockSize*c.KDim:][:n*c.KDim], k[src*c.BlockSize*c.KDim:][:n*c.KDim])
-		copy(v[dst*c.BlockSize*c.VDim:][:n*c.VDim], v[src*c.BlockSize*c.VDim:][:n*c.VDim])
+		copy(k[dst*c.BlockSize*c.KStride:][:n*c.KStride], k[src*c.BlockSize*c.KStride:][:n*c.KStride])
+		copy(v[dst*c.BlockSize*c.VStride:][:n*c.VStride], v[src*c.BlockSize*c.VStride:][:n*c.VStride])
 	}
 }
 
@@ -237,13 +407,23 @@ type Context struct {
 	mmWs                     [3]*Weight
 }
 
-// NewContext allocates a context with a contiguous cache of nCtx positions
-// for nSeq sequences and scratch for batches of up to maxBatch tokens.
+// NewContext allocates a context with a contiguous f32 cache of nCtx
+// positions for nSeq sequences and scratch for batches of up to maxBatch
+// tokens.
 func (m *Model) NewContext(ops Ops, nCtx, nSeq, maxBatch int) (*Context, error) {
+	return m.NewContextOf(ops, KVTypes{}, nCtx, nSeq, maxBatch)
+}
+
+// NewContextOf is NewContext with a cache of types t.
+func (m *Model) NewContextOf(ops Ops, t KVTypes, nCtx, nSeq, maxBatch int) (*Context, error) {
 	if nCtx <= 0 || nSeq <= 0 || maxBatch <= 0 {
 		return nil, fmt.Errorf("model: context size %d, sequences %d and batch %d must be positive", nCtx, nSeq, maxBatch)
 	}
-	return m.NewContextKV(ops, NewKVCache(&m.Hyper, nCtx, nSeq), maxBatch)
+	kv, err := NewKVCacheOf(&m.Hyper, t, nCtx, nSeq)
+	if err != nil {
+		return nil, err
+	}
+	return m.NewContextKV(ops, kv, maxBatch)
 }
 
 // NewContextKV allocates a context on the cache kv (made for this model)
@@ -486,8 +666,8 @@ func (c *Context) attention(il int, b *Batch) {
 	c.eval("Vcur", il, v, n, h.VDim())
 	// store k, v in the cache
 	for t := range n {
-		copy(c.KV.KRow(il, int(b.Seq[t]), int(b.Pos[t])), k[t*h.KDim():(t+1)*h.KDim()])
-		copy(c.KV.VRow(il, int(b.Seq[t]), int(b.Pos[t])), v[t*h.VDim():(t+1)*h.VDim()])
+		c.KV.SetK(il, int(b.Seq[t]), int(b.Pos[t]), k[t*h.KDim():(t+1)*h.KDim()])
+		c.KV.SetV(il, int(b.Seq[t]), int(b.Pos[t]), v[t*h.VDim():(t+1)*h.VDim()])
 	}
 	// softmax(q·kᵀ/√d)·v over the cached positions
 	att := c.att[:n*h.NHead*h.HeadDimV]

@@ -1,93 +1,144 @@
 package model_test
 
 import (
+	"bytes"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/model"
 )
 
-// TestPagedKVCache: the same cells written through a paged cache (blocks in
-// shuffled order, one block shared by two sequences) and a contiguous one
-// read back equal, give the same attention, and Run/KRows hand out only
-// consecutive rows.
+// TestPagedKVCache: for every KV type, the same cells written through a
+// paged cache (blocks in shuffled order, one block shared by two sequences)
+// and a contiguous one hold the same bytes, give the same attention, and
+// Run/KRows hand out only consecutive rows.
 func TestPagedKVCache(t *testing.T) {
-	h := &model.Hyper{NLayer: 2, NHead: 4, NHeadKV: 2, HeadDimK: 8, HeadDimV: 8}
+	h := &model.Hyper{NLayer: 2, NHead: 4, NHeadKV: 2, HeadDimK: 32, HeadDimV: 32}
 	const bs, nCtx, nSeq = 4, 24, 2
-	flat := model.NewKVCache(h, nCtx, nSeq)
-	paged, err := model.NewPagedKVCache(h, bs, 16, nSeq, nCtx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// seq 0: blocks 9 10 11 3 4 5; seq 1 shares block 9, then 0 1 2 6 7.
-	paged.Tables[0] = []int32{9, 10, 11, 3, 4, 5}
-	paged.Tables[1] = []int32{9, 0, 1, 2, 6, 7}
-	rng := rand.New(rand.NewPCG(1, 2))
-	for l := range h.NLayer {
-		for s := range nSeq {
-			for p := range nCtx {
-				if s == 1 && p < bs { // the shared block holds sequence 0's rows
-					copy(flat.KRow(l, s, p), flat.KRow(l, 0, p))
-					copy(flat.VRow(l, s, p), flat.VRow(l, 0, p))
-					continue
-				}
-				for i := range flat.KRow(l, s, p) {
-					flat.KRow(l, s, p)[i] = rng.Float32()*2 - 1
-					flat.VRow(l, s, p)[i] = rng.Float32()*2 - 1
-				}
-				copy(paged.KRow(l, s, p), flat.KRow(l, s, p))
-				copy(paged.VRow(l, s, p), flat.VRow(l, s, p))
+	for kt := range model.KVTQ3 + 1 {
+		types := model.KVTypes{K: kt, V: kt}
+		t.Run(kt.String(), func(t *testing.T) {
+			flat, err := model.NewKVCacheOf(h, types, nCtx, nSeq)
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-	}
-	for l := range h.NLayer {
-		for s := range nSeq {
-			for p := range nCtx {
-				for i, v := range flat.KRow(l, s, p) {
-					if paged.KRow(l, s, p)[i] != v || paged.VRow(l, s, p)[i] != flat.VRow(l, s, p)[i] {
-						t.Fatalf("layer %d seq %d pos %d: paged and contiguous differ", l, s, p)
+			paged, err := model.NewPagedKVCache(h, types, bs, 16, nSeq, nCtx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// seq 0: blocks 9 10 11 3 4 5; seq 1 shares block 9, then 0 1 2 6 7.
+			paged.Tables[0] = []int32{9, 10, 11, 3, 4, 5}
+			paged.Tables[1] = []int32{9, 0, 1, 2, 6, 7}
+			rng := rand.New(rand.NewPCG(1, 2))
+			row := make([]float32, h.KDim())
+			for l := range h.NLayer {
+				for s := range nSeq {
+					for p := range nCtx {
+						if s == 1 && p < bs { // the shared block holds sequence 0's rows
+							copy(flat.KRow(l, s, p), flat.KRow(l, 0, p))
+							copy(flat.VRow(l, s, p), flat.VRow(l, 0, p))
+							continue
+						}
+						for i := range row {
+							row[i] = rng.Float32()*2 - 1
+						}
+						flat.SetK(l, s, p, row)
+						paged.SetK(l, s, p, row)
+						for i := range row {
+							row[i] = rng.Float32()*2 - 1
+						}
+						flat.SetV(l, s, p, row)
+						paged.SetV(l, s, p, row)
 					}
 				}
 			}
-		}
-	}
-	// Runs: seq 0 is blocks 9-11 (12 rows) then 3-5.
-	for _, c := range []struct{ seq, pos, want int }{{0, 0, 12}, {0, 5, 7}, {0, 12, 12}, {1, 0, 4}, {1, 4, 12}, {1, 17, 7}} {
-		if got := paged.Run(c.seq, c.pos); got != c.want {
-			t.Errorf("Run(%d, %d) = %d, want %d", c.seq, c.pos, got, c.want)
-		}
-		rows := paged.KRows(1, c.seq, c.pos, c.want)
-		for j := range c.want {
-			if p := c.pos + j; p < nCtx && rows[j*paged.KDim] != flat.KRow(1, c.seq, p)[0] {
-				t.Errorf("KRows(seq %d, pos %d) row %d is not position %d", c.seq, c.pos, j, p)
+			for l := range h.NLayer {
+				for s := range nSeq {
+					for p := range nCtx {
+						if !bytes.Equal(paged.KRow(l, s, p), flat.KRow(l, s, p)) || !bytes.Equal(paged.VRow(l, s, p), flat.VRow(l, s, p)) {
+							t.Fatalf("layer %d seq %d pos %d: paged and contiguous differ", l, s, p)
+						}
+					}
+				}
 			}
-		}
-	}
-	// Attention over both layouts.
-	ref := cpu.NewRef()
-	seq, pos := []int32{0, 1, 1}, []int32{23, 3, 20}
-	q := make([]float32, len(seq)*h.NHead*h.HeadDimK)
-	for i := range q {
-		q[i] = rng.Float32()*2 - 1
-	}
-	a := make([]float32, len(seq)*h.NHead*h.HeadDimV)
-	b := make([]float32, len(a))
-	ref.Attention(a, q, flat, 1, seq, pos, h, 0.35)
-	ref.Attention(b, q, paged, 1, seq, pos, h, 0.35)
-	for i := range a {
-		if a[i] != b[i] {
-			t.Fatalf("attention differs at %d: %v vs %v", i, a[i], b[i])
-		}
-	}
-	// CopyRows copies a block prefix in every layer.
-	paged.CopyRows(15, 10, 3)
-	for l := range h.NLayer {
-		for r := range 3 {
-			if paged.K[l][(15*bs+r)*paged.KDim] != paged.K[l][(10*bs+r)*paged.KDim] || paged.V[l][(15*bs+r)*paged.VDim+1] != paged.V[l][(10*bs+r)*paged.VDim+1] {
-				t.Errorf("CopyRows: layer %d row %d", l, r)
+			// Runs: seq 0 is blocks 9-11 (12 rows) then 3-5.
+			for _, c := range []struct{ seq, pos, want int }{{0, 0, 12}, {0, 5, 7}, {0, 12, 12}, {1, 0, 4}, {1, 4, 12}, {1, 17, 7}} {
+				if got := paged.Run(c.seq, c.pos); got != c.want {
+					t.Errorf("Run(%d, %d) = %d, want %d", c.seq, c.pos, got, c.want)
+				}
+				rows := paged.KRows(1, c.seq, c.pos, c.want)
+				for j := range c.want {
+					if p := c.pos + j; p < nCtx && !bytes.Equal(rows[j*paged.KStride:][:paged.KStride], flat.KRow(1, c.seq, p)) {
+						t.Errorf("KRows(seq %d, pos %d) row %d is not position %d", c.seq, c.pos, j, p)
+					}
+				}
 			}
+			// Attention over both layouts.
+			ref := cpu.NewRef()
+			seq, pos := []int32{0, 1, 1}, []int32{23, 3, 20}
+			q := make([]float32, len(seq)*h.NHead*h.HeadDimK)
+			for i := range q {
+				q[i] = rng.Float32()*2 - 1
+			}
+			a := make([]float32, len(seq)*h.NHead*h.HeadDimV)
+			b := make([]float32, len(a))
+			ref.Attention(a, q, flat, 1, seq, pos, h, 0.35)
+			ref.Attention(b, q, paged, 1, seq, pos, h, 0.35)
+			for i := range a {
+				if a[i] != b[i] {
+					t.Fatalf("attention differs at %d: %v vs %v", i, a[i], b[i])
+				}
+			}
+			// CopyRows copies a block prefix in every layer.
+			paged.CopyRows(15, 10, 3)
+			for l := range h.NLayer {
+				for r := range 3 {
+					d, s := (15*bs+r)*paged.KStride, (10*bs+r)*paged.KStride
+					dv, sv := (15*bs+r)*paged.VStride, (10*bs+r)*paged.VStride
+					if !bytes.Equal(paged.K[l][d:d+paged.KStride], paged.K[l][s:s+paged.KStride]) || !bytes.Equal(paged.V[l][dv:dv+paged.VStride], paged.V[l][sv:sv+paged.VStride]) {
+						t.Errorf("CopyRows: layer %d row %d", l, r)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestKVTypes: names parse as llama.cpp spells them, sizes per token are
+// what each type promises (tq4 K + tq3 V at most a quarter of f16 for
+// 128-value heads), and types that cannot store a model's heads are
+// refused by name.
+func TestKVTypes(t *testing.T) {
+	for _, n := range []string{"f32", "F16", "bf16", "q8_0", "Q4_0", "tq4", "tq3"} {
+		if _, err := model.ParseKVType(n); err != nil {
+			t.Errorf("%s: %v", n, err)
 		}
+	}
+	if _, err := model.ParseKVType("q4_1"); err == nil || !strings.Contains(err.Error(), "q4_1") {
+		t.Errorf("q4_1: %v", err)
+	}
+	h := &model.Hyper{NLayer: 16, NHead: 32, NHeadKV: 8, HeadDimK: 128, HeadDimV: 128}
+	per := func(k, v model.KVType) int {
+		n, err := model.KVBytesPerToken(h, model.KVTypes{K: k, V: v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	f16 := per(model.KVF16, model.KVF16)
+	if f16 != 16*8*128*2*2 || per(model.KVF32, model.KVF32) != 2*f16 || per(model.KVQ8_0, model.KVQ8_0) != f16*34/64 {
+		t.Errorf("bytes per token: f16 %d, f32 %d, q8_0 %d", f16, per(model.KVF32, model.KVF32), per(model.KVQ8_0, model.KVQ8_0))
+	}
+	if tq := per(model.KVTQ4, model.KVTQ3); float64(tq) > 0.25*float64(f16) {
+		t.Errorf("tq4/tq3: %d bytes per token, over a quarter of f16's %d", tq, f16)
+	} else {
+		t.Logf("bytes per token: f16 %d, q8_0 %d, q4_0 %d, tq4/tq3 %d (%.3fx f16)", f16, per(model.KVQ8_0, model.KVQ8_0), per(model.KVQ4_0, model.KVQ4_0), tq, float64(tq)/float64(f16))
+	}
+	small := &model.Hyper{NLayer: 1, NHead: 8, NHeadKV: 4, HeadDimK: 8, HeadDimV: 8}
+	if _, err := model.NewKVCacheOf(small, model.KVTypes{K: model.KVQ8_0, V: model.KVF16}, 16, 1); err == nil || !strings.Contains(err.Error(), "q8_0") {
+		t.Errorf("q8_0 K on 8-value heads: %v", err)
 	}
 }
 
@@ -96,7 +147,7 @@ func TestPagedKVCache(t *testing.T) {
 func TestPagedKVNeedsBackend(t *testing.T) {
 	h := &model.Hyper{NLayer: 1, NHead: 2, NHeadKV: 2, HeadDimK: 4, HeadDimV: 4, NEmbd: 8, NVocab: 4}
 	m := &model.Model{Hyper: *h}
-	kv, err := model.NewPagedKVCache(h, 4, 4, 1, 16)
+	kv, err := model.NewPagedKVCache(h, model.KVTypes{}, 4, 4, 1, 16)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,10 +161,10 @@ func TestPagedKVNeedsBackend(t *testing.T) {
 	if _, err := c.Decode(&model.Batch{Tokens: []int32{1}, Pos: []int32{0}, Seq: []int32{0}}); err == nil {
 		t.Error("Decode ran a position without a KV block")
 	}
-	if _, err := model.NewPagedKVCache(h, 6, 4, 1, 16); err == nil {
+	if _, err := model.NewPagedKVCache(h, model.KVTypes{}, 6, 4, 1, 16); err == nil {
 		t.Error("block size 6 accepted")
 	}
-	if _, err := model.NewBlockKVCache(h, 16, 24, 1); err == nil {
+	if _, err := model.NewBlockKVCache(h, model.KVTypes{}, 16, 24, 1); err == nil {
 		t.Error("block size 16 accepted for a context of 24")
 	}
 }

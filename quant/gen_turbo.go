@@ -38,7 +38,7 @@ import (
 
 // dims are the head dimensions (after padding to a power of two) the
 // codebooks are made for; 0 is the normal limit, used for larger ones.
-var dims = []int{32, 64, 128, 256, 0}
+var dims = []int{8, 16, 32, 64, 128, 256, 0}
 
 func main() {
 	var b bytes.Buffer

@@ -51,8 +51,8 @@ func NewTurbo(dim, b int, seed uint64) (*Turbo, error) {
 	table, ok := turboLevels[n]
 	if !ok {
 		table = turboLevels[0] // the normal limit
-		if n < 32 {
-			table = turboLevels[32]
+		if n < 8 {
+			table = turboLevels[8]
 		}
 	}
 	t := &Turbo{dim: dim, n: n, bits: b, signs: make([]float32, n)}
@@ -89,6 +89,11 @@ func splitmix(s *uint64) uint64 {
 func (t *Turbo) Dim() int    { return t.dim }
 func (t *Turbo) Padded() int { return t.n }
 func (t *Turbo) Bits() int   { return t.bits }
+
+// Levels returns the codebook (1<<Bits values, ascending) in the rotated
+// domain: code c of a row with scale s decodes to s·Levels()[c]. Callers
+// must not modify it.
+func (t *Turbo) Levels() []float32 { return t.levels }
 
 // RowBytes is the size of one encoded vector.
 func (t *Turbo) RowBytes() int { return 2 + (t.n*t.bits+7)/8 }

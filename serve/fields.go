@@ -136,7 +136,7 @@ var (
 		"use_mlock":        accepted("resource setting: the server's --mlock decides"),
 		"numa":             accepted("resource setting"),
 		"vocab_only":       accepted("resource setting"),
-		"f16_kv":           accepted("resource setting: the server's --kv-type decides"),
+		"f16_kv":           accepted("resource setting: the server's -ctk/-ctv decide"),
 		"logits_all":       accepted("resource setting"),
 	}
 )

@@ -265,8 +265,7 @@ func (s *Server) handleOllamaPs(ctx *fasthttp.RequestCtx) {
 		ContextLength int           `json:"context_length"`
 	}
 	cfg := b.Engine.Config()
-	h := &b.Bundle.Model.Hyper
-	kvBytes := int64(cfg.KVTokens) * int64(h.NLayer) * int64(h.KDim()+h.VDim()) * 4
+	kvBytes := b.Engine.KVBytes()
 	name := s.reportedName(b)
 	writeJSON(ctx, struct {
 		Models []entry `json:"models"`

@@ -30,6 +30,8 @@ type Config struct {
 	// [NSeq × NCtx: every sequence can always reach NCtx]. A smaller pool
 	// (at least NCtx) preempts sequences when it runs out.
 	KVTokens int
+	// KVTypes are the K and V element types of the cache (zero: f32).
+	KVTypes model.KVTypes
 	// StepFactor paces prompt chunks while other sequences decode: a
 	// step that carries decode tokens gets only as many prompt tokens as
 	// are expected (from the steps measured so far) to keep it within
@@ -157,12 +159,12 @@ func NewEngine(m *model.Model, tok *tokenizer.Tokenizer, ops model.Ops, cfg Conf
 		if cfg.KVTokens < cfg.NCtx {
 			return nil, fmt.Errorf("stages: a KV pool of %d tokens cannot hold one context of %d", cfg.KVTokens, cfg.NCtx)
 		}
-		kv, err = model.NewPagedKVCache(&m.Hyper, bs, roundUp(cfg.KVTokens, bs)/bs, cfg.NSeq, cfg.NCtx)
+		kv, err = model.NewPagedKVCache(&m.Hyper, cfg.KVTypes, bs, roundUp(cfg.KVTokens, bs)/bs, cfg.NSeq, cfg.NCtx)
 	} else {
 		if cfg.KVTokens < cfg.NSeq*cfg.NCtx {
 			return nil, fmt.Errorf("stages: this backend needs a contiguous KV cache of NSeq × NCtx = %d tokens; %d is too small", cfg.NSeq*cfg.NCtx, cfg.KVTokens)
 		}
-		kv, err = model.NewBlockKVCache(&m.Hyper, bs, roundUp(cfg.NCtx, bs), cfg.NSeq)
+		kv, err = model.NewBlockKVCache(&m.Hyper, cfg.KVTypes, bs, roundUp(cfg.NCtx, bs), cfg.NSeq)
 	}
 	if err != nil {
 		return nil, err
@@ -181,6 +183,10 @@ func (e *Engine) PagedKV() bool { return e.pool.paged }
 
 // Config returns the effective configuration.
 func (e *Engine) Config() Config { return e.cfg }
+
+// KVBytes returns the size of the KV cache in bytes (its pool of
+// KVTokens cells in the types KVTypes).
+func (e *Engine) KVBytes() int64 { return e.mctx.KV.Bytes() }
 
 // Model returns the engine's model.
 func (e *Engine) Model() *model.Model { return e.m }

@@ -1,6 +1,7 @@
 package stages
 
 import (
+	"encoding/binary"
 	"testing"
 
 	"github.com/flowinfer/flowinfer/model"
@@ -12,9 +13,9 @@ func testPool(t *testing.T, paged bool, nBlocks, nSeq int) *blockPool {
 	var kv *model.KVCache
 	var err error
 	if paged {
-		kv, err = model.NewPagedKVCache(h, 4, nBlocks, nSeq, 64)
+		kv, err = model.NewPagedKVCache(h, model.KVTypes{}, 4, nBlocks, nSeq, 64)
 	} else {
-		kv, err = model.NewBlockKVCache(h, 4, nBlocks*4/nSeq, nSeq)
+		kv, err = model.NewBlockKVCache(h, model.KVTypes{}, 4, nBlocks*4/nSeq, nSeq)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +35,7 @@ func fill(t *testing.T, p *blockPool, q *seq, slot int) int {
 	}
 	// Write a recognisable value into each new row (position + token).
 	for pos := q.fed; pos < len(q.toks); pos++ {
-		p.kv.KRow(0, slot, pos)[0] = float32(q.toks[pos])
+		binary.LittleEndian.PutUint32(p.kv.KRow(0, slot, pos), uint32(q.toks[pos]))
 	}
 	q.fed = len(q.toks)
 	p.publish(q)
@@ -64,9 +65,9 @@ func TestBlockPool(t *testing.T) {
 				t.Errorf("paged: full blocks not shared: tables %v %v", p.kv.Tables[0], p.kv.Tables[1])
 			}
 			p.release(b)
-			want := make([]float32, 9)
+			want := make([]uint32, 9)
 			for pos := range want {
-				want[pos] = p.kv.KRow(0, 0, pos)[0]
+				want[pos] = binary.LittleEndian.Uint32(p.kv.KRow(0, 0, pos))
 			}
 			aBlocks := append([]int32(nil), a.blocks...)
 			p.release(a)
@@ -76,7 +77,7 @@ func TestBlockPool(t *testing.T) {
 				t.Errorf("shared prefix: reused %d, want 9", c)
 			}
 			for pos := range want { // the reused rows hold a's values
-				if got := p.kv.KRow(0, 1, pos)[0]; got != want[pos] {
+				if got := binary.LittleEndian.Uint32(p.kv.KRow(0, 1, pos)); got != want[pos] {
 					t.Errorf("pos %d: reused row %v, want %v", pos, got, want[pos])
 				}
 			}

@@ -80,7 +80,7 @@ func (c *BenchCmd) Run(g *Globals) error {
 		return err
 	}
 	defer wp.Close()
-	mctx, err := b.Model.NewContext(backend, nCtx, 1, maxBatch)
+	mctx, err := b.Model.NewContextOf(backend, c.kvTypes(), nCtx, 1, maxBatch)
 	if err != nil {
 		return err
 	}
@@ -145,7 +145,7 @@ func (c *BenchCmd) Run(g *Globals) error {
 	for i, t := range tests {
 		rs[i] = bench.Result{
 			Model: info, Backend: "CPU", ISA: backend.ISA().String(), Threads: backend.Threads(),
-			NBatch: c.BatchSize, NUBatch: mctx.MaxBatch, TypeK: "f32", TypeV: "f32", Build: version, CPUInfo: bench.CPUName(), Test: t,
+			NBatch: c.BatchSize, NUBatch: mctx.MaxBatch, TypeK: c.CacheTypeK, TypeV: c.CacheTypeV, Build: version, CPUInfo: bench.CPUName(), Test: t,
 		}
 	}
 	if c.Output == "json" {

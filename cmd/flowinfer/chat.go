@@ -62,7 +62,7 @@ func (c *ChatCmd) Run(g *Globals) error {
 		return err
 	}
 	defer wp.Close()
-	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, stages.Config{NCtx: nCtx, MaxBatch: c.BatchSize, EdgeCap: c.EdgeTokens, Weights: wp}, nil)
+	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, stages.Config{NCtx: nCtx, MaxBatch: c.BatchSize, EdgeCap: c.EdgeTokens, Weights: wp, KVTypes: c.kvTypes()}, nil)
 	if err != nil {
 		return err
 	}

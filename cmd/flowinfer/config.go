@@ -36,6 +36,7 @@ import (
 
 	"github.com/flowinfer/flowinfer/configs"
 	"github.com/flowinfer/flowinfer/cpu"
+	"github.com/flowinfer/flowinfer/model"
 	"github.com/flowinfer/flowinfer/stages"
 )
 
@@ -115,7 +116,8 @@ func profileKeys() []profileKey {
 		{"slabs", "pipeline.edges.slabs", func(c *configs.Config) string { return itoa(c.Pipeline.Edges.Slabs) }, mappedFile},
 		{"ram-budget", "pipeline.ram_pool", func(c *configs.Config) string { return c.Pipeline.RAMPool.String() }, mappedFile},
 		{"vram", "pipeline.vram", func(c *configs.Config) string { return c.Pipeline.VRAM.String() }, nil},
-		{"kv-type", "pipeline.kv_cache.type", func(c *configs.Config) string { return c.Pipeline.KVCache.Type }, nil},
+		{"cache-type-k", "pipeline.kv_cache.type_k", func(c *configs.Config) string { return c.Pipeline.KVCache.TypeK }, nil},
+		{"cache-type-v", "pipeline.kv_cache.type_v", func(c *configs.Config) string { return c.Pipeline.KVCache.TypeV }, nil},
 		{"ctx-size", "pipeline.kv_cache.ctx_size", func(c *configs.Config) string { return itoa(c.Pipeline.KVCache.CtxSize) }, map[string]string{"bench": "sizes the context from -p and -n, as llama-bench"}},
 		{"prefetch-depth", "pipeline.prefetch_depth", func(c *configs.Config) string { return itoa(c.Pipeline.PrefetchDepth) }, mappedFile},
 		{"io-engine", "pipeline.io_engine", func(c *configs.Config) string { return c.Pipeline.IOEngine }, mappedFile},
@@ -207,7 +209,7 @@ func (f *PipelineFlags) apply(c *configs.Config) {
 	p := &c.Pipeline
 	p.Threads, p.KVCache.CtxSize, p.BatchSize, p.Parallel, p.Queue = f.Threads, f.CtxSize, f.BatchSize, f.Parallel, f.Queue
 	p.Edges.Tokens, p.Edges.Slabs = f.EdgeTokens, f.Slabs
-	p.KVCache.Type, p.IOEngine, p.PrefetchDepth = f.KVType, f.IOEngine, f.PrefetchDepth
+	p.KVCache.TypeK, p.KVCache.TypeV, p.IOEngine, p.PrefetchDepth = f.CacheTypeK, f.CacheTypeV, f.IOEngine, f.PrefetchDepth
 	p.RAMPool, p.VRAM, p.Backend = f.RAMBudget, f.VRAM, f.Backend
 }
 
@@ -245,7 +247,9 @@ func effective(path ProfileFlag, pf *PipelineFlags, sf *SamplingFlags, nPredict 
 // backend and KV type were checked by checkCompute).
 func engineConfig(c *configs.Config, nCtx int) stages.Config {
 	p := &c.Pipeline
-	return stages.Config{NCtx: nCtx, NSeq: p.Parallel, MaxBatch: p.BatchSize, Queue: p.Queue, EdgeCap: p.Edges.Tokens}
+	k, _ := model.ParseKVType(p.KVCache.TypeK)
+	v, _ := model.ParseKVType(p.KVCache.TypeV)
+	return stages.Config{NCtx: nCtx, NSeq: p.Parallel, MaxBatch: p.BatchSize, Queue: p.Queue, EdgeCap: p.Edges.Tokens, KVTypes: model.KVTypes{K: k, V: v}}
 }
 
 // ConfigCmd groups the configuration commands.

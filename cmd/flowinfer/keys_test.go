@@ -55,11 +55,11 @@ func yamlKeys(t reflect.Type, prefix string) []string {
 }
 
 // testValues are valid, non-default values of every key that has one (vram
-// and kv_cache.type have none in this build: they are refused).
+// has none in this build: it is refused).
 var testValues = map[string]string{
 	"pipeline.backend": "cpu", "pipeline.threads": "3", "pipeline.batch_size": "77", "pipeline.parallel": "3",
 	"pipeline.queue": "9", "pipeline.edges.tokens": "5", "pipeline.edges.slabs": "3", "pipeline.ram_pool": "1GiB",
-	"pipeline.kv_cache.ctx_size": "99", "pipeline.prefetch_depth": "0", "pipeline.io_engine": "mmap",
+	"pipeline.kv_cache.ctx_size": "99", "pipeline.kv_cache.type_k": "f32", "pipeline.kv_cache.type_v": "bf16", "pipeline.prefetch_depth": "0", "pipeline.io_engine": "mmap",
 	"sampling.temperature": "0.5", "sampling.top_k": "7", "sampling.top_p": "0.5", "sampling.min_p": "0.2",
 	"sampling.repeat_penalty": "1.1", "sampling.repeat_last_n": "32", "sampling.presence_penalty": "0.3",
 	"sampling.frequency_penalty": "0.4", "sampling.seed": "7", "sampling.max_tokens": "9",
@@ -161,7 +161,8 @@ func TestRefusedSettings(t *testing.T) {
 	cases := []struct{ profile, want string }{
 		{"pipeline:\n  backend: vulkan\n  vram: 1GiB\n", `pipeline.backend / --backend vulkan: this build has no Vulkan backend yet (supported: cpu`},
 		{"pipeline:\n  backend: cpu\n  vram: 1GiB\n", `pipeline.vram / --vram 1GiB: only a GPU backend uses VRAM and this build has none (supported: 0)`},
-		{"pipeline:\n  kv_cache:\n    type: q8_0\n", `pipeline.kv_cache.type / --kv-type "q8_0": not implemented yet (supported: f32)`},
+		{"pipeline:\n  kv_cache:\n    type: q8_0\n", `pipeline.kv_cache.type was replaced by type_k and type_v`},
+		{"pipeline:\n  kv_cache:\n    type_v: q4_1\n", `pipeline.kv_cache.type_v: "q4_1" is not one of f32, f16, bf16, q8_0, q4_0, tq4, tq3`},
 	}
 	for _, tc := range cases {
 		file := writeProfile(t, tc.profile)
@@ -177,9 +178,14 @@ func TestRefusedSettings(t *testing.T) {
 		}
 	}
 	// the same values as flags
-	_, stderr, err := flowinfer(t, "run", "-m", model, "-p", "x", "--backend", "vulkan", "--kv-type", "f16")
-	if err == nil || !strings.Contains(stderr, "--backend vulkan") || !strings.Contains(stderr, `--kv-type "f16"`) {
-		t.Errorf("run --backend vulkan --kv-type f16: err %v, stderr %q", err, stderr)
+	_, stderr, err := flowinfer(t, "run", "-m", model, "-p", "x", "--backend", "vulkan", "-ctk", "q4_1")
+	if err == nil || !strings.Contains(stderr, "--backend vulkan") || !strings.Contains(stderr, `--cache-type-k (-ctk) "q4_1": not supported`) {
+		t.Errorf("run --backend vulkan -ctk q4_1: err %v, stderr %q", err, stderr)
+	}
+	// a block type the model's heads cannot hold (stories260K's are 8 wide)
+	_, stderr, err = flowinfer(t, "run", "-m", model, "-p", "x", "-ctv=q8_0")
+	if err == nil || !strings.Contains(stderr, "-ctv: KV cache type q8_0 stores heads in blocks of 32 values; this model's heads have 8") {
+		t.Errorf("run -ctv=q8_0 on 8-wide heads: err %v, stderr %q", err, stderr)
 	}
 	// auto falls back to the CPU, saying that the VRAM budget is unused
 	out, stderr, err := flowinfer(t, "run", "-m", model, "-p", "Once", "-n", "2", "--backend", "auto", "--vram", "1GiB")

@@ -10,6 +10,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/alecthomas/kong"
 	"go.uber.org/zap"
@@ -82,6 +83,7 @@ func checkSelected(ctx *kong.Context, log *zap.Logger) error {
 
 func main() {
 	var cli CLI
+	os.Args = llamaFlags(os.Args)
 	ctx := kong.Parse(&cli,
 		kong.Name("flowinfer"),
 		kong.Description("Local LLM inference as a graph of pipelined stages. Models are GGUF files (llama.cpp's format)."),
@@ -99,4 +101,27 @@ func main() {
 		fmt.Fprintf(os.Stderr, "flowinfer: error: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+// llamaFlags rewrites llama.cpp's multi-letter single-dash flags, which
+// kong cannot declare (its short flags are one letter), to their long
+// names: -ctk and -ctv (with a separate or "=" value).
+func llamaFlags(args []string) []string {
+	long := map[string]string{"-ctk": "--cache-type-k", "-ctv": "--cache-type-v"}
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = a
+		if a == "--" {
+			copy(out[i:], args[i:])
+			break
+		}
+		name, val, eq := strings.Cut(a, "=")
+		if l, ok := long[name]; ok {
+			out[i] = l
+			if eq {
+				out[i] = l + "=" + val
+			}
+		}
+	}
+	return out
 }

@@ -102,11 +102,12 @@ func TestTokenize(t *testing.T) {
 	}
 }
 
-// TestPerplexityCommand prints llama-perplexity's figure for stories260K.
+// TestPerplexityCommand prints llama-perplexity's figure for stories260K
+// with an F32 KV cache (-ctk f32 -ctv f32, as the golden was made).
 func TestPerplexityCommand(t *testing.T) {
 	m, man := goldenModel(t, "stories260K.gguf")
 	dir, _ := golden.Load(t)
-	out, errOut, err := flowinfer(t, "perplexity", "-m", m, "-f", filepath.Join(dir, man.Perplexity.Text), "-c", "128")
+	out, errOut, err := flowinfer(t, "perplexity", "-m", m, "-f", filepath.Join(dir, man.Perplexity.Text), "-c", "128", "-ctk", "f32", "-ctv", "f32")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, errOut)
 	}
@@ -116,13 +117,14 @@ func TestPerplexityCommand(t *testing.T) {
 }
 
 // TestLogitsOut: --logits-out writes one row per prompt position, then one
-// per generated token fed back, matching the goldens' rows.
+// per generated token fed back, matching the goldens' rows (made with an
+// F32 KV cache).
 func TestLogitsOut(t *testing.T) {
 	m, man := goldenModel(t, "stories260K.gguf")
 	dir, _ := golden.Load(t)
 	c := findCase(man, "stories260K__P1")
 	path := filepath.Join(t.TempDir(), "logits.f32")
-	if _, errOut, err := flowinfer(t, "run", "-m", m, "-p", c.PromptText, "-n", "4", "--temp", "0", "--logits-out", path); err != nil {
+	if _, errOut, err := flowinfer(t, "run", "-m", m, "-p", c.PromptText, "-n", "4", "--temp", "0", "--logits-out", path, "-ctk", "f32", "-ctv", "f32"); err != nil {
 		t.Fatalf("%v\n%s", err, errOut)
 	}
 	got, err := golden.ReadF32(path)

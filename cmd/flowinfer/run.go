@@ -146,7 +146,7 @@ func (r *RunCmd) Run(g *Globals) error {
 		return err
 	}
 	defer wp.Close()
-	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, stages.Config{NCtx: nCtx, MaxBatch: r.BatchSize, EdgeCap: r.EdgeTokens, Weights: wp}, rec)
+	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, stages.Config{NCtx: nCtx, MaxBatch: r.BatchSize, EdgeCap: r.EdgeTokens, Weights: wp, KVTypes: r.kvTypes()}, rec)
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/flowinfer/flowinfer/configs"
 	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/graph"
 	"github.com/flowinfer/flowinfer/model"
@@ -32,28 +33,29 @@ type ServeCmd struct {
 	ModelFlags
 	SamplingFlags
 	WeightFlags
-	Host         string        `default:"127.0.0.1" help:"Address to listen on (loopback by default)."`
-	Port         int           `default:"8080" help:"Port to listen on (0 = any free port; the address is printed)."`
-	Parallel     int           `name:"parallel" short:"P" default:"4" help:"Sequences generated together (continuous batching)."`
-	CtxSize      int           `short:"c" name:"ctx-size" default:"0" help:"Context per sequence in tokens (0 = the model's, at most 4096). Unlike llama-server's -c, not divided by --parallel."`
-	KVTokens     int           `name:"kv-tokens" default:"0" help:"KV cache pool in tokens, shared by all sequences (0 = parallel × ctx-size). Smaller pools preempt sequences when full."`
-	KVBlock      int           `name:"kv-block" default:"16" help:"Tokens per KV cache block (a power of two); prefixes are shared in whole blocks."`
-	BatchSize    int           `short:"b" name:"batch-size" default:"512" help:"Tokens per forward step (prompt chunks share it with decode tokens)."`
-	Threads      int           `short:"t" default:"0" help:"Compute threads (0 = physical cores)."`
-	Queue        int           `default:"64" help:"Requests waiting for a free sequence before the server answers 429."`
-	StepFactor   float64       `name:"step-factor" default:"2" help:"While sequences decode, a step carrying prompt tokens is sized (from measured step times) to take at most this many times a decode-only step, so a long prompt does not freeze running streams (0 or negative: prompt chunks fill the batch, most prompt throughput)."`
-	EdgeTokens   int           `name:"edge-tokens" default:"64" help:"Capacity of the sampler->streamer edge (token events buffered ahead of the output)."`
-	NPredict     int           `short:"n" name:"n-predict" default:"-1" help:"Default max tokens per request (-1 = until end of generation or a full context)."`
-	APIKey       string        `name:"api-key" env:"FLOWINFER_API_KEY" help:"Require this key (Authorization: Bearer KEY or x-api-key)."`
-	Alias        []string      `name:"alias" help:"Model name(s) clients use; the first is reported (default: the file name)." sep:","`
-	MaxBody      int           `name:"max-body" default:"16777216" help:"Largest request body in bytes."`
-	Heartbeat    time.Duration `default:"2s" help:"SSE comment interval while a stream has nothing to send (e.g. during prefill)."`
-	DrainTimeout time.Duration `name:"drain-timeout" default:"60s" help:"On SIGTERM, how long in-flight requests may run before they are cut."`
-	ReadTimeout  time.Duration `name:"read-timeout" default:"30s" help:"Longest time a request's headers and body may take to arrive; slower clients get 408 and are cut (responses and streams are not limited)."`
-	MaxConns     int           `name:"max-conns" default:"1024" help:"Most concurrent connections; one more gets 503 and is closed."`
-	MaxHeader    int           `name:"max-header-bytes" default:"16384" help:"Largest request line and headers in bytes; a larger head gets 431."`
-	CORSOrigin   []string      `name:"cors-origin" help:"Browser origin allowed to call the API (repeatable; e.g. http://localhost:3000, or * for any). Default: none (no CORS headers)."`
-	Pooling      string        `name:"pooling" default:"" help:"Embedding pooling: mean, cls or last (default: the GGUF's <arch>.pooling_type, last when it has none)."`
+	Host         string           `default:"127.0.0.1" help:"Address to listen on (loopback by default)."`
+	Port         int              `default:"8080" help:"Port to listen on (0 = any free port; the address is printed)."`
+	Parallel     int              `name:"parallel" short:"P" default:"4" help:"Sequences generated together (continuous batching)."`
+	CtxSize      int              `short:"c" name:"ctx-size" default:"0" help:"Context per sequence in tokens (0 = the model's, at most 4096). Unlike llama-server's -c, not divided by --parallel."`
+	KVTokens     int              `name:"kv-tokens" default:"0" help:"KV cache pool in tokens, shared by all sequences (0 = parallel × ctx-size, or what --kv-budget holds). Smaller pools preempt sequences when full."`
+	KVBudget     configs.ByteSize `name:"kv-budget" default:"0" help:"KV cache pool in bytes (e.g. 2GiB): as many tokens as fit in the K and V types chosen (-ctk/-ctv), so smaller types admit more context. Exclusive with --kv-tokens."`
+	KVBlock      int              `name:"kv-block" default:"16" help:"Tokens per KV cache block (a power of two); prefixes are shared in whole blocks."`
+	BatchSize    int              `short:"b" name:"batch-size" default:"512" help:"Tokens per forward step (prompt chunks share it with decode tokens)."`
+	Threads      int              `short:"t" default:"0" help:"Compute threads (0 = physical cores)."`
+	Queue        int              `default:"64" help:"Requests waiting for a free sequence before the server answers 429."`
+	StepFactor   float64          `name:"step-factor" default:"2" help:"While sequences decode, a step carrying prompt tokens is sized (from measured step times) to take at most this many times a decode-only step, so a long prompt does not freeze running streams (0 or negative: prompt chunks fill the batch, most prompt throughput)."`
+	EdgeTokens   int              `name:"edge-tokens" default:"64" help:"Capacity of the sampler->streamer edge (token events buffered ahead of the output)."`
+	NPredict     int              `short:"n" name:"n-predict" default:"-1" help:"Default max tokens per request (-1 = until end of generation or a full context)."`
+	APIKey       string           `name:"api-key" env:"FLOWINFER_API_KEY" help:"Require this key (Authorization: Bearer KEY or x-api-key)."`
+	Alias        []string         `name:"alias" help:"Model name(s) clients use; the first is reported (default: the file name)." sep:","`
+	MaxBody      int              `name:"max-body" default:"16777216" help:"Largest request body in bytes."`
+	Heartbeat    time.Duration    `default:"2s" help:"SSE comment interval while a stream has nothing to send (e.g. during prefill)."`
+	DrainTimeout time.Duration    `name:"drain-timeout" default:"60s" help:"On SIGTERM, how long in-flight requests may run before they are cut."`
+	ReadTimeout  time.Duration    `name:"read-timeout" default:"30s" help:"Longest time a request's headers and body may take to arrive; slower clients get 408 and are cut (responses and streams are not limited)."`
+	MaxConns     int              `name:"max-conns" default:"1024" help:"Most concurrent connections; one more gets 503 and is closed."`
+	MaxHeader    int              `name:"max-header-bytes" default:"16384" help:"Largest request line and headers in bytes; a larger head gets 431."`
+	CORSOrigin   []string         `name:"cors-origin" help:"Browser origin allowed to call the API (repeatable; e.g. http://localhost:3000, or * for any). Default: none (no CORS headers)."`
+	Pooling      string           `name:"pooling" default:"" help:"Embedding pooling: mean, cls or last (default: the GGUF's <arch>.pooling_type, last when it has none)."`
 }
 
 // serveTraceEvents bounds each stage's events in the server's recorder.
@@ -120,6 +122,21 @@ func (c *ServeCmd) Run(g *Globals) error {
 	defer b.Close()
 	l := &loaded{Bundle: b, demo: demo, path: path}
 	nCtx := ctxSize(l, c.CtxSize, log)
+	if c.KVBudget > 0 {
+		if c.KVTokens > 0 {
+			srv.Shutdown(context.Background())
+			return fmt.Errorf("--kv-tokens %d and --kv-budget %v both size the KV pool: set one", c.KVTokens, c.KVBudget)
+		}
+		per, err := model.KVBytesPerToken(&l.Model.Hyper, c.kvTypes())
+		if err != nil {
+			srv.Shutdown(context.Background())
+			return err
+		}
+		if c.KVTokens = int(int64(c.KVBudget) / int64(per)); c.KVTokens < nCtx {
+			srv.Shutdown(context.Background())
+			return fmt.Errorf("--kv-budget %v holds %d tokens of %s KV (%d bytes each); one context needs %d", c.KVBudget, c.KVTokens, c.kvTypes(), per, nCtx)
+		}
+	}
 	kvTok := c.KVTokens
 	if kvTok <= 0 {
 		kvTok = c.Parallel * nCtx
@@ -138,7 +155,7 @@ func (c *ServeCmd) Run(g *Globals) error {
 	// (~6 MiB for 8 stages), the latest events kept
 	rec := graph.NewRingRecorder(serveTraceEvents)
 	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, stages.Config{
-		NCtx: nCtx, NSeq: c.Parallel, MaxBatch: c.BatchSize, Queue: c.Queue, EdgeCap: c.EdgeTokens, StepFactor: stepFactor(c.StepFactor), BlockSize: c.KVBlock, KVTokens: c.KVTokens, Weights: wp,
+		NCtx: nCtx, NSeq: c.Parallel, MaxBatch: c.BatchSize, Queue: c.Queue, EdgeCap: c.EdgeTokens, StepFactor: stepFactor(c.StepFactor), BlockSize: c.KVBlock, KVTokens: c.KVTokens, Weights: wp, KVTypes: c.kvTypes(),
 	}, rec)
 	if err != nil {
 		srv.Shutdown(context.Background())
@@ -162,8 +179,8 @@ func (c *ServeCmd) Run(g *Globals) error {
 	if e.PagedKV() {
 		layout = "paged, shared prefixes by reference"
 	}
-	fmt.Fprintf(os.Stderr, "flowinfer: serving %s on http://%s (%d parallel × %d context; KV cache %d blocks of %d tokens, %s; %d threads)\n",
-		l.Name, ln.Addr(), cfg.NSeq, cfg.NCtx, cfg.KVTokens/cfg.BlockSize, cfg.BlockSize, layout, be.Threads())
+	fmt.Fprintf(os.Stderr, "flowinfer: serving %s on http://%s (%d parallel × %d context; KV cache %d blocks of %d tokens, %s, %s: %s; %d threads)\n",
+		l.Name, ln.Addr(), cfg.NSeq, cfg.NCtx, cfg.KVTokens/cfg.BlockSize, cfg.BlockSize, cfg.KVTypes, configs.ByteSize(e.KVBytes()), layout, be.Threads())
 
 	select {
 	case <-sigCtx.Done():

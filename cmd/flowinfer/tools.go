@@ -86,7 +86,7 @@ func (c *PerplexityCmd) Run(g *Globals) error {
 	nCtx := ctxSize(l, c.CtxSize, g.Log)
 	be := cpu.NewBackend(c.Threads, nil)
 	defer be.Close()
-	mctx, err := l.Model.NewContext(be, nCtx, 1, nCtx)
+	mctx, err := l.Model.NewContextOf(be, c.kvTypes(), nCtx, 1, nCtx)
 	if err != nil {
 		return err
 	}

@@ -36,13 +36,23 @@ type WeightFlags struct {
 	DryRun        bool             `name:"dry-run" help:"Print the placement plan and exit."`
 }
 
-// ComputeFlags choose the compute backend and the KV cache's element type.
-// This build computes on the CPU with an F32 KV cache: any other value is
-// refused by name (checkCompute, before anything loads), never ignored.
+// ComputeFlags choose the compute backend and the KV cache's element
+// types. This build computes on the CPU: any other backend is refused by
+// name (checkCompute, before anything loads), never ignored.
 type ComputeFlags struct {
 	Backend string           `name:"backend" default:"auto" env:"FLOWINFER_BACKEND" help:"Compute backend: cpu, or auto (a GPU backend when there is one, else the CPU; this build has only the CPU). vulkan is refused: the Vulkan backend is not implemented yet."`
 	VRAM    configs.ByteSize `name:"vram" default:"0" env:"FLOWINFER_VRAM" help:"VRAM budget for a GPU backend. This build has none: 0, or unused (with a warning) under --backend auto."`
-	KVType  string           `name:"kv-type" default:"f32" env:"FLOWINFER_KV_TYPE" help:"KV cache element type: f32 (f16, q8_0 and turbo3 are refused until implemented)."`
+	// -ctk and -ctv (llama.cpp's spelling) are rewritten to these by
+	// main (kong's short flags are one letter).
+	CacheTypeK string `name:"cache-type-k" default:"f16" env:"FLOWINFER_CACHE_TYPE_K" help:"KV cache type for K (-ctk): f32, f16, bf16, q8_0, q4_0 (block types need heads of a multiple of 32), or the TurboQuant types tq4 and tq3 (a seeded rotation per layer and head, then 4 or 3 bits per coordinate)."`
+	CacheTypeV string `name:"cache-type-v" default:"f16" env:"FLOWINFER_CACHE_TYPE_V" help:"KV cache type for V (-ctv): as --cache-type-k."`
+}
+
+// kvTypes returns the parsed KV cache types (checkCompute has vetted them).
+func (f *ComputeFlags) kvTypes() model.KVTypes {
+	k, _ := model.ParseKVType(f.CacheTypeK)
+	v, _ := model.ParseKVType(f.CacheTypeV)
+	return model.KVTypes{K: k, V: v}
 }
 
 // checkCompute refuses the backend, VRAM and KV settings this build cannot
@@ -66,8 +76,11 @@ func (f *ComputeFlags) checkCompute(log *zap.Logger) error {
 	if f.VRAM < 0 || (f.VRAM > 0 && f.Backend != "auto") {
 		errs = append(errs, fmt.Sprintf("pipeline.vram / --vram %v: only a GPU backend uses VRAM and this build has none (supported: 0)", f.VRAM))
 	}
-	if f.KVType != "f32" {
-		errs = append(errs, fmt.Sprintf("pipeline.kv_cache.type / --kv-type %q: not implemented yet (supported: f32)", f.KVType))
+	if _, err := model.ParseKVType(f.CacheTypeK); err != nil {
+		errs = append(errs, fmt.Sprintf("pipeline.kv_cache.type_k / --cache-type-k (-ctk) %q: not supported (supported: %s)", f.CacheTypeK, model.KVTypeNames()))
+	}
+	if _, err := model.ParseKVType(f.CacheTypeV); err != nil {
+		errs = append(errs, fmt.Sprintf("pipeline.kv_cache.type_v / --cache-type-v (-ctv) %q: not supported (supported: %s)", f.CacheTypeV, model.KVTypeNames()))
 	}
 	if len(errs) > 0 {
 		return errors.New(strings.Join(errs, "; "))
@@ -97,7 +110,7 @@ func openWeights(f *WeightFlags, l *loaded, be *cpu.Backend, s weightSetup, log 
 	if auto {
 		limit, src := configs.MemoryLimit()
 		if limit > 0 {
-			budget = int64(limit) - kvBytes(m, s.nCtx, s.nSeq) - actBytes(m, s.maxBatch) - headroom
+			budget = int64(limit) - kvBytes(m, f.kvTypes(), s.nCtx, s.nSeq) - actBytes(m, s.maxBatch) - headroom
 			if budget <= 0 {
 				return nil, fmt.Errorf("the %s limit of %v leaves no RAM for weights after the KV cache and activations: lower -c or -b, or set --ram-budget", src, limit)
 			}
@@ -151,9 +164,14 @@ var errDryRun = fmt.Errorf("dry run")
 // left a fifth of a 2 GiB cap unused.
 const headroom = 256 << 20
 
-// kvBytes is the KV cache's size (F32 rows).
-func kvBytes(m *model.Model, nCtx, nSeq int) int64 {
-	return int64(nCtx) * int64(nSeq) * int64(m.NLayer) * int64(m.KDim()+m.VDim()) * 4
+// kvBytes is the size of a KV cache of types t (f32's if the model's heads
+// do not fit t: the cache itself then refuses to be made, naming why).
+func kvBytes(m *model.Model, t model.KVTypes, nCtx, nSeq int) int64 {
+	per, err := model.KVBytesPerToken(&m.Hyper, t)
+	if err != nil {
+		per = m.NLayer * (m.KDim() + m.VDim()) * 4
+	}
+	return int64(nCtx) * int64(nSeq) * int64(per)
 }
 
 // actBytes estimates a context's scratch for batches of maxBatch tokens:

@@ -1,0 +1,125 @@
+package model
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/flowinfer/flowinfer/quant"
+)
+
+// KVType is the element type of the K or V half of a KV cache, with
+// llama.cpp's -ctk/-ctv names (f32, f16, bf16, q8_0, q4_0) plus the
+// TurboQuant types tq4 and tq3 (quant.Turbo: per head, a seeded rotation,
+// 4 or 3 bits per rotated coordinate and a float16 scale).
+type KVType uint8
+
+const (
+	KVF32 KVType = iota
+	KVF16
+	KVBF16
+	KVQ8_0
+	KVQ4_0
+	KVTQ4
+	KVTQ3
+	nKVTypes
+)
+
+var kvTypeNames = [nKVTypes]string{"f32", "f16", "bf16", "q8_0", "q4_0", "tq4", "tq3"}
+
+// KVTypeNames lists the supported names, for help texts and errors.
+func KVTypeNames() string { return strings.Join(kvTypeNames[:], ", ") }
+
+func (t KVType) String() string {
+	if t < nKVTypes {
+		return kvTypeNames[t]
+	}
+	return fmt.Sprintf("KVType(%d)", uint8(t))
+}
+
+// ParseKVType returns the type named s (llama.cpp's spelling, any case).
+func ParseKVType(s string) (KVType, error) {
+	for i, n := range kvTypeNames {
+		if strings.EqualFold(s, n) {
+			return KVType(i), nil
+		}
+	}
+	return 0, fmt.Errorf("KV cache type %q is not supported (supported: %s)", s, KVTypeNames())
+}
+
+// Quant returns the ggml type of a block or float KV type (false for the
+// TurboQuant types, which are not ggml types).
+func (t KVType) Quant() (quant.Type, bool) {
+	switch t {
+	case KVF32:
+		return quant.F32, true
+	case KVF16:
+		return quant.F16, true
+	case KVBF16:
+		return quant.BF16, true
+	case KVQ8_0:
+		return quant.Q8_0, true
+	case KVQ4_0:
+		return quant.Q4_0, true
+	}
+	return 0, false
+}
+
+// Turbo reports the bits per coordinate of a TurboQuant type (0 if t is not
+// one).
+func (t KVType) Turbo() int {
+	switch t {
+	case KVTQ4:
+		return 4
+	case KVTQ3:
+		return 3
+	}
+	return 0
+}
+
+// HeadBytes returns the bytes one head of headDim values takes in type t,
+// or an error if t cannot store heads of that size (block types need a
+// whole number of blocks per head, as in llama.cpp).
+func (t KVType) HeadBytes(headDim int) (int, error) {
+	if b := t.Turbo(); b > 0 {
+		tq, err := quant.NewTurbo(headDim, b, 0)
+		if err != nil {
+			return 0, err
+		}
+		return tq.RowBytes(), nil
+	}
+	qt, ok := t.Quant()
+	if !ok {
+		return 0, fmt.Errorf("KV cache type %s is not supported (supported: %s)", t, KVTypeNames())
+	}
+	if bs := qt.BlockSize(); headDim%bs != 0 {
+		return 0, fmt.Errorf("KV cache type %s stores heads in blocks of %d values; this model's heads have %d", t, bs, headDim)
+	}
+	return quant.RowBytes(qt, headDim)
+}
+
+// KVTypes are the types of a cache's K and V halves. The zero value is
+// f32 for both.
+type KVTypes struct{ K, V KVType }
+
+func (t KVTypes) String() string { return t.K.String() + "/" + t.V.String() }
+
+// KVRowBytes returns the bytes one token's K and V take in one layer of a
+// cache of types t for model h (for sizing caches and admission).
+func KVRowBytes(h *Hyper, t KVTypes) (k, v int, err error) {
+	hk, err := t.K.HeadBytes(h.HeadDimK)
+	if err != nil {
+		return 0, 0, fmt.Errorf("-ctk: %w", err)
+	}
+	hv, err := t.V.HeadBytes(h.HeadDimV)
+	if err != nil {
+		return 0, 0, fmt.Errorf("-ctv: %w", err)
+	}
+	return hk * h.NHeadKV, hv * h.NHeadKV, nil
+}
+
+// KVBytesPerToken returns the bytes one token's K and V take over all
+// layers in a cache of types t.
+func KVBytesPerToken(h *Hyper, t KVTypes) (int, error) {
+	k, v, err := KVRowBytes(h, t)
+	return (k + v) * h.NLayer, err
+}
