@@ -292,3 +292,27 @@ func TestPercentile(t *testing.T) {
 		t.Errorf("median %v %v", median(v), median(v[:4]))
 	}
 }
+
+// BenchmarkRows: encoding and scoring one row of a 151936-token vocabulary
+// (Qwen's), the per-position cost on top of the forward pass.
+func BenchmarkRows(b *testing.B) {
+	const V = 151936
+	logits := make([]float32, V)
+	for i := range logits {
+		logits[i] = float32(math.Sin(float64(i))) * 8
+	}
+	row := make([]byte, 2*rowWords(V))
+	b.Run("encode", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			encodeRow(logits, row, 7)
+		}
+	})
+	b.Run("score", func(b *testing.B) {
+		b.ReportAllocs()
+		var s KLDStats
+		for b.Loop() {
+			s.scoreRow(logits, row, 7)
+		}
+	})
+}
