@@ -131,37 +131,35 @@ func covariance(sumA, sumB, sumAB float64, count int) float64 {
 // KLDSummary holds the figures llama-perplexity derives from the sums, each
 // with its uncertainty.
 type KLDSummary struct {
-	PPL, PPLUnc                 float64 // PPL(Q), this run
-	PPLBase, PPLBaseUnc         float64
-	LogPPLCor                   float64 // correlation of ln PPL(Q) and ln PPL(base)
-	LogRatio, LogRatioUnc       float64 // ln(PPL(Q)/PPL(base))
-	Ratio, RatioUnc             float64 // PPL(Q)/PPL(base)
-	Diff, DiffUnc               float64 // PPL(Q)-PPL(base)
-	KLD, KLDUnc                 float64
-	PDiff, PDiffUnc             float64 // mean Δp
-	PDiffRMS, PDiffRMSUnc       float64
-	SameTop, SameTopUnc         float64 // fraction of positions with the same top token
-	logPPLUnc, logPPLBaseUnc    float64
-	logPPL, logPPLBase, logPCov float64
+	PPL, PPLUnc           float64 // PPL(Q), this run
+	PPLBase, PPLBaseUnc   float64
+	LogPPLCor             float64 // correlation of ln PPL(Q) and ln PPL(base)
+	LogRatio, LogRatioUnc float64 // ln(PPL(Q)/PPL(base))
+	Ratio, RatioUnc       float64 // PPL(Q)/PPL(base)
+	Diff, DiffUnc         float64 // PPL(Q)-PPL(base)
+	KLD, KLDUnc           float64
+	PDiff, PDiffUnc       float64 // mean Δp
+	PDiffRMS, PDiffRMSUnc float64
+	SameTop, SameTopUnc   float64 // fraction of positions with the same top token
 }
 
 // Summary derives the figures from the sums, with llama-perplexity's
 // formulas.
 func (s *KLDStats) Summary() KLDSummary {
 	var m KLDSummary
-	m.logPPL, m.logPPLUnc = meanAndUncertainty(s.SumNLL, s.SumNLL2, s.Count)
-	m.PPL = math.Exp(m.logPPL)
-	m.PPLUnc = m.PPL * m.logPPLUnc
-	m.logPPLBase, m.logPPLBaseUnc = meanAndUncertainty(s.SumNLLBase, s.SumNLLBase2, s.Count)
-	m.PPLBase = math.Exp(m.logPPLBase)
-	m.PPLBaseUnc = m.PPLBase * m.logPPLBaseUnc
-	m.logPCov = covariance(s.SumNLL, s.SumNLLBase, s.SumNLLNLLBase, s.Count)
-	m.LogPPLCor = m.logPCov / (m.logPPLUnc * m.logPPLBaseUnc)
-	m.LogRatio = m.logPPL - m.logPPLBase
-	m.LogRatioUnc = math.Sqrt(m.logPPLUnc*m.logPPLUnc + m.logPPLBaseUnc*m.logPPLBaseUnc - 2*m.logPCov)
+	logPPL, logPPLUnc := meanAndUncertainty(s.SumNLL, s.SumNLL2, s.Count)
+	m.PPL = math.Exp(logPPL)
+	m.PPLUnc = m.PPL * logPPLUnc
+	logBase, logBaseUnc := meanAndUncertainty(s.SumNLLBase, s.SumNLLBase2, s.Count)
+	m.PPLBase = math.Exp(logBase)
+	m.PPLBaseUnc = m.PPLBase * logBaseUnc
+	cov := covariance(s.SumNLL, s.SumNLLBase, s.SumNLLNLLBase, s.Count)
+	m.LogPPLCor = cov / (logPPLUnc * logBaseUnc)
+	m.LogRatio = logPPL - logBase
+	m.LogRatioUnc = math.Sqrt(logPPLUnc*logPPLUnc + logBaseUnc*logBaseUnc - 2*cov)
 	m.Ratio = math.Exp(m.LogRatio)
 	m.RatioUnc = m.Ratio * m.LogRatioUnc
-	pplCov := m.PPL * m.PPLBase * m.logPCov
+	pplCov := m.PPL * m.PPLBase * cov
 	m.Diff = m.PPL - m.PPLBase
 	m.DiffUnc = math.Sqrt(m.PPLUnc*m.PPLUnc + m.PPLBaseUnc*m.PPLBaseUnc - 2*pplCov)
 	m.KLD, m.KLDUnc = meanAndUncertainty(s.SumKLD, s.SumKLD2, s.Count)

@@ -165,6 +165,7 @@ func TestBaseHeaderErrors(t *testing.T) {
 		{"trailing bytes", append(bytes.Clone(g), 0), int64(len(g) + 1), "too long"},
 		{"truncated tokens, size unknown", g[:30], -1, "truncated in the tokens"},
 		{"huge n_chunk, size unknown", le(g, 16, 1<<30), -1, "file size is unknown"},
+		{"overflowing sizes", le(le(le(g, 8, 1<<24), 12, 1<<24), 16, 1<<30), int64(len(g)), "more bytes than a file can hold"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := ReadBaseHeader(bytes.NewReader(c.data), c.size)
@@ -313,6 +314,52 @@ func BenchmarkRows(b *testing.B) {
 		var s KLDStats
 		for b.Loop() {
 			s.scoreRow(logits, row, 7)
+		}
+	})
+}
+
+// FuzzBase: any bytes as a base file (size known, and unknown) are read
+// without a panic; what reads as a header then has its chunks read until
+// the first error, and a row scored against a run of its vocabulary.
+func FuzzBase(f *testing.F) {
+	h := &BaseHeader{NCtx: 4, NVocab: 3, NChunk: 2, Tokens: []int32{0, 1, 2, 0, 1, 2, 0, 1}}
+	var buf bytes.Buffer
+	bw, _ := newBaseWriter(&buf, h)
+	for range 2 {
+		encodeRow([]float32{1, 2, 3}, bw.row(0), 1)
+		_ = bw.writeChunk()
+	}
+	_ = bw.flush()
+	f.Add(buf.Bytes())
+	f.Add([]byte(logitsMagic))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, size := range []int64{int64(len(data)), -1} {
+			h, err := ReadBaseHeader(bytes.NewReader(data), size)
+			if err != nil {
+				if !errors.Is(err, ErrBaseFile) {
+					t.Fatalf("error %v is not ErrBaseFile", err)
+				}
+				continue
+			}
+			// the chunks: buffers grow with the bytes that arrive, whatever
+			// the header claims
+			br := newBaseReader(bytes.NewReader(data[h.headerBytes():]), &h)
+			var logits []float32
+			if h.NVocab <= 1<<12 {
+				logits = make([]float32, h.NVocab)
+			}
+			var s KLDStats
+			for range h.NChunk {
+				if err := br.readChunk(); err != nil {
+					if !errors.Is(err, ErrBaseFile) {
+						t.Fatalf("error %v is not ErrBaseFile", err)
+					}
+					break
+				}
+				if logits != nil {
+					s.scoreRow(logits, br.row(0), 0)
+				}
+			}
 		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 
 	"github.com/flowinfer/flowinfer/model"
 )
@@ -104,14 +105,15 @@ func KLDivergence(ctx context.Context, mctx *model.Context, h *BaseHeader, rows 
 	nScored := scored(nCtx)
 	workers := max(1, opt.Workers)
 	part := make([]KLDStats, workers)
-	r.KLD = make([]float32, nChunks*nScored)
-	r.PDiff = make([]float32, nChunks*nScored)
 	err = evalChunks(ctx, mctx, h.Tokens, nCtx, nChunks, opt.BOS, func(c int, logits []float32) error {
 		if err := br.readChunk(); err != nil {
 			return err
 		}
 		next := h.Tokens[c*nCtx+first+1:]
-		kld, pd := r.KLD[c*nScored:(c+1)*nScored], r.PDiff[c*nScored:(c+1)*nScored]
+		// grown a chunk at a time: sized by what the base holds, not by its header
+		r.KLD = slices.Grow(r.KLD, nScored)[:len(r.KLD)+nScored]
+		r.PDiff = slices.Grow(r.PDiff, nScored)[:len(r.PDiff)+nScored]
+		kld, pd := r.KLD[c*nScored:], r.PDiff[c*nScored:]
 		clear(part)
 		parallel(nScored, workers, func(w, lo, hi int) {
 			for j := lo; j < hi; j++ {

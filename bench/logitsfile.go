@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 )
 
 // logitsMagic opens every base file.
@@ -100,8 +101,12 @@ func ReadBaseHeader(r io.Reader, size int64) (BaseHeader, error) {
 		return h, fmt.Errorf("%w: n_chunk %d must be positive", ErrBaseFile, nChunk)
 	}
 	h.NCtx, h.NVocab, h.NChunk = int(nCtx), int(nVocab), int(nChunk)
-	// int64 cannot overflow: n_ctx, n_vocab < 2^24 and n_chunk < 2^31
+	// n_ctx, n_vocab < 2^24 and n_chunk < 2^31: nTok and a chunk's bytes
+	// (< 2^48) fit in int64, all chunks' bytes may not
 	nTok := int64(h.NChunk) * int64(h.NCtx)
+	if h.ChunkBytes() > (math.MaxInt64/2)/int64(h.NChunk) {
+		return h, fmt.Errorf("%w: %d chunks of n_ctx %d and n_vocab %d: more bytes than a file can hold", ErrBaseFile, h.NChunk, h.NCtx, h.NVocab)
+	}
 	want := 20 + 4*nTok + int64(h.NChunk)*h.ChunkBytes()
 	if size >= 0 && size != want {
 		what := "truncated"
@@ -113,13 +118,19 @@ func ReadBaseHeader(r io.Reader, size int64) (BaseHeader, error) {
 	if size < 0 && nTok > 1<<28 {
 		return h, fmt.Errorf("%w: %d tokens in the header (more than %d) and the file size is unknown", ErrBaseFile, nTok, 1<<28)
 	}
-	buf := make([]byte, 4*nTok)
-	if n, err := io.ReadFull(r, buf); err != nil {
-		return h, fmt.Errorf("%w: truncated in the tokens (%d of %d bytes)", ErrBaseFile, n, len(buf))
-	}
-	h.Tokens = make([]int32, nTok)
-	for i := range h.Tokens {
-		h.Tokens[i] = int32(binary.LittleEndian.Uint32(buf[4*i:]))
+	// read in blocks, so that a header claiming more tokens than a pipe
+	// delivers allocates no more than what arrived
+	const block = 1 << 16
+	var buf [4 * block]byte
+	h.Tokens = make([]int32, 0, min(nTok, block))
+	for int64(len(h.Tokens)) < nTok {
+		n := min(nTok-int64(len(h.Tokens)), block)
+		if got, err := io.ReadFull(r, buf[:4*n]); err != nil {
+			return h, fmt.Errorf("%w: truncated in the tokens (%d of %d bytes)", ErrBaseFile, 4*int64(len(h.Tokens))+int64(got), 4*nTok)
+		}
+		for i := range n {
+			h.Tokens = append(h.Tokens, int32(binary.LittleEndian.Uint32(buf[4*i:])))
+		}
 	}
 	return h, nil
 }
@@ -158,22 +169,45 @@ func (bw *baseWriter) flush() error { return bw.w.Flush() }
 // baseReader reads a base file's chunks after its header.
 type baseReader struct {
 	r     *bufio.Reader
-	chunk []byte
+	chunk []byte // the chunk read last; grows to one chunk while the first arrives
+	size  int64  // bytes of a chunk
 	V     int
 	next  int // chunk read next
 }
 
 func newBaseReader(r io.Reader, h *BaseHeader) *baseReader {
-	return &baseReader{r: bufio.NewReaderSize(r, 1<<20), chunk: make([]byte, h.ChunkBytes()), V: h.NVocab}
+	return &baseReader{r: bufio.NewReaderSize(r, 1<<20), size: h.ChunkBytes(), V: h.NVocab}
 }
 
-// readChunk reads the next chunk's rows.
+// readChunk reads the next chunk's rows. The buffer grows as the first
+// chunk's bytes arrive, so a header claiming a huge chunk allocates no more
+// than the file holds.
 func (br *baseReader) readChunk() error {
-	if n, err := io.ReadFull(br.r, br.chunk); err != nil {
-		return fmt.Errorf("%w: truncated in chunk %d (%d of %d bytes)", ErrBaseFile, br.next+1, n, len(br.chunk))
+	var done int64
+	if int64(len(br.chunk)) == br.size {
+		n, err := io.ReadFull(br.r, br.chunk)
+		if done = int64(n); err == nil {
+			br.next++
+			return nil
+		}
+	} else {
+		for br.chunk = br.chunk[:0]; int64(len(br.chunk)) < br.size; {
+			n := int(min(br.size-int64(len(br.chunk)), 1<<20))
+			l := len(br.chunk)
+			br.chunk = slices.Grow(br.chunk, n)[:l+n]
+			got, err := io.ReadFull(br.r, br.chunk[l:])
+			if err != nil {
+				done = int64(l + got)
+				br.chunk = br.chunk[:0]
+				break
+			}
+		}
+		if int64(len(br.chunk)) == br.size {
+			br.next++
+			return nil
+		}
 	}
-	br.next++
-	return nil
+	return fmt.Errorf("%w: truncated in chunk %d (%d of %d bytes)", ErrBaseFile, br.next+1, done, br.size)
 }
 
 // row returns the bytes of scored row j of the chunk read last.
