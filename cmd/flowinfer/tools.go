@@ -102,12 +102,11 @@ func (c *PerplexityCmd) Run(g *Globals) error {
 		nCtx = 512 // llama-perplexity's default
 	}
 	nCtx = ctxSize(l, nCtx, g.Log)
-	be := cpu.NewBackend(c.Threads, nil)
-	defer be.Close()
-	mctx, err := l.Model.NewContext(be, nCtx, 1, nCtx)
+	be, mctx, err := c.newContext(l, nCtx)
 	if err != nil {
 		return err
 	}
+	defer be.Close()
 	nChunks := len(toks) / nCtx
 	if c.Chunks > 0 {
 		nChunks = min(nChunks, c.Chunks)
@@ -172,18 +171,16 @@ func (c *PerplexityCmd) runKLD(ctx context.Context, g *Globals) error {
 			return fmt.Errorf("perplexity: %s and %s: %w", c.KLBase, c.File, err)
 		}
 	}
-	nCtx := ctxSize(l, base.NCtx, g.Log)
-	be := cpu.NewBackend(c.Threads, nil)
-	defer be.Close()
-	mctx, err := l.Model.NewContext(be, nCtx, 1, nCtx)
+	be, mctx, err := c.newContext(l, ctxSize(l, base.NCtx, g.Log))
 	if err != nil {
 		return err
 	}
+	defer be.Close()
 	nChunks := base.NChunk
 	if c.Chunks > 0 {
 		nChunks = min(nChunks, c.Chunks)
 	}
-	fmt.Fprintf(os.Stderr, "kl_divergence: computing over %d chunks, n_ctx=%d\n", nChunks, nCtx)
+	fmt.Fprintf(os.Stderr, "kl_divergence: computing over %d chunks, n_ctx=%d\n", nChunks, base.NCtx)
 	r, err := bench.KLDivergence(ctx, mctx, &base.BaseHeader, base.Rows(), bench.KLDOptions{
 		BOS: bos(l), Chunks: c.Chunks, Workers: be.Threads(),
 		Progress: func(chunk int, s *bench.KLDStats) {
@@ -202,6 +199,20 @@ func (c *PerplexityCmd) runKLD(ctx context.Context, g *Globals) error {
 		fmt.Fprintf(os.Stderr, "kl_divergence: %d scored positions are fewer than 100: no statistics (as llama-perplexity)\n", r.Stats.Count)
 	}
 	return err
+}
+
+// newContext makes the backend and the model.Context that both modes
+// evaluate in, one sequence of nCtx tokens decoded in one step. How the model
+// runs (backend, threads, KV cache type) is decided here and only here: a
+// base and the run compared with it differ in what these flags say.
+func (c *PerplexityCmd) newContext(l *loaded, nCtx int) (*cpu.Backend, *model.Context, error) {
+	be := cpu.NewBackend(c.Threads, nil)
+	mctx, err := l.Model.NewContext(be, nCtx, 1, nCtx)
+	if err != nil {
+		be.Close()
+		return nil, nil, err
+	}
+	return be, mctx, nil
 }
 
 // bos is the token replacing each chunk's first, as llama-perplexity: the
