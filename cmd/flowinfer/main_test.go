@@ -116,6 +116,71 @@ func TestPerplexityCommand(t *testing.T) {
 	}
 }
 
+// TestPerplexityKLDCommand: --kl-divergence-base saves llama-perplexity's
+// base file while printing the same perplexity; --kl-divergence against it
+// prints llama-perplexity's per-chunk lines and statistics; a base that does
+// not fit the run is an error naming why.
+func TestPerplexityKLDCommand(t *testing.T) {
+	m, man := goldenModel(t, "stories260K.gguf")
+	dir, _ := golden.Load(t)
+	text := filepath.Join(dir, man.Perplexity.Text)
+	base := filepath.Join(t.TempDir(), "base.kld")
+	out, errOut, err := flowinfer(t, "perplexity", "-m", m, "-f", text, "-c", "128", "--kl-divergence-base", base, "-ctk", "f32", "-ctv", "f32")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	if !strings.Contains(out, "Final estimate: PPL = 6.0079 +/- 0.30432") {
+		t.Errorf("output while saving the base:\n%s", out)
+	}
+	if st, err := os.Stat(base); err != nil || st.Size() != 8+12+4*25*128+25*63*(512+4)*2 {
+		t.Fatalf("base: %v %v", st, err)
+	}
+	q8 := filepath.Join(dir, "models", "stories260K-q8_0.gguf")
+	out, errOut, err = flowinfer(t, "perplexity", "-m", q8, "-f", text, "--kl-divergence-base", base, "--kl-divergence", "-ctk", "f32", "-ctv", "f32")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	for _, want := range []string{
+		"\nchunk             PPL               ln(PPL(Q)/PPL(base))          KL Divergence              Δp RMS            Same top p\n   1       4.6",
+		"\n  25       6.01",
+		"\n====== Perplexity statistics ======\nMean PPL(Q)                   :   6.01",
+		"\nMean PPL(base)                :   6.00789",
+		"\n====== KL divergence statistics ======\nMean    KLD:   0.0008",
+		"\n====== Token probability statistics ======\n",
+		"\nSame top p: 98.",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--kl-divergence output lacks %q:\n%s", want, out)
+		}
+	}
+	trunc := filepath.Join(t.TempDir(), "cut.kld")
+	b, _ := os.ReadFile(base)
+	if err := os.WriteFile(trunc, b[:len(b)-100], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(t.TempDir(), "other.txt")
+	if err := os.WriteFile(other, []byte("Once upon a time there was a cat."), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--kl-divergence"}, "--kl-divergence needs --kl-divergence-base"},
+		{[]string{"--kl-divergence", "--kl-divergence-base", base, "-c", "64"}, "computed with n_ctx 128"},
+		{[]string{"--kl-divergence", "--kl-divergence-base", trunc}, "truncated"},
+		{[]string{"--kl-divergence", "--kl-divergence-base", text}, "does not start with"},
+		{[]string{"--kl-divergence", "--kl-divergence-base", base, "-f", other}, "the text has"},
+		{[]string{"--chunks", "0", "-f", text}, "--chunks 0"},
+		{nil, "-f FILE is required"},
+	} {
+		_, errOut, err := flowinfer(t, append([]string{"perplexity", "-m", q8}, c.args...)...)
+		if err == nil || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: %v, stderr %q, want %q", c.args, err, errOut, c.want)
+		}
+	}
+}
+
 // TestLogitsOut: --logits-out writes one row per prompt position, then one
 // per generated token fed back, matching the goldens' rows (made with an
 // F32 KV cache).
