@@ -380,3 +380,36 @@ func fillKV(kv *model.KVCache, n int) {
 		kv.SetV(0, 0, p, v[p*kv.VDim:(p+1)*kv.VDim])
 	}
 }
+
+// BenchmarkAttentionDecode measures one decode row's attention at depth
+// 8192 with the llama-1b preset's heads (32 query heads, 8 KV heads of
+// 64), per KV cache type: the part of a decode step that grows with the
+// context. GB/s counts the cache bytes the row reads (K and V of 8192
+// positions), so it compares with the machine's read bandwidth.
+func BenchmarkAttentionDecode(b *testing.B) {
+	h := model.Hyper{NHead: 32, NHeadKV: 8, HeadDimK: 64, HeadDimV: 64, NLayer: 1}
+	const depth = 8192
+	for _, types := range []model.KVTypes{{K: model.KVF32, V: model.KVF32}, {K: model.KVF16, V: model.KVF16}, {K: model.KVQ8_0, V: model.KVQ8_0},
+		{K: model.KVQ4_0, V: model.KVQ4_0}, {K: model.KVQ8_0, V: model.KVTQ3}, {K: model.KVTQ4, V: model.KVTQ3}} {
+		kv, err := model.NewKVCacheOf(&h, types, depth, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		fillKV(kv, depth)
+		q := randomF32(h.NHead*h.HeadDimK, 3)
+		out := make([]float32, h.NHead*h.HeadDimV)
+		seq, pos := []int32{0}, []int32{depth - 1}
+		bytes := float64(depth * (kv.KStride + kv.VStride))
+		for _, threads := range []int{1, 2} {
+			b.Run(fmt.Sprintf("kv=%s/threads=%d", types, threads), func(b *testing.B) {
+				be := cpu.NewBackend(threads, nil)
+				defer be.Close()
+				scale := float32(0.125)
+				for b.Loop() {
+					be.Attention(out, q, kv, 0, seq, pos, &h, scale)
+				}
+				b.ReportMetric(bytes*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+			})
+		}
+	}
+}
