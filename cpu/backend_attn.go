@@ -5,10 +5,10 @@ package cpu
 //   - A lone row of a sequence (decode), or each row of a run shorter than
 //     attnMinRun, is one unit per KV head: the group
 //     of query heads sharing the head (grouped-query attention) is scored
-//     against every cached position ≤ the row's own by one strided matrix
-//     product over the cache rows (a head's K rows are rows of stride KDim),
-//     softmax per query head, then the weighted sum of V rows, in Ref's
-//     order.
+//     against every cached position ≤ the row's own by one matrix product
+//     per run of rows (a head's rows are stored back to back:
+//     KVCache.KHeadRows), softmax per query head, then the weighted sum of
+//     V rows, in Ref's order.
 //   - A run of at least attnMinRun consecutive rows of one sequence
 //     (prefill) has the sequence's K and V packed once per call (per KV
 //     head: K rows back to back, V in column blocks, so that tiles stream
@@ -219,16 +219,16 @@ func (a *attnTask) packKV() {
 			s, n := int(a.seq[r0]), reg.n
 			for j0 := 0; j0 < n; {
 				L := min(a.span(s, j0, n-j0), kvChunk)
-				kr, vr := kv.KRows(a.layer, s, j0, L), kv.VRows(a.layer, s, j0, L)
 				for kh := range h.NHeadKV {
+					kr, vr := kv.KHeadRows(a.layer, kh, s, j0, L), kv.VHeadRows(a.layer, kh, s, j0, L)
 					kd := a.packed[reg.k+(kh*n+j0)*dk:][:L*dk]
-					a.toF32(kv.Types.K, kv.TurboK(a.layer, kh), kr[kh*kv.KHead:], kv.KStride, L, h.HeadDimK, kd, dk)
+					a.toF32(kv.Types.K, kv.TurboK(a.layer, kh), kr, kv.KHead, L, h.HeadDimK, kd, dk)
 					vp := a.packed[reg.v+kh*n*dv:][:n*dv]
 					if kv.Types.V == model.KVF32 {
-						FlashPackV(vp, n, j0, bytesF32(vr[kh*kv.VHead:]), kv.VDim, dv, L)
+						FlashPackV(vp, n, j0, bytesF32(vr), dv, dv, L)
 						continue
 					}
-					a.toF32(kv.Types.V, kv.TurboV(a.layer, kh), vr[kh*kv.VHead:], kv.VStride, L, h.HeadDimV, a.packTmp, dv)
+					a.toF32(kv.Types.V, kv.TurboV(a.layer, kh), vr, kv.VHead, L, h.HeadDimV, a.packTmp, dv)
 					FlashPackV(vp, n, j0, a.packTmp, dv, dv, L)
 				}
 				j0 += L
@@ -273,7 +273,7 @@ func (a *attnTask) run(worker int) {
 }
 
 // PagedKV implements model.PagedKV: Attention reads the cache through
-// KVCache.Run, KRows and VRows, so it works on a paged cache.
+// KVCache.Run, KHeadRows and VHeadRows, so it works on a paged cache.
 func (b *Backend) PagedKV() bool { return true }
 
 // span returns how many positions from j on (at most n) sit in
@@ -313,32 +313,22 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 	}
 	for j := 0; j < np; {
 		n := a.span(s, j, np-j)
-		kr := kv.KRows(a.layer, s, j, n)[kh*kv.KHead:]
+		kr := kv.KHeadRows(a.layer, kh, s, j, n)
 		if tk == nil {
-			a.k.GemmRows(quantOf(kv.Types.K), kr, kv.KStride, dk, 0, n, qb, G, sco[j:], np)
+			a.k.GemmRows(quantOf(kv.Types.K), kr, kv.KHead, dk, 0, n, qb, G, sco[j:], np)
 		} else {
 			P := tk.Padded()
 			for c := 0; c < n; c += kvChunk {
 				cn := min(kvChunk, n-c)
-				a.k.TurboDecode(tk, kr[c*kv.KStride:], kv.KStride, cn, sc.dec, P)
+				a.k.TurboDecode(tk, kr[c*kv.KHead:], kv.KHead, cn, sc.dec, P)
 				a.k.GemmRows(quant.F32, f32bytes(sc.dec[:cn*P]), 4*P, P, 0, cn, qb, G, sco[j+c:], np)
 			}
 		}
 		j += n
 	}
-	// softmax per query head (float64 sum, as Ref)
+	// softmax per query head (float64 sums)
 	for g := range G {
-		row := sco[g*np : (g+1)*np]
-		mx := float32(math.Inf(-1))
-		for j, v := range row {
-			v *= a.scale
-			row[j] = v
-			mx = max(mx, v)
-		}
-		inv := float32(1 / a.k.ExpSub(row, mx))
-		for j := range row {
-			row[j] *= inv
-		}
+		a.k.Softmax(sco[g*np:(g+1)*np], a.scale)
 	}
 	// out_g = Σ_j w_gj · V_j
 	oBase := (t*h.NHead + kh*G) * dv
@@ -352,14 +342,14 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 	clear(acc)
 	for j0 := 0; j0 < np; {
 		n := a.span(s, j0, np-j0)
-		vr := kv.VRows(a.layer, s, j0, n)[kh*kv.VHead:]
+		vr := kv.VHeadRows(a.layer, kh, s, j0, n)
 		if kv.Types.V == model.KVF32 {
 			// each V row once for the whole group (positions in order, as Ref)
-			a.k.AddWeighted(acc, G, dv, sco[j0:], np, bytesF32(vr), kv.VDim, n)
+			a.k.AddWeighted(acc, G, dv, sco[j0:], np, bytesF32(vr), dv, n)
 		} else {
 			for c := 0; c < n; c += kvChunk {
 				cn := min(kvChunk, n-c)
-				a.toF32(kv.Types.V, tv, vr[c*kv.VStride:], kv.VStride, cn, dv, sc.dec, ad)
+				a.toF32(kv.Types.V, tv, vr[c*kv.VHead:], kv.VHead, cn, dv, sc.dec, ad)
 				a.k.AddWeighted(acc, G, ad, sco[j0+c:], np, sc.dec[:cn*ad], ad, cn)
 			}
 		}

@@ -49,6 +49,7 @@ package cpu
 
 import (
 	"fmt"
+	"math"
 	"unsafe"
 
 	"github.com/flowinfer/flowinfer/quant"
@@ -430,5 +431,25 @@ func (k *Kernels) TurboDecode(tq *quant.Turbo, src []byte, stride, rows int, dst
 	}
 	for r := range rows {
 		tq.DecodeRotated(dst[r*dstride:][:n], src[r*stride:][:rb])
+	}
+}
+
+// Softmax sets row[i] = exp(s·row[i] - m) / Σ_j exp(s·row[j] - m), with
+// s = scale and m the largest s·row[j]: attention's weights from its raw
+// scores. The Go path sums in order in float64 (as Ref); the SIMD paths
+// sum in four float64 lanes, so results differ from it by a few ulps.
+func (k *Kernels) Softmax(row []float32, scale float32) {
+	if len(row) == 0 || k.isa != ISAScalarGo && softmaxC(k.isa, row, scale) {
+		return
+	}
+	mx := float32(math.Inf(-1))
+	for j, v := range row {
+		v *= scale
+		row[j] = v
+		mx = max(mx, v)
+	}
+	inv := float32(1 / expSub(row, mx))
+	for j := range row {
+		row[j] *= inv
 	}
 }

@@ -92,6 +92,11 @@ int fi_gemm_packed_avx512(int wt, const uint8_t *pk, int64_t cols, int64_t r0, i
 // order of packed Q6_K (256 bytes each; kern_avx2_pk.c). SSE2 only.
 void fi_q6_perm(const uint8_t *a, int64_t nb, uint8_t *dst);
 
+// fi_softmax_avx2 sets row[i] = exp(s·row[i] - m) / Σ_j exp(s·row[j] - m)
+// (s = scale, m the largest s·row[j]): softmax, its sum in float64 in four
+// lanes (not in order, unlike fi_expsub_avx2).
+void fi_softmax_avx2(float *row, int64_t n, float scale);
+
 // fi_dequant_avx2 converts rows rows of cols values of type t (FI_F16,
 // FI_BF16, FI_Q8_0, FI_Q4_0; cols a whole number of blocks), row r at
 // src + r*stride bytes, to float32s at dst + r*dstride; -1 if t is not

@@ -107,3 +107,50 @@ double fi_expsub_avx2(float *row, int64_t n, float mx) {
 	}
 	return sum;
 }
+
+// fi_softmax_avx2: see kern.h.
+void fi_softmax_avx2(float *row, int64_t n, float scale) {
+	const __m256 sc = _mm256_set1_ps(scale);
+	__m256 mx = _mm256_set1_ps(-INFINITY);
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(row + i), sc);
+		_mm256_storeu_ps(row + i, x);
+		mx = _mm256_max_ps(mx, x);
+	}
+	float m;
+	{
+		float l[8];
+		_mm256_storeu_ps(l, mx);
+		m = l[0];
+		for (int k = 1; k < 8; k++) m = l[k] > m ? l[k] : m;
+	}
+	for (; i < n; i++) {
+		row[i] *= scale;
+		m = row[i] > m ? row[i] : m;
+	}
+	const __m256 mv = _mm256_set1_ps(m);
+	__m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+	for (i = 0; i < n; i += 8) {
+		const int64_t k = n - i < 8 ? n - i : 8;
+		const __m256 x = k == 8 ? _mm256_loadu_ps(row + i) : load_tail(row + i, k);
+		__m256 e = exp8(_mm256_sub_ps(x, mv));
+		if (k < 8) {
+			// lanes past the end must not add to the sum
+			const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+			e = _mm256_and_ps(e, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)k), lane)));
+			store_tail(row + i, e, k);
+		} else {
+			_mm256_storeu_ps(row + i, e);
+		}
+		s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+		s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+	}
+	double l[4];
+	_mm256_storeu_pd(l, _mm256_add_pd(s0, s1));
+	const __m256 inv = _mm256_set1_ps((float)(1 / ((l[0] + l[1]) + (l[2] + l[3]))));
+	for (i = 0; i + 8 <= n; i += 8) {
+		_mm256_storeu_ps(row + i, _mm256_mul_ps(_mm256_loadu_ps(row + i), inv));
+	}
+	for (; i < n; i++) row[i] *= _mm256_cvtss_f32(inv);
+}

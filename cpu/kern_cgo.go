@@ -187,3 +187,12 @@ func turboDecodeC(isa ISA, bits int, levels []float32, src []byte, stride, rows,
 	}
 	return false
 }
+
+// softmaxC runs the C softmax of isa; false if it has none.
+func softmaxC(isa ISA, row []float32, scale float32) bool {
+	if isa == ISAAVX2 || isa == ISAAVX512 {
+		C.fi_softmax_avx2((*C.float)(ptr(row)), C.int64_t(len(row)), C.float(scale))
+		return true
+	}
+	return false
+}

@@ -48,3 +48,5 @@ func fmaPeakC(ISA, int) float64 { return 0 }
 func dequantC(ISA, quant.Type, []byte, int, int, int, []float32, int) bool { return false }
 
 func turboDecodeC(ISA, int, []float32, []byte, int, int, int, []float32, int) bool { return false }
+
+func softmaxC(ISA, []float32, float32) bool { return false }

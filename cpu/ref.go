@@ -39,7 +39,7 @@ func NewRef() *Ref { return &Ref{} }
 var _ model.Ops = (*Ref)(nil)
 
 // PagedKV implements model.PagedKV: Attention reads the cache through
-// KRow and VRow only.
+// GetK and GetV only.
 func (r *Ref) PagedKV() bool { return true }
 
 // Supports reports whether MatMul handles weights of type t.

@@ -20,26 +20,32 @@ func f32Bytes(x []float32) []byte {
 
 // KVCache stores every layer's K and V rows for NSeq sequences of up to
 // NCtx positions, in the types Types (-ctk/-ctv: f32, f16, bf16, q8_0,
-// q4_0, tq4, tq3), each row the NHeadKV heads of one token back to back
-// (KStride/VStride bytes; a head of a block type is a whole number of
-// blocks, a head of a TurboQuant type is one quant.Turbo row). Rows are
-// laid out in one of two ways:
+// q4_0, tq4, tq3). A cell (seq, pos) of layer l maps to a row; a row holds
+// NHeadKV heads (KHead/VHead bytes each: a whole number of blocks of a
+// block type, one quant.Turbo row of a TurboQuant type), stored head-major
+// within layout blocks of LB rows: head kh of row r is at byte
+// ((r/LB·NHeadKV + kh)·LB + r%LB)·KHead of K[l], so one head's rows of a
+// block are back to back and attention streams them. Rows are addressed
+// in one of two ways:
 //
-//   - contiguous (Tables nil): cell (seq, pos) of layer l is row
-//     seq*NCtx+pos, i.e. K[l][(seq*NCtx+pos)*KStride:][:KStride]. Backends
-//     may index it directly.
+//   - contiguous (Tables nil): cell (seq, pos) is row seq*NCtx+pos, and a
+//     layout block is a sequence (LB = NCtx): one head's rows of a whole
+//     sequence are consecutive.
 //   - paged (Tables set): rows are grouped in NBlocks blocks of BlockSize
-//     rows (block b holds rows b*BlockSize...), shared by all sequences;
+//     rows (LB = 256 rows, or BlockSize if larger: a layout block is
+//     several consecutive blocks), shared by all sequences;
 //     Tables[seq][pos/BlockSize] is the block holding (seq, pos). Blocks
 //     may appear in several tables (a shared prompt prefix); a sequence
 //     only writes blocks that are its own. Backends must read it through
-//     KRow/VRow or KRows/Run and declare it by implementing PagedKV.
+//     the head accessors (KHeadRows, Run) and declare it by implementing
+//     PagedKV.
 type KVCache struct {
 	NLayer, NCtx, NSeq int
 	KDim, VDim         int // values per row: NHeadKV × head dimension
 	Types              KVTypes
-	KStride, VStride   int // bytes per row
-	KHead, VHead       int // bytes per head within a row
+	KStride, VStride   int // bytes per row (all heads)
+	KHead, VHead       int // bytes per head
+	LB                 int // rows per layout block
 	K, V               [][]byte
 	// BlockSize is the rows per block, a power of two (0: a contiguous
 	// cache made by NewKVCache, without block addressing).
@@ -80,6 +86,7 @@ func NewKVCacheOf(h *Hyper, t KVTypes, nCtx, nSeq int) (*KVCache, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.LB = nCtx
 	c.alloc(nSeq * nCtx)
 	return c, nil
 }
@@ -175,9 +182,9 @@ func NewPagedKVCache(h *Hyper, t KVTypes, blockSize, nBlocks, nSeq, nCtx int) (*
 	if err != nil {
 		return nil, err
 	}
-	c.BlockSize, c.NBlocks = blockSize, nBlocks
+	c.BlockSize, c.NBlocks, c.LB = blockSize, nBlocks, max(blockSize, pagedLayoutRows)
 	c.shift = uint(bits.TrailingZeros(uint(blockSize)))
-	c.alloc(nBlocks * blockSize)
+	c.alloc((nBlocks*blockSize + c.LB - 1) / c.LB * c.LB)
 	c.Tables = make([][]int32, nSeq)
 	return c, nil
 }
@@ -193,16 +200,23 @@ func (c *KVCache) row(seq, pos int) int {
 	return int(c.Tables[seq][pos>>c.shift])<<c.shift | pos&(c.BlockSize-1)
 }
 
-// KRow returns the stored K row of (seq, pos) in layer l (KStride bytes).
-func (c *KVCache) KRow(l, seq, pos int) []byte {
-	i := c.row(seq, pos) * c.KStride
-	return c.K[l][i : i+c.KStride]
+// off returns the byte offset of head kh of row r, for heads of hb bytes.
+func (c *KVCache) off(r, kh, hb int) int {
+	b := r / c.LB
+	return ((b*c.nHead+kh)*c.LB + r - b*c.LB) * hb
 }
 
-// VRow returns the stored V row of (seq, pos) in layer l (VStride bytes).
-func (c *KVCache) VRow(l, seq, pos int) []byte {
-	i := c.row(seq, pos) * c.VStride
-	return c.V[l][i : i+c.VStride]
+// KHeadRow returns the stored K head kh of (seq, pos) in layer l (KHead
+// bytes).
+func (c *KVCache) KHeadRow(l, seq, pos, kh int) []byte {
+	i := c.off(c.row(seq, pos), kh, c.KHead)
+	return c.K[l][i : i+c.KHead]
+}
+
+// VHeadRow is KHeadRow for V.
+func (c *KVCache) VHeadRow(l, seq, pos, kh int) []byte {
+	i := c.off(c.row(seq, pos), kh, c.VHead)
+	return c.V[l][i : i+c.VHead]
 }
 
 // TurboK returns the codec of K head kh in layer l (nil unless K is a
@@ -226,31 +240,35 @@ func (c *KVCache) TurboV(l, kh int) *quant.Turbo {
 // converted to the cache's K type. SetK and SetV share scratch: calls on
 // one cache must not run concurrently.
 func (c *KVCache) SetK(l, seq, pos int, x []float32) {
-	c.store(c.KRow(l, seq, pos), c.Types.K, c.tk, l, c.headK, c.KHead, x)
+	r := c.row(seq, pos)
+	for kh := range c.nHead {
+		i := c.off(r, kh, c.KHead)
+		c.store(c.K[l][i:i+c.KHead], c.Types.K, c.TurboK(l, kh), x[kh*c.headK:(kh+1)*c.headK])
+	}
 }
 
 // SetV stores x (VDim values) as the V row of (seq, pos) in layer l.
 func (c *KVCache) SetV(l, seq, pos int, x []float32) {
-	c.store(c.VRow(l, seq, pos), c.Types.V, c.tv, l, c.headV, c.VHead, x)
+	r := c.row(seq, pos)
+	for kh := range c.nHead {
+		i := c.off(r, kh, c.VHead)
+		c.store(c.V[l][i:i+c.VHead], c.Types.V, c.TurboV(l, kh), x[kh*c.headV:(kh+1)*c.headV])
+	}
 }
 
-func (c *KVCache) store(dst []byte, t KVType, tq [][]*quant.Turbo, l, dim, hb int, x []float32) {
+// store converts one head.
+func (c *KVCache) store(dst []byte, t KVType, tq *quant.Turbo, x []float32) {
 	if tq != nil {
-		for kh := range c.nHead {
-			// cannot fail: the row and scratch are sized for the codec
-			_ = tq[l][kh].Encode(dst[kh*hb:(kh+1)*hb], x[kh*dim:(kh+1)*dim], c.scratch)
-		}
+		// cannot fail: the row and scratch are sized for the codec
+		_ = tq.Encode(dst, x, c.scratch)
 		return
 	}
 	qt, _ := t.Quant()
 	if qt == quant.F32 {
-		copy(dst, f32Bytes(x[:c.nHead*dim]))
+		copy(dst, f32Bytes(x))
 		return
 	}
-	f := quant.QuantizeFunc(qt)
-	for kh := range c.nHead {
-		f(x[kh*dim:(kh+1)*dim], dst[kh*hb:(kh+1)*hb])
-	}
+	quant.QuantizeFunc(qt)(x, dst)
 }
 
 // GetK writes the K row of (seq, pos) in layer l, as float32s, to dst
@@ -258,32 +276,32 @@ func (c *KVCache) store(dst []byte, t KVType, tq [][]*quant.Turbo, l, dim, hb in
 // the stored bytes). scratch holds at least 2×the padded head dimension
 // for TurboQuant types (nil otherwise).
 func (c *KVCache) GetK(l, seq, pos int, dst, scratch []float32) {
-	DecodeKVRow(c.KRow(l, seq, pos), c.Types.K, c.tk, l, c.nHead, c.headK, c.KHead, dst, scratch)
+	for kh := range c.nHead {
+		decodeHead(c.KHeadRow(l, seq, pos, kh), c.Types.K, c.TurboK(l, kh), dst[kh*c.headK:(kh+1)*c.headK], scratch)
+	}
 }
 
 // GetV is GetK for V.
 func (c *KVCache) GetV(l, seq, pos int, dst, scratch []float32) {
-	DecodeKVRow(c.VRow(l, seq, pos), c.Types.V, c.tv, l, c.nHead, c.headV, c.VHead, dst, scratch)
+	for kh := range c.nHead {
+		decodeHead(c.VHeadRow(l, seq, pos, kh), c.Types.V, c.TurboV(l, kh), dst[kh*c.headV:(kh+1)*c.headV], scratch)
+	}
 }
 
-// DecodeKVRow converts a stored row of nHead heads to float32s.
-func DecodeKVRow(row []byte, t KVType, tq [][]*quant.Turbo, l, nHead, dim, hb int, dst, scratch []float32) {
+// decodeHead converts one stored head to float32s.
+func decodeHead(src []byte, t KVType, tq *quant.Turbo, dst, scratch []float32) {
 	if tq != nil {
-		for kh := range nHead {
-			tq[l][kh].Decode(dst[kh*dim:(kh+1)*dim], row[kh*hb:(kh+1)*hb], scratch)
-		}
+		tq.Decode(dst, src, scratch)
 		return
 	}
 	qt, _ := t.Quant()
-	f := quant.DequantizeFunc(qt)
-	for kh := range nHead {
-		f(row[kh*hb:(kh+1)*hb], dst[kh*dim:(kh+1)*dim])
-	}
+	quant.DequantizeFunc(qt)(src, dst)
 }
 
 // Run returns how many positions from pos on (up to the end of the
-// sequence's table, or NCtx) sit in consecutive rows, so that KRows and
-// VRows can hand them out as one strided matrix.
+// sequence's context, or of its block in a paged cache) sit in
+// consecutive rows of one layout block, so that KHeadRows and VHeadRows
+// can hand them out as one matrix per head.
 func (c *KVCache) Run(seq, pos int) int {
 	if c.Tables == nil {
 		return c.NCtx - pos
@@ -291,25 +309,31 @@ func (c *KVCache) Run(seq, pos int) int {
 	t := c.Tables[seq]
 	i := pos >> c.shift
 	n := c.BlockSize - pos&(c.BlockSize-1)
-	for i+1 < len(t) && t[i+1] == t[i]+1 {
+	for i+1 < len(t) && t[i+1] == t[i]+1 && int(t[i+1])<<c.shift%c.LB != 0 {
 		n += c.BlockSize
 		i++
 	}
 	return n
 }
 
-// KRows returns the stored K rows of positions [pos, pos+n) of seq in
-// layer l, consecutive with stride KStride bytes; n must not exceed
-// Run(seq, pos).
-func (c *KVCache) KRows(l, seq, pos, n int) []byte {
-	i := c.row(seq, pos) * c.KStride
-	return c.K[l][i : i+n*c.KStride]
+// pagedLayoutRows is the layout block of a paged cache: consecutive blocks
+// within one (the block pool hands a growing sequence consecutive blocks)
+// hold each head's rows back to back, so attention streams runs of several
+// blocks.
+const pagedLayoutRows = 256
+
+// KHeadRows returns head kh of the stored K rows of positions [pos,
+// pos+n) of seq in layer l, back to back (KHead bytes each); n must not
+// exceed Run(seq, pos).
+func (c *KVCache) KHeadRows(l, kh, seq, pos, n int) []byte {
+	i := c.off(c.row(seq, pos), kh, c.KHead)
+	return c.K[l][i : i+n*c.KHead]
 }
 
-// VRows is KRows for V.
-func (c *KVCache) VRows(l, seq, pos, n int) []byte {
-	i := c.row(seq, pos) * c.VStride
-	return c.V[l][i : i+n*c.VStride]
+// VHeadRows is KHeadRows for V.
+func (c *KVCache) VHeadRows(l, kh, seq, pos, n int) []byte {
+	i := c.off(c.row(seq, pos), kh, c.VHead)
+	return c.V[l][i : i+n*c.VHead]
 }
 
 // CopyRows copies the first n rows of block src to block dst in every
@@ -318,10 +342,12 @@ func (c *KVCache) CopyRows(dst, src, n int) {
 	if dst == src || n <= 0 {
 		return
 	}
+	d, s := dst*c.BlockSize, src*c.BlockSize
 	for l := range c.K {
-		k, v := c.K[l], c.V[l]
-		copy(k[dst*c.BlockSize*c.KStride:][:n*c.KStride], k[src*c.BlockSize*c.KStride:][:n*c.KStride])
-		copy(v[dst*c.BlockSize*c.VStride:][:n*c.VStride], v[src*c.BlockSize*c.VStride:][:n*c.VStride])
+		for kh := range c.nHead {
+			copy(c.K[l][c.off(d, kh, c.KHead):][:n*c.KHead], c.K[l][c.off(s, kh, c.KHead):][:n*c.KHead])
+			copy(c.V[l][c.off(d, kh, c.VHead):][:n*c.VHead], c.V[l][c.off(s, kh, c.VHead):][:n*c.VHead])
+		}
 	}
 }
 

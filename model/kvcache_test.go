@@ -37,8 +37,10 @@ func TestPagedKVCache(t *testing.T) {
 				for s := range nSeq {
 					for p := range nCtx {
 						if s == 1 && p < bs { // the shared block holds sequence 0's rows
-							copy(flat.KRow(l, s, p), flat.KRow(l, 0, p))
-							copy(flat.VRow(l, s, p), flat.VRow(l, 0, p))
+							for kh := range h.NHeadKV {
+								copy(flat.KHeadRow(l, s, p, kh), flat.KHeadRow(l, 0, p, kh))
+								copy(flat.VHeadRow(l, s, p, kh), flat.VHeadRow(l, 0, p, kh))
+							}
 							continue
 						}
 						for i := range row {
@@ -57,21 +59,32 @@ func TestPagedKVCache(t *testing.T) {
 			for l := range h.NLayer {
 				for s := range nSeq {
 					for p := range nCtx {
-						if !bytes.Equal(paged.KRow(l, s, p), flat.KRow(l, s, p)) || !bytes.Equal(paged.VRow(l, s, p), flat.VRow(l, s, p)) {
-							t.Fatalf("layer %d seq %d pos %d: paged and contiguous differ", l, s, p)
+						for kh := range h.NHeadKV {
+							if !bytes.Equal(paged.KHeadRow(l, s, p, kh), flat.KHeadRow(l, s, p, kh)) || !bytes.Equal(paged.VHeadRow(l, s, p, kh), flat.VHeadRow(l, s, p, kh)) {
+								t.Fatalf("layer %d seq %d pos %d head %d: paged and contiguous differ", l, s, p, kh)
+							}
 						}
 					}
 				}
 			}
-			// Runs: seq 0 is blocks 9-11 (12 rows) then 3-5.
+			// Runs: seq 0 is blocks 9-11 (12 rows) then 3-5, all in one
+			// layout block; a contiguous cache's run is the rest of the
+			// sequence.
 			for _, c := range []struct{ seq, pos, want int }{{0, 0, 12}, {0, 5, 7}, {0, 12, 12}, {1, 0, 4}, {1, 4, 12}, {1, 17, 7}} {
 				if got := paged.Run(c.seq, c.pos); got != c.want {
 					t.Errorf("Run(%d, %d) = %d, want %d", c.seq, c.pos, got, c.want)
 				}
-				rows := paged.KRows(1, c.seq, c.pos, c.want)
-				for j := range c.want {
-					if p := c.pos + j; p < nCtx && !bytes.Equal(rows[j*paged.KStride:][:paged.KStride], flat.KRow(1, c.seq, p)) {
-						t.Errorf("KRows(seq %d, pos %d) row %d is not position %d", c.seq, c.pos, j, p)
+				if got := flat.Run(c.seq, c.pos); got != nCtx-c.pos {
+					t.Errorf("contiguous Run(%d, %d) = %d, want %d", c.seq, c.pos, got, nCtx-c.pos)
+				}
+				for kh := range h.NHeadKV {
+					rows := paged.KHeadRows(1, kh, c.seq, c.pos, c.want)
+					frows := flat.KHeadRows(1, kh, c.seq, c.pos, nCtx-c.pos)
+					for j := range min(c.want, nCtx-c.pos) {
+						p := c.pos + j
+						if !bytes.Equal(rows[j*paged.KHead:][:paged.KHead], flat.KHeadRow(1, c.seq, p, kh)) || !bytes.Equal(frows[j*flat.KHead:][:flat.KHead], flat.KHeadRow(1, c.seq, p, kh)) {
+							t.Errorf("KHeadRows(head %d, seq %d, pos %d) row %d is not position %d", kh, c.seq, c.pos, j, p)
+						}
 					}
 				}
 			}
@@ -93,12 +106,14 @@ func TestPagedKVCache(t *testing.T) {
 			}
 			// CopyRows copies a block prefix in every layer.
 			paged.CopyRows(15, 10, 3)
+			paged.Tables[0] = []int32{15, 10}
 			for l := range h.NLayer {
-				for r := range 3 {
-					d, s := (15*bs+r)*paged.KStride, (10*bs+r)*paged.KStride
-					dv, sv := (15*bs+r)*paged.VStride, (10*bs+r)*paged.VStride
-					if !bytes.Equal(paged.K[l][d:d+paged.KStride], paged.K[l][s:s+paged.KStride]) || !bytes.Equal(paged.V[l][dv:dv+paged.VStride], paged.V[l][sv:sv+paged.VStride]) {
-						t.Errorf("CopyRows: layer %d row %d", l, r)
+				for r := range bs {
+					for kh := range h.NHeadKV {
+						same := bytes.Equal(paged.KHeadRow(l, 0, r, kh), paged.KHeadRow(l, 0, bs+r, kh)) && bytes.Equal(paged.VHeadRow(l, 0, r, kh), paged.VHeadRow(l, 0, bs+r, kh))
+						if same != (r < 3) {
+							t.Errorf("CopyRows: layer %d row %d head %d copied %v", l, r, kh, same)
+						}
 					}
 				}
 			}

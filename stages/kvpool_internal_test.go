@@ -35,7 +35,7 @@ func fill(t *testing.T, p *blockPool, q *seq, slot int) int {
 	}
 	// Write a recognisable value into each new row (position + token).
 	for pos := q.fed; pos < len(q.toks); pos++ {
-		binary.LittleEndian.PutUint32(p.kv.KRow(0, slot, pos), uint32(q.toks[pos]))
+		binary.LittleEndian.PutUint32(p.kv.KHeadRow(0, slot, pos, 0), uint32(q.toks[pos]))
 	}
 	q.fed = len(q.toks)
 	p.publish(q)
@@ -67,7 +67,7 @@ func TestBlockPool(t *testing.T) {
 			p.release(b)
 			want := make([]uint32, 9)
 			for pos := range want {
-				want[pos] = binary.LittleEndian.Uint32(p.kv.KRow(0, 0, pos))
+				want[pos] = binary.LittleEndian.Uint32(p.kv.KHeadRow(0, 0, pos, 0))
 			}
 			aBlocks := append([]int32(nil), a.blocks...)
 			p.release(a)
@@ -77,7 +77,7 @@ func TestBlockPool(t *testing.T) {
 				t.Errorf("shared prefix: reused %d, want 9", c)
 			}
 			for pos := range want { // the reused rows hold a's values
-				if got := binary.LittleEndian.Uint32(p.kv.KRow(0, 1, pos)); got != want[pos] {
+				if got := binary.LittleEndian.Uint32(p.kv.KHeadRow(0, 1, pos, 0)); got != want[pos] {
 					t.Errorf("pos %d: reused row %v, want %v", pos, got, want[pos])
 				}
 			}
