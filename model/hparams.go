@@ -27,25 +27,33 @@ func (r RopeType) String() string {
 // Hyper holds an architecture's hyperparameters, read from GGUF keys
 // "<arch>.*" with llama.cpp's defaults.
 type Hyper struct {
-	Arch        string
-	NVocab      int
-	NCtxTrain   int // training context (<arch>.context_length)
-	NEmbd       int
-	NLayer      int
-	NHead       int
-	NHeadKV     int
-	HeadDimK    int // <arch>.attention.key_length, default NEmbd/NHead
-	HeadDimV    int
-	NFF         int
-	RMSEps      float32
-	RopeType    RopeType
-	RopeDim     int     // rotated dimensions per head (rope.dimension_count)
-	RopeBase    float32 // rope.freq_base
-	RopeScale   float32 // freq_scale = 1/rope.scaling.factor for linear scaling, else 1
-	NExpert     int
-	NExpertUsed int
-	NFFExp      int
-	NormTopK    bool // renormalise the top-k expert weights
+	Arch      string
+	NVocab    int
+	NCtxTrain int // training context (<arch>.context_length)
+	NEmbd     int
+	NLayer    int
+	NHead     int
+	NHeadKV   int
+	HeadDimK  int // <arch>.attention.key_length, default NEmbd/NHead
+	HeadDimV  int
+	NFF       int
+	RMSEps    float32
+	RopeType  RopeType
+	RopeDim   int     // rotated dimensions per head (rope.dimension_count)
+	RopeBase  float32 // rope.freq_base
+	// RoPE scaling (rope.go): the resolved rope.scaling.type (none, linear
+	// or yarn), freq_scale = 1/rope.scaling.factor (1 for none), YaRN's
+	// ext_factor (1 for yarn, else 0), llama.cpp's yarn_attn_factor, and
+	// the original context YaRN's ramp is computed for.
+	RopeScaling    string
+	RopeScale      float32
+	RopeExtFactor  float32
+	RopeAttnFactor float32
+	NCtxOrig       int // rope.scaling.original_context_length, default NCtxTrain
+	NExpert        int
+	NExpertUsed    int
+	NFFExp         int
+	NormTopK       bool // renormalise the top-k expert weights
 }
 
 // KDim is the width of one token's K row (all KV heads).
@@ -125,19 +133,8 @@ func ReadHyper(f *gguf.File, arch string) (Hyper, error) {
 	h.RopeDim = k.uint("rope.dimension_count", h.HeadDimK, false)
 	h.RopeBase = k.float("rope.freq_base", 10000)
 	h.RMSEps = k.float("attention.layer_norm_rms_epsilon", 1e-5)
-	h.RopeScale = 1
-	if t, ok := f.GetString(arch + ".rope.scaling.type"); ok {
-		switch t {
-		case "none":
-		case "linear":
-			if fac := k.float("rope.scaling.factor", 1); fac > 0 {
-				h.RopeScale = 1 / fac
-			}
-		default:
-			return h, fmt.Errorf("model: rope scaling type %q is not supported (supported: none, linear, llama3 via rope_freqs)", t)
-		}
-	} else if s := k.float("rope.scale_linear", 0); s > 0 {
-		h.RopeScale = 1 / s
+	if err := readRopeScaling(k, &h); err != nil {
+		return h, err
 	}
 	if n, ok := f.GetUint(arch + ".vocab_size"); ok {
 		h.NVocab = int(n)
