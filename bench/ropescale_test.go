@@ -24,17 +24,25 @@ import (
 // testdata/ropescale/README.md) instead of testing.
 var yarnWrite = flag.String("ropescale-write", "", "write the rope-scaling golden's models, text and prompt to this directory and skip the test")
 
-// ropeScaled are the rope-scaling golden's models: the demo preset in F32,
-// seed 1, context_length 1024, with
+// ropeScaled are the rope-scaling golden's models, F32, seed 1, context_length
+// 1024: the demo preset (llama, RoPE on adjacent pairs) with
 //
 //	yarn:   flowinfer gen --preset demo --type F32 --pure --ctx 1024 --rope-scaling yarn --rope-factor 4 --rope-orig-ctx 256
 //	linear: flowinfer gen --preset demo --type F32 --pure --ctx 1024 --rope-scaling linear --rope-factor 4 --rope-attn-factor 0.8
+//
+// and qwen3-yarn, the demo's shape as qwen3 (RoPE on halves, QK-norm, rope
+// base 1e6, rms eps 1e-6; no preset, so only this test writes it) with YaRN
+// factor 8 over an original context of 128.
 var ropeScaled = []struct {
-	name string
-	edit func(*synth.Spec)
+	name, scaling string
+	edit          func(*synth.Spec)
 }{
-	{"yarn", func(s *synth.Spec) { s.RopeScaling, s.RopeFactor, s.RopeOrigCtx = "yarn", 4, 256 }},
-	{"linear", func(s *synth.Spec) { s.RopeScaling, s.RopeFactor, s.RopeAttnFactor = "linear", 4, 0.8 }},
+	{"yarn", "yarn", func(s *synth.Spec) { s.RopeScaling, s.RopeFactor, s.RopeOrigCtx = "yarn", 4, 256 }},
+	{"linear", "linear", func(s *synth.Spec) { s.RopeScaling, s.RopeFactor, s.RopeAttnFactor = "linear", 4, 0.8 }},
+	{"qwen3-yarn", "yarn", func(s *synth.Spec) {
+		s.Arch, s.Name, s.RopeBase, s.RMSEps = "qwen3", "synth-qwen3-yarn", 0, 0
+		s.RopeScaling, s.RopeFactor, s.RopeOrigCtx = "yarn", 8, 128
+	}},
 }
 
 // ropeScaleText is the golden's text: 6000 words drawn from a fixed list by
@@ -110,7 +118,7 @@ func TestRopeScalingGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer b.Close()
-			if b.Model.RopeScaling != c.name {
+			if b.Model.RopeScaling != c.scaling {
 				t.Fatalf("rope scaling %q", b.Model.RopeScaling)
 			}
 			be := cpu.NewBackend(0, cpu.Best())
