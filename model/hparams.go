@@ -27,33 +27,34 @@ func (r RopeType) String() string {
 // Hyper holds an architecture's hyperparameters, read from GGUF keys
 // "<arch>.*" with llama.cpp's defaults.
 type Hyper struct {
-	Arch      string
-	NVocab    int
-	NCtxTrain int // training context (<arch>.context_length)
-	NEmbd     int
-	NLayer    int
-	NHead     int
-	NHeadKV   int
-	HeadDimK  int // <arch>.attention.key_length, default NEmbd/NHead
-	HeadDimV  int
-	NFF       int
-	RMSEps    float32
-	RopeType  RopeType
-	RopeDim   int     // rotated dimensions per head (rope.dimension_count)
-	RopeBase  float32 // rope.freq_base
+	Arch        string
+	NVocab      int
+	NCtxTrain   int // training context (<arch>.context_length)
+	NEmbd       int
+	NLayer      int
+	NHead       int
+	NHeadKV     int
+	HeadDimK    int // <arch>.attention.key_length, default NEmbd/NHead
+	HeadDimV    int
+	NFF         int
+	RMSEps      float32
+	RopeType    RopeType
+	RopeDim     int     // rotated dimensions per head (rope.dimension_count)
+	RopeBase    float32 // rope.freq_base
+	RopeScale   float32 // freq_scale = 1/rope.scaling.factor (1 for none); see rope.go
+	NExpert     int
+	NExpertUsed int
+	NFFExp      int
+	NormTopK    bool // renormalise the top-k expert weights
+
 	// RoPE scaling (rope.go): the resolved rope.scaling.type (none, linear
-	// or yarn), freq_scale = 1/rope.scaling.factor (1 for none), YaRN's
-	// ext_factor (1 for yarn, else 0), llama.cpp's yarn_attn_factor, and
-	// the original context YaRN's ramp is computed for.
+	// or yarn), YaRN's ext_factor (1 for yarn, else 0), llama.cpp's
+	// yarn_attn_factor, and the original context YaRN's ramp is computed
+	// for (rope.scaling.original_context_length, default NCtxTrain).
 	RopeScaling    string
-	RopeScale      float32
 	RopeExtFactor  float32
 	RopeAttnFactor float32
-	NCtxOrig       int // rope.scaling.original_context_length, default NCtxTrain
-	NExpert        int
-	NExpertUsed    int
-	NFFExp         int
-	NormTopK       bool // renormalise the top-k expert weights
+	NCtxOrig       int
 }
 
 // KDim is the width of one token's K row (all KV heads).
