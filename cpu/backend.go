@@ -474,20 +474,27 @@ func (b *Backend) Rope(x []float32, pos []int32, n, nHead, headDim int, rp *mode
 
 // ropeTable writes the 4·half floats of Kernels.Rope's angle table for
 // position p, as Ref.Rope computes the angles: ggml's float32 recurrence
-// theta *= base^(-2/dim), cos and sin in float64 rounded to float32.
+// theta *= base^(-2/dim), YaRN's mix of the extrapolated and interpolated
+// angle when rp.ExtFactor != 0, cos and sin in float64 rounded to float32,
+// times rp.MScale().
 func ropeTable(cs []float32, p int32, rp *model.Rope) {
 	thetaScale := float32(math.Pow(float64(rp.Base), float64(-2/float32(rp.Dim))))
 	half := rp.Dim / 2
 	c, s := cs[:2*half], cs[2*half:4*half]
+	mscale := rp.MScale()
 	theta := float32(p)
 	for i := range half {
-		th := theta
+		extrap := theta
 		if rp.Factors != nil {
-			th /= rp.Factors[i]
+			extrap /= rp.Factors[i]
 		}
-		th *= rp.Scale
+		th := rp.Scale * extrap
+		if rp.ExtFactor != 0 {
+			mix := model.YarnRamp(rp.Corr[0], rp.Corr[1], i) * rp.ExtFactor
+			th = float32(th*(1-mix)) + float32(extrap*mix)
+		}
 		sin64, cos64 := math.Sincos(float64(th))
-		cos, sin := float32(cos64), float32(sin64)
+		cos, sin := float32(cos64)*mscale, float32(sin64)*mscale
 		if rp.Type == model.RopeNeox {
 			c[i], s[i] = cos, sin
 		} else {

@@ -269,7 +269,8 @@ func contextSwitches(b *testing.B) int64 {
 	return ru.Nvcsw + ru.Nivcsw
 }
 
-// BenchmarkNormRope measures RMSNorm and RoPE (both pair layouts) on rows of
+// BenchmarkNormRope measures RMSNorm and RoPE (both pair layouts, with and
+// without YaRN) on rows of
 // the llama-1b preset (32 heads of 64), one decode row and a 512-row
 // prefill, on one thread, reporting Gelem/s.
 func BenchmarkNormRope(b *testing.B) {
@@ -295,13 +296,20 @@ func BenchmarkNormRope(b *testing.B) {
 				report(b)
 			})
 			for _, typ := range []model.RopeType{model.RopeNorm, model.RopeNeox} {
-				rp := model.Rope{Type: typ, Dim: headDim, Base: 500000, Scale: 1}
-				b.Run(fmt.Sprintf("op=rope%d/isa=%s/rows=%d", typ, isa, rows), func(b *testing.B) {
-					for b.Loop() {
-						be.Rope(out, pos, rows, nHead, headDim, &rp)
+				for _, yarn := range []bool{false, true} {
+					rp := model.Rope{Type: typ, Dim: headDim, Base: 500000, Scale: 1}
+					name := fmt.Sprintf("op=rope%d/isa=%s/rows=%d", typ, isa, rows)
+					if yarn { // Llama-3-style YaRN 4 over 8192
+						rp.Scale, rp.ExtFactor, rp.Corr = 0.25, 1, model.YarnCorrDims(headDim, 8192, 500000, 32, 1)
+						name = fmt.Sprintf("op=rope%d-yarn/isa=%s/rows=%d", typ, isa, rows)
 					}
-					report(b)
-				})
+					b.Run(name, func(b *testing.B) {
+						for b.Loop() {
+							be.Rope(out, pos, rows, nHead, headDim, &rp)
+						}
+						report(b)
+					})
+				}
 			}
 			be.Close()
 		}

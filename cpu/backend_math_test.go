@@ -224,7 +224,10 @@ func TestKernelsNormRope(t *testing.T) {
 				const rows = 3
 				rp := &model.Rope{Type: model.RopeNorm, Dim: 2 * sh.half, Base: 10000, Scale: 1}
 				if neox {
-					rp.Type = model.RopeNeox
+					// YaRN (factor 4, original context 32): cos and sin
+					// scaled by 1.1·(1 + 0.1·ln 4).
+					rp = &model.Rope{Type: model.RopeNeox, Dim: 2 * sh.half, Base: 10000, Scale: 0.25, ExtFactor: 1,
+						AttnFactor: 1.1, Corr: model.YarnCorrDims(2*sh.half, 32, 10000, 32, 1)}
 				}
 				cs := make([]float32, rows*4*sh.half)
 				for t := range rows {

@@ -111,7 +111,7 @@ func TestBackendMatMul(t *testing.T) {
 }
 
 // TestBackendElementwise compares RMSNorm, RoPE (both kinds, with
-// frequency factors), SwiGLU, Add, AddRows and Softmax with Ref's on sizes
+// frequency factors, with YaRN; bit for bit), SwiGLU, Add, AddRows and Softmax with Ref's on sizes
 // below and above the parallel threshold.
 func TestBackendElementwise(t *testing.T) {
 	ref := cpu.NewRef()
@@ -157,6 +157,12 @@ func TestBackendElementwise(t *testing.T) {
 					{Type: model.RopeNorm, Dim: 32, Base: 10000, Scale: 1},
 					{Type: model.RopeNeox, Dim: 32, Base: 1e6, Scale: 0.5},
 					{Type: model.RopeNorm, Dim: 32, Base: 500000, Scale: 1, Factors: randomPositive(16)},
+					// YaRN (factor 4 over an original context of 64, so
+					// these positions 100.. are beyond it), attn_factor 1.25.
+					{Type: model.RopeNeox, Dim: 32, Base: 1e6, Scale: 0.25, ExtFactor: 1, AttnFactor: 1.25,
+						Corr: model.YarnCorrDims(32, 64, 1e6, 32, 1)},
+					{Type: model.RopeNorm, Dim: 32, Base: 10000, Scale: 0.125, ExtFactor: 1, AttnFactor: 0.9,
+						Factors: randomPositive(16), Corr: model.YarnCorrDims(32, 64, 10000, 32, 1)},
 				} {
 					if sh.dim%32 != 0 {
 						continue

@@ -160,22 +160,37 @@ func (r *Ref) RMSNorm(out, x []float32, weight model.Vector, n, dim int, eps flo
 	}
 }
 
-// Rope implements model.Ops as ggml_rope_ext without YaRN: the angle of
-// pair i is pos·base^(-2i/dim), computed by ggml's float32 recurrence
-// theta *= theta_scale.
+// Rope implements model.Ops as ggml_rope_ext (rope_yarn in ggml-cpu's
+// ops.cpp): the angle of pair i is pos·base^(-2i/dim), computed by ggml's
+// float32 recurrence theta *= theta_scale, divided by the frequency factor;
+// its interpolated form is freq_scale times that, and with YaRN
+// (ext_factor != 0) the two are mixed by the ramp between the correction
+// dims and cos and sin are scaled by attn_factor·(1 + 0.1·ln(1/freq_scale)).
 func (r *Ref) Rope(x []float32, pos []int32, n, nHead, headDim int, rp *model.Rope) {
 	thetaScale := float32(math.Pow(float64(rp.Base), float64(-2/float32(rp.Dim))))
 	half := rp.Dim / 2
+	attn := rp.AttnFactor
+	if attn == 0 {
+		attn = 1
+	}
 	for t := range n {
 		theta := float32(pos[t])
 		for i := 0; i < half; i++ {
-			th := theta
+			extrap := theta
 			if rp.Factors != nil {
-				th /= rp.Factors[i]
+				extrap /= rp.Factors[i]
 			}
-			th *= rp.Scale
-			cos := float32(math.Cos(float64(th)))
-			sin := float32(math.Sin(float64(th)))
+			interp := rp.Scale * extrap
+			th, mscale := interp, attn
+			if rp.ExtFactor != 0 {
+				y := (float32(i) - rp.Corr[0]) / max(0.001, rp.Corr[1]-rp.Corr[0])
+				mix := (1 - min(1, max(0, y))) * rp.ExtFactor
+				// float32() after each product: ggml's C rounds each one.
+				th = float32(interp*(1-mix)) + float32(extrap*mix)
+				mscale *= 1 + 0.1*float32(math.Log(float64(1/rp.Scale)))
+			}
+			cos := float32(math.Cos(float64(th))) * mscale
+			sin := float32(math.Sin(float64(th))) * mscale
 			for hd := range nHead {
 				v := x[(t*nHead+hd)*headDim:]
 				var i0, i1 int

@@ -41,11 +41,20 @@ type Hyper struct {
 	RopeType    RopeType
 	RopeDim     int     // rotated dimensions per head (rope.dimension_count)
 	RopeBase    float32 // rope.freq_base
-	RopeScale   float32 // freq_scale = 1/rope.scaling.factor for linear scaling, else 1
+	RopeScale   float32 // freq_scale = 1/rope.scaling.factor (1 for none); see rope.go
 	NExpert     int
 	NExpertUsed int
 	NFFExp      int
 	NormTopK    bool // renormalise the top-k expert weights
+
+	// RoPE scaling (rope.go): the resolved rope.scaling.type (none, linear
+	// or yarn), YaRN's ext_factor (1 for yarn, else 0), llama.cpp's
+	// yarn_attn_factor, and the original context YaRN's ramp is computed
+	// for (rope.scaling.original_context_length, default NCtxTrain).
+	RopeScaling    string
+	RopeExtFactor  float32
+	RopeAttnFactor float32
+	NCtxOrig       int
 }
 
 // KDim is the width of one token's K row (all KV heads).
@@ -125,19 +134,8 @@ func ReadHyper(f *gguf.File, arch string) (Hyper, error) {
 	h.RopeDim = k.uint("rope.dimension_count", h.HeadDimK, false)
 	h.RopeBase = k.float("rope.freq_base", 10000)
 	h.RMSEps = k.float("attention.layer_norm_rms_epsilon", 1e-5)
-	h.RopeScale = 1
-	if t, ok := f.GetString(arch + ".rope.scaling.type"); ok {
-		switch t {
-		case "none":
-		case "linear":
-			if fac := k.float("rope.scaling.factor", 1); fac > 0 {
-				h.RopeScale = 1 / fac
-			}
-		default:
-			return h, fmt.Errorf("model: rope scaling type %q is not supported (supported: none, linear, llama3 via rope_freqs)", t)
-		}
-	} else if s := k.float("rope.scale_linear", 0); s > 0 {
-		h.RopeScale = 1 / s
+	if err := readRopeScaling(k, &h); err != nil {
+		return h, err
 	}
 	if n, ok := f.GetUint(arch + ".vocab_size"); ok {
 		h.NVocab = int(n)

@@ -17,14 +17,20 @@ import (
 	"github.com/flowinfer/flowinfer/quant"
 )
 
-// Rope describes a rotary position embedding as ggml_rope_ext applies it
-// (no YaRN: ext_factor 0, attn_factor 1).
+// Rope describes a rotary position embedding as ggml_rope_ext applies it.
+// Pair i at position p turns by θ = p·Base^(-2i/Dim)/Factors[i]; with
+// ExtFactor 0 the angle is Scale·θ, with YaRN (ExtFactor 1) it mixes Scale·θ
+// and θ by YarnRamp(Corr[0], Corr[1], i)·ExtFactor. cos and sin are
+// multiplied by MScale().
 type Rope struct {
-	Type    RopeType
-	Dim     int       // rotated dimensions per head
-	Base    float32   // freq_base
-	Scale   float32   // freq_scale
-	Factors []float32 // per-pair frequency divisors (llama3 rope_freqs), or nil
+	Type       RopeType
+	Dim        int        // rotated dimensions per head
+	Base       float32    // freq_base
+	Scale      float32    // freq_scale
+	Factors    []float32  // per-pair frequency divisors (llama3 rope_freqs), or nil
+	ExtFactor  float32    // YaRN's ext_factor: 0 off, 1 for rope.scaling.type yarn
+	AttnFactor float32    // attn_factor (0 means 1), see MScale
+	Corr       [2]float32 // YaRN's ramp: YarnCorrDims of the original context
 }
 
 // Ops is what an architecture needs from a compute backend. Activations are
@@ -133,7 +139,8 @@ func loadCommon(l *loader, m *Model) {
 	if m.Output == nil {
 		m.Output = m.TokEmbd
 	}
-	m.Rope = Rope{Dim: m.RopeDim, Base: m.RopeBase, Scale: m.RopeScale}
+	m.Rope = Rope{Dim: m.RopeDim, Base: m.RopeBase, Scale: m.RopeScale, ExtFactor: m.RopeExtFactor,
+		AttnFactor: m.RopeAttnFactor, Corr: YarnCorrDims(m.RopeDim, m.NCtxOrig, m.RopeBase, yarnBetaFast, yarnBetaSlow)}
 	m.Layers = make([]Layer, m.NLayer)
 }
 

@@ -98,8 +98,8 @@ func TestLoadErrors(t *testing.T) {
 		},
 		{
 			name:  "unsupported rope scaling",
-			extra: func(w *gguf.Writer) { w.Set("llama.rope.scaling.type", gguf.String("yarn")) },
-			want:  []string{`rope scaling type "yarn" is not supported`},
+			extra: func(w *gguf.Writer) { w.Set("llama.rope.scaling.type", gguf.String("longrope")) },
+			want:  []string{`rope scaling type "longrope" is not supported`},
 		},
 	}
 	for _, c := range cases {

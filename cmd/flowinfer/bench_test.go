@@ -106,4 +106,32 @@ func TestGen(t *testing.T) {
 	if _, _, err := flowinfer(t, "gen", "--preset", "demo", "--type", "Q9_9", "--pure", "-o", filepath.Join(dir, "x.gguf")); err == nil {
 		t.Error("unknown type accepted")
 	}
+	// RoPE scaling and context overrides (the rope-scaling golden's models).
+	out := filepath.Join(dir, "yarn.gguf")
+	if _, stderr, err := flowinfer(t, "gen", "--preset", "demo", "--type", "F32", "--pure", "--ctx", "1024", "--rope-scaling", "yarn",
+		"--rope-factor", "4", "--rope-orig-ctx", "256", "-o", out); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	f, err := gguf.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	typ, _ := f.GetString("llama.rope.scaling.type")
+	fac, _ := f.GetFloat("llama.rope.scaling.factor")
+	orig, _ := f.GetUint("llama.rope.scaling.original_context_length")
+	ctx, _ := f.GetUint("llama.context_length")
+	if typ != "yarn" || fac != 4 || orig != 256 || ctx != 1024 {
+		t.Errorf("rope scaling keys: type %q factor %g original context %d context %d", typ, fac, orig, ctx)
+	}
+	for _, args := range [][]string{
+		{"--rope-factor", "4"}, // no --rope-scaling
+		{"--rope-scaling", "longrope"},
+		{"--rope-scaling", "yarn", "--rope-factor", "-4"},
+		{"--ctx", "-1"},
+	} {
+		if _, _, err := flowinfer(t, append([]string{"gen", "--preset", "demo", "-o", filepath.Join(dir, "x.gguf")}, args...)...); err == nil {
+			t.Errorf("gen %v accepted", args)
+		}
+	}
 }

@@ -24,6 +24,12 @@ type GenCmd struct {
 	// PlainRouter keeps the golden recipe's router for presets that make
 	// routing realistic (qwen3-30b-a3b).
 	PlainRouter bool `name:"plain-router" help:"MoE presets: the golden models' router (a few experts take almost every token) instead of the realistic one."`
+	// Context and RoPE scaling overrides (long-context tests).
+	Ctx            int     `name:"ctx" help:"<arch>.context_length instead of the preset's."`
+	RopeScaling    string  `name:"rope-scaling" enum:",none,linear,yarn" default:"" help:"Write rope.scaling.type: none, linear or yarn (default: no scaling keys)."`
+	RopeFactor     float32 `name:"rope-factor" help:"rope.scaling.factor (with --rope-scaling)."`
+	RopeOrigCtx    int     `name:"rope-orig-ctx" help:"rope.scaling.original_context_length (with --rope-scaling)."`
+	RopeAttnFactor float32 `name:"rope-attn-factor" help:"rope.scaling.attn_factor (with --rope-scaling)."`
 }
 
 func (c *GenCmd) Run(g *Globals) error {
@@ -34,6 +40,13 @@ func (c *GenCmd) Run(g *Globals) error {
 	if c.PlainRouter {
 		spec.RouterSigma, spec.EmbdStd, spec.AttnOutStd = 0, 0, 0
 	}
+	if c.Ctx < 0 {
+		return fmt.Errorf("gen: --ctx %d must be positive", c.Ctx)
+	}
+	if c.Ctx > 0 {
+		spec.NCtx = c.Ctx
+	}
+	spec.RopeScaling, spec.RopeFactor, spec.RopeOrigCtx, spec.RopeAttnFactor = c.RopeScaling, c.RopeFactor, c.RopeOrigCtx, c.RopeAttnFactor
 	opts := synth.Options{Seed: c.Seed}
 	if c.Pure {
 		t, ok := quant.TypeByName(c.Type)

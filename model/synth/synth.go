@@ -24,6 +24,7 @@ package synth
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -53,6 +54,13 @@ type Spec struct {
 	RMSEps      float32
 	Tied        bool // no output.weight: the output reuses token_embd
 	Name        string
+	// RoPE scaling keys (written only when RopeScaling is set): type none,
+	// linear or yarn, and when non-zero rope.scaling.factor,
+	// rope.scaling.original_context_length and rope.scaling.attn_factor.
+	RopeScaling    string
+	RopeFactor     float32
+	RopeOrigCtx    int
+	RopeAttnFactor float32
 	// Routing realism (qwen3moe; zero values keep the golden recipe). A
 	// random model's residual stream is dominated by the attention's
 	// average over the context, the same for every token, so its router
@@ -205,6 +213,9 @@ func (s Spec) normalize() (Spec, error) {
 	if !(s.RopeBase > 0) || !(s.RMSEps > 0) {
 		return s, fmt.Errorf("synth: RopeBase %g and RMSEps %g must be positive", s.RopeBase, s.RMSEps)
 	}
+	if err := s.checkRopeScaling(); err != nil {
+		return s, err
+	}
 	if s.Arch == "qwen3moe" {
 		if s.NExpert == 0 || s.NExpertUsed == 0 || s.NExpertUsed > s.NExpert || s.NFFExp == 0 {
 			return s, fmt.Errorf("synth: qwen3moe needs NExpert > 0, NExpertUsed in [1, NExpert] and NFFExp > 0 (have %d, %d, %d)",
@@ -222,6 +233,30 @@ func (s Spec) normalize() (Spec, error) {
 		s.Name = "synth-" + s.Arch
 	}
 	return s, nil
+}
+
+// checkRopeScaling checks the RoPE scaling fields.
+func (s Spec) checkRopeScaling() error {
+	finite := func(x float32) bool { return x > 0 && !math.IsInf(float64(x), 0) }
+	switch s.RopeScaling {
+	case "":
+		if s.RopeFactor != 0 || s.RopeOrigCtx != 0 || s.RopeAttnFactor != 0 {
+			return fmt.Errorf("synth: RopeFactor, RopeOrigCtx and RopeAttnFactor need RopeScaling (none, linear or yarn)")
+		}
+		return nil
+	case "none", "linear", "yarn":
+	default:
+		return fmt.Errorf("synth: rope scaling type %q is not supported (supported: none, linear, yarn)", s.RopeScaling)
+	}
+	switch {
+	case s.RopeFactor != 0 && !finite(s.RopeFactor):
+		return fmt.Errorf("synth: rope scaling factor %g must be positive and finite", s.RopeFactor)
+	case s.RopeAttnFactor != 0 && !finite(s.RopeAttnFactor):
+		return fmt.Errorf("synth: rope attn_factor %g must be positive and finite", s.RopeAttnFactor)
+	case s.RopeOrigCtx < 0 || s.RopeOrigCtx > maxDim:
+		return fmt.Errorf("synth: rope original context %d is out of range [0, %d]", s.RopeOrigCtx, maxDim)
+	}
+	return nil
 }
 
 // prepare normalizes s and resolves the vocabulary: its tokenizer.* pairs
@@ -317,6 +352,18 @@ func setMetadata(gw *gguf.Writer, s Spec, o Options, vocab []gguf.KV, ftype uint
 	gw.Set(a+"rope.freq_base", gguf.Float32(s.RopeBase))
 	gw.Set(a+"attention.layer_norm_rms_epsilon", gguf.Float32(s.RMSEps))
 	u("vocab_size", s.NVocab)
+	if s.RopeScaling != "" {
+		gw.Set(a+"rope.scaling.type", gguf.String(s.RopeScaling))
+		if s.RopeFactor != 0 {
+			gw.Set(a+"rope.scaling.factor", gguf.Float32(s.RopeFactor))
+		}
+		if s.RopeOrigCtx > 0 {
+			u("rope.scaling.original_context_length", s.RopeOrigCtx)
+		}
+		if s.RopeAttnFactor != 0 {
+			gw.Set(a+"rope.scaling.attn_factor", gguf.Float32(s.RopeAttnFactor))
+		}
+	}
 	if s.Arch == "llama" {
 		u("rope.dimension_count", s.HeadDim)
 	}

@@ -168,6 +168,33 @@ func slicesEqual(a, b []int32) bool {
 }
 
 // small is a llama spec whose rows are whole 256-blocks.
+// withRope returns s with the given RoPE scaling fields.
+func withRope(s synth.Spec, typ string, factor float32, origCtx int, attn float32) synth.Spec {
+	s.RopeScaling, s.RopeFactor, s.RopeOrigCtx, s.RopeAttnFactor = typ, factor, origCtx, attn
+	return s
+}
+
+// TestRopeScaling: the RoPE scaling fields become rope.scaling.* keys that
+// model.ReadHyper resolves (the keys are written only when set).
+func TestRopeScaling(t *testing.T) {
+	f, _ := write(t, small(), synth.Options{})
+	if _, ok := f.Get("llama.rope.scaling.type"); ok {
+		t.Error("rope.scaling.type written without RopeScaling")
+	}
+	f, _ = write(t, withRope(small(), "yarn", 4, 256, 0.5), synth.Options{})
+	h, err := model.ReadHyper(f, "llama")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.RopeScaling != "yarn" || h.RopeScale != 0.25 || h.RopeExtFactor != 1 || h.NCtxOrig != 256 || !(h.RopeAttnFactor > 0.49 && h.RopeAttnFactor < 0.51) {
+		t.Errorf("yarn: %+v", h)
+	}
+	f, _ = write(t, withRope(small(), "none", 0, 0, 0), synth.Options{})
+	if h, err = model.ReadHyper(f, "llama"); err != nil || h.RopeScaling != "none" || h.RopeScale != 1 {
+		t.Errorf("none: %+v, %v", h, err)
+	}
+}
+
 func small() synth.Spec {
 	return synth.Spec{Arch: "llama", NEmbd: 256, NLayer: 2, NHead: 8, NHeadKV: 4, NFF: 512}
 }
@@ -343,6 +370,12 @@ func TestErrors(t *testing.T) {
 		{"type", good, synth.Options{Type: quant.Q2_K}},
 		{"unknown type", good, synth.Options{Type: quant.Type(99)}},
 		{"no fallback", synth.Spec{Arch: "llama", NEmbd: 256, NLayer: 1, NHead: 4, NFF: 200}, synth.Options{Mix: "Q8_0"}},
+		{"rope scaling type", withRope(good, "ntk", 4, 0, 0), synth.Options{}},
+		{"rope factor without type", withRope(good, "", 4, 0, 0), synth.Options{}},
+		{"rope factor -1", withRope(good, "yarn", -1, 256, 0), synth.Options{}},
+		{"rope factor NaN", withRope(good, "linear", float32(math.NaN()), 0, 0), synth.Options{}},
+		{"rope attn_factor Inf", withRope(good, "yarn", 4, 256, float32(math.Inf(1))), synth.Options{}},
+		{"rope original context", withRope(good, "yarn", 4, -1, 0), synth.Options{}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

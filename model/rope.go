@@ -1,0 +1,162 @@
+package model
+
+// rope.go: RoPE scaling read from GGUF metadata and resolved as llama.cpp
+// resolves it (llama_model::load_hparams, the llama_context constructor,
+// ggml_rope_yarn_corr_dims): rope.scaling.type none, linear or yarn, with
+// rope.scaling.factor, rope.scaling.original_context_length and
+// rope.scaling.attn_factor. It does not do longrope (per-context factor
+// tensors), deepseek2's yarn_log_multiplier, or hunyuan's NTK alpha; files
+// that ask for them are refused by name.
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/flowinfer/flowinfer/io/gguf"
+)
+
+// YaRN's ramp bounds, llama.cpp's defaults (llama_hparams.yarn_beta_fast,
+// yarn_beta_slow): rotations that turn more than yarnBetaFast times over the
+// original context are extrapolated (left alone), those that turn less than
+// yarnBetaSlow times are interpolated (divided by the factor).
+const (
+	yarnBetaFast = 32
+	yarnBetaSlow = 1
+)
+
+// MScale is what ggml's rope_yarn multiplies cos and sin by: AttnFactor
+// (0 means 1), times 1 + 0.1·ln(1/Scale) when YaRN is on (ExtFactor != 0).
+func (r *Rope) MScale() float32 {
+	m := r.AttnFactor
+	if m == 0 {
+		m = 1
+	}
+	if r.ExtFactor != 0 {
+		m *= 1 + 0.1*logf(1/r.Scale)
+	}
+	return m
+}
+
+// YarnRamp is ggml's rope_yarn_ramp for pair i: 1 for pairs at or below
+// low (extrapolated), 0 at or above high (interpolated), linear between.
+func YarnRamp(low, high float32, i int) float32 {
+	y := (float32(i) - low) / max(0.001, high-low)
+	return 1 - min(1, max(0, y))
+}
+
+// YarnCorrDims is ggml_rope_yarn_corr_dims: the pair indices where YaRN's
+// ramp starts and ends for nDims rotated dimensions, an original context of
+// nCtxOrig and the given base, in float32 as ggml computes them.
+func YarnCorrDims(nDims, nCtxOrig int, base, betaFast, betaSlow float32) [2]float32 {
+	corr := func(nRot float32) float32 {
+		return float32(nDims) * logf(float32(nCtxOrig)/(nRot*2*float32(math.Pi))) / (2 * logf(base))
+	}
+	start := float32(math.Floor(float64(corr(betaFast))))
+	end := float32(math.Ceil(float64(corr(betaSlow))))
+	return [2]float32{max(0, start), min(float32(nDims-1), end)}
+}
+
+// logf is C's logf: the float32 natural logarithm.
+func logf(x float32) float32 { return float32(math.Log(float64(x))) }
+
+// readRopeScaling sets h's RoPE scaling fields from the rope.scaling.* keys
+// (after RopeDim and RopeBase are known), as llama.cpp does: no type key
+// means linear, the factor falls back to the older rope.scale_linear,
+// attn_factor applies to every type, and YaRN's attention factor is
+// llama_context's get_mscale(factor, 1) / (1 + 0.1·ln factor) times it, which
+// ggml's rope_yarn multiplies back by 1 + 0.1·ln factor.
+func readRopeScaling(k *keyReader, h *Hyper) error {
+	p := h.Arch + ".rope."
+	typ := "linear"
+	if v, ok := k.f.Get(p + "scaling.type"); ok {
+		s, ok := v.Str()
+		if !ok {
+			return fmt.Errorf("model: key %q: want a string, got %s", p+"scaling.type", v)
+		}
+		typ = s
+	}
+	switch typ {
+	case "none", "linear", "yarn":
+	default:
+		return fmt.Errorf("model: rope scaling type %q is not supported (supported: none, linear, yarn; llama3 via rope_freqs)", typ)
+	}
+	factor, err := positiveKey(k.f, p+"scaling.factor", 1)
+	if err != nil {
+		return err
+	}
+	if _, ok := k.f.Get(p + "scaling.factor"); !ok {
+		if factor, err = positiveKey(k.f, p+"scale_linear", 1); err != nil {
+			return err
+		}
+	}
+	attn, err := positiveKey(k.f, p+"scaling.attn_factor", 1)
+	if err != nil {
+		return err
+	}
+	h.NCtxOrig = h.NCtxTrain
+	if _, ok := k.f.Get(p + "scaling.original_context_length"); ok {
+		if h.NCtxOrig = k.uint("rope.scaling.original_context_length", 0, false); k.err != nil {
+			return k.err
+		}
+		if h.NCtxOrig == 0 {
+			return fmt.Errorf("model: key %q is 0; want a positive context length", p+"scaling.original_context_length")
+		}
+	}
+	// Keys llama.cpp's converter may write but its loader ignores for these
+	// architectures: accepted at llama.cpp's defaults, refused otherwise
+	// rather than silently computing something else.
+	for _, d := range []struct {
+		key string
+		def float32
+	}{
+		{"scaling.yarn_ext_factor", -1}, {"scaling.yarn_attn_factor", 1}, {"scaling.yarn_beta_fast", yarnBetaFast},
+		{"scaling.yarn_beta_slow", yarnBetaSlow}, {"scaling.yarn_log_multiplier", 0}, {"scaling.alpha", 0},
+	} {
+		v, ok := k.f.Get(p + d.key)
+		if !ok {
+			continue
+		}
+		if x, ok := v.Float(); !ok || float32(x) != d.def {
+			got := v.String()
+			if ok {
+				got = fmt.Sprint(float32(x))
+			}
+			return fmt.Errorf("model: key %q = %s is not supported (llama.cpp ignores it for %s; only its default %g is accepted)", p+d.key, got, h.Arch, d.def)
+		}
+	}
+	h.RopeScaling = typ
+	h.RopeScale = 1 / factor
+	if typ == "none" {
+		h.RopeScale = 1
+	}
+	h.RopeAttnFactor = 1
+	if typ == "yarn" {
+		h.RopeExtFactor = 1
+		f := 1 / h.RopeScale
+		a := float32(1)
+		if f > 1 {
+			a = 0.1*logf(f) + 1
+		}
+		a *= 1 / (1 + 0.1*logf(f))
+		h.RopeAttnFactor = a
+	}
+	h.RopeAttnFactor *= attn
+	return nil
+}
+
+// positiveKey reads an optional float key that must be finite and
+// positive when present.
+func positiveKey(f *gguf.File, key string, def float32) (float32, error) {
+	v, ok := f.Get(key)
+	if !ok {
+		return def, nil
+	}
+	x, ok := v.Float()
+	if !ok {
+		return def, fmt.Errorf("model: key %q: want a number, got %s", key, v)
+	}
+	if fx := float32(x); fx > 0 && !math.IsInf(float64(fx), 0) {
+		return fx, nil
+	}
+	return def, fmt.Errorf("model: key %q = %s: want a positive finite number", key, v)
+}
