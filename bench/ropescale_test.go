@@ -129,7 +129,7 @@ func TestRopeScalingGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			toks := b.Tokenizer.Encode(text, true, false)
-			r, err := bench.Perplexity(context.Background(), mctx, toks, nCtx, b.Tokenizer.BOS(), nil)
+			r, err := bench.Perplexity(context.Background(), mctx, toks, bench.PerplexityOptions{NCtx: nCtx, BOS: b.Tokenizer.BOS()})
 			if err != nil {
 				t.Fatal(err)
 			}
