@@ -18,6 +18,7 @@ enum {
 	FI_AVX2 = 1,       // AVX2 + FMA + F16C (the kern_avx2*.c files)
 	FI_AVX512 = 2,     // AVX-512 F, BW, VL, DQ and VNNI (kern_avx512.c)
 	FI_AVX512BF16 = 4, // AVX512_BF16 (vdpbf16ps)
+	FI_AMD = 8,        // an AMD CPU (kernel choices measured per vendor)
 };
 
 // ggml type numbers used by the kernels.

@@ -22,6 +22,7 @@ import (
 const (
 	featAVX2   = C.FI_AVX2
 	featAVX512 = C.FI_AVX512
+	featAMD    = C.FI_AMD
 )
 
 // cgoKernels reports whether the C kernels are built in.
@@ -75,6 +76,12 @@ func packC(isa ISA, wt quant.Type, w []byte, rowBytes, rows, cols int, dst []byt
 }
 
 func gemmPackedC(isa ISA, wt quant.Type, pk []byte, cols, r0, r1 int, a []byte, arb, nAct int, out []float32, outStride int) {
+	if isa == ISAAVX512 && nAct == 1 && cpuFeatures()&featAMD != 0 {
+		// On AMD Zen 4 the AVX2 matrix-vector kernels stream packed weights
+		// from memory twice as fast as the AVX-512 ones (docs/decisions.md);
+		// both read the same packed layout.
+		isa = ISAAVX2
+	}
 	switch isa {
 	case ISAAVX2:
 		C.fi_gemm_packed_avx2(C.int(wt), (*C.uint8_t)(ptr(pk)), C.int64_t(cols), C.int64_t(r0), C.int64_t(r1),

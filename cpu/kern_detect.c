@@ -20,6 +20,7 @@ static int detect(void) {
 		f |= FI_AVX512;
 		if (__builtin_cpu_supports("avx512bf16")) f |= FI_AVX512BF16;
 	}
+	if (__builtin_cpu_is("amd")) f |= FI_AMD;
 #ifdef FI_SIMDE
 	// Test build: kern_avx512.c runs on SIMDe's portable intrinsics.
 	if (f & FI_AVX2) f |= FI_AVX512 | FI_AVX512BF16;

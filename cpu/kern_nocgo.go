@@ -10,6 +10,7 @@ import "github.com/flowinfer/flowinfer/quant"
 const (
 	featAVX2   = 1
 	featAVX512 = 2
+	featAMD    = 8
 )
 
 const cgoKernels = false

@@ -30,6 +30,7 @@ type GenCmd struct {
 	RopeFactor     float32 `name:"rope-factor" help:"rope.scaling.factor (with --rope-scaling)."`
 	RopeOrigCtx    int     `name:"rope-orig-ctx" help:"rope.scaling.original_context_length (with --rope-scaling)."`
 	RopeAttnFactor float32 `name:"rope-attn-factor" help:"rope.scaling.attn_factor (with --rope-scaling)."`
+	KOutliers      float64 `name:"k-outliers" help:"Plant outlier channels in K, as real models' K caches have: 4 of every head's dimensions (per layer) scaled by this factor through attn_k_norm (qwen3 and qwen3moe presets)."`
 }
 
 func (c *GenCmd) Run(g *Globals) error {
@@ -47,6 +48,7 @@ func (c *GenCmd) Run(g *Globals) error {
 		spec.NCtx = c.Ctx
 	}
 	spec.RopeScaling, spec.RopeFactor, spec.RopeOrigCtx, spec.RopeAttnFactor = c.RopeScaling, c.RopeFactor, c.RopeOrigCtx, c.RopeAttnFactor
+	spec.KOutliers = c.KOutliers
 	opts := synth.Options{Seed: c.Seed}
 	if c.Pure {
 		t, ok := quant.TypeByName(c.Type)

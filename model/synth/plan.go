@@ -103,6 +103,7 @@ type Tensor struct {
 	role  role
 	std   float64
 	sigma float64 // router: lognormal σ of the per-expert scales (0: the golden table)
+	boost float64 // norms: kOutlierChannels channels times this (0: none)
 	layer int     // -1 outside the blocks
 }
 
@@ -190,6 +191,7 @@ func tensorList(s Spec) []Tensor {
 		case "qwen3", "qwen3moe":
 			add(i, "attn_q_norm.weight", roleNorm, 0.1, s.HeadDim)
 			add(i, "attn_k_norm.weight", roleNorm, 0.1, s.HeadDim)
+			ts[len(ts)-1].boost = s.KOutliers
 		}
 		add(i, "ffn_norm.weight", roleNorm, 0.1, e)
 		if s.NExpert > 0 {

@@ -90,6 +90,15 @@ func writeSmall(w io.Writer, t *Tensor, table *[65536]float32, k float32, seed u
 			scale[i], scale[j] = scale[j], scale[i]
 		}
 	}
+	boosted := map[int]bool{}
+	if t.boost > 0 {
+		// the outlier channels: distinct, drawn from the tensor's own stream
+		// after its values' (so the other channels are unchanged)
+		rb := chunkRand(seed, t.Name+"/outliers", 0)
+		for len(boosted) < min(kOutlierChannels, cols) {
+			boosted[int((rb.Uint64()>>32)*uint64(cols)>>32)] = true
+		}
+	}
 	buf := make([]byte, 4*cols)
 	for row := range rows {
 		for c := range cols {
@@ -97,6 +106,9 @@ func writeSmall(w io.Writer, t *Tensor, table *[65536]float32, k float32, seed u
 			switch t.role {
 			case roleNorm:
 				v = 1 + v
+				if boosted[c] {
+					v *= float32(t.boost)
+				}
 			case roleRouter:
 				v *= scale[row]
 			}

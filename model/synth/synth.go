@@ -71,7 +71,16 @@ type Spec struct {
 	// token's own embedding carries weight against the context average
 	// (choices that vary from token to token but still correlate).
 	RouterSigma, EmbdStd, AttnOutStd float64
+	// KOutliers > 0 plants outlier channels in K, as real Qwen and Llama
+	// K caches have (a few channels orders of magnitude larger than the
+	// rest): kOutlierChannels of every head's dimensions, chosen per
+	// layer, get their attn_k_norm weight multiplied by KOutliers (qwen3
+	// and qwen3moe, whose K is normalized per head before RoPE).
+	KOutliers float64
 }
+
+// kOutlierChannels is how many of a head's K dimensions KOutliers scales.
+const kOutlierChannels = 4
 
 // Preset returns a named shape:
 //
@@ -209,6 +218,9 @@ func (s Spec) normalize() (Spec, error) {
 		if qwen {
 			s.RMSEps = 1e-6
 		}
+	}
+	if s.KOutliers != 0 && (!(s.KOutliers > 0) || math.IsInf(s.KOutliers, 0) || !qwen || s.Arch == "qwen2") {
+		return s, fmt.Errorf("synth: K outliers %g: need a finite factor > 0 and a qwen3 or qwen3moe model (K normalized per head); %s has none", s.KOutliers, s.Arch)
 	}
 	if !(s.RopeBase > 0) || !(s.RMSEps > 0) {
 		return s, fmt.Errorf("synth: RopeBase %g and RMSEps %g must be positive", s.RopeBase, s.RMSEps)

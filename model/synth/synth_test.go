@@ -7,12 +7,14 @@ package synth_test
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"math"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/flowinfer/flowinfer/cpu"
@@ -464,5 +466,49 @@ func TestPresets(t *testing.T) {
 			bytes += p.Bytes
 		}
 		t.Logf("%s (built-in vocab): %d tensors, %.1fM parameters, Q4_K_M %.1f MB", name, len(plan), float64(params)/1e6, float64(bytes)/1e6)
+	}
+}
+
+// TestKOutliers: KOutliers scales exactly kOutlierChannels (4) of each
+// layer's attn_k_norm weights and leaves every other tensor as it was; it
+// is refused for architectures without a per-head K norm.
+func TestKOutliers(t *testing.T) {
+	s := synth.Spec{Arch: "qwen3", NEmbd: 256, NLayer: 2, NHead: 4, NHeadKV: 2, HeadDim: 64, NFF: 512}
+	plainF, plain := write(t, s, synth.Options{Seed: 3})
+	s.KOutliers = 50
+	f, data := write(t, s, synth.Options{Seed: 3})
+	f32 := func(f *gguf.File, data []byte, i, j int) float32 {
+		tt := f.Tensors[i]
+		return math.Float32frombits(binary.LittleEndian.Uint32(data[f.DataOffset+tt.Offset+uint64(4*j):]))
+	}
+	for i, tt := range f.Tensors {
+		pt := plainF.Tensors[i]
+		a := data[f.DataOffset+tt.Offset:][:tt.Size]
+		b := plain[plainF.DataOffset+pt.Offset:][:pt.Size]
+		if !strings.HasSuffix(tt.Name, "attn_k_norm.weight") {
+			if !bytes.Equal(a, b) {
+				t.Errorf("%s changed", tt.Name)
+			}
+			continue
+		}
+		boosted := 0
+		for j := range int(tt.Size / 4) {
+			x, y := f32(f, data, i, j), f32(plainF, plain, i, j)
+			switch x {
+			case y:
+			case y * 50:
+				boosted++
+			default:
+				t.Errorf("%s[%d] = %v, was %v", tt.Name, j, x, y)
+			}
+		}
+		if boosted != 4 {
+			t.Errorf("%s: %d channels boosted, want 4", tt.Name, boosted)
+		}
+	}
+	s.Arch = "llama"
+	var buf bytes.Buffer
+	if err := synth.Write(&buf, s, synth.Options{}); err == nil || !strings.Contains(err.Error(), "K outliers") {
+		t.Errorf("llama with K outliers: %v", err)
 	}
 }
