@@ -18,8 +18,9 @@ import (
 // DecodeBytes returns the weight bytes one single-token decode step reads
 // at position pos: every matrix of every layer (for MoE, the router plus
 // NExpertUsed of NExpert experts' share), the output matrix, one embedding
-// row, and the K and V cache rows of positions 0..pos (float32).
-func DecodeBytes(m *model.Model, pos int) int64 {
+// row, and the K and V cache rows of positions 0..pos, kvPerToken bytes
+// each (model.KVBytesPerToken of the cache's types).
+func DecodeBytes(m *model.Model, kvPerToken int, pos int) int64 {
 	var n int64
 	size := func(w *model.Weight) {
 		if w != nil {
@@ -43,7 +44,7 @@ func DecodeBytes(m *model.Model, pos int) int64 {
 			n += exp * int64(m.NExpertUsed) / int64(m.NExpert)
 		}
 	}
-	n += int64(m.NLayer) * int64(pos+1) * int64(m.KDim()+m.VDim()) * 4
+	n += int64(pos+1) * int64(kvPerToken)
 	return n
 }
 

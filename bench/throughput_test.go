@@ -219,8 +219,15 @@ func TestDecodeBytes(t *testing.T) {
 			want += int64(tn.Size)
 		}
 	}
-	want += int64(m.TokEmbd.RowBytes) + int64(m.NLayer*10*(m.KDim()+m.VDim())*4)
-	if got := bench.DecodeBytes(m, 9); got != want {
+	kv, err := model.KVBytesPerToken(&m.Hyper, model.KVTypes{K: model.KVQ8_0, V: model.KVF16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kv != m.NLayer*(m.KDim()/32*34+m.VDim()*2) {
+		t.Errorf("q8_0/f16 cache: %d bytes per token", kv)
+	}
+	want += int64(m.TokEmbd.RowBytes) + int64(10*kv)
+	if got := bench.DecodeBytes(m, kv, 9); got != want {
 		t.Errorf("DecodeBytes = %d, want %d", got, want)
 	}
 }

@@ -163,7 +163,7 @@ func (c *BenchCmd) Run(g *Globals) error {
 		}
 	}
 	if c.Roofline {
-		printRoofline(b.Model, backend.Threads(), maxN, rs)
+		printRoofline(b.Model, c.kvTypes(), backend.Threads(), rs)
 	}
 	return nil
 }
@@ -189,19 +189,26 @@ func minOf(x []int) int {
 	return m
 }
 
-// printRoofline prints the decode ceiling: weight and cache bytes read per
-// token (at the tg test's mean position) over the read bandwidth measured
-// now with as many threads.
-func printRoofline(m *model.Model, threads, nGen int, rs []bench.Result) {
-	perTok := bench.DecodeBytes(m, nGen/2)
+// printRoofline prints each tg test's decode ceiling: the weight bytes
+// and the K and V cache bytes (in the cache's types) read per token at the
+// test's mean position, over the read bandwidth measured now with as many
+// threads.
+func printRoofline(m *model.Model, kv model.KVTypes, threads int, rs []bench.Result) {
+	kvTok, err := model.KVBytesPerToken(&m.Hyper, kv)
+	if err != nil {
+		kvTok = 0 // the context was made, so this cannot happen
+	}
 	bw := bench.ReadBandwidth(1<<30, threads, 5)
-	ceil := bw / float64(perTok)
-	fmt.Fprintf(os.Stderr, "roofline: %.1f MB read per token, read bandwidth %.1f GB/s (%d threads): ceiling %.1f t/s\n",
-		float64(perTok)/1e6, bw/1e9, threads, ceil)
+	w := bench.DecodeBytes(m, 0, -1)
+	fmt.Fprintf(os.Stderr, "roofline: read bandwidth %.1f GB/s (%d threads); %.1f MB of weights and %d bytes of %s KV cache per cached token read per token\n",
+		bw/1e9, threads, float64(w)/1e6, kvTok, kv)
 	for i := range rs {
 		if rs[i].NGen > 0 {
-			fmt.Fprintf(os.Stderr, "roofline: %s %.2f t/s = %.0f%% of the ceiling (%.1f GB/s)\n",
-				rs[i].Name(), rs[i].AvgTS(), 100*rs[i].AvgTS()/ceil, rs[i].AvgTS()*float64(perTok)/1e9)
+			pos := rs[i].NDepth + rs[i].NGen/2
+			perTok := bench.DecodeBytes(m, kvTok, pos)
+			ceil := bw / float64(perTok)
+			fmt.Fprintf(os.Stderr, "roofline: %s: %.1f MB per token (KV %.1f MB), ceiling %.1f t/s; %.2f t/s = %.0f%% of it (%.1f GB/s)\n",
+				rs[i].Name(), float64(perTok)/1e6, float64(perTok-w)/1e6, ceil, rs[i].AvgTS(), 100*rs[i].AvgTS()/ceil, rs[i].AvgTS()*float64(perTok)/1e9)
 		}
 	}
 }
