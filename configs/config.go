@@ -116,6 +116,9 @@ type KVCache struct {
 	// TurboQuant types tq4 and tq3.
 	TypeK string `yaml:"type_k"`
 	TypeV string `yaml:"type_v"`
+	// Protect keeps the first and the last Protect layers in f16 when a
+	// type is quantized (q8_0, q4_0, tq4, tq3).
+	Protect int `yaml:"protect"`
 	// CtxSize is the number of cells per sequence (the context); 0 = the
 	// model's training context, at most 4096.
 	CtxSize int `yaml:"ctx_size"`
@@ -227,6 +230,7 @@ func (c *Config) Validate() error {
 	between("pipeline.kv_cache.ctx_size", p.KVCache.CtxSize, 0, 1<<24)
 	oneOf("pipeline.kv_cache.type_k", p.KVCache.TypeK, KVTypes())
 	oneOf("pipeline.kv_cache.type_v", p.KVCache.TypeV, KVTypes())
+	between("pipeline.kv_cache.protect", p.KVCache.Protect, 0, 1<<16)
 	oneOf("pipeline.io_engine", p.IOEngine, IOEngines())
 	if p.RAMPool < 0 {
 		bad("pipeline.ram_pool", "must not be negative")

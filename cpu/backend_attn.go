@@ -98,9 +98,10 @@ type attnTask struct {
 	block    int // batch rows per prefill unit
 	units    []attnUnit
 	regions  []kvRegion
-	packed   []float32 // the regions' K and V
-	packTmp  []float32 // packKV's converted V rows
-	dkp, dvp int       // K and V head widths in the packed (rotated for TurboQuant) domain
+	packed   []float32     // the regions' K and V
+	packTmp  []float32     // packKV's converted V rows
+	dkp, dvp int           // K and V head widths in the packed (rotated for TurboQuant) domain
+	lt       model.KVLayer // the layer's KV types and bytes per head
 	next     atomic.Int64
 	scratch  []attnScratch
 }
@@ -121,6 +122,7 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 	a.k, a.out, a.q, a.kv, a.layer, a.seq, a.pos, a.h, a.scale = b.k, out, q, kv, layer, seq, pos, h, scale
 	a.group = h.NHead / h.NHeadKV
 	G := a.group
+	a.lt = kv.Layer(layer)
 	a.dkp, a.dvp = h.HeadDimK, h.HeadDimV
 	if tq := kv.TurboK(layer, 0); tq != nil {
 		a.dkp = tq.Padded()
@@ -178,13 +180,13 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 			s.l = grow(s.l, rp)
 		}
 		s.scores = grow(s.scores, n)
-		if kv.Types.K != model.KVF32 {
-			vt := quant.VecDotType(quantOf(kv.Types.K))
+		if a.lt.K != model.KVF32 {
+			vt := quant.VecDotType(quantOf(a.lt.K))
 			rb, _ := quant.RowBytes(vt, h.HeadDimK)
 			s.qq = grow(s.qq, G*rb)
 			s.qrot = grow(s.qrot, G*a.dkp)
 		}
-		if kv.Types != (model.KVTypes{}) {
+		if a.lt.K != model.KVF32 || a.lt.V != model.KVF32 {
 			s.dec = grow(s.dec, kvChunk*max(a.dkp, a.dvp))
 			s.vacc = grow(s.vacc, G*a.dvp)
 		}
@@ -204,7 +206,7 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 func (a *attnTask) packKV() {
 	h, kv := a.h, a.kv
 	dk, dv := a.dkp, a.dvp
-	if kv.Types.V != model.KVF32 {
+	if a.lt.V != model.KVF32 {
 		a.packTmp = grow(a.packTmp, kvChunk*dv)
 	}
 	ri := 0
@@ -222,13 +224,13 @@ func (a *attnTask) packKV() {
 				for kh := range h.NHeadKV {
 					kr, vr := kv.KHeadRows(a.layer, kh, s, j0, L), kv.VHeadRows(a.layer, kh, s, j0, L)
 					kd := a.packed[reg.k+(kh*n+j0)*dk:][:L*dk]
-					a.toF32(kv.Types.K, kv.TurboK(a.layer, kh), kr, kv.KHead, L, h.HeadDimK, kd, dk)
+					a.toF32(a.lt.K, kv.TurboK(a.layer, kh), kr, a.lt.KHead, L, h.HeadDimK, kd, dk)
 					vp := a.packed[reg.v+kh*n*dv:][:n*dv]
-					if kv.Types.V == model.KVF32 {
+					if a.lt.V == model.KVF32 {
 						FlashPackV(vp, n, j0, bytesF32(vr), dv, dv, L)
 						continue
 					}
-					a.toF32(kv.Types.V, kv.TurboV(a.layer, kh), vr, kv.VHead, L, h.HeadDimV, a.packTmp, dv)
+					a.toF32(a.lt.V, kv.TurboV(a.layer, kh), vr, a.lt.VHead, L, h.HeadDimV, a.packTmp, dv)
 					FlashPackV(vp, n, j0, a.packTmp, dv, dv, L)
 				}
 				j0 += L
@@ -303,10 +305,10 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 			tk.Rotate(sc.qrot[g*P:(g+1)*P], qg[g*dk:(g+1)*dk])
 		}
 		qb = f32bytes(sc.qrot[:G*P])
-	case kv.Types.K == model.KVF32:
+	case a.lt.K == model.KVF32:
 		qb = f32bytes(qg)
 	default:
-		vt := quant.VecDotType(quantOf(kv.Types.K))
+		vt := quant.VecDotType(quantOf(a.lt.K))
 		rb, _ := quant.RowBytes(vt, dk)
 		qb = sc.qq[:G*rb]
 		a.k.QuantizeRows(vt, qg, G, dk, qb)
@@ -315,12 +317,12 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 		n := a.span(s, j, np-j)
 		kr := kv.KHeadRows(a.layer, kh, s, j, n)
 		if tk == nil {
-			a.k.GemmRows(quantOf(kv.Types.K), kr, kv.KHead, dk, 0, n, qb, G, sco[j:], np)
+			a.k.GemmRows(quantOf(a.lt.K), kr, a.lt.KHead, dk, 0, n, qb, G, sco[j:], np)
 		} else {
 			P := tk.Padded()
 			for c := 0; c < n; c += kvChunk {
 				cn := min(kvChunk, n-c)
-				a.k.TurboDecode(tk, kr[c*kv.KHead:], kv.KHead, cn, sc.dec, P)
+				a.k.TurboDecode(tk, kr[c*a.lt.KHead:], a.lt.KHead, cn, sc.dec, P)
 				a.k.GemmRows(quant.F32, f32bytes(sc.dec[:cn*P]), 4*P, P, 0, cn, qb, G, sco[j+c:], np)
 			}
 		}
@@ -343,13 +345,13 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 	for j0 := 0; j0 < np; {
 		n := a.span(s, j0, np-j0)
 		vr := kv.VHeadRows(a.layer, kh, s, j0, n)
-		if kv.Types.V == model.KVF32 {
+		if a.lt.V == model.KVF32 {
 			// each V row once for the whole group (positions in order, as Ref)
 			a.k.AddWeighted(acc, G, dv, sco[j0:], np, bytesF32(vr), dv, n)
 		} else {
 			for c := 0; c < n; c += kvChunk {
 				cn := min(kvChunk, n-c)
-				a.toF32(kv.Types.V, tv, vr[c*kv.VHead:], kv.VHead, cn, dv, sc.dec, ad)
+				a.toF32(a.lt.V, tv, vr[c*a.lt.VHead:], a.lt.VHead, cn, dv, sc.dec, ad)
 				a.k.AddWeighted(acc, G, ad, sco[j0+c:], np, sc.dec[:cn*ad], ad, cn)
 			}
 		}

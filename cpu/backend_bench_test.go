@@ -407,7 +407,7 @@ func BenchmarkAttentionDecode(b *testing.B) {
 		q := randomF32(h.NHead*h.HeadDimK, 3)
 		out := make([]float32, h.NHead*h.HeadDimV)
 		seq, pos := []int32{0}, []int32{depth - 1}
-		bytes := float64(depth * (kv.KStride + kv.VStride))
+		bytes := float64(kv.Bytes())
 		for _, threads := range []int{1, 2} {
 			b.Run(fmt.Sprintf("kv=%s/threads=%d", types, threads), func(b *testing.B) {
 				be := cpu.NewBackend(threads, nil)

@@ -322,3 +322,42 @@ func TestBackendAttentionPaged(t *testing.T) {
 		t.Error("Backend does not declare PagedKV")
 	}
 }
+
+// TestBackendAttentionProtected: a cache whose first and last layers keep
+// f16 (KVTypes.Protect) and whose middle layer is TurboQuant gives Ref's
+// attention in every layer, decode row and prefill chunk alike.
+func TestBackendAttentionProtected(t *testing.T) {
+	h := model.Hyper{NHead: 8, NHeadKV: 2, HeadDimK: 64, HeadDimV: 64, NLayer: 3}
+	const nCtx = 120
+	kv, err := model.NewKVCacheOf(&h, model.KVTypes{K: model.KVTQ4, V: model.KVTQ3, Protect: 1}, nCtx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l := range h.NLayer {
+		for p := range nCtx {
+			kv.SetK(l, 0, p, randomF32(kv.KDim, uint64(1000*l+p)))
+			kv.SetV(l, 0, p, randomF32(kv.VDim, uint64(1000*l+p+500000)))
+		}
+	}
+	var seq, pos []int32
+	for p := 100; p < nCtx; p++ {
+		seq, pos = append(seq, 0), append(pos, int32(p))
+	}
+	q := randomF32(len(seq)*h.NHead*h.HeadDimK, 5)
+	be := newBackend(t, 2)
+	for l, kt := range []model.KVType{model.KVF16, model.KVTQ4, model.KVF16} {
+		if got := kv.Layer(l).K; got != kt {
+			t.Fatalf("layer %d: K type %s, want %s", l, got, kt)
+		}
+		for _, rows := range []int{len(seq), 1} {
+			want := make([]float32, rows*h.NHead*h.HeadDimV)
+			cpu.NewRef().Attention(want, q, kv, l, seq[:rows], pos[:rows], &h, 0.125)
+			got, check := guarded(len(want))
+			be.Attention(got, q, kv, l, seq[:rows], pos[:rows], &h, 0.125)
+			check(t)
+			if e := nmse(got, want); e > kvTol[kt] {
+				t.Errorf("layer %d (%s), %d rows: NMSE %.3g > %.0g", l, kt, rows, e, kvTol[kt])
+			}
+		}
+	}
+}

@@ -20,11 +20,12 @@ func f32Bytes(x []float32) []byte {
 
 // KVCache stores every layer's K and V rows for NSeq sequences of up to
 // NCtx positions, in the types Types (-ctk/-ctv: f32, f16, bf16, q8_0,
-// q4_0, tq4, tq3). A cell (seq, pos) of layer l maps to a row; a row holds
-// NHeadKV heads (KHead/VHead bytes each: a whole number of blocks of a
+// q4_0, tq4, tq3; f16 in Types.Protect layers at each end). A cell
+// (seq, pos) of layer l maps to a row; a row holds NHeadKV heads
+// (Layer(l).KHead/VHead bytes each: a whole number of blocks of a
 // block type, one quant.Turbo row of a TurboQuant type), stored head-major
 // within layout blocks of LB rows: head kh of row r is at byte
-// ((r/LB·NHeadKV + kh)·LB + r%LB)·KHead of K[l], so one head's rows of a
+// ((r/LB·NHeadKV + kh)·LB + r%LB)·Layer(l).KHead of K[l], so one head's rows of a
 // block are back to back and attention streams them. Rows are addressed
 // in one of two ways:
 //
@@ -43,8 +44,6 @@ type KVCache struct {
 	NLayer, NCtx, NSeq int
 	KDim, VDim         int // values per row: NHeadKV × head dimension
 	Types              KVTypes
-	KStride, VStride   int // bytes per row (all heads)
-	KHead, VHead       int // bytes per head
 	LB                 int // rows per layout block
 	K, V               [][]byte
 	// BlockSize is the rows per block, a power of two (0: a contiguous
@@ -54,6 +53,7 @@ type KVCache struct {
 	shift              uint
 	nHead              int
 	headK, headV       int              // head dimensions
+	layers             []KVLayer        // per layer: types and bytes per head
 	tk, tv             [][]*quant.Turbo // [layer][head] codecs of TurboQuant types
 	scratch            []float32        // SetK/SetV's TurboQuant scratch
 }
@@ -93,17 +93,16 @@ func NewKVCacheOf(h *Hyper, t KVTypes, nCtx, nSeq int) (*KVCache, error) {
 
 // newKV fills in a cache's shape and codecs, without storage.
 func newKV(h *Hyper, t KVTypes, nCtx, nSeq int) (*KVCache, error) {
-	kr, vr, err := KVRowBytes(h, t)
+	ls, err := kvLayers(h, t)
 	if err != nil {
 		return nil, err
 	}
 	c := &KVCache{NLayer: h.NLayer, NCtx: nCtx, NSeq: nSeq, KDim: h.KDim(), VDim: h.VDim(), Types: t,
-		KStride: kr, VStride: vr, KHead: kr / h.NHeadKV, VHead: vr / h.NHeadKV,
-		nHead: h.NHeadKV, headK: h.HeadDimK, headV: h.HeadDimV}
-	if c.tk, err = turboCodecs(h, t.K, h.HeadDimK, 'K'); err != nil {
+		nHead: h.NHeadKV, headK: h.HeadDimK, headV: h.HeadDimV, layers: ls}
+	if c.tk, err = turboCodecs(h, ls, true, h.HeadDimK); err != nil {
 		return nil, err
 	}
-	if c.tv, err = turboCodecs(h, t.V, h.HeadDimV, 'V'); err != nil {
+	if c.tv, err = turboCodecs(h, ls, false, h.HeadDimV); err != nil {
 		return nil, err
 	}
 	if c.tk != nil || c.tv != nil {
@@ -112,16 +111,24 @@ func newKV(h *Hyper, t KVTypes, nCtx, nSeq int) (*KVCache, error) {
 	return c, nil
 }
 
-// turboCodecs returns a TurboQuant codec per layer and head for type t
-// (nil for other types), each with its own rotation, seeded by (layer,
+// turboCodecs returns a TurboQuant codec per layer and head for the
+// layers whose K (k) or V half has a TurboQuant type (nil for the others,
+// nil for all if none has), each with its own rotation, seeded by (layer,
 // head, half): caches made for the same model agree.
-func turboCodecs(h *Hyper, t KVType, dim int, half byte) ([][]*quant.Turbo, error) {
-	b := t.Turbo()
-	if b == 0 {
-		return nil, nil
-	}
-	cs := make([][]*quant.Turbo, h.NLayer)
-	for l := range cs {
+func turboCodecs(h *Hyper, ls []KVLayer, k bool, dim int) ([][]*quant.Turbo, error) {
+	var cs [][]*quant.Turbo
+	for l, lt := range ls {
+		t, half := lt.V, byte('V')
+		if k {
+			t, half = lt.K, 'K'
+		}
+		b := t.Turbo()
+		if b == 0 {
+			continue
+		}
+		if cs == nil {
+			cs = make([][]*quant.Turbo, h.NLayer)
+		}
 		cs[l] = make([]*quant.Turbo, h.NHeadKV)
 		for kh := range cs[l] {
 			seed := uint64(l)<<32 | uint64(kh)<<8 | uint64(half)
@@ -135,12 +142,15 @@ func turboCodecs(h *Hyper, t KVType, dim int, half byte) ([][]*quant.Turbo, erro
 	return cs, nil
 }
 
+// Layer returns layer l's K and V types and bytes per head.
+func (c *KVCache) Layer(l int) KVLayer { return c.layers[l] }
+
 func (c *KVCache) alloc(rows int) {
 	c.K = make([][]byte, c.NLayer)
 	c.V = make([][]byte, c.NLayer)
 	for l := range c.K {
-		c.K[l] = make([]byte, rows*c.KStride)
-		c.V[l] = make([]byte, rows*c.VStride)
+		c.K[l] = make([]byte, rows*c.nHead*c.layers[l].KHead)
+		c.V[l] = make([]byte, rows*c.nHead*c.layers[l].VHead)
 	}
 }
 
@@ -206,23 +216,25 @@ func (c *KVCache) off(r, kh, hb int) int {
 	return ((b*c.nHead+kh)*c.LB + r - b*c.LB) * hb
 }
 
-// KHeadRow returns the stored K head kh of (seq, pos) in layer l (KHead
-// bytes).
+// KHeadRow returns the stored K head kh of (seq, pos) in layer l
+// (Layer(l).KHead bytes).
 func (c *KVCache) KHeadRow(l, seq, pos, kh int) []byte {
-	i := c.off(c.row(seq, pos), kh, c.KHead)
-	return c.K[l][i : i+c.KHead]
+	hb := c.layers[l].KHead
+	i := c.off(c.row(seq, pos), kh, hb)
+	return c.K[l][i : i+hb]
 }
 
 // VHeadRow is KHeadRow for V.
 func (c *KVCache) VHeadRow(l, seq, pos, kh int) []byte {
-	i := c.off(c.row(seq, pos), kh, c.VHead)
-	return c.V[l][i : i+c.VHead]
+	hb := c.layers[l].VHead
+	i := c.off(c.row(seq, pos), kh, hb)
+	return c.V[l][i : i+hb]
 }
 
 // TurboK returns the codec of K head kh in layer l (nil unless K is a
 // TurboQuant type); TurboV is the same for V.
 func (c *KVCache) TurboK(l, kh int) *quant.Turbo {
-	if c.tk == nil {
+	if c.tk == nil || c.tk[l] == nil {
 		return nil
 	}
 	return c.tk[l][kh]
@@ -230,7 +242,7 @@ func (c *KVCache) TurboK(l, kh int) *quant.Turbo {
 
 // TurboV is TurboK for V.
 func (c *KVCache) TurboV(l, kh int) *quant.Turbo {
-	if c.tv == nil {
+	if c.tv == nil || c.tv[l] == nil {
 		return nil
 	}
 	return c.tv[l][kh]
@@ -240,19 +252,19 @@ func (c *KVCache) TurboV(l, kh int) *quant.Turbo {
 // converted to the cache's K type. SetK and SetV share scratch: calls on
 // one cache must not run concurrently.
 func (c *KVCache) SetK(l, seq, pos int, x []float32) {
-	r := c.row(seq, pos)
+	r, lt := c.row(seq, pos), &c.layers[l]
 	for kh := range c.nHead {
-		i := c.off(r, kh, c.KHead)
-		c.store(c.K[l][i:i+c.KHead], c.Types.K, c.TurboK(l, kh), x[kh*c.headK:(kh+1)*c.headK])
+		i := c.off(r, kh, lt.KHead)
+		c.store(c.K[l][i:i+lt.KHead], lt.K, c.TurboK(l, kh), x[kh*c.headK:(kh+1)*c.headK])
 	}
 }
 
 // SetV stores x (VDim values) as the V row of (seq, pos) in layer l.
 func (c *KVCache) SetV(l, seq, pos int, x []float32) {
-	r := c.row(seq, pos)
+	r, lt := c.row(seq, pos), &c.layers[l]
 	for kh := range c.nHead {
-		i := c.off(r, kh, c.VHead)
-		c.store(c.V[l][i:i+c.VHead], c.Types.V, c.TurboV(l, kh), x[kh*c.headV:(kh+1)*c.headV])
+		i := c.off(r, kh, lt.VHead)
+		c.store(c.V[l][i:i+lt.VHead], lt.V, c.TurboV(l, kh), x[kh*c.headV:(kh+1)*c.headV])
 	}
 }
 
@@ -277,14 +289,14 @@ func (c *KVCache) store(dst []byte, t KVType, tq *quant.Turbo, x []float32) {
 // for TurboQuant types (nil otherwise).
 func (c *KVCache) GetK(l, seq, pos int, dst, scratch []float32) {
 	for kh := range c.nHead {
-		decodeHead(c.KHeadRow(l, seq, pos, kh), c.Types.K, c.TurboK(l, kh), dst[kh*c.headK:(kh+1)*c.headK], scratch)
+		decodeHead(c.KHeadRow(l, seq, pos, kh), c.layers[l].K, c.TurboK(l, kh), dst[kh*c.headK:(kh+1)*c.headK], scratch)
 	}
 }
 
 // GetV is GetK for V.
 func (c *KVCache) GetV(l, seq, pos int, dst, scratch []float32) {
 	for kh := range c.nHead {
-		decodeHead(c.VHeadRow(l, seq, pos, kh), c.Types.V, c.TurboV(l, kh), dst[kh*c.headV:(kh+1)*c.headV], scratch)
+		decodeHead(c.VHeadRow(l, seq, pos, kh), c.layers[l].V, c.TurboV(l, kh), dst[kh*c.headV:(kh+1)*c.headV], scratch)
 	}
 }
 
@@ -326,14 +338,16 @@ const pagedLayoutRows = 256
 // pos+n) of seq in layer l, back to back (KHead bytes each); n must not
 // exceed Run(seq, pos).
 func (c *KVCache) KHeadRows(l, kh, seq, pos, n int) []byte {
-	i := c.off(c.row(seq, pos), kh, c.KHead)
-	return c.K[l][i : i+n*c.KHead]
+	hb := c.layers[l].KHead
+	i := c.off(c.row(seq, pos), kh, hb)
+	return c.K[l][i : i+n*hb]
 }
 
 // VHeadRows is KHeadRows for V.
 func (c *KVCache) VHeadRows(l, kh, seq, pos, n int) []byte {
-	i := c.off(c.row(seq, pos), kh, c.VHead)
-	return c.V[l][i : i+n*c.VHead]
+	hb := c.layers[l].VHead
+	i := c.off(c.row(seq, pos), kh, hb)
+	return c.V[l][i : i+n*hb]
 }
 
 // CopyRows copies the first n rows of block src to block dst in every
@@ -344,9 +358,10 @@ func (c *KVCache) CopyRows(dst, src, n int) {
 	}
 	d, s := dst*c.BlockSize, src*c.BlockSize
 	for l := range c.K {
+		kb, vb := c.layers[l].KHead, c.layers[l].VHead
 		for kh := range c.nHead {
-			copy(c.K[l][c.off(d, kh, c.KHead):][:n*c.KHead], c.K[l][c.off(s, kh, c.KHead):][:n*c.KHead])
-			copy(c.V[l][c.off(d, kh, c.VHead):][:n*c.VHead], c.V[l][c.off(s, kh, c.VHead):][:n*c.VHead])
+			copy(c.K[l][c.off(d, kh, kb):][:n*kb], c.K[l][c.off(s, kh, kb):][:n*kb])
+			copy(c.V[l][c.off(d, kh, vb):][:n*vb], c.V[l][c.off(s, kh, vb):][:n*vb])
 		}
 	}
 }

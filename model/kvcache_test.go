@@ -82,7 +82,7 @@ func TestPagedKVCache(t *testing.T) {
 					frows := flat.KHeadRows(1, kh, c.seq, c.pos, nCtx-c.pos)
 					for j := range min(c.want, nCtx-c.pos) {
 						p := c.pos + j
-						if !bytes.Equal(rows[j*paged.KHead:][:paged.KHead], flat.KHeadRow(1, c.seq, p, kh)) || !bytes.Equal(frows[j*flat.KHead:][:flat.KHead], flat.KHeadRow(1, c.seq, p, kh)) {
+						if !bytes.Equal(rows[j*paged.Layer(1).KHead:][:paged.Layer(1).KHead], flat.KHeadRow(1, c.seq, p, kh)) || !bytes.Equal(frows[j*flat.Layer(1).KHead:][:flat.Layer(1).KHead], flat.KHeadRow(1, c.seq, p, kh)) {
 							t.Errorf("KHeadRows(head %d, seq %d, pos %d) row %d is not position %d", kh, c.seq, c.pos, j, p)
 						}
 					}
@@ -150,6 +150,32 @@ func TestKVTypes(t *testing.T) {
 		t.Errorf("tq4/tq3: %d bytes per token, over a quarter of f16's %d", tq, f16)
 	} else {
 		t.Logf("bytes per token: f16 %d, q8_0 %d, q4_0 %d, tq4/tq3 %d (%.3fx f16)", f16, per(model.KVQ8_0, model.KVQ8_0), per(model.KVQ4_0, model.KVQ4_0), tq, float64(tq)/float64(f16))
+	}
+	// Protect keeps f16 in the first and last layers of a quantized cache
+	prot := model.KVTypes{K: model.KVTQ4, V: model.KVTQ3, Protect: 1}
+	if got, tq := per(model.KVF16, model.KVF16)*2/16+per(model.KVTQ4, model.KVTQ3)*14/16, func() int {
+		n, err := model.KVBytesPerToken(h, prot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}(); got != tq {
+		t.Errorf("protected tq4/tq3: %d bytes per token, want %d", tq, got)
+	}
+	for l, want := range map[int][2]model.KVType{0: {model.KVF16, model.KVF16}, 1: {model.KVTQ4, model.KVTQ3}, 14: {model.KVTQ4, model.KVTQ3}, 15: {model.KVF16, model.KVF16}} {
+		if k, v := prot.ForLayer(l, 16); k != want[0] || v != want[1] {
+			t.Errorf("layer %d: %s/%s, want %s/%s", l, k, v, want[0], want[1])
+		}
+	}
+	if k, v := (model.KVTypes{K: model.KVBF16, V: model.KVQ8_0, Protect: 2}).ForLayer(0, 16); k != model.KVBF16 || v != model.KVF16 {
+		t.Errorf("bf16/q8_0 protected layer 0: %s/%s", k, v)
+	}
+	kv, err := model.NewKVCacheOf(h, prot, 8, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kv.Layer(0).K != model.KVF16 || kv.TurboK(0, 0) != nil || kv.TurboK(1, 0) == nil || kv.Layer(1).KHead != 2+64 {
+		t.Errorf("protected cache: layer 0 %+v, layer 1 %+v", kv.Layer(0), kv.Layer(1))
 	}
 	small := &model.Hyper{NLayer: 1, NHead: 8, NHeadKV: 4, HeadDimK: 8, HeadDimV: 8}
 	if _, err := model.NewKVCacheOf(small, model.KVTypes{K: model.KVQ8_0, V: model.KVF16}, 16, 1); err == nil || !strings.Contains(err.Error(), "q8_0") {

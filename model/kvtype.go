@@ -99,27 +99,74 @@ func (t KVType) HeadBytes(headDim int) (int, error) {
 
 // KVTypes are the types of a cache's K and V halves. The zero value is
 // f32 for both.
-type KVTypes struct{ K, V KVType }
+type KVTypes struct {
+	K, V KVType
+	// Protect keeps the first and the last Protect layers' K and V in f16
+	// where K or V is a quantized type (q8_0, q4_0, tq4, tq3): the layers
+	// most sensitive to KV error.
+	Protect int
+}
 
-func (t KVTypes) String() string { return t.K.String() + "/" + t.V.String() }
+func (t KVTypes) String() string {
+	s := t.K.String() + "/" + t.V.String()
+	if t.Protect > 0 {
+		s += fmt.Sprintf(" (f16 in %d layers at each end)", t.Protect)
+	}
+	return s
+}
 
-// KVRowBytes returns the bytes one token's K and V take in one layer of a
-// cache of types t for model h (for sizing caches and admission).
-func KVRowBytes(h *Hyper, t KVTypes) (k, v int, err error) {
-	hk, err := t.K.HeadBytes(h.HeadDimK)
-	if err != nil {
-		return 0, 0, fmt.Errorf("-ctk: %w", err)
+// quantized reports whether t is a block or TurboQuant type.
+func (t KVType) quantized() bool { return t != KVF32 && t != KVF16 && t != KVBF16 }
+
+// ForLayer returns the K and V types of layer l of n.
+func (t KVTypes) ForLayer(l, n int) (k, v KVType) {
+	k, v = t.K, t.V
+	if l < t.Protect || l >= n-t.Protect {
+		if k.quantized() {
+			k = KVF16
+		}
+		if v.quantized() {
+			v = KVF16
+		}
 	}
-	hv, err := t.V.HeadBytes(h.HeadDimV)
-	if err != nil {
-		return 0, 0, fmt.Errorf("-ctv: %w", err)
+	return k, v
+}
+
+// KVLayer is one layer's K and V types and bytes per head.
+type KVLayer struct {
+	K, V         KVType
+	KHead, VHead int
+}
+
+// kvLayers returns every layer's types and head sizes, or an error if a
+// type cannot store the model's heads.
+func kvLayers(h *Hyper, t KVTypes) ([]KVLayer, error) {
+	if t.Protect < 0 {
+		return nil, fmt.Errorf("KV cache: %d protected layers", t.Protect)
 	}
-	return hk * h.NHeadKV, hv * h.NHeadKV, nil
+	ls := make([]KVLayer, h.NLayer)
+	for l := range ls {
+		k, v := t.ForLayer(l, h.NLayer)
+		hk, err := k.HeadBytes(h.HeadDimK)
+		if err != nil {
+			return nil, fmt.Errorf("-ctk: %w", err)
+		}
+		hv, err := v.HeadBytes(h.HeadDimV)
+		if err != nil {
+			return nil, fmt.Errorf("-ctv: %w", err)
+		}
+		ls[l] = KVLayer{K: k, V: v, KHead: hk, VHead: hv}
+	}
+	return ls, nil
 }
 
 // KVBytesPerToken returns the bytes one token's K and V take over all
-// layers in a cache of types t.
+// layers in a cache of types t (for sizing caches and admission).
 func KVBytesPerToken(h *Hyper, t KVTypes) (int, error) {
-	k, v, err := KVRowBytes(h, t)
-	return (k + v) * h.NLayer, err
+	ls, err := kvLayers(h, t)
+	n := 0
+	for _, l := range ls {
+		n += (l.KHead + l.VHead) * h.NHeadKV
+	}
+	return n, err
 }
