@@ -177,26 +177,29 @@ func TestBackendPackModel(t *testing.T) {
 }
 
 // TestBackendDecodeAllocates0 checks that a decode step of one token
-// allocates nothing once the context exists.
+// allocates nothing once the context exists, for every kind of KV type
+// (float, block, TurboQuant with protected layers).
 func TestBackendDecodeAllocates0(t *testing.T) {
 	for _, file := range []string{"models/stories260K.gguf", "models/synth-llama-Q4_K_M.gguf", "models/synth-qwen3moe-Q8_0.gguf"} {
-		t.Run(filepath.Base(file), func(t *testing.T) {
+		for _, types := range []model.KVTypes{{}, {K: model.KVF16, V: model.KVF16}, {K: model.KVQ8_0, V: model.KVQ4_0}, {K: model.KVTQ4, V: model.KVTQ3, Protect: 1}} {
 			m := openModel(t, file)
-			ctx, err := m.NewContext(newBackend(t, 2), 256, 1, 8)
+			ctx, err := m.NewContextOf(newBackend(t, 2), types, 256, 1, 8)
 			if err != nil {
-				t.Fatal(err)
+				continue // block types need heads of a multiple of 32
 			}
-			b := &model.Batch{Tokens: []int32{1}, Pos: []int32{0}, Seq: []int32{0}}
-			allocs := testing.AllocsPerRun(100, func() {
-				if _, err := ctx.Decode(b); err != nil {
-					t.Fatal(err)
+			t.Run(filepath.Base(file)+"/"+types.K.String()+"-"+types.V.String(), func(t *testing.T) {
+				b := &model.Batch{Tokens: []int32{1}, Pos: []int32{0}, Seq: []int32{0}}
+				allocs := testing.AllocsPerRun(100, func() {
+					if _, err := ctx.Decode(b); err != nil {
+						t.Fatal(err)
+					}
+					b.Pos[0]++
+					b.Tokens[0] = (b.Tokens[0]*7 + 3) % int32(m.NVocab)
+				})
+				if allocs != 0 {
+					t.Errorf("a decode step allocates %v times", allocs)
 				}
-				b.Pos[0]++
-				b.Tokens[0] = (b.Tokens[0]*7 + 3) % int32(m.NVocab)
 			})
-			if allocs != 0 {
-				t.Errorf("a decode step allocates %v times", allocs)
-			}
-		})
+		}
 	}
 }

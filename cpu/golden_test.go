@@ -321,3 +321,47 @@ func abs(x float64) float64 {
 	}
 	return x
 }
+
+// TestGoldenF16KV: with an f16 KV cache (the CLI's default) the prompt
+// rows of the F32 models (where the cache is the only difference) stay as close to llama.cpp's F32-cache goldens as
+// llama.cpp's own f16 cache does (its measured kv_f16_vs_f32 RMS, plus the
+// F32 path's own bound) and picks the same top token.
+func TestGoldenF16KV(t *testing.T) {
+	dir, man := golden.Load(t)
+	deltas := man.MeasuredDeltas["kv_f16_vs_f32"]
+	for i := range man.Cases {
+		c := &man.Cases[i]
+		d, ok := deltas[stem(c.Model)+"/"+c.PromptID]
+		if !ok || !isF32Model(c.Model) || (testing.Short() && c.PromptID == "P3") {
+			continue // quantized files add their activation rounding to the KV's
+		}
+		t.Run(c.ID, func(t *testing.T) {
+			m := loadModel(t, dir, c.Model)
+			n := len(c.PromptTokens)
+			be := cpu.NewBackend(2, nil)
+			defer be.Close()
+			ctx, err := m.NewContextOf(be, model.KVTypes{K: model.KVF16, V: model.KVF16}, n, 1, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			V := c.NVocab
+			var s golden.Stats
+			got := runPrompt(t, ctx, c.PromptTokens)
+			want := readRows(t, dir, c.PromptLogits)
+			for row := 0; row < c.NRows; row++ {
+				p := c.FirstRow + row
+				s.AddRow(got[p*V:(p+1)*V], want[row*V:(row+1)*V])
+			}
+			bound := d.RMS + nativeBounds(c).rms
+			t.Logf("f16 KV: RMS %.3g (llama.cpp's f16: %.3g), max %.3g, top token %.1f%%", s.RMS(), d.RMS, s.MaxAbs, 100*s.Agree())
+			if s.RMS() > bound || s.Agree() < 1 {
+				t.Errorf("f16 KV: RMS Δ %.3g > %.3g or top token agreement %.1f%% < 100%%", s.RMS(), bound, 100*s.Agree())
+			}
+		})
+	}
+}
+
+// isF32Model reports whether a golden model file holds F32 weights.
+func isF32Model(rel string) bool {
+	return strings.HasSuffix(rel, "-F32.gguf") || strings.HasSuffix(rel, "stories260K.gguf")
+}
