@@ -75,7 +75,6 @@ type attnScratch struct {
 	acc    []float32 // rows × dv
 	m      []float32 // running max per row
 	l      []float64 // running sum per row
-	qq     []byte    // lone rows: the group's queries in K's vec-dot type
 	qrot   []float32 // the group's queries rotated (TurboQuant K)
 	dec    []float32 // a chunk of cached rows converted to float32
 	vacc   []float32 // lone rows: the rotated-domain V sums (TurboQuant V)
@@ -181,9 +180,6 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 		}
 		s.scores = grow(s.scores, n)
 		if a.lt.K != model.KVF32 {
-			vt := quant.VecDotType(quantOf(a.lt.K))
-			rb, _ := quant.RowBytes(vt, h.HeadDimK)
-			s.qq = grow(s.qq, G*rb)
 			s.qrot = grow(s.qrot, G*a.dkp)
 		}
 		if a.lt.K != model.KVF32 || a.lt.V != model.KVF32 {
@@ -283,11 +279,12 @@ func (b *Backend) PagedKV() bool { return true }
 func (a *attnTask) span(s, j, n int) int { return min(n, a.kv.Run(s, j)) }
 
 // row computes the group of query heads of KV head kh for the lone batch
-// row t. Cached K rows of a block or float type are dotted in that type
-// (the queries converted to its vec-dot type, as llama.cpp does); TurboQuant
-// K rows are decoded into the rotated domain a chunk at a time and dotted
-// with the rotated queries. V rows are converted a chunk at a time and
-// summed; TurboQuant V sums stay rotated until the end.
+// row t. Cached K and V rows of a type other than f32 are converted to
+// float32 a chunk at a time in L1 (TurboQuant rows into the rotated
+// domain, met by rotated queries), so a lone row sees exactly what a
+// prefill tile and Ref see: the stored values, in float32 arithmetic (the
+// queries are not rounded to the cache's type, unlike llama.cpp's). V sums
+// of TurboQuant rows stay rotated until the end.
 func (a *attnTask) row(sc *attnScratch, t, kh int) {
 	h, kv := a.h, a.kv
 	dk, dv, G := h.HeadDimK, h.HeadDimV, a.group
@@ -297,33 +294,27 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 	qBase := (t*h.NHead + kh*G) * dk
 	qg := a.q[qBase : qBase+G*dk]
 	tk := kv.TurboK(a.layer, kh)
-	var qb []byte
-	switch {
-	case tk != nil:
-		P := tk.Padded()
+	qb, kw := f32bytes(qg), dk // the queries, and the width of the rows they meet
+	if tk != nil {
+		kw = tk.Padded()
 		for g := range G {
-			tk.Rotate(sc.qrot[g*P:(g+1)*P], qg[g*dk:(g+1)*dk])
+			tk.Rotate(sc.qrot[g*kw:(g+1)*kw], qg[g*dk:(g+1)*dk])
 		}
-		qb = f32bytes(sc.qrot[:G*P])
-	case a.lt.K == model.KVF32:
-		qb = f32bytes(qg)
-	default:
-		vt := quant.VecDotType(quantOf(a.lt.K))
-		rb, _ := quant.RowBytes(vt, dk)
-		qb = sc.qq[:G*rb]
-		a.k.QuantizeRows(vt, qg, G, dk, qb)
+		qb = f32bytes(sc.qrot[:G*kw])
 	}
 	for j := 0; j < np; {
 		n := a.span(s, j, np-j)
 		kr := kv.KHeadRows(a.layer, kh, s, j, n)
-		if tk == nil {
-			a.k.GemmRows(quantOf(a.lt.K), kr, a.lt.KHead, dk, 0, n, qb, G, sco[j:], np)
+		if a.lt.K == model.KVF32 {
+			a.k.GemmRows(quant.F32, kr, a.lt.KHead, dk, 0, n, qb, G, sco[j:], np)
 		} else {
-			P := tk.Padded()
+			// rows converted to float32 a chunk at a time in L1, so the
+			// scores are those of the stored values in float32, as in
+			// prefill's tiles and Ref
 			for c := 0; c < n; c += kvChunk {
 				cn := min(kvChunk, n-c)
-				a.k.TurboDecode(tk, kr[c*a.lt.KHead:], a.lt.KHead, cn, sc.dec, P)
-				a.k.GemmRows(quant.F32, f32bytes(sc.dec[:cn*P]), 4*P, P, 0, cn, qb, G, sco[j+c:], np)
+				a.toF32(a.lt.K, tk, kr[c*a.lt.KHead:], a.lt.KHead, cn, dk, sc.dec, kw)
+				a.k.GemmRows(quant.F32, f32bytes(sc.dec[:cn*kw]), 4*kw, kw, 0, cn, qb, G, sco[j+c:], np)
 			}
 		}
 		j += n

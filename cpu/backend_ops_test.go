@@ -192,17 +192,12 @@ func randomPositive(n int) []float32 {
 }
 
 // kvTol is the NMSE Attention may differ from Ref's by on a cache of each
-// type. Ref works on the decoded rows in float32. The f32 and TurboQuant
-// paths differ from it only in float rounding (TurboQuant in the rotated
-// domain, which preserves inner products). Lone rows dot K rows of the
-// other types in their vec-dot type, as llama.cpp does: the query rounded
-// to f16 or bf16 (relative error up to 2^-11, 2^-8), or to q8_0 blocks
-// (error uniform within ±amax/254: for uniform queries a relative variance
-// of about (1/127)²/12 × 3 ≈ 1.5e-5), which the softmax and the sum of V
-// pass on: the bounds are about 3× those variances.
+// type: both work on the stored values converted to float32 (TurboQuant in
+// the rotated domain, which preserves inner products), so only float
+// rounding separates them, as for f32.
 var kvTol = map[model.KVType]float64{
-	model.KVF32: 1e-11, model.KVTQ4: 1e-10, model.KVTQ3: 1e-10,
-	model.KVF16: 1e-6, model.KVBF16: 3e-5, model.KVQ8_0: 1e-4, model.KVQ4_0: 1e-4,
+	model.KVF32: 1e-11, model.KVF16: 1e-11, model.KVBF16: 1e-11, model.KVQ8_0: 1e-11, model.KVQ4_0: 1e-11,
+	model.KVTQ4: 1e-11, model.KVTQ3: 1e-11,
 }
 
 // TestBackendAttention compares Attention with Ref's for grouped-query
