@@ -87,7 +87,7 @@ waitlock() {
 }
 
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+trap 'rm -f "$log" "$log.replay"' EXIT
 status=0
 results=()
 for t in "${targets[@]}"; do
@@ -119,6 +119,18 @@ for t in "${targets[@]}"; do
 		# The last progress line carries the run's total: "fuzz: elapsed: 5s, execs: 123 (...)".
 		n=$(grep -oE 'execs: [0-9]+' "$log" | tail -1 | grep -oE '[0-9]+')
 		total=$((total + ${n:-0}))
+		if [ $rc -ne 0 ] && ! grep -q 'Failing input written to' "$log" && grep -q 'context deadline exceeded' "$log" &&
+			go test -run "^${name}\$" "$pkg" >"$log.replay" 2>&1; then
+			# Go's fuzzing coordinator races its own -fuzztime deadline: a
+			# worker still inside an execution when the time is up fails the
+			# target with "context deadline exceeded" and writes no input
+			# (seen under load in CI; e.g. golang's internal/fuzz stop
+			# path). With no failing input and the corpus replaying clean,
+			# it is not a finding.
+			result="ok (deadline race at the end of -fuzztime; no failing input, the corpus replays clean)"
+			rc=0
+			[ "${n:-0}" -eq 0 ] && [ "$execs" -eq 0 ] && break
+		fi
 		if [ $rc -ne 0 ]; then
 			if grep -q 'Failing input written to' "$log"; then
 				result="FINDING $(grep -oE 'testdata/fuzz/[^ ]+' "$log" | tail -1)"
