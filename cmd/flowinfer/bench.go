@@ -145,7 +145,7 @@ func (c *BenchCmd) Run(g *Globals) error {
 	for i, t := range tests {
 		rs[i] = bench.Result{
 			Model: info, Backend: "CPU", ISA: backend.ISA().String(), Threads: backend.Threads(),
-			NBatch: c.BatchSize, NUBatch: mctx.MaxBatch, TypeK: c.CacheTypeK, TypeV: c.CacheTypeV, Build: version, CPUInfo: bench.CPUName(), Test: t,
+			NBatch: c.BatchSize, NUBatch: mctx.MaxBatch, TypeK: c.kvTypes().K.String(), TypeV: c.kvTypes().V.String(), Build: version, CPUInfo: bench.CPUName(), Test: t,
 		}
 	}
 	if c.Output == "json" {
