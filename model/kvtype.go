@@ -110,7 +110,7 @@ type KVTypes struct {
 func (t KVTypes) String() string {
 	s := t.K.String() + "/" + t.V.String()
 	if t.Protect > 0 {
-		s += fmt.Sprintf(" (f16 in %d layers at each end)", t.Protect)
+		s += fmt.Sprintf(" (f16 in the first and last %d layers)", t.Protect)
 	}
 	return s
 }

@@ -157,6 +157,9 @@ func (c *BenchCmd) Run(g *Globals) error {
 		return err
 	}
 	// on stderr, so stdout stays llama-bench's table or JSON
+	if kv := c.kvTypes(); kv.Protect > 0 {
+		fmt.Fprintf(os.Stderr, "kv cache: %s: type_k/type_v hold in the other layers\n", kv)
+	}
 	for _, t := range tests {
 		if t.Load.Valid {
 			fmt.Fprintf(os.Stderr, "machine: %s: %s\n", t.Name(), t.Load)
