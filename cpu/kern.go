@@ -49,7 +49,6 @@ package cpu
 
 import (
 	"fmt"
-	"math"
 	"unsafe"
 
 	"github.com/flowinfer/flowinfer/quant"
@@ -442,14 +441,8 @@ func (k *Kernels) Softmax(row []float32, scale float32) {
 	if len(row) == 0 || k.isa != ISAScalarGo && softmaxC(k.isa, row, scale) {
 		return
 	}
-	mx := float32(math.Inf(-1))
-	for j, v := range row {
-		v *= scale
-		row[j] = v
-		mx = max(mx, v)
-	}
-	inv := float32(1 / expSub(row, mx))
 	for j := range row {
-		row[j] *= inv
+		row[j] *= scale
 	}
+	softmaxRow(k, row)
 }

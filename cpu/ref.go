@@ -217,12 +217,12 @@ func (r *Ref) Rope(x []float32, pos []int32, n, nHead, headDim int, rp *model.Ro
 func (r *Ref) Attention(out, q []float32, kv *model.KVCache, layer int, seq, pos []int32, h *model.Hyper, scale float32) {
 	group := h.NHead / h.NHeadKV
 	dk, dv := h.HeadDimK, h.HeadDimV
-	r.krow = growF32(r.krow, kv.KDim)
-	r.vrow = growF32(r.vrow, kv.VDim)
-	r.kvTmp = growF32(r.kvTmp, 2*max(dk, dv)+64)
+	r.krow = grow(r.krow, kv.KDim)
+	r.vrow = grow(r.vrow, kv.VDim)
+	r.kvTmp = grow(r.kvTmp, 2*max(dk, dv)+64)
 	for t := range seq {
 		s, np := int(seq[t]), int(pos[t])+1
-		r.scores = growF32(r.scores, h.NHead*np)
+		r.scores = grow(r.scores, h.NHead*np)
 		sc := r.scores[:h.NHead*np]
 		for j := range np {
 			kv.GetK(layer, s, j, r.krow, r.kvTmp)
@@ -263,14 +263,6 @@ func (r *Ref) Attention(out, q []float32, kv *model.KVCache, layer int, seq, pos
 			}
 		}
 	}
-}
-
-// growF32 returns s with length n, reallocating only when it is too short.
-func growF32(s []float32, n int) []float32 {
-	if cap(s) < n {
-		return make([]float32, n)
-	}
-	return s[:n]
 }
 
 // SwiGLU implements model.Ops: out = silu(gate)·up, silu(x) = x/(1+e^-x).
