@@ -86,7 +86,7 @@ func ropeScalePrompt() string {
 func TestRopeScalingGolden(t *testing.T) {
 	var want map[string]string
 	if *yarnWrite == "" {
-		want = readRopeGolden(t)
+		want = readGolden(t, filepath.Join("testdata", "ropescale", "llama.txt"))
 	}
 	text, prompt := ropeScaleText(), ropeScalePrompt()
 	dir := t.TempDir()
@@ -199,11 +199,12 @@ func parseRunning(t *testing.T, s string) []float64 {
 	return r
 }
 
-// readRopeGolden reads testdata/ropescale/llama.txt: "key: value" lines
-// (values are Go-quoted strings), # comments.
-func readRopeGolden(t *testing.T) map[string]string {
+// readGolden reads a llama.txt golden (testdata/ropescale,
+// testdata/longprompt): "key: value" lines (values are Go-quoted strings),
+// # comments.
+func readGolden(t *testing.T, path string) map[string]string {
 	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", "ropescale", "llama.txt"))
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
