@@ -43,8 +43,10 @@ type Config struct {
 }
 
 // MinChunk is the fewest prompt tokens a paced step carries: a prompt
-// always progresses, however slow its tokens are at their depth.
-const MinChunk = 8
+// always progresses, however slow its tokens are at their depth. One: at
+// 16K tokens of depth a single prompt token of llama-1b costs about as much
+// as a whole decode step, so any larger floor would break the pacing there.
+const MinChunk = 1
 
 func (c *Config) defaults(m *model.Model) {
 	if c.NCtx <= 0 {

@@ -434,3 +434,70 @@ func TestLongPromptPaced(t *testing.T) {
 		}
 	}
 }
+
+// TestShortPromptNotQueued: a short prompt that arrives while a long one
+// prefills in whole batches (nothing decoding) goes first, and the step
+// that ends it is paced like a decode step: it carries only a small chunk
+// of the long prompt, not the rest of the batch. B's rows between C's
+// first and second token are the long prompt's rows in the step that
+// ended C's prompt (rows are sampled in batch order, C's before B's).
+func TestShortPromptNotQueued(t *testing.T) {
+	fx := load(t, "stories260K.gguf")
+	long := fx.tok.Encode(strings.Repeat("Once upon a time there was a girl. ", 40), true, true)
+	e, err := stages.NewEngine(fx.m, fx.tok, cpu.NewRef(), stages.Config{NCtx: 512, NSeq: 3, MaxBatch: 128, StepFactor: 2}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- e.Run(context.Background()) }()
+	defer func() {
+		e.Close()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}()
+	// A decodes alone first: the pacer measures decode-only steps.
+	aDone := make(chan struct{})
+	e.Submit(&stages.Request{ID: 1, Prompt: fx.tok.Encode("Once", true, true), Params: greedy(), IgnoreEOG: true, MaxTokens: 20,
+		Emit: closeAtEnd(aDone)})
+	<-aDone
+	var bRows, cTok, atC1, atC2 int // sampler stage only
+	bStarted, cDone, bDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	e.Submit(&stages.Request{ID: 2, Prompt: long, Params: greedy(), MaxTokens: 1, AllLogits: true,
+		OnLogits: func([]float32) {
+			if bRows++; bRows == 1 {
+				close(bStarted)
+			}
+		},
+		Emit: closeAtEnd(bDone)})
+	<-bStarted
+	e.Submit(&stages.Request{ID: 3, Prompt: fx.tok.Encode("Lily", true, true), Params: greedy(), IgnoreEOG: true, MaxTokens: 2,
+		OnLogits: func([]float32) {
+			switch cTok++; cTok {
+			case 1:
+				atC1 = bRows
+			case 2:
+				atC2 = bRows
+			}
+		},
+		Emit: closeAtEnd(cDone)})
+	<-cDone
+	<-bDone
+	t.Logf("%d-token prompt: %d of its rows before the short prompt's first token, %d in the step that ended the short prompt", len(long), atC1, atC2-atC1)
+	if atC1 >= len(long) {
+		t.Fatalf("the short prompt's first token came after the long prompt's %d rows", len(long))
+	}
+	if atC2-atC1 > 16 {
+		t.Errorf("the step that ended the short prompt carried %d rows of the long one, want a paced chunk (<= 16)", atC2-atC1)
+	}
+}
+
+// closeAtEnd is an Emit that closes ch at the request's last event.
+func closeAtEnd(ch chan struct{}) func(stages.Event) error {
+	return func(ev stages.Event) error {
+		if ev.Finish != stages.FinishNone {
+			close(ch)
+		}
+		return nil
+	}
+}

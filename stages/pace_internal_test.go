@@ -6,9 +6,10 @@ import (
 )
 
 // TestPacer: with nothing decoding, or before a decode step is measured, a
-// chunk fills the batch; a paced chunk starts at MinChunk and is scaled by
-// target/measured step time, at most doubling or halving per step, never
-// below MinChunk; a negative factor turns pacing off.
+// chunk fills the batch; a paced chunk starts at MinChunk and is then as
+// many tokens as the target step (factor × decode step) leaves room for at
+// the measured cost per prompt token, at most doubling or halving per
+// step, never below MinChunk; a negative factor turns pacing off.
 func TestPacer(t *testing.T) {
 	p := pacer{factor: 2}
 	if n := p.budget(1, 500); n != 500 {
@@ -39,12 +40,21 @@ func TestPacer(t *testing.T) {
 	if n := step(32, 20*time.Millisecond); n != 32 {
 		t.Errorf("at the target: %d, want 32", n)
 	}
-	// slower than the target: it shrinks by half at most, to MinChunk
-	if n := step(32, 25*time.Millisecond); n != 25 {
-		t.Errorf("25 ms step: %d, want 25", n)
+	// slower than the target: 32 prompt tokens took 15 ms, so 10 ms
+	// holds 21; it shrinks by half at most, to MinChunk
+	if n := step(32, 25*time.Millisecond); n != 21 {
+		t.Errorf("25 ms step: %d, want 21", n)
 	}
-	if n := step(25, time.Second); n != 12 {
-		t.Errorf("slow step: %d, want 12", n)
+	if n := step(21, time.Second); n != 10 {
+		t.Errorf("slow step: %d, want 10", n)
+	}
+	// one prompt token costing a tenth of a decode step: room for ten,
+	// but it at most doubles
+	for range 3 {
+		step(p.budget(1, 500), time.Second)
+	}
+	if n := step(1, 11*time.Millisecond); n != 2 {
+		t.Errorf("from one cheap token: %d, want 2", n)
 	}
 	for range 5 {
 		step(p.budget(1, 500), time.Second)
@@ -52,6 +62,7 @@ func TestPacer(t *testing.T) {
 	if n := p.budget(1, 500); n != MinChunk {
 		t.Errorf("slow steps: %d, want %d", n, MinChunk)
 	}
+	p.chunk = 64
 	if n := p.budget(1, 5); n != 5 {
 		t.Errorf("budget %d above the free batch 5", n)
 	}

@@ -1,6 +1,7 @@
 package stages
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -83,16 +84,18 @@ type scheduler struct {
 	st       step
 	stats    *engineStats
 	pace     pacer
+	pre      []*seq // build's prefilling sequences (reused)
 	// newSampler makes a request's sampler (constrained by its grammar).
 	newSampler func(sample.Params) (*sample.Sampler, error)
 }
 
 // pacer sizes prompt chunks in steps that also decode (Config.StepFactor):
-// the target is factor times a decode-only step (an EMA of measured ones);
-// after each paced step the chunk is scaled by target/measured time,
-// between half and twice the last (a noisy step moves it little, a long
-// prompt's tokens that cost more with depth shrink it), never below
-// MinChunk.
+// the target is factor times a decode-only step (an EMA of measured ones).
+// After each paced step, the prompt tokens' share of it (the step less a
+// decode-only step) gives a cost per prompt token, and the next chunk is
+// as many tokens as fill the target at that cost, between half and twice
+// the last (a noisy step moves it little, a long prompt's tokens that cost
+// more with depth shrink it), never below MinChunk.
 type pacer struct {
 	factor     float64
 	decodeStep float64 // seconds, EMA of decode-only steps; 0 = not measured
@@ -115,11 +118,12 @@ func (p *pacer) observe(d time.Duration) {
 			p.decodeStep += paceEMA * (sec - p.decodeStep)
 		}
 	case p.nPrompt > 0 && p.nDecode > 0 && p.decodeStep > 0:
-		r := 2.0
-		if sec > 0 {
-			r = min(max(p.factor*p.decodeStep/sec, 0.5), 2)
+		n := float64(p.nPrompt)
+		next := 2 * n // the prompt tokens cost nothing measurable
+		if extra := sec - p.decodeStep; extra > 0 {
+			next = (p.factor - 1) * p.decodeStep / (extra / n)
 		}
-		p.chunk = max(int(float64(p.nPrompt)*r), MinChunk)
+		p.chunk = max(int(min(max(next, n/2), 2*n)), MinChunk)
 	}
 }
 
@@ -385,12 +389,29 @@ func (s *scheduler) build() bool {
 		budget--
 	}
 	// Then prompt chunks, as far as the batch, the pacing of the running
-	// streams and the free blocks allow.
+	// streams and the free blocks allow, shortest remaining prompt first:
+	// a short prompt (a new turn) does not queue behind a long document's
+	// chunk, and a step that ends one is waited on like a decode step, so
+	// the other prompts are paced around it.
 	nDecode := s.maxBatch - budget
-	budget = s.pace.budget(nDecode, budget)
+	pre := s.pre[:0]
 	for _, q := range s.running {
-		if !q.prefilling() || budget == 0 {
-			continue
+		if q.prefilling() {
+			pre = append(pre, q)
+		}
+	}
+	slices.SortStableFunc(pre, func(a, b *seq) int { return cmp.Compare(len(a.toks)-a.fed, len(b.toks)-b.fed) })
+	s.pre = pre
+	paced := s.pace.budget(nDecode, budget)
+	if nDecode == 0 && len(pre) > 1 {
+		if r := len(pre[0].toks) - pre[0].fed; r < budget {
+			paced = r + s.pace.budget(1, budget-r)
+		}
+	}
+	budget = paced
+	for _, q := range pre {
+		if budget == 0 {
+			break
 		}
 		end := s.pool.grow(q, q.fed+min(len(q.toks)-q.fed, budget))
 		if end <= q.fed {
