@@ -61,10 +61,12 @@ type attnUnit struct {
 }
 
 // kvRegion is the K and V of one sequence, positions [0, n), packed once
-// per call for all its blocks in FlashTile's layouts: head kh's K rows at
+// per call for all its blocks in FlashTile's layouts (by all workers, in
+// pieces of packPiece positions of one KV head): head kh's K rows at
 // k + kh*n*dk (rows of dk), its V at v + kh*n*dv (FlashPackV's layout).
 type kvRegion struct {
 	k, v, n int
+	s       int32 // the sequence
 }
 
 // attnScratch is one worker's scratch.
@@ -98,7 +100,8 @@ type attnTask struct {
 	units    []attnUnit
 	regions  []kvRegion
 	packed   []float32     // the regions' K and V
-	packTmp  []float32     // packKV's converted V rows
+	packs    []packUnit    // the pieces to pack, when packing
+	packing  bool          // run packs instead of computing units
 	dkp, dvp int           // K and V head widths in the packed (rotated for TurboQuant) domain
 	lt       model.KVLayer // the layer's KV types and bytes per head
 	next     atomic.Int64
@@ -146,7 +149,7 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 		reg, block := int32(-1), 1
 		if r1-r0 >= attnMinRun {
 			reg, block = int32(len(a.regions)), a.block
-			a.regions = append(a.regions, kvRegion{k: packed, v: packed + h.NHeadKV*np*dk, n: np})
+			a.regions = append(a.regions, kvRegion{k: packed, v: packed + h.NHeadKV*np*dk, n: np, s: seq[r0]})
 			packed += h.NHeadKV * np * (dk + dv)
 		}
 		for kh := range h.NHeadKV {
@@ -160,10 +163,6 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 		r0 = r1
 	}
 	blocks := len(a.regions) > 0
-	if blocks {
-		a.packed = grow(a.packed, packed)
-		a.packKV()
-	}
 	// scratch for the shapes of this call (grows, then is reused)
 	R := min(a.block, len(seq)) * G
 	rp := (R + FlashRowBlock - 1) / FlashRowBlock * FlashRowBlock
@@ -187,52 +186,65 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 			s.vacc = grow(s.vacc, G*a.dvp)
 		}
 	}
+	serial := b.pool.workers() == 1 || work < attnMinWork
+	if blocks {
+		// pack the regions first, every worker taking pieces of
+		// positions of one KV head
+		a.packed = grow(a.packed, packed)
+		a.packs = a.packs[:0]
+		for ri, reg := range a.regions {
+			for kh := range h.NHeadKV {
+				for j0 := 0; j0 < reg.n; j0 += packPiece {
+					a.packs = append(a.packs, packUnit{int32(ri), int32(kh), int32(j0), int32(min(j0+packPiece, reg.n))})
+				}
+			}
+		}
+		a.packing = true
+		a.next.Store(0)
+		if serial || len(a.packs) == 1 {
+			a.run(0)
+		} else {
+			b.pool.run(a)
+		}
+		a.packing = false
+	}
 	a.next.Store(0)
-	if len(a.units) == 1 || b.pool.workers() == 1 || work < attnMinWork {
+	if len(a.units) == 1 || serial {
 		a.run(0)
 		return
 	}
 	b.pool.run(a)
 }
 
-// packKV fills the regions: for each run of several rows, the K and V rows
-// of its sequence at positions [0, n), head by head, as float32 (TurboQuant
-// rows stay in the rotated domain: flash rotates the queries and rotates
-// the outputs back).
-func (a *attnTask) packKV() {
+// packPiece is the positions of one KV head a packing unit converts.
+const packPiece = 1024
+
+// packUnit is positions [j0, j1) of KV head kh of region reg, to pack.
+type packUnit struct{ reg, kh, j0, j1 int32 }
+
+// pack fills a piece of a region: the K and V rows of its sequence at
+// positions [j0, j1) of one KV head, as float32 in FlashTile's layouts
+// (TurboQuant rows stay in the rotated domain: flash rotates the queries
+// and rotates the outputs back). Pieces write disjoint parts of the
+// region.
+func (a *attnTask) pack(sc *attnScratch, u packUnit) {
 	h, kv := a.h, a.kv
 	dk, dv := a.dkp, a.dvp
-	if a.lt.V != model.KVF32 {
-		a.packTmp = grow(a.packTmp, kvChunk*dv)
-	}
-	ri := 0
-	for r0 := 0; r0 < len(a.seq); {
-		r1 := r0 + 1
-		for r1 < len(a.seq) && a.seq[r1] == a.seq[r0] {
-			r1++
+	reg, kh := &a.regions[u.reg], int(u.kh)
+	s, n := int(reg.s), reg.n
+	vp := a.packed[reg.v+kh*n*dv:][:n*dv]
+	for j0, j1 := int(u.j0), int(u.j1); j0 < j1; {
+		L := min(a.span(s, j0, j1-j0), kvChunk)
+		kr, vr := kv.KHeadRows(a.layer, kh, s, j0, L), kv.VHeadRows(a.layer, kh, s, j0, L)
+		kd := a.packed[reg.k+(kh*n+j0)*dk:][:L*dk]
+		a.toF32(a.lt.K, kv.TurboK(a.layer, kh), kr, a.lt.KHead, L, h.HeadDimK, kd, dk)
+		if a.lt.V == model.KVF32 {
+			FlashPackV(vp, n, j0, bytesF32(vr), dv, dv, L)
+		} else {
+			a.toF32(a.lt.V, kv.TurboV(a.layer, kh), vr, a.lt.VHead, L, h.HeadDimV, sc.dec, dv)
+			FlashPackV(vp, n, j0, sc.dec, dv, dv, L)
 		}
-		if r1-r0 >= attnMinRun {
-			reg := &a.regions[ri]
-			ri++
-			s, n := int(a.seq[r0]), reg.n
-			for j0 := 0; j0 < n; {
-				L := min(a.span(s, j0, n-j0), kvChunk)
-				for kh := range h.NHeadKV {
-					kr, vr := kv.KHeadRows(a.layer, kh, s, j0, L), kv.VHeadRows(a.layer, kh, s, j0, L)
-					kd := a.packed[reg.k+(kh*n+j0)*dk:][:L*dk]
-					a.toF32(a.lt.K, kv.TurboK(a.layer, kh), kr, a.lt.KHead, L, h.HeadDimK, kd, dk)
-					vp := a.packed[reg.v+kh*n*dv:][:n*dv]
-					if a.lt.V == model.KVF32 {
-						FlashPackV(vp, n, j0, bytesF32(vr), dv, dv, L)
-						continue
-					}
-					a.toF32(a.lt.V, kv.TurboV(a.layer, kh), vr, a.lt.VHead, L, h.HeadDimV, a.packTmp, dv)
-					FlashPackV(vp, n, j0, a.packTmp, dv, dv, L)
-				}
-				j0 += L
-			}
-		}
-		r0 = r1
+		j0 += L
 	}
 }
 
@@ -256,6 +268,15 @@ func quantOf(t model.KVType) quant.Type {
 
 func (a *attnTask) run(worker int) {
 	s := &a.scratch[worker]
+	if a.packing {
+		for {
+			i := int(a.next.Add(1) - 1)
+			if i >= len(a.packs) {
+				return
+			}
+			a.pack(s, a.packs[i])
+		}
+	}
 	for {
 		i := int(a.next.Add(1) - 1)
 		if i >= len(a.units) {
