@@ -25,6 +25,7 @@ import (
 type request struct {
 	Prompt    string
 	MaxTokens int
+	Times     bool // record each text chunk's arrival (result.Arrivals)
 }
 
 // result is what one request measured.
@@ -34,6 +35,9 @@ type result struct {
 	Tokens int  // generated, from the usage chunk (chunks with text if none)
 	Short  bool // fewer tokens than asked for
 	Err    error
+	// Arrivals are the text chunks' arrival times (request.Times).
+	Arrivals []time.Time
+	Prompt   int // prompt tokens, from the usage chunk (0 if none)
 }
 
 // level is one concurrency level's outcome.
@@ -164,6 +168,7 @@ func complete(ctx context.Context, client *http.Client, base string, a api, r re
 	var res result
 	chunks := 0
 	streamed := 0 // tokens listed by llama-server's chunks
+	promptN := 0  // llama-server's timings.prompt_n
 	rd := bufio.NewReaderSize(resp.Body, 64<<10)
 	for {
 		line, err := rd.ReadString('\n')
@@ -186,12 +191,16 @@ func complete(ctx context.Context, client *http.Client, base string, a api, r re
 			} `json:"choices"`
 			Usage *struct {
 				CompletionTokens int `json:"completion_tokens"`
+				PromptTokens     int `json:"prompt_tokens"`
 			} `json:"usage"`
-			Content   string          `json:"content"` // llama-server's /completion
-			Stop      bool            `json:"stop"`
-			Predicted int             `json:"tokens_predicted"`
-			Tokens    []int32         `json:"tokens"`
-			Error     json.RawMessage `json:"error"`
+			Content   string  `json:"content"` // llama-server's /completion
+			Stop      bool    `json:"stop"`
+			Predicted int     `json:"tokens_predicted"`
+			Tokens    []int32 `json:"tokens"`
+			Timings   *struct {
+				PromptN int `json:"prompt_n"`
+			} `json:"timings"`
+			Error json.RawMessage `json:"error"`
 		}
 		if err := json.Unmarshal([]byte(data), &c); err != nil {
 			return result{Err: fmt.Errorf("bad chunk %q: %w", data, err)}
@@ -200,6 +209,9 @@ func complete(ctx context.Context, client *http.Client, base string, a api, r re
 			return result{Err: fmt.Errorf("stream error: %s", c.Error), Tokens: streamed}
 		}
 		streamed += len(c.Tokens)
+		if c.Timings != nil {
+			promptN = c.Timings.PromptN
+		}
 		text := c.Content
 		if len(c.Choices) > 0 {
 			text = c.Choices[0].Text
@@ -208,10 +220,13 @@ func complete(ctx context.Context, client *http.Client, base string, a api, r re
 			if res.TTFT == 0 {
 				res.TTFT = time.Since(t0)
 			}
+			if r.Times {
+				res.Arrivals = append(res.Arrivals, time.Now())
+			}
 			chunks++
 		}
 		if c.Usage != nil {
-			res.Tokens = c.Usage.CompletionTokens
+			res.Tokens, res.Prompt = c.Usage.CompletionTokens, c.Usage.PromptTokens
 		}
 		if a == apiLlama && c.Stop {
 			res.Tokens = c.Predicted
@@ -221,6 +236,9 @@ func complete(ctx context.Context, client *http.Client, base string, a api, r re
 	res.Total = time.Since(t0)
 	if res.Tokens == 0 {
 		res.Tokens = chunks
+	}
+	if res.Prompt == 0 && a == apiLlama {
+		res.Prompt = promptN
 	}
 	res.Short = res.Tokens < r.MaxTokens
 	if res.TTFT == 0 {

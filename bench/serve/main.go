@@ -33,6 +33,7 @@ import (
 	"strings"
 	"syscall"
 	"text/tabwriter"
+	"time"
 )
 
 func main() {
@@ -47,6 +48,9 @@ func main() {
 	threads := flag.Int("threads", 0, "compute threads for both servers (0: physical cores)")
 	runBase := flag.Bool("run-baseline", true, "also time `flowinfer run` on the short prompt")
 	jsonOut := flag.String("json", "", "write the results as JSON to this file")
+	itlWords := flag.Int("itl-words", 0, "instead of the load levels: one stream's inter-token latency while a prompt of this many words is admitted (2 sequence slots; set -ctx to hold it)")
+	itlIdle := flag.Duration("itl-idle", 20*time.Second, "with -itl-words: how long the stream runs alone first")
+	serveArgs := flag.String("serve-args", "", "extra arguments for flowinfer serve, space-separated (for example \"--step-factor 0\")")
 	flag.Parse()
 	if *model == "" {
 		fmt.Fprintln(os.Stderr, "bench/serve: -model is required")
@@ -55,7 +59,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, config{model: *model, flowinfer: *flowinfer, llama: *llama, levels: *levels, perLevel: *perLevel,
-		nPredict: *nPredict, words: *words, ctx: *ctxPer, threads: *threads, runBase: *runBase, jsonOut: *jsonOut}); err != nil {
+		nPredict: *nPredict, words: *words, ctx: *ctxPer, threads: *threads, runBase: *runBase, jsonOut: *jsonOut,
+		itlWords: *itlWords, itlIdle: *itlIdle, serveArgs: strings.Fields(*serveArgs)}); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/serve:", err)
 		os.Exit(1)
 	}
@@ -65,6 +70,9 @@ type config struct {
 	model, flowinfer, llama, levels, words, jsonOut string
 	perLevel, nPredict, ctx, threads                int
 	runBase                                         bool
+	itlWords                                        int
+	itlIdle                                         time.Duration
+	serveArgs                                       []string
 }
 
 // report is the JSON output.
@@ -94,6 +102,9 @@ func run(ctx context.Context, c config) error {
 		lengths = append(lengths, n)
 	}
 	maxC := slices.Max(counts)
+	if c.itlWords > 0 {
+		maxC = 2 // the stream and the long prompt
+	}
 	tmp, err := os.MkdirTemp("", "bench-serve")
 	if err != nil {
 		return err
@@ -114,6 +125,7 @@ func run(ctx context.Context, c config) error {
 	}
 	th := strconv.Itoa(c.threads)
 	targets := []target{{"flowinfer", c.flowinfer, []string{"serve", "-m", c.model, "--parallel", strconv.Itoa(maxC), "-c", strconv.Itoa(c.ctx), "-t", th, "--queue", "1024", "--log-level", "warn"}, apiOpenAI}}
+	targets[0].args = append(targets[0].args, c.serveArgs...)
 	if c.llama == "" {
 		fmt.Fprintln(os.Stderr, "bench/serve: no -llama-server (or $LLAMA_SERVER) given: measuring flowinfer only")
 	} else if _, err := os.Stat(c.llama); err == nil {
@@ -142,6 +154,19 @@ func run(ctx context.Context, c config) error {
 		servers[i] = s
 		// Warm up (page in the weights, JIT-free but caches cold).
 		runLevel(ctx, client, s.url, t.api, prompts(1, lengths[:1], 8, 1000), 1)
+	}
+	if c.itlWords > 0 {
+		var rs []itlResult
+		for i, s := range servers {
+			rs = append(rs, runITL(ctx, client, s, apis[i], c.itlWords, c.nPredict, c.itlIdle))
+			s.stop() // the next server measures alone
+		}
+		printITL(os.Stdout, rs)
+		if c.jsonOut != "" {
+			b, _ := json.MarshalIndent(rs, "", "  ")
+			return os.WriteFile(c.jsonOut, append(b, '\n'), 0o644)
+		}
+		return nil
 	}
 	for _, n := range counts {
 		reqs := c.perLevel
