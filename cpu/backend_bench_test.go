@@ -199,14 +199,22 @@ func BenchmarkAttention(b *testing.B) {
 // BenchmarkAttentionPrefill measures the attention of a whole causal
 // prefill with the llama-1b preset's heads (32 query heads, 8 KV heads of
 // 64): n positions in chunks of 2048 rows (bench's default batch), each
-// chunk attending to the cache so far, per kernel path and thread count.
+// chunk attending to the cache so far, per kernel path and thread count,
+// with an f32 cache and (at 8192) the default f16 one.
 // GFLOP/s counts 2·(dk+dv) flops per (query head, row, visible position):
 // the figure issue 20 quotes (8,466 positions: ~4.7 TFLOP in 16 layers).
 func BenchmarkAttentionPrefill(b *testing.B) {
 	h := model.Hyper{NHead: 32, NHeadKV: 8, HeadDimK: 64, HeadDimV: 64, NLayer: 1}
 	const chunk = 2048
-	for _, n := range []int{2048, 8192} {
-		kv := model.NewKVCache(&h, n, 1)
+	for _, c := range []struct {
+		n int
+		t model.KVType
+	}{{2048, model.KVF32}, {8192, model.KVF32}, {8192, model.KVF16}} {
+		n := c.n
+		kv, err := model.NewKVCacheOf(&h, model.KVTypes{K: c.t, V: c.t}, n, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
 		fillKV(kv, n)
 		q := randomF32(chunk*h.NHead*h.HeadDimK, 3)
 		out := make([]float32, chunk*h.NHead*h.HeadDimV)
@@ -220,7 +228,10 @@ func BenchmarkAttentionPrefill(b *testing.B) {
 				if isa == cpu.ISAScalarGo && (n > 2048 || threads > 1) {
 					continue
 				}
-				b.Run(fmt.Sprintf("n=%d/isa=%s/threads=%d", n, isa, threads), func(b *testing.B) {
+				if c.t != model.KVF32 && isa == cpu.ISAScalarGo {
+					continue
+				}
+				b.Run(fmt.Sprintf("n=%d/kv=%s/isa=%s/threads=%d", n, c.t, isa, threads), func(b *testing.B) {
 					be := cpu.NewBackend(threads, cpu.KernelsFor(isa))
 					defer be.Close()
 					c0 := cpuTime()

@@ -32,13 +32,14 @@ type Config struct {
 	KVTokens int
 	// KVTypes are the K and V element types of the cache (zero: f32).
 	KVTypes model.KVTypes
-	// StepFactor paces prompt chunks while other sequences decode: a
-	// step that carries decode tokens gets only as many prompt tokens as
-	// are expected (from the steps measured so far) to keep it within
-	// StepFactor times a decode-only step, at least MinChunk, so a long
-	// prompt does not freeze running streams; with nothing decoding a
-	// chunk fills the batch [2]. Negative: no pacing (chunks always fill
-	// the batch: most prompt throughput, for offline work).
+	// StepFactor paces prompt chunks while other sequences decode: steps
+	// that carry decode tokens take on average at most StepFactor times a
+	// decode-only step (measured), each carrying as many prompt tokens as
+	// that allows (at least MinChunk, or none when a single token costs
+	// more: the steps between decode alone), so a long prompt does not
+	// freeze running streams; with nothing decoding a chunk fills the
+	// batch [2]. More than 1; negative: no pacing (chunks always fill the
+	// batch: most prompt throughput, for offline work).
 	StepFactor float64
 }
 
@@ -153,6 +154,9 @@ func NewEngine(m *model.Model, tok *tokenizer.Tokenizer, ops model.Ops, cfg Conf
 	}
 	if cfg.NCtx <= 0 || cfg.NSeq <= 0 || cfg.MaxBatch <= 0 {
 		return nil, fmt.Errorf("stages: context %d, sequences %d and batch %d must be positive", cfg.NCtx, cfg.NSeq, cfg.MaxBatch)
+	}
+	if cfg.StepFactor > 0 && cfg.StepFactor <= 1 {
+		return nil, fmt.Errorf("stages: step factor %g leaves no time for prompt tokens while sequences decode: it must be more than 1 (or negative: no pacing)", cfg.StepFactor)
 	}
 	var kv *model.KVCache
 	var err error

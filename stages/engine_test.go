@@ -501,3 +501,14 @@ func closeAtEnd(ch chan struct{}) func(stages.Event) error {
 		return nil
 	}
 }
+
+// TestStepFactorRefused: a step factor in (0, 1] leaves prompts no time
+// while sequences decode; it is an error, not a silent stall.
+func TestStepFactorRefused(t *testing.T) {
+	fx := load(t, "stories260K.gguf")
+	for _, f := range []float64{0.5, 1} {
+		if _, err := stages.NewEngine(fx.m, fx.tok, cpu.NewRef(), stages.Config{NCtx: 64, NSeq: 1, MaxBatch: 64, StepFactor: f}, nil); err == nil || !strings.Contains(err.Error(), "step factor") {
+			t.Errorf("step factor %v: err %v, want a refusal naming it", f, err)
+		}
+	}
+}

@@ -90,16 +90,24 @@ type scheduler struct {
 }
 
 // pacer sizes prompt chunks in steps that also decode (Config.StepFactor):
-// the target is factor times a decode-only step (an EMA of measured ones).
-// After each paced step, the prompt tokens' share of it (the step less a
-// decode-only step) gives a cost per prompt token, and the next chunk is
-// as many tokens as fill the target at that cost, between half and twice
-// the last (a noisy step moves it little, a long prompt's tokens that cost
-// more with depth shrink it), never below MinChunk.
+// the running streams' steps may take factor times a decode-only step (an
+// EMA of measured ones) on average. Every such step earns the prompts
+// (factor-1) decode steps of time; a paced step spends what its prompt
+// tokens measurably added (the step less a decode-only step). A step may
+// carry prompt tokens while the credit is not negative, so when a single
+// prompt token costs more than a step earns (deep in a long prompt) some
+// steps decode alone and the average still holds. The credit never
+// exceeds one step's earning: no burst after a quiet spell.
+//
+// The chunk is as many tokens as one step's earning pays for at the cost
+// per prompt token measured on the last paced step, between half and twice
+// the last chunk (a noisy step moves it little, tokens that cost more with
+// depth shrink it), never below MinChunk.
 type pacer struct {
 	factor     float64
 	decodeStep float64 // seconds, EMA of decode-only steps; 0 = not measured
 	chunk      int     // prompt tokens of the next paced step; 0 = MinChunk
+	credit     float64 // seconds of prompt work the streams can absorb now
 	nDecode    int     // of the step in flight
 	nPrompt    int
 }
@@ -117,14 +125,23 @@ func (p *pacer) observe(d time.Duration) {
 		} else {
 			p.decodeStep += paceEMA * (sec - p.decodeStep)
 		}
+		p.earn(0)
 	case p.nPrompt > 0 && p.nDecode > 0 && p.decodeStep > 0:
 		n := float64(p.nPrompt)
+		extra := sec - p.decodeStep
 		next := 2 * n // the prompt tokens cost nothing measurable
-		if extra := sec - p.decodeStep; extra > 0 {
+		if extra > 0 {
 			next = (p.factor - 1) * p.decodeStep / (extra / n)
 		}
 		p.chunk = max(int(min(max(next, n/2), 2*n)), MinChunk)
+		p.earn(max(extra, 0))
 	}
+}
+
+// earn adds one step's earning to the credit, less spent seconds.
+func (p *pacer) earn(spent float64) {
+	e := (p.factor - 1) * p.decodeStep
+	p.credit = min(p.credit+e-spent, e)
 }
 
 // budget returns how many prompt tokens a step with nDecode decode tokens
@@ -132,6 +149,9 @@ func (p *pacer) observe(d time.Duration) {
 func (p *pacer) budget(nDecode, free int) int {
 	if p.factor < 0 || nDecode == 0 || p.decodeStep == 0 {
 		return free // nothing to protect, or nothing measured yet
+	}
+	if p.credit < 0 {
+		return 0 // this step decodes alone; the credit recovers
 	}
 	return min(max(p.chunk, MinChunk), free)
 }

@@ -43,7 +43,7 @@ type ServeCmd struct {
 	BatchSize    int              `short:"b" name:"batch-size" default:"512" help:"Tokens per forward step (prompt chunks share it with decode tokens)."`
 	Threads      int              `short:"t" default:"0" help:"Compute threads (0 = physical cores)."`
 	Queue        int              `default:"64" help:"Requests waiting for a free sequence before the server answers 429."`
-	StepFactor   float64          `name:"step-factor" default:"2" help:"While sequences decode, a step carrying prompt tokens is sized (from measured step times) to take at most this many times a decode-only step, so a long prompt does not freeze running streams (0 or negative: prompt chunks fill the batch, most prompt throughput)."`
+	StepFactor   float64          `name:"step-factor" default:"2" help:"While sequences decode, prompt tokens are added to their steps (sized from measured step times) so that those steps take on average this many times a decode-only step, so a long prompt does not freeze running streams; more than 1 (0 or negative: prompt chunks fill the batch, most prompt throughput)."`
 	EdgeTokens   int              `name:"edge-tokens" default:"64" help:"Capacity of the sampler->streamer edge (token events buffered ahead of the output)."`
 	NPredict     int              `short:"n" name:"n-predict" default:"-1" help:"Default max tokens per request (-1 = until end of generation or a full context)."`
 	APIKey       string           `name:"api-key" env:"FLOWINFER_API_KEY" help:"Require this key (Authorization: Bearer KEY or x-api-key)."`
@@ -69,6 +69,8 @@ func (c *ServeCmd) Run(g *Globals) error {
 		return fmt.Errorf("--max-conns %d: must be positive", c.MaxConns)
 	case c.MaxHeader < 1024:
 		return fmt.Errorf("--max-header-bytes %d: must be at least 1024", c.MaxHeader)
+	case c.StepFactor > 0 && c.StepFactor <= 1:
+		return fmt.Errorf("--step-factor %g: must be more than 1 (steps that decode may take that many times a decode-only step), or 0 or negative to turn pacing off", c.StepFactor)
 	case badOrigin(c.CORSOrigin) != "":
 		return fmt.Errorf("--cors-origin %q: not an origin (scheme://host[:port], no path, or *)", badOrigin(c.CORSOrigin))
 	}
