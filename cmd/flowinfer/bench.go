@@ -11,6 +11,9 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strings"
+
+	"go.uber.org/zap"
 
 	"github.com/flowinfer/flowinfer/bench"
 	"github.com/flowinfer/flowinfer/cpu"
@@ -72,6 +75,20 @@ func (c *BenchCmd) Run(g *Globals) error {
 	// plan the weights and pack the resident ones now, not in the first
 	// timed run
 	l := &loaded{Bundle: b, path: path}
+	// -ctk/-ctv lists (llama-bench's): every K type with every V type,
+	// K outer; the weights' RAM budget leaves room for the largest cache
+	combos := c.kvCombos()
+	big, bigBytes := combos[0], 0
+	for _, kv := range combos {
+		n, err := model.KVBytesPerToken(&b.Model.Hyper, kv)
+		if err != nil {
+			return err
+		}
+		if n > bigBytes {
+			big, bigBytes = kv, n
+		}
+	}
+	c.CacheTypeK, c.CacheTypeV = big.K.String(), big.V.String()
 	wp, err := openWeights(&c.WeightFlags, l, backend, weightSetup{nCtx: nCtx, nSeq: 1, maxBatch: maxBatch}, g.Log)
 	if errors.Is(err, errDryRun) {
 		return nil
@@ -80,10 +97,6 @@ func (c *BenchCmd) Run(g *Globals) error {
 		return err
 	}
 	defer wp.Close()
-	mctx, err := b.Model.NewContextOf(backend, c.kvTypes(), nCtx, 1, maxBatch)
-	if err != nil {
-		return err
-	}
 	bos := int32(-1)
 	if b.Tokenizer.AddBOS() {
 		bos = b.Tokenizer.BOS()
@@ -99,12 +112,79 @@ func (c *BenchCmd) Run(g *Globals) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	ubatch := 0
 	var tests []bench.Test
-	err = wp.Run(ctx, nil, func(ctx context.Context, st *stages.Streams) error {
+	var testKV []model.KVTypes // each test's cache types
+	for _, kv := range combos {
+		mctx, err := b.Model.NewContextOf(backend, kv, nCtx, 1, maxBatch)
+		if err != nil {
+			return err
+		}
+		n0 := len(tests)
+		if err := c.runTests(ctx, wp, mctx, bos, &tests); err != nil {
+			return err
+		}
+		for range len(tests) - n0 {
+			testKV = append(testKV, kv)
+		}
+		ubatch = mctx.MaxBatch
+	}
+	if p := wp.Plan(); p.Streaming() {
+		printWeightStats(wp)
+	}
+	info := bench.DescribeModel(c.Model, b.File)
+	if info.Filename == "" {
+		info.Filename = path
+	}
+	rs := make([]bench.Result, len(tests))
+	for i, t := range tests {
+		rs[i] = bench.Result{
+			Model: info, Backend: "CPU", ISA: backend.ISA().String(), Threads: backend.Threads(),
+			NBatch: c.BatchSize, NUBatch: ubatch, TypeK: testKV[i].K.String(), TypeV: testKV[i].V.String(), Build: version, CPUInfo: bench.CPUName(), Test: t,
+		}
+	}
+	if c.Output == "json" {
+		err = bench.WriteJSON(os.Stdout, rs)
+	} else {
+		err = bench.WriteMarkdown(os.Stdout, rs)
+	}
+	if err != nil {
+		return err
+	}
+	// on stderr, so stdout stays llama-bench's table or JSON
+	for _, kv := range combos {
+		if kv.Protect > 0 {
+			fmt.Fprintf(os.Stderr, "kv cache: %s: type_k/type_v hold in the other layers\n", kv)
+		}
+	}
+	for _, t := range tests {
+		if t.Load.Valid {
+			fmt.Fprintf(os.Stderr, "machine: %s: %s\n", t.Name(), t.Load)
+		}
+	}
+	if c.Roofline {
+		bw := bench.ReadBandwidth(1<<30, backend.Threads(), 5)
+		for _, kv := range combos {
+			var sel []bench.Result
+			for i := range rs {
+				if testKV[i] == kv {
+					sel = append(sel, rs[i])
+				}
+			}
+			printRoofline(b.Model, kv, bw, backend.Threads(), sel)
+		}
+	}
+	return nil
+}
+
+// runTests runs the pp and tg tests at every depth on mctx, appending
+// their results to tests: llama-bench's order, per depth the pp tests then
+// the tg tests; the depth's cells are processed by the first test at it
+// only.
+func (c *BenchCmd) runTests(ctx context.Context, wp *stages.WeightPath, mctx *model.Context, bos int32, tests *[]bench.Test) error {
+	return wp.Run(ctx, nil, func(ctx context.Context, st *stages.Streams) error {
 		st.Attach(mctx)
 		defer st.Detach(mctx)
-		// llama-bench's order: per depth, the pp tests, then the tg tests;
-		// the depth's cells are processed by the first test at it only
 		for _, d := range c.NDepth {
 			ready := false
 			run := func(np, ng int) error {
@@ -114,7 +194,7 @@ func (c *BenchCmd) Run(g *Globals) error {
 				ts, err := bench.Throughput(ctx, mctx, bench.ThroughputConfig{
 					NPrompt: np, NGen: ng, NDepth: d, DepthReady: ready, Reps: c.Reps, NoWarmup: c.NoWarmup, Seed: c.Seed, BOS: bos,
 				})
-				tests = append(tests, ts...)
+				*tests = append(*tests, ts...)
 				ready = true
 				return err
 			}
@@ -131,42 +211,37 @@ func (c *BenchCmd) Run(g *Globals) error {
 		}
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	if p := wp.Plan(); p.Streaming() {
-		printWeightStats(wp)
-	}
-	info := bench.DescribeModel(c.Model, b.File)
-	if info.Filename == "" {
-		info.Filename = path
-	}
-	rs := make([]bench.Result, len(tests))
-	for i, t := range tests {
-		rs[i] = bench.Result{
-			Model: info, Backend: "CPU", ISA: backend.ISA().String(), Threads: backend.Threads(),
-			NBatch: c.BatchSize, NUBatch: mctx.MaxBatch, TypeK: c.kvTypes().K.String(), TypeV: c.kvTypes().V.String(), Build: version, CPUInfo: bench.CPUName(), Test: t,
+}
+
+// kvCombos returns the -ctk × -ctv combinations (each a comma-separated
+// list, as llama-bench's), K outer; checkCompute has vetted every name.
+func (c *BenchCmd) kvCombos() []model.KVTypes {
+	var out []model.KVTypes
+	for _, ks := range strings.Split(c.CacheTypeK, ",") {
+		for _, vs := range strings.Split(c.CacheTypeV, ",") {
+			k, _ := model.ParseKVType(strings.TrimSpace(ks))
+			v, _ := model.ParseKVType(strings.TrimSpace(vs))
+			out = append(out, model.KVTypes{K: k, V: v, Protect: c.KVProtect})
 		}
 	}
-	if c.Output == "json" {
-		err = bench.WriteJSON(os.Stdout, rs)
-	} else {
-		err = bench.WriteMarkdown(os.Stdout, rs)
-	}
-	if err != nil {
-		return err
-	}
-	// on stderr, so stdout stays llama-bench's table or JSON
-	if kv := c.kvTypes(); kv.Protect > 0 {
-		fmt.Fprintf(os.Stderr, "kv cache: %s: type_k/type_v hold in the other layers\n", kv)
-	}
-	for _, t := range tests {
-		if t.Load.Valid {
-			fmt.Fprintf(os.Stderr, "machine: %s: %s\n", t.Name(), t.Load)
+	return out
+}
+
+// checkCompute is ComputeFlags' check (it shadows it for bench), with -ctk
+// and -ctv comma-separated lists: every combination is checked, by name.
+func (c *BenchCmd) checkCompute(log *zap.Logger) error {
+	for i, ks := range strings.Split(c.CacheTypeK, ",") {
+		for j, vs := range strings.Split(c.CacheTypeV, ",") {
+			f := c.ComputeFlags
+			f.CacheTypeK, f.CacheTypeV = strings.TrimSpace(ks), strings.TrimSpace(vs)
+			l := log
+			if i+j > 0 {
+				l = zap.NewNop() // the backend's warnings once
+			}
+			if err := f.checkCompute(l); err != nil {
+				return err
+			}
 		}
-	}
-	if c.Roofline {
-		printRoofline(b.Model, c.kvTypes(), backend.Threads(), rs)
 	}
 	return nil
 }
@@ -196,12 +271,11 @@ func minOf(x []int) int {
 // and the K and V cache bytes (in the cache's types) read per token at the
 // test's mean position, over the read bandwidth measured now with as many
 // threads.
-func printRoofline(m *model.Model, kv model.KVTypes, threads int, rs []bench.Result) {
+func printRoofline(m *model.Model, kv model.KVTypes, bw float64, threads int, rs []bench.Result) {
 	kvTok, err := model.KVBytesPerToken(&m.Hyper, kv)
 	if err != nil {
 		kvTok = 0 // the context was made, so this cannot happen
 	}
-	bw := bench.ReadBandwidth(1<<30, threads, 5)
 	w := bench.DecodeBytes(m, 0, -1)
 	fmt.Fprintf(os.Stderr, "roofline: read bandwidth %.1f GB/s (%d threads); %.1f MB of weights and %d bytes of %s KV cache per cached token read per token\n",
 		bw/1e9, threads, float64(w)/1e6, kvTok, kv)

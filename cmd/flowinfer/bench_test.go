@@ -66,6 +66,27 @@ func TestBench(t *testing.T) {
 	if !strings.Contains(out, " pp16 @ d20 |") {
 		t.Errorf("no pp16 @ d20 row:\n%s", out)
 	}
+	// -ctk/-ctv lists: every K type with every V type, K outer
+	out, stderr, err = flowinfer(t, "bench", "-m", m, "-p", "8", "-n", "2", "-r", "1", "-t", "1", "-ctk", "f32,f16", "-ctv", "f16,tq3", "-o", "json")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	rs = nil
+	if err := json.Unmarshal([]byte(out), &rs); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	kv := [][2]string{{"f32", "f16"}, {"f32", "f16"}, {"f32", "tq3"}, {"f32", "tq3"}, {"f16", "f16"}, {"f16", "f16"}, {"f16", "tq3"}, {"f16", "tq3"}}
+	if len(rs) != len(kv) {
+		t.Fatalf("%d results, want %d:\n%s", len(rs), len(kv), out)
+	}
+	for i, w := range kv {
+		if got := [2]string{rs[i]["type_k"].(string), rs[i]["type_v"].(string)}; got != w || rs[i]["avg_ts"].(float64) <= 0 {
+			t.Errorf("result %d: (type_k, type_v) = %v, avg_ts %v; want %v", i, got, rs[i]["avg_ts"], w)
+		}
+	}
+	if _, stderr, err := flowinfer(t, "bench", "-m", m, "-p", "8", "-n", "0", "-ctk", "f16,q4_1"); err == nil || !strings.Contains(stderr, `"q4_1"`) {
+		t.Errorf("-ctk f16,q4_1: err %v, stderr %q; want a refusal naming q4_1", err, stderr)
+	}
 }
 
 // TestGen writes the demo preset in two types and checks the files load
