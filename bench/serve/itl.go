@@ -3,8 +3,10 @@
 // requests back to back (greedy, end of generation ignored); after an idle
 // phase a prompt of N words is sent with max_tokens 1. The gaps between the
 // stream's text chunks are split into idle (ending before the long prompt
-// was sent) and during (ending after it was sent and before its first
-// token came back). Gaps between two requests of the stream are not counted.
+// was sent) and during (ending after it was sent and starting before its
+// first token came back: a stream frozen through the whole prefill shows
+// as one gap as long as it). Gaps between two requests of the stream are
+// not counted.
 
 package main
 
@@ -15,6 +17,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -59,18 +62,17 @@ func runITL(ctx context.Context, client *http.Client, s *server, a api, words, n
 		gaps []gap
 		wg   sync.WaitGroup
 	)
-	sctx, stop := context.WithCancel(ctx)
-	defer stop()
+	// The stream's request in flight when the long prompt is answered
+	// runs to its end (its gaps span the prefill); no new one starts.
+	var stopping atomic.Bool
 	streamErr := make(chan error, 1)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for i := 0; sctx.Err() == nil; i++ {
-			r := complete(sctx, client, s.url, a, request{Prompt: prompts(1, []int{24}, nPredict, 900+i)[0].Prompt, MaxTokens: nPredict, Times: true})
+		for i := 0; !stopping.Load() && ctx.Err() == nil; i++ {
+			r := complete(ctx, client, s.url, a, request{Prompt: prompts(1, []int{24}, nPredict, 900+i)[0].Prompt, MaxTokens: nPredict, Times: true})
 			if r.Err != nil {
-				if sctx.Err() == nil {
-					streamErr <- r.Err
-				}
+				streamErr <- r.Err
 				return
 			}
 			mu.Lock()
@@ -93,12 +95,17 @@ func runITL(ctx context.Context, client *http.Client, s *server, a api, words, n
 	t0 := time.Now()
 	long := complete(ctx, client, s.url, a, request{Prompt: longPrompt(words), MaxTokens: 1})
 	t1 := t0.Add(long.TTFT)
-	// The stream's request in flight ends on its own; stop the loop.
-	stop()
+	stopping.Store(true)
 	wg.Wait()
 	if long.Err != nil {
 		out.Err = "long prompt: " + long.Err.Error()
 		return out
+	}
+	select {
+	case err := <-streamErr:
+		out.Err = "stream: " + err.Error()
+		return out
+	default:
 	}
 	out.PromptTokens, out.PromptS = long.Prompt, long.TTFT.Seconds()
 	var idleD, during []time.Duration
@@ -107,8 +114,8 @@ func runITL(ctx context.Context, client *http.Client, s *server, a api, words, n
 		switch {
 		case g.end.Before(t0):
 			idleD = append(idleD, g.d)
-		case !g.end.After(t1):
-			during = append(during, g.d)
+		case g.end.Add(-g.d).Before(t1):
+			during = append(during, g.d) // overlaps the prefill
 		}
 	}
 	mu.Unlock()

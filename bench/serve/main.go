@@ -13,6 +13,11 @@
 // (or LLAMA_SERVER=... in the environment; without either, llama-server is
 // skipped and says so)
 //
+// With -itl-words N it measures instead one stream's inter-token latency
+// (p50, p99, max) idle and while a prompt of N words is admitted (itl.go):
+//
+//	go run ./bench/serve -model llama-1b-q4km.gguf -itl-words 12500 -ctx 16640 -n-predict 256
+//
 // Everything listens on 127.0.0.1. Results print as a table and, with
 // -json, as JSON.
 package main
