@@ -422,6 +422,7 @@ func (s *scheduler) build() bool {
 	}
 	slices.SortStableFunc(pre, func(a, b *seq) int { return cmp.Compare(len(a.toks)-a.fed, len(b.toks)-b.fed) })
 	s.pre = pre
+	defer clear(pre) // no finished sequence kept alive by the scratch
 	paced := s.pace.budget(nDecode, budget)
 	if nDecode == 0 && len(pre) > 1 {
 		if r := len(pre[0].toks) - pre[0].fed; r < budget {
