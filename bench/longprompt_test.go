@@ -12,6 +12,7 @@ import (
 
 	"github.com/flowinfer/flowinfer/bench"
 	"github.com/flowinfer/flowinfer/cpu"
+	"github.com/flowinfer/flowinfer/internal/golden"
 	"github.com/flowinfer/flowinfer/model"
 	"github.com/flowinfer/flowinfer/model/synth"
 	"github.com/flowinfer/flowinfer/quant"
@@ -171,13 +172,7 @@ func TestLongPromptGolden(t *testing.T) {
 		V := b.Model.NVocab
 		var out []int32
 		for pos := len(ids); ; pos++ {
-			row := logits[len(logits)-V:]
-			best := 0
-			for j, v := range row {
-				if v > row[best] {
-					best = j
-				}
-			}
+			best := golden.Argmax(logits[len(logits)-V:])
 			out = append(out, int32(best))
 			if len(out) == longGreedy {
 				break

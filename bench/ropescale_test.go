@@ -14,6 +14,7 @@ import (
 
 	"github.com/flowinfer/flowinfer/bench"
 	"github.com/flowinfer/flowinfer/cpu"
+	"github.com/flowinfer/flowinfer/internal/golden"
 	"github.com/flowinfer/flowinfer/model"
 	"github.com/flowinfer/flowinfer/model/synth"
 	"github.com/flowinfer/flowinfer/quant"
@@ -166,13 +167,7 @@ func TestRopeScalingGolden(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				row := logits[len(logits)-V:]
-				best := 0
-				for j, v := range row {
-					if v > row[best] {
-						best = j
-					}
-				}
+				best := golden.Argmax(logits[len(logits)-V:])
 				out = append(out, int32(best))
 				batch = &model.Batch{Tokens: []int32{int32(best)}, Pos: []int32{int32(pos)}, Seq: []int32{0}}
 			}
