@@ -300,8 +300,9 @@ func (b *Backend) PagedKV() bool { return true }
 func (a *attnTask) span(s, j, n int) int { return min(n, a.kv.Run(s, j)) }
 
 // row computes the group of query heads of KV head kh for the lone batch
-// row t. Cached K and V rows of a type other than f32 are converted to
-// float32 a chunk at a time in L1 (TurboQuant rows into the rotated
+// row t, one AttnScores and one AttnSum call per run of consecutive
+// cached rows. Those widen K and V rows of a type other than f32 to
+// float32 a tile at a time in L1 (TurboQuant rows into the rotated
 // domain, met by rotated queries), so a lone row sees exactly what a
 // prefill tile and Ref see: the stored values, in float32 arithmetic (the
 // queries are not rounded to the cache's type, unlike llama.cpp's). V sums
@@ -315,29 +316,18 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 	qBase := (t*h.NHead + kh*G) * dk
 	qg := a.q[qBase : qBase+G*dk]
 	tk := kv.TurboK(a.layer, kh)
-	qb, kw := f32bytes(qg), dk // the queries, and the width of the rows they meet
+	qf, kw := qg, dk // the queries, and the width of the rows they meet
 	if tk != nil {
 		kw = tk.Padded()
 		for g := range G {
 			tk.Rotate(sc.qrot[g*kw:(g+1)*kw], qg[g*dk:(g+1)*dk])
 		}
-		qb = f32bytes(sc.qrot[:G*kw])
+		qf = sc.qrot[:G*kw]
 	}
 	for j := 0; j < np; {
 		n := a.span(s, j, np-j)
 		kr := kv.KHeadRows(a.layer, kh, s, j, n)
-		if a.lt.K == model.KVF32 {
-			a.k.GemmRows(quant.F32, kr, a.lt.KHead, dk, 0, n, qb, G, sco[j:], np)
-		} else {
-			// rows converted to float32 a chunk at a time in L1, so the
-			// scores are those of the stored values in float32, as in
-			// prefill's tiles and Ref
-			for c := 0; c < n; c += kvChunk {
-				cn := min(kvChunk, n-c)
-				a.toF32(a.lt.K, tk, kr[c*a.lt.KHead:], a.lt.KHead, cn, dk, sc.dec, kw)
-				a.k.GemmRows(quant.F32, f32bytes(sc.dec[:cn*kw]), 4*kw, kw, 0, cn, qb, G, sco[j+c:], np)
-			}
-		}
+		a.k.AttnScores(quantOf(a.lt.K), tk, kr, a.lt.KHead, n, kw, qf, G, sco[j:], np)
 		j += n
 	}
 	// softmax per query head (float64 sums)
@@ -357,16 +347,8 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 	for j0 := 0; j0 < np; {
 		n := a.span(s, j0, np-j0)
 		vr := kv.VHeadRows(a.layer, kh, s, j0, n)
-		if a.lt.V == model.KVF32 {
-			// each V row once for the whole group (positions in order, as Ref)
-			a.k.AddWeighted(acc, G, dv, sco[j0:], np, bytesF32(vr), dv, n)
-		} else {
-			for c := 0; c < n; c += kvChunk {
-				cn := min(kvChunk, n-c)
-				a.toF32(a.lt.V, tv, vr[c*a.lt.VHead:], a.lt.VHead, cn, dv, sc.dec, ad)
-				a.k.AddWeighted(acc, G, ad, sco[j0+c:], np, sc.dec[:cn*ad], ad, cn)
-			}
-		}
+		// each V row once for the whole group, positions in order (as Ref)
+		a.k.AttnSum(quantOf(a.lt.V), tv, vr, a.lt.VHead, n, ad, sco[j0:], np, G, acc)
 		j0 += n
 	}
 	if tv != nil {

@@ -446,3 +446,111 @@ func (k *Kernels) Softmax(row []float32, scale float32) {
 	}
 	softmaxRow(k, row)
 }
+
+// kvRowBytes returns the bytes of one cached row of dim values of type t
+// (tq non-nil: a TurboQuant row, dim its Padded width), or panics.
+func kvRowBytes(op string, t quant.Type, tq *quant.Turbo, dim int) int {
+	if tq != nil {
+		if dim != tq.Padded() {
+			panic(fmt.Sprintf("cpu: %s: TurboQuant rows have %d values, not %d", op, tq.Padded(), dim))
+		}
+		return tq.RowBytes()
+	}
+	return layoutBytes(op, t, dim, dotLayout)
+}
+
+// checkAttnRows panics unless src holds n rows of rb bytes at stride,
+// x (G rows of lx floats, n used) and the G rows of dim at y fit.
+func checkAttnRows(op string, src []byte, stride, rb, n, dim int, x []float32, lx, G int, y []float32) {
+	switch {
+	case n < 0 || G < 0 || dim < 0:
+		panic(fmt.Sprintf("cpu: %s: %d rows of %d, %d heads", op, n, dim, G))
+	case n == 0 || G == 0:
+		return
+	case stride < rb || len(src) < (n-1)*stride+rb:
+		panic(fmt.Sprintf("cpu: %s: %d rows of %d bytes (stride %d) in %d bytes", op, n, rb, stride, len(src)))
+	case dim > attnMaxDim:
+		panic(fmt.Sprintf("cpu: %s: rows of %d values (at most %d)", op, dim, attnMaxDim))
+	case lx < n || len(x) < (G-1)*lx+n:
+		panic(fmt.Sprintf("cpu: %s: %d rows of %d (stride %d) in %d floats", op, G, n, lx, len(x)))
+	case len(y) < G*dim:
+		panic(fmt.Sprintf("cpu: %s: %d rows of %d need %d floats, have %d", op, G, dim, G*dim, len(y)))
+	}
+}
+
+// attnMaxDim is the widest cached row AttnScores and AttnSum take (a
+// head of 512 values; a TurboQuant head padded to 512).
+const attnMaxDim = 512
+
+// kvRowF32 widens the cached row src (type t, or tq's codes) to dst.
+func kvRowF32(t quant.Type, tq *quant.Turbo, src []byte, dst []float32) {
+	if tq != nil {
+		tq.DecodeRotated(dst, src)
+		return
+	}
+	if t == quant.F32 {
+		copy(dst, bytesF32(src[:4*len(dst)]))
+		return
+	}
+	quant.DequantizeFunc(t)(src, dst)
+}
+
+// AttnScores sets s[g*ls+j] = Σ_d q[g*dim+d]·x_j[d] for g < G and j < n:
+// the scores of a group of G query heads against n cached K rows. Row x_j
+// is at src[j*stride:], of type t (F32, F16, BF16, Q8_0, Q4_0), widened to
+// float32 as DequantRows does; or, tq non-nil, TurboQuant codes decoded
+// into the rotated domain as TurboDecode does (dim = tq.Padded(), q then
+// rotated queries). The Go path sums each dot in order of d; the SIMD
+// paths widen a tile of rows in L1 and sum in eight lanes.
+func (k *Kernels) AttnScores(t quant.Type, tq *quant.Turbo, src []byte, stride, n, dim int, q []float32, G int, s []float32, ls int) {
+	const op = "AttnScores"
+	rb := kvRowBytes(op, t, tq, dim)
+	checkAttnRows(op, src, stride, rb, n, dim, s, ls, G, q)
+	if n == 0 || G == 0 || dim == 0 {
+		for g := range G {
+			clear(s[g*ls : g*ls+n])
+		}
+		return
+	}
+	if k.isa != ISAScalarGo && attnScoresC(k.isa, t, tq, src, stride, n, dim, q, G, s, ls) {
+		return
+	}
+	var buf [attnMaxDim]float32
+	x := buf[:dim]
+	for j := range n {
+		kvRowF32(t, tq, src[j*stride:][:rb], x)
+		for g := range G {
+			qg := q[g*dim : (g+1)*dim]
+			var sum float32
+			for d, v := range x {
+				sum += qg[d] * v
+			}
+			s[g*ls+j] = sum
+		}
+	}
+}
+
+// AttnSum adds to acc[g*dim+d] (g < G, d < dim) the sums over j < n, in
+// order of j, of w[g*lw+j]·x_j[d]: attention's weighted sum of n cached V
+// rows, the rows as in AttnScores (TurboQuant: the sum stays in the
+// rotated domain). The Go path multiplies and adds separately; the SIMD
+// paths use fused multiply-adds.
+func (k *Kernels) AttnSum(t quant.Type, tq *quant.Turbo, src []byte, stride, n, dim int, w []float32, lw, G int, acc []float32) {
+	const op = "AttnSum"
+	rb := kvRowBytes(op, t, tq, dim)
+	checkAttnRows(op, src, stride, rb, n, dim, w, lw, G, acc)
+	if n == 0 || G == 0 || dim == 0 {
+		return
+	}
+	if k.isa != ISAScalarGo && attnSumC(k.isa, t, tq, src, stride, n, dim, w, lw, G, acc) {
+		return
+	}
+	var buf [attnMaxDim]float32
+	x := buf[:dim]
+	for j := range n {
+		kvRowF32(t, tq, src[j*stride:][:rb], x)
+		for g := range G {
+			axpy(acc[g*dim:(g+1)*dim], w[g*lw+j], x)
+		}
+	}
+}

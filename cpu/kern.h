@@ -110,6 +110,24 @@ int fi_dequant_avx2(int t, const uint8_t *src, int64_t stride, int64_t rows, int
 void fi_turbo_decode_avx2(int bits, const float *levels, const uint8_t *src, int64_t stride, int64_t rows, int64_t n,
                           float *dst, int64_t dstride);
 
+// fi_attn_scores_avx2 sets s[g*ls + j] = Σ_d q[g*dim + d] · x_j[d] for
+// g < G, j < n: a group of query heads' scores against n cached rows,
+// x_j the row at src + j*stride of type t (FI_F32, FI_F16, FI_BF16,
+// FI_Q8_0, FI_Q4_0) widened as fi_dequant_avx2 does, or, bits > 0, a
+// TurboQuant row decoded as fi_turbo_decode_avx2 does with levels. -1 if
+// t is none of those or dim is not a multiple of 8 up to FI_AD_MAXDIM
+// (kern_avx2_ad.c).
+#define FI_AD_MAXDIM 512
+int fi_attn_scores_avx2(int t, int bits, const float *levels, const uint8_t *src, int64_t stride, int64_t n,
+                        int64_t dim, const float *q, int64_t G, float *s, int64_t ls);
+
+// fi_attn_sum_avx2 adds to acc[g*dim + d] (g < G, d < dim) the sums over
+// j < n, in order of j, of w[g*lw + j] · x_j[d], the rows x_j as in
+// fi_attn_scores_avx2: attention's weighted sum of cached V rows. -1 as
+// fi_attn_scores_avx2.
+int fi_attn_sum_avx2(int t, int bits, const float *levels, const uint8_t *src, int64_t stride, int64_t n, int64_t dim,
+                     const float *w, int64_t lw, int64_t G, float *acc);
+
 // fi_wsum_avx2 adds to out[g*dim + c] (g < nout, c < dim) the sums over
 // j < n of w[g*ws + j] * v[j*vs + c]: attention's weighted sum of V rows
 // for a group of query heads.

@@ -88,9 +88,13 @@ void fi_turbo_decode_avx2(int bits, const float *levels, const uint8_t *src, int
 		for (int k = 0; k < (1 << bits); k++) {
 			lv[k] = sc * levels[k];
 		}
+		// the vector tables are multiplied anew (the same products):
+		// reading lv's scalar stores back as vectors would stall store
+		// forwarding
+		const __m256 vs = _mm256_set1_ps(sc);
 		if (bits == 4) {
 			// AVX2 vpermps looks up 8 levels; a blend picks the upper 8
-			const __m256 lo = _mm256_loadu_ps(lv), hi = _mm256_loadu_ps(lv + 8);
+			const __m256 lo = _mm256_mul_ps(vs, _mm256_loadu_ps(levels)), hi = _mm256_mul_ps(vs, _mm256_loadu_ps(levels + 8));
 			for (int64_t i = 0; i + 8 <= n; i += 8) {
 				uint32_t w;
 				memcpy(&w, c + i / 2, 4);
@@ -102,7 +106,7 @@ void fi_turbo_decode_avx2(int bits, const float *levels, const uint8_t *src, int
 				_mm256_storeu_ps(d + i, _mm256_blendv_ps(a, b, m));
 			}
 		} else if (bits == 3) {
-			const __m256 tab = _mm256_loadu_ps(lv);
+			const __m256 tab = _mm256_mul_ps(vs, _mm256_loadu_ps(levels));
 			for (int64_t i = 0; i + 8 <= n; i += 8) {
 				uint32_t w = c[3 * i / 8] | c[3 * i / 8 + 1] << 8 | c[3 * i / 8 + 2] << 16;
 				const __m256i sh = _mm256_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21);

@@ -254,3 +254,59 @@ func BenchmarkGemmFloat(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAttnRows measures AttnScores and AttnSum on one goroutine over
+// 8192 cached rows of one KV head of 64 (128 for TurboQuant's tq4: the
+// codec pads nothing at 64), a group of 4 query heads (llama-1b's GQA):
+// the decode row's per-head work. GB/s counts the rows' bytes.
+func BenchmarkAttnRows(b *testing.B) {
+	const n, dim, G = 8192, 64, 4
+	for _, isa := range cpu.Available() {
+		k := cpu.KernelsFor(isa)
+		for _, name := range []string{"f32", "f16", "q8_0", "q4_0", "tq4", "tq3"} {
+			var wt quant.Type
+			var tq *quant.Turbo
+			var rb int
+			switch name {
+			case "tq4", "tq3":
+				var err error
+				if tq, err = quant.NewTurbo(dim, int(name[2]-'0'), 1); err != nil {
+					b.Fatal(err)
+				}
+				rb = tq.RowBytes()
+			default:
+				wt, _ = quant.TypeByName(name)
+				rb, _ = quant.RowBytes(wt, dim)
+			}
+			src := make([]byte, n*rb)
+			for j := range n {
+				row := src[j*rb:][:rb]
+				x := randomF32(dim, uint64(j))
+				if tq != nil {
+					if err := tq.Encode(row, x, make([]float32, tq.Padded())); err != nil {
+						b.Fatal(err)
+					}
+				} else if err := quant.QuantizeRow(wt, x, row); err != nil {
+					b.Fatal(err)
+				}
+			}
+			d := dim
+			if tq != nil {
+				d = tq.Padded()
+			}
+			q, s, acc := randomF32(G*d, 1), make([]float32, G*n), make([]float32, G*d)
+			b.Run(fmt.Sprintf("isa=%s/kv=%s/op=scores", isa, name), func(b *testing.B) {
+				for b.Loop() {
+					k.AttnScores(wt, tq, src, rb, n, d, q, G, s, n)
+				}
+				b.ReportMetric(float64(len(src))*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+			})
+			b.Run(fmt.Sprintf("isa=%s/kv=%s/op=sum", isa, name), func(b *testing.B) {
+				for b.Loop() {
+					k.AttnSum(wt, tq, src, rb, n, d, s, n, G, acc)
+				}
+				b.ReportMetric(float64(len(src))*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+			})
+		}
+	}
+}

@@ -203,3 +203,33 @@ func softmaxC(isa ISA, row []float32, scale float32) bool {
 	}
 	return false
 }
+
+// turboArgs returns the bits and codebook C takes for tq (0, nil: none).
+func turboArgs(tq *quant.Turbo) (C.int, *C.float) {
+	if tq == nil {
+		return 0, nil
+	}
+	return C.int(tq.Bits()), (*C.float)(ptr(tq.Levels()))
+}
+
+// attnScoresC runs the C decode-row scores of isa; false if it has none
+// for these rows.
+func attnScoresC(isa ISA, t quant.Type, tq *quant.Turbo, src []byte, stride, n, dim int, q []float32, G int, s []float32, ls int) bool {
+	if isa != ISAAVX2 && isa != ISAAVX512 {
+		return false
+	}
+	bits, lv := turboArgs(tq)
+	return C.fi_attn_scores_avx2(C.int(t), bits, lv, (*C.uint8_t)(ptr(src)), C.int64_t(stride), C.int64_t(n),
+		C.int64_t(dim), (*C.float)(ptr(q)), C.int64_t(G), (*C.float)(ptr(s)), C.int64_t(ls)) == 0
+}
+
+// attnSumC runs the C decode-row V sum of isa; false if it has none for
+// these rows.
+func attnSumC(isa ISA, t quant.Type, tq *quant.Turbo, src []byte, stride, n, dim int, w []float32, lw, G int, acc []float32) bool {
+	if isa != ISAAVX2 && isa != ISAAVX512 {
+		return false
+	}
+	bits, lv := turboArgs(tq)
+	return C.fi_attn_sum_avx2(C.int(t), bits, lv, (*C.uint8_t)(ptr(src)), C.int64_t(stride), C.int64_t(n),
+		C.int64_t(dim), (*C.float)(ptr(w)), C.int64_t(lw), C.int64_t(G), (*C.float)(ptr(acc))) == 0
+}

@@ -51,3 +51,11 @@ func dequantC(ISA, quant.Type, []byte, int, int, int, []float32, int) bool { ret
 func turboDecodeC(ISA, int, []float32, []byte, int, int, int, []float32, int) bool { return false }
 
 func softmaxC(ISA, []float32, float32) bool { return false }
+
+func attnScoresC(ISA, quant.Type, *quant.Turbo, []byte, int, int, int, []float32, int, []float32, int) bool {
+	return false
+}
+
+func attnSumC(ISA, quant.Type, *quant.Turbo, []byte, int, int, int, []float32, int, int, []float32) bool {
+	return false
+}

@@ -689,3 +689,130 @@ func TestSoftmax(t *testing.T) {
 		}
 	}
 }
+
+// attnRowsCase is a run of cached rows for TestAttnScoresSum: n rows of
+// dim values of type wt (or TurboQuant codes, tq non-nil) at stride, and
+// their float32 values as the cache's readers see them.
+type attnRowsCase struct {
+	name   string
+	wt     quant.Type
+	tq     *quant.Turbo
+	src    []byte
+	stride int
+	dim    int
+	x      [][]float32
+}
+
+func attnRowsCases(t *testing.T, n int) []attnRowsCase {
+	t.Helper()
+	var cs []attnRowsCase
+	for _, wt := range []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0} {
+		for _, dim := range []int{20, 32, 64, 96, 128, 256} {
+			if dim%wt.BlockSize() != 0 {
+				continue
+			}
+			rb, _ := quant.RowBytes(wt, dim)
+			c := attnRowsCase{name: fmt.Sprintf("%s/dim=%d", wt, dim), wt: wt, stride: rb + 3*rb/2, dim: dim}
+			c.src = make([]byte, (n-1)*c.stride+rb)
+			for j := range n {
+				row := c.src[j*c.stride:][:rb]
+				if err := quant.QuantizeRow(wt, randomF32(dim, uint64(j*dim+7)), row); err != nil {
+					t.Fatal(err)
+				}
+				x := make([]float32, dim)
+				if err := quant.DequantizeRow(wt, row, x); err != nil {
+					t.Fatal(err)
+				}
+				c.x = append(c.x, x)
+			}
+			cs = append(cs, c)
+		}
+	}
+	for _, bits := range []int{2, 3, 4} {
+		for _, dim := range []int{8, 40, 64, 128} {
+			tq, err := quant.NewTurbo(dim, bits, uint64(dim*bits))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rb := tq.RowBytes()
+			c := attnRowsCase{name: fmt.Sprintf("tq%d/dim=%d", bits, dim), tq: tq, stride: 2*rb + 1, dim: tq.Padded()}
+			c.src = make([]byte, (n-1)*c.stride+rb)
+			scratch := make([]float32, tq.Padded())
+			for j := range n {
+				row := c.src[j*c.stride:][:rb]
+				if err := tq.Encode(row, randomF32(dim, uint64(j+dim)), scratch); err != nil {
+					t.Fatal(err)
+				}
+				x := make([]float32, tq.Padded())
+				tq.DecodeRotated(x, row)
+				c.x = append(c.x, x)
+			}
+			cs = append(cs, c)
+		}
+	}
+	return cs
+}
+
+// TestAttnScoresSum: AttnScores and AttnSum on every path against float64
+// sums of the rows as DequantRows and TurboDecode widen them, for every KV
+// type, widths that are and are not multiples of the SIMD width, run
+// lengths across the kernels' tiles and group sizes of GQA models. The
+// bound is float32 rounding of the sums: 2e-6 of Σ|q_d·x_d| (scores) and
+// of Σ|w_j·x_j[d]| (sums); nothing outside the outputs is written.
+func TestAttnScoresSum(t *testing.T) {
+	const nMax = 77
+	cases := attnRowsCases(t, nMax)
+	for _, isa := range cpu.Available() {
+		k := cpu.KernelsFor(isa)
+		for _, c := range cases {
+			for _, n := range []int{1, 7, 8, 31, 33, nMax} {
+				for _, G := range []int{1, 3, 4, 5, 8} {
+					q := randomF32(G*c.dim, uint64(n*G))
+					ls := n + 3
+					s := make([]float32, G*ls)
+					for i := range s {
+						s[i] = -7
+					}
+					k.AttnScores(c.wt, c.tq, c.src, c.stride, n, c.dim, q, G, s, ls)
+					w := randomF32(G*ls, uint64(n+G))
+					acc := randomF32(G*c.dim, 5)
+					want := make([]float64, G*c.dim)
+					bound := make([]float64, G*c.dim)
+					for i, v := range acc {
+						want[i], bound[i] = float64(v), math.Abs(float64(v))
+					}
+					k.AttnSum(c.wt, c.tq, c.src, c.stride, n, c.dim, w, ls, G, acc)
+					for g := range G {
+						for j := range ls {
+							got := s[g*ls+j]
+							if j >= n {
+								if got != -7 {
+									t.Fatalf("%s %s n=%d G=%d: score [%d][%d] written past the rows", isa, c.name, n, G, g, j)
+								}
+								continue
+							}
+							var sum, abs float64
+							for d, v := range c.x[j] {
+								p := float64(q[g*c.dim+d]) * float64(v)
+								sum, abs = sum+p, abs+math.Abs(p)
+							}
+							if math.Abs(float64(got)-sum) > 2e-6*abs+1e-30 {
+								t.Fatalf("%s %s n=%d G=%d: score [%d][%d] = %v, want %v (Σ|·| %v)", isa, c.name, n, G, g, j, got, sum, abs)
+							}
+							for d, v := range c.x[j] {
+								p := float64(w[g*ls+j]) * float64(v)
+								want[g*c.dim+d] += p
+								bound[g*c.dim+d] += math.Abs(p)
+							}
+						}
+					}
+					for i, v := range acc {
+						if math.Abs(float64(v)-want[i]) > 2e-6*bound[i]+1e-30 {
+							t.Fatalf("%s %s n=%d G=%d: sum [%d] = %v, want %v (Σ|·| %v)", isa, c.name, n, G, i, v, want[i], bound[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
