@@ -118,6 +118,9 @@ void fi_turbo_decode_avx2(int bits, const float *levels, const uint8_t *src, int
 // t is none of those or dim is not a multiple of 8 up to FI_AD_MAXDIM
 // (kern_avx2_ad.c).
 #define FI_AD_MAXDIM 512
+// FI_AD_TILE is the rows those kernels widen at a time (32 rows of 64
+// values are 8 KiB: they stay in L1 between widening and use).
+#define FI_AD_TILE 32
 int fi_attn_scores_avx2(int t, int bits, const float *levels, const uint8_t *src, int64_t stride, int64_t n,
                         int64_t dim, const float *q, int64_t G, float *s, int64_t ls);
 
@@ -127,6 +130,22 @@ int fi_attn_scores_avx2(int t, int bits, const float *levels, const uint8_t *src
 // fi_attn_scores_avx2.
 int fi_attn_sum_avx2(int t, int bits, const float *levels, const uint8_t *src, int64_t stride, int64_t n, int64_t dim,
                      const float *w, int64_t lw, int64_t G, float *acc);
+
+// fi_kv_tile_avx2 sets rp[r] (r < m) to row j0+r of src (stride bytes
+// apart, type t or TurboQuant codes of bits bits) as n float32s: the row
+// itself for FI_F32, else widened into buf + r*n as fi_dequant_avx2 and
+// fi_turbo_decode_avx2 widen it.
+void fi_kv_tile_avx2(int t, int bits, const float *levels, const uint8_t *src, int64_t stride, int64_t j0, int64_t m,
+                     int64_t n, float *buf, const float **rp);
+
+// fi_attn_scores_avx512 and fi_attn_sum_avx512 are fi_attn_scores_avx2 and
+// fi_attn_sum_avx2 with 512-bit FMAs (kern_avx512_ad.c), for dim a
+// multiple of 16 (else -1). The sums run in the same order as AVX2's, so
+// fi_attn_sum_avx512's results equal fi_attn_sum_avx2's bit for bit.
+int fi_attn_scores_avx512(int t, int bits, const float *levels, const uint8_t *src, int64_t stride, int64_t n,
+                          int64_t dim, const float *q, int64_t G, float *s, int64_t ls);
+int fi_attn_sum_avx512(int t, int bits, const float *levels, const uint8_t *src, int64_t stride, int64_t n,
+                       int64_t dim, const float *w, int64_t lw, int64_t G, float *acc);
 
 // fi_wsum_avx2 adds to out[g*dim + c] (g < nout, c < dim) the sums over
 // j < n of w[g*ws + j] * v[j*vs + c]: attention's weighted sum of V rows

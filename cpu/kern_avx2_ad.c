@@ -13,10 +13,6 @@
 #include "kern.h"
 #include "kern_avx2.h"
 
-// FI_AD_TILE is the rows widened at a time (a tile of 32 rows of 256
-// values is 32 KiB, within L1 on every target CPU with the accumulators).
-#define FI_AD_TILE 32
-
 // kv_row widens one row of n values of type t (bits > 0: a TurboQuant row
 // of that many bits, levels its codebook) to float32 at d.
 FI_INLINE void kv_row(int t, int bits, const float *levels, const uint8_t *s, int64_t n, float *d) {
@@ -87,10 +83,11 @@ FI_INLINE void kv_row(int t, int bits, const float *levels, const uint8_t *s, in
 	}
 }
 
-// kv_tile points rp[r] (r < m) at rows j0+r as float32: the rows
-// themselves for f32, else widened into buf (rows of n).
-FI_INLINE void kv_tile(int t, int bits, const float *levels, const uint8_t *src, int64_t stride, int64_t j0, int64_t m,
-                       int64_t n, float *buf, const float **rp) {
+// fi_kv_tile_avx2 points rp[r] (r < m) at rows j0+r as float32: the rows
+// themselves for f32, else widened into buf (rows of n) by kv_row. The
+// AVX-512 kernels (kern_avx512_ad.c) widen rows through it too.
+void fi_kv_tile_avx2(int t, int bits, const float *levels, const uint8_t *src, int64_t stride, int64_t j0, int64_t m,
+                     int64_t n, float *buf, const float **rp) {
 	for (int64_t r = 0; r < m; r++) {
 		const uint8_t *s = src + (j0 + r) * stride;
 		if (bits == 0 && t == FI_F32) {
@@ -101,6 +98,8 @@ FI_INLINE void kv_tile(int t, int bits, const float *levels, const uint8_t *src,
 		}
 	}
 }
+
+#define kv_tile fi_kv_tile_avx2
 
 // hsum8 returns the 8 lane sums of a[0..7] as one vector (lane r: the sum
 // of a[r]'s lanes).

@@ -219,6 +219,10 @@ func attnScoresC(isa ISA, t quant.Type, tq *quant.Turbo, src []byte, stride, n, 
 		return false
 	}
 	bits, lv := turboArgs(tq)
+	if isa == ISAAVX512 && C.fi_attn_scores_avx512(C.int(t), bits, lv, (*C.uint8_t)(ptr(src)), C.int64_t(stride), C.int64_t(n),
+		C.int64_t(dim), (*C.float)(ptr(q)), C.int64_t(G), (*C.float)(ptr(s)), C.int64_t(ls)) == 0 {
+		return true
+	}
 	return C.fi_attn_scores_avx2(C.int(t), bits, lv, (*C.uint8_t)(ptr(src)), C.int64_t(stride), C.int64_t(n),
 		C.int64_t(dim), (*C.float)(ptr(q)), C.int64_t(G), (*C.float)(ptr(s)), C.int64_t(ls)) == 0
 }
@@ -230,6 +234,10 @@ func attnSumC(isa ISA, t quant.Type, tq *quant.Turbo, src []byte, stride, n, dim
 		return false
 	}
 	bits, lv := turboArgs(tq)
+	if isa == ISAAVX512 && C.fi_attn_sum_avx512(C.int(t), bits, lv, (*C.uint8_t)(ptr(src)), C.int64_t(stride), C.int64_t(n),
+		C.int64_t(dim), (*C.float)(ptr(w)), C.int64_t(lw), C.int64_t(G), (*C.float)(ptr(acc))) == 0 {
+		return true
+	}
 	return C.fi_attn_sum_avx2(C.int(t), bits, lv, (*C.uint8_t)(ptr(src)), C.int64_t(stride), C.int64_t(n),
 		C.int64_t(dim), (*C.float)(ptr(w)), C.int64_t(lw), C.int64_t(G), (*C.float)(ptr(acc))) == 0
 }

@@ -816,3 +816,29 @@ func TestAttnScoresSum(t *testing.T) {
 		}
 	}
 }
+
+// TestAttnSumPathsAgree: the AVX-512 V sums run in AVX2's order, so the
+// two paths give the same bits (kern.h says so).
+func TestAttnSumPathsAgree(t *testing.T) {
+	avail := cpu.Available()
+	if !slices.Contains(avail, cpu.ISAAVX512) || !slices.Contains(avail, cpu.ISAAVX2) {
+		t.Skipf("needs the AVX-512 and AVX2 paths (have %v; go test -tags fi_simde emulates AVX-512)", avail)
+	}
+	const n, G = 77, 5
+	for _, c := range attnRowsCases(t, n) {
+		if c.dim%16 != 0 {
+			continue
+		}
+		w := randomF32(G*n, 9)
+		var got [2][]float32
+		for i, isa := range []cpu.ISA{cpu.ISAAVX2, cpu.ISAAVX512} {
+			got[i] = randomF32(G*c.dim, 5)
+			cpu.KernelsFor(isa).AttnSum(c.wt, c.tq, c.src, c.stride, n, c.dim, w, n, G, got[i])
+		}
+		for i := range got[0] {
+			if math.Float32bits(got[0][i]) != math.Float32bits(got[1][i]) {
+				t.Fatalf("%s: sum [%d]: avx2 %v, avx512 %v", c.name, i, got[0][i], got[1][i])
+			}
+		}
+	}
+}
