@@ -51,11 +51,13 @@ type Backend struct {
 	ew     ewTask
 	ropeCS []float32 // Rope's angle tables (4·Dim/2 floats per row)
 	attn   attnTask
+	store  kvStoreTask
 }
 
 var (
 	_ model.Ops         = (*Backend)(nil)
 	_ model.MultiMatMul = (*Backend)(nil)
+	_ model.KVStorer    = (*Backend)(nil)
 )
 
 // NewBackend returns a backend on threads workers (≤ 0: PhysicalCores)
@@ -74,6 +76,7 @@ func NewBackend(threads int, kernels *Kernels) *Backend {
 	}
 	b := &Backend{pool: newPool(threads), k: kernels, packed: make(map[packKey]*Packed)}
 	b.attn.init(threads)
+	b.store.init(threads)
 	b.ew.k = kernels
 	return b
 }

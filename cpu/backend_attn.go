@@ -5,10 +5,11 @@ package cpu
 //   - A lone row of a sequence (decode), or each row of a run shorter than
 //     attnMinRun, is one unit per KV head: the group
 //     of query heads sharing the head (grouped-query attention) is scored
-//     against every cached position ≤ the row's own by one matrix product
-//     per run of rows (a head's rows are stored back to back:
-//     KVCache.KHeadRows), softmax per query head, then the weighted sum of
-//     V rows, in Ref's order.
+//     against every cached position ≤ the row's own by one
+//     Kernels.AttnScores call per run of rows (a head's rows are stored
+//     back to back: KVCache.KHeadRows), which widens the stored rows a
+//     tile at a time in L1; softmax per query head; then the weighted sum
+//     of V rows (Kernels.AttnSum), in Ref's order.
 //   - A run of at least attnMinRun consecutive rows of one sequence
 //     (prefill) has the sequence's K and V packed once per call (per KV
 //     head: K rows back to back, V in column blocks, so that tiles stream

@@ -268,11 +268,44 @@ func (c *KVCache) SetV(l, seq, pos int, x []float32) {
 	}
 }
 
+// NHeadKV returns the KV heads of a row.
+func (c *KVCache) NHeadKV() int { return c.nHead }
+
+// StoreScratch is the float32s of scratch StoreHead needs (0: none).
+func (c *KVCache) StoreScratch() int { return len(c.scratch) }
+
+// StoreHead stores head kh of x (a K row of KDim values, or, v, a V row
+// of VDim) as that head of (seq, pos) in layer l: exactly what SetK or
+// SetV stores for it. scratch (StoreScratch floats) is the caller's, so
+// calls for different heads or rows may run concurrently.
+func (c *KVCache) StoreHead(l, seq, pos, kh int, v bool, x, scratch []float32) {
+	r, lt := c.row(seq, pos), &c.layers[l]
+	if v {
+		i := c.off(r, kh, lt.VHead)
+		c.storeWith(c.V[l][i:i+lt.VHead], lt.V, c.TurboV(l, kh), x[kh*c.headV:(kh+1)*c.headV], scratch)
+		return
+	}
+	i := c.off(r, kh, lt.KHead)
+	c.storeWith(c.K[l][i:i+lt.KHead], lt.K, c.TurboK(l, kh), x[kh*c.headK:(kh+1)*c.headK], scratch)
+}
+
+// KVStorer is implemented by Ops that store a batch's new K and V rows in
+// the cache themselves (in parallel, say): the bytes stored must be those
+// SetK and SetV would store row by row.
+type KVStorer interface {
+	StoreKV(kv *KVCache, layer int, seq, pos []int32, k, v []float32)
+}
+
 // store converts one head.
 func (c *KVCache) store(dst []byte, t KVType, tq *quant.Turbo, x []float32) {
+	c.storeWith(dst, t, tq, x, c.scratch)
+}
+
+// storeWith converts one head with the given TurboQuant scratch.
+func (c *KVCache) storeWith(dst []byte, t KVType, tq *quant.Turbo, x, scratch []float32) {
 	if tq != nil {
 		// cannot fail: the row and scratch are sized for the codec
-		_ = tq.Encode(dst, x, c.scratch)
+		_ = tq.Encode(dst, x, scratch)
 		return
 	}
 	qt, _ := t.Quant()
@@ -705,11 +738,18 @@ func (c *Context) attention(il int, b *Batch) {
 	c.eval("Qcur", il, q, n, h.QDim())
 	c.eval("Kcur", il, k, n, h.KDim())
 	c.eval("Vcur", il, v, n, h.VDim())
-	// store k, v in the cache
-	for t := range n {
-		c.KV.SetK(il, int(b.Seq[t]), int(b.Pos[t]), k[t*h.KDim():(t+1)*h.KDim()])
-		c.KV.SetV(il, int(b.Seq[t]), int(b.Pos[t]), v[t*h.VDim():(t+1)*h.VDim()])
+	// store k, v in the cache, converted to its types (kv_store: the
+	// conversion, TurboQuant's rotation and coding included)
+	c.span("kv_store", il, true)
+	if st, ok := ops.(KVStorer); ok {
+		st.StoreKV(c.KV, il, b.Seq, b.Pos, k, v)
+	} else {
+		for t := range n {
+			c.KV.SetK(il, int(b.Seq[t]), int(b.Pos[t]), k[t*h.KDim():(t+1)*h.KDim()])
+			c.KV.SetV(il, int(b.Seq[t]), int(b.Pos[t]), v[t*h.VDim():(t+1)*h.VDim()])
+		}
 	}
+	c.span("kv_store", il, false)
 	// softmax(q·kᵀ/√d)·v over the cached positions
 	att := c.att[:n*h.NHead*h.HeadDimV]
 	scale := float32(1 / math.Sqrt(float64(h.HeadDimK)))

@@ -72,7 +72,7 @@ func TestComputeDetail(t *testing.T) {
 	}{
 		{graph.DetailStages, false, false, 1}, // "forward" only
 		{graph.DetailLayers, true, false, 1 + 5*2 + 1},
-		{graph.DetailOps, true, true, 1 + 5*10 + 2},
+		{graph.DetailOps, true, true, 1 + 5*11 + 2}, // 11 ops per layer, kv_store included
 	}
 	for _, tc := range tests {
 		t.Run(fmt.Sprint("detail=", tc.detail), func(t *testing.T) {

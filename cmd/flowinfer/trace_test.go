@@ -61,7 +61,7 @@ func TestTraceCommand(t *testing.T) {
 		}
 	}
 	for l := range 5 { // stories260K has 5 layers
-		for _, k := range []string{"attn", "attn_q", "attn_k", "attn_v", "attn_kqv", "attn_output", "ffn", "ffn_gate", "ffn_up", "ffn_down"} {
+		for _, k := range []string{"attn", "attn_q", "attn_k", "attn_v", "kv_store", "attn_kqv", "attn_output", "ffn", "ffn_gate", "ffn_up", "ffn_down"} {
 			if n := k + "-" + strconv.Itoa(l); !spans[n] {
 				t.Errorf("no span %s", n)
 			}
