@@ -738,6 +738,15 @@ func (c *Context) attention(il int, b *Batch) {
 	c.eval("Qcur", il, q, n, h.QDim())
 	c.eval("Kcur", il, k, n, h.KDim())
 	c.eval("Vcur", il, v, n, h.VDim())
+	// llama.cpp's rotation of block-quantized K and V (KVLayer.RotK/RotV)
+	lt := c.KV.Layer(il)
+	if lt.RotK > 0 {
+		hadamardPieces(q, lt.RotK)
+		hadamardPieces(k, lt.RotK)
+	}
+	if lt.RotV > 0 {
+		hadamardPieces(v, lt.RotV)
+	}
 	// store k, v in the cache, converted to its types (kv_store: the
 	// conversion, TurboQuant's rotation and coding included)
 	c.span("kv_store", il, true)
@@ -756,6 +765,9 @@ func (c *Context) attention(il int, b *Batch) {
 	c.span("attn_kqv", il, true)
 	ops.Attention(att, q, c.KV, il, b.Seq, b.Pos, h, scale)
 	c.span("attn_kqv", il, false)
+	if lt.RotV > 0 { // the output of rotated values, rotated back
+		hadamardPieces(att, lt.RotV)
+	}
 	c.eval("kqv_out", il, att, n, h.NHead*h.HeadDimV)
 	// output projection and residual
 	c.matmul("attn_output", il, c.tmp[:n*h.NEmbd], L.Wo, att, n)
@@ -780,4 +792,12 @@ func (c *Context) ffn(il int, b *Batch) {
 	c.eval("ffn_out", il, c.tmp, n, h.NEmbd)
 	ops.Add(c.x[:n*h.NEmbd], c.tmp[:n*h.NEmbd])
 	c.eval("l_out", il, c.x, n, h.NEmbd)
+}
+
+// hadamardPieces applies the orthonormal Walsh-Hadamard transform to each
+// piece of n values of x (len(x) a multiple of n).
+func hadamardPieces(x []float32, n int) {
+	for i := 0; i+n <= len(x); i += n {
+		quant.Hadamard(x[i : i+n])
+	}
 }

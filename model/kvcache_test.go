@@ -181,6 +181,34 @@ func TestKVTypes(t *testing.T) {
 	if _, err := model.NewKVCacheOf(small, model.KVTypes{K: model.KVQ8_0, V: model.KVF16}, 16, 1); err == nil || !strings.Contains(err.Error(), "q8_0") {
 		t.Errorf("q8_0 K on 8-value heads: %v", err)
 	}
+	// llama.cpp's rotation of block-quantized heads of a multiple of 64
+	for _, c := range []struct {
+		k, v       model.KVType
+		dk, dv     int
+		rotK, rotV int
+	}{
+		{model.KVQ8_0, model.KVQ4_0, 64, 64, 64, 64},
+		{model.KVQ4_0, model.KVQ8_0, 128, 128, 128, 64},
+		{model.KVQ8_0, model.KVQ8_0, 192, 96, 64, 0},
+		{model.KVQ8_0, model.KVF16, 32, 32, 0, 0},
+		{model.KVF16, model.KVBF16, 128, 128, 0, 0},
+		{model.KVTQ4, model.KVTQ3, 128, 128, 0, 0},
+	} {
+		h := model.Hyper{NHead: 8, NHeadKV: 2, HeadDimK: c.dk, HeadDimV: c.dv, NLayer: 3}
+		kv, err := model.NewKVCacheOf(&h, model.KVTypes{K: c.k, V: c.v, Protect: 1}, 8, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for l := range 3 {
+			lt, rk, rv := kv.Layer(l), c.rotK, c.rotV
+			if l != 1 { // --kv-protect 1: the first and last layers are f16
+				rk, rv = 0, 0
+			}
+			if lt.RotK != rk || lt.RotV != rv {
+				t.Errorf("%s/%s heads %d/%d layer %d: rotation %d/%d, want %d/%d", c.k, c.v, c.dk, c.dv, l, lt.RotK, lt.RotV, rk, rv)
+			}
+		}
+	}
 }
 
 // TestPagedKVNeedsBackend: a backend that does not declare PagedKV gets no

@@ -133,9 +133,28 @@ func (t KVTypes) ForLayer(l, n int) (k, v KVType) {
 }
 
 // KVLayer is one layer's K and V types and bytes per head.
+//
+// RotK and RotV are llama.cpp's attention rotation (llama-kv-cache.cpp,
+// attn_rot_k/attn_rot_v, on unless LLAMA_ATTN_ROT_DISABLE): where K is
+// stored as q8_0 or q4_0 and the head has a multiple of 64 values, the
+// queries and keys are multiplied, after RoPE, by the orthonormal
+// Walsh-Hadamard matrix in pieces of RotK values (the largest power of two
+// dividing the head, at least 64), which leaves every score unchanged but
+// spreads outlier channels over the block before it is quantized; where V
+// is q8_0 or q4_0 (heads a multiple of 64), the values are rotated in
+// pieces of RotV = 64 before storing and the attention's output rotated
+// back. 0: no rotation (float types, TurboQuant, which rotates by itself,
+// and --kv-protect's f16 layers).
 type KVLayer struct {
 	K, V         KVType
 	KHead, VHead int
+	RotK, RotV   int
+}
+
+// blockRotated reports whether llama.cpp rotates rows of type t (the
+// ggml block types) for a head of dim values.
+func blockRotated(t KVType, dim int) bool {
+	return (t == KVQ8_0 || t == KVQ4_0) && dim%64 == 0
 }
 
 // kvLayers returns every layer's types and head sizes, or an error if a
@@ -156,6 +175,16 @@ func kvLayers(h *Hyper, t KVTypes) ([]KVLayer, error) {
 			return nil, fmt.Errorf("-ctv: %w", err)
 		}
 		ls[l] = KVLayer{K: k, V: v, KHead: hk, VHead: hv}
+		if blockRotated(k, h.HeadDimK) {
+			n := 64
+			for h.HeadDimK%(2*n) == 0 {
+				n *= 2
+			}
+			ls[l].RotK = n
+		}
+		if blockRotated(v, h.HeadDimV) {
+			ls[l].RotV = 64
+		}
 	}
 	return ls, nil
 }

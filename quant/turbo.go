@@ -121,6 +121,12 @@ func (t *Turbo) Unrotate(dst, y []float32) {
 	}
 }
 
+// Hadamard applies the orthonormal Walsh-Hadamard transform to v in
+// place (len(v) a power of two): the fast transform scaled by 1/√n, its
+// own inverse. The KV cache rotates q8_0 and q4_0 rows with it, as
+// llama.cpp does (model.KVLayer's RotK and RotV).
+func Hadamard(v []float32) { fwht(v) }
+
 // fwht is the in-place fast Walsh-Hadamard transform, scaled by 1/√n so
 // that it is orthogonal (and its own inverse).
 func fwht(v []float32) {
