@@ -52,12 +52,14 @@ type Backend struct {
 	ropeCS []float32 // Rope's angle tables (4·Dim/2 floats per row)
 	attn   attnTask
 	store  kvStoreTask
+	rot    rotTask
 }
 
 var (
 	_ model.Ops         = (*Backend)(nil)
 	_ model.MultiMatMul = (*Backend)(nil)
 	_ model.KVStorer    = (*Backend)(nil)
+	_ model.Rotator     = (*Backend)(nil)
 )
 
 // NewBackend returns a backend on threads workers (≤ 0: PhysicalCores)

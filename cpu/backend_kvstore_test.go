@@ -3,10 +3,13 @@ package cpu_test
 import (
 	"bytes"
 	"fmt"
+	"math"
+	"slices"
 	"testing"
 
 	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/model"
+	"github.com/flowinfer/flowinfer/quant"
 )
 
 // TestStoreKV: Backend.StoreKV, which stores a batch's rows on every
@@ -62,6 +65,28 @@ func TestStoreKV(t *testing.T) {
 						}
 					}
 				})
+			}
+		}
+	}
+}
+
+// TestHadamard: Backend.Hadamard, split over workers, gives quant.Hadamard's
+// bits piece by piece, below and above the serial threshold.
+func TestHadamard(t *testing.T) {
+	be := cpu.NewBackend(2, nil)
+	defer be.Close()
+	for _, n := range []int{64, 128} {
+		for _, pieces := range []int{1, 3, 700} {
+			x := randomF32(n*pieces, uint64(n+pieces))
+			want := slices.Clone(x)
+			for p := range pieces {
+				quant.Hadamard(want[p*n : (p+1)*n])
+			}
+			be.Hadamard(x, n)
+			for i := range x {
+				if math.Float32bits(x[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("n=%d pieces=%d: [%d] = %v, want %v", n, pieces, i, x[i], want[i])
+				}
 			}
 		}
 	}

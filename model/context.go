@@ -289,6 +289,13 @@ func (c *KVCache) StoreHead(l, seq, pos, kh int, v bool, x, scratch []float32) {
 	c.storeWith(c.K[l][i:i+lt.KHead], lt.K, c.TurboK(l, kh), x[kh*c.headK:(kh+1)*c.headK], scratch)
 }
 
+// Rotator is implemented by Ops that multiply pieces of a vector by the
+// orthonormal Walsh-Hadamard matrix themselves (in parallel, say): the
+// results must equal quant.Hadamard's piece by piece.
+type Rotator interface {
+	Hadamard(x []float32, n int)
+}
+
 // KVStorer is implemented by Ops that store a batch's new K and V rows in
 // the cache themselves (in parallel, say): the bytes stored must be those
 // SetK and SetV would store row by row.
@@ -741,11 +748,11 @@ func (c *Context) attention(il int, b *Batch) {
 	// llama.cpp's rotation of block-quantized K and V (KVLayer.RotK/RotV)
 	lt := c.KV.Layer(il)
 	if lt.RotK > 0 {
-		hadamardPieces(q, lt.RotK)
-		hadamardPieces(k, lt.RotK)
+		c.hadamard(q, lt.RotK)
+		c.hadamard(k, lt.RotK)
 	}
 	if lt.RotV > 0 {
-		hadamardPieces(v, lt.RotV)
+		c.hadamard(v, lt.RotV)
 	}
 	// store k, v in the cache, converted to its types (kv_store: the
 	// conversion, TurboQuant's rotation and coding included)
@@ -766,7 +773,7 @@ func (c *Context) attention(il int, b *Batch) {
 	ops.Attention(att, q, c.KV, il, b.Seq, b.Pos, h, scale)
 	c.span("attn_kqv", il, false)
 	if lt.RotV > 0 { // the output of rotated values, rotated back
-		hadamardPieces(att, lt.RotV)
+		c.hadamard(att, lt.RotV)
 	}
 	c.eval("kqv_out", il, att, n, h.NHead*h.HeadDimV)
 	// output projection and residual
@@ -794,9 +801,13 @@ func (c *Context) ffn(il int, b *Batch) {
 	c.eval("l_out", il, c.x, n, h.NEmbd)
 }
 
-// hadamardPieces applies the orthonormal Walsh-Hadamard transform to each
-// piece of n values of x (len(x) a multiple of n).
-func hadamardPieces(x []float32, n int) {
+// hadamard applies the orthonormal Walsh-Hadamard transform to each piece
+// of n values of x (len(x) a multiple of n), through the Ops if they can.
+func (c *Context) hadamard(x []float32, n int) {
+	if r, ok := c.Ops.(Rotator); ok {
+		r.Hadamard(x, n)
+		return
+	}
 	for i := 0; i+n <= len(x); i += n {
 		quant.Hadamard(x[i : i+n])
 	}
