@@ -50,6 +50,9 @@ func parseJinja(source string) (jt *jinjaTemplate, err error) {
 			jt, err = nil, fmt.Errorf("jinja parser panicked: %v", r)
 		}
 	}()
+	if err := checkGonjaLexable(source); err != nil {
+		return nil, err
+	}
 	cfg := config.New()
 	cfg.TrimBlocks = true
 	cfg.LeftStripBlocks = true
