@@ -31,3 +31,28 @@ func TestNumberDotNonASCII(t *testing.T) {
 		t.Errorf("New: %v", err)
 	}
 }
+
+// TestSetCycle: a template that stores a namespace (or a list or dict
+// holding it) into itself is refused; before, {{ ns.x % 2 }} then made
+// gonja's Value.String recurse until the goroutine stack overflowed (a
+// fatal error: FuzzNew's worker died). Two namespaces' lists aliased to
+// each other are not a cycle and still render.
+func TestSetCycle(t *testing.T) {
+	for _, src := range []string{
+		"{%set ns=namespace(x=1)%}{%set ns.index=ns%}{{ns.index%2==0}}{{messages[0].content}}",
+		"{%set ns=namespace(x=1)%}{%set ns.index=[1,{'a':ns}]%}{{ns.index%2==0}}{{messages[0].content}}",
+		"{%set ns=namespace(x=1)%}{%set ns.index=ns if true else 1%}{{ns.index%2}}{{messages[0].content}}",
+	} {
+		if _, err := New(src, "", ""); err == nil || !strings.Contains(err.Error(), "stored inside itself") {
+			t.Errorf("%q: %v", src, err)
+		}
+	}
+	ok := "{%set ns=namespace(x=1, y=[])%}{%set ns.x=ns.y%}{% for m in messages %}{{m.content}}{% endfor %}"
+	tpl, err := New(ok, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := tpl.Render([]Message{{Role: "user", Content: "hi"}}, true); err != nil || out != "hi" {
+		t.Errorf("%q %v", out, err)
+	}
+}

@@ -213,6 +213,9 @@ func newEnvironment() (*exec.Environment, error) {
 	if err := filters.Register(iterFilter, iterableCheck); err != nil {
 		return nil, err
 	}
+	if err := filters.Register(acyclicFilter, acyclicCheck); err != nil {
+		return nil, err
+	}
 
 	structures := exec.NewControlStructureSet(map[string]parser.ControlStructureParser{}).Update(builtins.ControlStructures)
 	if err := structures.Register("generation", generationParser); err != nil {

@@ -21,6 +21,7 @@ import (
 	"reflect"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/nikolalohinski/gonja/v2/exec"
 	"github.com/nikolalohinski/gonja/v2/nodes"
@@ -29,10 +30,11 @@ import (
 
 // Names only this file uses; no template identifier can spell them.
 const (
-	methodFilter = "\x00method"
-	outputFilter = "\x00output"
-	iterFilter   = "\x00iterable"
-	methodSelf   = "\x00self"
+	methodFilter  = "\x00method"
+	outputFilter  = "\x00output"
+	iterFilter    = "\x00iterable"
+	acyclicFilter = "\x00acyclic"
+	methodSelf    = "\x00self"
 )
 
 // valueSize is the size of x (see the file comment), counted up to limit:
@@ -393,4 +395,119 @@ func withTicks(ns []nodes.Node) []nodes.Node {
 		out = append(out, tickNode("stmt"), n)
 	}
 	return out
+}
+
+// guardSetCycle wraps the value of {% set obj.attr = value %} (s is the
+// gonja SetControlStructure) in acyclicFilter with obj as its argument:
+// storing a namespace (or a list or dict holding it) into itself makes a
+// cycle, and gonja's Value.String, which its arithmetic calls on a
+// non-number ({{ ns.x % 2 }}), then recurses until the goroutine stack
+// overflows, a fatal error no recover catches (FuzzNew found it).
+func guardSetCycle(s reflect.Value) {
+	field := func(name string) reflect.Value {
+		f := s.FieldByName(name)
+		return reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
+	}
+	ga, ok := field("target").Interface().(*nodes.GetAttribute)
+	if !ok || ga.Node == nil {
+		return
+	}
+	obj, ok := ga.Node.(nodes.Expression)
+	if !ok {
+		return
+	}
+	for _, name := range []string{"expression", "alternative"} {
+		f := field(name)
+		e, ok := f.Interface().(nodes.Expression)
+		if !ok || e == nil {
+			continue
+		}
+		loc := e.Position()
+		if loc == nil {
+			loc = &tokens.Token{}
+		}
+		f.Set(reflect.ValueOf(nodes.Expression(&nodes.FilteredExpression{Expression: e,
+			Filters: []*nodes.FilterCall{{Token: loc, Name: acyclicFilter, Args: []nodes.Expression{obj}}}})))
+	}
+}
+
+// acyclicCheck passes the value through unless it is, or holds within
+// maxJSONDepth levels, the map, slice or pointer its argument is (the
+// object the set statement stores into).
+func acyclicCheck(_ *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
+	if in.IsError() || len(params.Args) != 1 {
+		return in
+	}
+	target := reflect.ValueOf(params.Args[0].Interface())
+	switch target.Kind() {
+	case reflect.Map, reflect.Slice, reflect.Pointer:
+	default:
+		return in
+	}
+	if target.IsNil() {
+		return in
+	}
+	if holds(reflect.ValueOf(in.Interface()), target.Pointer(), 0) {
+		return exec.AsValue(fmt.Errorf("chat template: an object cannot be stored inside itself"))
+	}
+	return in
+}
+
+// holds reports whether v is, or contains, the map, slice or pointer at p
+// (or nests deeper than maxJSONDepth, which counts as holding it).
+func holds(v reflect.Value, p uintptr, depth int) bool {
+	if depth > maxJSONDepth {
+		return true
+	}
+	for v.Kind() == reflect.Interface {
+		if v.IsNil() {
+			return false
+		}
+		v = v.Elem()
+	}
+	switch v.Kind() {
+	case reflect.Map:
+		if v.IsNil() {
+			return false
+		}
+		if v.Pointer() == p {
+			return true
+		}
+		iter := v.MapRange()
+		for iter.Next() {
+			if holds(iter.Value(), p, depth+1) {
+				return true
+			}
+		}
+	case reflect.Slice:
+		if v.IsNil() {
+			return false
+		}
+		if v.Pointer() == p && v.Len() > 0 {
+			return true
+		}
+		for i := range v.Len() {
+			if holds(v.Index(i), p, depth+1) {
+				return true
+			}
+		}
+	case reflect.Pointer:
+		if v.IsNil() {
+			return false
+		}
+		if v.Pointer() == p {
+			return true
+		}
+		if ev, ok := v.Interface().(*exec.Value); ok {
+			return holds(reflect.ValueOf(ev.Interface()), p, depth+1)
+		}
+		return holds(v.Elem(), p, depth+1)
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if f := v.Field(i); f.CanInterface() && holds(f, p, depth+1) {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -184,6 +184,8 @@ func limitTemplate(root nodes.Node) {
 				if n.ObjectEvaluator != nil {
 					n.ObjectEvaluator = guardIterable(n.ObjectEvaluator)
 				}
+			case *controlstructures.SetControlStructure:
+				guardSetCycle(v.Elem())
 			case *nodes.Macro:
 				if n.Wrapper != nil {
 					n.Wrapper.Nodes = append(append([]nodes.Node{tickNode("enter")}, n.Wrapper.Nodes...), tickNode("exit"))
