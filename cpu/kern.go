@@ -469,8 +469,6 @@ func checkAttnRows(op string, src []byte, stride, rb, n, dim int, x []float32, l
 		return
 	case stride < rb || len(src) < (n-1)*stride+rb:
 		panic(fmt.Sprintf("cpu: %s: %d rows of %d bytes (stride %d) in %d bytes", op, n, rb, stride, len(src)))
-	case dim > attnMaxDim:
-		panic(fmt.Sprintf("cpu: %s: rows of %d values (at most %d)", op, dim, attnMaxDim))
 	case lx < n || len(x) < (G-1)*lx+n:
 		panic(fmt.Sprintf("cpu: %s: %d rows of %d (stride %d) in %d floats", op, G, n, lx, len(x)))
 	case len(y) < G*dim:
@@ -478,9 +476,19 @@ func checkAttnRows(op string, src []byte, stride, rb, n, dim int, x []float32, l
 	}
 }
 
-// attnMaxDim is the widest cached row AttnScores and AttnSum take (a
-// head of 512 values; a TurboQuant head padded to 512).
+// attnMaxDim is the widest cached row the Go paths of AttnScores and
+// AttnSum widen into a stack buffer (wider ones, which no supported model
+// has, get a heap buffer); the C paths take up to FI_AD_MAXDIM (512) and
+// leave wider rows to Go.
 const attnMaxDim = 512
+
+// rowBuf returns a buffer of dim floats: buf's when it is long enough.
+func rowBuf(buf *[attnMaxDim]float32, dim int) []float32 {
+	if dim <= attnMaxDim {
+		return buf[:dim]
+	}
+	return make([]float32, dim)
+}
 
 // kvRowF32 widens the cached row src (type t, or tq's codes) to dst.
 func kvRowF32(t quant.Type, tq *quant.Turbo, src []byte, dst []float32) {
@@ -516,7 +524,7 @@ func (k *Kernels) AttnScores(t quant.Type, tq *quant.Turbo, src []byte, stride, 
 		return
 	}
 	var buf [attnMaxDim]float32
-	x := buf[:dim]
+	x := rowBuf(&buf, dim)
 	for j := range n {
 		kvRowF32(t, tq, src[j*stride:][:rb], x)
 		for g := range G {
@@ -546,7 +554,7 @@ func (k *Kernels) AttnSum(t quant.Type, tq *quant.Turbo, src []byte, stride, n, 
 		return
 	}
 	var buf [attnMaxDim]float32
-	x := buf[:dim]
+	x := rowBuf(&buf, dim)
 	for j := range n {
 		kvRowF32(t, tq, src[j*stride:][:rb], x)
 		for g := range G {
