@@ -119,6 +119,10 @@ type KVCache struct {
 	// Protect keeps the first and the last Protect layers in f16 when a
 	// type is quantized (q8_0, q4_0, tq4, tq3).
 	Protect int `yaml:"protect"`
+	// Recent keeps the K and V rows of at least the Recent most recent
+	// positions of each query in f16 as well when a type is quantized
+	// (--kv-recent; contiguous caches only: perplexity and bench).
+	Recent int `yaml:"recent"`
 	// CtxSize is the number of cells per sequence (the context); 0 = the
 	// model's training context, at most 4096.
 	CtxSize int `yaml:"ctx_size"`
@@ -231,6 +235,7 @@ func (c *Config) Validate() error {
 	oneOf("pipeline.kv_cache.type_k", p.KVCache.TypeK, KVTypes())
 	oneOf("pipeline.kv_cache.type_v", p.KVCache.TypeV, KVTypes())
 	between("pipeline.kv_cache.protect", p.KVCache.Protect, 0, 1<<16)
+	between("pipeline.kv_cache.recent", p.KVCache.Recent, 0, 1<<24)
 	oneOf("pipeline.io_engine", p.IOEngine, IOEngines())
 	if p.RAMPool < 0 {
 		bad("pipeline.ram_pool", "must not be negative")

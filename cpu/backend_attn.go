@@ -65,8 +65,13 @@ type attnUnit struct {
 // per call for all its blocks in FlashTile's layouts (by all workers, in
 // pieces of packPiece positions of one KV head): head kh's K rows at
 // k + kh*n*dk (rows of dk), its V at v + kh*n*dv (FlashPackV's layout).
+// With --kv-recent, the f16 copies of positions [xe, n) are packed too
+// (halves that keep them), at xk + kh*(n-xe)*HeadDimK and xv +
+// kh*(n-xe)*HeadDimV, position j as row j-xe.
 type kvRegion struct {
 	k, v, n int
+	xk, xv  int
+	xe      int
 	s       int32 // the sequence
 }
 
@@ -81,6 +86,10 @@ type attnScratch struct {
 	qrot   []float32 // the group's queries rotated (TurboQuant K)
 	dec    []float32 // a chunk of cached rows converted to float32
 	vacc   []float32 // lone rows: the rotated-domain V sums (TurboQuant V)
+	// blocks reading --kv-recent's f16 rows of a TurboQuant half: the
+	// queries unrotated, the sums of the f16 V rows, the maxima after the
+	// quantized rows
+	q2, acc2, m2 []float32
 }
 
 // kvChunk is the cached rows converted to float32 at a time (lone rows
@@ -105,6 +114,7 @@ type attnTask struct {
 	packing  bool          // run packs instead of computing units
 	dkp, dvp int           // K and V head widths in the packed (rotated for TurboQuant) domain
 	lt       model.KVLayer // the layer's KV types and bytes per head
+	exact    bool          // the layer reads --kv-recent's f16 rows (lt.XK or lt.XV)
 	next     atomic.Int64
 	scratch  []attnScratch
 }
@@ -134,6 +144,7 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 		a.dvp = tq.Padded()
 	}
 	dk, dv := a.dkp, a.dvp
+	a.exact = a.lt.XK || a.lt.XV
 	a.block = max(1, attnRows/G)
 	// units: runs of rows of one sequence, cut into blocks, a KV head's
 	// blocks together (they read the same packed K and V); a run of at
@@ -150,12 +161,30 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 		reg, block := int32(-1), 1
 		if r1-r0 >= attnMinRun {
 			reg, block = int32(len(a.regions)), a.block
-			a.regions = append(a.regions, kvRegion{k: packed, v: packed + h.NHeadKV*np*dk, n: np, s: seq[r0]})
+			r := kvRegion{k: packed, v: packed + h.NHeadKV*np*dk, n: np, s: seq[r0], xe: np}
 			packed += h.NHeadKV * np * (dk + dv)
+			if a.exact {
+				r.xe = kv.Exact(int(pos[r0])) // the run's first (lowest) position
+				xn := np - r.xe
+				if a.lt.XK {
+					r.xk = packed
+					packed += h.NHeadKV * xn * h.HeadDimK
+				}
+				if a.lt.XV {
+					r.xv = packed
+					packed += h.NHeadKV * xn * h.HeadDimV
+				}
+			}
+			a.regions = append(a.regions, r)
 		}
 		for kh := range h.NHeadKV {
-			for t0 := r0; t0 < r1; t0 += block {
-				a.units = append(a.units, attnUnit{int32(t0), int32(min(t0+block, r1)), int32(kh), reg})
+			for t0 := r0; t0 < r1; {
+				t1 := min(t0+block, r1)
+				if a.exact { // a block's rows share Exact's boundary
+					t1 = min(t1, t0+model.RecentAlign-int(pos[t0])%model.RecentAlign)
+				}
+				a.units = append(a.units, attnUnit{int32(t0), int32(t1), int32(kh), reg})
+				t0 = t1
 			}
 		}
 		for t := r0; t < r1; t++ {
@@ -179,6 +208,11 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 			s.l = grow(s.l, rp)
 		}
 		s.scores = grow(s.scores, n)
+		if blocks && a.exact {
+			s.q2 = grow(s.q2, rp*h.HeadDimK)
+			s.acc2 = grow(s.acc2, R*h.HeadDimV)
+			s.m2 = grow(s.m2, rp)
+		}
 		if a.lt.K != model.KVF32 {
 			s.qrot = grow(s.qrot, G*a.dkp)
 		}
@@ -244,6 +278,20 @@ func (a *attnTask) pack(sc *attnScratch, u packUnit) {
 		} else {
 			a.toF32(a.lt.V, kv.TurboV(a.layer, kh), vr, a.lt.VHead, L, h.HeadDimV, sc.dec, dv)
 			FlashPackV(vp, n, j0, sc.dec, dv, dv, L)
+		}
+		j0 += L
+	}
+	// --kv-recent's f16 rows of the piece's positions from xe on
+	xn, dk0, dv0 := n-reg.xe, h.HeadDimK, h.HeadDimV
+	for j0, j1 := max(int(u.j0), reg.xe), int(u.j1); j0 < j1; {
+		L := min(kv.XRun(s, j0, j1-j0), kvChunk)
+		if a.lt.XK {
+			kd := a.packed[reg.xk+(kh*xn+j0-reg.xe)*dk0:][:L*dk0]
+			a.k.DequantRows(quant.F16, kv.XKHeadRows(a.layer, kh, s, j0, L), 2*dk0, L, dk0, kd, dk0)
+		}
+		if a.lt.XV {
+			a.k.DequantRows(quant.F16, kv.XVHeadRows(a.layer, kh, s, j0, L), 2*dv0, L, dv0, sc.dec, dv0)
+			FlashPackV(a.packed[reg.xv+kh*xn*dv0:][:xn*dv0], xn, j0-reg.xe, sc.dec, dv0, dv0, L)
 		}
 		j0 += L
 	}
@@ -325,10 +373,23 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 		}
 		qf = sc.qrot[:G*kw]
 	}
-	for j := 0; j < np; {
-		n := a.span(s, j, np-j)
+	e := kv.Exact(np - 1) // --kv-recent: rows from e on read as f16 copies
+	ek, ev := np, np
+	if a.lt.XK {
+		ek = e
+	}
+	if a.lt.XV {
+		ev = e
+	}
+	for j := 0; j < ek; {
+		n := a.span(s, j, ek-j)
 		kr := kv.KHeadRows(a.layer, kh, s, j, n)
 		a.k.AttnScores(quantOf(a.lt.K), tk, kr, a.lt.KHead, n, kw, qf, G, sco[j:], np)
+		j += n
+	}
+	for j := ek; j < np; { // the f16 copies meet the unrotated queries
+		n := kv.XRun(s, j, np-j)
+		a.k.AttnScores(quant.F16, nil, kv.XKHeadRows(a.layer, kh, s, j, n), 2*dk, n, dk, qg, G, sco[j:], np)
 		j += n
 	}
 	// softmax per query head (float64 sums)
@@ -345,8 +406,8 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 		acc = sc.vacc[:G*ad]
 	}
 	clear(acc)
-	for j0 := 0; j0 < np; {
-		n := a.span(s, j0, np-j0)
+	for j0 := 0; j0 < ev; {
+		n := a.span(s, j0, ev-j0)
 		vr := kv.VHeadRows(a.layer, kh, s, j0, n)
 		// each V row once for the whole group, positions in order (as Ref)
 		a.k.AttnSum(quantOf(a.lt.V), tv, vr, a.lt.VHead, n, ad, sco[j0:], np, G, acc)
@@ -356,6 +417,11 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 		for g := range G {
 			tv.Unrotate(out[g*dv:(g+1)*dv], acc[g*ad:(g+1)*ad])
 		}
+	}
+	for j0 := ev; j0 < np; { // the f16 copies, summed unrotated
+		n := kv.XRun(s, j0, np-j0)
+		a.k.AttnSum(quant.F16, nil, kv.XVHeadRows(a.layer, kh, s, j0, n), 2*dv, n, dv, sco[j0:], np, G, out)
+		j0 += n
 	}
 }
 
@@ -376,6 +442,17 @@ func (a *attnTask) flash(sc *attnScratch, t0, t1, kh int, reg *kvRegion) {
 	// scaled), transposed into blocks of FlashRowBlock rows; padding rows
 	// are zero and at position pmin
 	qt, ps := sc.q[:rp*dk], sc.pos[:rp]
+	// --kv-recent: positions [e, np) are read from their f16 copies (e is
+	// the same for every row of the block: Attention cuts blocks at
+	// RecentAlign); a TurboQuant K's copies meet the queries unrotated (q2)
+	e, dk0, dv0 := np, h.HeadDimK, h.HeadDimV
+	if a.exact {
+		e = a.kv.Exact(pmin)
+	}
+	var q2 []float32
+	if e < np && a.lt.XK && tk != nil {
+		q2 = sc.q2[:rp*dk0]
+	}
 	const B = FlashRowBlock
 	for r := range rp {
 		qb, i := qt[r/B*dk*B:], r%B
@@ -383,12 +460,22 @@ func (a *attnTask) flash(sc *attnScratch, t0, t1, kh int, reg *kvRegion) {
 			for d := range dk {
 				qb[d*B+i] = 0
 			}
+			if q2 != nil {
+				for d := range dk0 {
+					q2[r/B*dk0*B+d*B+i] = 0
+				}
+			}
 			ps[r] = int32(pmin)
 			continue
 		}
 		t, g := t0+r/G, r%G
 		ps[r] = a.pos[t]
 		src := a.q[(t*h.NHead+kh*G+g)*h.HeadDimK:][:h.HeadDimK]
+		if q2 != nil {
+			for d, v := range src {
+				q2[r/B*dk0*B+d*B+i] = v * a.scale
+			}
+		}
 		if tk != nil { // K is stored rotated: rotate the query alike
 			tk.Rotate(sc.qrot[:dk], src)
 			src = sc.qrot[:dk]
@@ -406,9 +493,41 @@ func (a *attnTask) flash(sc *attnScratch, t0, t1, kh int, reg *kvRegion) {
 	// tiles of up to attnTile positions, masked only where they cross the
 	// diagonal of some row
 	kp, vp := a.packed[reg.k+kh*reg.n*dk:][:np*dk], a.packed[reg.v+kh*reg.n*dv:][:reg.n*dv]
-	for j0 := 0; j0 < np; j0 += attnTile {
-		L := min(attnTile, np-j0)
+	for j0 := 0; j0 < e; j0 += attnTile {
+		L := min(attnTile, e-j0)
 		a.k.FlashTile(qt, rp, R, dk, dv, kp[j0*dk:], vp, reg.n, L, j0, ps, j0+L-1 > pmin, m, l, acc, sc.scores)
+	}
+	var acc2 []float32 // the f16 copies' V sums of a TurboQuant V
+	if e < np {
+		xn := reg.n - reg.xe
+		xq, xdk := qt, dk
+		if q2 != nil {
+			xq, xdk = q2, dk0
+		}
+		xacc, xdv := acc, dv
+		if a.lt.XV && tv != nil {
+			// summed unrotated apart; acc (the quantized rows') is
+			// rescaled from the maxima it was summed at (m2) at the end
+			copy(sc.m2[:rp], m)
+			acc2 = sc.acc2[:R*dv0]
+			clear(acc2)
+			xacc, xdv = acc2, dv0
+		}
+		xv, vn, off := vp, reg.n, 0
+		if a.lt.XV { // FlashTile reads V by position: shift positions to the copies' rows
+			xv, vn, off = a.packed[reg.xv+kh*xn*dv0:][:xn*dv0], xn, reg.xe
+			for r := range ps {
+				ps[r] -= int32(off)
+			}
+		}
+		for j0 := e; j0 < np; j0 += attnTile {
+			L := min(attnTile, np-j0)
+			kt := kp[j0*dk:]
+			if a.lt.XK {
+				kt = a.packed[reg.xk+(kh*xn+j0-reg.xe)*dk0:][:L*dk0]
+			}
+			a.k.FlashTile(xq, rp, R, xdk, xdv, kt, xv, vn, L, j0-off, ps, j0+L-1 > pmin, m, l, xacc, sc.scores)
+		}
 	}
 	// out = acc / l
 	for r := range R {
@@ -416,11 +535,19 @@ func (a *attnTask) flash(sc *attnScratch, t0, t1, kh int, reg *kvRegion) {
 		inv := float32(1 / l[r])
 		o := a.out[(t*h.NHead+kh*G+g)*h.HeadDimV:][:h.HeadDimV]
 		if tv != nil { // the sum is rotated: rotate it back
-			y := sc.vacc[:dv]
+			y, c := sc.vacc[:dv], inv
+			if acc2 != nil {
+				c *= float32(math.Exp(float64(sc.m2[r] - m[r])))
+			}
 			for d, v := range acc[r*dv : (r+1)*dv] {
-				y[d] = v * inv
+				y[d] = v * c
 			}
 			tv.Unrotate(o, y)
+			if acc2 != nil {
+				for d, v := range acc2[r*dv0 : (r+1)*dv0] {
+					o[d] += v * inv
+				}
+			}
 			continue
 		}
 		for d, v := range acc[r*dv : (r+1)*dv] {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/flowinfer/flowinfer/cpu"
@@ -352,6 +353,95 @@ func TestBackendAttentionProtected(t *testing.T) {
 			check(t)
 			if e := nmse(got, want); e > kvTol[kt] {
 				t.Errorf("layer %d (%s), %d rows: NMSE %.3g > %.0g", l, kt, rows, e, kvTol[kt])
+			}
+		}
+	}
+}
+
+// TestBackendAttentionRecent: with --kv-recent (KVTypes.Recent), Attention
+// reads each query's rows from KVCache.Exact on as their f16 copies, as
+// Ref does, decode row and prefill chunk alike, on every ISA, for
+// quantized halves of every kind (block, TurboQuant, one half only), and
+// windows from one position to more than the context. With a window
+// covering the whole context, a quantized cache's attention is exactly an
+// f16 cache's (Ref, bit for bit).
+func TestBackendAttentionRecent(t *testing.T) {
+	h := model.Hyper{NHead: 8, NHeadKV: 2, HeadDimK: 64, HeadDimV: 64, NLayer: 1}
+	const nCtx = 300
+	for _, isa := range cpu.Available() {
+		for _, types := range []model.KVTypes{{K: model.KVTQ4, V: model.KVTQ3}, {K: model.KVQ8_0, V: model.KVQ4_0},
+			{K: model.KVTQ4, V: model.KVF16}, {K: model.KVF16, V: model.KVTQ3}, {K: model.KVQ4_0, V: model.KVTQ3}} {
+			for _, recent := range []int{1, 5, 64, 100, 400} {
+				types.Recent = recent
+				t.Run(fmt.Sprintf("isa=%s/%s", isa, types), func(t *testing.T) {
+					kv, err := model.NewKVCacheOf(&h, types, nCtx, 2)
+					if err != nil {
+						t.Fatal(err)
+					}
+					kv.ReserveExact(2 * nCtx)
+					f16, err := model.NewKVCacheOf(&h, model.KVTypes{K: model.KVF16, V: model.KVF16}, nCtx, 2)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var ss, ps []int32
+					for s := range 2 {
+						for p := range nCtx {
+							ss, ps = append(ss, int32(s)), append(ps, int32(p))
+						}
+					}
+					if err := kv.PrepareExact(ss, ps); err != nil {
+						t.Fatal(err)
+					}
+					for i := range ss {
+						s, p := int(ss[i]), int(ps[i])
+						k, v := randomF32(kv.KDim, uint64(1000*s+p)), randomF32(kv.VDim, uint64(1000*s+p+500000))
+						kv.SetK(0, s, p, k)
+						kv.SetV(0, s, p, v)
+						kv.StoreExact(0, ss[i:i+1], ps[i:i+1], k, v)
+						f16.SetK(0, s, p, k)
+						f16.SetV(0, s, p, v)
+					}
+					// rows: seq 0 at 0..4, seq 1 at 180..299 (a prefill chunk
+					// over two boundary steps)
+					var seq, pos []int32
+					for p := range 5 {
+						seq, pos = append(seq, 0), append(pos, int32(p))
+					}
+					for p := 180; p < 300; p++ {
+						seq, pos = append(seq, 1), append(pos, int32(p))
+					}
+					n := len(seq)
+					q := randomF32(n*h.NHead*h.HeadDimK, 17)
+					want := make([]float32, n*h.NHead*h.HeadDimV)
+					scale := float32(0.125)
+					cpu.NewRef().Attention(want, q, kv, 0, seq, pos, &h, scale)
+					if recent >= nCtx+model.RecentAlign {
+						all := make([]float32, len(want))
+						cpu.NewRef().Attention(all, q, f16, 0, seq, pos, &h, scale)
+						if !slices.Equal(all, want) {
+							t.Errorf("a window over the whole context differs from an f16 cache: NMSE %.3g", nmse(want, all))
+						}
+					}
+					tol := max(kvTol[types.K], kvTol[types.V])
+					for _, threads := range []int{1, 2} {
+						be := cpu.NewBackend(threads, cpu.KernelsFor(isa))
+						got, check := guarded(len(want))
+						be.Attention(got, q, kv, 0, seq, pos, &h, scale)
+						check(t)
+						if e := nmse(got, want); e > tol {
+							t.Errorf("threads=%d: NMSE %.3g > %.0g", threads, e, tol)
+						}
+						for _, r := range []int{0, 4, n - 40, n - 1} { // decode rows
+							got1, check1 := guarded(h.NHead * h.HeadDimV)
+							be.Attention(got1, q[r*h.NHead*h.HeadDimK:], kv, 0, seq[r:r+1], pos[r:r+1], &h, scale)
+							check1(t)
+							if e := nmse(got1, want[r*h.NHead*h.HeadDimV:][:h.NHead*h.HeadDimV]); e > tol {
+								t.Errorf("threads=%d, row at %d: NMSE %.3g > %.0g", threads, pos[r], e, tol)
+							}
+						}
+						be.Close()
+					}
+				})
 			}
 		}
 	}

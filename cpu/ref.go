@@ -213,7 +213,8 @@ func (r *Ref) Rope(x []float32, pos []int32, n, nHead, headDim int, rp *model.Ro
 // then the weighted sum of the values. Cached rows of any KV type are
 // converted to float32 first (KVCache.GetK/GetV: a TurboQuant row is
 // decoded and rotated back), so this is attention on exactly the values the
-// cache holds.
+// cache holds; rows a query reads exactly (--kv-recent: from
+// KVCache.Exact on) come from their f16 copies.
 func (r *Ref) Attention(out, q []float32, kv *model.KVCache, layer int, seq, pos []int32, h *model.Hyper, scale float32) {
 	group := h.NHead / h.NHeadKV
 	dk, dv := h.HeadDimK, h.HeadDimV
@@ -224,8 +225,13 @@ func (r *Ref) Attention(out, q []float32, kv *model.KVCache, layer int, seq, pos
 		s, np := int(seq[t]), int(pos[t])+1
 		r.scores = grow(r.scores, h.NHead*np)
 		sc := r.scores[:h.NHead*np]
+		lt, e := kv.Layer(layer), kv.Exact(np-1) // rows from e on: --kv-recent's f16 copies
 		for j := range np {
-			kv.GetK(layer, s, j, r.krow, r.kvTmp)
+			if lt.XK && j >= e {
+				kv.GetXK(layer, s, j, r.krow)
+			} else {
+				kv.GetK(layer, s, j, r.krow, r.kvTmp)
+			}
 			for hd := range h.NHead {
 				kh := hd / group
 				qh := q[(t*h.NHead+hd)*dk : (t*h.NHead+hd+1)*dk]
@@ -251,7 +257,11 @@ func (r *Ref) Attention(out, q []float32, kv *model.KVCache, layer int, seq, pos
 			clear(out[(t*h.NHead+hd)*dv : (t*h.NHead+hd+1)*dv])
 		}
 		for j := range np {
-			kv.GetV(layer, s, j, r.vrow, r.kvTmp)
+			if lt.XV && j >= e {
+				kv.GetXV(layer, s, j, r.vrow)
+			} else {
+				kv.GetV(layer, s, j, r.vrow, r.kvTmp)
+			}
 			for hd := range h.NHead {
 				kh := hd / group
 				w := sc[hd*np+j]

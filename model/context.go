@@ -56,6 +56,7 @@ type KVCache struct {
 	layers             []KVLayer        // per layer: types and bytes per head
 	tk, tv             [][]*quant.Turbo // [layer][head] codecs of TurboQuant types
 	scratch            []float32        // SetK/SetV's TurboQuant scratch
+	x                  *exactRows       // --kv-recent's f16 rows (nil: none)
 }
 
 // PagedKV is implemented by backends whose Attention reads the cache only
@@ -88,6 +89,9 @@ func NewKVCacheOf(h *Hyper, t KVTypes, nCtx, nSeq int) (*KVCache, error) {
 	}
 	c.LB = nCtx
 	c.alloc(nSeq * nCtx)
+	if err := c.newExact(); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -154,9 +158,10 @@ func (c *KVCache) alloc(rows int) {
 	}
 }
 
-// Bytes returns the cache's storage in bytes.
+// Bytes returns the cache's storage in bytes (--kv-recent's f16 rows
+// included).
 func (c *KVCache) Bytes() int64 {
-	var n int64
+	n := c.ExactBytes()
 	for l := range c.K {
 		n += int64(len(c.K[l]) + len(c.V[l]))
 	}
@@ -175,6 +180,11 @@ func NewBlockKVCache(h *Hyper, t KVTypes, blockSize, nCtx, nSeq int) (*KVCache, 
 	c, err := NewKVCacheOf(h, t, nCtx, nSeq)
 	if err != nil {
 		return nil, err
+	}
+	if c.x != nil {
+		c.x = nil
+		c.BlockSize = blockSize
+		return nil, c.newExact()
 	}
 	c.BlockSize, c.NBlocks = blockSize, nSeq*nCtx/blockSize
 	c.shift = uint(bits.TrailingZeros(uint(blockSize)))
@@ -196,6 +206,9 @@ func NewPagedKVCache(h *Hyper, t KVTypes, blockSize, nBlocks, nSeq, nCtx int) (*
 	c.shift = uint(bits.TrailingZeros(uint(blockSize)))
 	c.alloc((nBlocks*blockSize + c.LB - 1) / c.LB * c.LB)
 	c.Tables = make([][]int32, nSeq)
+	if err := c.newExact(); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -521,6 +534,7 @@ func (m *Model) NewContextKV(ops Ops, kv *KVCache, maxBatch int) (*Context, erro
 		return nil, fmt.Errorf("model: the backend does not support a paged KV cache")
 	}
 	c := &Context{M: m, Ops: ops, KV: kv, MaxBatch: maxBatch}
+	kv.ReserveExact(maxBatch)
 	n := maxBatch
 	c.x = make([]float32, n*h.NEmbd)
 	c.xn = make([]float32, n*h.NEmbd)
@@ -617,6 +631,9 @@ func (c *Context) Decode(b *Batch) ([]float32, error) {
 				return nil, fmt.Errorf("%w: sequence %d has no KV block for position %d", ErrBatch, b.Seq[i], b.Pos[i])
 			}
 		}
+	}
+	if err := c.KV.PrepareExact(b.Seq, b.Pos); err != nil {
+		return nil, err
 	}
 	c.nEmbd = 0
 	if err := c.M.forward(c, b); err != nil {
@@ -765,6 +782,7 @@ func (c *Context) attention(il int, b *Batch) {
 			c.KV.SetV(il, int(b.Seq[t]), int(b.Pos[t]), v[t*h.VDim():(t+1)*h.VDim()])
 		}
 	}
+	c.KV.StoreExact(il, b.Seq, b.Pos, k, v) // --kv-recent's f16 rows
 	c.span("kv_store", il, false)
 	// softmax(q·kᵀ/√d)·v over the cached positions
 	att := c.att[:n*h.NHead*h.HeadDimV]

@@ -105,12 +105,20 @@ type KVTypes struct {
 	// where K or V is a quantized type (q8_0, q4_0, tq4, tq3): the layers
 	// most sensitive to KV error.
 	Protect int
+	// Recent (--kv-recent) keeps, in layers whose K or V type is
+	// quantized, that half's rows also in f16 for the positions each query
+	// reads exactly: at least the Recent most recent ones (KVCache.Exact).
+	// 0: none.
+	Recent int
 }
 
 func (t KVTypes) String() string {
 	s := t.K.String() + "/" + t.V.String()
 	if t.Protect > 0 {
 		s += fmt.Sprintf(" (f16 in the first and last %d layers)", t.Protect)
+	}
+	if t.Recent > 0 {
+		s += fmt.Sprintf(" (the last %d positions in f16)", t.Recent)
 	}
 	return s
 }
@@ -145,10 +153,14 @@ func (t KVTypes) ForLayer(l, n int) (k, v KVType) {
 // pieces of RotV = 64 before storing and the attention's output rotated
 // back. 0: no rotation (float types, TurboQuant, which rotates by itself,
 // and --kv-protect's f16 layers).
+//
+// XK and XV report whether the layer keeps f16 copies of its recent K or
+// V rows (KVTypes.Recent, for a quantized half).
 type KVLayer struct {
 	K, V         KVType
 	KHead, VHead int
 	RotK, RotV   int
+	XK, XV       bool
 }
 
 // blockRotated reports whether llama.cpp rotates rows of type t (the
@@ -163,6 +175,9 @@ func kvLayers(h *Hyper, t KVTypes) ([]KVLayer, error) {
 	if t.Protect < 0 {
 		return nil, fmt.Errorf("KV cache: %d protected layers", t.Protect)
 	}
+	if t.Recent < 0 {
+		return nil, fmt.Errorf("KV cache: %d recent positions", t.Recent)
+	}
 	ls := make([]KVLayer, h.NLayer)
 	for l := range ls {
 		k, v := t.ForLayer(l, h.NLayer)
@@ -174,7 +189,7 @@ func kvLayers(h *Hyper, t KVTypes) ([]KVLayer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("-ctv: %w", err)
 		}
-		ls[l] = KVLayer{K: k, V: v, KHead: hk, VHead: hv}
+		ls[l] = KVLayer{K: k, V: v, KHead: hk, VHead: hv, XK: t.Recent > 0 && k.quantized(), XV: t.Recent > 0 && v.quantized()}
 		if blockRotated(k, h.HeadDimK) {
 			n := 64
 			for h.HeadDimK%(2*n) == 0 {
@@ -187,6 +202,28 @@ func kvLayers(h *Hyper, t KVTypes) ([]KVLayer, error) {
 		}
 	}
 	return ls, nil
+}
+
+// KVRecentBytes returns the bytes a decode query at position pos reads
+// beyond KVBytesPerToken·(pos+1) in a cache of types t: its rows from
+// KVCache.Exact(pos) on are read as f16 copies (--kv-recent) in the halves
+// that keep them, instead of the quantized rows.
+func KVRecentBytes(h *Hyper, t KVTypes, pos int) (int64, error) {
+	ls, err := kvLayers(h, t)
+	if err != nil || t.Recent == 0 {
+		return 0, err
+	}
+	n := int64(pos + 1 - max(0, pos-pos%RecentAlign+1-t.Recent))
+	var d int64
+	for _, l := range ls {
+		if l.XK {
+			d += int64(2*h.HeadDimK - l.KHead)
+		}
+		if l.XV {
+			d += int64(2*h.HeadDimV - l.VHead)
+		}
+	}
+	return n * d * int64(h.NHeadKV), nil
 }
 
 // KVBytesPerToken returns the bytes one token's K and V take over all

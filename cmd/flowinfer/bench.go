@@ -153,8 +153,8 @@ func (c *BenchCmd) Run(g *Globals) error {
 	}
 	// on stderr, so stdout stays llama-bench's table or JSON
 	for _, kv := range combos {
-		if kv.Protect > 0 {
-			fmt.Fprintf(os.Stderr, "kv cache: %s: type_k/type_v hold in the other layers\n", kv)
+		if kv.Protect > 0 || kv.Recent > 0 {
+			fmt.Fprintf(os.Stderr, "kv cache: %s: the table's type_k/type_v are the quantized rows\n", kv)
 		}
 	}
 	for _, t := range tests {
@@ -221,7 +221,7 @@ func (c *BenchCmd) kvCombos() []model.KVTypes {
 		for _, vs := range strings.Split(c.CacheTypeV, ",") {
 			k, _ := model.ParseKVType(strings.TrimSpace(ks))
 			v, _ := model.ParseKVType(strings.TrimSpace(vs))
-			out = append(out, model.KVTypes{K: k, V: v, Protect: c.KVProtect})
+			out = append(out, model.KVTypes{K: k, V: v, Protect: c.KVProtect, Recent: c.KVRecent})
 		}
 	}
 	return out
@@ -283,6 +283,9 @@ func printRoofline(m *model.Model, kv model.KVTypes, bw float64, threads int, rs
 		if rs[i].NGen > 0 {
 			pos := rs[i].NDepth + rs[i].NGen/2
 			perTok := bench.DecodeBytes(m, kvTok, pos)
+			if x, err := model.KVRecentBytes(&m.Hyper, kv, pos); err == nil {
+				perTok += x // --kv-recent's f16 rows
+			}
 			ceil := bw / float64(perTok)
 			fmt.Fprintf(os.Stderr, "roofline: %s: %.1f MB per token (KV %.1f MB), ceiling %.1f t/s; %.2f t/s = %.0f%% of it (%.1f GB/s)\n",
 				rs[i].Name(), float64(perTok)/1e6, float64(perTok-w)/1e6, ceil, rs[i].AvgTS(), 100*rs[i].AvgTS()/ceil, rs[i].AvgTS()*float64(perTok)/1e9)

@@ -119,6 +119,7 @@ func profileKeys() []profileKey {
 		{"cache-type-k", "pipeline.kv_cache.type_k", func(c *configs.Config) string { return c.Pipeline.KVCache.TypeK }, nil},
 		{"cache-type-v", "pipeline.kv_cache.type_v", func(c *configs.Config) string { return c.Pipeline.KVCache.TypeV }, nil},
 		{"kv-protect", "pipeline.kv_cache.protect", func(c *configs.Config) string { return itoa(c.Pipeline.KVCache.Protect) }, nil},
+		{"kv-recent", "pipeline.kv_cache.recent", func(c *configs.Config) string { return itoa(c.Pipeline.KVCache.Recent) }, nil},
 		{"ctx-size", "pipeline.kv_cache.ctx_size", func(c *configs.Config) string { return itoa(c.Pipeline.KVCache.CtxSize) }, map[string]string{"bench": "sizes the context from -p and -n, as llama-bench"}},
 		{"prefetch-depth", "pipeline.prefetch_depth", func(c *configs.Config) string { return itoa(c.Pipeline.PrefetchDepth) }, mappedFile},
 		{"io-engine", "pipeline.io_engine", func(c *configs.Config) string { return c.Pipeline.IOEngine }, mappedFile},
@@ -211,6 +212,7 @@ func (f *PipelineFlags) apply(c *configs.Config) {
 	p.Threads, p.KVCache.CtxSize, p.BatchSize, p.Parallel, p.Queue = f.Threads, f.CtxSize, f.BatchSize, f.Parallel, f.Queue
 	p.Edges.Tokens, p.Edges.Slabs = f.EdgeTokens, f.Slabs
 	p.KVCache.TypeK, p.KVCache.TypeV, p.KVCache.Protect, p.IOEngine, p.PrefetchDepth = f.CacheTypeK, f.CacheTypeV, f.KVProtect, f.IOEngine, f.PrefetchDepth
+	p.KVCache.Recent = f.KVRecent
 	p.RAMPool, p.VRAM, p.Backend = f.RAMBudget, f.VRAM, f.Backend
 }
 
@@ -250,7 +252,7 @@ func engineConfig(c *configs.Config, nCtx int) stages.Config {
 	p := &c.Pipeline
 	k, _ := model.ParseKVType(p.KVCache.TypeK)
 	v, _ := model.ParseKVType(p.KVCache.TypeV)
-	return stages.Config{NCtx: nCtx, NSeq: p.Parallel, MaxBatch: p.BatchSize, Queue: p.Queue, EdgeCap: p.Edges.Tokens, KVTypes: model.KVTypes{K: k, V: v, Protect: p.KVCache.Protect}}
+	return stages.Config{NCtx: nCtx, NSeq: p.Parallel, MaxBatch: p.BatchSize, Queue: p.Queue, EdgeCap: p.Edges.Tokens, KVTypes: model.KVTypes{K: k, V: v, Protect: p.KVCache.Protect, Recent: p.KVCache.Recent}}
 }
 
 // ConfigCmd groups the configuration commands.

@@ -1,0 +1,103 @@
+package cpu_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/flowinfer/flowinfer/cpu"
+	"github.com/flowinfer/flowinfer/internal/golden"
+	"github.com/flowinfer/flowinfer/model"
+)
+
+// decodeChunks runs toks through ctx (sequence 0, from position 0) in
+// chunks of n tokens and returns every row's logits.
+func decodeChunks(t *testing.T, ctx *model.Context, toks []int32, n int) []float32 {
+	t.Helper()
+	var out []float32
+	for i := 0; i < len(toks); i += n {
+		j := min(i+n, len(toks))
+		b := &model.Batch{Tokens: toks[i:j], Pos: make([]int32, j-i), Seq: make([]int32, j-i)}
+		for k := range b.Pos {
+			b.Pos[k] = int32(i + k)
+		}
+		lg, err := ctx.Decode(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, lg...)
+	}
+	return out
+}
+
+// TestKVRecent runs stories260K with tq4/tq3 KV and --kv-recent: the
+// logits do not depend on how the prompt is cut into batches (one batch,
+// chunks across the window's steps, token by token), they match the Ref
+// backend's, a window covering the whole prompt gives f16 KV's logits, a
+// window of 64 is closer to f16's than none, and a batch that needs f16
+// rows the cache has dropped (rewound past them) is refused.
+func TestKVRecent(t *testing.T) {
+	dir, _ := golden.Load(t)
+	m := loadModel(t, dir, "models/stories260K.gguf")
+	const n = 200
+	toks := make([]int32, n)
+	for i := range toks {
+		toks[i] = int32((i*37 + 11) % m.NVocab)
+	}
+	be := cpu.NewBackend(2, nil)
+	defer be.Close()
+	run := func(ops model.Ops, types model.KVTypes, chunk int) []float32 {
+		ctx, err := m.NewContextOf(ops, types, n, 1, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return decodeChunks(t, ctx, toks, chunk)
+	}
+	tq := model.KVTypes{K: model.KVTQ4, V: model.KVTQ3, Recent: 64}
+	one := run(be, tq, n)
+	for _, chunk := range []int{1, 37, 64} {
+		if e := nmse(run(be, tq, chunk), one); e > 1e-9 {
+			t.Errorf("chunks of %d: NMSE %.3g against one batch", chunk, e)
+		}
+	}
+	if e := nmse(run(cpu.NewRef(), tq, 50), one); e > 1e-9 {
+		t.Errorf("Ref: NMSE %.3g", e)
+	}
+	f16 := run(be, model.KVTypes{K: model.KVF16, V: model.KVF16}, n)
+	whole := tq
+	whole.Recent = n
+	if e := nmse(run(be, whole, 37), f16); e > 1e-9 {
+		t.Errorf("a window over the whole prompt: NMSE %.3g against f16 KV", e)
+	}
+	none := tq
+	none.Recent = 0
+	eNone, eRecent := nmse(run(be, none, n), f16), nmse(one, f16)
+	t.Logf("NMSE against f16 KV: tq4/tq3 %.3g, with --kv-recent 64 %.3g", eNone, eRecent)
+	if eRecent >= eNone {
+		t.Errorf("--kv-recent 64 does not bring tq4/tq3 closer to f16 KV: NMSE %.3g, without %.3g", eRecent, eNone)
+	}
+
+	// a window of one position and small batches (few slots): run to 500,
+	// then rewind
+	small := tq
+	small.Recent = 1
+	const long = 500
+	ctx, err := m.NewContextOf(be, small, long, 1, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ltoks := slices.Repeat(toks, 3)[:long]
+	decodeChunks(t, ctx, ltoks, 8)
+	step := func(p int) error {
+		_, err := ctx.Decode(&model.Batch{Tokens: ltoks[p : p+1], Pos: []int32{int32(p)}, Seq: []int32{0}})
+		return err
+	}
+	if err := step(480); err != nil { // within the kept rows
+		t.Fatalf("rewinding within the kept rows: %v", err)
+	}
+	if err := step(70); !errors.Is(err, model.ErrBatch) {
+		t.Fatalf("rewinding past dropped f16 rows: got %v, want an ErrBatch", err)
+	} else {
+		t.Log(err)
+	}
+}
