@@ -121,7 +121,7 @@ type KVCache struct {
 	Protect int `yaml:"protect"`
 	// Recent keeps the K and V rows of at least the Recent most recent
 	// positions of each query in f16 as well when a type is quantized
-	// (--kv-recent; contiguous caches only: perplexity and bench).
+	// (--kv-recent).
 	Recent int `yaml:"recent"`
 	// CtxSize is the number of cells per sequence (the context); 0 = the
 	// model's training context, at most 4096.

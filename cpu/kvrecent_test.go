@@ -77,22 +77,22 @@ func TestKVRecent(t *testing.T) {
 		t.Errorf("--kv-recent 64 does not bring tq4/tq3 closer to f16 KV: NMSE %.3g, without %.3g", eRecent, eNone)
 	}
 
-	// a window of one position and small batches (few slots): run to 500,
+	// a window of one position and small batches (few slots): run to 1200,
 	// then rewind
 	small := tq
 	small.Recent = 1
-	const long = 500
+	const long = 1200
 	ctx, err := m.NewContextOf(be, small, long, 1, 8)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ltoks := slices.Repeat(toks, 3)[:long]
+	ltoks := slices.Repeat(toks, 6)[:long]
 	decodeChunks(t, ctx, ltoks, 8)
 	step := func(p int) error {
 		_, err := ctx.Decode(&model.Batch{Tokens: ltoks[p : p+1], Pos: []int32{int32(p)}, Seq: []int32{0}})
 		return err
 	}
-	if err := step(480); err != nil { // within the kept rows
+	if err := step(1180); err != nil { // within the kept rows
 		t.Fatalf("rewinding within the kept rows: %v", err)
 	}
 	if err := step(70); !errors.Is(err, model.ErrBatch) {

@@ -89,9 +89,7 @@ func NewKVCacheOf(h *Hyper, t KVTypes, nCtx, nSeq int) (*KVCache, error) {
 	}
 	c.LB = nCtx
 	c.alloc(nSeq * nCtx)
-	if err := c.newExact(); err != nil {
-		return nil, err
-	}
+	c.newExact()
 	return c, nil
 }
 
@@ -181,13 +179,10 @@ func NewBlockKVCache(h *Hyper, t KVTypes, blockSize, nCtx, nSeq int) (*KVCache, 
 	if err != nil {
 		return nil, err
 	}
-	if c.x != nil {
-		c.x = nil
-		c.BlockSize = blockSize
-		return nil, c.newExact()
-	}
 	c.BlockSize, c.NBlocks = blockSize, nSeq*nCtx/blockSize
 	c.shift = uint(bits.TrailingZeros(uint(blockSize)))
+	c.x = nil
+	c.newExact() // copies by block
 	return c, nil
 }
 
@@ -206,9 +201,7 @@ func NewPagedKVCache(h *Hyper, t KVTypes, blockSize, nBlocks, nSeq, nCtx int) (*
 	c.shift = uint(bits.TrailingZeros(uint(blockSize)))
 	c.alloc((nBlocks*blockSize + c.LB - 1) / c.LB * c.LB)
 	c.Tables = make([][]int32, nSeq)
-	if err := c.newExact(); err != nil {
-		return nil, err
-	}
+	c.newExact()
 	return c, nil
 }
 
@@ -408,6 +401,9 @@ func (c *KVCache) VHeadRows(l, kh, seq, pos, n int) []byte {
 func (c *KVCache) CopyRows(dst, src, n int) {
 	if dst == src || n <= 0 {
 		return
+	}
+	if c.x != nil {
+		c.forget(dst) // its f16 copies (--kv-recent) are not copied
 	}
 	d, s := dst*c.BlockSize, src*c.BlockSize
 	for l := range c.K {

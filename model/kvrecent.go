@@ -16,16 +16,18 @@ package model
 // depends on p alone: results do not depend on how a sequence is cut into
 // batches.
 //
-// The f16 rows live in slots of RecentAlign rows, each holding the rows of
-// one aligned block of one sequence's positions, taken from a pool when a
-// batch writes into the block and given back when the pool runs short and
-// no query can read the block any more (its positions are below the
-// boundary of its sequence's newest query). A slot knows the first row
-// written since it was taken (lo): a batch whose queries need rows that no
-// slot holds (the sequence was rewound past evicted rows) is refused.
-//
-// Only contiguous caches keep exact rows for now: the paged cache's prefix
-// sharing would need them for shared blocks too.
+// The f16 rows live in slots, each the copy of one block of rows: a block
+// of the cache (BlockSize rows) in a block-addressed cache, so that
+// sequences sharing a prompt's blocks share their copies too, else
+// RecentAlign positions of one sequence. PrepareExact takes slots for the
+// blocks a batch writes, evicting when none is free a block no live
+// sequence's next query can read (below its boundary); slots of blocks no
+// sequence holds stay until then, for a later request that reuses the
+// prefix (ExactHit says how much of a cached prefix still has its copies).
+// A slot knows the first row written since it was taken (lo): rows below
+// it are missing, and a batch whose queries need missing rows is refused
+// (a sequence rewound past evicted rows). CopyRows into a block forgets
+// its copies.
 
 import (
 	"fmt"
@@ -33,22 +35,25 @@ import (
 	"github.com/flowinfer/flowinfer/quant"
 )
 
-// RecentAlign is the step of Exact's boundary and the rows of a slot.
+// RecentAlign is the step of Exact's boundary (and the rows of a slot in
+// a cache without blocks).
 const RecentAlign = 64
 
 // exactRows is a cache's f16 copies of recent rows (KVTypes.Recent).
 type exactRows struct {
-	n      int     // KVTypes.Recent
-	perSeq int     // blocks of RecentAlign positions per sequence
-	slots  int     // slots in the pool
-	of     []int32 // per (seq, block) (seq*perSeq + block): its slot, -1 if none
-	blk    []int32 // per slot: its (seq, block), -1 if free
-	lo     []int32 // per slot: the first row written since it was taken
-	free   []int32
-	newest []int32 // per seq: the last position written (-1: none)
-	keep   []int32 // per seq: prepare's scratch, the first position still needed
-	cursor int     // where the eviction scan resumes
-	k, v   [][]byte
+	n       int  // KVTypes.Recent
+	xb      int  // rows per slot: BlockSize, or RecentAlign
+	blocked bool // slots copy cache blocks (else RecentAlign positions of a sequence)
+	perSeq  int  // without blocks: slots' blocks per sequence
+	slots   int
+	of      []int32 // per block: its slot, -1 if none
+	blk     []int32 // per slot: its block, -1 if free
+	lo      []int32 // per slot: the first row written since it was taken
+	pin     []bool  // per slot: PrepareExact's scratch, needed by a live sequence
+	free    []int32 // free slots, the next to take last
+	newest  []int32 // per sequence: the last position written (-1: none)
+	cursor  int     // where the eviction scan resumes
+	k, v    [][]byte
 }
 
 // Exact returns the first position a query at position p reads from the
@@ -60,55 +65,100 @@ func (c *KVCache) Exact(p int) int {
 	return max(0, p-p%RecentAlign+1-c.x.n)
 }
 
-// newExact sets up the exact rows of a contiguous cache whose types ask
-// for them (storage comes with ReserveExact).
-func (c *KVCache) newExact() error {
+// HasExact reports whether the cache keeps f16 copies of recent rows.
+func (c *KVCache) HasExact() bool { return c.x != nil }
+
+// newExact sets up the exact rows of a cache whose types ask for them
+// (storage comes with ReserveExact), after its addressing is set.
+func (c *KVCache) newExact() {
 	if c.Types.Recent == 0 {
-		return nil
+		return
 	}
 	any := false
 	for _, lt := range c.layers {
 		any = any || lt.XK || lt.XV
 	}
 	if !any {
-		return nil // no quantized half: every row is exact already
+		return // no quantized half: every row is exact already
 	}
-	if c.Tables != nil || c.BlockSize != 0 {
-		return fmt.Errorf("KV cache: --kv-recent %d: exact recent rows are kept in contiguous caches only (perplexity, bench), not yet in the prefix-sharing engine's block cache", c.Types.Recent)
+	x := &exactRows{n: c.Types.Recent, xb: RecentAlign}
+	if c.BlockSize > 0 {
+		x.xb, x.blocked = c.BlockSize, true
+		x.of = make([]int32, c.NBlocks)
+	} else {
+		x.perSeq = (c.NCtx + RecentAlign - 1) / RecentAlign
+		x.of = make([]int32, c.NSeq*x.perSeq)
 	}
-	x := &exactRows{n: c.Types.Recent, perSeq: (c.NCtx + RecentAlign - 1) / RecentAlign}
-	x.of = make([]int32, c.NSeq*x.perSeq)
 	for i := range x.of {
 		x.of[i] = -1
 	}
 	x.newest = make([]int32, c.NSeq)
-	x.keep = make([]int32, c.NSeq)
 	for i := range x.newest {
 		x.newest[i] = -1
 	}
 	c.x = x
-	return nil
+}
+
+// key returns the block whose slot holds (seq, pos)'s copy.
+func (c *KVCache) key(seq, pos int) int {
+	if c.x.blocked {
+		return c.row(seq, pos) >> c.shift
+	}
+	return seq*c.x.perSeq + pos/RecentAlign
+}
+
+// exactSlots is the slot pool for nSeq sequences, batches of up to
+// maxBatch rows and slots of xb rows: every sequence's window (the
+// N+RecentAlign-1 positions a query reads, over at most
+// (N+RecentAlign-2)/xb+2 slots) and the slots a batch writes, plus one
+// window more, kept for a later request reusing a finished sequence's
+// prefix (the windows of sequences not running serve that too).
+func exactSlots(recent, xb, nSeq, maxBatch int) int {
+	win := (recent+RecentAlign-2)/xb + 2
+	return (nSeq+1)*(win+1) + (maxBatch+xb-1)/xb
+}
+
+// KVRecentReserve returns the bytes of the f16 copies a cache of types t
+// keeps for nSeq sequences and batches of up to maxBatch rows, in blocks of
+// blockSize rows (0: a contiguous cache).
+func KVRecentReserve(h *Hyper, t KVTypes, nSeq, maxBatch, blockSize int) int64 {
+	ls, err := kvLayers(h, t)
+	if err != nil || t.Recent == 0 {
+		return 0
+	}
+	xb := RecentAlign
+	if blockSize > 0 {
+		xb = blockSize
+	}
+	var row int64 // bytes of one position's copies
+	for _, l := range ls {
+		if l.XK {
+			row += int64(2 * h.HeadDimK * h.NHeadKV)
+		}
+		if l.XV {
+			row += int64(2 * h.HeadDimV * h.NHeadKV)
+		}
+	}
+	return row * int64(exactSlots(t.Recent, xb, nSeq, maxBatch)*xb)
 }
 
 // ReserveExact sizes the slot pool for batches of up to maxBatch rows
-// (NewContextKV calls it): every
-// sequence's window (N+RecentAlign-1 positions, over at most
-// (N+RecentAlign-2)/RecentAlign+2 blocks) plus the blocks a batch writes.
+// (NewContextKV calls it; see exactSlots).
 func (c *KVCache) ReserveExact(maxBatch int) {
 	x := c.x
 	if x == nil {
 		return
 	}
-	n := c.NSeq*((x.n+RecentAlign-2)/RecentAlign+3) + (maxBatch+RecentAlign-1)/RecentAlign
-	n = min(n, len(x.of))
+	n := min(exactSlots(x.n, x.xb, c.NSeq, maxBatch), len(x.of))
 	if n <= x.slots {
 		return
 	}
+	rows := x.xb
 	grow := func(old []byte, head int) []byte {
-		b := make([]byte, n*RecentAlign*c.nHead*head*2)
+		b := make([]byte, n*rows*c.nHead*head*2)
 		// head-major: head kh's rows of every slot back to back
 		for kh := range c.nHead {
-			copy(b[kh*n*RecentAlign*head*2:], old[kh*x.slots*RecentAlign*head*2:][:x.slots*RecentAlign*head*2])
+			copy(b[kh*n*rows*head*2:], old[kh*x.slots*rows*head*2:][:x.slots*rows*head*2])
 		}
 		return b
 	}
@@ -123,10 +173,15 @@ func (c *KVCache) ReserveExact(maxBatch int) {
 			x.v[l] = grow(x.v[l], c.headV)
 		}
 	}
-	for s := x.slots; s < n; s++ {
+	free := make([]int32, 0, n)
+	for s := n - 1; s >= x.slots; s-- { // taken in ascending order: runs of consecutive slots
+		free = append(free, int32(s))
+	}
+	x.free = append(free, x.free...)
+	for range n - x.slots {
 		x.blk = append(x.blk, -1)
 		x.lo = append(x.lo, 0)
-		x.free = append(x.free, int32(s))
+		x.pin = append(x.pin, false)
 	}
 	x.slots = n
 }
@@ -143,57 +198,99 @@ func (c *KVCache) ExactBytes() int64 {
 	return n
 }
 
+// live reports whether sequence s holds cells (its next query may come).
+func (c *KVCache) live(s int) bool {
+	if c.Tables != nil {
+		return len(c.Tables[s]) > 0 && c.x.newest[s] >= 0
+	}
+	return c.x.newest[s] >= 0
+}
+
+// covered reports whether the copies of positions [from, to) of seq are
+// all kept.
+func (c *KVCache) covered(seq, from, to int) bool {
+	x := c.x
+	for j := from; j < to; {
+		sl := x.of[c.key(seq, j)]
+		if sl < 0 || int(x.lo[sl]) > j%x.xb {
+			return false
+		}
+		j = j - j%x.xb + x.xb
+	}
+	return true
+}
+
+// pinRange marks the slots of seq's positions [from, to) as needed.
+func (c *KVCache) pinRange(seq, from, to int) {
+	x := c.x
+	for j := from; j < to; j = j - j%x.xb + x.xb {
+		if sl := x.of[c.key(seq, j)]; sl >= 0 {
+			x.pin[sl] = true
+		}
+	}
+}
+
 // PrepareExact readies the exact rows for a batch's rows (seq, pos) before
 // its layers run (Context.Decode calls it): it refuses the batch if a
 // query needs rows no slot holds, and takes slots for the blocks the batch
-// writes (evicting blocks no query can read any more).
+// writes (evicting blocks no live sequence can read any more).
 func (c *KVCache) PrepareExact(seq, pos []int32) error {
 	x := c.x
 	if x == nil {
 		return nil
 	}
-	for s := range x.keep {
-		x.keep[s] = int32(c.Exact(int(x.newest[s])))
-	}
-	// the first position of each sequence's run: what its queries need
 	first := func(t int) bool { return t == 0 || seq[t-1] != seq[t] }
+	last := func(t int) bool { return t+1 == len(seq) || seq[t+1] != seq[t] }
+	inBatch := func(s int32) bool {
+		for t := range seq {
+			if seq[t] == s {
+				return true
+			}
+		}
+		return false
+	}
+	clear(x.pin)
+	for s := range x.newest {
+		if c.live(s) && !inBatch(int32(s)) {
+			nq := int(x.newest[s]) + 1 // its next query
+			c.pinRange(s, c.Exact(nq), nq)
+		}
+	}
 	for t := range seq {
 		if !first(t) {
 			continue
 		}
 		s, p := int(seq[t]), int(pos[t])
-		e := c.Exact(p)
-		x.keep[s] = int32(e)
-		for j := e; j < p; {
-			sl := x.of[s*x.perSeq+j/RecentAlign]
-			if sl < 0 || int(x.lo[sl]) > j%RecentAlign {
-				return fmt.Errorf("%w: --kv-recent: the f16 rows of positions [%d, %d) of sequence %d are no longer kept (the sequence was rewound past them)", ErrBatch, j, p, s)
-			}
-			j = j - j%RecentAlign + RecentAlign
+		if e := c.Exact(p); !c.covered(s, e, p) {
+			return fmt.Errorf("%w: --kv-recent: the f16 rows of positions [%d, %d) of sequence %d are no longer kept (the sequence was rewound past them)", ErrBatch, e, p, s)
 		}
+		t1 := t
+		for !last(t1) {
+			t1++
+		}
+		c.pinRange(s, c.Exact(p), int(pos[t1])+1)
 	}
 	for t := range seq {
 		s, p := int(seq[t]), int(pos[t])
-		bi := s*x.perSeq + p/RecentAlign
+		bi := c.key(s, p)
 		sl := x.of[bi]
 		if sl < 0 {
 			var err error
 			if sl, err = c.takeSlot(); err != nil {
 				return err
 			}
-			x.of[bi], x.blk[sl], x.lo[sl] = sl, int32(bi), int32(p%RecentAlign)
+			x.of[bi], x.blk[sl], x.lo[sl], x.pin[sl] = sl, int32(bi), int32(p%x.xb), true
 		} else {
-			x.lo[sl] = min(x.lo[sl], int32(p%RecentAlign))
+			x.lo[sl] = min(x.lo[sl], int32(p%x.xb))
 		}
-		if t+1 == len(seq) || seq[t+1] != seq[t] {
+		if last(t) {
 			x.newest[s] = int32(p) // a run's last position (a rewound sequence's too)
 		}
 	}
 	return nil
 }
 
-// takeSlot returns a free slot, evicting a block no query can read (below
-// its sequence's keep position) if none is free.
+// takeSlot returns a free slot, evicting an unpinned one if none is free.
 func (c *KVCache) takeSlot() (int32, error) {
 	x := c.x
 	if n := len(x.free); n > 0 {
@@ -203,15 +300,65 @@ func (c *KVCache) takeSlot() (int32, error) {
 	}
 	for i := range x.slots {
 		sl := int32((x.cursor + i) % x.slots)
-		bi := int(x.blk[sl])
-		s, blk := bi/x.perSeq, bi%x.perSeq
-		if (blk+1)*RecentAlign <= int(x.keep[s]) {
-			x.of[bi] = -1
+		if !x.pin[sl] {
+			x.of[x.blk[sl]] = -1
 			x.cursor = int(sl) + 1
 			return sl, nil
 		}
 	}
 	return 0, fmt.Errorf("%w: --kv-recent: all %d slots of f16 rows are in use", ErrBatch, x.slots)
+}
+
+// forget drops block b's copies (its rows are being replaced).
+func (c *KVCache) forget(b int) {
+	x := c.x
+	if sl := x.of[b]; sl >= 0 {
+		x.of[b], x.blk[sl] = -1, -1
+		x.free = append(x.free, sl)
+	}
+}
+
+// ExactHit returns how many positions of a cached prefix of n positions,
+// held in blocks (the cache blocks a sequence would hold, BlockSize
+// positions each; -1 for a block whose copies it would not share),
+// can be reused with their copies: the largest m ≤ n such that every
+// position in [Exact(m), m) has its copy.
+func (c *KVCache) ExactHit(blocks []int32, n int) int {
+	x := c.x
+	if x == nil || !x.blocked {
+		return n
+	}
+	ok := func(j int) bool { // position j's copy is kept
+		b := blocks[j>>c.shift]
+		if b < 0 {
+			return false
+		}
+		sl := x.of[b]
+		return sl >= 0 && int(x.lo[sl]) <= j%x.xb
+	}
+	m := min(n, len(blocks)*c.BlockSize)
+	for m > 0 {
+		bad := -1 // the last position below m whose copy is missing
+		for j := m - 1; j >= c.Exact(m); j-- {
+			if !ok(j) {
+				bad = j
+				break
+			}
+		}
+		if bad < 0 {
+			return m
+		}
+		m = bad // every longer prefix needs position bad
+	}
+	return 0
+}
+
+// ExactAttach records that sequence seq now holds positions [0, n) (a
+// reused prefix): its next query is at n.
+func (c *KVCache) ExactAttach(seq, n int) {
+	if c.x != nil {
+		c.x.newest[seq] = int32(n - 1)
+	}
 }
 
 // StoreExact stores the f16 copies of a batch's new K and V rows of layer
@@ -240,20 +387,20 @@ func (c *KVCache) StoreExact(l int, seq, pos []int32, k, v []float32) {
 // heads of dim values.
 func (c *KVCache) xoff(seq, pos, kh, dim int) int {
 	x := c.x
-	sl := int(x.of[seq*x.perSeq+pos/RecentAlign])
-	return ((kh*x.slots+sl)*RecentAlign + pos%RecentAlign) * dim * 2
+	sl := int(x.of[c.key(seq, pos)])
+	return ((kh*x.slots+sl)*x.xb + pos%x.xb) * dim * 2
 }
 
 // XRun returns how many positions from pos on (at most n) have their
-// exact rows back to back (consecutive slots), so that XKHeadRows and
+// exact rows back to back (in consecutive slots), so that XKHeadRows and
 // XVHeadRows can hand them out at once.
 func (c *KVCache) XRun(seq, pos, n int) int {
 	x := c.x
-	bi := seq*x.perSeq + pos/RecentAlign
-	r := RecentAlign - pos%RecentAlign
-	for r < n && x.of[bi+1] == x.of[bi]+1 {
-		r += RecentAlign
-		bi++
+	sl := x.of[c.key(seq, pos)]
+	r := x.xb - pos%x.xb
+	for r < n && x.of[c.key(seq, pos+r)] == sl+1 {
+		r += x.xb
+		sl++
 	}
 	return min(r, n)
 }

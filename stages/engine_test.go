@@ -3,6 +3,7 @@ package stages_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"path/filepath"
 	"runtime"
@@ -509,6 +510,128 @@ func TestStepFactorRefused(t *testing.T) {
 	for _, f := range []float64{0.5, 1} {
 		if _, err := stages.NewEngine(fx.m, fx.tok, cpu.NewRef(), stages.Config{NCtx: 64, NSeq: 1, MaxBatch: 64, StepFactor: f}, nil); err == nil || !strings.Contains(err.Error(), "step factor") {
 			t.Errorf("step factor %v: err %v, want a refusal naming it", f, err)
+		}
+	}
+}
+
+// TestPrefixReuseKVRecent: with tq4/tq3 KV and --kv-recent, a request
+// reusing a cached prefix (a previous request's prompt and generated
+// tokens) produces the same logits as a cold run: the prefix is reused
+// only as far as the f16 copies its next queries read are still kept.
+// Both layouts: fixed (Ref) and paged (Backend).
+func TestPrefixReuseKVRecent(t *testing.T) {
+	fx := load(t, "stories260K.gguf")
+	text := "Once upon a time, there was a little girl named Lily. She loved to play outside in the sunshine. One day, she saw a big, red ball in the park. She ran to get it, but a dog got there first. The dog was friendly and wanted to play with Lily too."
+	base := fx.tok.Encode(text, true, true)
+	kv := model.KVTypes{K: model.KVTQ4, V: model.KVTQ3, Recent: 32}
+	for _, ops := range []model.Ops{cpu.NewRef(), cpu.NewBackend(2, nil)} {
+		t.Run(fmt.Sprintf("%T", ops), func(t *testing.T) {
+			cfg := stages.Config{NCtx: 256, KVTypes: kv}
+			gen := func(e *stages.Engine, prompt []int32, n int, rows *[][]float32) *collector {
+				col := newCollector()
+				r := &stages.Request{Prompt: prompt, Params: greedy(), MaxTokens: n, IgnoreEOG: true, Emit: col.emit}
+				if rows != nil {
+					r.OnLogits = func(row []float32) { *rows = append(*rows, slices.Clone(row)) }
+				}
+				if err := e.Submit(r); err != nil {
+					t.Fatal(err)
+				}
+				<-col.done
+				return col
+			}
+			start := func() (*stages.Engine, func()) {
+				e, err := stages.NewEngine(fx.m, fx.tok, ops, cfg, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				done := make(chan error, 1)
+				go func() { done <- e.Run(context.Background()) }()
+				return e, func() {
+					e.Close()
+					if err := <-done; err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			// the first turn, and the next one's prompt: the first's prompt,
+			// its 20 tokens and more text
+			e, stop := start()
+			first := gen(e, base, 20, nil)
+			next := append(slices.Clone(base), fx.tok.Encode(first.text.String()+" Lily laughed.", false, false)...)
+			var warmRows [][]float32
+			warm := gen(e, next, 12, &warmRows)
+			stop()
+			// the same without --kv-recent: what the prefix cache matches
+			cfg.KVTypes.Recent = 0
+			e, stop = start()
+			gen(e, base, 20, nil)
+			plain := gen(e, next, 12, nil).final.Usage.CachedTokens
+			stop()
+			cfg.KVTypes.Recent = kv.Recent
+			e, stop = start()
+			var coldRows [][]float32
+			cold := gen(e, next, 12, &coldRows)
+			stop()
+			t.Logf("prompt %d tokens, %d reused (%d without --kv-recent)", len(next), warm.final.Usage.CachedTokens, plain)
+			// the match's last, partial block is copied, not shared: its
+			// copies are not, so reuse stops at the block before
+			if got, want := warm.final.Usage.CachedTokens, plain/16*16; got < want || want == 0 {
+				t.Errorf("reused %d tokens, want %d (the match of %d in whole blocks)", got, want, plain)
+			}
+			if warm.text.String() != cold.text.String() {
+				t.Errorf("warm %q != cold %q", warm.text.String(), cold.text.String())
+			}
+			for i := range coldRows {
+				if e := nmse(warmRows[i], coldRows[i]); e > 1e-9 {
+					t.Errorf("logits row %d: NMSE %.3g between the warm and the cold run", i, e)
+				}
+			}
+		})
+	}
+}
+
+// nmse is Σ(got-want)² / Σwant².
+func nmse(got, want []float32) float64 {
+	var num, den float64
+	for i := range want {
+		d := float64(got[i]) - float64(want[i])
+		num += d * d
+		den += float64(want[i]) * float64(want[i])
+	}
+	return num / den
+}
+
+// TestParallelKVRecent: four sequences batched together (small batches,
+// the paged cache, tq4/tq3 with --kv-recent: the f16 copies' slots taken
+// and evicted among them) generate what each generates alone.
+func TestParallelKVRecent(t *testing.T) {
+	fx := load(t, "stories260K.gguf")
+	kv := model.KVTypes{K: model.KVTQ4, V: model.KVTQ3, Recent: 8}
+	prompts := []string{"Once upon a time", "The cat", "Lily and Max went to the park. They", "One day"}
+	be := cpu.NewBackend(2, nil)
+	defer be.Close()
+	solo := make([]string, len(prompts))
+	for i, p := range prompts {
+		e, _ := stages.NewEngine(fx.m, fx.tok, be, stages.Config{NCtx: 256, KVTypes: kv}, nil)
+		col := newCollector()
+		if err := runEngine(t, e, &stages.Request{ID: 1, Prompt: fx.tok.Encode(p, true, true), Params: greedy(), MaxTokens: 150, IgnoreEOG: true, Emit: col.emit}); err != nil {
+			t.Fatal(err)
+		}
+		solo[i] = col.text.String()
+	}
+	e, _ := stages.NewEngine(fx.m, fx.tok, be, stages.Config{NCtx: 256, NSeq: len(prompts), MaxBatch: 7, KVTypes: kv}, nil)
+	cols := make([]*collector, len(prompts))
+	var reqs []*stages.Request
+	for i, p := range prompts {
+		cols[i] = newCollector()
+		reqs = append(reqs, &stages.Request{ID: uint64(i), Prompt: fx.tok.Encode(p, true, true), Params: greedy(), MaxTokens: 150, IgnoreEOG: true, Emit: cols[i].emit})
+	}
+	if err := runEngine(t, e, reqs...); err != nil {
+		t.Fatal(err)
+	}
+	for i := range prompts {
+		if got := cols[i].text.String(); got != solo[i] {
+			t.Errorf("request %d together: %q, alone: %q", i, got, solo[i])
 		}
 	}
 }

@@ -300,6 +300,29 @@ func (p *blockPool) match(toks []int32) prefix {
 	return m
 }
 
+// exactHit returns how much of the cached prefix m (cached tokens of it)
+// a sequence in slot can reuse when the cache keeps f16 copies of recent
+// rows (--kv-recent): its next queries read the copies of the positions
+// just before it, so it stops where those are no longer all kept. Only
+// blocks shared as they are keep their copies (a partial block is copied,
+// and so is a full block in the fixed layout unless it is the slot's own).
+func (p *blockPool) exactHit(slot int, m prefix, cached int) int {
+	if !p.kv.HasExact() || cached == 0 {
+		return cached
+	}
+	blocks := make([]int32, 0, len(m.full)+1)
+	for i, b := range m.full {
+		if !p.paged && int(b) != slot*p.perSeq+i {
+			b = -1
+		}
+		blocks = append(blocks, b)
+	}
+	if m.part >= 0 {
+		blocks = append(blocks, -1)
+	}
+	return p.kv.ExactHit(blocks, cached)
+}
+
 // attach gives q (resident in slot) the cached prefix m of its tokens, at
 // most limit tokens, and returns how many tokens it reused.
 func (p *blockPool) attach(q *seq, m prefix, limit int) int {

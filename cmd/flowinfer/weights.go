@@ -47,7 +47,7 @@ type ComputeFlags struct {
 	CacheTypeK string `name:"cache-type-k" default:"f16" env:"FLOWINFER_CACHE_TYPE_K" help:"KV cache type for K (-ctk): f32, f16, bf16, q8_0, q4_0 (block types need heads of a multiple of 32), or the TurboQuant types tq4 and tq3 (a seeded rotation per layer and head, then 4 or 3 bits per coordinate)."`
 	CacheTypeV string `name:"cache-type-v" default:"f16" env:"FLOWINFER_CACHE_TYPE_V" help:"KV cache type for V (-ctv): as --cache-type-k."`
 	KVProtect  int    `name:"kv-protect" default:"0" env:"FLOWINFER_KV_PROTECT" help:"Keep the first and the last N layers' K and V in f16 when -ctk or -ctv is a quantized type (q8_0, q4_0, tq4, tq3)."`
-	KVRecent   int    `name:"kv-recent" default:"0" env:"FLOWINFER_KV_RECENT" help:"Also keep the K and V rows of each query's N most recent positions (up to N+63) in f16 when -ctk or -ctv is a quantized type, and attend to them exactly. perplexity and bench only for now: run, chat, serve and batch refuse it (their prefix-sharing cache does not keep the f16 rows yet)."`
+	KVRecent   int    `name:"kv-recent" default:"0" env:"FLOWINFER_KV_RECENT" help:"Also keep the K and V rows of each query's N most recent positions (up to N+63) in f16 when -ctk or -ctv is a quantized type (q8_0, q4_0, tq4, tq3), and attend to them exactly: a fixed cost of about (N+64)×2 rows of f16 per sequence, whatever the context. A reused prompt prefix stops where the f16 rows its next queries read are no longer kept. 0: none."`
 }
 
 // kvTypes returns the parsed KV cache types (checkCompute has vetted them).
@@ -118,7 +118,7 @@ func openWeights(f *WeightFlags, l *loaded, be *cpu.Backend, s weightSetup, log 
 	if auto {
 		limit, src := configs.MemoryLimit()
 		if limit > 0 {
-			budget = int64(limit) - kvBytes(m, f.kvTypes(), s.nCtx, s.nSeq) - actBytes(m, s.maxBatch) - headroom
+			budget = int64(limit) - kvBytes(m, f.kvTypes(), s.nCtx, s.nSeq) - model.KVRecentReserve(&m.Hyper, f.kvTypes(), s.nSeq, s.maxBatch, 16) - actBytes(m, s.maxBatch) - headroom
 			if budget <= 0 {
 				return nil, fmt.Errorf("the %s limit of %v leaves no RAM for weights after the KV cache and activations: lower -c or -b, or set --ram-budget", src, limit)
 			}
