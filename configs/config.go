@@ -121,7 +121,8 @@ type KVCache struct {
 	Protect int `yaml:"protect"`
 	// Recent keeps the K and V rows of at least the Recent most recent
 	// positions of each query in f16 as well when a type is quantized
-	// (--kv-recent).
+	// (--kv-recent; -1: model.DefaultKVRecent with a TurboQuant type, else
+	// 0).
 	Recent int `yaml:"recent"`
 	// CtxSize is the number of cells per sequence (the context); 0 = the
 	// model's training context, at most 4096.
@@ -170,7 +171,7 @@ func Default() Config {
 			Parallel:      1,
 			Queue:         64,
 			Edges:         Edges{Tokens: 64, Slabs: 8},
-			KVCache:       KVCache{TypeK: "f16", TypeV: "f16", CtxSize: 0},
+			KVCache:       KVCache{TypeK: "f16", TypeV: "f16", Recent: -1, CtxSize: 0},
 			PrefetchDepth: 1,
 			IOEngine:      "pread",
 		},
@@ -235,7 +236,7 @@ func (c *Config) Validate() error {
 	oneOf("pipeline.kv_cache.type_k", p.KVCache.TypeK, KVTypes())
 	oneOf("pipeline.kv_cache.type_v", p.KVCache.TypeV, KVTypes())
 	between("pipeline.kv_cache.protect", p.KVCache.Protect, 0, 1<<16)
-	between("pipeline.kv_cache.recent", p.KVCache.Recent, 0, 1<<24)
+	between("pipeline.kv_cache.recent", p.KVCache.Recent, -1, 1<<24)
 	oneOf("pipeline.io_engine", p.IOEngine, IOEngines())
 	if p.RAMPool < 0 {
 		bad("pipeline.ram_pool", "must not be negative")

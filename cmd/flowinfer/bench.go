@@ -221,7 +221,7 @@ func (c *BenchCmd) kvCombos() []model.KVTypes {
 		for _, vs := range strings.Split(c.CacheTypeV, ",") {
 			k, _ := model.ParseKVType(strings.TrimSpace(ks))
 			v, _ := model.ParseKVType(strings.TrimSpace(vs))
-			out = append(out, model.KVTypes{K: k, V: v, Protect: c.KVProtect, Recent: c.KVRecent})
+			out = append(out, model.KVTypes{K: k, V: v, Protect: c.KVProtect, Recent: model.KVRecentFor(k, v, c.KVRecent)})
 		}
 	}
 	return out

@@ -252,7 +252,7 @@ func engineConfig(c *configs.Config, nCtx int) stages.Config {
 	p := &c.Pipeline
 	k, _ := model.ParseKVType(p.KVCache.TypeK)
 	v, _ := model.ParseKVType(p.KVCache.TypeV)
-	return stages.Config{NCtx: nCtx, NSeq: p.Parallel, MaxBatch: p.BatchSize, Queue: p.Queue, EdgeCap: p.Edges.Tokens, KVTypes: model.KVTypes{K: k, V: v, Protect: p.KVCache.Protect, Recent: p.KVCache.Recent}}
+	return stages.Config{NCtx: nCtx, NSeq: p.Parallel, MaxBatch: p.BatchSize, Queue: p.Queue, EdgeCap: p.Edges.Tokens, KVTypes: model.KVTypes{K: k, V: v, Protect: p.KVCache.Protect, Recent: model.KVRecentFor(k, v, p.KVCache.Recent)}}
 }
 
 // ConfigCmd groups the configuration commands.

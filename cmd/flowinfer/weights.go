@@ -47,14 +47,14 @@ type ComputeFlags struct {
 	CacheTypeK string `name:"cache-type-k" default:"f16" env:"FLOWINFER_CACHE_TYPE_K" help:"KV cache type for K (-ctk): f32, f16, bf16, q8_0, q4_0 (block types need heads of a multiple of 32), or the TurboQuant types tq4 and tq3 (a seeded rotation per layer and head, then 4 or 3 bits per coordinate)."`
 	CacheTypeV string `name:"cache-type-v" default:"f16" env:"FLOWINFER_CACHE_TYPE_V" help:"KV cache type for V (-ctv): as --cache-type-k."`
 	KVProtect  int    `name:"kv-protect" default:"0" env:"FLOWINFER_KV_PROTECT" help:"Keep the first and the last N layers' K and V in f16 when -ctk or -ctv is a quantized type (q8_0, q4_0, tq4, tq3)."`
-	KVRecent   int    `name:"kv-recent" default:"0" env:"FLOWINFER_KV_RECENT" help:"Also keep the K and V rows of each query's N most recent positions (up to N+63) in f16 when -ctk or -ctv is a quantized type (q8_0, q4_0, tq4, tq3), and attend to them exactly: a fixed cost of about (N+64)×2 rows of f16 per sequence, whatever the context. A reused prompt prefix stops where the f16 rows its next queries read are no longer kept. 0: none."`
+	KVRecent   int    `name:"kv-recent" default:"-1" env:"FLOWINFER_KV_RECENT" help:"Also keep the K and V rows of each query's N most recent positions (up to N+63) in f16 when -ctk or -ctv is a quantized type (q8_0, q4_0, tq4, tq3), and attend to them exactly: a fixed cost of about (N+64)×2 rows of f16 per sequence, whatever the context. A reused prompt prefix stops where the f16 rows its next queries read are no longer kept. 0: none; -1 (default): 64 when -ctk or -ctv is tq4 or tq3, else 0 (llama.cpp's types keep llama.cpp's meaning)."`
 }
 
 // kvTypes returns the parsed KV cache types (checkCompute has vetted them).
 func (f *ComputeFlags) kvTypes() model.KVTypes {
 	k, _ := model.ParseKVType(f.CacheTypeK)
 	v, _ := model.ParseKVType(f.CacheTypeV)
-	return model.KVTypes{K: k, V: v, Protect: f.KVProtect, Recent: f.KVRecent}
+	return model.KVTypes{K: k, V: v, Protect: f.KVProtect, Recent: model.KVRecentFor(k, v, f.KVRecent)}
 }
 
 // checkCompute refuses the backend, VRAM and KV settings this build cannot
@@ -84,8 +84,8 @@ func (f *ComputeFlags) checkCompute(log *zap.Logger) error {
 	if f.KVProtect < 0 {
 		errs = append(errs, fmt.Sprintf("pipeline.kv_cache.protect / --kv-protect %d: must not be negative", f.KVProtect))
 	}
-	if f.KVRecent < 0 {
-		errs = append(errs, fmt.Sprintf("pipeline.kv_cache.recent / --kv-recent %d: must not be negative", f.KVRecent))
+	if f.KVRecent < -1 {
+		errs = append(errs, fmt.Sprintf("pipeline.kv_cache.recent / --kv-recent %d: must not be negative (-1: the default)", f.KVRecent))
 	}
 	if _, err := model.ParseKVType(f.CacheTypeV); err != nil {
 		errs = append(errs, fmt.Sprintf("pipeline.kv_cache.type_v / --cache-type-v (-ctv) %q: not supported (supported: %s)", f.CacheTypeV, model.KVTypeNames()))
