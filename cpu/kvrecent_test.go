@@ -101,3 +101,93 @@ func TestKVRecent(t *testing.T) {
 		t.Log(err)
 	}
 }
+
+// asyncDefer is a model.KVDeferrer that stores deferred rows in another
+// goroutine, one job at a time, as the engine's kv-compress stage does.
+type asyncDefer struct {
+	kv   *model.KVCache
+	jobs chan func()
+	done chan struct{}
+	out  int
+	rows int
+}
+
+func (d *asyncDefer) Defer(layer int, seq, pos []int32, k, v []float32) error {
+	seq, pos, k, v = slices.Clone(seq), slices.Clone(pos), slices.Clone(k), slices.Clone(v)
+	d.rows += len(seq)
+	d.out++
+	d.jobs <- func() {
+		kd, vd := d.kv.KDim, d.kv.VDim
+		for t := range seq {
+			d.kv.SetK(layer, int(seq[t]), int(pos[t]), k[t*kd:(t+1)*kd])
+			d.kv.SetV(layer, int(seq[t]), int(pos[t]), v[t*vd:(t+1)*vd])
+		}
+	}
+	return nil
+}
+
+func (d *asyncDefer) Flush() error {
+	for ; d.out > 0; d.out-- {
+		<-d.done
+	}
+	return nil
+}
+
+// TestKVDefer: a Context whose rows no query of the step reads quantized
+// are stored in another goroutine (model.KVDeferrer, the engine's
+// kv-compress stage) gives bit for bit the logits of one that stores
+// every row in its layer, prefill chunks and decode steps alike, and
+// defers most rows with a window of 64.
+func TestKVDefer(t *testing.T) {
+	dir, _ := golden.Load(t)
+	m := loadModel(t, dir, "models/stories260K.gguf")
+	const n = 300
+	toks := make([]int32, n)
+	for i := range toks {
+		toks[i] = int32((i*37 + 11) % m.NVocab)
+	}
+	be := cpu.NewBackend(2, nil)
+	defer be.Close()
+	for _, types := range []model.KVTypes{{K: model.KVTQ4, V: model.KVTQ3, Recent: 64}, {K: model.KVTQ3, V: model.KVTQ4, Recent: 1}} {
+		run := func(d bool) ([]float32, int) {
+			ctx, err := m.NewContextOf(be, types, n, 1, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ad *asyncDefer
+			if d {
+				ad = &asyncDefer{kv: ctx.KV, jobs: make(chan func()), done: make(chan struct{}, 64)}
+				go func() {
+					for f := range ad.jobs {
+						f()
+						ad.done <- struct{}{}
+					}
+				}()
+				defer close(ad.jobs)
+				ctx.KVDefer = ad
+			}
+			var out []float32
+			out = append(out, decodeChunks(t, ctx, toks[:250], 100)...) // prefill chunks
+			for p := 250; p < n; p++ {
+				lg, err := ctx.Decode(&model.Batch{Tokens: toks[p : p+1], Pos: []int32{int32(p)}, Seq: []int32{0}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, lg...)
+			}
+			if ad != nil {
+				return out, ad.rows
+			}
+			return out, 0
+		}
+		want, _ := run(false)
+		got, rows := run(true)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: deferred stores change the logits: NMSE %.3g", types, nmse(got, want))
+		}
+		t.Logf("%s: %d of %d rows deferred per layer", types, rows/m.NLayer, n)
+		if rows == 0 || types.Recent >= 64 && rows < m.NLayer*n/2 {
+			t.Errorf("%s: %d rows deferred over %d layers, want some (most of %d with a window of 64)", types, rows, m.NLayer, n)
+		}
+	}
+}

@@ -302,6 +302,23 @@ type Rotator interface {
 	Hadamard(x []float32, n int)
 }
 
+// KVDeferrer takes the conversion of new K and V rows to a cache's types
+// off the forward pass's critical path (the kv-compress stage): with
+// --kv-recent a query reads its most recent rows from their f16 copies, so
+// a row's quantized form is first read by a later step. Context.attention
+// stores at once only the rows some query of the batch reads quantized, in
+// layers whose K and V both keep copies, and hands the others to Defer;
+// Decode calls Flush before it returns, so the cache is whole between
+// steps.
+type KVDeferrer interface {
+	// Defer stores rows (seq, pos) of layer (k and v: their K and V
+	// values, row t at t·KDim and t·VDim) as SetK and SetV would, later;
+	// it copies what it keeps.
+	Defer(layer int, seq, pos []int32, k, v []float32) error
+	// Flush returns once every deferred row is stored.
+	Flush() error
+}
+
 // KVStorer is implemented by Ops that store a batch's new K and V rows in
 // the cache themselves (in parallel, say): the bytes stored must be those
 // SetK and SetV would store row by row.
@@ -479,6 +496,10 @@ type Context struct {
 	// (q/k/v, gate/up) as separate MatMul calls, so that Span sees each
 	// one: for per-operation traces.
 	SplitProducts bool
+	// KVDefer, when set, stores the rows no query of the step reads
+	// quantized off the critical path (see KVDeferrer); nil: every row is
+	// stored in its layer.
+	KVDefer KVDeferrer
 
 	x, xn, q, k, v, att, tmp []float32 // MaxBatch × width
 	gate, up                 []float32 // MaxBatch × max(NFF, NFFExp)
@@ -633,10 +654,19 @@ func (c *Context) Decode(b *Batch) ([]float32, error) {
 	}
 	c.nEmbd = 0
 	if err := c.M.forward(c, b); err != nil {
+		if c.KVDefer != nil {
+			c.KVDefer.Flush() // the step failed anyway: its error is the one to report
+		}
 		return nil, err
 	}
 	c.embeddings(b)
-	return c.output(b), nil
+	out := c.output(b)
+	if c.KVDefer != nil {
+		if err := c.KVDefer.Flush(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // Embeddings returns the final hidden states (after the output norm) of
@@ -770,15 +800,25 @@ func (c *Context) attention(il int, b *Batch) {
 	// store k, v in the cache, converted to its types (kv_store: the
 	// conversion, TurboQuant's rotation and coding included)
 	c.span("kv_store", il, true)
-	if st, ok := ops.(KVStorer); ok {
-		st.StoreKV(c.KV, il, b.Seq, b.Pos, k, v)
+	c.KV.StoreExact(il, b.Seq, b.Pos, k, v) // --kv-recent's f16 rows
+	if c.KVDefer == nil || !lt.XK || !lt.XV {
+		c.storeRows(il, b, 0, n, k, v)
 	} else {
-		for t := range n {
-			c.KV.SetK(il, int(b.Seq[t]), int(b.Pos[t]), k[t*h.KDim():(t+1)*h.KDim()])
-			c.KV.SetV(il, int(b.Seq[t]), int(b.Pos[t]), v[t*h.VDim():(t+1)*h.VDim()])
+		// per sequence run: rows below the run's last query's Exact are
+		// read quantized by this step, the rest only by later ones
+		for r0 := 0; r0 < n; {
+			r1 := r0 + 1
+			for r1 < n && b.Seq[r1] == b.Seq[r0] {
+				r1++
+			}
+			m := r0 + min(max(c.KV.Exact(int(b.Pos[r1-1]))-int(b.Pos[r0]), 0), r1-r0)
+			c.storeRows(il, b, r0, m, k, v)
+			if m < r1 && c.stepErr == nil {
+				c.stepErr = c.KVDefer.Defer(il, b.Seq[m:r1], b.Pos[m:r1], k[m*h.KDim():r1*h.KDim()], v[m*h.VDim():r1*h.VDim()])
+			}
+			r0 = r1
 		}
 	}
-	c.KV.StoreExact(il, b.Seq, b.Pos, k, v) // --kv-recent's f16 rows
 	c.span("kv_store", il, false)
 	// softmax(q·kᵀ/√d)·v over the cached positions
 	att := c.att[:n*h.NHead*h.HeadDimV]
@@ -795,6 +835,23 @@ func (c *Context) attention(il int, b *Batch) {
 	c.eval("attn_out", il, c.tmp, n, h.NEmbd)
 	ops.Add(c.x[:n*h.NEmbd], c.tmp[:n*h.NEmbd])
 	c.eval("ffn_inp", il, c.x, n, h.NEmbd)
+}
+
+// storeRows stores batch rows [t0, t1)'s K and V in the cache's types,
+// through the Ops if they can.
+func (c *Context) storeRows(il int, b *Batch, t0, t1 int, k, v []float32) {
+	if t0 >= t1 {
+		return
+	}
+	kd, vd := c.M.KDim(), c.M.VDim()
+	if st, ok := c.Ops.(KVStorer); ok {
+		st.StoreKV(c.KV, il, b.Seq[t0:t1], b.Pos[t0:t1], k[t0*kd:t1*kd], v[t0*vd:t1*vd])
+		return
+	}
+	for t := t0; t < t1; t++ {
+		c.KV.SetK(il, int(b.Seq[t]), int(b.Pos[t]), k[t*kd:(t+1)*kd])
+		c.KV.SetV(il, int(b.Seq[t]), int(b.Pos[t]), v[t*vd:(t+1)*vd])
+	}
 }
 
 // ffn runs a dense SwiGLU FFN sub-layer: x += Wdown·(silu(Wgate·norm(x)) ⊙ Wup·norm(x)).

@@ -23,6 +23,7 @@ type compute struct {
 	// resident is the bytes of the non-expert matrices a step reads in
 	// its layers; expertBytes the file bytes of one routed expert.
 	resident, expertBytes, outBytes int64
+	kvc                             *kvCompress // the kv-compress stage (nil: none)
 }
 
 func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*step], out *graph.Out[*step]) error {
@@ -31,6 +32,11 @@ func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*st
 		c.streams.Attach(c.mctx)
 		defer c.streams.Detach(c.mctx)
 		defer c.streams.finish()
+	}
+	if c.kvc != nil {
+		c.kvc.bind(ctx)
+		c.mctx.KVDefer = c.kvc
+		defer func() { c.mctx.KVDefer = nil }()
 	}
 	if c.rec.Enabled() {
 		if d := c.rec.Detail(); d >= graph.DetailLayers {

@@ -272,7 +272,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	sc := newScheduler(e.m, e.cfg, e.pool, &e.stats)
 	sc.newSampler = e.newSampler
 	cp := &compute{mctx: e.mctx, rec: e.rec, streams: e.cfg.Weights.add(g, e.rec, comp),
-		resident: resident, expertBytes: expert, outBytes: output}
+		resident: resident, expertBytes: expert, outBytes: output, kvc: addKVCompress(g, comp, e.mctx.KV)}
 	sp := &sampler{tok: e.tok, nCtx: e.cfg.NCtx, nVocab: e.m.NVocab, nEmbd: e.m.NEmbd}
 	sr := &streamer{tok: e.tok}
 

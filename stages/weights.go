@@ -760,6 +760,32 @@ func (w *WeightPath) Run(ctx context.Context, rec *graph.Recorder, fn func(ctx c
 	return g.Run(ctx)
 }
 
+// RunContext is Run for a tool driving mctx (bench): the weight path's
+// streams are attached to mctx while fn runs, and so is a kv-compress
+// stage when mctx's cache keeps f16 copies of recent rows (--kv-recent), as
+// in the engine.
+func (w *WeightPath) RunContext(ctx context.Context, rec *graph.Recorder, mctx *model.Context, fn func(ctx context.Context) error) error {
+	g := graph.New(rec)
+	comp := g.Stage("compute")
+	st := w.add(g, rec, comp)
+	kvc := addKVCompress(g, comp, mctx.KV)
+	comp.Do(func(ctx context.Context) error {
+		if st != nil {
+			st.bind(ctx)
+			defer st.finish()
+		}
+		st.Attach(mctx)
+		defer st.Detach(mctx)
+		if kvc != nil {
+			kvc.bind(ctx)
+			mctx.KVDefer = kvc
+			defer func() { mctx.KVDefer = nil }()
+		}
+		return fn(ctx)
+	})
+	return g.Run(ctx)
+}
+
 // Preload reads every routed expert into the cache through the weight
 // path's stages, when the cache holds them all (Plan.Slots ==
 // Plan.Experts): the model then runs with nothing left to read, as a fully

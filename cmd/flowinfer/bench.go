@@ -182,9 +182,7 @@ func (c *BenchCmd) Run(g *Globals) error {
 // the tg tests; the depth's cells are processed by the first test at it
 // only.
 func (c *BenchCmd) runTests(ctx context.Context, wp *stages.WeightPath, mctx *model.Context, bos int32, tests *[]bench.Test) error {
-	return wp.Run(ctx, nil, func(ctx context.Context, st *stages.Streams) error {
-		st.Attach(mctx)
-		defer st.Detach(mctx)
+	return wp.RunContext(ctx, nil, mctx, func(ctx context.Context) error {
 		for _, d := range c.NDepth {
 			ready := false
 			run := func(np, ng int) error {
