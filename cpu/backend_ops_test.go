@@ -201,6 +201,18 @@ var kvTol = map[model.KVType]float64{
 	model.KVTQ4: 1e-11, model.KVTQ3: 1e-11,
 }
 
+// twoRuns returns batch rows: sequence 0 at positions 0..4 (decode-like
+// rows), then sequence 1 at [p0, p1) (a prefill chunk).
+func twoRuns(p0, p1 int) (seq, pos []int32) {
+	for p := range 5 {
+		seq, pos = append(seq, 0), append(pos, int32(p))
+	}
+	for p := p0; p < p1; p++ {
+		seq, pos = append(seq, 1), append(pos, int32(p))
+	}
+	return seq, pos
+}
+
 // TestBackendAttention compares Attention with Ref's for grouped-query
 // heads, two sequences and several batch rows, on a cache of every KV type
 // that can hold the heads.
@@ -230,13 +242,7 @@ func TestBackendAttention(t *testing.T) {
 						}
 					}
 					// rows: seq 0 at 0..4, seq 1 at 250..299 (a prefill chunk)
-					var seq, pos []int32
-					for p := range 5 {
-						seq, pos = append(seq, 0), append(pos, int32(p))
-					}
-					for p := 250; p < 300; p++ {
-						seq, pos = append(seq, 1), append(pos, int32(p))
-					}
+					seq, pos := twoRuns(250, 300)
 					n := len(seq)
 					q := randomF32(n*h.NHead*h.HeadDimK, 17)
 					want := make([]float32, n*h.NHead*h.HeadDimV)
@@ -403,13 +409,7 @@ func TestBackendAttentionRecent(t *testing.T) {
 					}
 					// rows: seq 0 at 0..4, seq 1 at 180..299 (a prefill chunk
 					// over two boundary steps)
-					var seq, pos []int32
-					for p := range 5 {
-						seq, pos = append(seq, 0), append(pos, int32(p))
-					}
-					for p := 180; p < 300; p++ {
-						seq, pos = append(seq, 1), append(pos, int32(p))
-					}
+					seq, pos := twoRuns(180, 300)
 					n := len(seq)
 					q := randomF32(n*h.NHead*h.HeadDimK, 17)
 					want := make([]float32, n*h.NHead*h.HeadDimV)

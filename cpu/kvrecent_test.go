@@ -30,6 +30,18 @@ func decodeChunks(t *testing.T, ctx *model.Context, toks []int32, n int) []float
 	return out
 }
 
+// storiesTokens loads stories260K and makes n tokens of it (a fixed
+// pattern over the vocabulary).
+func storiesTokens(t *testing.T, n int) (*model.Model, []int32) {
+	dir, _ := golden.Load(t)
+	m := loadModel(t, dir, "models/stories260K.gguf")
+	toks := make([]int32, n)
+	for i := range toks {
+		toks[i] = int32((i*37 + 11) % m.NVocab)
+	}
+	return m, toks
+}
+
 // TestKVRecent runs stories260K with tq4/tq3 KV and --kv-recent: the
 // logits do not depend on how the prompt is cut into batches (one batch,
 // chunks across the window's steps, token by token), they match the Ref
@@ -37,13 +49,8 @@ func decodeChunks(t *testing.T, ctx *model.Context, toks []int32, n int) []float
 // window of 64 is closer to f16's than none, and a batch that needs f16
 // rows the cache has dropped (rewound past them) is refused.
 func TestKVRecent(t *testing.T) {
-	dir, _ := golden.Load(t)
-	m := loadModel(t, dir, "models/stories260K.gguf")
 	const n = 200
-	toks := make([]int32, n)
-	for i := range toks {
-		toks[i] = int32((i*37 + 11) % m.NVocab)
-	}
+	m, toks := storiesTokens(t, n)
 	be := cpu.NewBackend(2, nil)
 	defer be.Close()
 	run := func(ops model.Ops, types model.KVTypes, chunk int) []float32 {
@@ -139,13 +146,8 @@ func (d *asyncDefer) Flush() error {
 // every row in its layer, prefill chunks and decode steps alike, and
 // defers most rows with a window of 64.
 func TestKVDefer(t *testing.T) {
-	dir, _ := golden.Load(t)
-	m := loadModel(t, dir, "models/stories260K.gguf")
 	const n = 300
-	toks := make([]int32, n)
-	for i := range toks {
-		toks[i] = int32((i*37 + 11) % m.NVocab)
-	}
+	m, toks := storiesTokens(t, n)
 	be := cpu.NewBackend(2, nil)
 	defer be.Close()
 	for _, types := range []model.KVTypes{{K: model.KVTQ4, V: model.KVTQ3, Recent: 64}, {K: model.KVTQ3, V: model.KVTQ4, Recent: 1}} {
