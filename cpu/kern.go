@@ -490,17 +490,27 @@ func rowBuf(buf *[attnMaxDim]float32, dim int) []float32 {
 	return make([]float32, dim)
 }
 
-// kvRowF32 widens the cached row src (type t, or tq's codes) to dst.
+// kvRowF32 widens the cached row src (type t, or tq's codes) to dst. The
+// types are called directly, not through quant.DequantizeFunc: a call
+// through a function value makes dst escape, and the callers' stack
+// buffer with it (an allocation per call on the decode path).
 func kvRowF32(t quant.Type, tq *quant.Turbo, src []byte, dst []float32) {
-	if tq != nil {
+	switch {
+	case tq != nil:
 		tq.DecodeRotated(dst, src)
-		return
-	}
-	if t == quant.F32 {
+	case t == quant.F32:
 		copy(dst, bytesF32(src[:4*len(dst)]))
-		return
+	case t == quant.F16:
+		quant.DequantizeRowF16(src, dst)
+	case t == quant.BF16:
+		quant.DequantizeRowBF16(src, dst)
+	case t == quant.Q8_0:
+		quant.DequantizeRowQ8_0(src, dst)
+	case t == quant.Q4_0:
+		quant.DequantizeRowQ4_0(src, dst)
+	default: // kvRowBytes refused it before
+		panic(fmt.Sprintf("cpu: KV rows of type %v", t))
 	}
-	quant.DequantizeFunc(t)(src, dst)
 }
 
 // AttnScores sets s[g*ls+j] = Σ_d q[g*dim+d]·x_j[d] for g < G and j < n:

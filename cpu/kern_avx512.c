@@ -46,18 +46,8 @@
 
 #include "kern.h"
 #include "kern_ld.h"
+#include "kern_avx512.h"
 
-// I5 inlines the tiles into their drivers, where na is a constant; UNROLL
-// unrolls their loops. Under SIMDe, where every intrinsic is a function of
-// its own, both would make the compiler take minutes: neither is used.
-#ifdef FI_SIMDE
-#define I5 static inline
-#define UNROLL(n)
-#else
-#define I5 static inline __attribute__((always_inline))
-#define FI_PRAGMA(x) _Pragma(#x)
-#define UNROLL(n) FI_PRAGMA(GCC unroll n)
-#endif
 
 // KEEP(v) makes the compiler materialize v in a register here, so that a
 // sum is accumulated where it is written rather than deferred (see

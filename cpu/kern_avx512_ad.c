@@ -16,17 +16,8 @@
 #include <stdint.h>
 
 #include "kern.h"
+#include "kern_avx512.h"
 
-// I5 inlines; UNROLL unrolls the loops over registers, so arrays of
-// vectors stay in registers (neither under SIMDe, as in kern_avx512.c).
-#ifdef FI_SIMDE
-#define I5 static inline
-#define UNROLL(n)
-#else
-#define I5 static inline __attribute__((always_inline))
-#define FI_PRAGMA(x) _Pragma(#x)
-#define UNROLL(n) FI_PRAGMA(GCC unroll n)
-#endif
 
 // fold adds the two 256-bit halves of v.
 I5 __m256 fold(__m512 v) {
