@@ -19,7 +19,11 @@
 # with -execs as long as the measured rate says the rest needs; between chunks
 # the script waits while the file $FUZZ_LOCK exists, so a shared machine's
 # benchmark is not disturbed; unset: no waiting), -run REGEXP (targets whose name or
-# package matches), -parallel N (fuzzing workers, default 1). The fuzzing
+# package matches), -parallel N (fuzzing workers, default 1), -minimize
+# DURATION (Go's -fuzzminimizetime: the time spent shrinking each new
+# interesting input, default Go's 60s; a minimization still running when a
+# chunk ends is not counted, and early in a run they take most of the time,
+# so long runs use e.g. -minimize 5s). The fuzzing
 # cache ($(go env GOCACHE)/fuzz) carries the generated corpus from one
 # chunk to the next. Run it under `nice -n 10` on a shared machine.
 set -uo pipefail
@@ -30,6 +34,7 @@ execs=0
 chunk=5m
 run=.
 parallel=1
+minimize=
 list=0
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -39,6 +44,7 @@ while [ $# -gt 0 ]; do
 	-chunk) chunk=$2; shift 2 ;;
 	-run) run=$2; shift 2 ;;
 	-parallel) parallel=$2; shift 2 ;;
+	-minimize) minimize=$2; shift 2 ;;
 	-list) list=1; shift ;;
 	*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
 	esac
@@ -113,7 +119,7 @@ for t in "${targets[@]}"; do
 		waitlock
 		echo "fuzz.sh: $pkg $name: ${left}s (done: $total execs in ${spent}s)" >&2
 		start=$(date +%s)
-		go test -run '^$' -fuzz "^${name}\$" -fuzztime "${left}s" -parallel "$parallel" "$pkg" >"$log" 2>&1
+		go test -run '^$' -fuzz "^${name}\$" -fuzztime "${left}s" -parallel "$parallel" ${minimize:+-fuzzminimizetime "$minimize"} "$pkg" >"$log" 2>&1
 		rc=$?
 		spent=$((spent + $(date +%s) - start))
 		# The last progress line carries the run's total: "fuzz: elapsed: 5s, execs: 123 (...)".

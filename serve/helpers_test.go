@@ -24,6 +24,7 @@ import (
 	"github.com/flowinfer/flowinfer/serve"
 	"github.com/flowinfer/flowinfer/stages"
 	"github.com/flowinfer/flowinfer/stages/sample"
+	"github.com/valyala/fasthttp/fasthttputil"
 )
 
 // testServer is a server on a loopback port with stories260K loaded.
@@ -35,6 +36,8 @@ type testServer struct {
 	done   chan struct{}
 	// stopped is closed once the test's cleanup has shut everything down.
 	stopped chan struct{}
+	// dial connects to an in-memory listener (startInmem), else nil.
+	dial func() (net.Conn, error)
 }
 
 func greedy() sample.Params { return sample.Params{Temperature: 0, RepeatPenalty: 1, TopP: 1} }
@@ -69,6 +72,38 @@ func startSlow(t testing.TB, cfg serve.Config, ecfg stages.Config, delay time.Du
 // startModel is startSlow with the model at path.
 func startModel(t testing.TB, path string, cfg serve.Config, ecfg stages.Config, delay time.Duration) *testServer {
 	t.Helper()
+	var ops model.Ops = cpu.NewRef()
+	if delay > 0 {
+		ops = slowOps{ops, delay}
+	}
+	return startOn(t, path, cfg, ecfg, ops, false)
+}
+
+// startInmem is start on an in-memory listener (fasthttputil) instead of
+// a loopback port, and with the SIMD backend on one thread (what `flowinfer
+// serve` runs) instead of cpu.Ref: the same server and handlers, with no
+// TCP and faster forward passes; reach it through ts.client().
+func startInmem(t testing.TB, cfg serve.Config, ecfg stages.Config) *testServer {
+	t.Helper()
+	be := cpu.NewBackend(1, nil)
+	t.Cleanup(be.Close) // after the server's cleanup (cleanups run last first)
+	return startOn(t, modelPath(t), cfg, ecfg, be, true)
+}
+
+// client returns an HTTP client of the server (dialling its in-memory
+// listener if it has one) with the given timeout.
+func (ts *testServer) client(timeout time.Duration) *http.Client {
+	c := &http.Client{Timeout: timeout}
+	if ts.dial != nil {
+		c.Transport = &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) { return ts.dial() }}
+	}
+	return c
+}
+
+// startOn runs an engine on ops with the model at path and a server, on
+// an in-memory listener if inmem, else on a loopback port.
+func startOn(t testing.TB, path string, cfg serve.Config, ecfg stages.Config, ops model.Ops, inmem bool) *testServer {
+	t.Helper()
 	b, err := model.Open(path, cpu.NewRef().Supports, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -80,10 +115,6 @@ func startModel(t testing.TB, path string, cfg serve.Config, ecfg stages.Config,
 		ecfg.NSeq = 4
 	}
 	rec := graph.NewRecorder(0)
-	var ops model.Ops = cpu.NewRef()
-	if delay > 0 {
-		ops = slowOps{ops, delay}
-	}
 	e, err := stages.NewEngine(b.Model, b.Tokenizer, ops, ecfg, rec)
 	if err != nil {
 		t.Fatal(err)
@@ -106,11 +137,17 @@ func startModel(t testing.TB, path string, cfg serve.Config, ecfg stages.Config,
 	ts.srv = serve.New(cfg)
 	st, _ := os.Stat(path)
 	ts.srv.SetBackend(&serve.Backend{Engine: e, Bundle: b, Recorder: rec, Path: path, Size: st.Size(), Done: ts.done})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	var ln net.Listener
+	if inmem {
+		mln := fasthttputil.NewInmemoryListener()
+		ln, ts.dial = mln, mln.Dial
+		ts.url = "http://inmemory"
+	} else {
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		ts.url = "http://" + ln.Addr().String()
 	}
-	ts.url = "http://" + ln.Addr().String()
 	served := make(chan struct{})
 	go func() { ts.srv.Serve(ln); close(served) }()
 	t.Cleanup(func() {

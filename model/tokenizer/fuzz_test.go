@@ -1,11 +1,17 @@
 // fuzz_test.go: Encode never panics, returns valid ids, and round-trips
 // through Decode and the streaming Decoder: Decode(Encode(x)) == x for valid
-// UTF-8 wherever the tokenizer is lossless. Seeds: testdata/fuzz/FuzzEncode,
-// llama.cpp's test inputs for the golden vocabularies and the golden prompts.
+// UTF-8 wherever the tokenizer is lossless. Each input runs one tokenizer,
+// chosen by its last argument (which, modulo the number of tokenizers, in
+// the sorted order of their names), so the fuzzer mutates the choice like
+// the text and every tokenizer is fuzzed; every seed is added once per
+// tokenizer. Seeds: testdata/fuzz/FuzzEncode (each input kept once per
+// tokenizer), llama.cpp's test inputs for the golden vocabularies and the
+// golden prompts.
 
 package tokenizer
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -73,9 +79,15 @@ func (t *Tokenizer) coversBytes(s string) bool {
 }
 
 func FuzzEncode(f *testing.F) {
-	f.Add("Hello world", false, false)
-	f.Add("<s> x </s>", true, true)
 	toks := fuzzTokenizers(f)
+	names := slices.Sorted(maps.Keys(toks))
+	add := func(text string, addSpecial, parseSpecial bool) {
+		for i := range names {
+			f.Add(text, addSpecial, parseSpecial, uint8(i))
+		}
+	}
+	add("Hello world", false, false)
+	add("<s> x </s>", true, true)
 	// llama.cpp's tokenizer test inputs (golden vocab/*.gguf.inp) and the
 	// golden prompts, read at test time.
 	if g := golden.Dir(f); g != "" {
@@ -87,70 +99,70 @@ func FuzzEncode(f *testing.F) {
 				continue
 			}
 			for _, s := range strings.Split(string(b), "\n__ggml_vocab_test__\n") {
-				f.Add(s, false, false)
+				add(s, false, false)
 			}
 		}
 	}
-	f.Fuzz(func(t *testing.T, text string, addSpecial, parseSpecial bool) {
-		for name, tok := range toks {
-			got := tok.Encode(text, addSpecial, parseSpecial)
-			for _, id := range got {
-				if id < 0 || int(id) >= tok.NVocab() {
-					t.Fatalf("%s: id %d out of range", name, id)
-				}
+	f.Fuzz(func(t *testing.T, text string, addSpecial, parseSpecial bool, which uint8) {
+		name := names[int(which)%len(names)]
+		tok := toks[name]
+		got := tok.Encode(text, addSpecial, parseSpecial)
+		for _, id := range got {
+			if id < 0 || int(id) >= tok.NVocab() {
+				t.Fatalf("%s: id %d out of range", name, id)
 			}
-			if addSpecial && tok.AddBOS() && (len(got) == 0 || got[0] != tok.BOS()) {
-				t.Fatalf("%s: no BOS: %v", name, got)
-			}
+		}
+		if addSpecial && tok.AddBOS() && (len(got) == 0 || got[0] != tok.BOS()) {
+			t.Fatalf("%s: no BOS: %v", name, got)
+		}
 
-			// the streaming decoder emits exactly the valid-UTF-8 form of
-			// the concatenated pieces
-			var raw []byte
-			var streamed strings.Builder
-			d := tok.NewDecoder(true)
-			for _, id := range got {
-				raw = tok.AppendPiece(raw, id, true)
-				streamed.WriteString(d.Add(id))
-			}
-			streamed.WriteString(d.Flush())
-			if streamed.String() != validString(raw) {
-				t.Fatalf("%s: streamed %q, pieces %q", name, streamed.String(), raw)
-			}
+		// the streaming decoder emits exactly the valid-UTF-8 form of
+		// the concatenated pieces
+		var raw []byte
+		var streamed strings.Builder
+		d := tok.NewDecoder(true)
+		for _, id := range got {
+			raw = tok.AppendPiece(raw, id, true)
+			streamed.WriteString(d.Add(id))
+		}
+		streamed.WriteString(d.Flush())
+		if streamed.String() != validString(raw) {
+			t.Fatalf("%s: streamed %q, pieces %q", name, streamed.String(), raw)
+		}
 
-			// round trip where the tokenizer is lossless
-			if parseSpecial || addSpecial || strings.Contains(text, "<tool>") {
-				continue
+		// round trip where the tokenizer is lossless
+		if parseSpecial || addSpecial || strings.Contains(text, "<tool>") {
+			return
+		}
+		ids := tok.Encode(text, false, false)
+		if tok.typ == modelSPM && text != "" {
+			// cutting at spaces changes nothing
+			ref := tok.encodeSPMChunk(appendEscaped([]byte("\u2581"), text), nil, new(encodeScratch))
+			if !slices.Equal(ids, ref) {
+				t.Fatalf("%s: %q: cut %v, whole %v", name, text, ids, ref)
 			}
-			ids := tok.Encode(text, false, false)
-			if tok.typ == modelSPM && text != "" {
-				// cutting at spaces changes nothing
-				ref := tok.encodeSPMChunk(appendEscaped([]byte("\u2581"), text), nil, new(encodeScratch))
-				if !slices.Equal(ids, ref) {
-					t.Fatalf("%s: %q: cut %v, whole %v", name, text, ids, ref)
-				}
+		}
+		dec := tok.Decode(ids, false)
+		want := text
+		switch tok.typ {
+		case modelSPM:
+			// U+2581 decodes as a space; with invalid UTF-8, SPM's
+			// characters (by lead byte) can swallow bytes of the next
+			// escaped space, which then decode as U+2581 (llama.cpp too)
+			if strings.Contains(text, "\u2581") || !utf8.ValidString(text) {
+				return
 			}
-			dec := tok.Decode(ids, false)
-			want := text
-			switch tok.typ {
-			case modelSPM:
-				// U+2581 decodes as a space; with invalid UTF-8, SPM's
-				// characters (by lead byte) can swallow bytes of the next
-				// escaped space, which then decode as U+2581 (llama.cpp too)
-				if strings.Contains(text, "\u2581") || !utf8.ValidString(text) {
-					continue
-				}
-			case modelBPE:
-				want = llamaText(text)
-				if !tok.coversBytes(want) {
-					continue // bytes without a token are dropped (llama.cpp too)
-				}
-				if tok.clean {
-					want = string(cleanSpaces([]byte(want)))
-				}
+		case modelBPE:
+			want = llamaText(text)
+			if !tok.coversBytes(want) {
+				return // bytes without a token are dropped (llama.cpp too)
 			}
-			if dec != want {
-				t.Fatalf("%s: Decode(Encode(%q)) = %q, want %q", name, text, dec, want)
+			if tok.clean {
+				want = string(cleanSpaces([]byte(want)))
 			}
+		}
+		if dec != want {
+			t.Fatalf("%s: Decode(Encode(%q)) = %q, want %q", name, text, dec, want)
 		}
 	})
 }

@@ -18,6 +18,7 @@ package batch
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -53,7 +54,23 @@ type Options struct {
 	Retry time.Duration
 	// Progress, if set, is called from Run's goroutine after each record.
 	Progress func(Progress)
+
+	// mem, if set (by this package's fuzz test), replaces both files: the
+	// input is read from mem.in and the output starts empty and is
+	// appended to mem.out, with no file or fsync.
+	mem *memIO
 }
+
+// memIO is an in-memory input and output (see Options.mem).
+type memIO struct {
+	in  []byte
+	out bytes.Buffer
+}
+
+// Write, Sync and Close make memIO the output file.
+func (m *memIO) Write(b []byte) (int, error) { return m.out.Write(b) }
+func (m *memIO) Sync() error                 { return nil }
+func (m *memIO) Close() error                { return nil }
 
 // Progress is the state of a run.
 type Progress struct {
@@ -131,8 +148,14 @@ func Run(ctx context.Context, o Options) (Stats, error) {
 		return st, err
 	}
 	t0 := time.Now()
-	out, prev, torn, err := openOutput(o.Output, o.SyncEvery, o.SyncInterval)
-	if err != nil {
+	var out *outFile
+	var prev *done
+	var torn int64
+	var err error
+	if o.mem != nil {
+		out = &outFile{f: o.mem, syncEvery: o.SyncEvery, syncAfter: o.SyncInterval, lastSync: time.Now()}
+		prev = &done{customIDs: map[string]bool{}, ids: map[string]bool{}}
+	} else if out, prev, torn, err = openOutput(o.Output, o.SyncEvery, o.SyncInterval); err != nil {
 		return st, err
 	}
 	st.TornBytes = torn
@@ -252,7 +275,7 @@ var ErrDuplicateCustomID = errors.New("batch: duplicate custom_id")
 func survey(o Options, prev *done, st *Stats) (todo int, err error) {
 	firstLine := map[string]int{}
 	st.Skipped = 0
-	err = eachLine(o.Input, func(n int, raw []byte) error {
+	err = o.eachLine(func(n int, raw []byte) error {
 		st.Lines++
 		it := parseLine(n, raw)
 		if it.customID != nil {
@@ -279,7 +302,7 @@ func survey(o Options, prev *done, st *Stats) (todo int, err error) {
 // work, taking a window token for each.
 func dispatch(ctx context.Context, o Options, prev *done, window chan struct{}, work chan<- result) error {
 	seq := 0
-	err := eachLine(o.Input, func(n int, raw []byte) error {
+	err := o.eachLine(func(n int, raw []byte) error {
 		if (n-1)%o.Shards != o.Shard {
 			return nil
 		}
@@ -307,15 +330,30 @@ func dispatch(ctx context.Context, o Options, prev *done, window chan struct{}, 
 	return err
 }
 
-// eachLine calls f with every line of the file at path (1-based numbers,
-// empty lines skipped but counted).
-func eachLine(path string, f func(n int, raw []byte) error) error {
-	in, err := os.Open(path)
-	if err != nil {
-		return err
+// eachLine calls f with every line of the input (1-based numbers, empty
+// lines skipped but counted).
+func (o *Options) eachLine(f func(n int, raw []byte) error) error {
+	path := o.Input
+	var in io.Reader
+	var size int64
+	if o.mem != nil {
+		path = "(memory)"
+		in, size = bytes.NewReader(o.mem.in), int64(len(o.mem.in))
+	} else {
+		file, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer file.Close()
+		fi, err := file.Stat()
+		if err != nil {
+			return err
+		}
+		in, size = file, fi.Size()
 	}
-	defer in.Close()
-	br := bufio.NewReaderSize(in, 1<<20)
+	// A 1 MiB buffer, or the input's size if smaller (readLine grows
+	// lines past the buffer anyway).
+	br := bufio.NewReaderSize(in, int(min(size+1, 1<<20)))
 	for n := 1; ; n++ {
 		raw, err := readLine(br)
 		if errors.Is(err, io.EOF) && len(raw) == 0 {

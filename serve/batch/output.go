@@ -68,9 +68,16 @@ func (d *done) has(it *item) bool {
 	return d.ids[it.id()]
 }
 
+// syncWriter is the output file (an *os.File, or memIO in the fuzz test).
+type syncWriter interface {
+	io.Writer
+	Sync() error
+	Close() error
+}
+
 // outFile is the output being appended to.
 type outFile struct {
-	f         *os.File
+	f         syncWriter
 	syncEvery int
 	syncAfter time.Duration
 	unsynced  int
