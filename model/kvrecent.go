@@ -139,9 +139,10 @@ func exactSlots(recent, xb, nSeq, maxBatch int) int {
 }
 
 // KVRecentReserve returns the bytes of the f16 copies a cache of types t
-// keeps for nSeq sequences and batches of up to maxBatch rows, in blocks of
-// blockSize rows (0: a contiguous cache).
-func KVRecentReserve(h *Hyper, t KVTypes, nSeq, maxBatch, blockSize int) int64 {
+// and cells cells keeps for nSeq sequences and batches of up to maxBatch
+// rows, in blocks of blockSize rows (0: a contiguous cache; at most one
+// slot per block of the cache).
+func KVRecentReserve(h *Hyper, t KVTypes, nSeq, maxBatch, blockSize, cells int) int64 {
 	ls, err := kvLayers(h, t)
 	if err != nil || t.Recent == 0 {
 		return 0
@@ -159,7 +160,7 @@ func KVRecentReserve(h *Hyper, t KVTypes, nSeq, maxBatch, blockSize int) int64 {
 			row += int64(2 * h.HeadDimV * h.NHeadKV)
 		}
 	}
-	return row * int64(exactSlots(t.Recent, xb, nSeq, maxBatch)*xb)
+	return row * int64(min(exactSlots(t.Recent, xb, nSeq, maxBatch), (cells+xb-1)/xb)*xb)
 }
 
 // ReserveExact sizes the slot pool for batches of up to maxBatch rows

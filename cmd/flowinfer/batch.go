@@ -85,7 +85,7 @@ func (c *BatchCmd) Run(g *Globals, cli *CLI) error {
 	scfg.Queue = max(scfg.Queue, window) // every request in flight fits: no 429s
 	be := cpu.NewBackend(cfg.Pipeline.Threads, nil)
 	defer be.Close()
-	wp, err := openWeights(&c.WeightFlags, l, be, weightSetup{nCtx: scfg.NSeq * nCtx, nSeq: 1, maxBatch: scfg.MaxBatch}, g.Log)
+	wp, err := openWeights(&c.WeightFlags, l, be, weightSetup{nCtx: scfg.NSeq * nCtx, nSeq: 1, maxBatch: scfg.MaxBatch, running: scfg.NSeq}, g.Log)
 	if errors.Is(err, errDryRun) {
 		return nil
 	}

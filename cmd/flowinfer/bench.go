@@ -89,7 +89,7 @@ func (c *BenchCmd) Run(g *Globals) error {
 		}
 	}
 	c.CacheTypeK, c.CacheTypeV = big.K.String(), big.V.String()
-	wp, err := openWeights(&c.WeightFlags, l, backend, weightSetup{nCtx: nCtx, nSeq: 1, maxBatch: maxBatch}, g.Log)
+	wp, err := openWeights(&c.WeightFlags, l, backend, weightSetup{nCtx: nCtx, nSeq: 1, maxBatch: maxBatch, blockSize: -1}, g.Log)
 	if errors.Is(err, errDryRun) {
 		return nil
 	}

@@ -134,9 +134,11 @@ func (c *ServeCmd) Run(g *Globals) error {
 			srv.Shutdown(context.Background())
 			return err
 		}
-		if c.KVTokens = int(int64(c.KVBudget) / int64(per)); c.KVTokens < nCtx {
+		// the budget holds --kv-recent's f16 windows too
+		win := model.KVRecentReserve(&l.Model.Hyper, c.kvTypes(), c.Parallel, c.BatchSize, c.KVBlock, int(int64(c.KVBudget)/int64(per)))
+		if c.KVTokens = int(max(int64(c.KVBudget)-win, 0) / int64(per)); c.KVTokens < nCtx {
 			srv.Shutdown(context.Background())
-			return fmt.Errorf("--kv-budget %v holds %d tokens of %s KV (%d bytes each); one context needs %d", c.KVBudget, c.KVTokens, c.kvTypes(), per, nCtx)
+			return fmt.Errorf("--kv-budget %v holds %d tokens of %s KV (%d bytes each, after %d bytes of f16 windows); one context needs %d", c.KVBudget, c.KVTokens, c.kvTypes(), per, win, nCtx)
 		}
 	}
 	kvTok := c.KVTokens
@@ -144,7 +146,7 @@ func (c *ServeCmd) Run(g *Globals) error {
 		kvTok = c.Parallel * nCtx
 	}
 	// while /health says loading
-	wp, err := openWeights(&c.WeightFlags, l, be, weightSetup{nCtx: kvTok, nSeq: 1, maxBatch: c.BatchSize}, log)
+	wp, err := openWeights(&c.WeightFlags, l, be, weightSetup{nCtx: kvTok, nSeq: 1, maxBatch: c.BatchSize, running: c.Parallel, blockSize: c.KVBlock}, log)
 	if err != nil {
 		srv.Shutdown(context.Background())
 		if errors.Is(err, errDryRun) {

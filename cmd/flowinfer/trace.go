@@ -78,7 +78,7 @@ func (c *TraceCmd) Run(g *Globals, cli *CLI) error {
 	scfg := engineConfig(&cfg.Config, nCtx)
 	be := cpu.NewBackend(cfg.Pipeline.Threads, nil)
 	defer be.Close()
-	wp, err := openWeights(&c.WeightFlags, l, be, weightSetup{nCtx: scfg.NSeq * nCtx, nSeq: 1, maxBatch: scfg.MaxBatch}, g.Log)
+	wp, err := openWeights(&c.WeightFlags, l, be, weightSetup{nCtx: scfg.NSeq * nCtx, nSeq: 1, maxBatch: scfg.MaxBatch, running: scfg.NSeq}, g.Log)
 	if errors.Is(err, errDryRun) {
 		return nil
 	}

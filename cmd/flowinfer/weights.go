@@ -99,6 +99,21 @@ func (f *ComputeFlags) checkCompute(log *zap.Logger) error {
 // weightSetup is what openWeights needs beyond the flags.
 type weightSetup struct {
 	nCtx, nSeq, maxBatch int
+	// running is the sequences running at once (0: nSeq), whose
+	// --kv-recent windows the cache keeps beside the nCtx·nSeq cells, in
+	// blocks of blockSize (0: the engine's 16; -1: a contiguous cache)
+	running, blockSize int
+}
+
+// kvBlock is the block size of the cache the setup is for (0: contiguous).
+func (s weightSetup) kvBlock() int {
+	switch {
+	case s.blockSize < 0:
+		return 0
+	case s.blockSize == 0:
+		return 16 // stages.Config's default
+	}
+	return s.blockSize
 }
 
 // openWeights plans the model's weights for the budget, packs the resident
@@ -118,7 +133,7 @@ func openWeights(f *WeightFlags, l *loaded, be *cpu.Backend, s weightSetup, log 
 	if auto {
 		limit, src := configs.MemoryLimit()
 		if limit > 0 {
-			budget = int64(limit) - kvBytes(m, f.kvTypes(), s.nCtx, s.nSeq) - model.KVRecentReserve(&m.Hyper, f.kvTypes(), s.nSeq, s.maxBatch, 16) - actBytes(m, s.maxBatch) - headroom
+			budget = int64(limit) - kvBytes(m, f.kvTypes(), s.nCtx, s.nSeq) - model.KVRecentReserve(&m.Hyper, f.kvTypes(), max(s.nSeq, s.running), s.maxBatch, s.kvBlock(), s.nCtx*s.nSeq) - actBytes(m, s.maxBatch) - headroom
 			if budget <= 0 {
 				return nil, fmt.Errorf("the %s limit of %v leaves no RAM for weights after the KV cache and activations: lower -c or -b, or set --ram-budget", src, limit)
 			}
