@@ -39,10 +39,15 @@ func prompts32() []string {
 
 // soloTexts runs each prompt alone on a fresh engine.
 func soloTexts(t *testing.T, fx fixture, prompts []string, n int) []string {
+	return soloTextsKV(t, fx, prompts, n, model.KVTypes{})
+}
+
+// soloTextsKV is soloTexts with a cache of types kv.
+func soloTextsKV(t *testing.T, fx fixture, prompts []string, n int, kv model.KVTypes) []string {
 	t.Helper()
 	out := make([]string, len(prompts))
 	for i, p := range prompts {
-		e, err := stages.NewEngine(fx.m, fx.tok, cpu.NewRef(), stages.Config{NCtx: 128}, nil)
+		e, err := stages.NewEngine(fx.m, fx.tok, cpu.NewRef(), stages.Config{NCtx: 128, KVTypes: kv}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,6 +109,48 @@ func TestConcurrentMatchesSolo(t *testing.T) {
 				t.Logf("%+v", st)
 			})
 		}
+	}
+}
+
+// TestConcurrentKVRecent: TestConcurrentMatchesSolo with tq4/tq3 KV and
+// --kv-recent 8: streams batched together, preempted and resumed in a
+// small paged pool (their f16 windows evicted and their prefixes reused
+// only as far as the windows remain), produce each request's text alone.
+func TestConcurrentKVRecent(t *testing.T) {
+	fx := load(t, "stories260K.gguf")
+	kv := model.KVTypes{K: model.KVTQ4, V: model.KVTQ3, Recent: 8}
+	prompts, n := prompts32()[:12], 40
+	solo := soloTextsKV(t, fx, prompts, n, kv)
+	for _, lay := range layouts {
+		tokens := 128 // a pool of one context: sequences are preempted
+		if lay.name == "fixed" {
+			tokens = 0 // the fixed layout always holds NSeq × NCtx
+		}
+		t.Run(lay.name, func(t *testing.T) {
+			e, err := stages.NewEngine(fx.m, fx.tok, lay.ops(), stages.Config{NCtx: 128, NSeq: 8, MaxBatch: 24, BlockSize: 8, KVTokens: tokens, KVTypes: kv}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cols := make([]*collector, len(prompts))
+			var reqs []*stages.Request
+			for i, p := range prompts {
+				cols[i] = newCollector()
+				reqs = append(reqs, &stages.Request{ID: uint64(i), Prompt: fx.tok.Encode(p, true, true), Params: greedy(), MaxTokens: n, IgnoreEOG: true, Emit: cols[i].emit})
+			}
+			if err := runEngine(t, e, reqs...); err != nil {
+				t.Fatal(err)
+			}
+			for i := range prompts {
+				if got := cols[i].text.String(); got != solo[i] {
+					t.Errorf("request %d together: %q\nalone: %q", i, got, solo[i])
+				}
+			}
+			st := e.Stats()
+			if tokens > 0 && st.Preemptions == 0 {
+				t.Error("a pool of one context for 8 sequences never preempted")
+			}
+			t.Logf("%+v", st)
+		})
 	}
 }
 
