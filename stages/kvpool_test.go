@@ -60,6 +60,39 @@ func soloTextsKV(t *testing.T, fx fixture, prompts []string, n int, kv model.KVT
 	return out
 }
 
+// runConcurrent runs the prompts together (greedy, n tokens each) on an
+// engine of cfg and checks that each gives its solo text, that a small
+// pool (cfg.KVTokens set) preempted, and that the run left no block held.
+func runConcurrent(t *testing.T, fx fixture, ops model.Ops, cfg stages.Config, prompts []string, n int, solo []string) {
+	t.Helper()
+	e, err := stages.NewEngine(fx.m, fx.tok, ops, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols := make([]*collector, len(prompts))
+	var reqs []*stages.Request
+	for i, p := range prompts {
+		cols[i] = newCollector()
+		reqs = append(reqs, &stages.Request{ID: uint64(i), Prompt: fx.tok.Encode(p, true, true), Params: greedy(), MaxTokens: n, IgnoreEOG: true, Emit: cols[i].emit})
+	}
+	if err := runEngine(t, e, reqs...); err != nil {
+		t.Fatal(err)
+	}
+	for i := range prompts {
+		if got := cols[i].text.String(); got != solo[i] {
+			t.Errorf("request %d together: %q\nalone: %q", i, got, solo[i])
+		}
+	}
+	st := e.Stats()
+	if cfg.KVTokens > 0 && st.Preemptions == 0 {
+		t.Errorf("a pool of %d tokens for %d sequences never preempted", cfg.KVTokens, cfg.NSeq)
+	}
+	if st.KVBlocksUsed != 0 || st.Running != 0 {
+		t.Errorf("after the run: %+v", st)
+	}
+	t.Logf("%+v", st)
+}
+
 // TestConcurrentMatchesSolo: 32 concurrent greedy streams each produce
 // exactly the text of the same request run alone, on both layouts, with a
 // pool large enough for all and with one so small that sequences are
@@ -81,32 +114,7 @@ func TestConcurrentMatchesSolo(t *testing.T) {
 				continue // the fixed layout always holds NSeq × NCtx
 			}
 			t.Run(lay.name+"/"+pool.name, func(t *testing.T) {
-				e, err := stages.NewEngine(fx.m, fx.tok, lay.ops(), stages.Config{NCtx: 128, NSeq: 8, MaxBatch: 24, BlockSize: 8, KVTokens: pool.tokens}, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				cols := make([]*collector, len(prompts))
-				var reqs []*stages.Request
-				for i, p := range prompts {
-					cols[i] = newCollector()
-					reqs = append(reqs, &stages.Request{ID: uint64(i), Prompt: fx.tok.Encode(p, true, true), Params: greedy(), MaxTokens: n, IgnoreEOG: true, Emit: cols[i].emit})
-				}
-				if err := runEngine(t, e, reqs...); err != nil {
-					t.Fatal(err)
-				}
-				for i := range prompts {
-					if got := cols[i].text.String(); got != solo[i] {
-						t.Errorf("request %d together: %q\nalone: %q", i, got, solo[i])
-					}
-				}
-				st := e.Stats()
-				if pool.tokens > 0 && st.Preemptions == 0 {
-					t.Error("a pool of one context for 8 sequences never preempted")
-				}
-				if st.KVBlocksUsed != 0 || st.Running != 0 {
-					t.Errorf("after the run: %+v", st)
-				}
-				t.Logf("%+v", st)
+				runConcurrent(t, fx, lay.ops(), stages.Config{NCtx: 128, NSeq: 8, MaxBatch: 24, BlockSize: 8, KVTokens: pool.tokens}, prompts, n, solo)
 			})
 		}
 	}
@@ -127,29 +135,7 @@ func TestConcurrentKVRecent(t *testing.T) {
 			tokens = 0 // the fixed layout always holds NSeq × NCtx
 		}
 		t.Run(lay.name, func(t *testing.T) {
-			e, err := stages.NewEngine(fx.m, fx.tok, lay.ops(), stages.Config{NCtx: 128, NSeq: 8, MaxBatch: 24, BlockSize: 8, KVTokens: tokens, KVTypes: kv}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cols := make([]*collector, len(prompts))
-			var reqs []*stages.Request
-			for i, p := range prompts {
-				cols[i] = newCollector()
-				reqs = append(reqs, &stages.Request{ID: uint64(i), Prompt: fx.tok.Encode(p, true, true), Params: greedy(), MaxTokens: n, IgnoreEOG: true, Emit: cols[i].emit})
-			}
-			if err := runEngine(t, e, reqs...); err != nil {
-				t.Fatal(err)
-			}
-			for i := range prompts {
-				if got := cols[i].text.String(); got != solo[i] {
-					t.Errorf("request %d together: %q\nalone: %q", i, got, solo[i])
-				}
-			}
-			st := e.Stats()
-			if tokens > 0 && st.Preemptions == 0 {
-				t.Error("a pool of one context for 8 sequences never preempted")
-			}
-			t.Logf("%+v", st)
+			runConcurrent(t, fx, lay.ops(), stages.Config{NCtx: 128, NSeq: 8, MaxBatch: 24, BlockSize: 8, KVTokens: tokens, KVTypes: kv}, prompts, n, solo)
 		})
 	}
 }
