@@ -231,14 +231,19 @@ func (c *KVCache) live(s int) bool {
 // all kept.
 func (c *KVCache) covered(seq, from, to int) bool {
 	x := c.x
-	for j := from; j < to; {
-		sl := x.of[c.key(seq, j)]
-		if sl < 0 || int(x.lo[sl]) > j%x.xb {
+	for j := from; j < to; j = j - j%x.xb + x.xb {
+		if !x.holds(c.key(seq, j), j) {
 			return false
 		}
-		j = j - j%x.xb + x.xb
 	}
 	return true
+}
+
+// holds reports whether block b's slot holds the copy of position j (one
+// of b's positions): b has a slot, written from j's row on or before.
+func (x *exactRows) holds(b, j int) bool {
+	sl := x.of[b]
+	return sl >= 0 && int(x.lo[sl]) <= j%x.xb
 }
 
 // pinRange marks the slots of seq's positions [from, to) as needed.
@@ -351,11 +356,7 @@ func (c *KVCache) ExactHit(blocks []int32, n int) int {
 	}
 	ok := func(j int) bool { // position j's copy is kept
 		b := blocks[j>>c.shift]
-		if b < 0 {
-			return false
-		}
-		sl := x.of[b]
-		return sl >= 0 && int(x.lo[sl]) <= j%x.xb
+		return b >= 0 && x.holds(int(b), j)
 	}
 	m := min(n, len(blocks)*c.BlockSize)
 	for m > 0 {
