@@ -7,12 +7,13 @@
 // ending as the API ends a stream), and the request allocates at most a
 // fixed amount plus a small factor of its body size (counted with
 // runtime/metrics, which does not stop the world; the count plus the most
-// it can leave uncounted, allocSlack, must stay within the bound). The server is the real one (fasthttp,
-// every handler) on an in-memory listener, reached by net/http, with the
-// SIMD backend on one thread (startInmem). Seeds: the requests
-// of the SDK tests in sdktest/ (read at test time; the Ollama targets get
-// the OpenAI ones in Ollama's form), a few written here, and
-// testdata/fuzz/FuzzXxx.
+// it can leave uncounted, allocSlack, must stay within the bound). The
+// server is the real one (every handler, the SIMD backend on one thread);
+// a body reaches its handler as fasthttp hands it one after reading a
+// request (post), without a connection. One target per API, and FuzzAPIs,
+// which posts each body to all six. Seeds: the requests of the SDK tests in
+// sdktest/ (read at test time; the Ollama targets get the OpenAI ones in
+// Ollama's form), a few written here, and testdata/fuzz/FuzzXxx.
 
 package serve_test
 
@@ -21,13 +22,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"runtime"
 	"runtime/metrics"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/flowinfer/flowinfer/serve"
 	"github.com/flowinfer/flowinfer/stages"
@@ -179,35 +179,82 @@ func ollamaStream(data []byte) error {
 	return nil
 }
 
-// fuzzAPI posts every fuzzed body to path on one server. Seeds: the SDK
-// tests' requests to path, and seeds.
-func fuzzAPI(f *testing.F, path string, shape errShape, stream streamEnd, seeds ...string) {
-	for _, s := range append(sdkRequests(f)[path], seeds...) {
-		f.Add([]byte(s))
-	}
-	for _, s := range []string{"", "{}", "[]", "null", `{"model":1}`, "{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}"} {
-		f.Add([]byte(s))
-	}
-	a := newAPIFuzz(f, path, shape, stream)
-	f.Fuzz(func(t *testing.T, body []byte) { a.check(t, body) })
-}
-
-// apiFuzz posts bodies to one API path of a server (on an in-memory
-// listener: startInmem).
-type apiFuzz struct {
-	ts     *testServer
-	client *http.Client
+// api is one generation endpoint under fuzzing: its path, the shape of
+// its error bodies, the framing of its streams and its seeds besides the
+// SDK tests' requests to its path.
+type api struct {
 	path   string
 	shape  errShape
 	stream streamEnd
+	seeds  func(f *testing.F) []string
+}
+
+var (
+	openAIChatAPI        = api{"/v1/chat/completions", openAIShape, openAIStream, openAIChatSeeds}
+	openAICompletionsAPI = api{"/v1/completions", openAIShape, openAIStream, openAICompletionsSeeds}
+	openAIResponsesAPI   = api{"/v1/responses", openAIShape, responsesStream, openAIResponsesSeeds}
+	anthropicMessagesAPI = api{"/v1/messages", anthropicShape, anthropicStream, anthropicMessagesSeeds}
+	ollamaChatAPI        = api{"/api/chat", ollamaShape, ollamaStream, ollamaChatSeeds}
+	ollamaGenerateAPI    = api{"/api/generate", ollamaShape, ollamaStream, ollamaGenerateSeeds}
+)
+
+// commonSeeds are bodies every target starts from.
+var commonSeeds = []string{"", "{}", "[]", "null", `{"model":1}`, "{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}"}
+
+// apis are the endpoints FuzzAPIs posts every body to.
+var apis = []api{openAIChatAPI, openAICompletionsAPI, openAIResponsesAPI, anthropicMessagesAPI, ollamaChatAPI, ollamaGenerateAPI}
+
+// addSeeds adds p's seeds to f's corpus.
+func addSeeds(f *testing.F, p api) {
+	for _, s := range append(sdkRequests(f)[p.path], p.seeds(f)...) {
+		f.Add([]byte(s))
+	}
+}
+
+// fuzzAPI posts every fuzzed body to one API on one server.
+func fuzzAPI(f *testing.F, p api) {
+	addSeeds(f, p)
+	for _, s := range commonSeeds {
+		f.Add([]byte(s))
+	}
+	a := newAPIFuzz(f)
+	f.Fuzz(func(t *testing.T, body []byte) { a.check(t, p, body) })
+}
+
+// FuzzAPIs posts every fuzzed body to each of the six generation APIs in
+// turn, from the union of their seeds. A fuzzing execution costs a fixed
+// time for Go's coverage bookkeeping, proportional to the instrumented code
+// linked (about 145,000 counters here, most of an execution's time), which
+// this target shares among six requests: long runs use it, the targets of
+// one API are for a focused run.
+func FuzzAPIs(f *testing.F) {
+	for _, p := range apis {
+		addSeeds(f, p)
+	}
+	for _, s := range commonSeeds {
+		f.Add([]byte(s))
+	}
+	a := newAPIFuzz(f)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, p := range apis {
+			a.check(t, p, body)
+		}
+	})
+}
+
+// apiFuzz posts bodies to the handler of a server with stories260K loaded
+// (without a listener: post).
+type apiFuzz struct {
+	ts     *testServer
+	handle fasthttp.RequestHandler
 	allocs []metrics.Sample
 }
 
-func newAPIFuzz(t testing.TB, path string, shape errShape, stream streamEnd) *apiFuzz {
-	// The SDK tests' model name is an alias.
-	ts := startInmem(t, serve.Config{MaxBodyBytes: 1 << 20, Aliases: []string{"stories"}}, stages.Config{})
-	return &apiFuzz{ts: ts, client: ts.client(5 * time.Second), path: path, shape: shape, stream: stream,
-		allocs: []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}}
+func newAPIFuzz(t testing.TB) *apiFuzz {
+	// The SDK tests' model name is an alias. A request that sets no limit
+	// generates 2 tokens: enough for every part of a stream's framing.
+	ts := startInmem(t, serve.Config{MaxBodyBytes: 1 << 20, Aliases: []string{"stories"}, MaxTokens: 2}, stages.Config{})
+	return &apiFuzz{ts: ts, handle: ts.srv.Handler(), allocs: []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}}
 }
 
 // allocated returns the bytes the process allocated so far, as counted by
@@ -251,41 +298,46 @@ func TestAllocSlack(t *testing.T) {
 	t.Logf("%d objects: allocated %d bytes, counted %d, slack %d", len(keep), exact, counted, allocSlack())
 }
 
-// check posts body and checks the answer.
-func (a *apiFuzz) check(t testing.TB, body []byte) {
-	path := a.path
+// post hands body to the server's handler as a POST to path, as fasthttp
+// would after reading the request off a connection (without the
+// connection: a fuzzing execution pays for every instrumented package's
+// coverage counters, and net/http's client and the in-memory listener
+// doubled the time of one), and returns the status, the content type and
+// the whole body, a stream's included.
+func (a *apiFuzz) post(path string, body []byte) (int, string, []byte) {
+	var req fasthttp.Request
+	req.Header.SetMethod("POST")
+	req.SetRequestURI(path)
+	req.Header.SetContentType("application/json")
+	req.SetBodyRaw(body)
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&req, nil, nil)
+	a.handle(&ctx)
+	data := ctx.Response.Body() // reads a stream to its end
+	return ctx.Response.StatusCode(), string(ctx.Response.Header.ContentType()), data
+}
+
+// check posts body to p and checks the answer.
+func (a *apiFuzz) check(t testing.TB, p api, body []byte) {
+	path := p.path
 	before := a.allocated()
-	req, err := http.NewRequest("POST", a.ts.url+path, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := a.client.Do(req)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	data, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatalf("%s: reading the answer: %v", path, err)
-	}
+	status, ct, data := a.post(path, body)
 	after := a.allocated()
-	if resp.StatusCode >= 500 {
-		t.Fatalf("%s: status %d for %q: %s", path, resp.StatusCode, body, data)
+	if status >= 500 {
+		t.Fatalf("%s: status %d for %q: %s", path, status, body, data)
 	}
-	if resp.StatusCode >= 400 {
+	if status >= 400 {
 		var m map[string]any
-		if err := json.Unmarshal(data, &m); err != nil || !a.shape(m) {
-			t.Fatalf("%s: status %d, error body not in the API's shape: %s", path, resp.StatusCode, data)
+		if err := json.Unmarshal(data, &m); err != nil || !p.shape(m) {
+			t.Fatalf("%s: status %d, error body not in the API's shape: %s", path, status, data)
 		}
 	}
-	if resp.StatusCode == 200 {
-		ct := resp.Header.Get("Content-Type")
+	if status == 200 {
 		if strings.HasPrefix(ct, "application/json") {
 			if _, err := jsonObject(string(data)); err != nil {
 				t.Fatalf("%s: 200 for %q: %v", path, body, err)
 			}
-		} else if err := a.stream(data); err != nil {
+		} else if err := p.stream(data); err != nil {
 			t.Fatalf("%s: 200 (%s) for %q: %v:\n%s", path, ct, body, err, data)
 		}
 	}
@@ -332,47 +384,63 @@ func ollamaSeeds(f *testing.F, path, field string) []string {
 	return out
 }
 
-func FuzzOpenAIChat(f *testing.F) {
-	fuzzAPI(f, "/v1/chat/completions", openAIShape, openAIStream,
+func openAIChatSeeds(f *testing.F) []string {
+	return []string{
 		`{"model":"stories260K","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Once upon a time"}],"max_tokens":4,"temperature":0}`,
 		`{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"max_completion_tokens":2,"stream":true,"stream_options":{"include_usage":true}}`,
 		`{"messages":[{"role":"user","content":"hi"}],"max_tokens":3,"stop":["x","y"],"seed":1,"top_p":0.5,"logit_bias":{"5":-100},"n":1}`,
 		`{"messages":[{"role":"user","content":"hi"}],"max_tokens":2,"logprobs":true,"top_logprobs":2,"response_format":{"type":"text"}}`,
-		`{"messages":[{"role":"user","content":"w?"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},{"role":"tool","tool_call_id":"c1","content":"ok"}],"tools":[{"type":"function","function":{"name":"f","description":"d","parameters":{"type":"object","properties":{"a":{"type":"number"}}}}}],"tool_choice":"auto","parallel_tool_calls":false,"max_tokens":2,"stream":true}`)
+		`{"messages":[{"role":"user","content":"w?"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},{"role":"tool","tool_call_id":"c1","content":"ok"}],"tools":[{"type":"function","function":{"name":"f","description":"d","parameters":{"type":"object","properties":{"a":{"type":"number"}}}}}],"tool_choice":"auto","parallel_tool_calls":false,"max_tokens":2,"stream":true}`,
+	}
 }
 
-func FuzzOpenAICompletions(f *testing.F) {
-	fuzzAPI(f, "/v1/completions", openAIShape, openAIStream,
+func FuzzOpenAIChat(f *testing.F) { fuzzAPI(f, openAIChatAPI) }
+
+func openAICompletionsSeeds(f *testing.F) []string {
+	return []string{
 		`{"model":"stories260K","prompt":"Once upon a time","max_tokens":4,"temperature":0}`,
 		`{"prompt":[1,2,3],"max_tokens":2,"stream":true}`,
-		`{"prompt":["a"],"max_tokens":2,"stop":"x","presence_penalty":0.5,"frequency_penalty":0.5}`)
+		`{"prompt":["a"],"max_tokens":2,"stop":"x","presence_penalty":0.5,"frequency_penalty":0.5}`,
+	}
 }
 
-func FuzzOpenAIResponses(f *testing.F) {
-	fuzzAPI(f, "/v1/responses", openAIShape, responsesStream,
+func FuzzOpenAICompletions(f *testing.F) { fuzzAPI(f, openAICompletionsAPI) }
+
+func openAIResponsesSeeds(f *testing.F) []string {
+	return []string{
 		`{"model":"stories260K","instructions":"Be brief.","input":"Once upon a time","max_output_tokens":4,"temperature":0}`,
 		`{"input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]}],"max_output_tokens":2,"stream":true,"store":false,"metadata":{"a":"b"}}`,
 		`{"input":"hi","max_output_tokens":3,"top_p":0.5,"seed":1,"text":{"format":{"type":"json_object"}}}`,
-		`{"input":[{"role":"user","content":"w?"},{"type":"function_call","call_id":"c1","name":"f","arguments":"{\"a\":1}"},{"type":"function_call_output","call_id":"c1","output":"ok"}],"tools":[{"type":"function","name":"f","description":"d","parameters":{"type":"object","properties":{"a":{"type":"number"}}}}],"tool_choice":"auto","parallel_tool_calls":false,"max_output_tokens":2,"stream":true}`)
+		`{"input":[{"role":"user","content":"w?"},{"type":"function_call","call_id":"c1","name":"f","arguments":"{\"a\":1}"},{"type":"function_call_output","call_id":"c1","output":"ok"}],"tools":[{"type":"function","name":"f","description":"d","parameters":{"type":"object","properties":{"a":{"type":"number"}}}}],"tool_choice":"auto","parallel_tool_calls":false,"max_output_tokens":2,"stream":true}`,
+	}
 }
 
-func FuzzAnthropicMessages(f *testing.F) {
-	fuzzAPI(f, "/v1/messages", anthropicShape, anthropicStream,
+func FuzzOpenAIResponses(f *testing.F) { fuzzAPI(f, openAIResponsesAPI) }
+
+func anthropicMessagesSeeds(f *testing.F) []string {
+	return []string{
 		`{"model":"stories260K","max_tokens":4,"messages":[{"role":"user","content":"Once upon a time"}]}`,
 		`{"model":"stories260K","max_tokens":2,"system":"Be brief.","stream":true,"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"stop_sequences":["x"],"temperature":0,"top_k":5}`,
 		`{"model":"stories260K","max_tokens":2,"system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"user","content":"c"}],"metadata":{"user_id":"u"}}`,
-		`{"model":"stories260K","max_tokens":2,"tools":[{"name":"f","input_schema":{"type":"object"}}],"tool_choice":{"type":"auto","disable_parallel_tool_use":true},"messages":[{"role":"user","content":"w?"},{"role":"assistant","content":[{"type":"text","text":"t"},{"type":"tool_use","id":"t1","name":"f","input":{"a":1}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"ok"}],"is_error":true},{"type":"text","text":"go on"}]}]}`)
+		`{"model":"stories260K","max_tokens":2,"tools":[{"name":"f","input_schema":{"type":"object"}}],"tool_choice":{"type":"auto","disable_parallel_tool_use":true},"messages":[{"role":"user","content":"w?"},{"role":"assistant","content":[{"type":"text","text":"t"},{"type":"tool_use","id":"t1","name":"f","input":{"a":1}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"ok"}],"is_error":true},{"type":"text","text":"go on"}]}]}`,
+	}
 }
 
-func FuzzOllamaChat(f *testing.F) {
-	fuzzAPI(f, "/api/chat", ollamaShape, ollamaStream, append(ollamaSeeds(f, "/v1/chat/completions", "messages"),
+func FuzzAnthropicMessages(f *testing.F) { fuzzAPI(f, anthropicMessagesAPI) }
+
+func ollamaChatSeeds(f *testing.F) []string {
+	return append(ollamaSeeds(f, "/v1/chat/completions", "messages"),
 		`{"model":"stories260K","messages":[{"role":"user","content":"Once upon a time"}],"stream":false,"options":{"num_predict":4,"temperature":0}}`,
 		`{"model":"stories260K","messages":[{"role":"system","content":"s"},{"role":"user","content":"hi"}],"options":{"num_predict":2,"seed":1,"top_k":3,"stop":["x"]},"keep_alive":"5m"}`,
-		`{"model":"stories260K","tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"messages":[{"role":"user","content":"w?"},{"role":"assistant","content":"","tool_calls":[{"function":{"name":"f","arguments":{"a":1}}}]},{"role":"tool","tool_name":"f","content":"ok"}],"options":{"num_predict":2}}`)...)
+		`{"model":"stories260K","tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"messages":[{"role":"user","content":"w?"},{"role":"assistant","content":"","tool_calls":[{"function":{"name":"f","arguments":{"a":1}}}]},{"role":"tool","tool_name":"f","content":"ok"}],"options":{"num_predict":2}}`)
 }
 
-func FuzzOllamaGenerate(f *testing.F) {
-	fuzzAPI(f, "/api/generate", ollamaShape, ollamaStream, append(ollamaSeeds(f, "/v1/completions", "prompt"),
+func FuzzOllamaChat(f *testing.F) { fuzzAPI(f, ollamaChatAPI) }
+
+func ollamaGenerateSeeds(f *testing.F) []string {
+	return append(ollamaSeeds(f, "/v1/completions", "prompt"),
 		`{"model":"stories260K","prompt":"Once upon a time","stream":false,"options":{"num_predict":4,"temperature":0}}`,
-		`{"model":"stories260K","prompt":"hi","raw":true,"system":"s","options":{"num_predict":2,"repeat_penalty":1.1}}`)...)
+		`{"model":"stories260K","prompt":"hi","raw":true,"system":"s","options":{"num_predict":2,"repeat_penalty":1.1}}`)
 }
+
+func FuzzOllamaGenerate(f *testing.F) { fuzzAPI(f, ollamaGenerateAPI) }
