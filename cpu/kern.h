@@ -97,6 +97,10 @@ void fi_q6_perm(const uint8_t *a, int64_t nb, uint8_t *dst);
 // (s = scale, m the largest s·row[j]): softmax, its sum in float64 in four
 // lanes (not in order, unlike fi_expsub_avx2).
 void fi_softmax_avx2(float *row, int64_t n, float scale);
+// fi_softmax_avx512 is fi_softmax_avx2 with 16 lanes and a float32 exp
+// (Cephes' expf, within 2 ulp, as prefill's flash tiles use), summed in
+// float64 (kern_avx512_ad.c).
+void fi_softmax_avx512(float *row, int64_t n, float scale);
 
 // fi_dequant_avx2 converts rows rows of cols values of type t (FI_F16,
 // FI_BF16, FI_Q8_0, FI_Q4_0; cols a whole number of blocks), row r at

@@ -197,7 +197,11 @@ func turboDecodeC(isa ISA, bits int, levels []float32, src []byte, stride, rows,
 
 // softmaxC runs the C softmax of isa; false if it has none.
 func softmaxC(isa ISA, row []float32, scale float32) bool {
-	if isa == ISAAVX2 || isa == ISAAVX512 {
+	if isa == ISAAVX512 {
+		C.fi_softmax_avx512((*C.float)(ptr(row)), C.int64_t(len(row)), C.float(scale))
+		return true
+	}
+	if isa == ISAAVX2 {
 		C.fi_softmax_avx2((*C.float)(ptr(row)), C.int64_t(len(row)), C.float(scale))
 		return true
 	}

@@ -105,6 +105,14 @@ FI_SIMDE_HALVES(fi_simde_cvtepi8_epi32, __m512i, __m128i, fi_simde_join, _mm256_
 FI_SIMDE_HALVES(fi_simde_cvtepu8_epi16, __m512i, __m256i, fi_simde_join, _mm256_cvtepu8_epi16, 256)
 #endif
 
+#ifndef _mm512_cvtps_pd
+#define _mm512_cvtps_pd fi_simde_cvtps_pd
+FI_SIMDE_FN __m512d fi_simde_cvtps_pd(__m256 v) {
+	return _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_cvtps_pd(_mm256_castps256_ps128(v))),
+	                          _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), 1);
+}
+#endif
+
 #ifndef _mm512_reduce_add_ps
 #define _mm512_reduce_add_ps fi_simde_reduce_add_ps
 FI_SIMDE_FN float fi_simde_reduce_add_ps(__m512 v) {
