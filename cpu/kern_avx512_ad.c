@@ -15,10 +15,18 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kern.h"
 #include "kern_avx512.h"
 
+
+// ld_f16 widens the fp16 at p exactly.
+I5 float ld_f16(const uint8_t *p) {
+	uint16_t h;
+	memcpy(&h, p, 2);
+	return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+}
 
 // fold adds the two 256-bit halves of v.
 I5 __m256 fold(__m512 v) {
@@ -39,29 +47,88 @@ static int supported(int t, int bits, int64_t dim) {
 	return bits > 0 || t == FI_F32 || t == FI_F16 || t == FI_BF16 || t == FI_Q8_0 || t == FI_Q4_0;
 }
 
-// ld_row loads 16 values of a row from value d: float32s, or, half,
-// float16s widened in the register (exactly, as the row widening does).
-I5 __m512 ld_row(const int half, const void *row, int64_t d) {
-	if (half) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + d)));
-	return _mm512_loadu_ps((const float *)row + d);
+// Row kinds the kernels read in place, widening 16 values at a time in
+// registers exactly as kv_row widens them (kern_avx2_kv.h), so results are
+// the same bit for bit: K_FLOAT (float32 rows, or rows kv_row widened into
+// a buffer: bf16), the stored types, and TurboQuant codes of 3 or 4 bits.
+enum { K_FLOAT, K_F16, K_Q8_0, K_Q4_0, K_TQ3, K_TQ4 };
+
+static int kind_of(int t, int bits) {
+	if (bits == 3) return K_TQ3;
+	if (bits == 4) return K_TQ4;
+	if (bits > 0) return -1; // 2 bits: widened into a buffer
+	switch (t) {
+	case FI_F16: return K_F16;
+	case FI_Q8_0: return K_Q8_0;
+	case FI_Q4_0: return K_Q4_0;
+	}
+	return -1;
+}
+
+// row_tab returns what ld_row needs of a row besides its bytes: for
+// TurboQuant, the codebook times the row's scale (each level one float
+// multiply, as kv_row; 3-bit levels twice over, so the code's fourth bit,
+// read from the next code, does not matter).
+I5 __m512 row_tab(const int kind, const void *row, __m512 levels) {
+	if (kind != K_TQ3 && kind != K_TQ4) return levels;
+	return _mm512_mul_ps(_mm512_set1_ps(ld_f16((const uint8_t *)row)), levels);
+}
+
+// ld_row loads values d..d+15 of a row of kind (d a multiple of 16) as
+// float32; tab is row_tab's.
+I5 __m512 ld_row(const int kind, const void *row, int64_t d, __m512 tab) {
+	const uint8_t *s = row;
+	switch (kind) {
+	case K_F16: return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + 2 * d)));
+	case K_Q8_0: {
+		const uint8_t *b = s + d / 32 * 34;
+		const __m512 x = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 2 + d % 32))));
+		return _mm512_mul_ps(_mm512_set1_ps(ld_f16(b)), x);
+	}
+	case K_Q4_0: {
+		const uint8_t *b = s + d / 32 * 18;
+		__m128i q = _mm_loadu_si128((const __m128i *)(b + 2));
+		if (d % 32) q = _mm_srli_epi16(q, 4);
+		q = _mm_sub_epi8(_mm_and_si128(q, _mm_set1_epi8(15)), _mm_set1_epi8(8));
+		return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), _mm512_set1_ps(ld_f16(b)));
+	}
+	case K_TQ4: {
+		// 8 bytes, two codes each from the low nibble: bytes of codes
+		const __m128i w = _mm_loadl_epi64((const __m128i *)(s + 2 + d / 2));
+		const __m128i lo = _mm_and_si128(w, _mm_set1_epi8(15));
+		const __m128i hi = _mm_and_si128(_mm_srli_epi16(w, 4), _mm_set1_epi8(15));
+		return _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)), tab);
+	}
+	case K_TQ3: {
+		// 6 bytes: codes 0-7 in the low 24 bits, 8-15 in the next 24
+		const uint8_t *c = s + 2 + 3 * d / 8;
+		const uint32_t lo = c[0] | c[1] << 8 | c[2] << 16, hi = c[3] | c[4] << 8 | c[5] << 16;
+		const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32((int)lo)),
+		                                     _mm256_set1_epi32((int)hi), 1);
+		const __m512i sh = _mm512_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21, 0, 3, 6, 9, 12, 15, 18, 21);
+		return _mm512_permutexvar_ps(_mm512_srlv_epi32(w, sh), tab); // the index's low 4 bits
+	}
+	default: return _mm512_loadu_ps((const float *)row + d);
+	}
 }
 
 // scores_tile sets the scores of query heads g < G against the m rows rp
 // (FI_AD_TILE pointers, those past m at zeros) into s from column j0.
-I5 void scores_tile(const int half, const void **rp, int64_t m, int64_t dim, const float *q, int64_t G, float *s,
-                    int64_t ls, int64_t j0) {
+I5 void scores_tile(const int kind, const void **rp, int64_t m, int64_t dim, const float *q, int64_t G, float *s,
+                    int64_t ls, int64_t j0, __m512 levels) {
 	int64_t g = 0;
 	for (; g + 4 <= G; g += 4) { // 4 query heads × 4 rows
 		const float *q0 = q + g * dim;
 		for (int64_t r0 = 0; r0 < m; r0 += 4) {
 			const void **p = rp + r0;
-			__m512 a[16];
+			__m512 a[16], tab[4];
 			UNROLL(16) for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
+			UNROLL(16) for (int r = 0; r < 4; r++) tab[r] = row_tab(kind, p[r], levels);
 			for (int64_t d = 0; d < dim; d += 16) {
 				__m512 x[4];
 				UNROLL(16) for (int i = 0; i < 4; i++) x[i] = _mm512_loadu_ps(q0 + i * dim + d);
 				UNROLL(16) for (int r = 0; r < 4; r++) {
-					const __m512 k = ld_row(half, p[r], d);
+					const __m512 k = ld_row(kind, p[r], d, tab[r]);
 					UNROLL(16) for (int i = 0; i < 4; i++) a[i * 4 + r] = _mm512_fmadd_ps(x[i], k, a[i * 4 + r]);
 				}
 			}
@@ -80,11 +147,12 @@ I5 void scores_tile(const int half, const void **rp, int64_t m, int64_t dim, con
 		const float *qg = q + g * dim;
 		for (int64_t r0 = 0; r0 < m; r0 += 8) {
 			const void **p = rp + r0;
-			__m512 a[8];
+			__m512 a[8], tab[8];
 			UNROLL(16) for (int r = 0; r < 8; r++) a[r] = _mm512_setzero_ps();
+			UNROLL(16) for (int r = 0; r < 8; r++) tab[r] = row_tab(kind, p[r], levels);
 			for (int64_t d = 0; d < dim; d += 16) {
 				const __m512 x = _mm512_loadu_ps(qg + d);
-				UNROLL(16) for (int r = 0; r < 8; r++) a[r] = _mm512_fmadd_ps(x, ld_row(half, p[r], d), a[r]);
+				UNROLL(16) for (int r = 0; r < 8; r++) a[r] = _mm512_fmadd_ps(x, ld_row(kind, p[r], d, tab[r]), a[r]);
 			}
 			__m256 f[8];
 			UNROLL(16) for (int r = 0; r < 8; r++) f[r] = fold(a[r]);
@@ -99,26 +167,50 @@ I5 void scores_tile(const int half, const void **rp, int64_t m, int64_t dim, con
 // zeros backs the rows past a tile's last (float32 or float16 zeros).
 static const float zeros[FI_AD_MAXDIM];
 
-// fi_attn_scores_avx512: see kern.h. Float16 rows are widened in the
-// registers that use them; other types a tile at a time into buf.
+// levels16 returns the codebook of a bits-bit TurboQuant type as ld_row
+// indexes it (3 bits: twice over), zeros for other types.
+static __m512 levels16(int bits, const float *levels) {
+	float l[16] = {0};
+	for (int i = 0; bits == 3 || bits == 4 ? i < 16 : 0; i++) l[i] = levels[i % (1 << bits)];
+	return _mm512_loadu_ps(l);
+}
+
+// row_ptrs points rp at the tile's m rows from j0 and the rest at zeros
+// (a zero row of every kind reads as zeros: zero scales).
+I5 void row_ptrs(const void **rp, const uint8_t *src, int64_t stride, int64_t j0, int64_t m) {
+	for (int64_t r = 0; r < m; r++) rp[r] = src + (j0 + r) * stride;
+	for (int64_t r = m; r < FI_AD_TILE; r++) rp[r] = zeros;
+}
+
+// SCORES runs scores_tile with kind a constant, so each kind's loads are
+// inlined into a tile of its own.
+#define SCORES(k) scores_tile(k, rp, tm, dim, q, G, s, ls, j0, lv)
+
+// fi_attn_scores_avx512: see kern.h. Rows of f16, q8_0, q4_0 and 3- and
+// 4-bit TurboQuant are widened in the registers that use them; f32 rows
+// are read as they are, others widened a tile at a time into buf.
 int fi_attn_scores_avx512(int t, int bits, const float *levels, const uint8_t *src, int64_t stride, int64_t n,
                           int64_t dim, const float *q, int64_t G, float *s, int64_t ls) {
 	if (!supported(t, bits, dim)) return -1;
 	float buf[FI_AD_TILE * FI_AD_MAXDIM] __attribute__((aligned(64)));
 	const void *rp[FI_AD_TILE];
-	const int half = bits == 0 && t == FI_F16;
+	const int kind = kind_of(t, bits);
+	const __m512 lv = levels16(bits, levels);
 	for (int64_t j0 = 0; j0 < n; j0 += FI_AD_TILE) {
 		const int64_t tm = n - j0 < FI_AD_TILE ? n - j0 : FI_AD_TILE;
-		if (half) {
-			for (int64_t r = 0; r < tm; r++) rp[r] = src + (j0 + r) * stride;
-		} else {
+		if (kind < 0) {
 			fi_kv_tile_avx2(t, bits, levels, src, stride, j0, tm, dim, buf, (const float **)rp);
+			for (int64_t r = tm; r < FI_AD_TILE; r++) rp[r] = zeros;
+			SCORES(K_FLOAT);
+			continue;
 		}
-		for (int64_t r = tm; r < FI_AD_TILE; r++) rp[r] = zeros;
-		if (half) {
-			scores_tile(1, rp, tm, dim, q, G, s, ls, j0);
-		} else {
-			scores_tile(0, rp, tm, dim, q, G, s, ls, j0);
+		row_ptrs(rp, src, stride, j0, tm);
+		switch (kind) {
+		case K_F16: SCORES(K_F16); break;
+		case K_Q8_0: SCORES(K_Q8_0); break;
+		case K_Q4_0: SCORES(K_Q4_0); break;
+		case K_TQ3: SCORES(K_TQ3); break;
+		case K_TQ4: SCORES(K_TQ4); break;
 		}
 	}
 	return 0;
@@ -126,15 +218,16 @@ int fi_attn_scores_avx512(int t, int bits, const float *levels, const uint8_t *s
 
 // sum_tile adds to ng accumulator rows (stride dim) of nc×16 values from
 // column c the sums over r < m, in order, of w[g*lw + r] · rp[r][c..].
-I5 void sum_tile(const int half, float *acc, int64_t dim, const int ng, const int nc, const float *w, int64_t lw,
-                 const void **rp, int64_t m, int64_t c) {
+I5 void sum_tile(const int kind, float *acc, int64_t dim, const int ng, const int nc, const float *w, int64_t lw,
+                 const void **rp, int64_t m, int64_t c, __m512 levels) {
 	__m512 a[4][4];
 	UNROLL(16) for (int g = 0; g < ng; g++) {
 		UNROLL(16) for (int i = 0; i < nc; i++) a[g][i] = _mm512_loadu_ps(acc + g * dim + c + 16 * i);
 	}
 	for (int64_t r = 0; r < m; r++) {
 		__m512 k[4];
-		UNROLL(16) for (int i = 0; i < nc; i++) k[i] = ld_row(half, rp[r], c + 16 * i);
+		const __m512 tab = row_tab(kind, rp[r], levels);
+		UNROLL(16) for (int i = 0; i < nc; i++) k[i] = ld_row(kind, rp[r], c + 16 * i, tab);
 		UNROLL(16) for (int g = 0; g < ng; g++) {
 			const __m512 x = _mm512_set1_ps(w[g * lw + r]);
 			UNROLL(16) for (int i = 0; i < nc; i++) a[g][i] = _mm512_fmadd_ps(x, k[i], a[g][i]);
@@ -147,26 +240,28 @@ I5 void sum_tile(const int half, float *acc, int64_t dim, const int ng, const in
 
 // sum_cols runs sum_tile for ng rows over nc (1..4, a constant in each
 // call) chunks of 16 columns.
-I5 void sum_cols(const int half, float *acc, int64_t dim, const int ng, int nc, const float *w, int64_t lw,
-                 const void **rp, int64_t m, int64_t c) {
+I5 void sum_cols(const int kind, float *acc, int64_t dim, const int ng, int nc, const float *w, int64_t lw,
+                 const void **rp, int64_t m, int64_t c, __m512 levels) {
 	switch (nc) {
-	case 4: sum_tile(half, acc, dim, ng, 4, w, lw, rp, m, c); break;
-	case 3: sum_tile(half, acc, dim, ng, 3, w, lw, rp, m, c); break;
-	case 2: sum_tile(half, acc, dim, ng, 2, w, lw, rp, m, c); break;
-	default: sum_tile(half, acc, dim, ng, 1, w, lw, rp, m, c); break;
+	case 4: sum_tile(kind, acc, dim, ng, 4, w, lw, rp, m, c, levels); break;
+	case 3: sum_tile(kind, acc, dim, ng, 3, w, lw, rp, m, c, levels); break;
+	case 2: sum_tile(kind, acc, dim, ng, 2, w, lw, rp, m, c, levels); break;
+	default: sum_tile(kind, acc, dim, ng, 1, w, lw, rp, m, c, levels); break;
 	}
 }
 
 // sum_rows adds the m rows rp's weighted sums to acc (fi_attn_sum_avx512).
-I5 void sum_rows(const int half, float *acc, int64_t dim, const float *w, int64_t lw, int64_t G, const void **rp,
-                 int64_t m) {
+I5 void sum_rows(const int kind, float *acc, int64_t dim, const float *w, int64_t lw, int64_t G, const void **rp,
+                 int64_t m, __m512 levels) {
 	for (int64_t c = 0; c < dim; c += 64) {
 		const int nc = (int)((dim - c) / 16 < 4 ? (dim - c) / 16 : 4);
 		int64_t g = 0;
-		for (; g + 4 <= G; g += 4) sum_cols(half, acc + g * dim, dim, 4, nc, w + g * lw, lw, rp, m, c);
-		for (; g < G; g++) sum_cols(half, acc + g * dim, dim, 1, nc, w + g * lw, lw, rp, m, c);
+		for (; g + 4 <= G; g += 4) sum_cols(kind, acc + g * dim, dim, 4, nc, w + g * lw, lw, rp, m, c, levels);
+		for (; g < G; g++) sum_cols(kind, acc + g * dim, dim, 1, nc, w + g * lw, lw, rp, m, c, levels);
 	}
 }
+
+#define SUMS(k) sum_rows(k, acc, dim, w + j0, lw, G, rp, tm, lv)
 
 // fi_attn_sum_avx512: see kern.h. Rows are widened as in
 // fi_attn_scores_avx512.
@@ -175,15 +270,22 @@ int fi_attn_sum_avx512(int t, int bits, const float *levels, const uint8_t *src,
 	if (!supported(t, bits, dim)) return -1;
 	float buf[FI_AD_TILE * FI_AD_MAXDIM] __attribute__((aligned(64)));
 	const void *rp[FI_AD_TILE];
-	const int half = bits == 0 && t == FI_F16;
+	const int kind = kind_of(t, bits);
+	const __m512 lv = levels16(bits, levels);
 	for (int64_t j0 = 0; j0 < n; j0 += FI_AD_TILE) {
 		const int64_t tm = n - j0 < FI_AD_TILE ? n - j0 : FI_AD_TILE;
-		if (half) {
-			for (int64_t r = 0; r < tm; r++) rp[r] = src + (j0 + r) * stride;
-			sum_rows(1, acc, dim, w + j0, lw, G, rp, tm);
-		} else {
+		if (kind < 0) {
 			fi_kv_tile_avx2(t, bits, levels, src, stride, j0, tm, dim, buf, (const float **)rp);
-			sum_rows(0, acc, dim, w + j0, lw, G, rp, tm);
+			SUMS(K_FLOAT);
+			continue;
+		}
+		row_ptrs(rp, src, stride, j0, tm);
+		switch (kind) {
+		case K_F16: SUMS(K_F16); break;
+		case K_Q8_0: SUMS(K_Q8_0); break;
+		case K_Q4_0: SUMS(K_Q4_0); break;
+		case K_TQ3: SUMS(K_TQ3); break;
+		case K_TQ4: SUMS(K_TQ4); break;
 		}
 	}
 	return 0;
