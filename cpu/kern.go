@@ -435,10 +435,10 @@ func (k *Kernels) TurboDecode(tq *quant.Turbo, src []byte, stride, rows int, dst
 
 // Softmax sets row[i] = exp(s·row[i] - m) / Σ_j exp(s·row[j] - m), with
 // s = scale and m the largest s·row[j]: attention's weights from its raw
-// scores. The Go path sums in order in float64 (as Ref); the AVX2 path
-// sums in four float64 lanes, so results differ from it by a few ulps; the
-// AVX-512 path sums in sixteen and takes a float32 exp (within 2 ulp, as
-// prefill's flash tiles do), a quarter of the time of the float64 one.
+// scores. The Go path sums in order in float64 (as Ref); the SIMD paths
+// take a float32 exp (within 2 ulp, as prefill's flash tiles do: a third
+// of the time of Go's float64 polynomial) and sum in four (AVX2) or
+// sixteen (AVX-512) float64 lanes, so results differ from it by a few ulps.
 func (k *Kernels) Softmax(row []float32, scale float32) {
 	if len(row) == 0 || k.isa != ISAScalarGo && softmaxC(k.isa, row, scale) {
 		return

@@ -94,12 +94,11 @@ int fi_gemm_packed_avx512(int wt, const uint8_t *pk, int64_t cols, int64_t r0, i
 void fi_q6_perm(const uint8_t *a, int64_t nb, uint8_t *dst);
 
 // fi_softmax_avx2 sets row[i] = exp(s·row[i] - m) / Σ_j exp(s·row[j] - m)
-// (s = scale, m the largest s·row[j]): softmax, its sum in float64 in four
-// lanes (not in order, unlike fi_expsub_avx2).
+// (s = scale, m the largest s·row[j]): softmax, its exp in float32 (within
+// 2 ulp), its sum in float64 in four lanes (not in order, unlike
+// fi_expsub_avx2).
 void fi_softmax_avx2(float *row, int64_t n, float scale);
-// fi_softmax_avx512 is fi_softmax_avx2 with 16 lanes and a float32 exp
-// (Cephes' expf, within 2 ulp, as prefill's flash tiles use), summed in
-// float64 (kern_avx512_ad.c).
+// fi_softmax_avx512 is fi_softmax_avx2 with 16 lanes (kern_avx512_ad.c).
 void fi_softmax_avx512(float *row, int64_t n, float scale);
 
 // fi_dequant_avx2 converts rows rows of cols values of type t (FI_F16,

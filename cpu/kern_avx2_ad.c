@@ -2,9 +2,10 @@
 
 // AVX2 decode-row attention over stored KV rows: the scores of a group of
 // query heads against a run of cached K rows, and the weighted sum of a run
-// of cached V rows, each in one call per run. Rows of every KV type (f32,
-// f16, bf16, q8_0, q4_0, TurboQuant) are widened to float32 a tile at a
-// time into a buffer that stays in L1 (kv_row, kern_avx2_kv.h: as
+// of cached V rows, each in one call per run. F32 rows are read in place
+// and f16 rows widened in the registers that use them; rows of the other
+// KV types (bf16, q8_0, q4_0, TurboQuant) are widened to float32 a tile at
+// a time into a buffer that stays in L1 (kv_row, kern_avx2_kv.h: as
 // fi_dequant_avx2 and fi_turbo_decode_avx2 widen them), and met there by
 // the queries or the weights: one pass over the cache's bytes, no call
 // per chunk of rows.
@@ -42,56 +43,82 @@ FI_INLINE __m256 hsum8(const __m256 *a) {
 	return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-// fi_attn_scores_avx2: see kern.h.
+// ld8 loads values d..d+7 of a row: float32s, or, half, float16s widened
+// in the register (exactly, as kv_row widens them).
+FI_INLINE __m256 ld8(const int half, const void *row, int64_t d) {
+	if (half) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + d)));
+	return _mm256_loadu_ps((const float *)row + d);
+}
+
+// scores_tile sets the scores of query heads g < G against the m rows rp
+// (FI_AD_TILE pointers, those past m at zeros) into s from column j0.
+FI_INLINE void scores_tile(const int half, const void **rp, int64_t m, int64_t dim, const float *q, int64_t G,
+                           float *s, int64_t ls, int64_t j0) {
+	// pairs of query heads against 4 rows at a time: 8 running sums,
+	// each row chunk and query chunk loaded once for 2 and 4 FMAs
+	int64_t g = 0;
+	for (; g + 2 <= G; g += 2) {
+		const float *q0 = q + g * dim, *q1 = q0 + dim;
+		for (int64_t r0 = 0; r0 < m; r0 += 4) {
+			const void **p = rp + r0;
+			__m256 a[8];
+			for (int r = 0; r < 8; r++) a[r] = _mm256_setzero_ps();
+			for (int64_t d = 0; d < dim; d += 8) {
+				const __m256 x0 = _mm256_loadu_ps(q0 + d), x1 = _mm256_loadu_ps(q1 + d);
+				_Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {
+					const __m256 k = ld8(half, p[r], d);
+					a[r] = _mm256_fmadd_ps(x0, k, a[r]);
+					a[r + 4] = _mm256_fmadd_ps(x1, k, a[r + 4]);
+				}
+			}
+			float tmp[8];
+			_mm256_storeu_ps(tmp, hsum8(a));
+			float *o0 = s + g * ls + j0 + r0, *o1 = o0 + ls;
+			for (int64_t r = 0; r < 4 && r < m - r0; r++) o0[r] = tmp[r], o1[r] = tmp[r + 4];
+		}
+	}
+	for (; g < G; g++) {
+		const float *qg = q + g * dim;
+		for (int64_t r0 = 0; r0 < m; r0 += 8) {
+			const void **p = rp + r0;
+			__m256 a[8];
+			for (int r = 0; r < 8; r++) a[r] = _mm256_setzero_ps();
+			for (int64_t d = 0; d < dim; d += 8) {
+				const __m256 qv = _mm256_loadu_ps(qg + d);
+				_Pragma("GCC unroll 8") for (int r = 0; r < 8; r++) a[r] = _mm256_fmadd_ps(qv, ld8(half, p[r], d), a[r]);
+			}
+			float tmp[8];
+			_mm256_storeu_ps(tmp, hsum8(a));
+			float *o = s + g * ls + j0 + r0;
+			for (int64_t r = 0; r < 8 && r < m - r0; r++) o[r] = tmp[r];
+		}
+	}
+}
+
+// zeros backs the rows past a tile's last (float32 or float16 zeros).
+static const float zeros[FI_AD_MAXDIM];
+
+// fi_attn_scores_avx2: see kern.h. Float16 rows are widened in the
+// registers that use them, other types a tile at a time into buf.
 int fi_attn_scores_avx2(int t, int bits, const float *levels, const uint8_t *src, int64_t stride, int64_t n,
                         int64_t dim, const float *q, int64_t G, float *s, int64_t ls) {
 	if (dim % 8 != 0 || dim > FI_AD_MAXDIM) return -1;
 	if (bits == 0 && t != FI_F32 && t != FI_F16 && t != FI_BF16 && t != FI_Q8_0 && t != FI_Q4_0) return -1;
 	float buf[FI_AD_TILE * FI_AD_MAXDIM] __attribute__((aligned(32)));
-	const float *rp[FI_AD_TILE];
-	static const float zero[FI_AD_MAXDIM];
+	const void *rp[FI_AD_TILE];
+	const int half = bits == 0 && t == FI_F16;
 	for (int64_t j0 = 0; j0 < n; j0 += FI_AD_TILE) {
 		const int64_t tm = n - j0 < FI_AD_TILE ? n - j0 : FI_AD_TILE;
-		kv_tile(t, bits, levels, src, stride, j0, tm, dim, buf, rp);
-		for (int64_t r = tm; r < FI_AD_TILE; r++) rp[r] = zero;
-		// pairs of query heads against 4 rows at a time: 8 running sums,
-		// each row chunk and query chunk loaded once for 2 and 4 FMAs
-		int64_t g = 0;
-		for (; g + 2 <= G; g += 2) {
-			const float *q0 = q + g * dim, *q1 = q0 + dim;
-			for (int64_t r0 = 0; r0 < tm; r0 += 4) {
-				const float **p = rp + r0;
-				__m256 a[8];
-				for (int r = 0; r < 8; r++) a[r] = _mm256_setzero_ps();
-				for (int64_t d = 0; d < dim; d += 8) {
-					const __m256 x0 = _mm256_loadu_ps(q0 + d), x1 = _mm256_loadu_ps(q1 + d);
-					_Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {
-						const __m256 k = _mm256_loadu_ps(p[r] + d);
-						a[r] = _mm256_fmadd_ps(x0, k, a[r]);
-						a[r + 4] = _mm256_fmadd_ps(x1, k, a[r + 4]);
-					}
-				}
-				float tmp[8];
-				_mm256_storeu_ps(tmp, hsum8(a));
-				float *o0 = s + g * ls + j0 + r0, *o1 = o0 + ls;
-				for (int64_t r = 0; r < 4 && r < tm - r0; r++) o0[r] = tmp[r], o1[r] = tmp[r + 4];
-			}
+		if (half) {
+			for (int64_t r = 0; r < tm; r++) rp[r] = src + (j0 + r) * stride;
+		} else {
+			kv_tile(t, bits, levels, src, stride, j0, tm, dim, buf, (const float **)rp);
 		}
-		for (; g < G; g++) {
-			const float *qg = q + g * dim;
-			for (int64_t r0 = 0; r0 < tm; r0 += 8) {
-				const float **p = rp + r0;
-				__m256 a[8];
-				for (int r = 0; r < 8; r++) a[r] = _mm256_setzero_ps();
-				for (int64_t d = 0; d < dim; d += 8) {
-					const __m256 qv = _mm256_loadu_ps(qg + d);
-					_Pragma("GCC unroll 8") for (int r = 0; r < 8; r++) a[r] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(p[r] + d), a[r]);
-				}
-				float tmp[8];
-				_mm256_storeu_ps(tmp, hsum8(a));
-				float *o = s + g * ls + j0 + r0;
-				for (int64_t r = 0; r < 8 && r < tm - r0; r++) o[r] = tmp[r];
-			}
+		for (int64_t r = tm; r < FI_AD_TILE; r++) rp[r] = zeros;
+		if (half) {
+			scores_tile(1, rp, tm, dim, q, G, s, ls, j0);
+		} else {
+			scores_tile(0, rp, tm, dim, q, G, s, ls, j0);
 		}
 	}
 	return 0;
@@ -99,14 +126,14 @@ int fi_attn_scores_avx2(int t, int bits, const float *levels, const uint8_t *src
 
 // sum_tile adds to ng (1..4) accumulator rows of 16 values at acc (stride
 // dim) the sums over r < m of w[g*lw + r] · rp[r][c..c+16], r in order.
-FI_INLINE void sum_tile(float *acc, int64_t dim, const int ng, const float *w, int64_t lw, const float **rp, int64_t m,
-                        int64_t c) {
+FI_INLINE void sum_tile(const int half, float *acc, int64_t dim, const int ng, const float *w, int64_t lw,
+                        const void **rp, int64_t m, int64_t c) {
 	__m256 a0[4], a1[4];
 	_Pragma("GCC unroll 4") for (int g = 0; g < ng; g++) {
 		a0[g] = _mm256_loadu_ps(acc + g * dim + c), a1[g] = _mm256_loadu_ps(acc + g * dim + c + 8);
 	}
 	for (int64_t r = 0; r < m; r++) {
-		const __m256 v0 = _mm256_loadu_ps(rp[r] + c), v1 = _mm256_loadu_ps(rp[r] + c + 8);
+		const __m256 v0 = ld8(half, rp[r], c), v1 = ld8(half, rp[r], c + 8);
 		_Pragma("GCC unroll 4") for (int g = 0; g < ng; g++) {
 			const __m256 x = _mm256_broadcast_ss(w + g * lw + r);
 			a0[g] = _mm256_fmadd_ps(x, v0, a0[g]);
@@ -119,33 +146,45 @@ FI_INLINE void sum_tile(float *acc, int64_t dim, const int ng, const float *w, i
 }
 
 // sum_tile8 is sum_tile for 8 values (the last ones of a row of 8k + 8).
-FI_INLINE void sum_tile8(float *acc, int64_t dim, int64_t G, const float *w, int64_t lw, const float **rp, int64_t m,
-                         int64_t c) {
+FI_INLINE void sum_tile8(const int half, float *acc, int64_t dim, int64_t G, const float *w, int64_t lw,
+                         const void **rp, int64_t m, int64_t c) {
 	for (int64_t g = 0; g < G; g++) {
 		__m256 a = _mm256_loadu_ps(acc + g * dim + c);
-		for (int64_t r = 0; r < m; r++) a = _mm256_fmadd_ps(_mm256_broadcast_ss(w + g * lw + r), _mm256_loadu_ps(rp[r] + c), a);
+		for (int64_t r = 0; r < m; r++) a = _mm256_fmadd_ps(_mm256_broadcast_ss(w + g * lw + r), ld8(half, rp[r], c), a);
 		_mm256_storeu_ps(acc + g * dim + c, a);
 	}
 }
 
-// fi_attn_sum_avx2: see kern.h.
+// sum_rows adds the m rows rp's weighted sums to acc (fi_attn_sum_avx2).
+FI_INLINE void sum_rows(const int half, float *acc, int64_t dim, const float *w, int64_t lw, int64_t G,
+                        const void **rp, int64_t m) {
+	int64_t c = 0;
+	for (; c + 16 <= dim; c += 16) {
+		int64_t g = 0;
+		for (; g + 4 <= G; g += 4) sum_tile(half, acc + g * dim, dim, 4, w + g * lw, lw, rp, m, c);
+		for (; g < G; g++) sum_tile(half, acc + g * dim, dim, 1, w + g * lw, lw, rp, m, c);
+	}
+	if (c < dim) sum_tile8(half, acc, dim, G, w, lw, rp, m, c);
+}
+
+// fi_attn_sum_avx2: see kern.h. Rows are widened as in
+// fi_attn_scores_avx2.
 int fi_attn_sum_avx2(int t, int bits, const float *levels, const uint8_t *src, int64_t stride, int64_t n, int64_t dim,
                      const float *w, int64_t lw, int64_t G, float *acc) {
 	if (dim % 8 != 0 || dim > FI_AD_MAXDIM) return -1;
 	if (bits == 0 && t != FI_F32 && t != FI_F16 && t != FI_BF16 && t != FI_Q8_0 && t != FI_Q4_0) return -1;
 	float buf[FI_AD_TILE * FI_AD_MAXDIM] __attribute__((aligned(32)));
-	const float *rp[FI_AD_TILE];
+	const void *rp[FI_AD_TILE];
+	const int half = bits == 0 && t == FI_F16;
 	for (int64_t j0 = 0; j0 < n; j0 += FI_AD_TILE) {
 		const int64_t tm = n - j0 < FI_AD_TILE ? n - j0 : FI_AD_TILE;
-		kv_tile(t, bits, levels, src, stride, j0, tm, dim, buf, rp);
-		const float *wj = w + j0;
-		int64_t c = 0;
-		for (; c + 16 <= dim; c += 16) {
-			int64_t g = 0;
-			for (; g + 4 <= G; g += 4) sum_tile(acc + g * dim, dim, 4, wj + g * lw, lw, rp, tm, c);
-			for (; g < G; g++) sum_tile(acc + g * dim, dim, 1, wj + g * lw, lw, rp, tm, c);
+		if (half) {
+			for (int64_t r = 0; r < tm; r++) rp[r] = src + (j0 + r) * stride;
+			sum_rows(1, acc, dim, w + j0, lw, G, rp, tm);
+		} else {
+			kv_tile(t, bits, levels, src, stride, j0, tm, dim, buf, (const float **)rp);
+			sum_rows(0, acc, dim, w + j0, lw, G, rp, tm);
 		}
-		if (c < dim) sum_tile8(acc, dim, G, wj, lw, rp, tm, c);
 	}
 	return 0;
 }

@@ -108,7 +108,8 @@ double fi_expsub_avx2(float *row, int64_t n, float mx) {
 	return sum;
 }
 
-// fi_softmax_avx2: see kern.h.
+// fi_softmax_avx2: see kern.h. Its exp is the float32 fa_exp8 (within 2
+// ulp of Go's, a third of the time of exp8's float64 polynomial).
 void fi_softmax_avx2(float *row, int64_t n, float scale) {
 	const __m256 sc = _mm256_set1_ps(scale);
 	__m256 mx = _mm256_set1_ps(-INFINITY);
@@ -134,7 +135,9 @@ void fi_softmax_avx2(float *row, int64_t n, float scale) {
 	for (i = 0; i < n; i += 8) {
 		const int64_t k = n - i < 8 ? n - i : 8;
 		const __m256 x = k == 8 ? _mm256_loadu_ps(row + i) : load_tail(row + i, k);
-		__m256 e = exp8(_mm256_sub_ps(x, mv));
+		const __m256 xm = _mm256_sub_ps(x, mv);
+		// NaN kept, as Go's exp keeps it
+		__m256 e = _mm256_blendv_ps(fa_exp8(xm), xm, _mm256_cmp_ps(xm, xm, _CMP_UNORD_Q));
 		if (k < 8) {
 			// lanes past the end must not add to the sum
 			const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);

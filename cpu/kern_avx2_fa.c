@@ -31,25 +31,6 @@
 #include "kern.h"
 #include "kern_avx2.h"
 
-// fa_exp8 is e^x for x <= 88, 0 for x < -87.3 (-inf included).
-FI_INLINE __m256 fa_exp8(__m256 x) {
-	const __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_GE_OQ);
-	x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
-	const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-	                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-	__m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-	r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-	__m256 p = _mm256_set1_ps(1.9875691500e-4f);
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-	const __m256 y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-	const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-	return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), keep);
-}
-
 // fa_qk sets nj (1..6) rows of S (stride ss) at columns [0, 16): key row
 // jj (kp + jj*dk) times the 16 query columns of the block at qb (dk x 16);
 // mx (unless NULL) becomes the columns' max of mx and these rows.

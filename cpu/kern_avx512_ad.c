@@ -4,7 +4,11 @@
 // the row widening both use): 32 vector registers hold a 4×4 block of
 // running dot products (4 cached rows × 4 query heads) or 4 query heads ×
 // 64 values of V sums, so each loaded row chunk and query chunk feeds 4
-// FMAs of 16 lanes and the kernels are bound by FMAs, not loads.
+// FMAs of 16 lanes. Rows of f16, q8_0, q4_0 and 3- and 4-bit TurboQuant
+// are widened in registers as they are used (ld_row), exactly as the AVX2
+// path widens them into a buffer, so results agree bit for bit; f32 rows
+// are read in place; bf16 and 2-bit rows go through the buffer. Also the
+// AVX-512 softmax.
 
 #ifdef FI_SIMDE
 #include "kern_simde.h"
