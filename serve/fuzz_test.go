@@ -10,10 +10,10 @@
 // it can leave uncounted, allocSlack, must stay within the bound). The
 // server is the real one (every handler, the SIMD backend on one thread);
 // a body reaches its handler as fasthttp hands it one after reading a
-// request (post), without a connection. One target per API, and FuzzAPIs,
-// which posts each body to all six. Seeds: the requests of the SDK tests in
-// sdktest/ (read at test time; the Ollama targets get the OpenAI ones in
-// Ollama's form), a few written here, and testdata/fuzz/FuzzXxx.
+// request (post), without a connection. One target, FuzzAPIs, posts each
+// body to all six. Seeds: the requests of the SDK tests in sdktest/ (read
+// at test time; the Ollama APIs get the OpenAI ones in Ollama's form), a
+// few written here per API, and testdata/fuzz/FuzzAPIs.
 
 package serve_test
 
@@ -198,7 +198,7 @@ var (
 	ollamaGenerateAPI    = api{"/api/generate", ollamaShape, ollamaStream, ollamaGenerateSeeds}
 )
 
-// commonSeeds are bodies every target starts from.
+// commonSeeds are bodies FuzzAPIs also starts from.
 var commonSeeds = []string{"", "{}", "[]", "null", `{"model":1}`, "{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}"}
 
 // apis are the endpoints FuzzAPIs posts every body to.
@@ -211,22 +211,13 @@ func addSeeds(f *testing.F, p api) {
 	}
 }
 
-// fuzzAPI posts every fuzzed body to one API on one server.
-func fuzzAPI(f *testing.F, p api) {
-	addSeeds(f, p)
-	for _, s := range commonSeeds {
-		f.Add([]byte(s))
-	}
-	a := newAPIFuzz(f)
-	f.Fuzz(func(t *testing.T, body []byte) { a.check(t, p, body) })
-}
-
 // FuzzAPIs posts every fuzzed body to each of the six generation APIs in
-// turn, from the union of their seeds. A fuzzing execution costs a fixed
-// time for Go's coverage bookkeeping, proportional to the instrumented code
-// linked (about 145,000 counters here, most of an execution's time), which
-// this target shares among six requests: long runs use it, the targets of
-// one API are for a focused run.
+// turn, from the union of their seeds: one target for the six request
+// decoders, because a fuzzing execution costs a fixed time for Go's
+// coverage bookkeeping, proportional to the instrumented code linked
+// (about 145,000 counters here, most of an execution's time), which one
+// target shares among six requests where six targets would pay it six
+// times for the same requests.
 func FuzzAPIs(f *testing.F) {
 	for _, p := range apis {
 		addSeeds(f, p)
@@ -394,8 +385,6 @@ func openAIChatSeeds(f *testing.F) []string {
 	}
 }
 
-func FuzzOpenAIChat(f *testing.F) { fuzzAPI(f, openAIChatAPI) }
-
 func openAICompletionsSeeds(f *testing.F) []string {
 	return []string{
 		`{"model":"stories260K","prompt":"Once upon a time","max_tokens":4,"temperature":0}`,
@@ -403,8 +392,6 @@ func openAICompletionsSeeds(f *testing.F) []string {
 		`{"prompt":["a"],"max_tokens":2,"stop":"x","presence_penalty":0.5,"frequency_penalty":0.5}`,
 	}
 }
-
-func FuzzOpenAICompletions(f *testing.F) { fuzzAPI(f, openAICompletionsAPI) }
 
 func openAIResponsesSeeds(f *testing.F) []string {
 	return []string{
@@ -415,8 +402,6 @@ func openAIResponsesSeeds(f *testing.F) []string {
 	}
 }
 
-func FuzzOpenAIResponses(f *testing.F) { fuzzAPI(f, openAIResponsesAPI) }
-
 func anthropicMessagesSeeds(f *testing.F) []string {
 	return []string{
 		`{"model":"stories260K","max_tokens":4,"messages":[{"role":"user","content":"Once upon a time"}]}`,
@@ -426,8 +411,6 @@ func anthropicMessagesSeeds(f *testing.F) []string {
 	}
 }
 
-func FuzzAnthropicMessages(f *testing.F) { fuzzAPI(f, anthropicMessagesAPI) }
-
 func ollamaChatSeeds(f *testing.F) []string {
 	return append(ollamaSeeds(f, "/v1/chat/completions", "messages"),
 		`{"model":"stories260K","messages":[{"role":"user","content":"Once upon a time"}],"stream":false,"options":{"num_predict":4,"temperature":0}}`,
@@ -435,12 +418,8 @@ func ollamaChatSeeds(f *testing.F) []string {
 		`{"model":"stories260K","tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"messages":[{"role":"user","content":"w?"},{"role":"assistant","content":"","tool_calls":[{"function":{"name":"f","arguments":{"a":1}}}]},{"role":"tool","tool_name":"f","content":"ok"}],"options":{"num_predict":2}}`)
 }
 
-func FuzzOllamaChat(f *testing.F) { fuzzAPI(f, ollamaChatAPI) }
-
 func ollamaGenerateSeeds(f *testing.F) []string {
 	return append(ollamaSeeds(f, "/v1/completions", "prompt"),
 		`{"model":"stories260K","prompt":"Once upon a time","stream":false,"options":{"num_predict":4,"temperature":0}}`,
 		`{"model":"stories260K","prompt":"hi","raw":true,"system":"s","options":{"num_predict":2,"repeat_penalty":1.1}}`)
 }
-
-func FuzzOllamaGenerate(f *testing.F) { fuzzAPI(f, ollamaGenerateAPI) }
