@@ -36,11 +36,16 @@ import (
 )
 
 // DefaultKVRecent is --kv-recent's window when a half is TurboQuant and
-// the flag is not given (KVRecentFor): on qwen3moe-small with planted K
-// outliers at -c 512, tq4/tq3's mean KLD against F32 KV goes from 0.1996
-// to 0.1593 (32: 0.1692, 128: 0.1392; llama.cpp's q4_0/q4_0: 0.1717), for
-// at most 127 f16 rows per sequence and no measured decode cost.
-const DefaultKVRecent = 64
+// the flag is not given (KVRecentFor): the smallest of the windows
+// measured (0, 32, 64, 128, 192, 256) with which tq4/tq3's mean KLD
+// against F32 KV stays at or below llama.cpp's q4_0/q4_0 on qwen3moe-small
+// with planted K outliers both at -c 512 and at -c 2048 (bench/README.md,
+// "KV cache types"). -c 512, stories_eval: 0.1996 with no window, 0.1593
+// with 64, 0.1138 with 192 (llama.cpp 0.1717); -c 2048, a 40 KB generated
+// text, 4 chunks: 0.1931 with 64, 0.1874 with 128, 0.1800 with 192
+// (llama.cpp 0.1850). The cost is at most 255 f16 rows per sequence
+// whatever the context, and no measured decode cost.
+const DefaultKVRecent = 192
 
 // KVRecentFor resolves a --kv-recent setting: n itself if n ≥ 0, else
 // (not given) DefaultKVRecent when K or V is a TurboQuant type and 0 for
