@@ -186,6 +186,17 @@ I5 void row_ptrs(const void **rp, const uint8_t *src, int64_t stride, int64_t j0
 	for (int64_t r = m; r < FI_AD_TILE; r++) rp[r] = zeros;
 }
 
+// BY_KIND runs M(k) with k the constant equal to kind, one of the kinds
+// read in place.
+#define BY_KIND(kind, M) \
+	switch (kind) { \
+	case K_F16: M(K_F16); break; \
+	case K_Q8_0: M(K_Q8_0); break; \
+	case K_Q4_0: M(K_Q4_0); break; \
+	case K_TQ3: M(K_TQ3); break; \
+	case K_TQ4: M(K_TQ4); break; \
+	}
+
 // SCORES runs scores_tile with kind a constant, so each kind's loads are
 // inlined into a tile of its own.
 #define SCORES(k) scores_tile(k, rp, tm, dim, q, G, s, ls, j0, lv)
@@ -209,13 +220,7 @@ int fi_attn_scores_avx512(int t, int bits, const float *levels, const uint8_t *s
 			continue;
 		}
 		row_ptrs(rp, src, stride, j0, tm);
-		switch (kind) {
-		case K_F16: SCORES(K_F16); break;
-		case K_Q8_0: SCORES(K_Q8_0); break;
-		case K_Q4_0: SCORES(K_Q4_0); break;
-		case K_TQ3: SCORES(K_TQ3); break;
-		case K_TQ4: SCORES(K_TQ4); break;
-		}
+		BY_KIND(kind, SCORES);
 	}
 	return 0;
 }
@@ -284,13 +289,7 @@ int fi_attn_sum_avx512(int t, int bits, const float *levels, const uint8_t *src,
 			continue;
 		}
 		row_ptrs(rp, src, stride, j0, tm);
-		switch (kind) {
-		case K_F16: SUMS(K_F16); break;
-		case K_Q8_0: SUMS(K_Q8_0); break;
-		case K_Q4_0: SUMS(K_Q4_0); break;
-		case K_TQ3: SUMS(K_TQ3); break;
-		case K_TQ4: SUMS(K_TQ4); break;
-		}
+		BY_KIND(kind, SUMS);
 	}
 	return 0;
 }
