@@ -295,7 +295,7 @@ int fi_attn_sum_avx512(int t, int bits, const float *levels, const uint8_t *src,
 }
 
 // exp16 is e^x in float32 for 16 lanes: fa_exp8's polynomial (Cephes'
-// expf, within 2 ulp; kern_avx2_fa.c), 0 below -87.3, NaN kept.
+// expf, within 2 ulp; kern_avx2.h), 0 below -87.3, NaN kept.
 I5 __m512 exp16(__m512 x) {
 	const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_GE_OQ);
 	const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
