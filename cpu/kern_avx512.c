@@ -80,13 +80,6 @@
 // L2 budget (bytes) of packed weights reused across activation tiles.
 #define W_BYTES (192 * 1024)
 
-// ld_f16 widens the fp16 at p exactly.
-I5 float ld_f16(const uint8_t *p) {
-	uint16_t h;
-	memcpy(&h, p, 2);
-	return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
-}
-
 I5 __m128i ld128(const uint8_t *p) { return _mm_loadu_si128((const __m128i *)p); }
 I5 __m256i ld256(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
 

@@ -25,13 +25,6 @@
 #include "kern_avx512.h"
 
 
-// ld_f16 widens the fp16 at p exactly.
-I5 float ld_f16(const uint8_t *p) {
-	uint16_t h;
-	memcpy(&h, p, 2);
-	return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
-}
-
 // fold adds the two 256-bit halves of v.
 I5 __m256 fold(__m512 v) {
 	return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
@@ -175,7 +168,9 @@ static const float zeros[FI_AD_MAXDIM];
 // indexes it (3 bits: twice over), zeros for other types.
 static __m512 levels16(int bits, const float *levels) {
 	float l[16] = {0};
-	for (int i = 0; bits == 3 || bits == 4 ? i < 16 : 0; i++) l[i] = levels[i % (1 << bits)];
+	if (bits == 3 || bits == 4) {
+		for (int i = 0; i < 16; i++) l[i] = levels[i % (1 << bits)];
+	}
 	return _mm512_loadu_ps(l);
 }
 
