@@ -1,8 +1,8 @@
 //go:build cgo
 
 // Macros and helpers shared by the AVX-512 files (kern_avx512.c,
-// kern_avx512_ad.c),
-// included after their target pragma (or SIMDe's header).
+// kern_avx512_ad.c), included after their target pragma (or SIMDe's
+// header).
 //
 // I5 inlines the tiles into their drivers, where sizes are constants;
 // UNROLL unrolls their loops, so arrays of vectors stay in registers. Under
