@@ -45,6 +45,10 @@ type ThroughputConfig struct {
 	NoWarmup   bool   // skip the warm-up runs (llama-bench --no-warmup)
 	Seed       uint64 // random tokens
 	BOS        int32  // first token of each test, or -1 (model adds no BOS)
+	// Probe, if set, is called before each measured repetition of the tg
+	// test, untimed; its results go to Test.Probes (bench --roofline: the
+	// read bandwidth next to each repetition).
+	Probe func() float64
 }
 
 // Test is one measured test: pp (NGen 0) or tg (NPrompt 0).
@@ -54,6 +58,7 @@ type Test struct {
 	SamplesNS     []int64 // wall time of each repetition
 	Time          time.Time
 	Load          MachineLoad // the rest of the machine during the repetitions
+	Probes        []float64   // ThroughputConfig.Probe before each repetition
 }
 
 // Name is llama-bench's test column: "pp512", "tg128", "pp512 @ d8192".
@@ -174,6 +179,9 @@ func Throughput(ctx context.Context, mctx *model.Context, cfg ThroughputConfig) 
 		for range cfg.Reps {
 			if err := ctx.Err(); err != nil {
 				return out, err
+			}
+			if cfg.Probe != nil && tc.ng > 0 {
+				t.Probes = append(t.Probes, cfg.Probe())
 			}
 			t0 := time.Now()
 			if err := tc.run(n); err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,8 +42,10 @@ func TestThroughput(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			probes := 0
 			tests, err := bench.Throughput(context.Background(), mctx, bench.ThroughputConfig{
 				NPrompt: tc.np, NGen: tc.ng, NDepth: tc.depth, Reps: 3, Seed: 1, BOS: b.Tokenizer.BOS(),
+				Probe: func() float64 { probes++; return float64(probes) },
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -57,6 +60,13 @@ func TestThroughput(t *testing.T) {
 				if len(tt.SamplesNS) != 3 || tt.AvgTS() <= 0 || tt.NDepth != tc.depth {
 					t.Errorf("%s: samples %v, avg %g t/s, depth %d", tt.Name(), tt.SamplesNS, tt.AvgTS(), tt.NDepth)
 				}
+				// the probe ran before each tg repetition, and only then
+				if want := []float64{1, 2, 3}; tt.NGen == 0 && len(tt.Probes) != 0 || tt.NGen > 0 && !slices.Equal(tt.Probes, want) {
+					t.Errorf("%s: probes %v", tt.Name(), tt.Probes)
+				}
+			}
+			if want := 3 * min(tc.ng, 1); probes != want {
+				t.Errorf("%d probes, want %d", probes, want)
 			}
 			// every position of the context was used: the depth once, the
 			// tests after it; no step started below the depth but the
@@ -235,5 +245,37 @@ func TestDecodeBytes(t *testing.T) {
 func TestReadBandwidth(t *testing.T) {
 	if bw := bench.ReadBandwidth(32<<20, 2, 2); bw < 1e8 {
 		t.Errorf("read bandwidth %.3g B/s", bw)
+	}
+}
+
+// TestProbeRegions: a probe over regions of odd sizes (and an empty one)
+// reads them all, any number of threads, and changes nothing.
+func TestProbeRegions(t *testing.T) {
+	var rs [][]byte
+	for i, n := range []int{3 << 20, 0, 1, 5<<20 + 7, 65} {
+		r := make([]byte, n)
+		for j := range r {
+			r[j] = byte(i + j)
+		}
+		rs = append(rs, r)
+	}
+	for _, threads := range []int{1, 2, 3} {
+		p := bench.ProbeRegions(rs, threads)
+		if p.Size() != 8<<20+73 {
+			t.Fatalf("size %d", p.Size())
+		}
+		if bw := p.Measure(2); bw < 1e8 {
+			t.Errorf("%d threads: %.3g B/s", threads, bw)
+		}
+	}
+	for i, r := range rs {
+		for j, v := range r {
+			if v != byte(i+j) {
+				t.Fatalf("region %d byte %d changed", i, j)
+			}
+		}
+	}
+	if bw := bench.ProbeRegions(nil, 2).Measure(1); bw != 0 {
+		t.Errorf("no regions: %g B/s", bw)
 	}
 }

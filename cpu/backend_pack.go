@@ -140,3 +140,14 @@ func (b *Backend) PackModel(m *model.Model, experts bool, skip func(il int) bool
 	}
 	return total, nil
 }
+
+// MatMulBytes returns the bytes MatMul reads for w: its packed copy
+// (packing it now if it has none yet and can have one), else w.Data. Not
+// safe while the backend computes.
+func (b *Backend) MatMulBytes(w *model.Weight) []byte {
+	var view Packed
+	if p := b.packedFor(w, &view); p != nil {
+		return p.data
+	}
+	return w.Data
+}

@@ -37,7 +37,7 @@ type BenchCmd struct {
 	NoWarmup   bool   `name:"no-warmup" help:"Skip the warm-up runs."`
 	Seed       uint64 `name:"seed" default:"1234" help:"Seed of the random tokens."`
 	CPUProfile string `name:"cpuprofile" help:"Write a pprof CPU profile of the measured runs." type:"path"`
-	Roofline   bool   `name:"roofline" help:"Also measure read bandwidth and print the decode ceiling (bytes read per token / bandwidth) on stderr."`
+	Roofline   bool   `name:"roofline" help:"Also measure read bandwidth before each tg repetition (256 MiB) and print the decode ceiling (bytes read per token / bandwidth) on stderr."`
 }
 
 func (c *BenchCmd) Run(g *Globals) error {
@@ -112,6 +112,13 @@ func (c *BenchCmd) Run(g *Globals) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	var probe func() float64 // --roofline: the bandwidth next to each tg repetition
+	var probed int
+	if c.Roofline {
+		p := bench.ProbeRegions(weightRegions(backend, b.Model, wp.StreamsLayer), backend.Threads())
+		probed = p.Size()
+		probe = func() float64 { return p.Measure(probePasses) }
+	}
 	ubatch := 0
 	var tests []bench.Test
 	var testKV []model.KVTypes // each test's cache types
@@ -121,7 +128,7 @@ func (c *BenchCmd) Run(g *Globals) error {
 			return err
 		}
 		n0 := len(tests)
-		if err := c.runTests(ctx, wp, mctx, bos, &tests); err != nil {
+		if err := c.runTests(ctx, wp, mctx, bos, probe, &tests); err != nil {
 			return err
 		}
 		for range len(tests) - n0 {
@@ -163,7 +170,6 @@ func (c *BenchCmd) Run(g *Globals) error {
 		}
 	}
 	if c.Roofline {
-		bw := bench.ReadBandwidth(1<<30, backend.Threads(), 5)
 		for _, kv := range combos {
 			var sel []bench.Result
 			for i := range rs {
@@ -171,7 +177,7 @@ func (c *BenchCmd) Run(g *Globals) error {
 					sel = append(sel, rs[i])
 				}
 			}
-			printRoofline(b.Model, kv, bw, backend.Threads(), sel)
+			printRoofline(b.Model, kv, backend.Threads(), probed, sel)
 		}
 	}
 	return nil
@@ -181,7 +187,7 @@ func (c *BenchCmd) Run(g *Globals) error {
 // their results to tests: llama-bench's order, per depth the pp tests then
 // the tg tests; the depth's cells are processed by the first test at it
 // only.
-func (c *BenchCmd) runTests(ctx context.Context, wp *stages.WeightPath, mctx *model.Context, bos int32, tests *[]bench.Test) error {
+func (c *BenchCmd) runTests(ctx context.Context, wp *stages.WeightPath, mctx *model.Context, bos int32, probe func() float64, tests *[]bench.Test) error {
 	return wp.RunContext(ctx, nil, mctx, func(ctx context.Context) error {
 		for _, d := range c.NDepth {
 			ready := false
@@ -191,6 +197,7 @@ func (c *BenchCmd) runTests(ctx context.Context, wp *stages.WeightPath, mctx *mo
 				}
 				ts, err := bench.Throughput(ctx, mctx, bench.ThroughputConfig{
 					NPrompt: np, NGen: ng, NDepth: d, DepthReady: ready, Reps: c.Reps, NoWarmup: c.NoWarmup, Seed: c.Seed, BOS: bos,
+					Probe: probe,
 				})
 				*tests = append(*tests, ts...)
 				ready = true
@@ -265,28 +272,71 @@ func minOf(x []int) int {
 	return m
 }
 
+// probePasses: the read-bandwidth probe before each tg repetition (bench
+// --roofline) is the best of this many scans of the weights.
+const probePasses = 3
+
+// weightRegions returns the memory a decode step's products read: each
+// matrix of the resident layers and the output matrix, as the backend
+// holds it (its packed copy, or the mapping). Routed experts and streamed
+// layers, which come from disk, are left out.
+func weightRegions(be *cpu.Backend, m *model.Model, streamed func(il int) bool) [][]byte {
+	var rs [][]byte
+	if m.Output != nil {
+		rs = append(rs, be.MatMulBytes(m.Output))
+	}
+	for il := range m.Layers {
+		if streamed(il) {
+			continue
+		}
+		L := &m.Layers[il]
+		for _, w := range []*model.Weight{L.Wq, L.Wk, L.Wv, L.Wo, L.Gate, L.Up, L.Down, L.Router} {
+			if w != nil {
+				rs = append(rs, be.MatMulBytes(w))
+			}
+		}
+	}
+	return rs
+}
+
 // printRoofline prints each tg test's decode ceiling: the weight bytes
 // and the K and V cache bytes (in the cache's types) read per token at the
-// test's mean position, over the read bandwidth measured now with as many
-// threads.
-func printRoofline(m *model.Model, kv model.KVTypes, bw float64, threads int, rs []bench.Result) {
+// test's mean position, over the read bandwidth of the weights (probed
+// bytes of them) measured right before each repetition with as many
+// threads. The fraction is the mean of the repetitions' own.
+func printRoofline(m *model.Model, kv model.KVTypes, threads, probed int, rs []bench.Result) {
 	kvTok, err := model.KVBytesPerToken(&m.Hyper, kv)
 	if err != nil {
 		kvTok = 0 // the context was made, so this cannot happen
 	}
 	w := bench.DecodeBytes(m, 0, -1)
-	fmt.Fprintf(os.Stderr, "roofline: read bandwidth %.1f GB/s (%d threads); %.1f MB of weights and %d bytes of %s KV cache per cached token read per token\n",
-		bw/1e9, threads, float64(w)/1e6, kvTok, kv)
+	fmt.Fprintf(os.Stderr, "roofline: %.1f MB of weights and %d bytes of %s KV cache per cached token read per token; read bandwidth: the best of %d scans of the %.1f MB of resident weight matrices before each repetition, %d threads\n",
+		float64(w)/1e6, kvTok, kv, probePasses, float64(probed)/1e6, threads)
 	for i := range rs {
-		if rs[i].NGen > 0 {
-			pos := rs[i].NDepth + rs[i].NGen/2
-			perTok := bench.DecodeBytes(m, kvTok, pos)
-			if x, err := model.KVRecentBytes(&m.Hyper, kv, pos); err == nil {
-				perTok += x // --kv-recent's f16 rows
-			}
-			ceil := bw / float64(perTok)
-			fmt.Fprintf(os.Stderr, "roofline: %s: %.1f MB per token (KV %.1f MB), ceiling %.1f t/s; %.2f t/s = %.0f%% of it (%.1f GB/s)\n",
-				rs[i].Name(), float64(perTok)/1e6, float64(perTok-w)/1e6, ceil, rs[i].AvgTS(), 100*rs[i].AvgTS()/ceil, rs[i].AvgTS()*float64(perTok)/1e9)
+		r := &rs[i]
+		if r.NGen == 0 || len(r.Probes) != len(r.SamplesNS) {
+			continue
 		}
+		pos := r.NDepth + r.NGen/2
+		perTok := bench.DecodeBytes(m, kvTok, pos)
+		if x, err := model.KVRecentBytes(&m.Hyper, kv, pos); err == nil {
+			perTok += x // --kv-recent's f16 rows
+		}
+		ts := r.TS()
+		var bws, fracs []string
+		var frac, lo, hi float64
+		for j, p := range r.Probes {
+			f := ts[j] * float64(perTok) / p
+			frac += f
+			bws, fracs = append(bws, fmt.Sprintf("%.1f", p/1e9)), append(fracs, fmt.Sprintf("%.0f%%", 100*f))
+			c := p / float64(perTok)
+			if j == 0 || c < lo {
+				lo = c
+			}
+			hi = max(hi, c)
+		}
+		n := float64(len(r.Probes))
+		fmt.Fprintf(os.Stderr, "roofline: %s: %.1f MB per token (KV %.1f MB); read bandwidth %s GB/s, ceilings %.1f-%.1f t/s; %.2f t/s = %.0f%% of them (%s; %.1f GB/s read)\n",
+			r.Name(), float64(perTok)/1e6, float64(perTok-w)/1e6, strings.Join(bws, ", "), lo, hi, r.AvgTS(), 100*frac/n, strings.Join(fracs, ", "), r.AvgTS()*float64(perTok)/1e9)
 	}
 }
