@@ -141,12 +141,11 @@ func (b *Backend) PackModel(m *model.Model, experts bool, skip func(il int) bool
 	return total, nil
 }
 
-// MatMulBytes returns the bytes MatMul reads for w: its packed copy
-// (packing it now if it has none yet and can have one), else w.Data. Not
-// safe while the backend computes.
+// MatMulBytes returns the bytes MatMul reads for w: its packed copy if the
+// backend has made one (or w.Data is packed), else w.Data. It packs
+// nothing. Not safe while the backend computes.
 func (b *Backend) MatMulBytes(w *model.Weight) []byte {
-	var view Packed
-	if p := b.packedFor(w, &view); p != nil {
+	if p := b.packed[keyOf(w)]; p != nil && !w.Packed {
 		return p.data
 	}
 	return w.Data

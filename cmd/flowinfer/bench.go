@@ -112,11 +112,28 @@ func (c *BenchCmd) Run(g *Globals) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	var probe func() float64 // --roofline: the bandwidth next to each tg repetition
-	var probed int
+	var probe func() float64          // --roofline: the bandwidth next to each tg repetition
+	var probed, scanned, streamed int // weight bytes and all bytes the probe reads; streamed layers
+	for il := range b.Model.Layers {
+		if wp.StreamsLayer(il) {
+			streamed++
+		}
+	}
 	if c.Roofline {
-		p := bench.ProbeRegions(weightRegions(backend, b.Model, wp.StreamsLayer), backend.Threads())
-		probed = p.Size()
+		rs := weightRegions(backend, b.Model, wp.StreamsLayer)
+		n := 0
+		for _, r := range rs {
+			n += len(r)
+		}
+		if n < probeMin { // a few matrices would be read from the caches
+			pad := make([]byte, probeMin-n)
+			for i := 0; i < len(pad); i += 4096 {
+				pad[i] = 1 // a page of its own: untouched, all would read the zero page
+			}
+			rs = append(rs, pad)
+		}
+		p := bench.ProbeRegions(rs, backend.Threads())
+		probed, scanned = n, p.Size()
 		probe = func() float64 { return p.Measure(probePasses) }
 	}
 	ubatch := 0
@@ -177,7 +194,7 @@ func (c *BenchCmd) Run(g *Globals) error {
 					sel = append(sel, rs[i])
 				}
 			}
-			printRoofline(b.Model, kv, backend.Threads(), probed, sel)
+			printRoofline(b.Model, kv, backend.Threads(), probed, scanned, streamed, sel)
 		}
 	}
 	return nil
@@ -272,9 +289,14 @@ func minOf(x []int) int {
 	return m
 }
 
-// probePasses: the read-bandwidth probe before each tg repetition (bench
-// --roofline) is the best of this many scans of the weights.
-const probePasses = 3
+// probePasses and probeMin: the read-bandwidth probe before each tg
+// repetition (bench --roofline) is the best of probePasses scans of the
+// resident weights, with a buffer of its own added up to probeMin bytes
+// (8 times the largest L3 of the machines we run on).
+const (
+	probePasses = 3
+	probeMin    = 256 << 20
+)
 
 // weightRegions returns the memory a decode step's products read: each
 // matrix of the resident layers and the output matrix, as the backend
@@ -302,16 +324,25 @@ func weightRegions(be *cpu.Backend, m *model.Model, streamed func(il int) bool) 
 // printRoofline prints each tg test's decode ceiling: the weight bytes
 // and the K and V cache bytes (in the cache's types) read per token at the
 // test's mean position, over the read bandwidth of the weights (probed
-// bytes of them) measured right before each repetition with as many
-// threads. The fraction is the mean of the repetitions' own.
-func printRoofline(m *model.Model, kv model.KVTypes, threads, probed int, rs []bench.Result) {
+// bytes of them; scanned bytes in all) measured right before each
+// repetition with as many threads. The fraction is the mean of the repetitions' own. With
+// streamed layers (their count) the disk bounds the run, which it says.
+func printRoofline(m *model.Model, kv model.KVTypes, threads, probed, scanned, streamed int, rs []bench.Result) {
 	kvTok, err := model.KVBytesPerToken(&m.Hyper, kv)
 	if err != nil {
 		kvTok = 0 // the context was made, so this cannot happen
 	}
 	w := bench.DecodeBytes(m, 0, -1)
-	fmt.Fprintf(os.Stderr, "roofline: %.1f MB of weights and %d bytes of %s KV cache per cached token read per token; read bandwidth: the best of %d scans of the %.1f MB of resident weight matrices before each repetition, %d threads\n",
-		float64(w)/1e6, kvTok, kv, probePasses, float64(probed)/1e6, threads)
+	how := fmt.Sprintf("the %.1f MB of resident weight matrices", float64(probed)/1e6)
+	if scanned > probed {
+		how += fmt.Sprintf(" and %.1f MB of its own (a scan of fewer bytes would hit the caches)", float64(scanned-probed)/1e6)
+	}
+	fmt.Fprintf(os.Stderr, "roofline: %.1f MB of weights and %d bytes of %s KV cache per cached token read per token; read bandwidth: the best of %d scans of %s before each repetition, %d threads\n",
+		float64(w)/1e6, kvTok, kv, probePasses, how, threads)
+	if streamed > 0 {
+		fmt.Fprintf(os.Stderr, "roofline: %d of %d layers stream from disk each step: the disk, not memory, bounds these runs (the weight path's lines above); the ceilings below are memory's\n",
+			streamed, len(m.Layers))
+	}
 	for i := range rs {
 		r := &rs[i]
 		if r.NGen == 0 || len(r.Probes) != len(r.SamplesNS) {
