@@ -59,12 +59,12 @@ func ReadBandwidth(size, threads, reps int) float64 {
 // BandwidthProbe measures read bandwidth over memory it is given or
 // allocates, so that it can be measured again and again during a run.
 //
-// On the virtual machines we measure on, the figure for a buffer of our
-// own moves between about 30 and 55 GB/s from one process to the next
-// (stable within one), while decode speed does not move with it: what a
-// scan reaches depends on the pages it scans. So bench --roofline scans
-// the very bytes a decode step reads, its weight matrices as the backend
-// holds them (ProbeRegions), right before each repetition.
+// On the virtual machines we measure on, a scan's bandwidth switches
+// between about 30 and 43-55 GB/s every few minutes (the host's), while
+// decode speed moves by a few percent with it: one figure taken minutes
+// from a test says little about it. So bench --roofline scans the very
+// bytes a decode step reads, its weight matrices as the backend holds
+// them (ProbeRegions), right before each repetition.
 type BandwidthProbe struct {
 	regions [][]byte
 	size    int

@@ -12,6 +12,7 @@ import (
 	"github.com/flowinfer/flowinfer/internal/golden"
 	"github.com/flowinfer/flowinfer/io/gguf"
 	"github.com/flowinfer/flowinfer/model"
+	"github.com/flowinfer/flowinfer/quant"
 )
 
 // openModel loads a golden model file for the backend tests.
@@ -202,5 +203,32 @@ func TestBackendDecodeAllocates0(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestMatMulBytes: the bytes MatMul reads for a weight are the file's
+// until the backend packs it, then the packed copy; MatMulBytes packs
+// nothing itself, and with NoPack they stay the file's.
+func TestMatMulBytes(t *testing.T) {
+	const rows, cols = 64, 512
+	rb, _ := quant.RowBytes(quant.Q4_K, cols)
+	w := &model.Weight{Name: "w", Type: quant.Q4_K, Cols: cols, Rows: rows, RowBytes: rb, Data: randomWeights(quant.Q4_K, rows, cols)}
+	for _, noPack := range []bool{false, true} {
+		be := cpu.NewBackend(1, nil)
+		be.NoPack = noPack
+		same := func(b []byte) bool { return len(b) == len(w.Data) && &b[0] == &w.Data[0] }
+		if !same(be.MatMulBytes(w)) {
+			t.Errorf("noPack %v: before any product, not the file's bytes", noPack)
+		}
+		out := make([]float32, rows)
+		be.MatMul(out, w, randomF32(cols, 1), 1)
+		got := be.MatMulBytes(w)
+		switch {
+		case noPack && !same(got):
+			t.Errorf("NoPack: not the file's bytes")
+		case !noPack && (same(got) || len(got) != be.PackedSize(w)):
+			t.Errorf("packed: %d bytes, want the packed copy's %d", len(got), be.PackedSize(w))
+		}
+		be.Close()
 	}
 }

@@ -37,7 +37,7 @@ type BenchCmd struct {
 	NoWarmup   bool   `name:"no-warmup" help:"Skip the warm-up runs."`
 	Seed       uint64 `name:"seed" default:"1234" help:"Seed of the random tokens."`
 	CPUProfile string `name:"cpuprofile" help:"Write a pprof CPU profile of the measured runs." type:"path"`
-	Roofline   bool   `name:"roofline" help:"Also measure read bandwidth before each tg repetition (256 MiB) and print the decode ceiling (bytes read per token / bandwidth) on stderr."`
+	Roofline   bool   `name:"roofline" help:"Also measure read bandwidth (a scan of the resident weights) before each tg repetition and print the decode ceiling (bytes read per token / bandwidth) on stderr."`
 }
 
 func (c *BenchCmd) Run(g *Globals) error {
@@ -325,8 +325,9 @@ func weightRegions(be *cpu.Backend, m *model.Model, streamed func(il int) bool) 
 // and the K and V cache bytes (in the cache's types) read per token at the
 // test's mean position, over the read bandwidth of the weights (probed
 // bytes of them; scanned bytes in all) measured right before each
-// repetition with as many threads. The fraction is the mean of the repetitions' own. With
-// streamed layers (their count) the disk bounds the run, which it says.
+// repetition with as many threads. The fraction is the mean of the
+// repetitions' own. With streamed layers (their count) the disk bounds
+// the run, which it says.
 func printRoofline(m *model.Model, kv model.KVTypes, threads, probed, scanned, streamed int, rs []bench.Result) {
 	kvTok, err := model.KVBytesPerToken(&m.Hyper, kv)
 	if err != nil {
