@@ -2,10 +2,11 @@ package bench
 
 // roofline.go: the decode ceiling. A decode step reads every weight matrix
 // once (MoE: the router, and the active experts), so tokens per second
-// cannot exceed read bandwidth / bytes read per token. ReadBandwidth
+// cannot exceed read bandwidth / bytes read per token. BandwidthProbe
 // measures the first on this machine (a STREAM-style read: threads scan
-// disjoint parts of a buffer much larger than the caches with SIMD
-// instructions); DecodeBytes counts the second from the model.
+// disjoint parts of memory much larger than the caches, the weights
+// themselves in bench --roofline, with SIMD instructions); DecodeBytes
+// counts the second from the model.
 
 import (
 	"bytes"
@@ -49,15 +50,8 @@ func DecodeBytes(m *model.Model, kvPerToken int, pos int) int64 {
 	return n
 }
 
-// ReadBandwidth returns the read bandwidth in bytes per second that
-// threads goroutines reach scanning disjoint parts of a buffer of size
-// bytes, the best of reps passes.
-func ReadBandwidth(size, threads, reps int) float64 {
-	return NewBandwidthProbe(size, threads).Measure(reps)
-}
-
-// BandwidthProbe measures read bandwidth over memory it is given or
-// allocates, so that it can be measured again and again during a run.
+// BandwidthProbe measures read bandwidth over memory it is given, so that
+// it can be measured again and again during a run.
 //
 // On the virtual machines we measure on, a scan's bandwidth switches
 // between about 30 and 43-55 GB/s every few minutes (the host's), while
@@ -69,16 +63,6 @@ type BandwidthProbe struct {
 	regions [][]byte
 	size    int
 	threads int
-}
-
-// NewBandwidthProbe allocates size bytes (touched once, so every page is
-// resident before anything is timed) for threads readers.
-func NewBandwidthProbe(size, threads int) *BandwidthProbe {
-	buf := make([]byte, size)
-	for i := 0; i < len(buf); i += 4096 {
-		buf[i] = 0
-	}
-	return ProbeRegions([][]byte{buf}, threads)
 }
 
 // ProbeRegions returns a probe that scans regions (read only) with

@@ -242,12 +242,6 @@ func TestDecodeBytes(t *testing.T) {
 	}
 }
 
-func TestReadBandwidth(t *testing.T) {
-	if bw := bench.ReadBandwidth(32<<20, 2, 2); bw < 1e8 {
-		t.Errorf("read bandwidth %.3g B/s", bw)
-	}
-}
-
 // TestProbeRegions: a probe over regions of odd sizes (and an empty one)
 // reads them all, any number of threads, and changes nothing.
 func TestProbeRegions(t *testing.T) {
