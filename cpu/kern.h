@@ -120,6 +120,22 @@ void fi_turbo_decode_avx2(int bits, const float *levels, const uint8_t *src, int
 // TurboQuant row decoded as fi_turbo_decode_avx2 does with levels. -1 if
 // t is none of those or dim is not a multiple of 8 up to FI_AD_MAXDIM
 // (kern_avx2_ad.c).
+// The float32 exp of the SIMD paths (fa_exp8 in kern_avx2.h, exp16 in
+// kern_avx512_ad.c): Cephes' expf, within 2 ulp. x is clamped to
+// [FI_EXPF_MIN, FI_EXPF_MAX], e^x = 2^n·e^r with n = round(x·log2 e) and
+// r = x - n·ln 2 (ln 2 in two parts), e^r = 1 + r + r²·P(r).
+#define FI_EXPF_MIN (-87.3f)
+#define FI_EXPF_MAX 88.3f
+#define FI_EXPF_LOG2E 1.44269504088896341f
+#define FI_EXPF_LN2_HI 0.693359375f
+#define FI_EXPF_LN2_LO (-2.12194440e-4f)
+#define FI_EXPF_P5 1.9875691500e-4f
+#define FI_EXPF_P4 1.3981999507e-3f
+#define FI_EXPF_P3 8.3334519073e-3f
+#define FI_EXPF_P2 4.1665795894e-2f
+#define FI_EXPF_P1 1.6666665459e-1f
+#define FI_EXPF_P0 5.0000001201e-1f
+
 #define FI_AD_MAXDIM 512
 // FI_AD_TILE is the rows those kernels widen at a time (32 rows of 64
 // values are 8 KiB: they stay in L1 between widening and use).

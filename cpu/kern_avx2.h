@@ -189,18 +189,18 @@ int64_t fi_avx2_gemm_rp(int wt, const uint8_t *w, int64_t ws, int64_t cols, int6
 // polynomial (Cephes' expf, within 2 ulp), used by the flash tiles
 // (kern_avx2_fa.c) and the softmax (kern_avx2_exp.c).
 FI_INLINE __m256 fa_exp8(__m256 x) {
-	const __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_GE_OQ);
-	x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
-	const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+	const __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(FI_EXPF_MIN), _CMP_GE_OQ);
+	x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(FI_EXPF_MIN)), _mm256_set1_ps(FI_EXPF_MAX));
+	const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(FI_EXPF_LOG2E)),
 	                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-	__m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-	r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-	__m256 p = _mm256_set1_ps(1.9875691500e-4f);
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+	__m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(FI_EXPF_LN2_HI), x);
+	r = _mm256_fnmadd_ps(n, _mm256_set1_ps(FI_EXPF_LN2_LO), r);
+	__m256 p = _mm256_set1_ps(FI_EXPF_P5);
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(FI_EXPF_P4));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(FI_EXPF_P3));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(FI_EXPF_P2));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(FI_EXPF_P1));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(FI_EXPF_P0));
 	const __m256 y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
 	const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
 	return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), keep);

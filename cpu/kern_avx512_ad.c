@@ -292,19 +292,19 @@ int fi_attn_sum_avx512(int t, int bits, const float *levels, const uint8_t *src,
 // exp16 is e^x in float32 for 16 lanes: fa_exp8's polynomial (Cephes'
 // expf, within 2 ulp; kern_avx2.h), 0 below -87.3, NaN kept.
 I5 __m512 exp16(__m512 x) {
-	const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_GE_OQ);
+	const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(FI_EXPF_MIN), _CMP_GE_OQ);
 	const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-	const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
-	const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+	const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(FI_EXPF_MIN)), _mm512_set1_ps(FI_EXPF_MAX));
+	const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(FI_EXPF_LOG2E)),
 	                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-	__m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
-	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-	__m512 p = _mm512_set1_ps(1.9875691500e-4f);
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+	__m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(FI_EXPF_LN2_HI), xc);
+	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(FI_EXPF_LN2_LO), r);
+	__m512 p = _mm512_set1_ps(FI_EXPF_P5);
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FI_EXPF_P4));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FI_EXPF_P3));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FI_EXPF_P2));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FI_EXPF_P1));
+	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(FI_EXPF_P0));
 	const __m512 y = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
 	const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
 	const __m512 v = _mm512_maskz_mul_ps(keep, y, _mm512_castsi512_ps(e));
