@@ -10,8 +10,8 @@
 // are read in place; bf16 and 2-bit rows go through the buffer. A block's
 // 16 dot products are summed across lanes by a tree of shuffles and adds
 // and stored as four vectors, straight into the scores: storing them to a
-// buffer and copying 16 floats out cost as much as the products' FMAs
-// (BenchmarkAttnRows, f32 scores 78 -> 55 us on Zen 4). Also the AVX-512
+// buffer and copying 16 floats out took 30% of the time (BenchmarkAttnRows,
+// f32 scores 78 -> 55 us on Zen 4; docs/decisions.md). Also the AVX-512
 // softmax.
 
 #ifdef FI_SIMDE
