@@ -62,7 +62,7 @@ FI_INLINE void scores_tile(const int half, const void **rp, int64_t m, int64_t d
 		for (int64_t r0 = 0; r0 < m; r0 += 4) {
 			const void **p = rp + r0;
 			__m256 a[8];
-			for (int r = 0; r < 8; r++) a[r] = _mm256_setzero_ps();
+			_Pragma("GCC unroll 8") for (int r = 0; r < 8; r++) a[r] = _mm256_setzero_ps();
 			for (int64_t d = 0; d < dim; d += 8) {
 				const __m256 x0 = _mm256_loadu_ps(q0 + d), x1 = _mm256_loadu_ps(q1 + d);
 				_Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {
@@ -71,10 +71,16 @@ FI_INLINE void scores_tile(const int half, const void **rp, int64_t m, int64_t d
 					a[r + 4] = _mm256_fmadd_ps(x1, k, a[r + 4]);
 				}
 			}
-			float tmp[8];
-			_mm256_storeu_ps(tmp, hsum8(a));
+			const __m256 h = hsum8(a);
 			float *o0 = s + g * ls + j0 + r0, *o1 = o0 + ls;
-			for (int64_t r = 0; r < 4 && r < m - r0; r++) o0[r] = tmp[r], o1[r] = tmp[r + 4];
+			if (m - r0 >= 4) {
+				_mm_storeu_ps(o0, _mm256_castps256_ps128(h));
+				_mm_storeu_ps(o1, _mm256_extractf128_ps(h, 1));
+			} else {
+				float tmp[8];
+				_mm256_storeu_ps(tmp, h);
+				for (int64_t r = 0; r < m - r0; r++) o0[r] = tmp[r], o1[r] = tmp[r + 4];
+			}
 		}
 	}
 	for (; g < G; g++) {
@@ -82,7 +88,7 @@ FI_INLINE void scores_tile(const int half, const void **rp, int64_t m, int64_t d
 		for (int64_t r0 = 0; r0 < m; r0 += 8) {
 			const void **p = rp + r0;
 			__m256 a[8];
-			for (int r = 0; r < 8; r++) a[r] = _mm256_setzero_ps();
+			_Pragma("GCC unroll 8") for (int r = 0; r < 8; r++) a[r] = _mm256_setzero_ps();
 			for (int64_t d = 0; d < dim; d += 8) {
 				const __m256 qv = _mm256_loadu_ps(qg + d);
 				_Pragma("GCC unroll 8") for (int r = 0; r < 8; r++) a[r] = _mm256_fmadd_ps(qv, ld8(half, p[r], d), a[r]);
