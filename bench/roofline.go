@@ -6,7 +6,9 @@ package bench
 // measures the first on this machine (a STREAM-style read: threads scan
 // disjoint parts of memory much larger than the caches, the weights
 // themselves in bench --roofline, with SIMD instructions); DecodeBytes
-// counts the second from the model.
+// counts the second from the model. At depth, attention's arithmetic can
+// take longer than its bytes: AttentionFLOPs counts it, ComputePeak
+// measures the float32 FMA peak it is held to.
 
 import (
 	"bytes"
@@ -48,6 +50,44 @@ func DecodeBytes(m *model.Model, kvPerToken int, pos int) int64 {
 	}
 	n += int64(pos+1) * int64(kvPerToken)
 	return n
+}
+
+// AttentionFLOPs returns the floating-point operations of one single-token
+// decode step's attention at position pos: for every layer and query head,
+// a dot product with each cached K row (2·dk) and a multiply-add of each V
+// row (2·dv), positions 0..pos. The softmax is left out. With a quantized
+// cache this arithmetic, not the cache's bytes, bounds attention on a few
+// cores (bench --roofline prints both).
+func AttentionFLOPs(h *model.Hyper, pos int) float64 {
+	return float64(h.NLayer) * float64(h.NHead) * 2 * float64(h.HeadDimK+h.HeadDimV) * float64(pos+1)
+}
+
+// ComputePeak runs run on threads goroutines at once, reps times, and
+// returns the best rate in operations per second: run does a fixed amount
+// of work and returns the operations it did (cpu.Kernels.FMAPeak: float32
+// FLOPs of independent FMAs). 0 if run does nothing (a path without such
+// a loop).
+func ComputePeak(run func() float64, threads, reps int) float64 {
+	threads = max(threads, 1)
+	best := 0.0
+	for range max(reps, 1) {
+		ops := make([]float64, threads)
+		var wg sync.WaitGroup
+		t0 := time.Now()
+		for i := range threads {
+			wg.Go(func() { ops[i] = run() })
+		}
+		wg.Wait()
+		sec := time.Since(t0).Seconds()
+		var n float64
+		for _, o := range ops {
+			n += o
+		}
+		if sec > 0 {
+			best = max(best, n/sec)
+		}
+	}
+	return best
 }
 
 // BandwidthProbe measures read bandwidth over memory it is given, so that

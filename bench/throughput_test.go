@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -271,5 +272,49 @@ func TestProbeRegions(t *testing.T) {
 	}
 	if bw := bench.ProbeRegions(nil, 2).Measure(1); bw != 0 {
 		t.Errorf("no regions: %g B/s", bw)
+	}
+}
+
+// TestAttentionFLOPs: llama-1b's shape at depth 8192 does 1.07 GFLOP of
+// attention per token (16 layers × 32 heads × 2·(64+64) × 8192).
+func TestAttentionFLOPs(t *testing.T) {
+	h := model.Hyper{NLayer: 16, NHead: 32, NHeadKV: 8, HeadDimK: 64, HeadDimV: 64}
+	if got, want := bench.AttentionFLOPs(&h, 8191), 16.0*32*256*8192; got != want {
+		t.Errorf("AttentionFLOPs = %g, want %g", got, want)
+	}
+	h.HeadDimV = 32 // MLA-style unequal K and V widths count each
+	if got, want := bench.AttentionFLOPs(&h, 0), 16.0*32*2*96; got != want {
+		t.Errorf("AttentionFLOPs(dv=32, pos 0) = %g, want %g", got, want)
+	}
+}
+
+// TestComputePeak: run is called threads times per repetition, at once,
+// and the rate is the operations of all threads over the wall time, which
+// the sleeps bound from above.
+func TestComputePeak(t *testing.T) {
+	for _, threads := range []int{1, 2, 3} {
+		var calls, running, most atomic.Int64
+		run := func() float64 {
+			calls.Add(1)
+			n := running.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			time.Sleep(20 * time.Millisecond)
+			running.Add(-1)
+			return 1000
+		}
+		r := bench.ComputePeak(run, threads, 2)
+		if calls.Load() != int64(2*threads) {
+			t.Errorf("%d threads: run called %d times, want %d", threads, calls.Load(), 2*threads)
+		}
+		if most.Load() != int64(threads) {
+			t.Errorf("%d threads: at most %d runs at once", threads, most.Load())
+		}
+		if limit := float64(threads) * 1000 / 0.020; r <= 0 || r > limit {
+			t.Errorf("%d threads: %g ops/s, want in (0, %g]", threads, r, limit)
+		}
+	}
+	if r := bench.ComputePeak(func() float64 { return 0 }, 2, 1); r != 0 {
+		t.Errorf("no work: %g ops/s", r)
 	}
 }

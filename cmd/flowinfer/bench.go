@@ -37,7 +37,7 @@ type BenchCmd struct {
 	NoWarmup   bool   `name:"no-warmup" help:"Skip the warm-up runs."`
 	Seed       uint64 `name:"seed" default:"1234" help:"Seed of the random tokens."`
 	CPUProfile string `name:"cpuprofile" help:"Write a pprof CPU profile of the measured runs." type:"path"`
-	Roofline   bool   `name:"roofline" help:"Also measure read bandwidth (a scan of the resident weights) before each tg repetition and print the decode ceiling (bytes read per token / bandwidth) on stderr."`
+	Roofline   bool   `name:"roofline" help:"Also measure read bandwidth (a scan of the resident weights) before each tg repetition and print the decode ceiling (bytes read per token / bandwidth) on stderr, and a second one that also holds attention's arithmetic to the measured float32 FMA peak."`
 }
 
 func (c *BenchCmd) Run(g *Globals) error {
@@ -187,6 +187,12 @@ func (c *BenchCmd) Run(g *Globals) error {
 		}
 	}
 	if c.Roofline {
+		// the float32 FMA peak attention's arithmetic is held to, once,
+		// after the tests (it does not move with the host like bandwidth)
+		var peak float64
+		if k := cpu.KernelsFor(backend.ISA()); k != nil {
+			peak = bench.ComputePeak(func() float64 { return k.FMAPeak(fmaPeakSteps) }, backend.Threads(), probePasses)
+		}
 		for _, kv := range combos {
 			var sel []bench.Result
 			for i := range rs {
@@ -194,7 +200,7 @@ func (c *BenchCmd) Run(g *Globals) error {
 					sel = append(sel, rs[i])
 				}
 			}
-			printRoofline(b.Model, kv, backend.Threads(), probed, scanned, streamed, sel)
+			printRoofline(b.Model, kv, backend.Threads(), probed, scanned, streamed, peak, sel)
 		}
 	}
 	return nil
@@ -298,6 +304,10 @@ const (
 	probeMin    = 256 << 20
 )
 
+// fmaPeakSteps is the length of one thread's FMA peak loop (AVX-512: 3.2
+// GFLOP, about 30 ms on a Zen 4 core).
+const fmaPeakSteps = 1 << 22
+
 // weightRegions returns the memory a decode step's products read: each
 // matrix of the resident layers and the output matrix, as the backend
 // holds it (its packed copy, or the mapping). Routed experts and streamed
@@ -328,7 +338,13 @@ func weightRegions(be *cpu.Backend, m *model.Model, streamed func(il int) bool) 
 // repetition with as many threads. The fraction is the mean of the
 // repetitions' own. With streamed layers (their count) the disk bounds
 // the run, which it says.
-func printRoofline(m *model.Model, kv model.KVTypes, threads, probed, scanned, streamed int, rs []bench.Result) {
+//
+// With peak (float32 FLOP/s on the threads; 0: not measured) a second line
+// per test counts attention's arithmetic too: a layer's products need its
+// attention's output and the attention the products' (Q, K, V), so the
+// two take turns, and attention takes at least the longer of its KV bytes
+// over the bandwidth and its FLOPs over the peak.
+func printRoofline(m *model.Model, kv model.KVTypes, threads, probed, scanned, streamed int, peak float64, rs []bench.Result) {
 	kvTok, err := model.KVBytesPerToken(&m.Hyper, kv)
 	if err != nil {
 		kvTok = 0 // the context was made, so this cannot happen
@@ -370,5 +386,30 @@ func printRoofline(m *model.Model, kv model.KVTypes, threads, probed, scanned, s
 		n := float64(len(r.Probes))
 		fmt.Fprintf(os.Stderr, "roofline: %s: %.1f MB per token (KV %.1f MB); read bandwidth %s GB/s, ceilings %.1f-%.1f t/s; %.2f t/s = %.0f%% of them (%s; %.1f GB/s read)\n",
 			r.Name(), float64(perTok)/1e6, float64(perTok-w)/1e6, strings.Join(bws, ", "), lo, hi, r.AvgTS(), 100*frac/n, strings.Join(fracs, ", "), r.AvgTS()*float64(perTok)/1e9)
+		if peak > 0 {
+			printComputeRoofline(r, bench.AttentionFLOPs(&m.Hyper, pos), peak, threads, float64(w), float64(perTok-w))
+		}
 	}
+}
+
+// printComputeRoofline prints printRoofline's second line for r: flops of
+// attention per token, weights and kv bytes per token.
+func printComputeRoofline(r *bench.Result, flops, peak float64, threads int, weights, kv float64) {
+	ts := r.TS()
+	tA := flops / peak
+	var fracs []string
+	var frac, lo, hi, kvLo, kvHi float64
+	for j, p := range r.Probes {
+		tKV := kv / p
+		c := 1 / (weights/p + max(tKV, tA))
+		f := ts[j] / c
+		frac += f
+		fracs = append(fracs, fmt.Sprintf("%.0f%%", 100*f))
+		if j == 0 {
+			lo, hi, kvLo, kvHi = c, c, tKV, tKV
+		}
+		lo, hi, kvLo, kvHi = min(lo, c), max(hi, c), min(kvLo, tKV), max(kvHi, tKV)
+	}
+	fmt.Fprintf(os.Stderr, "roofline: %s: attention %.2f GFLOP per token, %.1f ms at the float32 FMA peak (%.0f GFLOP/s, %d threads) against %.1f-%.1f ms for its KV bytes; products and attention in turn: ceilings %.1f-%.1f t/s; %.2f t/s = %.0f%% of them (%s)\n",
+		r.Name(), flops/1e9, 1e3*tA, peak/1e9, threads, 1e3*kvLo, 1e3*kvHi, lo, hi, r.AvgTS(), 100*frac/float64(len(r.Probes)), strings.Join(fracs, ", "))
 }
