@@ -410,6 +410,6 @@ func printComputeRoofline(r *bench.Result, flops, peak float64, threads int, wei
 		}
 		lo, hi, kvLo, kvHi = min(lo, c), max(hi, c), min(kvLo, tKV), max(kvHi, tKV)
 	}
-	fmt.Fprintf(os.Stderr, "roofline: %s: attention %.2f GFLOP per token, %.1f ms at the float32 FMA peak (%.0f GFLOP/s, %d threads) against %.1f-%.1f ms for its KV bytes; products and attention in turn: ceilings %.1f-%.1f t/s; %.2f t/s = %.0f%% of them (%s)\n",
+	fmt.Fprintf(os.Stderr, "roofline: %s: attention %.3g GFLOP per token, %.2f ms at the float32 FMA peak (%.0f GFLOP/s, %d threads) against %.2f-%.2f ms for its KV bytes; products and attention in turn: ceilings %.1f-%.1f t/s; %.2f t/s = %.0f%% of them (%s)\n",
 		r.Name(), flops/1e9, 1e3*tA, peak/1e9, threads, 1e3*kvLo, 1e3*kvHi, lo, hi, r.AvgTS(), 100*frac/float64(len(r.Probes)), strings.Join(fracs, ", "))
 }
