@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -387,14 +388,15 @@ func printRoofline(m *model.Model, kv model.KVTypes, threads, probed, scanned, s
 		fmt.Fprintf(os.Stderr, "roofline: %s: %.1f MB per token (KV %.1f MB); read bandwidth %s GB/s, ceilings %.1f-%.1f t/s; %.2f t/s = %.0f%% of them (%s; %.1f GB/s read)\n",
 			r.Name(), float64(perTok)/1e6, float64(perTok-w)/1e6, strings.Join(bws, ", "), lo, hi, r.AvgTS(), 100*frac/n, strings.Join(fracs, ", "), r.AvgTS()*float64(perTok)/1e9)
 		if peak > 0 {
-			printComputeRoofline(r, bench.AttentionFLOPs(&m.Hyper, pos), peak, threads, float64(w), float64(perTok-w))
+			printComputeRoofline(os.Stderr, r, bench.AttentionFLOPs(&m.Hyper, pos), peak, threads, float64(w), float64(perTok-w))
 		}
 	}
 }
 
-// printComputeRoofline prints printRoofline's second line for r: flops of
-// attention per token, weights and kv bytes per token.
-func printComputeRoofline(r *bench.Result, flops, peak float64, threads int, weights, kv float64) {
+// printComputeRoofline writes printRoofline's second line for r to w:
+// flops of attention per token at the peak (FLOP/s), weights and kv bytes
+// per token at each repetition's probed bandwidth.
+func printComputeRoofline(w io.Writer, r *bench.Result, flops, peak float64, threads int, weights, kv float64) {
 	ts := r.TS()
 	tA := flops / peak
 	var fracs []string
@@ -410,6 +412,6 @@ func printComputeRoofline(r *bench.Result, flops, peak float64, threads int, wei
 		}
 		lo, hi, kvLo, kvHi = min(lo, c), max(hi, c), min(kvLo, tKV), max(kvHi, tKV)
 	}
-	fmt.Fprintf(os.Stderr, "roofline: %s: attention %.3g GFLOP per token, %.2f ms at the float32 FMA peak (%.0f GFLOP/s, %d threads) against %.2f-%.2f ms for its KV bytes; products and attention in turn: ceilings %.1f-%.1f t/s; %.2f t/s = %.0f%% of them (%s)\n",
+	fmt.Fprintf(w, "roofline: %s: attention %.3g GFLOP per token, %.2f ms at the float32 FMA peak (%.0f GFLOP/s, %d threads) against %.2f-%.2f ms for its KV bytes; products and attention in turn: ceilings %.1f-%.1f t/s; %.2f t/s = %.0f%% of them (%s)\n",
 		r.Name(), flops/1e9, 1e3*tA, peak/1e9, threads, 1e3*kvLo, 1e3*kvHi, lo, hi, r.AvgTS(), 100*frac/float64(len(r.Probes)), strings.Join(fracs, ", "))
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flowinfer/flowinfer/bench"
 	"github.com/flowinfer/flowinfer/io/gguf"
 )
 
@@ -154,5 +155,32 @@ func TestGen(t *testing.T) {
 		if _, _, err := flowinfer(t, append([]string{"gen", "--preset", "demo", "-o", filepath.Join(dir, "x.gguf")}, args...)...); err == nil {
 			t.Errorf("gen %v accepted", args)
 		}
+	}
+}
+
+// TestComputeRoofline checks the second roofline line's arithmetic: a
+// step takes at least weights/bandwidth + max(KV/bandwidth, FLOPs/peak).
+func TestComputeRoofline(t *testing.T) {
+	r := &bench.Result{}
+	r.NGen, r.NDepth = 32, 8192
+	// 2 repetitions: 32 tokens in 1 s (32 t/s) and in 0.8 s (40 t/s),
+	// read bandwidth 30 and 40 GB/s before them
+	r.SamplesNS = []int64{1e9, 8e8}
+	r.Probes = []float64{30e9, 40e9}
+	const weights, kv, flops, peak = 600e6, 60e6, 1e9, 200e9 // attention: 5 ms at the peak
+	var b strings.Builder
+	printComputeRoofline(&b, r, flops, peak, 2, weights, kv)
+	// rep 1: 20 ms + max(2, 5) ms = 25 ms: 40 t/s ceiling, 32 t/s = 80%
+	// rep 2: 15 ms + max(1.5, 5) ms = 20 ms: 50 t/s ceiling, 40 t/s = 80%
+	want := "roofline: tg32 @ d8192: attention 1 GFLOP per token, 5.00 ms at the float32 FMA peak (200 GFLOP/s, 2 threads) against 1.50-2.00 ms for its KV bytes; products and attention in turn: ceilings 40.0-50.0 t/s; 36.00 t/s = 80% of them (80%, 80%)\n"
+	if b.String() != want {
+		t.Errorf("got  %q\nwant %q", b.String(), want)
+	}
+	// KV bytes slower than the arithmetic (10 and 7.5 ms): the bytes-only
+	// ceilings, 1/30 ms and 1/22.5 ms
+	b.Reset()
+	printComputeRoofline(&b, r, flops, peak, 2, weights, 300e6)
+	if !strings.Contains(b.String(), "ceilings 33.3-44.4 t/s; 36.00 t/s = 93% of them (96%, 90%)") {
+		t.Errorf("KV-bound: %s", b.String())
 	}
 }
