@@ -329,6 +329,7 @@ I5 void sum_rows(const int kind, float *acc, int64_t dim, const float *w, int64_
 	}
 }
 
+// SUMS runs sum_rows as SCORES runs scores_tile.
 #define SUMS(k)                                                                                                        \
 	do {                                                                                                               \
 		if (dim == 64) {                                                                                               \
