@@ -113,13 +113,6 @@ int fi_dequant_avx2(int t, const uint8_t *src, int64_t stride, int64_t rows, int
 void fi_turbo_decode_avx2(int bits, const float *levels, const uint8_t *src, int64_t stride, int64_t rows, int64_t n,
                           float *dst, int64_t dstride);
 
-// fi_attn_scores_avx2 sets s[g*ls + j] = Σ_d q[g*dim + d] · x_j[d] for
-// g < G, j < n: a group of query heads' scores against n cached rows,
-// x_j the row at src + j*stride of type t (FI_F32, FI_F16, FI_BF16,
-// FI_Q8_0, FI_Q4_0) widened as fi_dequant_avx2 does, or, bits > 0, a
-// TurboQuant row decoded as fi_turbo_decode_avx2 does with levels. -1 if
-// t is none of those or dim is not a multiple of 8 up to FI_AD_MAXDIM
-// (kern_avx2_ad.c).
 // The float32 exp of the SIMD paths (fa_exp8 in kern_avx2.h, exp16 in
 // kern_avx512_ad.c): Cephes' expf, within 2 ulp. x is clamped to
 // [FI_EXPF_MIN, FI_EXPF_MAX], e^x = 2^n·e^r with n = round(x·log2 e) and
@@ -136,6 +129,13 @@ void fi_turbo_decode_avx2(int bits, const float *levels, const uint8_t *src, int
 #define FI_EXPF_P1 1.6666665459e-1f
 #define FI_EXPF_P0 5.0000001201e-1f
 
+// fi_attn_scores_avx2 sets s[g*ls + j] = Σ_d q[g*dim + d] · x_j[d] for
+// g < G, j < n: a group of query heads' scores against n cached rows,
+// x_j the row at src + j*stride of type t (FI_F32, FI_F16, FI_BF16,
+// FI_Q8_0, FI_Q4_0) widened as fi_dequant_avx2 does, or, bits > 0, a
+// TurboQuant row decoded as fi_turbo_decode_avx2 does with levels. -1 if
+// t is none of those or dim is not a multiple of 8 up to FI_AD_MAXDIM
+// (kern_avx2_ad.c).
 #define FI_AD_MAXDIM 512
 // FI_AD_TILE is the rows those kernels widen at a time (32 rows of 64
 // values are 8 KiB: they stay in L1 between widening and use).

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -400,16 +401,14 @@ func printComputeRoofline(w io.Writer, r *bench.Result, flops, peak float64, thr
 	ts := r.TS()
 	tA := flops / peak
 	var fracs []string
-	var frac, lo, hi, kvLo, kvHi float64
+	var frac, hi, kvHi float64
+	lo, kvLo := math.Inf(1), math.Inf(1)
 	for j, p := range r.Probes {
 		tKV := kv / p
 		c := 1 / (weights/p + max(tKV, tA))
 		f := ts[j] / c
 		frac += f
 		fracs = append(fracs, fmt.Sprintf("%.0f%%", 100*f))
-		if j == 0 {
-			lo, hi, kvLo, kvHi = c, c, tKV, tKV
-		}
 		lo, hi, kvLo, kvHi = min(lo, c), max(hi, c), min(kvLo, tKV), max(kvHi, tKV)
 	}
 	fmt.Fprintf(w, "roofline: %s: attention %.3g GFLOP per token, %.2f ms at the float32 FMA peak (%.0f GFLOP/s, %d threads) against %.2f-%.2f ms for its KV bytes; products and attention in turn: ceilings %.1f-%.1f t/s; %.2f t/s = %.0f%% of them (%s)\n",
