@@ -130,23 +130,26 @@ I5 __m512 ld_row(const int kind, const void *row, int64_t d, __m512 tab) {
 		return _mm512_permutexvar_ps(d % 32 ? _mm512_srli_epi32(c, 4) : c, t);
 	}
 	case K_TQ4: {
-		// 8 bytes, two codes each from the low nibble: bytes of codes
-		const __m128i w = _mm_loadl_epi64((const __m128i *)(s + 2 + d / 2));
-		const __m128i lo = _mm_and_si128(w, _mm_set1_epi8(15));
-		const __m128i hi = _mm_and_si128(_mm_srli_epi16(w, 4), _mm_set1_epi8(15));
-		return _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)), tab);
+		// 8 bytes, two codes each from the low nibble, in every 64-bit
+		// lane; lane j takes byte j/2 (pshufb) shifted right by 4·(j%2):
+		// vpermps reads only an index's low 4 bits
+		const __m512i w = _mm512_broadcastq_epi64(_mm_loadl_epi64((const __m128i *)(s + 2 + d / 2)));
+		const __m512i ix = _mm512_setr_epi32(0x80808000, 0x80808000, 0x80808001, 0x80808001, 0x80808002, 0x80808002,
+		                                     0x80808003, 0x80808003, 0x80808004, 0x80808004, 0x80808005, 0x80808005,
+		                                     0x80808006, 0x80808006, 0x80808007, 0x80808007);
+		const __m512i sh = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+		return _mm512_permutexvar_ps(_mm512_srlv_epi32(_mm512_shuffle_epi8(w, ix), sh), tab);
 	}
 	case K_TQ3: {
-		// 6 bytes, code j at bit 3j: lane j takes the two bytes that hold
-		// it (pshufb, the same 16 bytes in every 128-bit lane), shifted
+		// 6 bytes, code j at bit 3j, loaded with the 2 bytes before them
+		// (so that the 8 bytes end within the row) into every 64-bit
+		// lane: lane j takes the bytes that hold it (pshufb), shifted
 		// right by 3j mod 8; the index's fourth bit, from the next code,
 		// does not matter (row_tab)
-		const uint8_t *c = s + 2 + 3 * d / 8;
-		const __m128i c6 = _mm_insert_epi16(_mm_cvtsi32_si128((int)ld_u32(c)), c[4] | c[5] << 8, 2);
-		const __m512i w = _mm512_broadcast_i32x4(c6);
-		const __m512i ix = _mm512_setr_epi32(0x80800100, 0x80800100, 0x80800100, 0x80800201, 0x80800201, 0x80800201,
-		                                     0x80800302, 0x80800302, 0x80800403, 0x80800403, 0x80800403, 0x80800504,
-		                                     0x80800504, 0x80800504, 0x80800605, 0x80800605);
+		const __m512i w = _mm512_broadcastq_epi64(_mm_loadl_epi64((const __m128i *)(s + 3 * d / 8)));
+		const __m512i ix = _mm512_setr_epi32(0x80800302, 0x80800302, 0x80800302, 0x80800403, 0x80800403, 0x80800403,
+		                                     0x80800504, 0x80800504, 0x80800605, 0x80800605, 0x80800605, 0x80800706,
+		                                     0x80800706, 0x80800706, 0x80808007, 0x80808007);
 		const __m512i sh = _mm512_setr_epi32(0, 3, 6, 1, 4, 7, 2, 5, 0, 3, 6, 1, 4, 7, 2, 5);
 		return _mm512_permutexvar_ps(_mm512_srlv_epi32(_mm512_shuffle_epi8(w, ix), sh), tab);
 	}
