@@ -27,7 +27,6 @@
 
 #include "kern.h"
 #include "kern_avx512.h"
-#include "kern_ld.h"
 
 
 // The lane sums of many vectors at once, as a tree of adds of shuffled
