@@ -6,13 +6,15 @@ package cpu
 //     attnMinRun, is one unit per KV head: the group
 //     of query heads sharing the head (grouped-query attention) is scored
 //     against every cached position ≤ the row's own by one
-//     Kernels.AttnScores call per run of rows (a head's rows are stored
-//     back to back: KVCache.KHeadRows), which widens the stored rows a
-//     tile at a time in L1; softmax per query head; then the weighted sum
-//     of V rows (Kernels.AttnSum), in Ref's order.
+//     Kernels.AttnScoresTiles call per run of rows (a head's K rows are
+//     stored in transposed tiles of 16 rows, back to back:
+//     KVCache.KHeadTiles), which meets a tile's rows in the lanes of one
+//     vector; softmax per query head; then the weighted sum of V rows
+//     (Kernels.AttnSum, rows back to back: KVCache.VHeadRows, widened a
+//     tile at a time in L1), in Ref's order.
 //   - A run of at least attnMinRun consecutive rows of one sequence
 //     (prefill) has the sequence's K and V packed once per call (per KV
-//     head: K rows back to back, V in column blocks, so that tiles stream
+//     head: K rows untransposed and back to back, V in column blocks, so that tiles stream
 //     whatever the cache's row stride) and is cut into blocks of about
 //     attnRows query rows (batch rows × the query heads of a KV head: the
 //     group shares every K and V load); a unit is one block and
@@ -85,6 +87,7 @@ type attnScratch struct {
 	l      []float64 // running sum per row
 	qrot   []float32 // the group's queries rotated (TurboQuant K)
 	dec    []float32 // a chunk of cached rows converted to float32
+	krows  []byte    // blocks: a chunk of K rows untransposed (packing)
 	vacc   []float32 // lone rows: the rotated-domain V sums (TurboQuant V)
 	// blocks reading --kv-recent's f16 rows of a TurboQuant half: the
 	// queries unrotated, the sums of the f16 V rows, the maxima after the
@@ -220,6 +223,9 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 			s.dec = grow(s.dec, kvChunk*max(a.dkp, a.dvp))
 			s.vacc = grow(s.vacc, G*a.dvp)
 		}
+		if blocks {
+			s.krows = grow(s.krows, kvChunk*a.lt.KHead)
+		}
 	}
 	serial := b.pool.workers() == 1 || work < attnMinWork
 	if blocks {
@@ -270,7 +276,9 @@ func (a *attnTask) pack(sc *attnScratch, u packUnit) {
 	vp := a.packed[reg.v+kh*n*dv:][:n*dv]
 	for j0, j1 := int(u.j0), int(u.j1); j0 < j1; {
 		L := min(a.span(s, j0, j1-j0), kvChunk)
-		kr, vr := kv.KHeadRows(a.layer, kh, s, j0, L), kv.VHeadRows(a.layer, kh, s, j0, L)
+		kt, r0 := kv.KHeadTiles(a.layer, kh, s, j0, L)
+		kr, vr := sc.krows[:L*a.lt.KHead], kv.VHeadRows(a.layer, kh, s, j0, L)
+		a.k.Untile(kt, a.lt.KHead, a.lt.KUnit, r0, L, kr)
 		kd := a.packed[reg.k+(kh*n+j0)*dk:][:L*dk]
 		a.toF32(a.lt.K, kv.TurboK(a.layer, kh), kr, a.lt.KHead, L, h.HeadDimK, kd, dk)
 		if a.lt.V == model.KVF32 {
@@ -341,7 +349,7 @@ func (a *attnTask) run(worker int) {
 }
 
 // PagedKV implements model.PagedKV: Attention reads the cache through
-// KVCache.Run, KHeadRows and VHeadRows, so it works on a paged cache.
+// KVCache.Run, KHeadTiles and VHeadRows, so it works on a paged cache.
 func (b *Backend) PagedKV() bool { return true }
 
 // span returns how many positions from j on (at most n) sit in
@@ -349,13 +357,14 @@ func (b *Backend) PagedKV() bool { return true }
 func (a *attnTask) span(s, j, n int) int { return min(n, a.kv.Run(s, j)) }
 
 // row computes the group of query heads of KV head kh for the lone batch
-// row t, one AttnScores and one AttnSum call per run of consecutive
-// cached rows. Those widen K and V rows of a type other than f32 to
-// float32 a tile at a time in L1 (TurboQuant rows into the rotated
-// domain, met by rotated queries), so a lone row sees exactly what a
-// prefill tile and Ref see: the stored values, in float32 arithmetic (the
-// queries are not rounded to the cache's type, unlike llama.cpp's). V sums
-// of TurboQuant rows stay rotated until the end.
+// row t, one AttnScoresTiles and one AttnSum call per run of consecutive
+// cached rows. Both meet the stored values in float32 arithmetic
+// (TurboQuant rows in the rotated domain, met by rotated queries; the
+// queries are not rounded to the cache's type, unlike llama.cpp's), so a
+// lone row sees what a prefill tile and Ref see up to float rounding: the
+// scores of block and TurboQuant rows are summed on their integer values
+// or codebook levels and scaled once per block and row. V sums of
+// TurboQuant rows stay rotated until the end.
 func (a *attnTask) row(sc *attnScratch, t, kh int) {
 	h, kv := a.h, a.kv
 	dk, dv, G := h.HeadDimK, h.HeadDimV, a.group
@@ -383,8 +392,8 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 	}
 	for j := 0; j < ek; {
 		n := a.span(s, j, ek-j)
-		kr := kv.KHeadRows(a.layer, kh, s, j, n)
-		a.k.AttnScores(quantOf(a.lt.K), tk, kr, a.lt.KHead, n, kw, qf, G, sco[j:], np)
+		kt, r0 := kv.KHeadTiles(a.layer, kh, s, j, n)
+		a.k.AttnScoresTiles(quantOf(a.lt.K), tk, kt, a.lt.KUnit, r0, n, kw, qf, G, sco[j:], np)
 		j += n
 	}
 	for j := ek; j < np; { // the f16 copies meet the unrotated queries

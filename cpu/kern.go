@@ -550,6 +550,75 @@ func (k *Kernels) AttnScores(t quant.Type, tq *quant.Turbo, src []byte, stride, 
 	}
 }
 
+// AttnScoresTiles is AttnScores for rows stored in transposed tiles
+// (quant.TileRows' layout, in units of u bytes): row j < n, whose scores go
+// to column j, is row r0+j of the tiles at src, tile i at
+// src[i·TileRows·rb:] for rows of rb bytes. The Go path untransposes each
+// row and sums as AttnScores does; the AVX-512 path reads the tiles in
+// place, lanes holding rows.
+func (k *Kernels) AttnScoresTiles(t quant.Type, tq *quant.Turbo, src []byte, u, r0, n, dim int, q []float32, G int, s []float32, ls int) {
+	const op = "AttnScoresTiles"
+	rb := kvRowBytes(op, t, tq, dim)
+	if r0 < 0 || r0 >= quant.TileRows || u <= 0 || rb%u != 0 || n > 0 && len(src) < (r0+n+quant.TileRows-1)/quant.TileRows*quant.TileRows*rb {
+		panic(fmt.Sprintf("cpu: %s: rows %d..%d of tiles of %d-byte rows (units of %d) in %d bytes", op, r0, r0+n, rb, u, len(src)))
+	}
+	if n < 0 || G < 0 || ls < n || G > 0 && len(s) < (G-1)*ls+n || len(q) < G*dim {
+		panic(fmt.Sprintf("cpu: %s: %d rows, %d heads of %d: scores %d (stride %d), queries %d", op, n, G, dim, len(s), ls, len(q)))
+	}
+	if n == 0 || G == 0 {
+		return
+	}
+	if dim == 0 {
+		for g := range G {
+			clear(s[g*ls : g*ls+n])
+		}
+		return
+	}
+	if k.isa != ISAScalarGo && attnScoresTilesC(k.isa, t, tq, src, rb, u, r0, n, dim, q, G, s, ls) {
+		return
+	}
+	var buf [attnMaxDim]float32
+	var rbuf [4 * attnMaxDim]byte
+	x := rowBuf(&buf, dim)
+	row := rbuf[:]
+	if rb > len(rbuf) {
+		row = make([]byte, rb)
+	}
+	row = row[:rb]
+	for j := range n {
+		r := r0 + j
+		quant.TileRow(row, src[r/quant.TileRows*quant.TileRows*rb:], r%quant.TileRows, u)
+		kvRowF32(t, tq, row, x)
+		for g := range G {
+			qg := q[g*dim : (g+1)*dim]
+			var sum float32
+			for d, v := range x {
+				sum += qg[d] * v
+			}
+			s[g*ls+j] = sum
+		}
+	}
+}
+
+// Untile copies rows r0..r0+n-1 of the transposed tiles at src (rows of
+// rb bytes in units of u, as AttnScoresTiles reads them) to dst, rb bytes
+// apart.
+func (k *Kernels) Untile(src []byte, rb, u, r0, n int, dst []byte) {
+	if n <= 0 {
+		return
+	}
+	if r0 < 0 || u <= 0 || rb%u != 0 || len(src) < (r0+n+quant.TileRows-1)/quant.TileRows*quant.TileRows*rb || len(dst) < n*rb {
+		panic(fmt.Sprintf("cpu: Untile: rows %d..%d of %d bytes (units of %d) from %d bytes to %d", r0, r0+n, rb, u, len(src), len(dst)))
+	}
+	if k.isa != ISAScalarGo && untileC(src, rb, u, r0, n, dst) {
+		return
+	}
+	for j := range n {
+		r := r0 + j
+		quant.TileRow(dst[j*rb:(j+1)*rb], src[r/quant.TileRows*quant.TileRows*rb:], r%quant.TileRows, u)
+	}
+}
+
 // AttnSum adds to acc[g*dim+d] (g < G, d < dim) the sums over j < n, in
 // order of j, of w[g*lw+j]·x_j[d]: attention's weighted sum of n cached V
 // rows, the rows as in AttnScores (TurboQuant: the sum stays in the

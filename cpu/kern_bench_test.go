@@ -258,7 +258,9 @@ func BenchmarkGemmFloat(b *testing.B) {
 // BenchmarkAttnRows measures AttnScores and AttnSum on one goroutine over
 // 8192 cached rows of one KV head of 64 (128 for TurboQuant's tq4: the
 // codec pads nothing at 64), a group of 4 query heads (llama-1b's GQA):
-// the decode row's per-head work. GB/s counts the rows' bytes.
+// the decode row's per-head work (op=tiles: the scores against the rows
+// stored in transposed tiles, as the cache stores K). GB/s counts the
+// rows' bytes.
 func BenchmarkAttnRows(b *testing.B) {
 	const n, dim, G = 8192, 64, 4
 	for _, isa := range cpu.Available() {
@@ -298,6 +300,21 @@ func BenchmarkAttnRows(b *testing.B) {
 			b.Run(fmt.Sprintf("isa=%s/kv=%s/op=scores", isa, name), func(b *testing.B) {
 				for b.Loop() {
 					k.AttnScores(wt, tq, src, rb, n, d, q, G, s, n)
+				}
+				b.ReportMetric(float64(len(src))*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+			})
+			// the same rows in transposed tiles, as the KV cache stores K
+			u := 1
+			if tq == nil {
+				u = quant.TileUnit(wt)
+			}
+			tiles := make([]byte, len(src))
+			for j := range n {
+				quant.PutTileRow(tiles[j/quant.TileRows*quant.TileRows*rb:], j%quant.TileRows, u, src[j*rb:][:rb])
+			}
+			b.Run(fmt.Sprintf("isa=%s/kv=%s/op=tiles", isa, name), func(b *testing.B) {
+				for b.Loop() {
+					k.AttnScoresTiles(wt, tq, tiles, u, 0, n, d, q, G, s, n)
 				}
 				b.ReportMetric(float64(len(src))*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 			})

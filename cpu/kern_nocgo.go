@@ -59,3 +59,9 @@ func attnScoresC(ISA, quant.Type, *quant.Turbo, []byte, int, int, int, []float32
 func attnSumC(ISA, quant.Type, *quant.Turbo, []byte, int, int, int, []float32, int, int, []float32) bool {
 	return false
 }
+
+func attnScoresTilesC(ISA, quant.Type, *quant.Turbo, []byte, int, int, int, int, int, []float32, int, []float32, int) bool {
+	return false
+}
+
+func untileC([]byte, int, int, int, int, []byte) bool { return false }

@@ -100,6 +100,11 @@ FI_SIMDE_HALVES(fi_simde_cvtepu8_epi32, __m512i, __m128i, fi_simde_join, _mm256_
 FI_SIMDE_HALVES(fi_simde_cvtepi8_epi32, __m512i, __m128i, fi_simde_join, _mm256_cvtepi8_epi32, 128)
 #endif
 
+#ifndef _mm512_cvtepu16_epi32
+#define _mm512_cvtepu16_epi32 fi_simde_cvtepu16_epi32
+FI_SIMDE_HALVES(fi_simde_cvtepu16_epi32, __m512i, __m256i, fi_simde_join, _mm256_cvtepu16_epi32, 256)
+#endif
+
 #ifndef _mm512_cvtepu8_epi16
 #define _mm512_cvtepu8_epi16 fi_simde_cvtepu8_epi16
 FI_SIMDE_HALVES(fi_simde_cvtepu8_epi16, __m512i, __m256i, fi_simde_join, _mm256_cvtepu8_epi16, 256)

@@ -842,3 +842,98 @@ func TestAttnSumPathsAgree(t *testing.T) {
 		}
 	}
 }
+
+// TestAttnScoresTiles: AttnScoresTiles on every path against float64
+// sums of the rows (attnRowsCases), the rows stored in transposed tiles
+// from a row within the first tile: the same bound as TestAttnScoresSum,
+// nothing outside the scores written.
+func TestAttnScoresTiles(t *testing.T) {
+	const nMax = 77
+	cases := attnRowsCases(t, nMax+quant.TileRows)
+	for _, isa := range cpu.Available() {
+		k := cpu.KernelsFor(isa)
+		for _, c := range cases {
+			rb, u := 0, 1
+			if c.tq != nil {
+				rb = c.tq.RowBytes()
+			} else {
+				rb, _ = quant.RowBytes(c.wt, c.dim)
+				u = quant.TileUnit(c.wt)
+			}
+			src := make([]byte, (nMax+2*quant.TileRows)/quant.TileRows*quant.TileRows*rb)
+			for j := range nMax + quant.TileRows {
+				quant.PutTileRow(src[j/quant.TileRows*quant.TileRows*rb:], j%quant.TileRows, u, c.src[j*c.stride:][:rb])
+			}
+			for _, r0 := range []int{0, 5, 15} {
+				for _, n := range []int{1, 7, 11, 16, 33, nMax} {
+					for _, G := range []int{1, 3, 4, 5, 8} {
+						q := randomF32(G*c.dim, uint64(n*G+r0))
+						ls := n + 3
+						s := make([]float32, G*ls)
+						for i := range s {
+							s[i] = -7
+						}
+						k.AttnScoresTiles(c.wt, c.tq, src, u, r0, n, c.dim, q, G, s, ls)
+						for g := range G {
+							for j := range ls {
+								got := s[g*ls+j]
+								if j >= n {
+									if got != -7 {
+										t.Fatalf("%s %s r0=%d n=%d G=%d: score [%d][%d] written past the rows", isa, c.name, r0, n, G, g, j)
+									}
+									continue
+								}
+								var sum, abs float64
+								for d, v := range c.x[r0+j] {
+									p := float64(q[g*c.dim+d]) * float64(v)
+									sum, abs = sum+p, abs+math.Abs(p)
+								}
+								if math.Abs(float64(got)-sum) > 2e-6*abs+1e-30 {
+									t.Fatalf("%s %s r0=%d n=%d G=%d: score [%d][%d] = %v, want %v (Σ|·| %v)", isa, c.name, r0, n, G, g, j, got, sum, abs)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestUntile: Untile on every path gives back the rows PutTileRow stored,
+// from any row of the first tile, for every unit; nothing past them is
+// written.
+func TestUntile(t *testing.T) {
+	const rows = 50
+	for _, isa := range cpu.Available() {
+		k := cpu.KernelsFor(isa)
+		for _, u := range []int{1, 2, 4} {
+			rb := 12 * u
+			want := make([]byte, rows*rb)
+			for i := range want {
+				want[i] = byte(i*7 + i/rb)
+			}
+			tiles := make([]byte, (rows+quant.TileRows-1)/quant.TileRows*quant.TileRows*rb)
+			for r := range rows {
+				quant.PutTileRow(tiles[r/quant.TileRows*quant.TileRows*rb:], r%quant.TileRows, u, want[r*rb:(r+1)*rb])
+			}
+			for _, r0 := range []int{0, 3, 15} {
+				for _, n := range []int{1, 13, 16, 17, rows - 15} {
+					got := make([]byte, (n+1)*rb)
+					for i := range got {
+						got[i] = 0xee
+					}
+					k.Untile(tiles, rb, u, r0, n, got)
+					if !bytes.Equal(got[:n*rb], want[r0*rb:(r0+n)*rb]) {
+						t.Fatalf("%s u=%d r0=%d n=%d: rows differ", isa, u, r0, n)
+					}
+					for _, b := range got[n*rb:] {
+						if b != 0xee {
+							t.Fatalf("%s u=%d r0=%d n=%d: written past the rows", isa, u, r0, n)
+						}
+					}
+				}
+			}
+		}
+	}
+}

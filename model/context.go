@@ -24,21 +24,25 @@ func f32Bytes(x []float32) []byte {
 // (seq, pos) of layer l maps to a row; a row holds NHeadKV heads
 // (Layer(l).KHead/VHead bytes each: a whole number of blocks of a
 // block type, one quant.Turbo row of a TurboQuant type), stored head-major
-// within layout blocks of LB rows: head kh of row r is at byte
-// ((r/LB·NHeadKV + kh)·LB + r%LB)·Layer(l).KHead of K[l], so one head's rows of a
-// block are back to back and attention streams them. Rows are addressed
-// in one of two ways:
+// within layout blocks of LB rows (a multiple of quant.TileRows): head kh
+// of row r of V[l] is at byte ((r/LB·NHeadKV + kh)·LB + r%LB)·Layer(l).VHead,
+// so one head's rows of a block are back to back and attention streams
+// them. K heads are placed the same way by tiles of quant.TileRows rows,
+// each stored transposed (quant.TileRows' layout, in units of
+// Layer(l).KUnit bytes): decode scores read a tile's rows in the lanes of
+// one vector, with no sums across lanes. Rows are addressed in one of two
+// ways:
 //
-//   - contiguous (Tables nil): cell (seq, pos) is row seq*NCtx+pos, and a
-//     layout block is a sequence (LB = NCtx): one head's rows of a whole
-//     sequence are consecutive.
+//   - contiguous (Tables nil): cell (seq, pos) is row seq*LB+pos, and a
+//     layout block is a sequence (LB = NCtx rounded up to a whole tile):
+//     one head's rows of a whole sequence are consecutive.
 //   - paged (Tables set): rows are grouped in NBlocks blocks of BlockSize
 //     rows (LB = 256 rows, or BlockSize if larger: a layout block is
 //     several consecutive blocks), shared by all sequences;
 //     Tables[seq][pos/BlockSize] is the block holding (seq, pos). Blocks
 //     may appear in several tables (a shared prompt prefix); a sequence
 //     only writes blocks that are its own. Backends must read it through
-//     the head accessors (KHeadRows, Run) and declare it by implementing
+//     the head accessors (KHeadTiles, VHeadRows, Run) and declare it by implementing
 //     PagedKV.
 type KVCache struct {
 	NLayer, NCtx, NSeq int
@@ -87,8 +91,8 @@ func NewKVCacheOf(h *Hyper, t KVTypes, nCtx, nSeq int) (*KVCache, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.LB = nCtx
-	c.alloc(nSeq * nCtx)
+	c.LB = roundUp(nCtx, quant.TileRows)
+	c.alloc(nSeq * c.LB)
 	c.newExact()
 	return c, nil
 }
@@ -107,9 +111,7 @@ func newKV(h *Hyper, t KVTypes, nCtx, nSeq int) (*KVCache, error) {
 	if c.tv, err = turboCodecs(h, ls, false, h.HeadDimV); err != nil {
 		return nil, err
 	}
-	if c.tk != nil || c.tv != nil {
-		c.scratch = make([]float32, 2*max(h.HeadDimK, h.HeadDimV)+64)
-	}
+	c.scratch = make([]float32, c.StoreScratch())
 	return c, nil
 }
 
@@ -169,7 +171,8 @@ func (c *KVCache) Bytes() int64 {
 // NewBlockKVCache allocates a contiguous cache of types t whose rows are
 // also addressed as blocks of blockSize (a power of two dividing nCtx):
 // block b is rows [b*blockSize, (b+1)*blockSize), so sequence s owns
-// blocks s*nCtx/blockSize and following. Its block copies (CopyRows) let
+// blocks s*LB/blockSize and following (LB: nCtx rounded up to a whole
+// tile). Its block copies (CopyRows) let
 // a scheduler share prefixes between sequences by copying.
 func NewBlockKVCache(h *Hyper, t KVTypes, blockSize, nCtx, nSeq int) (*KVCache, error) {
 	if blockSize <= 0 || blockSize&(blockSize-1) != 0 || nCtx%blockSize != 0 {
@@ -179,7 +182,7 @@ func NewBlockKVCache(h *Hyper, t KVTypes, blockSize, nCtx, nSeq int) (*KVCache, 
 	if err != nil {
 		return nil, err
 	}
-	c.BlockSize, c.NBlocks = blockSize, nSeq*nCtx/blockSize
+	c.BlockSize, c.NBlocks = blockSize, nSeq*c.LB/blockSize
 	c.shift = uint(bits.TrailingZeros(uint(blockSize)))
 	c.x = nil
 	c.newExact() // copies by block
@@ -211,7 +214,7 @@ func (c *KVCache) Paged() bool { return c.Tables != nil }
 // row returns the row index of (seq, pos).
 func (c *KVCache) row(seq, pos int) int {
 	if c.Tables == nil {
-		return seq*c.NCtx + pos
+		return seq*c.LB + pos
 	}
 	return int(c.Tables[seq][pos>>c.shift])<<c.shift | pos&(c.BlockSize-1)
 }
@@ -222,12 +225,30 @@ func (c *KVCache) off(r, kh, hb int) int {
 	return ((b*c.nHead+kh)*c.LB + r - b*c.LB) * hb
 }
 
-// KHeadRow returns the stored K head kh of (seq, pos) in layer l
-// (Layer(l).KHead bytes).
-func (c *KVCache) KHeadRow(l, seq, pos, kh int) []byte {
+// roundUp rounds n up to a multiple of m.
+func roundUp(n, m int) int { return (n + m - 1) / m * m }
+
+// ktile returns the transposed tile of K[l] holding head kh of row r,
+// and r's row in it.
+func (c *KVCache) ktile(l, r, kh int) ([]byte, int) {
 	hb := c.layers[l].KHead
-	i := c.off(c.row(seq, pos), kh, hb)
-	return c.K[l][i : i+hb]
+	i := c.off(r&^(quant.TileRows-1), kh, hb)
+	return c.K[l][i : i+quant.TileRows*hb], r & (quant.TileRows - 1)
+}
+
+// KHeadRow copies the stored K head kh of (seq, pos) in layer l
+// (Layer(l).KHead bytes, untransposed) to dst and returns it.
+func (c *KVCache) KHeadRow(dst []byte, l, seq, pos, kh int) []byte {
+	t, r := c.ktile(l, c.row(seq, pos), kh)
+	dst = dst[:c.layers[l].KHead]
+	quant.TileRow(dst, t, r, c.layers[l].KUnit)
+	return dst
+}
+
+// putK stores the K head bytes b as head kh of row r of layer l.
+func (c *KVCache) putK(l, r, kh int, b []byte) {
+	t, i := c.ktile(l, r, kh)
+	quant.PutTileRow(t, i, c.layers[l].KUnit, b)
 }
 
 // VHeadRow is KHeadRow for V.
@@ -258,11 +279,25 @@ func (c *KVCache) TurboV(l, kh int) *quant.Turbo {
 // converted to the cache's K type. SetK and SetV share scratch: calls on
 // one cache must not run concurrently.
 func (c *KVCache) SetK(l, seq, pos int, x []float32) {
-	r, lt := c.row(seq, pos), &c.layers[l]
+	r := c.row(seq, pos)
 	for kh := range c.nHead {
-		i := c.off(r, kh, lt.KHead)
-		c.store(c.K[l][i:i+lt.KHead], lt.K, c.TurboK(l, kh), x[kh*c.headK:(kh+1)*c.headK])
+		c.storeK(l, r, kh, x[kh*c.headK:(kh+1)*c.headK], c.scratch)
 	}
+}
+
+// storeK converts head kh of a K row (its headK values x) and stores it
+// in row r of layer l; scratch is StoreScratch floats.
+func (c *KVCache) storeK(l, r, kh int, x, scratch []float32) {
+	lt := &c.layers[l]
+	if lt.K == KVF32 {
+		c.putK(l, r, kh, f32Bytes(x))
+		return
+	}
+	// the head's bytes are made in the scratch's tail, past what a
+	// TurboQuant encoding uses
+	b := f32Bytes(scratch[len(scratch)-(lt.KHead+3)/4:])[:lt.KHead]
+	c.storeWith(b, lt.K, c.TurboK(l, kh), x, scratch)
+	c.putK(l, r, kh, b)
 }
 
 // SetV stores x (VDim values) as the V row of (seq, pos) in layer l.
@@ -277,8 +312,19 @@ func (c *KVCache) SetV(l, seq, pos int, x []float32) {
 // NHeadKV returns the KV heads of a row.
 func (c *KVCache) NHeadKV() int { return c.nHead }
 
-// StoreScratch is the float32s of scratch StoreHead needs (0: none).
-func (c *KVCache) StoreScratch() int { return len(c.scratch) }
+// StoreScratch is the float32s of scratch StoreHead needs: a TurboQuant
+// rotation's, and one converted K head's bytes.
+func (c *KVCache) StoreScratch() int {
+	n := 0
+	if c.tk != nil || c.tv != nil {
+		n = 2*max(c.headK, c.headV) + 64
+	}
+	kb := 0
+	for _, lt := range c.layers {
+		kb = max(kb, lt.KHead)
+	}
+	return n + (kb+3)/4
+}
 
 // StoreHead stores head kh of x (a K row of KDim values, or, v, a V row
 // of VDim) as that head of (seq, pos) in layer l: exactly what SetK or
@@ -291,8 +337,7 @@ func (c *KVCache) StoreHead(l, seq, pos, kh int, v bool, x, scratch []float32) {
 		c.storeWith(c.V[l][i:i+lt.VHead], lt.V, c.TurboV(l, kh), x[kh*c.headV:(kh+1)*c.headV], scratch)
 		return
 	}
-	i := c.off(r, kh, lt.KHead)
-	c.storeWith(c.K[l][i:i+lt.KHead], lt.K, c.TurboK(l, kh), x[kh*c.headK:(kh+1)*c.headK], scratch)
+	c.storeK(l, r, kh, x[kh*c.headK:(kh+1)*c.headK], scratch)
 }
 
 // Rotator is implemented by Ops that multiply pieces of a vector by the
@@ -351,8 +396,13 @@ func (c *KVCache) storeWith(dst []byte, t KVType, tq *quant.Turbo, x, scratch []
 // the stored bytes). scratch holds at least 2×the padded head dimension
 // for TurboQuant types (nil otherwise).
 func (c *KVCache) GetK(l, seq, pos int, dst, scratch []float32) {
+	var buf [512]byte
+	b := buf[:]
+	if c.layers[l].KHead > len(buf) {
+		b = make([]byte, c.layers[l].KHead)
+	}
 	for kh := range c.nHead {
-		decodeHead(c.KHeadRow(l, seq, pos, kh), c.layers[l].K, c.TurboK(l, kh), dst[kh*c.headK:(kh+1)*c.headK], scratch)
+		decodeHead(c.KHeadRow(b, l, seq, pos, kh), c.layers[l].K, c.TurboK(l, kh), dst[kh*c.headK:(kh+1)*c.headK], scratch)
 	}
 }
 
@@ -375,8 +425,8 @@ func decodeHead(src []byte, t KVType, tq *quant.Turbo, dst, scratch []float32) {
 
 // Run returns how many positions from pos on (up to the end of the
 // sequence's context, or of its block in a paged cache) sit in
-// consecutive rows of one layout block, so that KHeadRows and VHeadRows
-// can hand them out as one matrix per head.
+// consecutive rows of one layout block, so that KHeadTiles and VHeadRows
+// can hand them out as one run per head.
 func (c *KVCache) Run(seq, pos int) int {
 	if c.Tables == nil {
 		return c.NCtx - pos
@@ -397,16 +447,23 @@ func (c *KVCache) Run(seq, pos int) int {
 // blocks.
 const pagedLayoutRows = 256
 
-// KHeadRows returns head kh of the stored K rows of positions [pos,
-// pos+n) of seq in layer l, back to back (KHead bytes each); n must not
-// exceed Run(seq, pos).
-func (c *KVCache) KHeadRows(l, kh, seq, pos, n int) []byte {
+// KHeadTiles returns head kh of the stored K rows of positions [pos,
+// pos+n) of seq in layer l: the transposed tiles that hold them, back to
+// back (quant.TileRows·KHead bytes each, in units of KUnit bytes), and
+// the row of the first tile that holds pos (the rows before it, and those
+// after pos+n-1 in the last tile, are other positions or unwritten); n
+// must not exceed Run(seq, pos).
+func (c *KVCache) KHeadTiles(l, kh, seq, pos, n int) ([]byte, int) {
 	hb := c.layers[l].KHead
-	i := c.off(c.row(seq, pos), kh, hb)
-	return c.K[l][i : i+n*hb]
+	r := c.row(seq, pos)
+	r0 := r & (quant.TileRows - 1)
+	i := c.off(r-r0, kh, hb)
+	return c.K[l][i : i+roundUp(r0+n, quant.TileRows)*hb], r0
 }
 
-// VHeadRows is KHeadRows for V.
+// VHeadRows returns head kh of the stored V rows of positions [pos,
+// pos+n) of seq in layer l, back to back (VHead bytes each); n must not
+// exceed Run(seq, pos).
 func (c *KVCache) VHeadRows(l, kh, seq, pos, n int) []byte {
 	hb := c.layers[l].VHead
 	i := c.off(c.row(seq, pos), kh, hb)
@@ -423,11 +480,29 @@ func (c *KVCache) CopyRows(dst, src, n int) {
 		c.forget(dst) // its f16 copies (--kv-recent) are not copied
 	}
 	d, s := dst*c.BlockSize, src*c.BlockSize
+	var buf [512]byte
 	for l := range c.K {
 		kb, vb := c.layers[l].KHead, c.layers[l].VHead
 		for kh := range c.nHead {
-			copy(c.K[l][c.off(d, kh, kb):][:n*kb], c.K[l][c.off(s, kh, kb):][:n*kb])
 			copy(c.V[l][c.off(d, kh, vb):][:n*vb], c.V[l][c.off(s, kh, vb):][:n*vb])
+			if c.BlockSize%quant.TileRows == 0 {
+				// whole tiles: the rows past n in the last one are rows
+				// of dst not written yet, which its owner writes before
+				// reading
+				m := roundUp(n, quant.TileRows) * kb
+				copy(c.K[l][c.off(d, kh, kb):][:m], c.K[l][c.off(s, kh, kb):][:m])
+				continue
+			}
+			b := buf[:]
+			if kb > len(buf) {
+				b = make([]byte, kb)
+			}
+			b = b[:kb]
+			for i := range n { // blocks share tiles: row by row
+				t, r := c.ktile(l, s+i, kh)
+				quant.TileRow(b, t, r, c.layers[l].KUnit)
+				c.putK(l, d+i, kh, b)
+			}
 		}
 	}
 }

@@ -3,11 +3,13 @@ package model_test
 import (
 	"bytes"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/model"
+	"github.com/flowinfer/flowinfer/quant"
 )
 
 // TestPagedKVCache: for every KV type, the same cells written through a
@@ -32,35 +34,38 @@ func TestPagedKVCache(t *testing.T) {
 			paged.Tables[0] = []int32{9, 10, 11, 3, 4, 5}
 			paged.Tables[1] = []int32{9, 0, 1, 2, 6, 7}
 			rng := rand.New(rand.NewPCG(1, 2))
-			row := make([]float32, h.KDim())
+			var shared [2][bs][2][]float32 // [layer][pos]: sequence 0's K and V rows of the shared block
 			for l := range h.NLayer {
 				for s := range nSeq {
 					for p := range nCtx {
 						if s == 1 && p < bs { // the shared block holds sequence 0's rows
-							for kh := range h.NHeadKV {
-								copy(flat.KHeadRow(l, s, p, kh), flat.KHeadRow(l, 0, p, kh))
-								copy(flat.VHeadRow(l, s, p, kh), flat.VHeadRow(l, 0, p, kh))
-							}
+							flat.SetK(l, s, p, shared[l][p][0])
+							flat.SetV(l, s, p, shared[l][p][1])
 							continue
 						}
-						for i := range row {
-							row[i] = rng.Float32()*2 - 1
+						k, v := make([]float32, h.KDim()), make([]float32, h.VDim())
+						for i := range k {
+							k[i] = rng.Float32()*2 - 1
 						}
-						flat.SetK(l, s, p, row)
-						paged.SetK(l, s, p, row)
-						for i := range row {
-							row[i] = rng.Float32()*2 - 1
+						for i := range v {
+							v[i] = rng.Float32()*2 - 1
 						}
-						flat.SetV(l, s, p, row)
-						paged.SetV(l, s, p, row)
+						if s == 0 && p < bs {
+							shared[l][p] = [2][]float32{k, v}
+						}
+						flat.SetK(l, s, p, k)
+						paged.SetK(l, s, p, k)
+						flat.SetV(l, s, p, v)
+						paged.SetV(l, s, p, v)
 					}
 				}
 			}
+			b1, b2 := make([]byte, paged.Layer(1).KHead), make([]byte, paged.Layer(1).KHead)
 			for l := range h.NLayer {
 				for s := range nSeq {
 					for p := range nCtx {
 						for kh := range h.NHeadKV {
-							if !bytes.Equal(paged.KHeadRow(l, s, p, kh), flat.KHeadRow(l, s, p, kh)) || !bytes.Equal(paged.VHeadRow(l, s, p, kh), flat.VHeadRow(l, s, p, kh)) {
+							if !bytes.Equal(paged.KHeadRow(b1, l, s, p, kh), flat.KHeadRow(b2, l, s, p, kh)) || !bytes.Equal(paged.VHeadRow(l, s, p, kh), flat.VHeadRow(l, s, p, kh)) {
 								t.Fatalf("layer %d seq %d pos %d head %d: paged and contiguous differ", l, s, p, kh)
 							}
 						}
@@ -78,12 +83,22 @@ func TestPagedKVCache(t *testing.T) {
 					t.Errorf("contiguous Run(%d, %d) = %d, want %d", c.seq, c.pos, got, nCtx-c.pos)
 				}
 				for kh := range h.NHeadKV {
-					rows := paged.KHeadRows(1, kh, c.seq, c.pos, c.want)
-					frows := flat.KHeadRows(1, kh, c.seq, c.pos, nCtx-c.pos)
+					lt := paged.Layer(1)
+					tiles, r0 := paged.KHeadTiles(1, kh, c.seq, c.pos, c.want)
+					ftiles, fr0 := flat.KHeadTiles(1, kh, c.seq, c.pos, nCtx-c.pos)
+					if len(tiles) != (r0+c.want+15)/16*16*lt.KHead {
+						t.Errorf("KHeadTiles(head %d, seq %d, pos %d): %d bytes for %d rows from row %d", kh, c.seq, c.pos, len(tiles), c.want, r0)
+					}
+					row := func(tiles []byte, r int) []byte {
+						b := make([]byte, lt.KHead)
+						quant.TileRow(b, tiles[r/16*16*lt.KHead:], r%16, lt.KUnit)
+						return b
+					}
 					for j := range min(c.want, nCtx-c.pos) {
 						p := c.pos + j
-						if !bytes.Equal(rows[j*paged.Layer(1).KHead:][:paged.Layer(1).KHead], flat.KHeadRow(1, c.seq, p, kh)) || !bytes.Equal(frows[j*flat.Layer(1).KHead:][:flat.Layer(1).KHead], flat.KHeadRow(1, c.seq, p, kh)) {
-							t.Errorf("KHeadRows(head %d, seq %d, pos %d) row %d is not position %d", kh, c.seq, c.pos, j, p)
+						want := flat.KHeadRow(b1, 1, c.seq, p, kh)
+						if !bytes.Equal(row(tiles, r0+j), want) || !bytes.Equal(row(ftiles, fr0+j), want) {
+							t.Errorf("KHeadTiles(head %d, seq %d, pos %d) row %d is not position %d", kh, c.seq, c.pos, j, p)
 						}
 					}
 				}
@@ -110,7 +125,7 @@ func TestPagedKVCache(t *testing.T) {
 			for l := range h.NLayer {
 				for r := range bs {
 					for kh := range h.NHeadKV {
-						same := bytes.Equal(paged.KHeadRow(l, 0, r, kh), paged.KHeadRow(l, 0, bs+r, kh)) && bytes.Equal(paged.VHeadRow(l, 0, r, kh), paged.VHeadRow(l, 0, bs+r, kh))
+						same := bytes.Equal(paged.KHeadRow(b1, l, 0, r, kh), paged.KHeadRow(b2, l, 0, bs+r, kh)) && bytes.Equal(paged.VHeadRow(l, 0, r, kh), paged.VHeadRow(l, 0, bs+r, kh))
 						if same != (r < 3) {
 							t.Errorf("CopyRows: layer %d row %d head %d copied %v", l, r, kh, same)
 						}
@@ -240,3 +255,73 @@ func TestPagedKVNeedsBackend(t *testing.T) {
 
 // contiguousOnly hides Ref's PagedKV.
 type contiguousOnly struct{ model.Ops }
+
+// TestKVTiles: K rows live in transposed tiles of quant.TileRows rows:
+// every K type reads back (GetK) what SetK stored in a contiguous cache
+// whose context is not a whole number of tiles (sequences must not share
+// a tile), in a block-addressed one of blocks smaller than a tile, and
+// after CopyRows of whole tiles (blocks of 16) or row by row (blocks of 4).
+func TestKVTiles(t *testing.T) {
+	h := &model.Hyper{NLayer: 2, NHead: 4, NHeadKV: 2, HeadDimK: 64, HeadDimV: 32}
+	for kt := range model.KVTQ3 + 1 {
+		types := model.KVTypes{K: kt, V: model.KVF32}
+		t.Run(kt.String(), func(t *testing.T) {
+			flat, err := model.NewKVCacheOf(h, types, 21, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			blk, err := model.NewBlockKVCache(h, types, 4, 20, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p16, err := model.NewPagedKVCache(h, types, 16, 6, 1, 48)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p16.Tables[0] = []int32{4, 1, 2}
+			rng := rand.New(rand.NewPCG(3, 4))
+			k := make([]float32, h.KDim())
+			want, got, scratch := make([]float32, h.KDim()), make([]float32, h.KDim()), make([]float32, 512)
+			type cell struct{ l, s, p int }
+			stored := map[cell][]float32{}
+			for _, c := range []*model.KVCache{flat, blk} {
+				clear(stored)
+				for l := range h.NLayer {
+					for s := range 3 {
+						for p := range 20 {
+							for i := range k {
+								k[i] = rng.Float32()*2 - 1
+							}
+							c.SetK(l, s, p, k)
+							c.GetK(l, s, p, want, scratch)
+							stored[cell{l, s, p}] = append([]float32(nil), want...)
+						}
+					}
+				}
+				for cl, w := range stored { // no later row overwrote an earlier one
+					c.GetK(cl.l, cl.s, cl.p, got, scratch)
+					if !slices.Equal(got, w) {
+						t.Fatalf("layer %d seq %d pos %d: K changed after the other rows were stored", cl.l, cl.s, cl.p)
+					}
+				}
+			}
+			// CopyRows: blocks of 16 copy whole tiles
+			for p := range 48 {
+				for i := range k {
+					k[i] = rng.Float32()*2 - 1
+				}
+				p16.SetK(1, 0, p, k)
+			}
+			p16.CopyRows(0, 1, 5) // block 1 holds positions 16..31
+			b1, b2 := make([]byte, p16.Layer(1).KHead), make([]byte, p16.Layer(1).KHead)
+			p16.Tables[0] = []int32{0, 1}
+			for r := range 5 {
+				for kh := range h.NHeadKV {
+					if !bytes.Equal(p16.KHeadRow(b1, 1, 0, r, kh), p16.KHeadRow(b2, 1, 0, 16+r, kh)) {
+						t.Errorf("CopyRows of whole tiles: row %d head %d not copied", r, kh)
+					}
+				}
+			}
+		})
+	}
+}

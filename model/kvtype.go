@@ -159,6 +159,7 @@ func (t KVTypes) ForLayer(l, n int) (k, v KVType) {
 type KVLayer struct {
 	K, V         KVType
 	KHead, VHead int
+	KUnit        int // the unit K heads are transposed in (quant.TileUnit)
 	RotK, RotV   int
 	XK, XV       bool
 }
@@ -189,7 +190,10 @@ func kvLayers(h *Hyper, t KVTypes) ([]KVLayer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("-ctv: %w", err)
 		}
-		ls[l] = KVLayer{K: k, V: v, KHead: hk, VHead: hv, XK: t.Recent > 0 && k.quantized(), XV: t.Recent > 0 && v.quantized()}
+		ls[l] = KVLayer{K: k, V: v, KHead: hk, VHead: hv, KUnit: 1, XK: t.Recent > 0 && k.quantized(), XV: t.Recent > 0 && v.quantized()}
+		if qt, _ := k.Quant(); k.Turbo() == 0 {
+			ls[l].KUnit = quant.TileUnit(qt)
+		}
 		if blockRotated(k, h.HeadDimK) {
 			n := 64
 			for h.HeadDimK%(2*n) == 0 {

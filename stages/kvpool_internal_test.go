@@ -2,6 +2,7 @@ package stages
 
 import (
 	"encoding/binary"
+	"math"
 	"testing"
 
 	"github.com/flowinfer/flowinfer/model"
@@ -35,7 +36,7 @@ func fill(t *testing.T, p *blockPool, q *seq, slot int) int {
 	}
 	// Write a recognisable value into each new row (position + token).
 	for pos := q.fed; pos < len(q.toks); pos++ {
-		binary.LittleEndian.PutUint32(p.kv.KHeadRow(0, slot, pos, 0), uint32(q.toks[pos]))
+		p.kv.SetK(0, slot, pos, []float32{math.Float32frombits(uint32(q.toks[pos])), 0})
 	}
 	q.fed = len(q.toks)
 	p.publish(q)
@@ -67,7 +68,7 @@ func TestBlockPool(t *testing.T) {
 			p.release(b)
 			want := make([]uint32, 9)
 			for pos := range want {
-				want[pos] = binary.LittleEndian.Uint32(p.kv.KHeadRow(0, 0, pos, 0))
+				want[pos] = binary.LittleEndian.Uint32(p.kv.KHeadRow(make([]byte, 8), 0, 0, pos, 0))
 			}
 			aBlocks := append([]int32(nil), a.blocks...)
 			p.release(a)
@@ -77,7 +78,7 @@ func TestBlockPool(t *testing.T) {
 				t.Errorf("shared prefix: reused %d, want 9", c)
 			}
 			for pos := range want { // the reused rows hold a's values
-				if got := binary.LittleEndian.Uint32(p.kv.KHeadRow(0, 1, pos, 0)); got != want[pos] {
+				if got := binary.LittleEndian.Uint32(p.kv.KHeadRow(make([]byte, 8), 0, 1, pos, 0)); got != want[pos] {
 					t.Errorf("pos %d: reused row %v, want %v", pos, got, want[pos])
 				}
 			}

@@ -1,0 +1,233 @@
+//go:build cgo
+
+// AVX2 decode scores against K rows stored in transposed tiles
+// (quant.TileRows): kern_avx512_kt.c's kernels with 8 lanes, a tile's 16
+// rows in two vectors, so each loaded query value feeds both halves' FMAs
+// and the chains are a head's halves.
+
+#pragma GCC target("avx2,fma,f16c")
+
+#include "kern.h"
+#include "kern_avx2.h"
+
+// Tiled row kinds with kernels of their own.
+enum { T_F32, T_F16, T_BF16, T_Q8_0, T_Q4_0, T_TQ4, T_TQ3 };
+
+static int tkind(int t, int bits) {
+	if (bits == 4) return T_TQ4;
+	if (bits == 3) return T_TQ3;
+	if (bits > 0) return -1;
+	switch (t) {
+	case FI_F32: return T_F32;
+	case FI_F16: return T_F16;
+	case FI_BF16: return T_BF16;
+	case FI_Q8_0: return T_Q8_0;
+	case FI_Q4_0: return T_Q4_0;
+	}
+	return -1;
+}
+
+#define FI_PRAGMA(x) _Pragma(#x)
+#define UNROLL(n) FI_PRAGMA(GCC unroll n)
+
+// u8s widens 8 bytes at p (one byte of 8 rows) to int32 lanes.
+FI_INLINE __m256i u8s(const uint8_t *p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
+
+// scales returns 8 rows' fp16 scales whose low bytes are at p and high
+// bytes at p + 16, widened.
+FI_INLINE __m256 scales(const uint8_t *p) {
+	return _mm256_cvtph_ps(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)p), _mm_loadl_epi64((const __m128i *)(p + 16))));
+}
+
+// lut16 looks up the low 4 bits of each lane of c in the 16 levels l0
+// (codes 0-7) and l1 (8-15).
+FI_INLINE __m256 lut16(__m256i c, __m256 l0, __m256 l1) {
+	return _mm256_blendv_ps(_mm256_permutevar8x32_ps(l0, c), _mm256_permutevar8x32_ps(l1, c),
+	                        _mm256_castsi256_ps(_mm256_slli_epi32(c, 28)));
+}
+
+// FMA2 adds value d of the NH query heads at q (dim apart) times the rows'
+// values k0 (rows 0-7) and k1 (rows 8-15) to their chains.
+#define FMA2(d, k0, k1)                                                                                                \
+	do {                                                                                                               \
+		const __m256 x0_ = (k0), x1_ = (k1);                                                                           \
+		UNROLL(4) for (int h = 0; h < NH; h++) {                                                                       \
+			const __m256 qv_ = _mm256_broadcast_ss(q + h * dim + (d));                                                 \
+			a[h] = _mm256_fmadd_ps(qv_, x0_, a[h]);                                                                    \
+			b[h] = _mm256_fmadd_ps(qv_, x1_, b[h]);                                                                    \
+		}                                                                                                              \
+	} while (0)
+
+// tile sets o[2h] and o[2h+1] (h < NH) to the scores of query heads
+// q + h·dim against rows 0-7 and 8-15 of tile t (rows of rb bytes); l0
+// and l1 are the TurboQuant codebook.
+FI_INLINE void tile(const int kind, const int NH, const uint8_t *t, int64_t rb, int64_t dim, const float *q, __m256 l0,
+                    __m256 l1, __m256 *o) {
+	__m256 a[4], b[4];
+	UNROLL(4) for (int h = 0; h < NH; h++) a[h] = b[h] = o[2 * h] = o[2 * h + 1] = _mm256_setzero_ps();
+	switch (kind) {
+	case T_F32:
+		UNROLL(8) for (int64_t d = 0; d < dim; d++) {
+			const float *p = (const float *)(t + d * 64);
+			FMA2(d, _mm256_loadu_ps(p), _mm256_loadu_ps(p + 8));
+		}
+		break;
+	case T_F16:
+		UNROLL(8) for (int64_t d = 0; d < dim; d++) {
+			const uint8_t *p = t + d * 32;
+			FMA2(d, _mm256_cvtph_ps(ld128(p)), _mm256_cvtph_ps(ld128(p + 16)));
+		}
+		break;
+	case T_BF16:
+		UNROLL(8) for (int64_t d = 0; d < dim; d++) {
+			const uint8_t *p = t + d * 32;
+			FMA2(d, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(ld128(p)), 16)),
+			     _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(ld128(p + 16)), 16)));
+		}
+		break;
+	case T_Q8_0: // blocks of a 2-byte scale and 32 int8 values
+		for (int64_t c = 0; c < dim; c += 32) {
+			const uint8_t *blk = t + c / 32 * 34 * 16;
+			UNROLL(8) for (int64_t i = 0; i < 32; i++) {
+				const uint8_t *p = blk + (2 + i) * 16;
+				FMA2(c + i, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p))),
+				     _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8)))));
+			}
+			const __m256 s0 = scales(blk), s1 = scales(blk + 8);
+			UNROLL(4) for (int h = 0; h < NH; h++) {
+				o[2 * h] = _mm256_fmadd_ps(s0, a[h], o[2 * h]);
+				o[2 * h + 1] = _mm256_fmadd_ps(s1, b[h], o[2 * h + 1]);
+				a[h] = b[h] = _mm256_setzero_ps();
+			}
+		}
+		return;
+	case T_Q4_0: // blocks of a 2-byte scale and 16 bytes: value i in byte i's low nibble, i+16 in its high one
+		for (int64_t c = 0; c < dim; c += 32) {
+			const uint8_t *blk = t + c / 32 * 18 * 16;
+			const __m256i eight = _mm256_set1_epi32(8), m4 = _mm256_set1_epi32(15);
+			__m256 e[4], f[4]; // the high nibbles' chains
+			UNROLL(4) for (int h = 0; h < NH; h++) e[h] = f[h] = _mm256_setzero_ps();
+			UNROLL(4) for (int64_t i = 0; i < 16; i++) {
+				const uint8_t *p = blk + (2 + i) * 16;
+				const __m256i w0 = u8s(p), w1 = u8s(p + 8);
+				FMA2(c + i, _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(w0, m4), eight)),
+				     _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(w1, m4), eight)));
+				const __m256 y0 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(w0, 4), eight));
+				const __m256 y1 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(w1, 4), eight));
+				UNROLL(4) for (int h = 0; h < NH; h++) {
+					const __m256 qv = _mm256_broadcast_ss(q + h * dim + c + 16 + i);
+					e[h] = _mm256_fmadd_ps(qv, y0, e[h]);
+					f[h] = _mm256_fmadd_ps(qv, y1, f[h]);
+				}
+			}
+			const __m256 s0 = scales(blk), s1 = scales(blk + 8);
+			UNROLL(4) for (int h = 0; h < NH; h++) {
+				o[2 * h] = _mm256_fmadd_ps(s0, _mm256_add_ps(a[h], e[h]), o[2 * h]);
+				o[2 * h + 1] = _mm256_fmadd_ps(s1, _mm256_add_ps(b[h], f[h]), o[2 * h + 1]);
+				a[h] = b[h] = _mm256_setzero_ps();
+			}
+		}
+		return;
+	case T_TQ4: // a 2-byte scale, then code 2i in byte i's low nibble, 2i+1 in its high one
+		UNROLL(4) for (int64_t i = 0; i < dim / 2; i++) {
+			const uint8_t *p = t + (2 + i) * 16;
+			const __m256i w0 = u8s(p), w1 = u8s(p + 8);
+			FMA2(2 * i, lut16(w0, l0, l1), lut16(w1, l0, l1));
+			FMA2(2 * i + 1, lut16(_mm256_srli_epi32(w0, 4), l0, l1), lut16(_mm256_srli_epi32(w1, 4), l0, l1));
+		}
+		break;
+	case T_TQ3: // a 2-byte scale, then code j at bit 3j: 8 codes in 3 bytes; vpermps reads an index's low 3 bits
+		UNROLL(2) for (int64_t j = 0; j < dim; j += 8) {
+			const uint8_t *p = t + (2 + 3 * j / 8) * 16;
+			const __m256i w0 = _mm256_or_si256(_mm256_or_si256(u8s(p), _mm256_slli_epi32(u8s(p + 16), 8)),
+			                                   _mm256_slli_epi32(u8s(p + 32), 16));
+			const __m256i w1 = _mm256_or_si256(_mm256_or_si256(u8s(p + 8), _mm256_slli_epi32(u8s(p + 24), 8)),
+			                                   _mm256_slli_epi32(u8s(p + 40), 16));
+			UNROLL(8) for (int k = 0; k < 8; k++) {
+				FMA2(j + k, _mm256_permutevar8x32_ps(l0, _mm256_srli_epi32(w0, 3 * k)),
+				     _mm256_permutevar8x32_ps(l0, _mm256_srli_epi32(w1, 3 * k)));
+			}
+		}
+		break;
+	}
+	if (kind == T_TQ4 || kind == T_TQ3) {
+		const __m256 s0 = scales(t), s1 = scales(t + 8);
+		UNROLL(4) for (int h = 0; h < NH; h++) {
+			o[2 * h] = _mm256_mul_ps(s0, a[h]);
+			o[2 * h + 1] = _mm256_mul_ps(s1, b[h]);
+		}
+		return;
+	}
+	UNROLL(4) for (int h = 0; h < NH; h++) {
+		o[2 * h] = a[h];
+		o[2 * h + 1] = b[h];
+	}
+}
+
+// put stores lanes [lo, hi) of the 16 lanes v0, v1 at o + lo.
+FI_INLINE void put(float *o, __m256 v0, __m256 v1, int64_t lo, int64_t hi) {
+	if (lo == 0 && hi == 16) {
+		_mm256_storeu_ps(o, v0);
+		_mm256_storeu_ps(o + 8, v1);
+		return;
+	}
+	float t[16];
+	_mm256_storeu_ps(t, v0);
+	_mm256_storeu_ps(t + 8, v1);
+	for (int64_t r = lo; r < hi; r++) o[r] = t[r];
+}
+
+// tiles runs tile over the tiles of rows [r0, r0+n) for every group of up
+// to 4 query heads, storing row r0+j's scores at column j.
+FI_INLINE void tiles(const int kind, const uint8_t *src, int64_t rb, int64_t r0, int64_t n, int64_t dim,
+                     const float *q, int64_t G, float *s, int64_t ls, __m256 l0, __m256 l1) {
+	for (int64_t i = 0; i * 16 < r0 + n; i++) {
+		const int64_t lo = i == 0 ? r0 : 0, hi = r0 + n - i * 16 < 16 ? r0 + n - i * 16 : 16;
+		const uint8_t *t = src + i * 16 * rb;
+		const int64_t col = i * 16 - r0; // lane r is column col + r
+		__m256 o[8];
+		int64_t g = 0;
+		for (; g + 4 <= G; g += 4) {
+			tile(kind, 4, t, rb, dim, q + g * dim, l0, l1, o);
+			UNROLL(4) for (int h = 0; h < 4; h++) put(s + (g + h) * ls + col, o[2 * h], o[2 * h + 1], lo, hi);
+		}
+		for (; g < G; g++) {
+			tile(kind, 1, t, rb, dim, q + g * dim, l0, l1, o);
+			put(s + g * ls + col, o[0], o[1], lo, hi);
+		}
+	}
+}
+
+#define TILES(k)                                                                                                       \
+	do {                                                                                                               \
+		if (dim == 64) {                                                                                               \
+			tiles(k, src, rb, r0, n, 64, q, G, s, ls, l0, l1);                                                         \
+		} else if (dim == 128) {                                                                                       \
+			tiles(k, src, rb, r0, n, 128, q, G, s, ls, l0, l1);                                                        \
+		} else {                                                                                                       \
+			tiles(k, src, rb, r0, n, dim, q, G, s, ls, l0, l1);                                                        \
+		}                                                                                                              \
+	} while (0)
+
+// fi_attn_scores_t_avx2: see kern.h.
+int fi_attn_scores_t_avx2(int t, int bits, const float *levels, const uint8_t *src, int64_t rb, int64_t u, int64_t r0,
+                          int64_t n, int64_t dim, const float *q, int64_t G, float *s, int64_t ls) {
+	if (dim % 8 != 0 || dim > FI_AD_MAXDIM) return -1;
+	const int kind = tkind(t, bits);
+	if (kind < 0) return fi_attn_scores_t_rows(0, t, bits, levels, src, rb, u, r0, n, dim, q, G, s, ls);
+	float l[16] = {0};
+	if (bits == 3 || bits == 4) {
+		for (int i = 0; i < 16; i++) l[i] = levels[i % (1 << bits)];
+	}
+	const __m256 l0 = _mm256_loadu_ps(l), l1 = _mm256_loadu_ps(l + 8);
+	switch (kind) {
+	case T_F32: TILES(T_F32); break;
+	case T_F16: TILES(T_F16); break;
+	case T_BF16: TILES(T_BF16); break;
+	case T_Q8_0: TILES(T_Q8_0); break;
+	case T_Q4_0: TILES(T_Q4_0); break;
+	case T_TQ4: TILES(T_TQ4); break;
+	case T_TQ3: TILES(T_TQ3); break;
+	}
+	return 0;
+}
