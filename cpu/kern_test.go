@@ -888,7 +888,7 @@ func TestAttnScoresTiles(t *testing.T) {
 									p := float64(q[g*c.dim+d]) * float64(v)
 									sum, abs = sum+p, abs+math.Abs(p)
 								}
-								if math.Abs(float64(got)-sum) > 2e-6*abs+1e-30 {
+								if !(math.Abs(float64(got)-sum) <= 2e-6*abs+1e-30) { // NaN fails
 									t.Fatalf("%s %s r0=%d n=%d G=%d: score [%d][%d] = %v, want %v (Σ|·| %v)", isa, c.name, r0, n, G, g, j, got, sum, abs)
 								}
 							}
