@@ -539,14 +539,7 @@ func (k *Kernels) AttnScores(t quant.Type, tq *quant.Turbo, src []byte, stride, 
 	x := rowBuf(&buf, dim)
 	for j := range n {
 		kvRowF32(t, tq, src[j*stride:][:rb], x)
-		for g := range G {
-			qg := q[g*dim : (g+1)*dim]
-			var sum float32
-			for d, v := range x {
-				sum += qg[d] * v
-			}
-			s[g*ls+j] = sum
-		}
+		scoreRow(q, x, G, s[j:], ls)
 	}
 }
 
@@ -589,14 +582,7 @@ func (k *Kernels) AttnScoresTiles(t quant.Type, tq *quant.Turbo, src []byte, u, 
 		r := r0 + j
 		quant.TileRow(row, src[r/quant.TileRows*quant.TileRows*rb:], r%quant.TileRows, u)
 		kvRowF32(t, tq, row, x)
-		for g := range G {
-			qg := q[g*dim : (g+1)*dim]
-			var sum float32
-			for d, v := range x {
-				sum += qg[d] * v
-			}
-			s[g*ls+j] = sum
-		}
+		scoreRow(q, x, G, s[j:], ls)
 	}
 }
 
@@ -616,6 +602,19 @@ func (k *Kernels) Untile(src []byte, rb, u, r0, n int, dst []byte) {
 	for j := range n {
 		r := r0 + j
 		quant.TileRow(dst[j*rb:(j+1)*rb], src[r/quant.TileRows*quant.TileRows*rb:], r%quant.TileRows, u)
+	}
+}
+
+// scoreRow sets s[g*ls] (g < G) to the dot product of the row x with query
+// head g of q (len(x) values each), summed in order.
+func scoreRow(q, x []float32, G int, s []float32, ls int) {
+	for g := range G {
+		qg := q[g*len(x) : (g+1)*len(x)]
+		var sum float32
+		for d, v := range x {
+			sum += qg[d] * v
+		}
+		s[g*ls] = sum
 	}
 }
 

@@ -8,24 +8,8 @@
 #pragma GCC target("avx2,fma,f16c")
 
 #include "kern.h"
+#include "kern_kt.h"
 #include "kern_avx2.h"
-
-// Tiled row kinds with kernels of their own.
-enum { T_F32, T_F16, T_BF16, T_Q8_0, T_Q4_0, T_TQ4, T_TQ3 };
-
-static int tkind(int t, int bits) {
-	if (bits == 4) return T_TQ4;
-	if (bits == 3) return T_TQ3;
-	if (bits > 0) return -1;
-	switch (t) {
-	case FI_F32: return T_F32;
-	case FI_F16: return T_F16;
-	case FI_BF16: return T_BF16;
-	case FI_Q8_0: return T_Q8_0;
-	case FI_Q4_0: return T_Q4_0;
-	}
-	return -1;
-}
 
 #define FI_PRAGMA(x) _Pragma(#x)
 #define UNROLL(n) FI_PRAGMA(GCC unroll n)
@@ -215,19 +199,9 @@ int fi_attn_scores_t_avx2(int t, int bits, const float *levels, const uint8_t *s
 	if (dim % 8 != 0 || dim > FI_AD_MAXDIM) return -1;
 	const int kind = tkind(t, bits);
 	if (kind < 0) return fi_attn_scores_t_rows(0, t, bits, levels, src, rb, u, r0, n, dim, q, G, s, ls);
-	float l[16] = {0};
-	if (bits == 3 || bits == 4) {
-		for (int i = 0; i < 16; i++) l[i] = levels[i % (1 << bits)];
-	}
+	float l[16];
+	tlevels(bits, levels, l);
 	const __m256 l0 = _mm256_loadu_ps(l), l1 = _mm256_loadu_ps(l + 8);
-	switch (kind) {
-	case T_F32: TILES(T_F32); break;
-	case T_F16: TILES(T_F16); break;
-	case T_BF16: TILES(T_BF16); break;
-	case T_Q8_0: TILES(T_Q8_0); break;
-	case T_Q4_0: TILES(T_Q4_0); break;
-	case T_TQ4: TILES(T_TQ4); break;
-	case T_TQ3: TILES(T_TQ3); break;
-	}
+	BY_TKIND(kind, TILES);
 	return 0;
 }
