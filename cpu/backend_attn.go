@@ -14,11 +14,11 @@ package cpu
 //     tile at a time in L1), in Ref's order.
 //   - A run of at least attnMinRun consecutive rows of one sequence
 //     (prefill) has the sequence's K and V packed once per call (per KV
-//     head: K rows untransposed and back to back, V in column blocks, so that tiles stream
-//     whatever the cache's row stride) and is cut into blocks of about
-//     attnRows query rows (batch rows × the query heads of a KV head: the
-//     group shares every K and V load); a unit is one block and
-//     one KV head and walks the cached positions in tiles of up to
+//     head: K rows untransposed and back to back, V in column blocks, so
+//     that tiles stream whatever the cache's row stride) and is cut into
+//     blocks of about attnRows query rows (batch rows × the query heads of
+//     a KV head: the group shares every K and V load); a unit is one block
+//     and one KV head and walks the cached positions in tiles of up to
 //     attnTile (flash attention: Kernels.FlashTile): S = Q·Kᵀ, an online
 //     softmax (running max and sum per query row, the accumulated output
 //     rescaled when the max grows), then acc += P·V, all on tiles that

@@ -547,7 +547,7 @@ func (k *Kernels) AttnScores(t quant.Type, tq *quant.Turbo, src []byte, stride, 
 // (quant.TileRows' layout, in units of u bytes): row j < n, whose scores go
 // to column j, is row r0+j of the tiles at src, tile i at
 // src[i·TileRows·rb:] for rows of rb bytes. The Go path untransposes each
-// row and sums as AttnScores does; the AVX-512 path reads the tiles in
+// row and sums as AttnScores does; the SIMD paths read the tiles in
 // place, lanes holding rows.
 func (k *Kernels) AttnScoresTiles(t quant.Type, tq *quant.Turbo, src []byte, u, r0, n, dim int, q []float32, G int, s []float32, ls int) {
 	const op = "AttnScoresTiles"

@@ -246,16 +246,17 @@ func attnSumC(isa ISA, t quant.Type, tq *quant.Turbo, src []byte, stride, n, dim
 		C.int64_t(dim), (*C.float)(ptr(w)), C.int64_t(lw), C.int64_t(G), (*C.float)(ptr(acc))) == 0
 }
 
-// attnScoresTilesC runs the C tiled scores of isa; false if it has none
-// for these rows.
+// attnScoresTilesC runs the C tiled scores of isa (AVX-512's refusing a
+// width the AVX2 kernels take: theirs); false if it has none for these
+// rows.
 func attnScoresTilesC(isa ISA, t quant.Type, tq *quant.Turbo, src []byte, rb, u, r0, n, dim int, q []float32, G int, s []float32, ls int) bool {
 	if isa != ISAAVX2 && isa != ISAAVX512 {
 		return false
 	}
 	bits, lv := turboArgs(tq)
-	if isa == ISAAVX512 {
-		return C.fi_attn_scores_t_avx512(C.int(t), bits, lv, (*C.uint8_t)(ptr(src)), C.int64_t(rb), C.int64_t(u), C.int64_t(r0),
-			C.int64_t(n), C.int64_t(dim), (*C.float)(ptr(q)), C.int64_t(G), (*C.float)(ptr(s)), C.int64_t(ls)) == 0
+	if isa == ISAAVX512 && C.fi_attn_scores_t_avx512(C.int(t), bits, lv, (*C.uint8_t)(ptr(src)), C.int64_t(rb), C.int64_t(u),
+		C.int64_t(r0), C.int64_t(n), C.int64_t(dim), (*C.float)(ptr(q)), C.int64_t(G), (*C.float)(ptr(s)), C.int64_t(ls)) == 0 {
+		return true
 	}
 	return C.fi_attn_scores_t_avx2(C.int(t), bits, lv, (*C.uint8_t)(ptr(src)), C.int64_t(rb), C.int64_t(u), C.int64_t(r0),
 		C.int64_t(n), C.int64_t(dim), (*C.float)(ptr(q)), C.int64_t(G), (*C.float)(ptr(s)), C.int64_t(ls)) == 0

@@ -42,8 +42,8 @@ func f32Bytes(x []float32) []byte {
 //     Tables[seq][pos/BlockSize] is the block holding (seq, pos). Blocks
 //     may appear in several tables (a shared prompt prefix); a sequence
 //     only writes blocks that are its own. Backends must read it through
-//     the head accessors (KHeadTiles, VHeadRows, Run) and declare it by implementing
-//     PagedKV.
+//     the head accessors (KHeadTiles, VHeadRows, Run) and declare it by
+//     implementing PagedKV.
 type KVCache struct {
 	NLayer, NCtx, NSeq int
 	KDim, VDim         int // values per row: NHeadKV × head dimension
