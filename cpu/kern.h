@@ -174,11 +174,11 @@ void fi_untile(const uint8_t *src, int64_t rb, int64_t u, int64_t r0, int64_t n,
 // fi_attn_scores_t_avx2 and fi_attn_scores_t_avx512 are the scores of
 // fi_attn_scores_avx2 for rows stored in transposed tiles: row j < n (its
 // scores at s[g*ls + j]) is row r0+j of the tiles at src, as fi_untile
-// reads it. The AVX-512 kernels of kern_avx512_kt.c read f32, f16, bf16,
-// q8_0, q4_0 and 3- and 4-bit TurboQuant tiles in place; other rows go
-// through fi_attn_scores_t_rows, which untransposes the tiles one at a time
-// into a buffer and runs the row kernel of its ISA (avx512 non-zero:
-// fi_attn_scores_avx512) on them. -1 as fi_attn_scores_avx2.
+// reads it. The kernels of kern_avx512_kt.c and kern_avx2_kt.c read f32,
+// f16, bf16, q8_0, q4_0 and 3- and 4-bit TurboQuant tiles in place; other
+// rows go through fi_attn_scores_t_rows, which untransposes the tiles one
+// at a time into a buffer and runs the row kernel of its ISA (avx512
+// non-zero: fi_attn_scores_avx512) on them. -1 as fi_attn_scores_avx2.
 int fi_attn_scores_t_avx2(int t, int bits, const float *levels, const uint8_t *src, int64_t rb, int64_t u, int64_t r0,
                           int64_t n, int64_t dim, const float *q, int64_t G, float *s, int64_t ls);
 int fi_attn_scores_t_avx512(int t, int bits, const float *levels, const uint8_t *src, int64_t rb, int64_t u,

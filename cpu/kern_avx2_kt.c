@@ -43,9 +43,9 @@ FI_INLINE __m256 lut16(__m256i c, __m256 l0, __m256 l1) {
 	} while (0)
 
 // tile sets o[2h] and o[2h+1] (h < NH) to the scores of query heads
-// q + h·dim against rows 0-7 and 8-15 of tile t (rows of rb bytes); l0
+// q + h·dim against rows 0-7 and 8-15 of tile t; l0
 // and l1 are the TurboQuant codebook.
-FI_INLINE void tile(const int kind, const int NH, const uint8_t *t, int64_t rb, int64_t dim, const float *q, __m256 l0,
+FI_INLINE void tile(const int kind, const int NH, const uint8_t *t, int64_t dim, const float *q, __m256 l0,
                     __m256 l1, __m256 *o) {
 	__m256 a[4], b[4];
 	UNROLL(4) for (int h = 0; h < NH; h++) a[h] = b[h] = o[2 * h] = o[2 * h + 1] = _mm256_setzero_ps();
@@ -172,11 +172,11 @@ FI_INLINE void tiles(const int kind, const uint8_t *src, int64_t rb, int64_t r0,
 		__m256 o[8];
 		int64_t g = 0;
 		for (; g + 4 <= G; g += 4) {
-			tile(kind, 4, t, rb, dim, q + g * dim, l0, l1, o);
+			tile(kind, 4, t, dim, q + g * dim, l0, l1, o);
 			UNROLL(4) for (int h = 0; h < 4; h++) put(s + (g + h) * ls + col, o[2 * h], o[2 * h + 1], lo, hi);
 		}
 		for (; g < G; g++) {
-			tile(kind, 1, t, rb, dim, q + g * dim, l0, l1, o);
+			tile(kind, 1, t, dim, q + g * dim, l0, l1, o);
 			put(s + g * ls + col, o[0], o[1], lo, hi);
 		}
 	}

@@ -50,10 +50,9 @@ I5 __m512 scales(const uint8_t *p) {
 	} while (0)
 
 // tile sets o[h] (h < NH) to the scores of query heads q + h·dim against
-// the 16 rows of tile t (rows of rb bytes); lv is the TurboQuant codebook
-// indexed by a code's low 4 bits.
-I5 void tile(const int kind, const int NH, const uint8_t *t, int64_t rb, int64_t dim, const float *q, __m512 lv,
-             __m512 *o) {
+// the 16 rows of tile t (the kind fixes its layout); lv is the TurboQuant
+// codebook indexed by a code's low 4 bits.
+I5 void tile(const int kind, const int NH, const uint8_t *t, int64_t dim, const float *q, __m512 lv, __m512 *o) {
 	__m512 a[4], b[4];
 	UNROLL(4) for (int h = 0; h < NH; h++) a[h] = b[h] = o[h] = _mm512_setzero_ps();
 	switch (kind) {
@@ -158,11 +157,11 @@ I5 void tiles(const int kind, const uint8_t *src, int64_t rb, int64_t r0, int64_
 		__m512 o[4];
 		int64_t g = 0;
 		for (; g + 4 <= G; g += 4) {
-			tile(kind, 4, t, rb, dim, q + g * dim, lv, o);
+			tile(kind, 4, t, dim, q + g * dim, lv, o);
 			UNROLL(4) for (int h = 0; h < 4; h++) put(s + (g + h) * ls + col, o[h], lo, hi);
 		}
 		for (; g < G; g++) {
-			tile(kind, 1, t, rb, dim, q + g * dim, lv, o);
+			tile(kind, 1, t, dim, q + g * dim, lv, o);
 			put(s + g * ls + col, o[0], lo, hi);
 		}
 	}
