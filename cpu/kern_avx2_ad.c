@@ -2,13 +2,14 @@
 
 // AVX2 decode-row attention over stored KV rows: the scores of a group of
 // query heads against a run of cached K rows, and the weighted sum of a run
-// of cached V rows, each in one call per run. F32 rows are read in place
-// and f16 rows widened in the registers that use them; rows of the other
-// KV types (bf16, q8_0, q4_0, TurboQuant) are widened to float32 a tile at
-// a time into a buffer that stays in L1 (kv_row, kern_avx2_kv.h: as
-// fi_dequant_avx2 and fi_turbo_decode_avx2 widen them), and met there by
-// the queries or the weights: one pass over the cache's bytes, no call
-// per chunk of rows.
+// of cached V rows, each in one call per run. F32 rows are read in place.
+// The scores widen f16 rows in the registers that use them, and rows of
+// the other KV types (bf16, q8_0, q4_0, TurboQuant) to float32 a tile at a
+// time into a buffer that stays in L1 (kv_row, kern_avx2_kv.h: as
+// fi_dequant_avx2 and fi_turbo_decode_avx2 widen them), where the queries
+// meet them. The V sums widen f16, q8_0 and 3- and 4-bit TurboQuant rows in
+// registers too (ld8k, the same values as kv_row's), the others through
+// the buffer. One pass over the cache's bytes, no call per chunk of rows.
 
 #pragma GCC target("avx2,fma,f16c")
 
@@ -130,16 +131,85 @@ int fi_attn_scores_avx2(int t, int bits, const float *levels, const uint8_t *src
 	return 0;
 }
 
+// Row kinds the V sums read in place, widening 8 values at a time in
+// registers exactly as kv_row widens them (so results are bit for bit those
+// of widening into a buffer): A_FLOAT (float32 rows, or rows kv_row widened
+// into a buffer: bf16, 2-bit TurboQuant), the stored types, and TurboQuant
+// codes of 3 or 4 bits. Widening into a buffer cost a store and a load per
+// value, and the tile's pass over the row bytes before the sums' pass
+// (BenchmarkAttnRows on Zen 3: docs/decisions.md).
+enum { A_FLOAT, A_F16, A_Q8_0, A_TQ3, A_TQ4 };
+
+static int akind(int t, int bits) {
+	if (bits == 3) return A_TQ3;
+	if (bits == 4) return A_TQ4;
+	if (bits > 0) return -1;
+	switch (t) {
+	case FI_F32: return A_FLOAT;
+	case FI_F16: return A_F16;
+	case FI_Q8_0: return A_Q8_0;
+	}
+	return -1;
+}
+
+// row_tab sets what ld8k needs of a row besides its bytes: for TurboQuant,
+// the codebook times the row's scale (*scale, widened from the row's f16
+// once per tile; each level one float multiply, as kv_row): 3 bits in t0,
+// 4 bits in t0 (levels 0-7) and t1 (8-15).
+FI_INLINE void row_tab(const int kind, const float *scale, const float *levels, __m256 *t0, __m256 *t1) {
+	if (kind != A_TQ3 && kind != A_TQ4) return;
+	const __m256 sc = _mm256_broadcast_ss(scale);
+	*t0 = _mm256_mul_ps(sc, _mm256_loadu_ps(levels));
+	if (kind == A_TQ4) *t1 = _mm256_mul_ps(sc, _mm256_loadu_ps(levels + 8));
+}
+
+// ld8k loads values d..d+7 of a row of kind (d a multiple of 8) as float32,
+// each as kv_row makes it; t0 and t1 are row_tab's, bs the row's block
+// scales (q8_0), widened once per tile.
+FI_INLINE __m256 ld8k(const int kind, const void *row, int64_t d, __m256 t0, __m256 t1, const float *bs) {
+	const uint8_t *s = row;
+	switch (kind) {
+	case A_F16: return _mm256_cvtph_ps(ld128(s + 2 * d));
+	case A_Q8_0: {
+		const uint8_t *b = s + d / 32 * 34;
+		const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b + 2 + d % 32)));
+		return _mm256_mul_ps(_mm256_broadcast_ss(bs + d / 32), _mm256_cvtepi32_ps(q));
+	}
+	case A_TQ3: {
+		// codes at bits 3d.. of the codes (after the 2 scale bytes): the
+		// 4 bytes from the one before them (so the load ends within the
+		// row), lane j shifted right by 8 + 3j; vpermps reads only an
+		// index's low 3 bits
+		uint32_t w;
+		memcpy(&w, s + 1 + 3 * d / 8, 4);
+		const __m256i sh = _mm256_setr_epi32(8, 11, 14, 17, 20, 23, 26, 29);
+		return _mm256_permutevar8x32_ps(t0, _mm256_srlv_epi32(_mm256_set1_epi32((int)w), sh));
+	}
+	case A_TQ4: {
+		// lane j: bits 4j.. of 4 code bytes; vpermps reads the low 3
+		// bits, the fourth (moved to the sign) picks t1 over t0
+		uint32_t w;
+		memcpy(&w, s + 2 + d / 2, 4);
+		const __m256i idx = _mm256_srlv_epi32(_mm256_set1_epi32((int)w), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+		return _mm256_blendv_ps(_mm256_permutevar8x32_ps(t0, idx), _mm256_permutevar8x32_ps(t1, idx),
+		                        _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+	}
+	default: return _mm256_loadu_ps((const float *)row + d);
+	}
+}
+
 // sum_tile adds to ng (1..4) accumulator rows of 16 values at acc (stride
 // dim) the sums over r < m of w[g*lw + r] · rp[r][c..c+16], r in order.
-FI_INLINE void sum_tile(const int half, float *acc, int64_t dim, const int ng, const float *w, int64_t lw,
-                        const void **rp, int64_t m, int64_t c) {
+FI_INLINE void sum_tile(const int kind, float *acc, int64_t dim, const int ng, const float *w, int64_t lw,
+                        const void **rp, const float *sc, int64_t ns, int64_t m, int64_t c, const float *levels) {
 	__m256 a0[4], a1[4];
 	_Pragma("GCC unroll 4") for (int g = 0; g < ng; g++) {
 		a0[g] = _mm256_loadu_ps(acc + g * dim + c), a1[g] = _mm256_loadu_ps(acc + g * dim + c + 8);
 	}
+	__m256 t0 = _mm256_setzero_ps(), t1 = t0;
 	for (int64_t r = 0; r < m; r++) {
-		const __m256 v0 = ld8(half, rp[r], c), v1 = ld8(half, rp[r], c + 8);
+		row_tab(kind, sc + r * ns, levels, &t0, &t1);
+		const __m256 v0 = ld8k(kind, rp[r], c, t0, t1, sc + r * ns), v1 = ld8k(kind, rp[r], c + 8, t0, t1, sc + r * ns);
 		_Pragma("GCC unroll 4") for (int g = 0; g < ng; g++) {
 			const __m256 x = _mm256_broadcast_ss(w + g * lw + r);
 			a0[g] = _mm256_fmadd_ps(x, v0, a0[g]);
@@ -152,44 +222,67 @@ FI_INLINE void sum_tile(const int half, float *acc, int64_t dim, const int ng, c
 }
 
 // sum_tile8 is sum_tile for 8 values (the last ones of a row of 8k + 8).
-FI_INLINE void sum_tile8(const int half, float *acc, int64_t dim, int64_t G, const float *w, int64_t lw,
-                         const void **rp, int64_t m, int64_t c) {
+FI_INLINE void sum_tile8(const int kind, float *acc, int64_t dim, int64_t G, const float *w, int64_t lw,
+                         const void **rp, const float *sc, int64_t ns, int64_t m, int64_t c, const float *levels) {
 	for (int64_t g = 0; g < G; g++) {
-		__m256 a = _mm256_loadu_ps(acc + g * dim + c);
-		for (int64_t r = 0; r < m; r++) a = _mm256_fmadd_ps(_mm256_broadcast_ss(w + g * lw + r), ld8(half, rp[r], c), a);
+		__m256 a = _mm256_loadu_ps(acc + g * dim + c), t0 = _mm256_setzero_ps(), t1 = t0;
+		for (int64_t r = 0; r < m; r++) {
+			row_tab(kind, sc + r * ns, levels, &t0, &t1);
+			a = _mm256_fmadd_ps(_mm256_broadcast_ss(w + g * lw + r), ld8k(kind, rp[r], c, t0, t1, sc + r * ns), a);
+		}
 		_mm256_storeu_ps(acc + g * dim + c, a);
 	}
 }
 
 // sum_rows adds the m rows rp's weighted sums to acc (fi_attn_sum_avx2).
-FI_INLINE void sum_rows(const int half, float *acc, int64_t dim, const float *w, int64_t lw, int64_t G,
-                        const void **rp, int64_t m) {
+FI_INLINE void sum_rows(const int kind, float *acc, int64_t dim, const float *w, int64_t lw, int64_t G,
+                        const void **rp, const float *sc, int64_t ns, int64_t m, const float *levels) {
 	int64_t c = 0;
 	for (; c + 16 <= dim; c += 16) {
 		int64_t g = 0;
-		for (; g + 4 <= G; g += 4) sum_tile(half, acc + g * dim, dim, 4, w + g * lw, lw, rp, m, c);
-		for (; g < G; g++) sum_tile(half, acc + g * dim, dim, 1, w + g * lw, lw, rp, m, c);
+		for (; g + 4 <= G; g += 4) sum_tile(kind, acc + g * dim, dim, 4, w + g * lw, lw, rp, sc, ns, m, c, levels);
+		for (; g < G; g++) sum_tile(kind, acc + g * dim, dim, 1, w + g * lw, lw, rp, sc, ns, m, c, levels);
 	}
-	if (c < dim) sum_tile8(half, acc, dim, G, w, lw, rp, m, c);
+	if (c < dim) sum_tile8(kind, acc, dim, G, w, lw, rp, sc, ns, m, c, levels);
 }
 
-// fi_attn_sum_avx2: see kern.h. Rows are widened as in
-// fi_attn_scores_avx2.
+// SUM runs sum_rows with kind a constant, so each kind's widening is
+// inlined into a loop of its own.
+#define SUM(k) sum_rows(k, acc, dim, w + j0, lw, G, rp, sc, ns, tm, levels)
+
+// fi_attn_sum_avx2: see kern.h. Rows of the kinds akind names are read in
+// place, the others widened a tile at a time into buf.
 int fi_attn_sum_avx2(int t, int bits, const float *levels, const uint8_t *src, int64_t stride, int64_t n, int64_t dim,
                      const float *w, int64_t lw, int64_t G, float *acc) {
 	if (dim % 8 != 0 || dim > FI_AD_MAXDIM) return -1;
 	if (bits == 0 && t != FI_F32 && t != FI_F16 && t != FI_BF16 && t != FI_Q8_0 && t != FI_Q4_0) return -1;
 	float buf[FI_AD_TILE * FI_AD_MAXDIM] __attribute__((aligned(32)));
 	const void *rp[FI_AD_TILE];
-	const int half = bits == 0 && t == FI_F16;
+	// the tile's scales, ns a row (TurboQuant: 1; q8_0: a block's)
+	float sc[FI_AD_TILE * (FI_AD_MAXDIM / 32)];
+	const int kind = akind(t, bits);
+	const int64_t ns = bits > 0 ? 1 : kind == A_Q8_0 ? dim / 32 : 0;
 	for (int64_t j0 = 0; j0 < n; j0 += FI_AD_TILE) {
 		const int64_t tm = n - j0 < FI_AD_TILE ? n - j0 : FI_AD_TILE;
-		if (half) {
-			for (int64_t r = 0; r < tm; r++) rp[r] = src + (j0 + r) * stride;
-			sum_rows(1, acc, dim, w + j0, lw, G, rp, tm);
-		} else {
+		if (kind < 0) {
 			kv_tile(t, bits, levels, src, stride, j0, tm, dim, buf, (const float **)rp);
-			sum_rows(0, acc, dim, w + j0, lw, G, rp, tm);
+			SUM(A_FLOAT);
+			continue;
+		}
+		for (int64_t r = 0; r < tm; r++) rp[r] = src + (j0 + r) * stride;
+		if (bits > 0) {
+			for (int64_t r = 0; r < tm; r++) sc[r] = ld_f16(rp[r]);
+		} else if (ns > 0) {
+			for (int64_t r = 0; r < tm; r++) {
+				for (int64_t b = 0; b < ns; b++) sc[r * ns + b] = ld_f16((const uint8_t *)rp[r] + b * 34);
+			}
+		}
+		switch (kind) {
+		case A_FLOAT: SUM(A_FLOAT); break;
+		case A_F16: SUM(A_F16); break;
+		case A_Q8_0: SUM(A_Q8_0); break;
+		case A_TQ3: SUM(A_TQ3); break;
+		case A_TQ4: SUM(A_TQ4); break;
 		}
 	}
 	return 0;
