@@ -134,7 +134,7 @@ int fi_attn_scores_avx2(int t, int bits, const float *levels, const uint8_t *src
 // Row kinds the V sums read in place, widening 8 values at a time in
 // registers exactly as kv_row widens them (so results are bit for bit those
 // of widening into a buffer): A_FLOAT (float32 rows, or rows kv_row widened
-// into a buffer: bf16, 2-bit TurboQuant), the stored types, and TurboQuant
+// into a buffer: bf16, q4_0, 2-bit TurboQuant), f16, q8_0, and TurboQuant
 // codes of 3 or 4 bits. Widening into a buffer cost a store and a load per
 // value, and the tile's pass over the row bytes before the sums' pass
 // (BenchmarkAttnRows on Zen 3: docs/decisions.md).
