@@ -45,9 +45,10 @@ func storiesTokens(t *testing.T, n int) (*model.Model, []int32) {
 // TestKVRecent runs stories260K with tq4/tq3 KV and --kv-recent: the
 // logits do not depend on how the prompt is cut into batches (one batch,
 // chunks across the window's steps, token by token) or on the backend
-// (Ref) beyond what the same cuts do to an f16 cache's rounding, a window covering the whole prompt gives f16 KV's logits, a
-// window of 64 is closer to f16's than none, and a batch that needs f16
-// rows the cache has dropped (rewound past them) is refused.
+// (Ref) beyond what the same cuts do to an f16 cache's rounding, a window
+// covering the whole prompt gives f16 KV's logits, a window of 64 is
+// closer to f16's than none, and a batch that needs f16 rows the cache
+// has dropped (rewound past them) is refused.
 func TestKVRecent(t *testing.T) {
 	const n = 200
 	m, toks := storiesTokens(t, n)
@@ -75,8 +76,9 @@ func TestKVRecent(t *testing.T) {
 	// values are one unit apart), and later layers carry that on. An f16
 	// cache cut the same way shows the size of this alone (AVX2 2.4e-9
 	// token by token, 4.9e-10 Ref; pure Go 8e-11, 4.9e-10); the window
-	// may cost at most 4 times as much (AVX2 1.7e-9, 4.5e-10). A row read
-	// from the wrong side of the window costs about 1e-5.
+	// may cost at most 4 times as much (AVX2 1.7e-9, 4.5e-10). Rows read
+	// from the wrong side of the window cost far more (every 7th decode
+	// reading its window's K rows quantized: 8e-4).
 	f16t := model.KVTypes{K: model.KVF16, V: model.KVF16}
 	f16 := run(be, f16t, n)
 	for _, c := range []struct {
