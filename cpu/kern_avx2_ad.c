@@ -8,8 +8,9 @@
 // time into a buffer that stays in L1 (kv_row, kern_avx2_kv.h: as
 // fi_dequant_avx2 and fi_turbo_decode_avx2 widen them), where the queries
 // meet them. The V sums widen f16, q8_0 and 3- and 4-bit TurboQuant rows in
-// registers too (ld8k, the same values as kv_row's), the others through
-// the buffer. One pass over the cache's bytes, no call per chunk of rows.
+// registers too (ld8k, kern_avx2_kv.h, which kv_row also widens them with),
+// the others through the buffer. One pass over the cache's bytes, no call
+// per chunk of rows.
 
 #pragma GCC target("avx2,fma,f16c")
 
@@ -129,73 +130,6 @@ int fi_attn_scores_avx2(int t, int bits, const float *levels, const uint8_t *src
 		}
 	}
 	return 0;
-}
-
-// Row kinds the V sums read in place, widening 8 values at a time in
-// registers exactly as kv_row widens them (so results are bit for bit those
-// of widening into a buffer): A_FLOAT (float32 rows, or rows kv_row widened
-// into a buffer: bf16, q4_0, 2-bit TurboQuant), f16, q8_0, and TurboQuant
-// codes of 3 or 4 bits. Widening into a buffer cost a store and a load per
-// value, and the tile's pass over the row bytes before the sums' pass
-// (BenchmarkAttnRows on Zen 3: docs/decisions.md).
-enum { A_FLOAT, A_F16, A_Q8_0, A_TQ3, A_TQ4 };
-
-static int akind(int t, int bits) {
-	if (bits == 3) return A_TQ3;
-	if (bits == 4) return A_TQ4;
-	if (bits > 0) return -1;
-	switch (t) {
-	case FI_F32: return A_FLOAT;
-	case FI_F16: return A_F16;
-	case FI_Q8_0: return A_Q8_0;
-	}
-	return -1;
-}
-
-// row_tab sets what ld8k needs of a row besides its bytes: for TurboQuant,
-// the codebook times the row's scale (*scale, widened from the row's f16
-// once per tile; each level one float multiply, as kv_row): 3 bits in t0,
-// 4 bits in t0 (levels 0-7) and t1 (8-15).
-FI_INLINE void row_tab(const int kind, const float *scale, const float *levels, __m256 *t0, __m256 *t1) {
-	if (kind != A_TQ3 && kind != A_TQ4) return;
-	const __m256 sc = _mm256_broadcast_ss(scale);
-	*t0 = _mm256_mul_ps(sc, _mm256_loadu_ps(levels));
-	if (kind == A_TQ4) *t1 = _mm256_mul_ps(sc, _mm256_loadu_ps(levels + 8));
-}
-
-// ld8k loads values d..d+7 of a row of kind (d a multiple of 8) as float32,
-// each as kv_row makes it; t0 and t1 are row_tab's, bs the row's block
-// scales (q8_0), widened once per tile.
-FI_INLINE __m256 ld8k(const int kind, const void *row, int64_t d, __m256 t0, __m256 t1, const float *bs) {
-	const uint8_t *s = row;
-	switch (kind) {
-	case A_F16: return _mm256_cvtph_ps(ld128(s + 2 * d));
-	case A_Q8_0: {
-		const uint8_t *b = s + d / 32 * 34;
-		const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b + 2 + d % 32)));
-		return _mm256_mul_ps(_mm256_broadcast_ss(bs + d / 32), _mm256_cvtepi32_ps(q));
-	}
-	case A_TQ3: {
-		// codes at bits 3d.. of the codes (after the 2 scale bytes): the
-		// 4 bytes from the one before them (so the load ends within the
-		// row), lane j shifted right by 8 + 3j; vpermps reads only an
-		// index's low 3 bits
-		uint32_t w;
-		memcpy(&w, s + 1 + 3 * d / 8, 4);
-		const __m256i sh = _mm256_setr_epi32(8, 11, 14, 17, 20, 23, 26, 29);
-		return _mm256_permutevar8x32_ps(t0, _mm256_srlv_epi32(_mm256_set1_epi32((int)w), sh));
-	}
-	case A_TQ4: {
-		// lane j: bits 4j.. of 4 code bytes; vpermps reads the low 3
-		// bits, the fourth (moved to the sign) picks t1 over t0
-		uint32_t w;
-		memcpy(&w, s + 2 + d / 2, 4);
-		const __m256i idx = _mm256_srlv_epi32(_mm256_set1_epi32((int)w), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
-		return _mm256_blendv_ps(_mm256_permutevar8x32_ps(t0, idx), _mm256_permutevar8x32_ps(t1, idx),
-		                        _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
-	}
-	default: return _mm256_loadu_ps((const float *)row + d);
-	}
 }
 
 // sum_tile adds to ng (1..4) accumulator rows of 16 values at acc (stride
