@@ -327,3 +327,53 @@ func BenchmarkAttnRows(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAttnRowsDRAM is BenchmarkAttnRows' tiled scores and V sums for
+// the f16 and q8_0 types with the rows read from memory, not the caches:
+// each call reads the next of 64 copies (64 MiB of f16 rows, twice the L3
+// of the machines this runs on), as decode at depth reads a cache far
+// larger than the L3. Compare with BenchmarkAttnRows' cache-resident
+// figures, on one thread; the bandwidth of a bare read stream is the ceiling
+// (bench --roofline's probe).
+func BenchmarkAttnRowsDRAM(b *testing.B) {
+	const n, dim, G, copies = 8192, 64, 4, 64
+	for _, name := range []string{"f16", "q8_0"} {
+		wt, _ := quant.TypeByName(name)
+		rb, _ := quant.RowBytes(wt, dim)
+		u := quant.TileUnit(wt)
+		rows, tiles := make([][]byte, copies), make([][]byte, copies)
+		for c := range copies {
+			rows[c], tiles[c] = make([]byte, n*rb), make([]byte, n*rb)
+			for j := range n {
+				row := rows[c][j*rb:][:rb]
+				if err := quant.QuantizeRow(wt, randomF32(dim, uint64(c*n+j)), row); err != nil {
+					b.Fatal(err)
+				}
+				quant.PutTileRow(tiles[c][j/quant.TileRows*quant.TileRows*rb:], j%quant.TileRows, u, row)
+			}
+		}
+		q, s, acc := randomF32(G*dim, 1), make([]float32, G*n), make([]float32, G*dim)
+		for i := range s {
+			s[i] = 1.0 / n
+		}
+		for _, isa := range cpu.Available() {
+			k := cpu.KernelsFor(isa)
+			b.Run(fmt.Sprintf("isa=%s/kv=%s/op=tiles", isa, name), func(b *testing.B) {
+				i := 0
+				for b.Loop() {
+					k.AttnScoresTiles(wt, nil, tiles[i%copies], u, 0, n, dim, q, G, s, n)
+					i++
+				}
+				b.ReportMetric(float64(n*rb)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+			})
+			b.Run(fmt.Sprintf("isa=%s/kv=%s/op=sum", isa, name), func(b *testing.B) {
+				i := 0
+				for b.Loop() {
+					k.AttnSum(wt, nil, rows[i%copies], rb, n, dim, s, n, G, acc)
+					i++
+				}
+				b.ReportMetric(float64(n*rb)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+			})
+		}
+	}
+}
