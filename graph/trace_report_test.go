@@ -233,19 +233,20 @@ func TestStallsAddUp(t *testing.T) {
 }
 
 // TestStallsFormat: the report of a hand-made Stalls, line by line: each
-// stage's shares and the edge it waited on most (input or output, the
-// longer wait; "-" for none), the bounding stage and the transfer.
+// stage's shares and the edge it waited on most (an output edge; an input
+// edge that outweighs the stage's output wait; "-" for none), the bounding
+// stage and the transfer.
 func TestStallsFormat(t *testing.T) {
 	ms := time.Millisecond
 	st := Stalls{
 		Wall: 10 * ms,
 		Stages: []StageStall{
 			{Stage: "reader", Wall: 10 * ms, Busy: 2 * ms, Blocked: 8 * ms, BlockedOn: map[string]time.Duration{"compute": 8 * ms}},
-			{Stage: "compute", Wall: 10 * ms, Busy: 7 * ms, Starved: 3 * ms,
-				StarvedOn: map[string]time.Duration{"reader": 3 * ms}, BlockedOn: map[string]time.Duration{}},
+			{Stage: "compute", Wall: 10 * ms, Busy: 6 * ms, Starved: 3 * ms, Blocked: 1 * ms,
+				StarvedOn: map[string]time.Duration{"reader": 3 * ms}, BlockedOn: map[string]time.Duration{"sink": 1 * ms}},
 			{Stage: "sink", Wall: 10 * ms, Busy: 10 * ms},
 		},
-		Bounding: "compute",
+		Bounding: "sink",
 		WaitedOn: "compute",
 		Transfers: []Transfer{{Stage: "reader", Counter: "bytes weights", Bytes: 20 << 20, Wall: 10 * ms, Busy: 2 * ms,
 			GBps: float64(20<<20) / 0.01 / 1e9, BusyGBps: float64(20<<20) / 0.002 / 1e9}},
@@ -256,9 +257,9 @@ func TestStallsFormat(t *testing.T) {
 	}
 	want := `stage    wall  busy    starved  blocked  mostly waiting on        
 reader   10ms   20.0%    0.0%    80.0%   output to compute (8ms)  
-compute  10ms   70.0%   30.0%     0.0%   input from reader (3ms)  
+compute  10ms   60.0%   30.0%    10.0%   input from reader (3ms)  
 sink     10ms  100.0%    0.0%     0.0%   -                        
-bounding stage: compute (busy 70.0% of the 10ms run; the stage others waited on most: compute)
+bounding stage: sink (busy 100.0% of the 10ms run; the stage others waited on most: compute)
 transfer reader/bytes weights: 20.00 MiB in 10ms = 2.097 GB/s = 52.4% of 4.0 GB/s (test); 10.486 GB/s while the stage was busy
 `
 	if out.String() != want {
