@@ -89,6 +89,7 @@ type attnScratch struct {
 	dec    []float32 // a chunk of cached rows converted to float32
 	krows  []byte    // blocks: a chunk of K rows untransposed (packing)
 	vacc   []float32 // lone rows: the rotated-domain V sums (TurboQuant V)
+	qint   QInt      // lone rows: the group's queries rounded for integer K scores
 	// blocks reading --kv-recent's f16 rows of a TurboQuant half: the
 	// queries unrotated, the sums of the f16 V rows, the maxima after the
 	// quantized rows
@@ -359,11 +360,14 @@ func (a *attnTask) span(s, j, n int) int { return min(n, a.kv.Run(s, j)) }
 // row computes the group of query heads of KV head kh for the lone batch
 // row t, one AttnScoresTiles and one AttnSum call per run of consecutive
 // cached rows. Both meet the stored values in float32 arithmetic
-// (TurboQuant rows in the rotated domain, met by rotated queries; the
-// queries are not rounded to the cache's type, unlike llama.cpp's), so a
+// (TurboQuant rows in the rotated domain, met by rotated queries), so a
 // lone row sees what a prefill tile and Ref see up to float rounding: the
 // scores of block and TurboQuant rows are summed on their integer values
-// or codebook levels and scaled once per block and row. V sums of
+// or codebook levels and scaled once per block and row. Except K rows of
+// q4_0 and 4-bit TurboQuant, scored in integers against the query rounded
+// to int16 steps of its largest |value|/32767 (kern_qint.go): that moves
+// the scores by up to 2^-16 of that value per product, finer than
+// llama.cpp's rounding of the query to the cache's type. V sums of
 // TurboQuant rows stay rotated until the end.
 func (a *attnTask) row(sc *attnScratch, t, kh int) {
 	h, kv := a.h, a.kv
@@ -390,10 +394,16 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 	if a.lt.XV {
 		ev = e
 	}
+	kq := quantOf(a.lt.K)
+	xq := qintKind(kq, tk) && ek > 0 && sc.qint.Round(kq, tk, qf, G, kw) // rounded once for every run
 	for j := 0; j < ek; {
 		n := a.span(s, j, ek-j)
 		kt, r0 := kv.KHeadTiles(a.layer, kh, s, j, n)
-		a.k.AttnScoresTiles(quantOf(a.lt.K), tk, kt, a.lt.KUnit, r0, n, kw, qf, G, sco[j:], np)
+		if xq {
+			a.k.AttnScoresTilesQ(kq, tk, kt, a.lt.KUnit, r0, n, &sc.qint, sco[j:], np)
+		} else {
+			a.k.AttnScoresTiles(kq, tk, kt, a.lt.KUnit, r0, n, kw, qf, G, sco[j:], np)
+		}
 		j += n
 	}
 	for j := ek; j < np; { // the f16 copies meet the unrotated queries

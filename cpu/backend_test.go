@@ -183,7 +183,7 @@ func TestBackendPackModel(t *testing.T) {
 // (float, block, TurboQuant with protected layers).
 func TestBackendDecodeAllocates0(t *testing.T) {
 	for _, file := range []string{"models/stories260K.gguf", "models/synth-llama-Q4_K_M.gguf", "models/synth-qwen3moe-Q8_0.gguf"} {
-		for _, types := range []model.KVTypes{{}, {K: model.KVF16, V: model.KVF16}, {K: model.KVQ8_0, V: model.KVQ4_0}, {K: model.KVTQ4, V: model.KVTQ3, Protect: 1}, {K: model.KVTQ4, V: model.KVTQ3, Recent: 64}, {K: model.KVQ8_0, V: model.KVQ4_0, Recent: 1}} {
+		for _, types := range []model.KVTypes{{}, {K: model.KVF16, V: model.KVF16}, {K: model.KVQ8_0, V: model.KVQ4_0}, {K: model.KVQ4_0, V: model.KVQ4_0}, {K: model.KVTQ4, V: model.KVTQ3, Protect: 1}, {K: model.KVTQ4, V: model.KVTQ3, Recent: 64}, {K: model.KVQ8_0, V: model.KVQ4_0, Recent: 1}} {
 			m := openModel(t, file)
 			ctx, err := m.NewContextOf(newBackend(t, 2), types, 256, 1, 8)
 			if err != nil {

@@ -548,7 +548,9 @@ func (k *Kernels) AttnScores(t quant.Type, tq *quant.Turbo, src []byte, stride, 
 // to column j, is row r0+j of the tiles at src, tile i at
 // src[i·TileRows·rb:] for rows of rb bytes. The Go path untransposes each
 // row and sums as AttnScores does; the SIMD paths read the tiles in
-// place, lanes holding rows.
+// place, lanes holding rows. Rows of q4_0 and 4-bit TurboQuant are
+// scored in integers on every path, against queries rounded to int16
+// (kern_qint.go; AttnScoresTilesQ), unless QInt.Round refuses them.
 func (k *Kernels) AttnScoresTiles(t quant.Type, tq *quant.Turbo, src []byte, u, r0, n, dim int, q []float32, G int, s []float32, ls int) {
 	const op = "AttnScoresTiles"
 	rb := kvRowBytes(op, t, tq, dim)
@@ -567,6 +569,13 @@ func (k *Kernels) AttnScoresTiles(t quant.Type, tq *quant.Turbo, src []byte, u, 
 		}
 		return
 	}
+	if qintKind(t, tq) {
+		var x QInt
+		if x.Round(t, tq, q, G, dim) {
+			k.AttnScoresTilesQ(t, tq, src, u, r0, n, &x, s, ls)
+			return
+		}
+	}
 	if k.isa != ISAScalarGo && attnScoresTilesC(k.isa, t, tq, src, rb, u, r0, n, dim, q, G, s, ls) {
 		return
 	}
@@ -584,6 +593,32 @@ func (k *Kernels) AttnScoresTiles(t quant.Type, tq *quant.Turbo, src []byte, u, 
 		kvRowF32(t, tq, row, x)
 		scoreRow(q, x, G, s[j:], ls)
 	}
+}
+
+// AttnScoresTilesQ is AttnScoresTiles for rows of the integer kinds
+// (q4_0, 4-bit TurboQuant: kern_qint.go) against queries x rounded once
+// by x.Round for the same type; every path gives the same scores, bit for
+// bit.
+func (k *Kernels) AttnScoresTilesQ(t quant.Type, tq *quant.Turbo, src []byte, u, r0, n int, x *QInt, s []float32, ls int) {
+	const op = "AttnScoresTilesQ"
+	dim, G := x.dim, x.G
+	rb := kvRowBytes(op, t, tq, dim)
+	if !qintKind(t, tq) || x.turbo != (tq != nil) {
+		panic(fmt.Sprintf("cpu: %s: rows of %s (TurboQuant %v) are not scored in integers, or not against these queries", op, t, tq != nil))
+	}
+	if r0 < 0 || r0 >= quant.TileRows || u <= 0 || rb%u != 0 || n > 0 && len(src) < (r0+n+quant.TileRows-1)/quant.TileRows*quant.TileRows*rb {
+		panic(fmt.Sprintf("cpu: %s: rows %d..%d of tiles of %d-byte rows (units of %d) in %d bytes", op, r0, r0+n, rb, u, len(src)))
+	}
+	if n < 0 || ls < n || G > 0 && len(s) < (G-1)*ls+n {
+		panic(fmt.Sprintf("cpu: %s: %d rows, %d heads: scores %d (stride %d)", op, n, G, len(s), ls))
+	}
+	if n == 0 || G == 0 {
+		return
+	}
+	if k.isa != ISAScalarGo && attnScoresTilesQC(k.isa, t, tq, src, rb, r0, n, x, s, ls) {
+		return
+	}
+	qintScoresTiles(src, rb, u, r0, n, x, s, ls)
 }
 
 // Untile copies rows r0..r0+n-1 of the transposed tiles at src (rows of

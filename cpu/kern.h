@@ -186,6 +186,20 @@ int fi_attn_scores_t_avx512(int t, int bits, const float *levels, const uint8_t 
 int fi_attn_scores_t_rows(int avx512, int t, int bits, const float *levels, const uint8_t *src, int64_t rb, int64_t u,
                           int64_t r0, int64_t n, int64_t dim, const float *q, int64_t G, float *s, int64_t ls);
 
+// fi_attn_scores_qi_avx2 and fi_attn_scores_qi_avx512 are
+// fi_attn_scores_t_* for the integer kinds (q4_0, 4-bit TurboQuant: Go's
+// kern_qint.go, whose arithmetic they follow bit for bit) against queries
+// rounded by Go's QInt.Round: qp the G heads' int16 pairs (dim/2 each),
+// corr q4_0's 8·Σ per block (dim/32 per head), kq each head's scale, c8
+// the TurboQuant codebook as int8 multiples of its step. -1 (nothing
+// written) for other rows or a dim they do not take.
+int fi_attn_scores_qi_avx2(int t, int bits, const uint8_t *src, int64_t rb, int64_t r0, int64_t n, int64_t dim,
+                           const int32_t *qp, const int32_t *corr, const float *kq, const int8_t *c8, int64_t G, float *s,
+                           int64_t ls);
+int fi_attn_scores_qi_avx512(int t, int bits, const uint8_t *src, int64_t rb, int64_t r0, int64_t n, int64_t dim,
+                             const int32_t *qp, const int32_t *corr, const float *kq, const int8_t *c8, int64_t G, float *s,
+                             int64_t ls);
+
 // fi_wsum_avx2 adds to out[g*dim + c] (g < nout, c < dim) the sums over
 // j < n of w[g*ws + j] * v[j*vs + c]: attention's weighted sum of V rows
 // for a group of query heads.

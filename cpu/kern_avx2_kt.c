@@ -182,6 +182,110 @@ FI_INLINE void tiles(const int kind, const uint8_t *src, int64_t rb, int64_t r0,
 	}
 }
 
+
+// NOFUSE keeps a product a product: GCC would contract it and the add
+// after it into an FMA, which Go's reference does not do.
+#define NOFUSE(v) __asm__("" : "+x"(v))
+
+// itile is tile for the integer kinds (kern_kt.h; kern_qint.go is the
+// reference): qp the NH heads' int16 pairs (dim/2 apart), kq each head's
+// scale (TurboQuant: qs·cs; q4_0: qs); tab the TurboQuant codebook on its
+// 8-bit grid, corr each q4_0 block's 8·Σ of the rounded query (dim/32 per
+// head). A tile's byte holds two values of a row, unpacked into an int16
+// pair, so pmaddwd's pairs are one row's and an int32 lane sums one row.
+FI_INLINE void itile(const int kind, const int NH, const uint8_t *t, int64_t dim, const int32_t *qp, __m128i tab,
+                     const float *kq, const int32_t *corr, __m256 *o) {
+	__m256i a[4], b[4];
+	UNROLL(4) for (int h = 0; h < NH; h++) {
+		a[h] = b[h] = _mm256_setzero_si256();
+		o[2 * h] = o[2 * h + 1] = _mm256_setzero_ps();
+	}
+	const __m128i m4 = _mm_set1_epi8(15);
+	// STEP adds pair i of each head times the codes of the 16 bytes at p
+	// (rows 0-7 and 8-15), through tab (TurboQuant) or as they are (q4_0).
+#define STEP(p, i)                                                                                                     \
+	do {                                                                                                               \
+		const __m128i x_ = ld128(p);                                                                                   \
+		const __m128i lo_ = _mm_and_si128(x_, m4), hi_ = _mm_and_si128(_mm_srli_epi16(x_, 4), m4);                     \
+		__m128i c0_ = _mm_unpacklo_epi8(lo_, hi_), c1_ = _mm_unpackhi_epi8(lo_, hi_);                                  \
+		__m256i v0_, v1_;                                                                                              \
+		if (kind == T_TQ4) {                                                                                           \
+			v0_ = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(tab, c0_));                                                    \
+			v1_ = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(tab, c1_));                                                    \
+		} else {                                                                                                       \
+			v0_ = _mm256_cvtepu8_epi16(c0_);                                                                           \
+			v1_ = _mm256_cvtepu8_epi16(c1_);                                                                           \
+		}                                                                                                              \
+		UNROLL(4) for (int h = 0; h < NH; h++) {                                                                       \
+			const __m256i qv_ = _mm256_set1_epi32(qp[h * (dim / 2) + (i)]);                                            \
+			a[h] = _mm256_add_epi32(a[h], _mm256_madd_epi16(v0_, qv_));                                                \
+			b[h] = _mm256_add_epi32(b[h], _mm256_madd_epi16(v1_, qv_));                                                \
+		}                                                                                                              \
+	} while (0)
+	if (kind == T_TQ4) { // a 2-byte scale, then code 2i in byte i's low nibble, 2i+1 in its high one
+		UNROLL(4) for (int64_t i = 0; i < dim / 2; i++) STEP(t + (2 + i) * 16, i);
+		const __m256 s0 = scales(t), s1 = scales(t + 8);
+		UNROLL(4) for (int h = 0; h < NH; h++) {
+			const __m256 k = _mm256_broadcast_ss(kq + h);
+			o[2 * h] = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(a[h]), k), s0);
+			o[2 * h + 1] = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(b[h]), k), s1);
+		}
+		return;
+	}
+	// q4_0: blocks of a 2-byte scale and 16 bytes, value i in byte i's low
+	// nibble, i+16 in its high one; the nibbles are summed as they are,
+	// less 8·Σ of the block's query values
+	for (int64_t c = 0; c < dim; c += 32) {
+		const uint8_t *blk = t + c / 32 * 18 * 16;
+		UNROLL(4) for (int64_t i = 0; i < 16; i++) STEP(blk + (2 + i) * 16, c / 2 + i);
+		const __m256 s0 = scales(blk), s1 = scales(blk + 8);
+		UNROLL(4) for (int h = 0; h < NH; h++) {
+			const __m256i k8 = _mm256_set1_epi32(corr[h * (dim / 32) + c / 32]);
+			const __m256 k = _mm256_broadcast_ss(kq + h);
+			__m256 p0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(a[h], k8)), _mm256_mul_ps(s0, k));
+			__m256 p1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(b[h], k8)), _mm256_mul_ps(s1, k));
+			NOFUSE(p0);
+			NOFUSE(p1);
+			o[2 * h] = _mm256_add_ps(o[2 * h], p0);
+			o[2 * h + 1] = _mm256_add_ps(o[2 * h + 1], p1);
+			a[h] = b[h] = _mm256_setzero_si256();
+		}
+	}
+#undef STEP
+}
+
+// itiles is tiles for the integer kinds, the queries rounded by Go.
+FI_INLINE void itiles(const int kind, const uint8_t *src, int64_t rb, int64_t r0, int64_t n, int64_t dim,
+                      const int32_t *qp, int64_t G, float *s, int64_t ls, __m128i tab, const float *kq,
+                      const int32_t *corr) {
+	for (int64_t i = 0; i * 16 < r0 + n; i++) {
+		const int64_t lo = i == 0 ? r0 : 0, hi = r0 + n - i * 16 < 16 ? r0 + n - i * 16 : 16;
+		const uint8_t *t = src + i * 16 * rb;
+		const int64_t col = i * 16 - r0;
+		__m256 o[8];
+		int64_t g = 0;
+		for (; g + 4 <= G; g += 4) {
+			itile(kind, 4, t, dim, qp + g * dim / 2, tab, kq + g, corr + g * (dim / 32), o);
+			UNROLL(4) for (int h = 0; h < 4; h++) put(s + (g + h) * ls + col, o[2 * h], o[2 * h + 1], lo, hi);
+		}
+		for (; g < G; g++) {
+			itile(kind, 1, t, dim, qp + g * dim / 2, tab, kq + g, corr + g * (dim / 32), o);
+			put(s + g * ls + col, o[0], o[1], lo, hi);
+		}
+	}
+}
+
+#define ITILES(k)                                                                                                      \
+	do {                                                                                                               \
+		if (dim == 64) {                                                                                               \
+			itiles(k, src, rb, r0, n, 64, qp, G, s, ls, tab, kq, corr);                                                      \
+		} else if (dim == 128) {                                                                                       \
+			itiles(k, src, rb, r0, n, 128, qp, G, s, ls, tab, kq, corr);                                                     \
+		} else {                                                                                                       \
+			itiles(k, src, rb, r0, n, dim, qp, G, s, ls, tab, kq, corr);                                                     \
+		}                                                                                                              \
+	} while (0)
+
 #define TILES(k)                                                                                                       \
 	do {                                                                                                               \
 		if (dim == 64) {                                                                                               \
@@ -203,5 +307,21 @@ int fi_attn_scores_t_avx2(int t, int bits, const float *levels, const uint8_t *s
 	tlevels(bits, levels, l);
 	const __m256 l0 = _mm256_loadu_ps(l), l1 = _mm256_loadu_ps(l + 8);
 	BY_TKIND(kind, TILES);
+	return 0;
+}
+
+// fi_attn_scores_qi_avx2: see kern.h.
+int fi_attn_scores_qi_avx2(int t, int bits, const uint8_t *src, int64_t rb, int64_t r0, int64_t n, int64_t dim,
+                           const int32_t *qp, const int32_t *corr, const float *kq, const int8_t *c8, int64_t G, float *s,
+                           int64_t ls) {
+	const int kind = tkind(t, bits);
+	if (kind < 0 || !qi_kind(kind) || dim % (kind == T_Q4_0 ? 32 : 8) != 0 || dim > FI_AD_MAXDIM) return -1;
+	__m128i tab;
+	memcpy(&tab, c8, 16);
+	if (kind == T_Q4_0) {
+		ITILES(T_Q4_0);
+	} else {
+		ITILES(T_TQ4);
+	}
 	return 0;
 }

@@ -14,7 +14,7 @@
 #ifdef FI_SIMDE
 #include "kern_simde.h"
 #else
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
 #include <immintrin.h>
 #endif
 
@@ -167,6 +167,97 @@ I5 void tiles(const int kind, const uint8_t *src, int64_t rb, int64_t r0, int64_
 	}
 }
 
+// NOFUSE keeps a product a product: the compiler would contract it and
+// the add after it into an FMA, which Go's reference does not do.
+#ifdef FI_SIMDE
+#define NOFUSE(v) __asm__("" : "+m"(v))
+#else
+#define NOFUSE(v) __asm__("" : "+v"(v))
+#endif
+
+// itile is tile for the integer kinds (kern_kt.h; kern_qint.go is the
+// reference, kern_avx2_kt.c's itile the same sums): a tile's 16 bytes of
+// a row pair, unpacked into 16 int16 pairs (TurboQuant codes through tab,
+// the codebook on its 8-bit grid; q4_0 nibbles as they are), meet each
+// head's pair qp[i] in one vpdpwssd, an int32 lane per row. kq is each
+// head's scale, corr each q4_0 block's 8·Σ of the rounded query.
+I5 void itile(const int kind, const int NH, const uint8_t *t, int64_t dim, const int32_t *qp, __m128i tab,
+              const float *kq, const int32_t *corr, __m512 *o) {
+	__m512i a[4];
+	UNROLL(4) for (int h = 0; h < NH; h++) {
+		a[h] = _mm512_setzero_si512();
+		o[h] = _mm512_setzero_ps();
+	}
+	const __m128i m4 = _mm_set1_epi8(15);
+#define STEP(p, i)                                                                                                     \
+	do {                                                                                                               \
+		const __m128i x_ = _mm_loadu_si128((const __m128i *)(p));                                                      \
+		const __m128i lo_ = _mm_and_si128(x_, m4), hi_ = _mm_and_si128(_mm_srli_epi16(x_, 4), m4);                     \
+		__m128i c0_ = _mm_unpacklo_epi8(lo_, hi_), c1_ = _mm_unpackhi_epi8(lo_, hi_);                                  \
+		__m512i v_;                                                                                                    \
+		if (kind == T_TQ4) {                                                                                           \
+			v_ = _mm512_cvtepi8_epi16(_mm256_set_m128i(_mm_shuffle_epi8(tab, c1_), _mm_shuffle_epi8(tab, c0_)));      \
+		} else {                                                                                                       \
+			v_ = _mm512_cvtepu8_epi16(_mm256_set_m128i(c1_, c0_));                                                     \
+		}                                                                                                              \
+		UNROLL(4) for (int h = 0; h < NH; h++) {                                                                       \
+			a[h] = _mm512_dpwssd_epi32(a[h], v_, _mm512_set1_epi32(qp[h * (dim / 2) + (i)]));                          \
+		}                                                                                                              \
+	} while (0)
+	if (kind == T_TQ4) {
+		UNROLL(4) for (int64_t i = 0; i < dim / 2; i++) STEP(t + (2 + i) * 16, i);
+		const __m512 sc = scales(t);
+		UNROLL(4) for (int h = 0; h < NH; h++) {
+			o[h] = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(a[h]), _mm512_set1_ps(kq[h])), sc);
+		}
+		return;
+	}
+	for (int64_t c = 0; c < dim; c += 32) {
+		const uint8_t *blk = t + c / 32 * 18 * 16;
+		UNROLL(4) for (int64_t i = 0; i < 16; i++) STEP(blk + (2 + i) * 16, c / 2 + i);
+		const __m512 sc = scales(blk);
+		UNROLL(4) for (int h = 0; h < NH; h++) {
+			const __m512i k8 = _mm512_set1_epi32(corr[h * (dim / 32) + c / 32]);
+			__m512 p = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(a[h], k8)), _mm512_mul_ps(sc, _mm512_set1_ps(kq[h])));
+			NOFUSE(p);
+			o[h] = _mm512_add_ps(o[h], p);
+			a[h] = _mm512_setzero_si512();
+		}
+	}
+#undef STEP
+}
+
+// itiles is tiles for the integer kinds, the queries rounded by Go.
+I5 void itiles(const int kind, const uint8_t *src, int64_t rb, int64_t r0, int64_t n, int64_t dim, const int32_t *qp,
+               const int32_t *corr, const float *kq, __m128i tab, int64_t G, float *s, int64_t ls) {
+	for (int64_t i = 0; i * 16 < r0 + n; i++) {
+		const int64_t lo = i == 0 ? r0 : 0, hi = r0 + n - i * 16 < 16 ? r0 + n - i * 16 : 16;
+		const uint8_t *t = src + i * 16 * rb;
+		const int64_t col = i * 16 - r0;
+		__m512 o[4];
+		int64_t g = 0;
+		for (; g + 4 <= G; g += 4) {
+			itile(kind, 4, t, dim, qp + g * dim / 2, tab, kq + g, corr + g * (dim / 32), o);
+			UNROLL(4) for (int h = 0; h < 4; h++) put(s + (g + h) * ls + col, o[h], lo, hi);
+		}
+		for (; g < G; g++) {
+			itile(kind, 1, t, dim, qp + g * dim / 2, tab, kq + g, corr + g * (dim / 32), o);
+			put(s + g * ls + col, o[0], lo, hi);
+		}
+	}
+}
+
+#define ITILES(k)                                                                                                      \
+	do {                                                                                                               \
+		if (dim == 64) {                                                                                               \
+			itiles(k, src, rb, r0, n, 64, qp, corr, kq, tab, G, s, ls);                                                               \
+		} else if (dim == 128) {                                                                                       \
+			itiles(k, src, rb, r0, n, 128, qp, corr, kq, tab, G, s, ls);                                                              \
+		} else {                                                                                                       \
+			itiles(k, src, rb, r0, n, dim, qp, corr, kq, tab, G, s, ls);                                                              \
+		}                                                                                                              \
+	} while (0)
+
 #define TILES(k)                                                                                                       \
 	do {                                                                                                               \
 		if (dim == 64) {                                                                                               \
@@ -188,5 +279,21 @@ int fi_attn_scores_t_avx512(int t, int bits, const float *levels, const uint8_t 
 	tlevels(bits, levels, l);
 	const __m512 lv = _mm512_loadu_ps(l);
 	BY_TKIND(kind, TILES);
+	return 0;
+}
+
+// fi_attn_scores_qi_avx512: see kern.h.
+int fi_attn_scores_qi_avx512(int t, int bits, const uint8_t *src, int64_t rb, int64_t r0, int64_t n, int64_t dim,
+                             const int32_t *qp, const int32_t *corr, const float *kq, const int8_t *c8, int64_t G, float *s,
+                             int64_t ls) {
+	const int kind = tkind(t, bits);
+	if (kind < 0 || !qi_kind(kind) || dim % (kind == T_Q4_0 ? 32 : 8) != 0 || dim > FI_AD_MAXDIM) return -1;
+	__m128i tab;
+	memcpy(&tab, c8, 16);
+	if (kind == T_Q4_0) {
+		ITILES(T_Q4_0);
+	} else {
+		ITILES(T_TQ4);
+	}
 	return 0;
 }

@@ -262,6 +262,26 @@ func attnScoresTilesC(isa ISA, t quant.Type, tq *quant.Turbo, src []byte, rb, u,
 		C.int64_t(n), C.int64_t(dim), (*C.float)(ptr(q)), C.int64_t(G), (*C.float)(ptr(s)), C.int64_t(ls)) == 0
 }
 
+// attnScoresTilesQC runs the C integer tiled scores of isa (AVX-512's
+// refusing a width: AVX2's); false if neither takes the rows.
+func attnScoresTilesQC(isa ISA, t quant.Type, tq *quant.Turbo, src []byte, rb, r0, n int, x *QInt, s []float32, ls int) bool {
+	if isa != ISAAVX2 && isa != ISAAVX512 {
+		return false
+	}
+	bits, _ := turboArgs(tq)
+	c8 := (*C.int8_t)(ptr(x.c8[:]))
+	corr := (*C.int32_t)(nil)
+	if len(x.corr) > 0 {
+		corr = (*C.int32_t)(ptr(x.corr))
+	}
+	if isa == ISAAVX512 && C.fi_attn_scores_qi_avx512(C.int(t), bits, (*C.uint8_t)(ptr(src)), C.int64_t(rb), C.int64_t(r0), C.int64_t(n),
+		C.int64_t(x.dim), (*C.int32_t)(ptr(x.qp)), corr, (*C.float)(ptr(x.kq)), c8, C.int64_t(x.G), (*C.float)(ptr(s)), C.int64_t(ls)) == 0 {
+		return true
+	}
+	return C.fi_attn_scores_qi_avx2(C.int(t), bits, (*C.uint8_t)(ptr(src)), C.int64_t(rb), C.int64_t(r0), C.int64_t(n),
+		C.int64_t(x.dim), (*C.int32_t)(ptr(x.qp)), corr, (*C.float)(ptr(x.kq)), c8, C.int64_t(x.G), (*C.float)(ptr(s)), C.int64_t(ls)) == 0
+}
+
 // untileC runs fi_untile.
 func untileC(src []byte, rb, u, r0, n int, dst []byte) bool {
 	C.fi_untile((*C.uint8_t)(ptr(src)), C.int64_t(rb), C.int64_t(u), C.int64_t(r0), C.int64_t(n), (*C.uint8_t)(ptr(dst)))

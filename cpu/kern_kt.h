@@ -45,4 +45,9 @@ static inline void tlevels(int bits, const float *levels, float *l) {
 	case T_TQ3: M(T_TQ3); break;                                                                                       \
 	}
 
+
+// Tiled kinds scored in integers (Go's kern_qint.go) against queries Go
+// rounds (QInt.Round): fi_attn_scores_qi_*.
+static inline int qi_kind(int kind) { return kind == T_Q4_0 || kind == T_TQ4; }
+
 #endif

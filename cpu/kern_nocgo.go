@@ -65,3 +65,7 @@ func attnScoresTilesC(ISA, quant.Type, *quant.Turbo, []byte, int, int, int, int,
 }
 
 func untileC([]byte, int, int, int, int, []byte) bool { return false }
+
+func attnScoresTilesQC(ISA, quant.Type, *quant.Turbo, []byte, int, int, int, *QInt, []float32, int) bool {
+	return false
+}

@@ -845,36 +845,48 @@ func TestAttnSumPathsAgree(t *testing.T) {
 
 // TestAttnScoresTiles: AttnScoresTiles on every path against float64
 // sums of the rows (attnRowsCases), the rows stored in transposed tiles
-// from a row within the first tile: the same bound as TestAttnScoresSum,
-// nothing outside the scores written.
+// from a row within the first tile; nothing outside the scores written.
+// Float32 kinds: the bound of TestAttnScoresSum (2e-6 of Σ|q_d·x_d|).
+// The integer kinds (q8_0, q4_0, 4-bit TurboQuant: kern_qint.go) give
+// the Go path's scores bit for bit on every path, and those are within
+// the same bound plus what the query's rounding to int16 makes of the
+// sum: half a step qs = max|q|/32767 per value, qs/2·Σ|x_d|.
 func TestAttnScoresTiles(t *testing.T) {
 	const nMax = 77
 	cases := attnRowsCases(t, nMax+quant.TileRows)
-	for _, isa := range cpu.Available() {
-		k := cpu.KernelsFor(isa)
-		for _, c := range cases {
-			rb, u := 0, 1
-			if c.tq != nil {
-				rb = c.tq.RowBytes()
-			} else {
-				rb, _ = quant.RowBytes(c.wt, c.dim)
-				u = quant.TileUnit(c.wt)
-			}
-			src := make([]byte, (nMax+2*quant.TileRows)/quant.TileRows*quant.TileRows*rb)
-			for j := range nMax + quant.TileRows {
-				quant.PutTileRow(src[j/quant.TileRows*quant.TileRows*rb:], j%quant.TileRows, u, c.src[j*c.stride:][:rb])
-			}
-			for _, r0 := range []int{0, 5, 15} {
-				for _, n := range []int{1, 7, 11, 16, 33, nMax} {
-					for _, G := range []int{1, 3, 4, 5, 8} {
-						q := randomF32(G*c.dim, uint64(n*G+r0))
-						ls := n + 3
+	goK := cpu.KernelsFor(cpu.ISAScalarGo)
+	for _, c := range cases {
+		rb, u := 0, 1
+		if c.tq != nil {
+			rb = c.tq.RowBytes()
+		} else {
+			rb, _ = quant.RowBytes(c.wt, c.dim)
+			u = quant.TileUnit(c.wt)
+		}
+		integer := c.tq != nil && c.tq.Bits() == 4 || c.tq == nil && c.wt == quant.Q4_0
+		src := make([]byte, (nMax+2*quant.TileRows)/quant.TileRows*quant.TileRows*rb)
+		for j := range nMax + quant.TileRows {
+			quant.PutTileRow(src[j/quant.TileRows*quant.TileRows*rb:], j%quant.TileRows, u, c.src[j*c.stride:][:rb])
+		}
+		for _, r0 := range []int{0, 5, 15} {
+			for _, n := range []int{1, 7, 11, 16, 33, nMax} {
+				for _, G := range []int{1, 3, 4, 5, 8} {
+					q := randomF32(G*c.dim, uint64(n*G+r0))
+					ls := n + 3
+					ref := make([]float32, G*ls)
+					goK.AttnScoresTiles(c.wt, c.tq, src, u, r0, n, c.dim, q, G, ref, ls)
+					for _, isa := range cpu.Available() {
 						s := make([]float32, G*ls)
 						for i := range s {
 							s[i] = -7
 						}
-						k.AttnScoresTiles(c.wt, c.tq, src, u, r0, n, c.dim, q, G, s, ls)
+						cpu.KernelsFor(isa).AttnScoresTiles(c.wt, c.tq, src, u, r0, n, c.dim, q, G, s, ls)
 						for g := range G {
+							var m float64 // max|q|
+							for _, v := range q[g*c.dim : (g+1)*c.dim] {
+								m = max(m, math.Abs(float64(v)))
+							}
+							qs := m / 32767
 							for j := range ls {
 								got := s[g*ls+j]
 								if j >= n {
@@ -883,13 +895,24 @@ func TestAttnScoresTiles(t *testing.T) {
 									}
 									continue
 								}
-								var sum, abs float64
+								if integer && math.Float32bits(got) != math.Float32bits(ref[g*ls+j]) {
+									var ex float64
+									for d, v := range c.x[r0+j] {
+										ex += float64(q[g*c.dim+d]) * float64(v)
+									}
+									t.Fatalf("%s %s r0=%d n=%d G=%d: score [%d][%d] = %v, Go's %v exact %v", isa, c.name, r0, n, G, g, j, got, ref[g*ls+j], ex)
+								}
+								var sum, abs, xabs float64
 								for d, v := range c.x[r0+j] {
 									p := float64(q[g*c.dim+d]) * float64(v)
-									sum, abs = sum+p, abs+math.Abs(p)
+									sum, abs, xabs = sum+p, abs+math.Abs(p), xabs+math.Abs(float64(v))
 								}
-								if !(math.Abs(float64(got)-sum) <= 2e-6*abs+1e-30) { // NaN fails
-									t.Fatalf("%s %s r0=%d n=%d G=%d: score [%d][%d] = %v, want %v (Σ|·| %v)", isa, c.name, r0, n, G, g, j, got, sum, abs)
+								bound := 2e-6*abs + 1e-30
+								if integer {
+									bound += 1.001 * qs / 2 * xabs
+								}
+								if !(math.Abs(float64(got)-sum) <= bound) { // NaN fails
+									t.Fatalf("%s %s r0=%d n=%d G=%d: score [%d][%d] = %v, want %v ± %v (Σ|·| %v)", isa, c.name, r0, n, G, g, j, got, sum, bound, abs)
 								}
 							}
 						}
@@ -930,6 +953,74 @@ func TestUntile(t *testing.T) {
 					for _, b := range got[n*rb:] {
 						if b != 0xee {
 							t.Fatalf("%s u=%d r0=%d n=%d: written past the rows", isa, u, r0, n)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestAttnScoresTilesFloatHeads: a call whose queries include a head the
+// integer kinds cannot round (all zeros, a NaN, or largest |value| below
+// 2^-64) is scored in float32 on every path, as AttnScores scores it: the
+// zero head's scores are 0, the NaN head's NaN, and a tiny head's within
+// float32 rounding (2e-6 of Σ|q_d·x_d|, which the int16 rounding of the
+// query does not meet).
+func TestAttnScoresTilesFloatHeads(t *testing.T) {
+	const n = 40
+	for _, c := range attnRowsCases(t, n) {
+		if !(c.tq != nil && c.tq.Bits() == 4 || c.tq == nil && c.wt == quant.Q4_0) || c.dim != 64 {
+			continue
+		}
+		rb, u := 0, 1
+		if c.tq != nil {
+			rb = c.tq.RowBytes()
+		} else {
+			rb, _ = quant.RowBytes(c.wt, c.dim)
+		}
+		src := make([]byte, (n+quant.TileRows-1)/quant.TileRows*quant.TileRows*rb)
+		for j := range n {
+			quant.PutTileRow(src[j/quant.TileRows*quant.TileRows*rb:], j%quant.TileRows, u, c.src[j*c.stride:][:rb])
+		}
+		for _, odd := range []string{"zero", "nan", "tiny"} {
+			q := randomF32(2*c.dim, 3)
+			h := q[c.dim:]
+			for d := range h {
+				switch odd {
+				case "zero":
+					h[d] = 0
+				case "nan":
+					if d == 9 {
+						h[d] = float32(math.NaN())
+					}
+				case "tiny":
+					h[d] *= 0x1p-70
+					q[d] *= 0x1p-70
+				}
+			}
+			for _, isa := range cpu.Available() {
+				s := make([]float32, 2*n)
+				cpu.KernelsFor(isa).AttnScoresTiles(c.wt, c.tq, src, u, 0, n, c.dim, q, 2, s, n)
+				for g := range 2 {
+					for j := range n {
+						got := s[g*n+j]
+						var sum, abs float64
+						for d, v := range c.x[j] {
+							p := float64(q[g*c.dim+d]) * float64(v)
+							sum, abs = sum+p, abs+math.Abs(p)
+						}
+						switch {
+						case g == 1 && odd == "zero":
+							if got != 0 {
+								t.Fatalf("%s %s %s: score [%d][%d] = %v, want 0", isa, c.name, odd, g, j, got)
+							}
+						case g == 1 && odd == "nan":
+							if got == got {
+								t.Fatalf("%s %s %s: score [%d][%d] = %v, want NaN", isa, c.name, odd, g, j, got)
+							}
+						case !(math.Abs(float64(got)-sum) <= 2e-6*abs+1e-60):
+							t.Fatalf("%s %s %s: score [%d][%d] = %v, want %v (Σ|·| %v)", isa, c.name, odd, g, j, got, sum, abs)
 						}
 					}
 				}

@@ -68,10 +68,35 @@ func NewTurbo(dim, b int, seed uint64) (*Turbo, error) {
 	for _, l := range table[b] {
 		t.levels = append(t.levels, l*inv)
 	}
+	if b == 4 {
+		onGrid(t.levels)
+	}
 	for i := 1; i < len(t.levels); i++ {
 		t.bounds = append(t.bounds, (t.levels[i-1]+t.levels[i])/2)
 	}
 	return t, nil
+}
+
+// onGrid moves each of the levels to the nearest multiple of cs =
+// max|level|/127, so that a level is cs times an int8. The decode scores
+// of 4-bit K rows sum int16 query values times those int8s (cpu's
+// kern_qint.go): on the grid they meet the same levels as every other
+// reader of the codes. A level moves by at most cs/2, 0.4% of the largest
+// level. On TestTurboDistortion's 4000 random unit vectors of 128
+// dimensions the mean squared error went from 0.00922 to 0.00923 (plain)
+// and from 0.00906 to 0.00907 (with the norm correction).
+func onGrid(levels []float32) {
+	var m float32
+	for _, l := range levels {
+		m = max(m, float32(math.Abs(float64(l))))
+	}
+	cs := m / 127
+	if cs == 0 {
+		return
+	}
+	for i, l := range levels {
+		levels[i] = cs * float32(math.RoundToEven(float64(l/cs)))
+	}
 }
 
 // splitmix64 step: a seeded stream of well-mixed words.
