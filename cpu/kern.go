@@ -437,8 +437,9 @@ func (k *Kernels) TurboDecode(tq *quant.Turbo, src []byte, stride, rows int, dst
 // s = scale and m the largest s·row[j]: attention's weights from its raw
 // scores. The Go path sums in order in float64 (as Ref); the SIMD paths
 // take a float32 exp (within 2 ulp, as prefill's flash tiles do: a third
-// of the time of Go's float64 polynomial) and sum in four (AVX2) or
-// sixteen (AVX-512) float64 lanes, so results differ from it by a few ulps.
+// of the time of Go's float64 polynomial) and sum in sixteen float64
+// lanes (AVX2: four chains of four; AVX-512: two of eight), so results
+// differ from it by a few ulps.
 func (k *Kernels) Softmax(row []float32, scale float32) {
 	if len(row) == 0 || k.isa != ISAScalarGo && softmaxC(k.isa, row, scale) {
 		return

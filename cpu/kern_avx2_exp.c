@@ -131,8 +131,21 @@ void fi_softmax_avx2(float *row, int64_t n, float scale) {
 		m = row[i] > m ? row[i] : m;
 	}
 	const __m256 mv = _mm256_set1_ps(m);
-	__m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
-	for (i = 0; i < n; i += 8) {
+	// four float64 sums: with two, their adds' latency bounded the pass
+	__m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd(), s2 = _mm256_setzero_pd(), s3 = _mm256_setzero_pd();
+	for (i = 0; i + 16 <= n; i += 16) {
+		const __m256 xa = _mm256_sub_ps(_mm256_loadu_ps(row + i), mv);
+		const __m256 xb = _mm256_sub_ps(_mm256_loadu_ps(row + i + 8), mv);
+		const __m256 ea = _mm256_blendv_ps(fa_exp8(xa), xa, _mm256_cmp_ps(xa, xa, _CMP_UNORD_Q));
+		const __m256 eb = _mm256_blendv_ps(fa_exp8(xb), xb, _mm256_cmp_ps(xb, xb, _CMP_UNORD_Q));
+		_mm256_storeu_ps(row + i, ea);
+		_mm256_storeu_ps(row + i + 8, eb);
+		s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(ea)));
+		s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(ea, 1)));
+		s2 = _mm256_add_pd(s2, _mm256_cvtps_pd(_mm256_castps256_ps128(eb)));
+		s3 = _mm256_add_pd(s3, _mm256_cvtps_pd(_mm256_extractf128_ps(eb, 1)));
+	}
+	for (; i < n; i += 8) {
 		const int64_t k = n - i < 8 ? n - i : 8;
 		const __m256 x = k == 8 ? _mm256_loadu_ps(row + i) : load_tail(row + i, k);
 		const __m256 xm = _mm256_sub_ps(x, mv);
@@ -150,7 +163,7 @@ void fi_softmax_avx2(float *row, int64_t n, float scale) {
 		s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
 	}
 	double l[4];
-	_mm256_storeu_pd(l, _mm256_add_pd(s0, s1));
+	_mm256_storeu_pd(l, _mm256_add_pd(_mm256_add_pd(s0, s1), _mm256_add_pd(s2, s3)));
 	const __m256 inv = _mm256_set1_ps((float)(1 / ((l[0] + l[1]) + (l[2] + l[3]))));
 	for (i = 0; i + 8 <= n; i += 8) {
 		_mm256_storeu_ps(row + i, _mm256_mul_ps(_mm256_loadu_ps(row + i), inv));

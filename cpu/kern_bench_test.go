@@ -377,3 +377,21 @@ func BenchmarkAttnRowsDRAM(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSoftmax: decode attention's softmax of one head's scores at
+// depth 8192 (the scale, the max, the exps and their float64 sum, the
+// normalisation), per path.
+func BenchmarkSoftmax(b *testing.B) {
+	const n = 8192
+	x := randomF32(n, 1)
+	row := make([]float32, n)
+	for _, isa := range cpu.Available() {
+		k := cpu.KernelsFor(isa)
+		b.Run(fmt.Sprintf("isa=%s/n=%d", isa, n), func(b *testing.B) {
+			for b.Loop() {
+				copy(row, x)
+				k.Softmax(row, 0.125)
+			}
+		})
+	}
+}

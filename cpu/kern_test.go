@@ -662,7 +662,7 @@ func TestTurboDecode(t *testing.T) {
 }
 
 // TestSoftmax: every path's softmax is the Go loop's (in-order float64
-// sum) to a relative 1e-6 per weight (the SIMD paths sum in four lanes),
+// sum) to a relative 1e-6 per weight (the SIMD paths sum in 16 lanes),
 // for odd and aligned lengths, with scores spanning the exp's range.
 func TestSoftmax(t *testing.T) {
 	goK := cpu.KernelsFor(cpu.ISAScalarGo)
