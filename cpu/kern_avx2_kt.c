@@ -315,13 +315,9 @@ int fi_attn_scores_qi_avx2(int t, int bits, const uint8_t *src, int64_t rb, int6
                            const int32_t *qp, const int32_t *corr, const float *kq, const int8_t *c8, int64_t G, float *s,
                            int64_t ls) {
 	const int kind = tkind(t, bits);
-	if (kind < 0 || !qi_kind(kind) || dim % (kind == T_Q4_0 ? 32 : 8) != 0 || dim > FI_AD_MAXDIM) return -1;
+	if (!qi_takes(kind, dim)) return -1;
 	__m128i tab;
 	memcpy(&tab, c8, 16);
-	if (kind == T_Q4_0) {
-		ITILES(T_Q4_0);
-	} else {
-		ITILES(T_TQ4);
-	}
+	BY_QIKIND(kind, ITILES);
 	return 0;
 }

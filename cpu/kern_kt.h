@@ -50,4 +50,19 @@ static inline void tlevels(int bits, const float *levels, float *l) {
 // rounds (QInt.Round): fi_attn_scores_qi_*.
 static inline int qi_kind(int kind) { return kind == T_Q4_0 || kind == T_TQ4; }
 
+// qi_takes reports whether the integer kernels take rows of kind of dim
+// values: q4_0 in whole blocks, TurboQuant in steps of 8, up to
+// FI_AD_MAXDIM (the int32 sums' bound, kern_qint.go).
+static inline int qi_takes(int kind, int64_t dim) {
+	return qi_kind(kind) && dim % (kind == T_Q4_0 ? 32 : 8) == 0 && dim <= FI_AD_MAXDIM;
+}
+
+// BY_QIKIND runs M(k) with k the constant equal to kind (qi_kind).
+#define BY_QIKIND(kind, M)                                                                                             \
+	if ((kind) == T_Q4_0) {                                                                                            \
+		M(T_Q4_0);                                                                                                     \
+	} else {                                                                                                           \
+		M(T_TQ4);                                                                                                      \
+	}
+
 #endif
