@@ -83,19 +83,27 @@ func TestKVRecent(t *testing.T) {
 	// values are one unit apart), and later layers carry that on. An f16
 	// cache cut the same way shows the size of this alone (AVX2 2.4e-9
 	// token by token, 4.9e-10 Ref; pure Go 8e-11, 4.9e-10); the window
-	// may cost at most 4 times as much (AVX2 1.7e-9, 4.5e-10). Rows read
-	// from the wrong side of the window cost far more (every 7th decode
-	// reading its window's K rows quantized: 8e-4).
+	// may cost at most 4 times as much (AVX2 1.7e-9, 4.5e-10). Token by
+	// token, the lone rows' scores of tq4 K are also integer products
+	// against the query rounded to int16 (kern_qint.go), which the batch's
+	// flash tiles do not round: that may add kvTol[KVTQ4], its bound in
+	// TestBackendAttention (measured here: AVX2 1.2e-9, pure Go 2.4e-9
+	// where its f16 cut gives 8e-11). Rows read from the
+	// wrong side of the window cost far more (every 7th decode reading its
+	// window's K rows quantized: 8e-4).
 	f16t := model.KVTypes{K: model.KVF16, V: model.KVF16}
 	f16 := run(be, f16t, n)
 	for _, c := range []struct {
 		name  string
 		ops   model.Ops
 		chunk int
-	}{{"token by token", be, 1}, {"Ref", cpu.NewRef(), 50}} {
+		qint  float64 // what the integer scores may add
+	}{{"token by token", be, 1, kvTol[model.KVTQ4]}, {"Ref", cpu.NewRef(), 50, 0}} {
 		floor := nmse(run(c.ops, f16t, c.chunk), f16)
-		if e := nmse(run(c.ops, tq, c.chunk), one); e > 1e-9+4*floor {
-			t.Errorf("%s: NMSE %.3g against one batch, above 1e-9 + 4 × f16 KV's %.3g", c.name, e, floor)
+		e := nmse(run(c.ops, tq, c.chunk), one)
+		t.Logf("%s: NMSE %.3g against one batch (f16 KV cut the same way: %.3g)", c.name, e, floor)
+		if e > 1e-9+4*floor+c.qint {
+			t.Errorf("%s: NMSE %.3g against one batch, above 1e-9 + 4 × f16 KV's %.3g + %.0g", c.name, e, floor, c.qint)
 		}
 	}
 	whole := tq
