@@ -847,7 +847,7 @@ func TestAttnSumPathsAgree(t *testing.T) {
 // sums of the rows (attnRowsCases), the rows stored in transposed tiles
 // from a row within the first tile; nothing outside the scores written.
 // Float32 kinds: the bound of TestAttnScoresSum (2e-6 of Σ|q_d·x_d|).
-// The integer kinds (q8_0, q4_0, 4-bit TurboQuant: kern_qint.go) give
+// The integer kinds (q4_0, 4-bit TurboQuant: kern_qint.go) give
 // the Go path's scores bit for bit on every path, and those are within
 // the same bound plus what the query's rounding to int16 makes of the
 // sum: half a step qs = max|q|/32767 per value, qs/2·Σ|x_d|.
