@@ -402,7 +402,7 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 		if xq {
 			a.k.AttnScoresTilesQ(kq, tk, kt, a.lt.KUnit, r0, n, &sc.qint, sco[j:], np)
 		} else {
-			a.k.AttnScoresTiles(kq, tk, kt, a.lt.KUnit, r0, n, kw, qf, G, sco[j:], np)
+			a.k.attnScoresTiles(kq, tk, kt, a.lt.KUnit, r0, n, kw, qf, G, sco[j:], np, false)
 		}
 		j += n
 	}

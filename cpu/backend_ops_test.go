@@ -285,6 +285,44 @@ func TestBackendAttention(t *testing.T) {
 	}
 }
 
+// TestBackendAttentionFloatHeads: a decode row whose query group for a
+// KV head has a head QInt.Round refuses (all zeros) is scored in float32
+// for that group and in integers for the others, on every path; the
+// outputs are Ref's within kvTol, and the zero head's attention is the
+// uniform mean of the V rows (its scores all 0), as Ref's.
+func TestBackendAttentionFloatHeads(t *testing.T) {
+	h := model.Hyper{NHead: 8, NHeadKV: 2, HeadDimK: 64, HeadDimV: 64, NLayer: 1}
+	const nCtx = 200
+	for _, types := range []model.KVTypes{{K: model.KVQ4_0, V: model.KVQ4_0}, {K: model.KVTQ4, V: model.KVTQ3}} {
+		kv, err := model.NewKVCacheOf(&h, types, nCtx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for p := range nCtx {
+			kv.SetK(0, 0, p, randomF32(kv.KDim, uint64(p)))
+			kv.SetV(0, 0, p, randomF32(kv.VDim, uint64(p+500000)))
+		}
+		q := randomF32(h.NHead*h.HeadDimK, 17)
+		clear(q[h.HeadDimK : 2*h.HeadDimK]) // head 1, in KV head 0's group
+		seq, pos := []int32{0}, []int32{nCtx - 1}
+		scale := float32(0.125)
+		want := make([]float32, h.NHead*h.HeadDimV)
+		cpu.NewRef().Attention(want, q, kv, 0, seq, pos, &h, scale)
+		for _, isa := range cpu.Available() {
+			be := cpu.NewBackend(1, cpu.KernelsFor(isa))
+			got := make([]float32, len(want))
+			be.Attention(got, q, kv, 0, seq, pos, &h, scale)
+			be.Close()
+			if e := nmse(got, want); e > kvTol[types.K] {
+				t.Errorf("%s %s: NMSE %.3g > %.0g", isa, types, e, kvTol[types.K])
+			}
+			if e := nmse(got[h.HeadDimV:2*h.HeadDimV], want[h.HeadDimV:2*h.HeadDimV]); e > 1e-11 {
+				t.Errorf("%s %s: the zero head's output: NMSE %.3g against Ref's > 1e-11", isa, types, e)
+			}
+		}
+	}
+}
+
 // TestBackendAttentionPaged runs Attention on a paged cache whose blocks
 // are scattered (some adjacent, so runs span blocks) and compares with Ref
 // on a contiguous cache holding the same rows.

@@ -553,6 +553,13 @@ func (k *Kernels) AttnScores(t quant.Type, tq *quant.Turbo, src []byte, stride, 
 // scored in integers on every path, against queries rounded to int16
 // (kern_qint.go; AttnScoresTilesQ), unless QInt.Round refuses them.
 func (k *Kernels) AttnScoresTiles(t quant.Type, tq *quant.Turbo, src []byte, u, r0, n, dim int, q []float32, G int, s []float32, ls int) {
+	k.attnScoresTiles(t, tq, src, u, r0, n, dim, q, G, s, ls, true)
+}
+
+// attnScoresTiles is AttnScoresTiles; integer false keeps the float32
+// arithmetic for every kind (decode, once QInt.Round has refused the
+// heads: rounding them again would only allocate).
+func (k *Kernels) attnScoresTiles(t quant.Type, tq *quant.Turbo, src []byte, u, r0, n, dim int, q []float32, G int, s []float32, ls int, integer bool) {
 	const op = "AttnScoresTiles"
 	rb := kvRowBytes(op, t, tq, dim)
 	if r0 < 0 || r0 >= quant.TileRows || u <= 0 || rb%u != 0 || n > 0 && len(src) < (r0+n+quant.TileRows-1)/quant.TileRows*quant.TileRows*rb {
@@ -570,7 +577,7 @@ func (k *Kernels) AttnScoresTiles(t quant.Type, tq *quant.Turbo, src []byte, u, 
 		}
 		return
 	}
-	if qintKind(t, tq) {
+	if integer && qintKind(t, tq) {
 		var x QInt
 		if x.Round(t, tq, q, G, dim) {
 			k.AttnScoresTilesQ(t, tq, src, u, r0, n, &x, s, ls)

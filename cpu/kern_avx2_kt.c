@@ -148,41 +148,6 @@ FI_INLINE void tile(const int kind, const int NH, const uint8_t *t, int64_t dim,
 	}
 }
 
-// put stores lanes [lo, hi) of the 16 lanes v0, v1 at o + lo.
-FI_INLINE void put(float *o, __m256 v0, __m256 v1, int64_t lo, int64_t hi) {
-	if (lo == 0 && hi == 16) {
-		_mm256_storeu_ps(o, v0);
-		_mm256_storeu_ps(o + 8, v1);
-		return;
-	}
-	float t[16];
-	_mm256_storeu_ps(t, v0);
-	_mm256_storeu_ps(t + 8, v1);
-	for (int64_t r = lo; r < hi; r++) o[r] = t[r];
-}
-
-// tiles runs tile over the tiles of rows [r0, r0+n) for every group of up
-// to 4 query heads, storing row r0+j's scores at column j.
-FI_INLINE void tiles(const int kind, const uint8_t *src, int64_t rb, int64_t r0, int64_t n, int64_t dim,
-                     const float *q, int64_t G, float *s, int64_t ls, __m256 l0, __m256 l1) {
-	for (int64_t i = 0; i * 16 < r0 + n; i++) {
-		const int64_t lo = i == 0 ? r0 : 0, hi = r0 + n - i * 16 < 16 ? r0 + n - i * 16 : 16;
-		const uint8_t *t = src + i * 16 * rb;
-		const int64_t col = i * 16 - r0; // lane r is column col + r
-		__m256 o[8];
-		int64_t g = 0;
-		for (; g + 4 <= G; g += 4) {
-			tile(kind, 4, t, dim, q + g * dim, l0, l1, o);
-			UNROLL(4) for (int h = 0; h < 4; h++) put(s + (g + h) * ls + col, o[2 * h], o[2 * h + 1], lo, hi);
-		}
-		for (; g < G; g++) {
-			tile(kind, 1, t, dim, q + g * dim, l0, l1, o);
-			put(s + g * ls + col, o[0], o[1], lo, hi);
-		}
-	}
-}
-
-
 // NOFUSE keeps a product a product: GCC would contract it and the add
 // after it into an FMA, which Go's reference does not do.
 #define NOFUSE(v) __asm__("" : "+x"(v))
@@ -254,46 +219,59 @@ FI_INLINE void itile(const int kind, const int NH, const uint8_t *t, int64_t dim
 #undef STEP
 }
 
-// itiles is tiles for the integer kinds, the queries rounded by Go.
-FI_INLINE void itiles(const int kind, const uint8_t *src, int64_t rb, int64_t r0, int64_t n, int64_t dim,
-                      const int32_t *qp, int64_t G, float *s, int64_t ls, __m128i tab, const float *kq,
-                      const int32_t *corr) {
+// put stores lanes [lo, hi) of the 16 lanes v0, v1 at o + lo.
+FI_INLINE void put(float *o, __m256 v0, __m256 v1, int64_t lo, int64_t hi) {
+	if (lo == 0 && hi == 16) {
+		_mm256_storeu_ps(o, v0);
+		_mm256_storeu_ps(o + 8, v1);
+		return;
+	}
+	float t[16];
+	_mm256_storeu_ps(t, v0);
+	_mm256_storeu_ps(t + 8, v1);
+	for (int64_t r = lo; r < hi; r++) o[r] = t[r];
+}
+
+// tiles runs tile (qa non-NULL, an integer kind: itile against qa's
+// rounded queries) over the tiles of rows [r0, r0+n) for every group of
+// up to 4 query heads, storing row r0+j's scores at column j.
+FI_INLINE void tiles(const int kind, const uint8_t *src, int64_t rb, int64_t r0, int64_t n, int64_t dim,
+                     const float *q, int64_t G, float *s, int64_t ls, __m256 l0, __m256 l1, const qi_args *qa) {
+	const int ints = qi_kind(kind) && qa; // a constant false for the other kinds
+	const __m128i tab = ints ? ld128((const uint8_t *)qa->c8) : _mm_setzero_si128();
 	for (int64_t i = 0; i * 16 < r0 + n; i++) {
 		const int64_t lo = i == 0 ? r0 : 0, hi = r0 + n - i * 16 < 16 ? r0 + n - i * 16 : 16;
 		const uint8_t *t = src + i * 16 * rb;
-		const int64_t col = i * 16 - r0;
+		const int64_t col = i * 16 - r0; // lane r is column col + r
 		__m256 o[8];
 		int64_t g = 0;
 		for (; g + 4 <= G; g += 4) {
-			itile(kind, 4, t, dim, qp + g * dim / 2, tab, kq + g, corr + g * (dim / 32), o);
+			if (ints) {
+				itile(kind, 4, t, dim, qa->qp + g * dim / 2, tab, qa->kq + g, qa->corr + g * (dim / 32), o);
+			} else {
+				tile(kind, 4, t, dim, q + g * dim, l0, l1, o);
+			}
 			UNROLL(4) for (int h = 0; h < 4; h++) put(s + (g + h) * ls + col, o[2 * h], o[2 * h + 1], lo, hi);
 		}
 		for (; g < G; g++) {
-			itile(kind, 1, t, dim, qp + g * dim / 2, tab, kq + g, corr + g * (dim / 32), o);
+			if (ints) {
+				itile(kind, 1, t, dim, qa->qp + g * dim / 2, tab, qa->kq + g, qa->corr + g * (dim / 32), o);
+			} else {
+				tile(kind, 1, t, dim, q + g * dim, l0, l1, o);
+			}
 			put(s + g * ls + col, o[0], o[1], lo, hi);
 		}
 	}
 }
 
-#define ITILES(k)                                                                                                      \
-	do {                                                                                                               \
-		if (dim == 64) {                                                                                               \
-			itiles(k, src, rb, r0, n, 64, qp, G, s, ls, tab, kq, corr);                                                      \
-		} else if (dim == 128) {                                                                                       \
-			itiles(k, src, rb, r0, n, 128, qp, G, s, ls, tab, kq, corr);                                                     \
-		} else {                                                                                                       \
-			itiles(k, src, rb, r0, n, dim, qp, G, s, ls, tab, kq, corr);                                                     \
-		}                                                                                                              \
-	} while (0)
-
 #define TILES(k)                                                                                                       \
 	do {                                                                                                               \
 		if (dim == 64) {                                                                                               \
-			tiles(k, src, rb, r0, n, 64, q, G, s, ls, l0, l1);                                                         \
+			tiles(k, src, rb, r0, n, 64, q, G, s, ls, l0, l1, qa);                                                         \
 		} else if (dim == 128) {                                                                                       \
-			tiles(k, src, rb, r0, n, 128, q, G, s, ls, l0, l1);                                                        \
+			tiles(k, src, rb, r0, n, 128, q, G, s, ls, l0, l1, qa);                                                        \
 		} else {                                                                                                       \
-			tiles(k, src, rb, r0, n, dim, q, G, s, ls, l0, l1);                                                        \
+			tiles(k, src, rb, r0, n, dim, q, G, s, ls, l0, l1, qa);                                                        \
 		}                                                                                                              \
 	} while (0)
 
@@ -306,6 +284,7 @@ int fi_attn_scores_t_avx2(int t, int bits, const float *levels, const uint8_t *s
 	float l[16];
 	tlevels(bits, levels, l);
 	const __m256 l0 = _mm256_loadu_ps(l), l1 = _mm256_loadu_ps(l + 8);
+	const qi_args *qa = NULL;
 	BY_TKIND(kind, TILES);
 	return 0;
 }
@@ -316,8 +295,9 @@ int fi_attn_scores_qi_avx2(int t, int bits, const uint8_t *src, int64_t rb, int6
                            int64_t ls) {
 	const int kind = tkind(t, bits);
 	if (!qi_takes(kind, dim)) return -1;
-	__m128i tab;
-	memcpy(&tab, c8, 16);
-	BY_QIKIND(kind, ITILES);
+	const qi_args a = {qp, corr, kq, c8}, *qa = &a;
+	const float *q = NULL;
+	const __m256 l0 = _mm256_setzero_ps(), l1 = l0;
+	BY_QIKIND(kind, TILES);
 	return 0;
 }

@@ -135,38 +135,6 @@ I5 void tile(const int kind, const int NH, const uint8_t *t, int64_t dim, const 
 	UNROLL(4) for (int h = 0; h < NH; h++) o[h] = _mm512_add_ps(a[h], b[h]);
 }
 
-// put stores lanes [lo, hi) of v at o + lo.
-I5 void put(float *o, __m512 v, int64_t lo, int64_t hi) {
-	if (lo == 0 && hi == 16) {
-		_mm512_storeu_ps(o, v);
-		return;
-	}
-	float t[16];
-	_mm512_storeu_ps(t, v);
-	for (int64_t r = lo; r < hi; r++) o[r] = t[r];
-}
-
-// tiles runs tile over the tiles of rows [r0, r0+n) for every group of up
-// to 4 query heads, storing row r0+j's scores at column j.
-I5 void tiles(const int kind, const uint8_t *src, int64_t rb, int64_t r0, int64_t n, int64_t dim, const float *q,
-              int64_t G, float *s, int64_t ls, __m512 lv) {
-	for (int64_t i = 0; i * 16 < r0 + n; i++) {
-		const int64_t lo = i == 0 ? r0 : 0, hi = r0 + n - i * 16 < 16 ? r0 + n - i * 16 : 16;
-		const uint8_t *t = src + i * 16 * rb;
-		const int64_t col = i * 16 - r0; // lane r is column col + r
-		__m512 o[4];
-		int64_t g = 0;
-		for (; g + 4 <= G; g += 4) {
-			tile(kind, 4, t, dim, q + g * dim, lv, o);
-			UNROLL(4) for (int h = 0; h < 4; h++) put(s + (g + h) * ls + col, o[h], lo, hi);
-		}
-		for (; g < G; g++) {
-			tile(kind, 1, t, dim, q + g * dim, lv, o);
-			put(s + g * ls + col, o[0], lo, hi);
-		}
-	}
-}
-
 // NOFUSE keeps a product a product: the compiler would contract it and
 // the add after it into an FMA, which Go's reference does not do.
 #ifdef FI_SIMDE
@@ -227,45 +195,57 @@ I5 void itile(const int kind, const int NH, const uint8_t *t, int64_t dim, const
 #undef STEP
 }
 
-// itiles is tiles for the integer kinds, the queries rounded by Go.
-I5 void itiles(const int kind, const uint8_t *src, int64_t rb, int64_t r0, int64_t n, int64_t dim, const int32_t *qp,
-               const int32_t *corr, const float *kq, __m128i tab, int64_t G, float *s, int64_t ls) {
+// put stores lanes [lo, hi) of v at o + lo.
+I5 void put(float *o, __m512 v, int64_t lo, int64_t hi) {
+	if (lo == 0 && hi == 16) {
+		_mm512_storeu_ps(o, v);
+		return;
+	}
+	float t[16];
+	_mm512_storeu_ps(t, v);
+	for (int64_t r = lo; r < hi; r++) o[r] = t[r];
+}
+
+// tiles runs tile (qa non-NULL, an integer kind: itile against qa's
+// rounded queries) over the tiles of rows [r0, r0+n) for every group of
+// up to 4 query heads, storing row r0+j's scores at column j.
+I5 void tiles(const int kind, const uint8_t *src, int64_t rb, int64_t r0, int64_t n, int64_t dim, const float *q,
+              int64_t G, float *s, int64_t ls, __m512 lv, const qi_args *qa) {
+	const int ints = qi_kind(kind) && qa; // a constant false for the other kinds
+	const __m128i tab = ints ? _mm_loadu_si128((const __m128i *)qa->c8) : _mm_setzero_si128();
 	for (int64_t i = 0; i * 16 < r0 + n; i++) {
 		const int64_t lo = i == 0 ? r0 : 0, hi = r0 + n - i * 16 < 16 ? r0 + n - i * 16 : 16;
 		const uint8_t *t = src + i * 16 * rb;
-		const int64_t col = i * 16 - r0;
+		const int64_t col = i * 16 - r0; // lane r is column col + r
 		__m512 o[4];
 		int64_t g = 0;
 		for (; g + 4 <= G; g += 4) {
-			itile(kind, 4, t, dim, qp + g * dim / 2, tab, kq + g, corr + g * (dim / 32), o);
+			if (ints) {
+				itile(kind, 4, t, dim, qa->qp + g * dim / 2, tab, qa->kq + g, qa->corr + g * (dim / 32), o);
+			} else {
+				tile(kind, 4, t, dim, q + g * dim, lv, o);
+			}
 			UNROLL(4) for (int h = 0; h < 4; h++) put(s + (g + h) * ls + col, o[h], lo, hi);
 		}
 		for (; g < G; g++) {
-			itile(kind, 1, t, dim, qp + g * dim / 2, tab, kq + g, corr + g * (dim / 32), o);
+			if (ints) {
+				itile(kind, 1, t, dim, qa->qp + g * dim / 2, tab, qa->kq + g, qa->corr + g * (dim / 32), o);
+			} else {
+				tile(kind, 1, t, dim, q + g * dim, lv, o);
+			}
 			put(s + g * ls + col, o[0], lo, hi);
 		}
 	}
 }
 
-#define ITILES(k)                                                                                                      \
-	do {                                                                                                               \
-		if (dim == 64) {                                                                                               \
-			itiles(k, src, rb, r0, n, 64, qp, corr, kq, tab, G, s, ls);                                                               \
-		} else if (dim == 128) {                                                                                       \
-			itiles(k, src, rb, r0, n, 128, qp, corr, kq, tab, G, s, ls);                                                              \
-		} else {                                                                                                       \
-			itiles(k, src, rb, r0, n, dim, qp, corr, kq, tab, G, s, ls);                                                              \
-		}                                                                                                              \
-	} while (0)
-
 #define TILES(k)                                                                                                       \
 	do {                                                                                                               \
 		if (dim == 64) {                                                                                               \
-			tiles(k, src, rb, r0, n, 64, q, G, s, ls, lv);                                                             \
+			tiles(k, src, rb, r0, n, 64, q, G, s, ls, lv, qa);                                                             \
 		} else if (dim == 128) {                                                                                       \
-			tiles(k, src, rb, r0, n, 128, q, G, s, ls, lv);                                                            \
+			tiles(k, src, rb, r0, n, 128, q, G, s, ls, lv, qa);                                                            \
 		} else {                                                                                                       \
-			tiles(k, src, rb, r0, n, dim, q, G, s, ls, lv);                                                            \
+			tiles(k, src, rb, r0, n, dim, q, G, s, ls, lv, qa);                                                            \
 		}                                                                                                              \
 	} while (0)
 
@@ -278,6 +258,7 @@ int fi_attn_scores_t_avx512(int t, int bits, const float *levels, const uint8_t 
 	float l[16];
 	tlevels(bits, levels, l);
 	const __m512 lv = _mm512_loadu_ps(l);
+	const qi_args *qa = NULL;
 	BY_TKIND(kind, TILES);
 	return 0;
 }
@@ -288,8 +269,9 @@ int fi_attn_scores_qi_avx512(int t, int bits, const uint8_t *src, int64_t rb, in
                              int64_t ls) {
 	const int kind = tkind(t, bits);
 	if (!qi_takes(kind, dim)) return -1;
-	__m128i tab;
-	memcpy(&tab, c8, 16);
-	BY_QIKIND(kind, ITILES);
+	const qi_args a = {qp, corr, kq, c8}, *qa = &a;
+	const float *q = NULL;
+	const __m512 lv = _mm512_setzero_ps();
+	BY_QIKIND(kind, TILES);
 	return 0;
 }

@@ -45,7 +45,6 @@ static inline void tlevels(int bits, const float *levels, float *l) {
 	case T_TQ3: M(T_TQ3); break;                                                                                       \
 	}
 
-
 // Tiled kinds scored in integers (Go's kern_qint.go) against queries Go
 // rounds (QInt.Round): fi_attn_scores_qi_*.
 static inline int qi_kind(int kind) { return kind == T_Q4_0 || kind == T_TQ4; }
@@ -56,6 +55,15 @@ static inline int qi_kind(int kind) { return kind == T_Q4_0 || kind == T_TQ4; }
 static inline int qi_takes(int kind, int64_t dim) {
 	return qi_kind(kind) && dim % (kind == T_Q4_0 ? 32 : 8) == 0 && dim <= FI_AD_MAXDIM;
 }
+
+// qi_args is what the integer kernels meet a tile with (fi_attn_scores_qi_*
+// in kern.h): the rounded heads' pairs, q4_0's corrections, each head's
+// scale and the TurboQuant codebook as int8.
+typedef struct {
+	const int32_t *qp, *corr;
+	const float *kq;
+	const int8_t *c8;
+} qi_args;
 
 // BY_QIKIND runs M(k) with k the constant equal to kind (qi_kind).
 #define BY_QIKIND(kind, M)                                                                                             \
