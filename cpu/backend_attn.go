@@ -90,6 +90,7 @@ type attnScratch struct {
 	krows  []byte    // blocks: a chunk of K rows untransposed (packing)
 	vacc   []float32 // lone rows: the rotated-domain V sums (TurboQuant V)
 	qint   QInt      // lone rows: the group's queries rounded for integer K scores
+	wint   WInt      // lone rows: the group's weights rounded for integer V sums
 	// blocks reading --kv-recent's f16 rows of a TurboQuant half: the
 	// queries unrotated, the sums of the f16 V rows, the maxima after the
 	// quantized rows
@@ -223,6 +224,9 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 		if a.lt.K != model.KVF32 || a.lt.V != model.KVF32 {
 			s.dec = grow(s.dec, kvChunk*max(a.dkp, a.dvp))
 			s.vacc = grow(s.vacc, G*a.dvp)
+		}
+		if wintKind(quantOf(a.lt.V), kv.TurboV(layer, 0)) {
+			s.wint.Reserve(G, kv.NCtx, a.dvp)
 		}
 		if blocks {
 			s.krows = grow(s.krows, kvChunk*a.lt.KHead)
@@ -424,13 +428,16 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 		ad = tv.Padded()
 		acc = sc.vacc[:G*ad]
 	}
-	clear(acc)
-	for j0 := 0; j0 < ev; {
-		n := a.span(s, j0, ev-j0)
-		vr := kv.VHeadRows(a.layer, kh, s, j0, n)
-		// each V row once for the whole group, positions in order (as Ref)
-		a.k.AttnSum(quantOf(a.lt.V), tv, vr, a.lt.VHead, n, ad, sco[j0:], np, G, acc)
-		j0 += n
+	vq := quantOf(a.lt.V)
+	if !(wintKind(vq, tv) && ev > 0 && a.sumQ(sc, vq, tv, t, kh, ev, ad, sco, np, acc)) {
+		clear(acc)
+		for j0 := 0; j0 < ev; {
+			n := a.span(s, j0, ev-j0)
+			vr := kv.VHeadRows(a.layer, kh, s, j0, n)
+			// each V row once for the whole group, positions in order (as Ref)
+			a.k.AttnSum(vq, tv, vr, a.lt.VHead, n, ad, sco[j0:], np, G, acc)
+			j0 += n
+		}
 	}
 	if tv != nil {
 		for g := range G {
@@ -442,6 +449,30 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 		a.k.AttnSum(quant.F16, nil, kv.XVHeadRows(a.layer, kh, s, j0, n), 2*dv, n, dv, sco[j0:], np, G, out)
 		j0 += n
 	}
+}
+
+// sumQ sets acc to the V sums of the lone batch row t's group of query
+// heads (KV head kh) over the quantized rows [0, ev) of type vq (tv:
+// TurboQuant), in integers (kern_wint.go); false, acc untouched, when
+// RoundWeights refuses the weights (the caller sums in float32).
+func (a *attnTask) sumQ(sc *attnScratch, vq quant.Type, tv *quant.Turbo, t, kh, ev, dim int, w []float32, lw int, acc []float32) bool {
+	kv, s, x := a.kv, int(a.seq[t]), &sc.wint
+	x.Begin(vq, tv, a.group, ev, dim)
+	for j0 := 0; j0 < ev; {
+		n := a.span(s, j0, ev-j0)
+		a.k.AttnSumScales(x, kv.VHeadRows(a.layer, kh, s, j0, n), a.lt.VHead, j0, n)
+		j0 += n
+	}
+	if !a.k.RoundWeights(x, w, lw) {
+		return false
+	}
+	for j0 := 0; j0 < ev; {
+		n := a.span(s, j0, ev-j0)
+		a.k.AttnSumQ(x, kv.VHeadRows(a.layer, kh, s, j0, n), a.lt.VHead, j0, n)
+		j0 += n
+	}
+	x.Finish(acc)
+	return true
 }
 
 // flash computes KV head kh's query heads for batch rows [t0, t1) of one

@@ -203,9 +203,18 @@ func randomPositive(n int) []float32 {
 // the outputs by an NMSE of 6.5e-10 to 7.8e-10 on these random heads
 // (measured, AVX2 and Go). 1e-8 leaves room for that; pairing each code
 // with the other value of its query pair gave 0.2 to 1.7 (measured).
+// V rows of q4_0 and 3- and 4-bit TurboQuant move more: decode sums them
+// in integers, with the softmax weights times the rows' scales rounded to
+// int16 steps of their largest/32767 (kern_wint.go, checked bit for bit
+// by TestAttnSumQ). These random heads spread their weights over up to
+// 300 rows of random norms, so most weights are far below the largest and
+// keep fewer bits: the decode rows' NMSE against Ref is 3.0e-9 to 1.2e-8
+// (measured, AVX2 and Go, K and V rounding together), where the tq3
+// cache's own error against f16 KV is 7.8e-3. 1e-7 leaves room for that
+// and still catches a weight paired with the wrong row (about 1).
 var kvTol = map[model.KVType]float64{
-	model.KVF32: 1e-11, model.KVF16: 1e-11, model.KVBF16: 1e-11, model.KVQ8_0: 1e-11, model.KVQ4_0: 1e-8,
-	model.KVTQ4: 1e-8, model.KVTQ3: 1e-11,
+	model.KVF32: 1e-11, model.KVF16: 1e-11, model.KVBF16: 1e-11, model.KVQ8_0: 1e-11, model.KVQ4_0: 1e-7,
+	model.KVTQ4: 1e-7, model.KVTQ3: 1e-7,
 }
 
 // twoRuns returns batch rows: sequence 0 at positions 0..4 (decode-like
@@ -289,7 +298,8 @@ func TestBackendAttention(t *testing.T) {
 // KV head has a head QInt.Round refuses (all zeros) is scored in float32
 // for that group and in integers for the others, on every path; the
 // outputs are Ref's within kvTol, and the zero head's attention is the
-// uniform mean of the V rows (its scores all 0), as Ref's.
+// uniform mean of the V rows (its scores all 0), as Ref's, but for the
+// rounding of its weights in the integer V sums.
 func TestBackendAttentionFloatHeads(t *testing.T) {
 	h := model.Hyper{NHead: 8, NHeadKV: 2, HeadDimK: 64, HeadDimV: 64, NLayer: 1}
 	const nCtx = 200
@@ -316,8 +326,10 @@ func TestBackendAttentionFloatHeads(t *testing.T) {
 			if e := nmse(got, want); e > kvTol[types.K] {
 				t.Errorf("%s %s: NMSE %.3g > %.0g", isa, types, e, kvTol[types.K])
 			}
-			if e := nmse(got[h.HeadDimV:2*h.HeadDimV], want[h.HeadDimV:2*h.HeadDimV]); e > 1e-11 {
-				t.Errorf("%s %s: the zero head's output: NMSE %.3g against Ref's > 1e-11", isa, types, e)
+			// its scores are exact (0), its V sum rounds its weights (2e-10
+			// measured); scoring the group's other heads only gives 0.93
+			if e := nmse(got[h.HeadDimV:2*h.HeadDimV], want[h.HeadDimV:2*h.HeadDimV]); e > 1e-9 {
+				t.Errorf("%s %s: the zero head's output: NMSE %.3g against Ref's > 1e-9", isa, types, e)
 			}
 		}
 	}

@@ -186,6 +186,29 @@ int fi_attn_scores_t_avx512(int t, int bits, const float *levels, const uint8_t 
 int fi_attn_scores_t_rows(int avx512, int t, int bits, const float *levels, const uint8_t *src, int64_t rb, int64_t u,
                           int64_t r0, int64_t n, int64_t dim, const float *q, int64_t G, float *s, int64_t ls);
 
+// The integer V sums of decode attention (kern_avx2_vi.c; Go's
+// kern_wint.go is their reference, and their sums are exact, so every path
+// gives the same): rows of q4_0 (t FI_Q4_0, bits 0) and 3- and 4-bit
+// TurboQuant (bits). AVX-512 machines run them too. Each returns -1
+// (nothing written) for rows it does not take.
+//
+// fi_kv_scales_avx2 sets sc[b*ls + r] (r < n, b < nb) to group b's scale
+// of row r (src + r*stride): q4_0 block b's, TurboQuant's row scale (nb 1).
+int fi_kv_scales_avx2(int t, int bits, const uint8_t *src, int64_t stride, int64_t n, int64_t nb, float *sc,
+                      int64_t ls);
+// fi_wint_round_avx2 rounds, for each head g < G and group b < nb, the n
+// products p_r = w[g*lw + r] * sc[b*n + r] (float32) to int16 steps of
+// m/32767, m their largest |p| (set in mo[g*nb + b]): wq[(g*nb + b)*n + r]
+// = round-to-even(p_r * (32767/m)), wsum[g*nb + b] their sum. -1 when some
+// p_r is NaN or m is outside [2^-64, 2^64].
+int fi_wint_round_avx2(const float *w, int64_t lw, int64_t G, int64_t n, const float *sc, int64_t nb, float *mo,
+                       int16_t *wq, int64_t *wsum);
+// fi_attn_sum_qi_avx2 adds to S[g*dim + d] (g < G, d < dim) the sums over
+// rows r < n of wq[(g*nb + b)*lw + r] times row r's integer value d: q4_0's
+// bare nibble (b = d/32, nb = dim/32), TurboQuant's c8[code] (b = 0, nb 1).
+int fi_attn_sum_qi_avx2(int t, int bits, const int8_t *c8, const uint8_t *src, int64_t stride, int64_t n, int64_t dim,
+                        const int16_t *wq, int64_t lw, int64_t G, int64_t nb, int64_t *S);
+
 // fi_attn_scores_qi_avx2 and fi_attn_scores_qi_avx512 are
 // fi_attn_scores_t_* for the integer kinds (q4_0, 4-bit TurboQuant: Go's
 // kern_qint.go, whose arithmetic they follow bit for bit) against queries

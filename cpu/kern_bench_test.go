@@ -324,6 +324,25 @@ func BenchmarkAttnRows(b *testing.B) {
 				}
 				b.ReportMetric(float64(len(src))*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 			})
+			if name == "q4_0" || name == "tq3" || name == "tq4" {
+				// the integer V sums: scales, rounding, sums, conversion
+				for j := range s {
+					s[j] = float32(j%97+1) / 97
+				}
+				var x cpu.WInt
+				b.Run(fmt.Sprintf("isa=%s/kv=%s/op=sumq", isa, name), func(b *testing.B) {
+					for b.Loop() {
+						x.Begin(wt, tq, G, n, d)
+						k.AttnSumScales(&x, src, rb, 0, n)
+						if !k.RoundWeights(&x, s, n) {
+							b.Fatal("RoundWeights refused")
+						}
+						k.AttnSumQ(&x, src, rb, 0, n)
+						x.Finish(acc)
+					}
+					b.ReportMetric(float64(len(src))*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+				})
+			}
 		}
 	}
 }

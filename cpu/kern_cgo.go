@@ -287,3 +287,28 @@ func untileC(src []byte, rb, u, r0, n int, dst []byte) bool {
 	C.fi_untile((*C.uint8_t)(ptr(src)), C.int64_t(rb), C.int64_t(u), C.int64_t(r0), C.int64_t(n), (*C.uint8_t)(ptr(dst)))
 	return true
 }
+
+// kvScalesC runs fi_kv_scales_avx2 (AVX2 and AVX-512 machines alike): the
+// scales of n rows of type t into sc[b*ls + r].
+func kvScalesC(t quant.Type, tq *quant.Turbo, src []byte, stride, n, nb int, sc []float32, ls int) bool {
+	bits, _ := turboArgs(tq)
+	return C.fi_kv_scales_avx2(C.int(t), bits, (*C.uint8_t)(ptr(src)), C.int64_t(stride), C.int64_t(n), C.int64_t(nb),
+		(*C.float)(ptr(sc)), C.int64_t(ls)) == 0
+}
+
+// wintRoundC runs fi_wint_round_avx2 on x's rows: ok as RoundWeights'
+// result when done.
+func wintRoundC(x *WInt, w []float32, lw int) (ok, done bool) {
+	r := C.fi_wint_round_avx2((*C.float)(ptr(w)), C.int64_t(lw), C.int64_t(x.G), C.int64_t(x.n), (*C.float)(ptr(x.sc)),
+		C.int64_t(x.nb), (*C.float)(ptr(x.m)), (*C.int16_t)(ptr(x.wq)), (*C.int64_t)(ptr(x.wsum)))
+	return r == 0, true
+}
+
+// attnSumQC runs fi_attn_sum_qi_avx2 on rows [j0, j0+n) of x; false if it
+// does not take them.
+func attnSumQC(x *WInt, src []byte, stride, j0, n int) bool {
+	bits, _ := turboArgs(x.tq)
+	return C.fi_attn_sum_qi_avx2(C.int(x.t), bits, (*C.int8_t)(ptr(x.c8[:])), (*C.uint8_t)(ptr(src)), C.int64_t(stride),
+		C.int64_t(n), C.int64_t(x.dim), (*C.int16_t)(ptr(x.wq[j0:])), C.int64_t(x.n), C.int64_t(x.G), C.int64_t(x.nb),
+		(*C.int64_t)(ptr(x.S))) == 0
+}

@@ -69,3 +69,9 @@ func untileC([]byte, int, int, int, int, []byte) bool { return false }
 func attnScoresTilesQC(ISA, quant.Type, *quant.Turbo, []byte, int, int, int, *QInt, []float32, int) bool {
 	return false
 }
+
+func kvScalesC(quant.Type, *quant.Turbo, []byte, int, int, int, []float32, int) bool { return false }
+
+func wintRoundC(*WInt, []float32, int) (ok, done bool) { return false, false }
+
+func attnSumQC(*WInt, []byte, int, int, int) bool { return false }

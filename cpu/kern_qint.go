@@ -136,18 +136,19 @@ func qintQuery(q []float32, qi []int16) (qs float32, ok bool) {
 	return m / qintMax, true
 }
 
-// qintLevels returns the 16 levels of a 4-bit codebook, which lie on a
-// grid of cs = max|levels|/127 (quant.NewTurbo), as levels[c] = cs·c8[c].
+// qintLevels returns the levels of a 3- or 4-bit codebook (8 or 16), which
+// lie on a grid of cs = max|levels|/127 (quant.NewTurbo), as levels[c] =
+// cs·c8[c].
 func qintLevels(levels []float32) (c8 [16]int8, cs float32) {
 	var m float32
-	for _, l := range levels[:16] {
+	for _, l := range levels {
 		m = max(m, float32(math.Abs(float64(l))))
 	}
 	cs = m / 127
 	if cs == 0 {
 		return c8, 0
 	}
-	for c, l := range levels[:16] {
+	for c, l := range levels {
 		c8[c] = int8(max(-127, min(127, math.RoundToEven(float64(l/cs)))))
 	}
 	return c8, cs

@@ -1,0 +1,250 @@
+//go:build cgo
+
+// AVX2 integer V sums of decode attention (Go's kern_wint.go is their
+// reference, and the arithmetic is exact, so every path gives the same
+// sums): the rows' scales gathered, the softmax weights times the scales
+// rounded to int16, then pmaddwd of int16 weight pairs (two rows) by the
+// two rows' integer values (q4_0's bare nibbles, TurboQuant's codebook as
+// int8), 16 products per instruction where an FMA makes 8. pmaddwd runs
+// at two per cycle on Zen 3, as the FMAs do (docs/decisions.md, "Integer
+// decode V sums"). AVX-512 machines run these kernels too.
+
+#pragma GCC target("avx2,fma,f16c")
+
+#include "kern.h"
+#include "kern_avx2.h"
+
+// vi_kind is a row kind these kernels sum: q4_0, 3- or 4-bit TurboQuant.
+enum { VI_Q4_0, VI_TQ3, VI_TQ4 };
+
+static inline int vi_kind(int t, int bits) {
+	if (bits == 3) return VI_TQ3;
+	if (bits == 4) return VI_TQ4;
+	if (bits == 0 && t == FI_Q4_0) return VI_Q4_0;
+	return -1;
+}
+
+// fi_kv_scales_avx2: see kern.h.
+int fi_kv_scales_avx2(int t, int bits, const uint8_t *src, int64_t stride, int64_t n, int64_t nb, float *sc,
+                      int64_t ls) {
+	const int kind = vi_kind(t, bits);
+	if (kind < 0) return -1;
+	const int64_t bs = kind == VI_Q4_0 ? 18 : 0;
+	for (int64_t r = 0; r < n; r++) {
+		const uint8_t *s = src + r * stride;
+		for (int64_t b = 0; b < nb; b++) sc[b * ls + r] = ld_f16(s + b * bs);
+	}
+	return 0;
+}
+
+// fi_wint_round_avx2: see kern.h.
+int fi_wint_round_avx2(const float *w, int64_t lw, int64_t G, int64_t n, const float *sc, int64_t nb, float *mo,
+                       int16_t *wq, int64_t *wsum) {
+	const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+	for (int64_t g = 0; g < G; g++) {
+		for (int64_t b = 0; b < nb; b++) {
+			const float *wg = w + g * lw, *sb = sc + b * n;
+			__m256 mx = _mm256_setzero_ps(), bad = mx;
+			int64_t r = 0;
+			for (; r + 8 <= n; r += 8) {
+				const __m256 p = _mm256_mul_ps(_mm256_loadu_ps(wg + r), _mm256_loadu_ps(sb + r));
+				bad = _mm256_or_ps(bad, _mm256_cmp_ps(p, p, _CMP_UNORD_Q));
+				mx = _mm256_max_ps(mx, _mm256_and_ps(p, abs));
+			}
+			float m = 0;
+			for (; r < n; r++) {
+				const float p = wg[r] * sb[r];
+				if (p != p) return -1;
+				const float a = p < 0 ? -p : p;
+				m = a > m ? a : m;
+			}
+			if (_mm256_movemask_ps(bad)) return -1;
+			float t[8];
+			_mm256_storeu_ps(t, mx);
+			for (int i = 0; i < 8; i++) m = t[i] > m ? t[i] : m;
+			if (!(m >= 0x1p-64f && m <= 0x1p64f)) return -1;
+			mo[g * nb + b] = m;
+			const float inv = 32767.0f / m;
+			const __m256 vinv = _mm256_set1_ps(inv);
+			int16_t *q = wq + (g * nb + b) * n;
+			int64_t tot = 0;
+			__m256i s32 = _mm256_setzero_si256();
+			r = 0;
+			for (; r + 8 <= n; r += 8) {
+				const __m256 p = _mm256_mul_ps(_mm256_loadu_ps(wg + r), _mm256_loadu_ps(sb + r));
+				const __m256i i = _mm256_cvtps_epi32(_mm256_mul_ps(p, vinv));
+				_mm_storeu_si128((__m128i *)(q + r),
+				                 _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1)));
+				s32 = _mm256_add_epi32(s32, i);
+				if ((r & 0xffff) == 0xfff8) { // each lane holds at most 8192 of the 32767s
+					int32_t u[8];
+					_mm256_storeu_si256((__m256i *)u, s32);
+					for (int k = 0; k < 8; k++) tot += u[k];
+					s32 = _mm256_setzero_si256();
+				}
+			}
+			int32_t u[8];
+			_mm256_storeu_si256((__m256i *)u, s32);
+			for (int k = 0; k < 8; k++) tot += u[k];
+			for (; r < n; r++) {
+				const float p = wg[r] * sb[r];
+				const int i = _mm_cvtss_si32(_mm_set_ss(p * inv));
+				q[r] = (int16_t)i;
+				tot += i;
+			}
+			wsum[g * nb + b] = tot;
+		}
+	}
+	return 0;
+}
+
+// zrow stands for the row after a call's last when their number is odd
+// (its weight is 0).
+static const uint8_t zrow[4 * FI_AD_MAXDIM];
+
+// VI_PAIRS is the row pairs summed in int32 before the int64 sums take
+// them: |value| ≤ 127 (TurboQuant) or 15 (q4_0's bare nibbles), |weight| ≤
+// 32767, so a lane's 2·128 products stay under 2^31.
+#define VI_PAIRS 128
+
+// add8 adds the 8 int32 lanes of a to the int64s at s[0], s[step], ...
+FI_INLINE void add8(int64_t *s, int64_t step, __m256i a) {
+	int32_t u[8];
+	_mm256_storeu_si256((__m256i *)u, a);
+	for (int i = 0; i < 8; i++) s[i * step] += u[i];
+}
+
+// decode16 sets x[0], x[1] to the int16 pairs (row at a, row at b) of 8
+// values each, 16 values of the rows from value d on:
+//   - q4_0 (d%32 is 0 or 8): x[0] values d..d+7 (the low nibbles of bytes
+//     d%32.. of the block, bare), x[1] the 8 values 16 further (their high
+//     nibbles);
+//   - 4-bit TurboQuant: x[0] the even values d, d+2, ..., x[1] the odd;
+//   - 3-bit TurboQuant: x[0] values d..d+7 only (8 values a pass: with 16,
+//     the 8 running sums, the tables and the codes took more registers than
+//     there are, and GCC kept half the sums on the stack).
+FI_INLINE void decode16(const int kind, const uint8_t *a, const uint8_t *b, int64_t d, __m256i tab0, __m256i tab1,
+                        __m256i *x) {
+	const __m256i m4 = _mm256_set1_epi16(0x0f);
+	switch (kind) {
+	case VI_Q4_0: {
+		const int64_t o = d / 32 * 18 + 2 + d % 32; // d % 32 is 0 or 8
+		const __m256i y = _mm256_cvtepu8_epi16(
+		    _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(a + o)), _mm_loadl_epi64((const __m128i *)(b + o))));
+		x[0] = _mm256_and_si256(y, m4);
+		x[1] = _mm256_srli_epi16(y, 4);
+		break;
+	}
+	case VI_TQ4: {
+		const __m128i v = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(a + 2 + d / 2)),
+		                                    _mm_loadl_epi64((const __m128i *)(b + 2 + d / 2)));
+		const __m128i f = _mm_set1_epi8(15), t = _mm256_castsi256_si128(tab0);
+		x[0] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(t, _mm_and_si128(v, f)));
+		x[1] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(t, _mm_and_si128(_mm_srli_epi16(v, 4), f)));
+		break;
+	}
+	case VI_TQ3: {
+		// as ld8k: the 4 bytes from the one before the codes, lane j
+		// shifted right by 8 + 3j; vpermd reads an index's low 3 bits
+		const __m256i sh = _mm256_setr_epi32(8, 11, 14, 17, 20, 23, 26, 29);
+		uint32_t u, v;
+		memcpy(&u, a + 1 + 3 * d / 8, 4);
+		memcpy(&v, b + 1 + 3 * d / 8, 4);
+		const __m256i iu = _mm256_srlv_epi32(_mm256_set1_epi32((int)u), sh);
+		const __m256i iv = _mm256_srlv_epi32(_mm256_set1_epi32((int)v), sh);
+		x[0] = _mm256_or_si256(_mm256_permutevar8x32_epi32(tab0, iu), _mm256_permutevar8x32_epi32(tab1, iv));
+		break;
+	}
+	}
+}
+
+// ldw2 returns the int16 pair at p in each int32 lane.
+FI_INLINE __m256i ldw2(const int16_t *p) {
+	int32_t v;
+	memcpy(&v, p, 4);
+	return _mm256_set1_epi32(v);
+}
+
+// step16 adds the products of the rows at x0 and x1 (values d.., as
+// decode16) by the weight pairs wp(g) to a0[g], a1[g].
+#define STEP16(x0, x1, wp)                                                                                              \
+	do {                                                                                                               \
+		__m256i x_[2];                                                                                                 \
+		decode16(kind, x0, x1, d, tab0, tab1, x_);                                                                     \
+		_Pragma("GCC unroll 4") for (int g = 0; g < ng; g++) {                                                         \
+			const __m256i w_ = wp;                                                                                     \
+			a0[g] = _mm256_add_epi32(a0[g], _mm256_madd_epi16(x_[0], w_));                                             \
+			if (kind != VI_TQ3) a1[g] = _mm256_add_epi32(a1[g], _mm256_madd_epi16(x_[1], w_));                        \
+		}                                                                                                              \
+	} while (0)
+
+// sum16 adds to S the products of rows [r0, r1) (r1 - r0 ≤ 2·VI_PAIRS) by
+// the weights of heads g0..g0+ng-1 (ng ≤ 4), for the values decode16 reads from d on;
+// wq points at head g0's weights of the values' group, gstep apart. An odd
+// last row is paired with zrow, at weight 0.
+FI_INLINE void sum16(const int kind, const uint8_t *src, int64_t stride, int64_t r0, int64_t r1, int64_t d,
+                     const int16_t *wq, int64_t gstep, const int ng, __m256i tab0, __m256i tab1, int64_t *S,
+                     int64_t dim) {
+	__m256i a0[4], a1[4];
+	_Pragma("GCC unroll 4") for (int g = 0; g < ng; g++) a0[g] = a1[g] = _mm256_setzero_si256();
+	int64_t r = r0;
+	for (; r + 1 < r1; r += 2) {
+		const uint8_t *x0 = src + r * stride;
+		STEP16(x0, x0 + stride, ldw2(wq + g * gstep + r));
+	}
+	if (r < r1) STEP16(src + r * stride, zrow, _mm256_set1_epi32((uint16_t)wq[g * gstep + r]));
+	for (int g = 0; g < ng; g++) {
+		int64_t *s = S + g * dim + d;
+		switch (kind) {
+		case VI_Q4_0: add8(s, 1, a0[g]), add8(s + 16, 1, a1[g]); break;
+		case VI_TQ4: add8(s, 2, a0[g]), add8(s + 1, 2, a1[g]); break;
+		case VI_TQ3: add8(s, 1, a0[g]); break;
+		}
+	}
+}
+
+// sum_rows runs sum16 over the rows, 16 values at a time (3-bit: 8; q4_0: from the
+// first and the ninth value of each block), row pairs in chunks of
+// VI_PAIRS.
+FI_INLINE void sum_rows(const int kind, const uint8_t *src, int64_t stride, int64_t n, int64_t dim,
+                        const int16_t *wq, int64_t lw, int64_t G, int64_t nb, __m256i tab0, __m256i tab1,
+                        int64_t *S) {
+	for (int64_t r0 = 0; r0 < n; r0 += 2 * VI_PAIRS) {
+		const int64_t r1 = n - r0 < 2 * VI_PAIRS ? n : r0 + 2 * VI_PAIRS;
+		for (int64_t d = 0; d < dim; d += kind == VI_TQ4 ? 16 : kind == VI_TQ3 ? 8 : d % 32 == 0 ? 8 : 24) {
+			const int64_t b = nb > 1 ? d / 32 : 0; // the weights' group
+			for (int64_t g = 0; g < G; g += 4) {
+				const int ng = G - g < 4 ? (int)(G - g) : 4;
+				const int16_t *q = wq + (g * nb + b) * lw;
+				if (ng == 4) {
+					sum16(kind, src, stride, r0, r1, d, q, nb * lw, 4, tab0, tab1, S + g * dim, dim);
+				} else {
+					sum16(kind, src, stride, r0, r1, d, q, nb * lw, ng, tab0, tab1, S + g * dim, dim);
+				}
+			}
+		}
+	}
+}
+
+// fi_attn_sum_qi_avx2: see kern.h.
+int fi_attn_sum_qi_avx2(int t, int bits, const int8_t *c8, const uint8_t *src, int64_t stride, int64_t n, int64_t dim,
+                        const int16_t *wq, int64_t lw, int64_t G, int64_t nb, int64_t *S) {
+	const int kind = vi_kind(t, bits);
+	if (kind < 0 || dim % (kind == VI_Q4_0 ? 32 : kind == VI_TQ4 ? 16 : 8) != 0 || dim > FI_AD_MAXDIM) return -1;
+	if (nb != (kind == VI_Q4_0 ? dim / 32 : 1)) return -1;
+	__m256i tab0 = _mm256_setzero_si256(), tab1 = tab0;
+	if (kind == VI_TQ4) {
+		tab0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)c8));
+	} else if (kind == VI_TQ3) {
+		int32_t lo[8], hi[8];
+		for (int c = 0; c < 8; c++) lo[c] = (uint16_t)c8[c], hi[c] = (int32_t)((uint32_t)(int32_t)c8[c] << 16);
+		tab0 = _mm256_loadu_si256((const __m256i *)lo);
+		tab1 = _mm256_loadu_si256((const __m256i *)hi);
+	}
+	switch (kind) {
+	case VI_Q4_0: sum_rows(VI_Q4_0, src, stride, n, dim, wq, lw, G, nb, tab0, tab1, S); break;
+	case VI_TQ4: sum_rows(VI_TQ4, src, stride, n, dim, wq, lw, G, nb, tab0, tab1, S); break;
+	case VI_TQ3: sum_rows(VI_TQ3, src, stride, n, dim, wq, lw, G, nb, tab0, tab1, S); break;
+	}
+	return 0;
+}

@@ -1,0 +1,251 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/flowinfer/flowinfer/quant"
+)
+
+// Decode V sums of q4_0 and 3- and 4-bit TurboQuant rows sum integer
+// products, as the scores of 4-bit K rows do (kern_qint.go). Widening those
+// rows to float32 cost AVX2 a vpermps per 8 values (TurboQuant, about one
+// FMA slot) or a mask, a subtract, two conversions and a buffer's store
+// and load (q4_0); pmaddwd multiplies 16 int16 pairs where an FMA
+// multiplies 8 floats, at the same two per cycle on Zen 3
+// (docs/decisions.md, "Integer decode V sums").
+//
+// The arithmetic (this Go code is its reference; the C kernels compute
+// the same integers):
+//
+//   - each head's softmax weights are multiplied by each row's scale
+//     (q4_0: each block's, so a group of weights per block column;
+//     TurboQuant: the row's), p_r = w_r·s_r in float32, and rounded to int16
+//     steps of m/32767, m = max|p_r| over the rows summed:
+//     wq_r = round-to-even(p_r·(32767/m)), in float32. The error is at most
+//     m·2^-16 per weight, relative to the largest product. A group whose m
+//     is 0, not finite, or outside [2^-64, 2^64] makes the whole call use
+//     AttnSum's float32 arithmetic instead;
+//   - the values are integers: q4_0's nibble − 8, TurboQuant's codebook as
+//     int8 multiples of its grid step cs (quant.NewTurbo puts the 3- and
+//     4-bit levels on it);
+//   - S_d = Σ_r wq_r·v_{r,d} in int64, exactly, whatever the order, the
+//     runs of rows, or the path; the output is
+//     float32(float64(S_d)·float64(m/32767)·float64(cs)), one rounding
+//     to float32 (cs = 1 for q4_0, whose −8 is −8·Σ_r wq_r in S_d).
+//
+// llama.cpp's flash attention sums f16 V rows into an f16 accumulator; these
+// sums are exact, and the weights keep 15 bits of the largest product.
+
+// wintKind reports whether V rows of type t (tq non-nil: TurboQuant codes)
+// are summed in integers.
+func wintKind(t quant.Type, tq *quant.Turbo) bool {
+	if tq != nil {
+		return tq.Bits() == 3 || tq.Bits() == 4
+	}
+	return t == quant.Q4_0
+}
+
+// WInt is the integer V sum of a group of G query heads over n cached V
+// rows (positions 0..n-1 of one decode row and KV head): Begin sizes it,
+// AttnSumScales gathers the rows' scales run by run, RoundWeights rounds
+// the weights, AttnSumQ adds each run's products, Finish converts.
+type WInt struct {
+	G, n, dim, nb int
+	t             quant.Type
+	tq            *quant.Turbo
+	sc            []float32 // nb·n: group b's scale of row r at b*n + r
+	wq            []int16   // G·nb·n: head g's rounded weights of group b at (g*nb + b)*n
+	m             []float32 // G·nb: each group's largest |w·s|
+	wsum          []int64   // G·nb: Σ wq of each group
+	S             []int64   // G·dim sums
+	c8            [16]int8
+	cs            float32
+}
+
+// Begin prepares x for G heads of dim values over n rows of type t (tq:
+// TurboQuant codes; wintKind must hold), reusing x's buffers.
+func (x *WInt) Begin(t quant.Type, tq *quant.Turbo, G, n, dim int) {
+	if !wintKind(t, tq) || G < 0 || n < 0 || dim <= 0 || tq == nil && dim%32 != 0 {
+		panic(fmt.Sprintf("cpu: WInt.Begin: %d rows of %d of %s (TurboQuant %v), %d heads are not summed in integers", n, dim, t, tq != nil, G))
+	}
+	x.G, x.n, x.dim, x.t, x.tq = G, n, dim, t, tq
+	x.nb, x.cs = 1, 1
+	if tq == nil {
+		x.nb = dim / 32
+	} else {
+		x.c8, x.cs = qintLevels(tq.Levels())
+	}
+	x.sc = grow(x.sc, x.nb*n)
+	x.wq = grow(x.wq, G*x.nb*n)
+	x.m = grow(x.m, G*x.nb)
+	x.wsum = grow(x.wsum, G*x.nb)
+	x.S = grow(x.S, G*dim)
+	clear(x.S)
+}
+
+// Reserve sizes x's buffers for up to G heads of dim values over n rows,
+// so that Begin allocates nothing for as many (decode reserves the
+// context's length once per call: each step sums one row more).
+func (x *WInt) Reserve(G, n, dim int) {
+	nb := max(1, dim/32) // q4_0's groups, at least TurboQuant's one
+	x.sc = grow(x.sc, nb*n)
+	x.wq = grow(x.wq, G*nb*n)
+	x.m = grow(x.m, G*nb)
+	x.wsum = grow(x.wsum, G*nb)
+	x.S = grow(x.S, G*dim)
+}
+
+// rowBytes returns the bytes of one of x's rows.
+func (x *WInt) rowBytes() int {
+	if x.tq != nil {
+		return x.tq.RowBytes()
+	}
+	return x.dim / 32 * 18
+}
+
+// checkRun panics unless rows [j0, j0+n) of x fit src at stride.
+func (x *WInt) checkRun(op string, src []byte, stride, j0, n int) int {
+	rb := x.rowBytes()
+	if j0 < 0 || n < 0 || j0+n > x.n || stride < rb || n > 0 && len(src) < (n-1)*stride+rb {
+		panic(fmt.Sprintf("cpu: %s: rows %d..%d of %d (%d bytes, stride %d) in %d bytes", op, j0, j0+n, x.n, rb, stride, len(src)))
+	}
+	return rb
+}
+
+// AttnSumScales gathers the scales of rows [j0, j0+n) of x, stored at src
+// (stride bytes apart).
+func (k *Kernels) AttnSumScales(x *WInt, src []byte, stride, j0, n int) {
+	x.checkRun("AttnSumScales", src, stride, j0, n)
+	if n == 0 {
+		return
+	}
+	if k.isa != ISAScalarGo && kvScalesC(x.t, x.tq, src, stride, n, x.nb, x.sc[j0:], x.n) {
+		return
+	}
+	bs := 0
+	if x.tq == nil {
+		bs = 18
+	}
+	for r := range n {
+		row := src[r*stride:]
+		for b := range x.nb {
+			x.sc[b*x.n+j0+r] = quant.FP16ToFP32(uint16(row[b*bs]) | uint16(row[b*bs+1])<<8)
+		}
+	}
+}
+
+// RoundWeights rounds the heads' weights of x's rows (head g's row r at
+// w[g*lw + r]) times the scales AttnSumScales gathered; false when the rows
+// take AttnSum's float32 arithmetic instead (a group's products hold a NaN,
+// or their largest |value| is 0, infinite, or outside [2^-64, 2^64]).
+func (k *Kernels) RoundWeights(x *WInt, w []float32, lw int) bool {
+	if x.n > 0 && x.G > 0 && (lw < x.n || len(w) < (x.G-1)*lw+x.n) {
+		panic(fmt.Sprintf("cpu: RoundWeights: %d heads of %d weights (stride %d) in %d", x.G, x.n, lw, len(w)))
+	}
+	if x.n == 0 || x.G == 0 {
+		return true
+	}
+	if k.isa != ISAScalarGo {
+		if ok, done := wintRoundC(x, w, lw); done {
+			return ok
+		}
+	}
+	n := x.n
+	for g := range x.G {
+		wg := w[g*lw : g*lw+n]
+		for b := range x.nb {
+			sb := x.sc[b*n : (b+1)*n]
+			var m float32
+			for r, v := range wg {
+				p := v * sb[r]
+				if p != p {
+					return false
+				}
+				m = max(m, float32(math.Abs(float64(p))))
+			}
+			if !(m >= 0x1p-64 && m <= 0x1p64) {
+				return false
+			}
+			i := g*x.nb + b
+			x.m[i] = m
+			inv := float32(qintMax) / m
+			q := x.wq[i*n : (i+1)*n]
+			var sum int64
+			for r, v := range wg {
+				p := v * sb[r]
+				iq := int16(max(-qintMax, min(qintMax, math.RoundToEven(float64(p*inv)))))
+				q[r] = iq
+				sum += int64(iq)
+			}
+			x.wsum[i] = sum
+		}
+	}
+	return true
+}
+
+// AttnSumQ adds the integer products of rows [j0, j0+n) of x, stored at
+// src (stride bytes apart), by their rounded weights to x's sums.
+func (k *Kernels) AttnSumQ(x *WInt, src []byte, stride, j0, n int) {
+	rb := x.checkRun("AttnSumQ", src, stride, j0, n)
+	if n == 0 || x.G == 0 {
+		return
+	}
+	if k.isa != ISAScalarGo && attnSumQC(x, src, stride, j0, n) {
+		return
+	}
+	dim, nb := x.dim, x.nb
+	var vbuf [attnMaxDim]int8
+	v := vbuf[:]
+	if dim > len(vbuf) {
+		v = make([]int8, dim)
+	}
+	v = v[:dim]
+	for r := range n {
+		x.rowInts(src[r*stride:][:rb], v)
+		for g := range x.G {
+			s := x.S[g*dim : (g+1)*dim]
+			for d, vd := range v {
+				s[d] += int64(x.wq[(g*nb+d*nb/dim)*x.n+j0+r]) * int64(vd)
+			}
+		}
+	}
+}
+
+// rowInts sets v to a row's integer values: q4_0's bare nibbles (0..15),
+// TurboQuant's c8[code].
+func (x *WInt) rowInts(row []byte, v []int8) {
+	if x.tq == nil {
+		for b := range len(v) / 32 {
+			for i, c := range row[b*18+2 : b*18+18] {
+				v[b*32+i], v[b*32+16+i] = int8(c&15), int8(c>>4)
+			}
+		}
+		return
+	}
+	bits := x.tq.Bits()
+	c := row[2:]
+	for d := range v {
+		o := d * bits
+		code := (int(c[o/8]) | int(c[(o+bits-1)/8])<<8) >> (o % 8) & (1<<bits - 1)
+		v[d] = x.c8[code]
+	}
+}
+
+// Finish sets acc[g*dim + d] to head g's V sum: the integer sums scaled
+// (q4_0: less 8 times the group's weights).
+func (x *WInt) Finish(acc []float32) {
+	if len(acc) < x.G*x.dim {
+		panic(fmt.Sprintf("cpu: WInt.Finish: %d heads of %d in %d floats", x.G, x.dim, len(acc)))
+	}
+	for g := range x.G {
+		for d := range x.dim {
+			i := g*x.nb + d*x.nb/x.dim
+			s := x.S[g*x.dim+d]
+			if x.tq == nil {
+				s -= 8 * x.wsum[i]
+			}
+			acc[g*x.dim+d] = float32(float64(s) * float64(x.m[i]/qintMax) * float64(x.cs))
+		}
+	}
+}

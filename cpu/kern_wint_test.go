@@ -1,0 +1,194 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/flowinfer/flowinfer/quant"
+)
+
+// wintCase is rows of one integer V kind for TestAttnSumQ.
+type wintCase struct {
+	name string
+	t    quant.Type
+	tq   *quant.Turbo
+	dim  int // values per row (TurboQuant: Padded)
+}
+
+func wintCases(t *testing.T) []wintCase {
+	var cs []wintCase
+	for _, dim := range []int{32, 64, 96, 128} {
+		cs = append(cs, wintCase{fmt.Sprintf("q4_0/dim=%d", dim), quant.Q4_0, nil, dim})
+	}
+	for _, bits := range []int{3, 4} {
+		for _, dim := range []int{48, 64, 128, 256} {
+			tq, err := quant.NewTurbo(dim, bits, uint64(dim+bits))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cs = append(cs, wintCase{fmt.Sprintf("tq%d/dim=%d", bits, dim), 0, tq, tq.Padded()})
+		}
+	}
+	return cs
+}
+
+// rows returns n random rows of c, their bytes and their float32 values.
+func (c wintCase) rows(t *testing.T, rng *rand.Rand, n int) (src []byte, vals [][]float32, rb int) {
+	if c.tq != nil {
+		rb = c.tq.RowBytes()
+	} else {
+		rb = c.dim / 32 * 18
+	}
+	src = make([]byte, n*rb)
+	for r := range n {
+		x := make([]float32, c.dim)
+		sc := float32(math.Exp(rng.NormFloat64())) // rows of different norms
+		for d := range x {
+			x[d] = sc * float32(rng.NormFloat64())
+		}
+		row := src[r*rb : (r+1)*rb]
+		if c.tq != nil {
+			if err := c.tq.Encode(row, x[:c.tq.Dim()], make([]float32, c.tq.Padded())); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := quant.QuantizeRow(quant.Q4_0, x, row); err != nil {
+			t.Fatal(err)
+		}
+		v := make([]float32, c.dim)
+		kvRowF32(c.t, c.tq, row, v)
+		vals = append(vals, v)
+	}
+	return src, vals, rb
+}
+
+// wintRun sums rows src (n of rb bytes) with weights w (G heads, stride
+// lw) on k in runs of the given lengths; ok is RoundWeights' answer.
+func wintRun(k *Kernels, c wintCase, src []byte, rb, n, G int, w []float32, lw int, runs []int) (acc []float32, x *WInt, ok bool) {
+	x = &WInt{}
+	x.Begin(c.t, c.tq, G, n, c.dim)
+	for j, i := 0, 0; j < n; i++ {
+		l := min(runs[i%len(runs)], n-j)
+		k.AttnSumScales(x, src[j*rb:], rb, j, l)
+		j += l
+	}
+	if !k.RoundWeights(x, w, lw) {
+		return nil, x, false
+	}
+	for j, i := 0, 0; j < n; i++ {
+		l := min(runs[i%len(runs)], n-j)
+		k.AttnSumQ(x, src[j*rb:], rb, j, l)
+		j += l
+	}
+	acc = make([]float32, G*c.dim)
+	x.Finish(acc)
+	return acc, x, true
+}
+
+// TestAttnSumQ checks the integer V sums: every path, and every way of
+// cutting the rows into runs, gives the Go path's result bit for bit (the
+// sums are exact integers), and the Go path is within the bound the
+// rounding of the weights allows of the float64 sum of the rows' float32
+// values: per value Σ_r 0.51·step·|v_r|/s_r·... (below) plus 2^-21 of
+// Σ_r |w_r·v_r| and 2^-23 of the sum.
+func TestAttnSumQ(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	ref := KernelsFor(ISAScalarGo)
+	for _, c := range wintCases(t) {
+		for _, n := range []int{1, 2, 7, 255, 256, 257, 600} {
+			for _, G := range []int{1, 3, 4, 5} {
+				src, vals, rb := c.rows(t, rng, n)
+				lw := n + 3
+				w := make([]float32, G*lw)
+				for g := range G {
+					for r := range n {
+						switch rng.IntN(8) {
+						case 0:
+							w[g*lw+r] = 0
+						case 1:
+							w[g*lw+r] = float32(rng.Float64() * 1e-6)
+						default:
+							w[g*lw+r] = float32(rng.Float64())
+						}
+					}
+					w[g*lw+rng.IntN(n)] = 1 // a peak, as after a softmax
+				}
+				want, x, ok := wintRun(ref, c, src, rb, n, G, w, lw, []int{n})
+				if !ok {
+					t.Fatalf("%s n=%d G=%d: RoundWeights refused finite weights", c.name, n, G)
+				}
+				// against float64
+				var worst float64
+				for g := range G {
+					for d := range c.dim {
+						var exact, mag, bound float64
+						i := g*x.nb + d*x.nb/c.dim
+						step := float64(x.m[i] / qintMax)
+						for r := range n {
+							p := float64(w[g*lw+r]) * float64(vals[r][d])
+							exact += p
+							mag += math.Abs(p)
+							// |v|/s: the row's value in steps of the weight's scale
+							s := float64(x.sc[(d*x.nb/c.dim)*n+r])
+							if s != 0 {
+								bound += 0.51 * step * math.Abs(float64(vals[r][d])/s)
+							}
+						}
+						bound += 0x1p-21*mag + 0x1p-23*math.Abs(exact) + 1e-30
+						e := math.Abs(float64(want[g*c.dim+d]) - exact)
+						if e > bound {
+							t.Fatalf("%s n=%d G=%d: head %d value %d: %g, float64 %g: error %g > bound %g", c.name, n, G, g, d, want[g*c.dim+d], exact, e, bound)
+						}
+						worst = max(worst, e/bound)
+					}
+				}
+				// every path, in runs of several lengths
+				for _, isa := range Available() {
+					k := KernelsFor(isa)
+					for _, runs := range [][]int{{n}, {1}, {3, 16, 255}, {256}, {17}} {
+						got, _, ok := wintRun(k, c, src, rb, n, G, w, lw, runs)
+						if !ok {
+							t.Fatalf("%s %s n=%d G=%d runs %v: RoundWeights refused", isa, c.name, n, G, runs)
+						}
+						for i := range want {
+							if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+								t.Fatalf("%s %s n=%d G=%d runs %v: value %d: %g, Go path %g", isa, c.name, n, G, runs, i, got[i], want[i])
+							}
+						}
+					}
+				}
+				if n == 600 && G == 4 {
+					t.Logf("%s: largest error / bound %.3f", c.name, worst)
+				}
+			}
+		}
+	}
+}
+
+// TestRoundWeightsRefuses checks that every path refuses the same weights:
+// a NaN, all zeros, products below 2^-64.
+func TestRoundWeightsRefuses(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	for _, c := range wintCases(t)[:5] {
+		const n, G = 40, 2
+		src, _, rb := c.rows(t, rng, n)
+		for name, set := range map[string]func(w []float32){
+			"NaN":   func(w []float32) { w[n+17] = float32(math.NaN()) },
+			"zeros": func(w []float32) { clear(w[n:]) },
+			"tiny":  func(w []float32) { clear(w[n:]); w[n+3] = 0x1p-100 },
+			"inf":   func(w []float32) { w[n+39] = float32(math.Inf(1)) },
+		} {
+			for _, isa := range Available() {
+				w := make([]float32, G*n)
+				for i := range w {
+					w[i] = float32(rng.Float64())
+				}
+				set(w)
+				if _, _, ok := wintRun(KernelsFor(isa), c, src, rb, n, G, w, n, []int{n}); ok {
+					t.Errorf("%s %s: %s weights: RoundWeights took them", isa, c.name, name)
+				}
+			}
+		}
+	}
+}
