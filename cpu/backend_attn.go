@@ -460,7 +460,7 @@ func (a *attnTask) sumQ(sc *attnScratch, vq quant.Type, tv *quant.Turbo, t, kh, 
 	x.Begin(vq, tv, a.group, ev, dim)
 	for j0 := 0; j0 < ev; {
 		n := a.span(s, j0, ev-j0)
-		a.k.AttnSumScales(x, kv.VHeadRows(a.layer, kh, s, j0, n), a.lt.VHead, j0, n)
+		a.k.AttnSumScales(x, kv.VHeadRows(a.layer, kh, s, j0, n), a.lt.VHead, j0, n, w, lw)
 		j0 += n
 	}
 	if !a.k.RoundWeights(x, w, lw) {

@@ -193,15 +193,17 @@ int fi_attn_scores_t_rows(int avx512, int t, int bits, const float *levels, cons
 // (nothing written) for rows it does not take.
 //
 // fi_kv_scales_avx2 sets sc[b*ls + r] (r < n, b < nb) to group b's scale
-// of row r (src + r*stride): q4_0 block b's, TurboQuant's row scale (nb 1).
+// of row r (src + r*stride): q4_0 block b's, TurboQuant's row scale (nb 1);
+// and m[g*nb + b] (g < G ≤ 8) to the largest of itself and the |w[g*lw +
+// r]*sc[b*ls + r]| (float32 products), NaN if one is.
 int fi_kv_scales_avx2(int t, int bits, const uint8_t *src, int64_t stride, int64_t n, int64_t nb, float *sc,
-                      int64_t ls);
+                      int64_t ls, const float *w, int64_t lw, int64_t G, float *m);
 // fi_wint_round_avx2 rounds, for each head g < G and group b < nb, the n
 // products p_r = w[g*lw + r] * sc[b*n + r] (float32) to int16 steps of
-// m/32767, m their largest |p| (set in mo[g*nb + b]): wq[(g*nb + b)*n + r]
-// = round-to-even(p_r * (32767/m)), wsum[g*nb + b] their sum. -1 when some
-// p_r is NaN or m is outside [2^-64, 2^64].
-int fi_wint_round_avx2(const float *w, int64_t lw, int64_t G, int64_t n, const float *sc, int64_t nb, float *mo,
+// m/32767, m = mo[g*nb + b] their largest |p_r|: wq[(g*nb + b)*n + r] =
+// round-to-even(p_r * (32767/m)), wsum[g*nb + b] their sum. -1 when an m
+// is NaN or outside [2^-64, 2^64].
+int fi_wint_round_avx2(const float *w, int64_t lw, int64_t G, int64_t n, const float *sc, int64_t nb, const float *mo,
                        int16_t *wq, int64_t *wsum);
 // fi_attn_sum_qi_avx2 adds to S[g*dim + d] (g < G, d < dim) the sums over
 // rows r < n of wq[(g*nb + b)*lw + r] times row r's integer value d: q4_0's

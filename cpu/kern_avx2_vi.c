@@ -24,52 +24,87 @@ static inline int vi_kind(int t, int bits) {
 	return -1;
 }
 
+// ld16 reads the uint16 at p.
+FI_INLINE uint16_t ld16(const uint8_t *p) {
+	uint16_t h;
+	memcpy(&h, p, 2);
+	return h;
+}
+
+// gather8 returns the f16 scales at p, p + stride, ..., 8 rows, widened.
+FI_INLINE __m256 gather8(const uint8_t *p, int64_t stride) {
+	// assembled in two 64-bit registers: 8 stores read back as a vector
+	// stalled on store forwarding (half this kernel's time)
+#define H16(i) ((uint64_t)ld16(p + (i) * stride) << (16 * ((i) % 4)))
+	const uint64_t u0 = H16(0) | H16(1) | H16(2) | H16(3), u1 = H16(4) | H16(5) | H16(6) | H16(7);
+#undef H16
+	return _mm256_cvtph_ps(_mm_set_epi64x((int64_t)u1, (int64_t)u0));
+}
+
+// scales_max is fi_kv_scales_avx2's loop over the rows of group b (bs its
+// bytes into a row) for ng heads.
+FI_INLINE void scales_max(const int ng, const uint8_t *src, int64_t stride, int64_t n, int64_t nb, int64_t b,
+                          int64_t bs, float *sc, int64_t ls, const float *w, int64_t lw, float *m) {
+	const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+	__m256 mx[8], bad[8];
+	_Pragma("GCC unroll 8") for (int g = 0; g < ng; g++) mx[g] = bad[g] = _mm256_setzero_ps();
+	int64_t r = 0;
+	for (; r + 8 <= n; r += 8) {
+		const __m256 s = gather8(src + r * stride + b * bs, stride);
+		_mm256_storeu_ps(sc + b * ls + r, s);
+		_Pragma("GCC unroll 8") for (int g = 0; g < ng; g++) {
+			const __m256 p = _mm256_and_ps(_mm256_mul_ps(_mm256_loadu_ps(w + g * lw + r), s), abs);
+			bad[g] = _mm256_or_ps(bad[g], _mm256_cmp_ps(p, p, _CMP_UNORD_Q));
+			mx[g] = _mm256_max_ps(p, mx[g]);
+		}
+	}
+	for (int g = 0; g < ng; g++) {
+		float u[8], v = m[g * nb + b];
+		_mm256_storeu_ps(u, mx[g]);
+		for (int i = 0; i < 8; i++) v = u[i] > v ? u[i] : v;
+		m[g * nb + b] = _mm256_movemask_ps(bad[g]) ? __builtin_nanf("") : v;
+	}
+	for (; r < n; r++) {
+		const float s = ld_f16(src + r * stride + b * bs);
+		sc[b * ls + r] = s;
+		for (int g = 0; g < ng; g++) {
+			float p = w[g * lw + r] * s, v = m[g * nb + b];
+			p = p < 0 ? -p : p;
+			m[g * nb + b] = p != p || p > v ? p : v; // a NaN stays
+		}
+	}
+}
+
 // fi_kv_scales_avx2: see kern.h.
 int fi_kv_scales_avx2(int t, int bits, const uint8_t *src, int64_t stride, int64_t n, int64_t nb, float *sc,
-                      int64_t ls) {
+                      int64_t ls, const float *w, int64_t lw, int64_t G, float *m) {
 	const int kind = vi_kind(t, bits);
-	if (kind < 0) return -1;
+	if (kind < 0 || G > 8) return -1;
 	const int64_t bs = kind == VI_Q4_0 ? 18 : 0;
-	for (int64_t r = 0; r < n; r++) {
-		const uint8_t *s = src + r * stride;
-		for (int64_t b = 0; b < nb; b++) sc[b * ls + r] = ld_f16(s + b * bs);
+	for (int64_t b = 0; b < nb; b++) {
+		if (G == 4) { // llama-1b's group, and most models'
+			scales_max(4, src, stride, n, nb, b, bs, sc, ls, w, lw, m);
+		} else {
+			scales_max((int)G, src, stride, n, nb, b, bs, sc, ls, w, lw, m);
+		}
 	}
 	return 0;
 }
 
 // fi_wint_round_avx2: see kern.h.
-int fi_wint_round_avx2(const float *w, int64_t lw, int64_t G, int64_t n, const float *sc, int64_t nb, float *mo,
+int fi_wint_round_avx2(const float *w, int64_t lw, int64_t G, int64_t n, const float *sc, int64_t nb, const float *mo,
                        int16_t *wq, int64_t *wsum) {
-	const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
 	for (int64_t g = 0; g < G; g++) {
 		for (int64_t b = 0; b < nb; b++) {
 			const float *wg = w + g * lw, *sb = sc + b * n;
-			__m256 mx = _mm256_setzero_ps(), bad = mx;
-			int64_t r = 0;
-			for (; r + 8 <= n; r += 8) {
-				const __m256 p = _mm256_mul_ps(_mm256_loadu_ps(wg + r), _mm256_loadu_ps(sb + r));
-				bad = _mm256_or_ps(bad, _mm256_cmp_ps(p, p, _CMP_UNORD_Q));
-				mx = _mm256_max_ps(mx, _mm256_and_ps(p, abs));
-			}
-			float m = 0;
-			for (; r < n; r++) {
-				const float p = wg[r] * sb[r];
-				if (p != p) return -1;
-				const float a = p < 0 ? -p : p;
-				m = a > m ? a : m;
-			}
-			if (_mm256_movemask_ps(bad)) return -1;
-			float t[8];
-			_mm256_storeu_ps(t, mx);
-			for (int i = 0; i < 8; i++) m = t[i] > m ? t[i] : m;
+			const float m = mo[g * nb + b];
 			if (!(m >= 0x1p-64f && m <= 0x1p64f)) return -1;
-			mo[g * nb + b] = m;
 			const float inv = 32767.0f / m;
 			const __m256 vinv = _mm256_set1_ps(inv);
 			int16_t *q = wq + (g * nb + b) * n;
 			int64_t tot = 0;
 			__m256i s32 = _mm256_setzero_si256();
-			r = 0;
+			int64_t r = 0;
 			for (; r + 8 <= n; r += 8) {
 				const __m256 p = _mm256_mul_ps(_mm256_loadu_ps(wg + r), _mm256_loadu_ps(sb + r));
 				const __m256i i = _mm256_cvtps_epi32(_mm256_mul_ps(p, vinv));

@@ -333,7 +333,7 @@ func BenchmarkAttnRows(b *testing.B) {
 				b.Run(fmt.Sprintf("isa=%s/kv=%s/op=sumq", isa, name), func(b *testing.B) {
 					for b.Loop() {
 						x.Begin(wt, tq, G, n, d)
-						k.AttnSumScales(&x, src, rb, 0, n)
+						k.AttnSumScales(&x, src, rb, 0, n, s, n)
 						if !k.RoundWeights(&x, s, n) {
 							b.Fatal("RoundWeights refused")
 						}

@@ -288,12 +288,12 @@ func untileC(src []byte, rb, u, r0, n int, dst []byte) bool {
 	return true
 }
 
-// kvScalesC runs fi_kv_scales_avx2 (AVX2 and AVX-512 machines alike): the
-// scales of n rows of type t into sc[b*ls + r].
-func kvScalesC(t quant.Type, tq *quant.Turbo, src []byte, stride, n, nb int, sc []float32, ls int) bool {
-	bits, _ := turboArgs(tq)
-	return C.fi_kv_scales_avx2(C.int(t), bits, (*C.uint8_t)(ptr(src)), C.int64_t(stride), C.int64_t(n), C.int64_t(nb),
-		(*C.float)(ptr(sc)), C.int64_t(ls)) == 0
+// kvScalesC runs fi_kv_scales_avx2 (AVX2 and AVX-512 machines alike) on
+// rows [j0, j0+n) of x, at src.
+func kvScalesC(x *WInt, src []byte, stride, j0, n int, w []float32, lw int) bool {
+	bits, _ := turboArgs(x.tq)
+	return C.fi_kv_scales_avx2(C.int(x.t), bits, (*C.uint8_t)(ptr(src)), C.int64_t(stride), C.int64_t(n), C.int64_t(x.nb),
+		(*C.float)(ptr(x.sc[j0:])), C.int64_t(x.n), (*C.float)(ptr(w[j0:])), C.int64_t(lw), C.int64_t(x.G), (*C.float)(ptr(x.m))) == 0
 }
 
 // wintRoundC runs fi_wint_round_avx2 on x's rows: ok as RoundWeights'

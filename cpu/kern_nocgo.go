@@ -70,7 +70,7 @@ func attnScoresTilesQC(ISA, quant.Type, *quant.Turbo, []byte, int, int, int, *QI
 	return false
 }
 
-func kvScalesC(quant.Type, *quant.Turbo, []byte, int, int, int, []float32, int) bool { return false }
+func kvScalesC(*WInt, []byte, int, int, int, []float32, int) bool { return false }
 
 func wintRoundC(*WInt, []float32, int) (ok, done bool) { return false, false }
 

@@ -48,8 +48,9 @@ func wintKind(t quant.Type, tq *quant.Turbo) bool {
 
 // WInt is the integer V sum of a group of G query heads over n cached V
 // rows (positions 0..n-1 of one decode row and KV head): Begin sizes it,
-// AttnSumScales gathers the rows' scales run by run, RoundWeights rounds
-// the weights, AttnSumQ adds each run's products, Finish converts.
+// AttnSumScales gathers the rows' scales and the largest products run by
+// run, RoundWeights rounds the weights, AttnSumQ adds each run's products,
+// Finish converts.
 type WInt struct {
 	G, n, dim, nb int
 	t             quant.Type
@@ -82,6 +83,7 @@ func (x *WInt) Begin(t quant.Type, tq *quant.Turbo, G, n, dim int) {
 	x.wsum = grow(x.wsum, G*x.nb)
 	x.S = grow(x.S, G*dim)
 	clear(x.S)
+	clear(x.m)
 }
 
 // Reserve sizes x's buffers for up to G heads of dim values over n rows,
@@ -114,13 +116,17 @@ func (x *WInt) checkRun(op string, src []byte, stride, j0, n int) int {
 }
 
 // AttnSumScales gathers the scales of rows [j0, j0+n) of x, stored at src
-// (stride bytes apart).
-func (k *Kernels) AttnSumScales(x *WInt, src []byte, stride, j0, n int) {
+// (stride bytes apart), and takes their products with the heads' weights
+// (head g's row r at w[g*lw + r]) into each group's largest |w·s|.
+func (k *Kernels) AttnSumScales(x *WInt, src []byte, stride, j0, n int, w []float32, lw int) {
 	x.checkRun("AttnSumScales", src, stride, j0, n)
+	if x.G > 0 && (lw < x.n || len(w) < (x.G-1)*lw+x.n) {
+		panic(fmt.Sprintf("cpu: AttnSumScales: %d heads of %d weights (stride %d) in %d", x.G, x.n, lw, len(w)))
+	}
 	if n == 0 {
 		return
 	}
-	if k.isa != ISAScalarGo && kvScalesC(x.t, x.tq, src, stride, n, x.nb, x.sc[j0:], x.n) {
+	if k.isa != ISAScalarGo && kvScalesC(x, src, stride, j0, n, w, lw) {
 		return
 	}
 	bs := 0
@@ -130,15 +136,23 @@ func (k *Kernels) AttnSumScales(x *WInt, src []byte, stride, j0, n int) {
 	for r := range n {
 		row := src[r*stride:]
 		for b := range x.nb {
-			x.sc[b*x.n+j0+r] = quant.FP16ToFP32(uint16(row[b*bs]) | uint16(row[b*bs+1])<<8)
+			s := quant.FP16ToFP32(uint16(row[b*bs]) | uint16(row[b*bs+1])<<8)
+			x.sc[b*x.n+j0+r] = s
+			for g := range x.G {
+				i := g*x.nb + b
+				if p := float32(math.Abs(float64(w[g*lw+j0+r] * s))); p != p || p > x.m[i] {
+					x.m[i] = p // a NaN stays
+				}
+			}
 		}
 	}
 }
 
 // RoundWeights rounds the heads' weights of x's rows (head g's row r at
-// w[g*lw + r]) times the scales AttnSumScales gathered; false when the rows
-// take AttnSum's float32 arithmetic instead (a group's products hold a NaN,
-// or their largest |value| is 0, infinite, or outside [2^-64, 2^64]).
+// w[g*lw + r], as AttnSumScales took them) times the rows' scales; false
+// when the rows take AttnSum's float32 arithmetic instead (a group's
+// products hold a NaN, or their largest |value| is 0, infinite, or outside
+// [2^-64, 2^64]).
 func (k *Kernels) RoundWeights(x *WInt, w []float32, lw int) bool {
 	if x.n > 0 && x.G > 0 && (lw < x.n || len(w) < (x.G-1)*lw+x.n) {
 		panic(fmt.Sprintf("cpu: RoundWeights: %d heads of %d weights (stride %d) in %d", x.G, x.n, lw, len(w)))
@@ -156,19 +170,11 @@ func (k *Kernels) RoundWeights(x *WInt, w []float32, lw int) bool {
 		wg := w[g*lw : g*lw+n]
 		for b := range x.nb {
 			sb := x.sc[b*n : (b+1)*n]
-			var m float32
-			for r, v := range wg {
-				p := v * sb[r]
-				if p != p {
-					return false
-				}
-				m = max(m, float32(math.Abs(float64(p))))
-			}
+			i := g*x.nb + b
+			m := x.m[i]
 			if !(m >= 0x1p-64 && m <= 0x1p64) {
 				return false
 			}
-			i := g*x.nb + b
-			x.m[i] = m
 			inv := float32(qintMax) / m
 			q := x.wq[i*n : (i+1)*n]
 			var sum int64

@@ -70,7 +70,7 @@ func wintRun(k *Kernels, c wintCase, src []byte, rb, n, G int, w []float32, lw i
 	x.Begin(c.t, c.tq, G, n, c.dim)
 	for j, i := 0, 0; j < n; i++ {
 		l := min(runs[i%len(runs)], n-j)
-		k.AttnSumScales(x, src[j*rb:], rb, j, l)
+		k.AttnSumScales(x, src[j*rb:], rb, j, l, w, lw)
 		j += l
 	}
 	if !k.RoundWeights(x, w, lw) {
