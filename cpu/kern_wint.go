@@ -7,32 +7,34 @@ import (
 	"github.com/flowinfer/flowinfer/quant"
 )
 
-// Decode V sums of q4_0 and 3- and 4-bit TurboQuant rows sum integer
+// Decode V sums of q8_0, q4_0 and 3- and 4-bit TurboQuant rows sum integer
 // products, as the scores of 4-bit K rows do (kern_qint.go). Widening those
 // rows to float32 cost AVX2 a vpermps per 8 values (TurboQuant, about one
-// FMA slot) or a mask, a subtract, two conversions and a buffer's store
-// and load (q4_0); pmaddwd multiplies 16 int16 pairs where an FMA
-// multiplies 8 floats, at the same two per cycle on Zen 3
-// (docs/decisions.md, "Integer decode V sums").
+// FMA slot), two conversions and a multiply (q8_0), or a mask, a subtract,
+// two conversions and a buffer's store and load (q4_0); pmaddwd multiplies
+// 16 int16 pairs where an FMA multiplies 8 floats, at the same two per
+// cycle on Zen 3 (docs/decisions.md, "Integer decode V sums").
 //
 // The arithmetic (this Go code is its reference; the C kernels compute
 // the same integers):
 //
 //   - each head's softmax weights are multiplied by each row's scale
-//     (q4_0: each block's, so a group of weights per block column;
+//     (q8_0, q4_0: each block's, so a group of weights per block column;
 //     TurboQuant: the row's), p_r = w_r·s_r in float32, and rounded to int16
 //     steps of m/32767, m = max|p_r| over the rows summed:
 //     wq_r = round-to-even(p_r·(32767/m)), in float32. The error is at most
 //     m·2^-16 per weight, relative to the largest product. A group whose m
 //     is 0, not finite, or outside [2^-64, 2^64] makes the whole call use
 //     AttnSum's float32 arithmetic instead;
-//   - the values are integers: q4_0's nibble − 8, TurboQuant's codebook as
+//   - the values are integers: q8_0's, q4_0's nibble − 8, TurboQuant's
+//     codebook as
 //     int8 multiples of its grid step cs (quant.NewTurbo puts the 3- and
 //     4-bit levels on it);
 //   - S_d = Σ_r wq_r·v_{r,d} in int64, exactly, whatever the order, the
 //     runs of rows, or the path; the output is
 //     float32(float64(S_d)·float64(m/32767)·float64(cs)), one rounding
-//     to float32 (cs = 1 for q4_0, whose −8 is −8·Σ_r wq_r in S_d).
+//     to float32 (cs = 1 for q8_0 and q4_0, whose −8 is −8·Σ_r wq_r in
+//     S_d).
 //
 // llama.cpp's flash attention sums f16 V rows into an f16 accumulator; these
 // sums are exact, and the weights keep 15 bits of the largest product.
@@ -43,7 +45,7 @@ func wintKind(t quant.Type, tq *quant.Turbo) bool {
 	if tq != nil {
 		return tq.Bits() == 3 || tq.Bits() == 4
 	}
-	return t == quant.Q4_0
+	return t == quant.Q4_0 || t == quant.Q8_0
 }
 
 // WInt is the integer V sum of a group of G query heads over n cached V
@@ -90,7 +92,7 @@ func (x *WInt) Begin(t quant.Type, tq *quant.Turbo, G, n, dim int) {
 // so that Begin allocates nothing for as many (decode reserves the
 // context's length once per call: each step sums one row more).
 func (x *WInt) Reserve(G, n, dim int) {
-	nb := max(1, dim/32) // q4_0's groups, at least TurboQuant's one
+	nb := max(1, dim/32) // q8_0's and q4_0's groups, at least TurboQuant's one
 	x.sc = grow(x.sc, nb*n)
 	x.wq = grow(x.wq, G*nb*n)
 	x.m = grow(x.m, G*nb)
@@ -103,7 +105,18 @@ func (x *WInt) rowBytes() int {
 	if x.tq != nil {
 		return x.tq.RowBytes()
 	}
-	return x.dim / 32 * 18
+	return x.dim / 32 * x.blockBytes()
+}
+
+// blockBytes returns the bytes of a q8_0 or q4_0 block (0: TurboQuant).
+func (x *WInt) blockBytes() int {
+	switch {
+	case x.tq != nil:
+		return 0
+	case x.t == quant.Q8_0:
+		return 34
+	}
+	return 18
 }
 
 // checkRun panics unless rows [j0, j0+n) of x fit src at stride.
@@ -129,10 +142,7 @@ func (k *Kernels) AttnSumScales(x *WInt, src []byte, stride, j0, n int, w []floa
 	if k.isa != ISAScalarGo && kvScalesC(x, src, stride, j0, n, w, lw) {
 		return
 	}
-	bs := 0
-	if x.tq == nil {
-		bs = 18
-	}
+	bs := x.blockBytes()
 	for r := range n {
 		row := src[r*stride:]
 		for b := range x.nb {
@@ -218,9 +228,17 @@ func (k *Kernels) AttnSumQ(x *WInt, src []byte, stride, j0, n int) {
 	}
 }
 
-// rowInts sets v to a row's integer values: q4_0's bare nibbles (0..15),
-// TurboQuant's c8[code].
+// rowInts sets v to a row's integer values: q8_0's, q4_0's bare nibbles
+// (0..15), TurboQuant's c8[code].
 func (x *WInt) rowInts(row []byte, v []int8) {
+	if x.t == quant.Q8_0 && x.tq == nil {
+		for b := range len(v) / 32 {
+			for i, c := range row[b*34+2 : b*34+34] {
+				v[b*32+i] = int8(c)
+			}
+		}
+		return
+	}
 	if x.tq == nil {
 		for b := range len(v) / 32 {
 			for i, c := range row[b*18+2 : b*18+18] {
@@ -248,7 +266,7 @@ func (x *WInt) Finish(acc []float32) {
 		for d := range x.dim {
 			i := g*x.nb + d*x.nb/x.dim
 			s := x.S[g*x.dim+d]
-			if x.tq == nil {
+			if x.tq == nil && x.t == quant.Q4_0 {
 				s -= 8 * x.wsum[i]
 			}
 			acc[g*x.dim+d] = float32(float64(s) * float64(x.m[i]/qintMax) * float64(x.cs))

@@ -21,6 +21,7 @@ func wintCases(t *testing.T) []wintCase {
 	var cs []wintCase
 	for _, dim := range []int{32, 64, 96, 128} {
 		cs = append(cs, wintCase{fmt.Sprintf("q4_0/dim=%d", dim), quant.Q4_0, nil, dim})
+		cs = append(cs, wintCase{fmt.Sprintf("q8_0/dim=%d", dim), quant.Q8_0, nil, dim})
 	}
 	for _, bits := range []int{3, 4} {
 		for _, dim := range []int{48, 64, 128, 256} {
@@ -39,7 +40,7 @@ func (c wintCase) rows(t *testing.T, rng *rand.Rand, n int) (src []byte, vals []
 	if c.tq != nil {
 		rb = c.tq.RowBytes()
 	} else {
-		rb = c.dim / 32 * 18
+		rb, _ = quant.RowBytes(c.t, c.dim)
 	}
 	src = make([]byte, n*rb)
 	for r := range n {
@@ -53,7 +54,7 @@ func (c wintCase) rows(t *testing.T, rng *rand.Rand, n int) (src []byte, vals []
 			if err := c.tq.Encode(row, x[:c.tq.Dim()], make([]float32, c.tq.Padded())); err != nil {
 				t.Fatal(err)
 			}
-		} else if err := quant.QuantizeRow(quant.Q4_0, x, row); err != nil {
+		} else if err := quant.QuantizeRow(c.t, x, row); err != nil {
 			t.Fatal(err)
 		}
 		v := make([]float32, c.dim)
