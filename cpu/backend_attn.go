@@ -11,8 +11,8 @@ package cpu
 //     KVCache.KHeadTiles), which meets a tile's rows in the lanes of one
 //     vector; softmax per query head; then the weighted sum of V rows
 //     (Kernels.AttnSum, rows back to back: KVCache.VHeadRows, widened a
-//     tile at a time in L1), in Ref's order; or, for V rows of q4_0 and 3-
-//     and 4-bit TurboQuant, in integers (Kernels.AttnSumQ).
+//     tile at a time in L1), in Ref's order; or, for V rows of q8_0, q4_0
+//     and 3- and 4-bit TurboQuant, in integers (Kernels.AttnSumQ).
 //   - A run of at least attnMinRun consecutive rows of one sequence
 //     (prefill) has the sequence's K and V packed once per call (per KV
 //     head: K rows untransposed and back to back, V in column blocks, so
@@ -227,7 +227,7 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 			s.vacc = grow(s.vacc, G*a.dvp)
 		}
 		if wintKind(quantOf(a.lt.V), kv.TurboV(layer, 0)) {
-			s.wint.Reserve(G, kv.NCtx, a.dvp)
+			s.wint.Reserve(G, a.dvp)
 		}
 		if blocks {
 			s.krows = grow(s.krows, kvChunk*a.lt.KHead)
@@ -373,7 +373,7 @@ func (a *attnTask) span(s, j, n int) int { return min(n, a.kv.Run(s, j)) }
 // to int16 steps of its largest |value|/32767 (kern_qint.go): that moves
 // the scores by up to 2^-16 of that value per product, finer than
 // llama.cpp's rounding of the query to the cache's type. And except V rows
-// of q4_0 and 3- and 4-bit TurboQuant, summed in integers (sumQ,
+// of q8_0, q4_0 and 3- and 4-bit TurboQuant, summed in integers (sumQ,
 // kern_wint.go): the weights times the rows' scales rounded to int16 steps
 // of their largest/32767, the sums exact. V sums of TurboQuant rows stay
 // rotated until the end.
@@ -457,23 +457,30 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 
 // sumQ sets acc to the V sums of the lone batch row t's group of query
 // heads (KV head kh) over the quantized rows [0, ev) of type vq (tv:
-// TurboQuant), in integers (kern_wint.go); false, acc untouched, when
-// RoundWeights refuses the weights (the caller sums in float32).
+// TurboQuant), in integers (kern_wint.go), chunk by chunk of WIntChunk
+// positions; false, acc untouched, when RoundWeights refuses a chunk's
+// weights (the caller sums in float32).
 func (a *attnTask) sumQ(sc *attnScratch, vq quant.Type, tv *quant.Turbo, t, kh, ev, dim int, w []float32, lw int, acc []float32) bool {
 	kv, s, x := a.kv, int(a.seq[t]), &sc.wint
-	x.Begin(vq, tv, a.group, ev, dim)
-	for j0 := 0; j0 < ev; {
-		n := a.span(s, j0, ev-j0)
-		a.k.AttnSumScales(x, kv.VHeadRows(a.layer, kh, s, j0, n), a.lt.VHead, j0, n, w, lw)
-		j0 += n
-	}
-	if !a.k.RoundWeights(x, w, lw) {
-		return false
-	}
-	for j0 := 0; j0 < ev; {
-		n := a.span(s, j0, ev-j0)
-		a.k.AttnSumQ(x, kv.VHeadRows(a.layer, kh, s, j0, n), a.lt.VHead, j0, n)
-		j0 += n
+	x.Begin(vq, tv, a.group, dim)
+	for c0 := 0; c0 < ev; c0 += WIntChunk {
+		c1 := min(c0+WIntChunk, ev)
+		x.Chunk(c1 - c0)
+		wc := w[c0:]
+		for j := c0; j < c1; {
+			n := a.span(s, j, c1-j)
+			a.k.AttnSumScales(x, kv.VHeadRows(a.layer, kh, s, j, n), a.lt.VHead, j-c0, n, wc, lw)
+			j += n
+		}
+		if !a.k.RoundWeights(x, wc, lw) {
+			return false
+		}
+		for j := c0; j < c1; {
+			n := a.span(s, j, c1-j)
+			a.k.AttnSumQ(x, kv.VHeadRows(a.layer, kh, s, j, n), a.lt.VHead, j-c0, n)
+			j += n
+		}
+		x.Fold()
 	}
 	x.Finish(acc)
 	return true

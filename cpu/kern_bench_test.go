@@ -325,19 +325,25 @@ func BenchmarkAttnRows(b *testing.B) {
 				b.ReportMetric(float64(len(src))*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 			})
 			if name == "q8_0" || name == "q4_0" || name == "tq3" || name == "tq4" {
-				// the integer V sums: scales, rounding, sums, conversion
+				// the integer V sums, chunk by chunk as decode: scales,
+				// rounding, sums, conversion
 				for j := range s {
 					s[j] = float32(j%97+1) / 97
 				}
 				var x cpu.WInt
 				b.Run(fmt.Sprintf("isa=%s/kv=%s/op=sumq", isa, name), func(b *testing.B) {
 					for b.Loop() {
-						x.Begin(wt, tq, G, n, d)
-						k.AttnSumScales(&x, src, rb, 0, n, s, n)
-						if !k.RoundWeights(&x, s, n) {
-							b.Fatal("RoundWeights refused")
+						x.Begin(wt, tq, G, d)
+						for c0 := 0; c0 < n; c0 += cpu.WIntChunk {
+							c1 := min(c0+cpu.WIntChunk, n)
+							x.Chunk(c1 - c0)
+							k.AttnSumScales(&x, src[c0*rb:], rb, 0, c1-c0, s[c0:], n)
+							if !k.RoundWeights(&x, s[c0:], n) {
+								b.Fatal("RoundWeights refused")
+							}
+							k.AttnSumQ(&x, src[c0*rb:], rb, 0, c1-c0)
+							x.Fold()
 						}
-						k.AttnSumQ(&x, src, rb, 0, n)
 						x.Finish(acc)
 					}
 					b.ReportMetric(float64(len(src))*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")

@@ -20,24 +20,26 @@ import (
 //
 //   - each head's softmax weights are multiplied by each row's scale
 //     (q8_0, q4_0: each block's, so a group of weights per block column;
-//     TurboQuant: the row's), p_r = w_r·s_r in float32, and rounded to int16
-//     steps of m/32767, m = max|p_r| over the rows summed:
-//     wq_r = round-to-even(p_r·(32767/m)), in float32. The error is at most
-//     m·2^-16 per weight, relative to the largest product. A group whose m
-//     is 0, not finite, or outside [2^-64, 2^64] makes the whole call use
-//     AttnSum's float32 arithmetic instead;
+//     TurboQuant: the row's), p_r = w_r·s_r in float32, and rounded to
+//     int16 steps of m/32767, m = max|p_r| over the rows of a chunk of
+//     WIntChunk positions: wq_r = round-to-even(p_r·(32767/m)), in
+//     float32. The error is at most m·2^-16 per weight, relative to the
+//     chunk's largest product. A group whose m is 0, not finite, or
+//     outside [2^-64, 2^64] makes the whole row use AttnSum's float32
+//     arithmetic instead;
 //   - the values are integers: q8_0's, q4_0's nibble − 8, TurboQuant's
-//     codebook as
-//     int8 multiples of its grid step cs (quant.NewTurbo puts the 3- and
-//     4-bit levels on it);
-//   - S_d = Σ_r wq_r·v_{r,d} in int64, exactly, whatever the order, the
-//     runs of rows, or the path; the output is
-//     float32(float64(S_d)·float64(m/32767)·float64(cs)), one rounding
-//     to float32 (cs = 1 for q8_0 and q4_0, whose −8 is −8·Σ_r wq_r in
-//     S_d).
+//     codebook as int8 multiples of its grid step cs (quant.NewTurbo puts
+//     the 3- and 4-bit levels on it);
+//   - a chunk's S_d = Σ_r wq_r·v_{r,d} in int64, exactly, whatever the
+//     order, the runs of rows, or the path; the chunks' S_d·(m/32767)·cs
+//     (cs = 1 for q8_0 and q4_0, whose −8 is −8·Σ_r wq_r in S_d) are summed
+//     in float64 in the chunks' order, and the sum rounded once to float32.
+//     The chunks are positions, not runs, so a paged cache's blocks give
+//     the same bits as a contiguous cache.
 //
 // llama.cpp's flash attention sums f16 V rows into an f16 accumulator; these
-// sums are exact, and the weights keep 15 bits of the largest product.
+// sums are exact, and the weights keep 15 bits of their chunk's largest
+// product.
 
 // wintKind reports whether V rows of type t (tq non-nil: TurboQuant codes)
 // are summed in integers.
@@ -48,11 +50,19 @@ func wintKind(t quant.Type, tq *quant.Turbo) bool {
 	return t == quant.Q4_0 || t == quant.Q8_0
 }
 
-// WInt is the integer V sum of a group of G query heads over n cached V
-// rows (positions 0..n-1 of one decode row and KV head): Begin sizes it,
-// AttnSumScales gathers the rows' scales and the largest products run by
-// run, RoundWeights rounds the weights, AttnSumQ adds each run's products,
-// Finish converts.
+// WIntChunk is the cached positions whose weights are rounded to one step:
+// chunks of positions [k·WIntChunk, (k+1)·WIntChunk), so that the chunk's
+// two passes (scales, then sums) find its V rows in L2 (1024 rows of q8_0
+// and 64 values: 68 KiB), whatever the context's length, and that a
+// chunk's small weights get steps of their own.
+const WIntChunk = 1024
+
+// WInt is the integer V sum of a group of G query heads over the cached V
+// rows of one decode row and KV head, chunk by chunk: Begin starts the
+// row, Chunk a chunk of n rows (positions 0..n-1 of the chunk), whose
+// rows' scales and largest products AttnSumScales gathers run by run,
+// whose weights RoundWeights rounds, whose products AttnSumQ adds run by
+// run and Fold adds to the row's float64 sums; Finish converts those.
 type WInt struct {
 	G, n, dim, nb int
 	t             quant.Type
@@ -61,43 +71,57 @@ type WInt struct {
 	wq            []int16   // G·nb·n: head g's rounded weights of group b at (g*nb + b)*n
 	m             []float32 // G·nb: each group's largest |w·s|
 	wsum          []int64   // G·nb: Σ wq of each group
-	S             []int64   // G·dim sums
+	S             []int64   // G·dim: the chunk's sums
+	F             []float64 // G·dim: the row's sums of the chunks' scaled sums
 	c8            [16]int8
 	cs            float32
 }
 
-// Begin prepares x for G heads of dim values over n rows of type t (tq:
-// TurboQuant codes; wintKind must hold), reusing x's buffers.
-func (x *WInt) Begin(t quant.Type, tq *quant.Turbo, G, n, dim int) {
-	if !wintKind(t, tq) || G < 0 || n < 0 || dim <= 0 || tq == nil && dim%32 != 0 {
-		panic(fmt.Sprintf("cpu: WInt.Begin: %d rows of %d of %s (TurboQuant %v), %d heads are not summed in integers", n, dim, t, tq != nil, G))
+// Begin starts x's sums for G heads of dim values over rows of type t (tq:
+// TurboQuant codes, dim its Padded; wintKind must hold), reusing x's
+// buffers.
+func (x *WInt) Begin(t quant.Type, tq *quant.Turbo, G, dim int) {
+	if !wintKind(t, tq) || G < 0 || dim <= 0 || tq == nil && dim%32 != 0 || tq != nil && dim != tq.Padded() {
+		panic(fmt.Sprintf("cpu: WInt.Begin: rows of %d of %s (TurboQuant %v), %d heads are not summed in integers", dim, t, tq != nil, G))
 	}
-	x.G, x.n, x.dim, x.t, x.tq = G, n, dim, t, tq
+	x.G, x.n, x.dim, x.t, x.tq = G, 0, dim, t, tq
 	x.nb, x.cs = 1, 1
 	if tq == nil {
 		x.nb = dim / 32
 	} else {
 		x.c8, x.cs = qintLevels(tq.Levels())
 	}
-	x.sc = grow(x.sc, x.nb*n)
-	x.wq = grow(x.wq, G*x.nb*n)
-	x.m = grow(x.m, G*x.nb)
-	x.wsum = grow(x.wsum, G*x.nb)
-	x.S = grow(x.S, G*dim)
+	x.Reserve(G, dim)
+	x.m = x.m[:G*x.nb]
+	x.wsum = x.wsum[:G*x.nb]
+	x.S = x.S[:G*dim]
+	x.F = x.F[:G*dim]
+	clear(x.F)
+}
+
+// Chunk starts a chunk of n ≤ WIntChunk rows.
+func (x *WInt) Chunk(n int) {
+	if n < 0 || n > WIntChunk {
+		panic(fmt.Sprintf("cpu: WInt.Chunk: %d rows (at most %d)", n, WIntChunk))
+	}
+	x.n = n
+	x.sc = x.sc[:x.nb*n]
+	x.wq = x.wq[:x.G*x.nb*n]
 	clear(x.S)
 	clear(x.m)
 }
 
-// Reserve sizes x's buffers for up to G heads of dim values over n rows,
-// so that Begin allocates nothing for as many (decode reserves the
-// context's length once per call: each step sums one row more).
-func (x *WInt) Reserve(G, n, dim int) {
+// Reserve sizes x's buffers for G heads of dim values, so that Begin and
+// Chunk allocate nothing: (2·G + 4)·nb·WIntChunk bytes plus 16·G·dim, nb
+// = max(1, dim/32): 25 KiB for 4 heads of q8_0 or q4_0 rows of 64.
+func (x *WInt) Reserve(G, dim int) {
 	nb := max(1, dim/32) // q8_0's and q4_0's groups, at least TurboQuant's one
-	x.sc = grow(x.sc, nb*n)
-	x.wq = grow(x.wq, G*nb*n)
+	x.sc = grow(x.sc, nb*WIntChunk)
+	x.wq = grow(x.wq, G*nb*WIntChunk)
 	x.m = grow(x.m, G*nb)
 	x.wsum = grow(x.wsum, G*nb)
 	x.S = grow(x.S, G*dim)
+	x.F = grow(x.F, G*dim)
 }
 
 // rowBytes returns the bytes of one of x's rows.
@@ -256,11 +280,11 @@ func (x *WInt) rowInts(row []byte, v []int8) {
 	}
 }
 
-// Finish sets acc[g*dim + d] to head g's V sum: the integer sums scaled
-// (q4_0: less 8 times the group's weights).
-func (x *WInt) Finish(acc []float32) {
-	if len(acc) < x.G*x.dim {
-		panic(fmt.Sprintf("cpu: WInt.Finish: %d heads of %d in %d floats", x.G, x.dim, len(acc)))
+// Fold adds the chunk's integer sums, scaled (q4_0: less 8 times the
+// group's weights), to the row's float64 sums.
+func (x *WInt) Fold() {
+	if x.n == 0 {
+		return
 	}
 	for g := range x.G {
 		for d := range x.dim {
@@ -269,7 +293,18 @@ func (x *WInt) Finish(acc []float32) {
 			if x.tq == nil && x.t == quant.Q4_0 {
 				s -= 8 * x.wsum[i]
 			}
-			acc[g*x.dim+d] = float32(float64(s) * float64(x.m[i]/qintMax) * float64(x.cs))
+			x.F[g*x.dim+d] += float64(s) * float64(x.m[i]/qintMax) * float64(x.cs)
 		}
+	}
+}
+
+// Finish sets acc[g*dim + d] to head g's V sum, the row's sums rounded to
+// float32.
+func (x *WInt) Finish(acc []float32) {
+	if len(acc) < x.G*x.dim {
+		panic(fmt.Sprintf("cpu: WInt.Finish: %d heads of %d in %d floats", x.G, x.dim, len(acc)))
+	}
+	for i, f := range x.F[:x.G*x.dim] {
+		acc[i] = float32(f)
 	}
 }

@@ -65,26 +65,52 @@ func (c wintCase) rows(t *testing.T, rng *rand.Rand, n int) (src []byte, vals []
 }
 
 // wintRun sums rows src (n of rb bytes) with weights w (G heads, stride
-// lw) on k in runs of the given lengths; ok is RoundWeights' answer.
-func wintRun(k *Kernels, c wintCase, src []byte, rb, n, G int, w []float32, lw int, runs []int) (acc []float32, x *WInt, ok bool) {
-	x = &WInt{}
-	x.Begin(c.t, c.tq, G, n, c.dim)
-	for j, i := 0, 0; j < n; i++ {
-		l := min(runs[i%len(runs)], n-j)
-		k.AttnSumScales(x, src[j*rb:], rb, j, l, w, lw)
-		j += l
-	}
-	if !k.RoundWeights(x, w, lw) {
-		return nil, x, false
-	}
-	for j, i := 0, 0; j < n; i++ {
-		l := min(runs[i%len(runs)], n-j)
-		k.AttnSumQ(x, src[j*rb:], rb, j, l)
-		j += l
+// lw) on k, chunk by chunk as decode does, each chunk's rows in runs of the
+// given lengths; ok is RoundWeights' answer, steps each chunk's m/32767
+// per group.
+func wintRun(k *Kernels, c wintCase, src []byte, rb, n, G int, w []float32, lw int, runs []int) (acc []float32, steps [][]float32, ok bool) {
+	x := &WInt{}
+	x.Begin(c.t, c.tq, G, c.dim)
+	for c0 := 0; c0 < n; c0 += WIntChunk {
+		c1 := min(c0+WIntChunk, n)
+		x.Chunk(c1 - c0)
+		for j, i := c0, 0; j < c1; i++ {
+			l := min(runs[i%len(runs)], c1-j)
+			k.AttnSumScales(x, src[j*rb:], rb, j-c0, l, w[c0:], lw)
+			j += l
+		}
+		if !k.RoundWeights(x, w[c0:], lw) {
+			return nil, nil, false
+		}
+		for j, i := c0, 0; j < c1; i++ {
+			l := min(runs[i%len(runs)], c1-j)
+			k.AttnSumQ(x, src[j*rb:], rb, j-c0, l)
+			j += l
+		}
+		x.Fold()
+		st := make([]float32, len(x.m))
+		for i, m := range x.m {
+			st[i] = m / qintMax
+		}
+		steps = append(steps, st)
 	}
 	acc = make([]float32, G*c.dim)
 	x.Finish(acc)
-	return acc, x, true
+	return acc, steps, true
+}
+
+// rowScale returns the f16 scale of group b of row (q8_0, q4_0: block b's;
+// TurboQuant: the row's).
+func (c wintCase) rowScale(row []byte, b int) float64 {
+	o := 0
+	switch {
+	case c.tq != nil:
+	case c.t == quant.Q8_0:
+		o = 34 * b
+	default:
+		o = 18 * b
+	}
+	return float64(quant.FP16ToFP32(uint16(row[o]) | uint16(row[o+1])<<8))
 }
 
 // TestAttnSumQ checks the integer V sums: every path, and every way of
@@ -97,8 +123,11 @@ func TestAttnSumQ(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	ref := KernelsFor(ISAScalarGo)
 	for _, c := range wintCases(t) {
-		for _, n := range []int{1, 2, 7, 255, 256, 257, 600} {
+		for _, n := range []int{1, 2, 7, 255, 256, 257, 600, 2500} {
 			for _, G := range []int{1, 3, 4, 5} {
+				if n == 2500 && G != 4 {
+					continue
+				}
 				src, vals, rb := c.rows(t, rng, n)
 				lw := n + 3
 				w := make([]float32, G*lw)
@@ -115,7 +144,7 @@ func TestAttnSumQ(t *testing.T) {
 					}
 					w[g*lw+rng.IntN(n)] = 1 // a peak, as after a softmax
 				}
-				want, x, ok := wintRun(ref, c, src, rb, n, G, w, lw, []int{n})
+				want, steps, ok := wintRun(ref, c, src, rb, n, G, w, lw, []int{n})
 				if !ok {
 					t.Fatalf("%s n=%d G=%d: RoundWeights refused finite weights", c.name, n, G)
 				}
@@ -124,14 +153,18 @@ func TestAttnSumQ(t *testing.T) {
 				for g := range G {
 					for d := range c.dim {
 						var exact, mag, bound float64
-						i := g*x.nb + d*x.nb/c.dim
-						step := float64(x.m[i] / qintMax)
+						nb := 1
+						if c.tq == nil {
+							nb = c.dim / 32
+						}
+						b := d * nb / c.dim
 						for r := range n {
 							p := float64(w[g*lw+r]) * float64(vals[r][d])
 							exact += p
 							mag += math.Abs(p)
+							step := float64(steps[r/WIntChunk][g*nb+b])
 							// |v|/s: the row's value in steps of the weight's scale
-							s := float64(x.sc[(d*x.nb/c.dim)*n+r])
+							s := c.rowScale(src[r*rb:], b)
 							if s != 0 {
 								bound += 0.51 * step * math.Abs(float64(vals[r][d])/s)
 							}
@@ -147,7 +180,7 @@ func TestAttnSumQ(t *testing.T) {
 				// every path, in runs of several lengths
 				for _, isa := range Available() {
 					k := KernelsFor(isa)
-					for _, runs := range [][]int{{n}, {1}, {3, 16, 255}, {256}, {17}} {
+					for _, runs := range [][]int{{n}, {1}, {3, 16, 255}, {256}, {17}, {1000}} {
 						got, _, ok := wintRun(k, c, src, rb, n, G, w, lw, runs)
 						if !ok {
 							t.Fatalf("%s %s n=%d G=%d runs %v: RoundWeights refused", isa, c.name, n, G, runs)
@@ -159,7 +192,7 @@ func TestAttnSumQ(t *testing.T) {
 						}
 					}
 				}
-				if n == 600 && G == 4 {
+				if n == 2500 {
 					t.Logf("%s: largest error / bound %.3f", c.name, worst)
 				}
 			}
