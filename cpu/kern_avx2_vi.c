@@ -4,7 +4,7 @@
 // reference, and the arithmetic is exact, so every path gives the same
 // sums): the rows' scales gathered, the softmax weights times the scales
 // rounded to int16, then pmaddwd of int16 weight pairs (two rows) by the
-// two rows' integer values (q8_0's, q4_0's bare nibbles, TurboQuant's codebook as
+// two rows' integer values (q4_0's bare nibbles, TurboQuant's codebook as
 // int8), 16 products per instruction where an FMA makes 8. pmaddwd runs
 // at two per cycle on Zen 3, as the FMAs do (docs/decisions.md, "Integer
 // decode V sums"). AVX-512 machines run these kernels too.
@@ -14,15 +14,15 @@
 #include "kern.h"
 #include "kern_avx2.h"
 
-// vi_kind is a row kind these kernels sum: q8_0, q4_0, 3- or 4-bit
-// TurboQuant.
-enum { VI_Q8_0, VI_Q4_0, VI_TQ3, VI_TQ4 };
+// vi_kind is a row kind these kernels sum: q4_0, 3- or 4-bit TurboQuant.
+// (q8_0 was summed in integers too, and ran slower end to end than its
+// float32 widening in registers: docs/decisions.md.)
+enum { VI_Q4_0, VI_TQ3, VI_TQ4 };
 
 static inline int vi_kind(int t, int bits) {
 	if (bits == 3) return VI_TQ3;
 	if (bits == 4) return VI_TQ4;
 	if (bits == 0 && t == FI_Q4_0) return VI_Q4_0;
-	if (bits == 0 && t == FI_Q8_0) return VI_Q8_0;
 	return -1;
 }
 
@@ -82,7 +82,7 @@ int fi_kv_scales_avx2(int t, int bits, const uint8_t *src, int64_t stride, int64
                       int64_t ls, const float *w, int64_t lw, int64_t G, float *m) {
 	const int kind = vi_kind(t, bits);
 	if (kind < 0 || G > 8) return -1;
-	const int64_t bs = kind == VI_Q4_0 ? 18 : kind == VI_Q8_0 ? 34 : 0;
+	const int64_t bs = kind == VI_Q4_0 ? 18 : 0;
 	for (int64_t b = 0; b < nb; b++) {
 		if (G == 4) { // llama-1b's group, and most models'
 			scales_max(4, src, stride, n, nb, b, bs, sc, ls, w, lw, m);
@@ -140,8 +140,8 @@ int fi_wint_round_avx2(const float *w, int64_t lw, int64_t G, int64_t n, const f
 static const uint8_t zrow[4 * FI_AD_MAXDIM];
 
 // VI_PAIRS is the row pairs summed in int32 before the int64 sums take
-// them: |value| ≤ 128 (q8_0, TurboQuant) or 15 (q4_0's bare nibbles),
-// |weight| ≤ 32767, so a lane's 2·128 products stay under 2^31.
+// them: |value| ≤ 127 (TurboQuant) or 15 (q4_0's bare nibbles), |weight|
+// ≤ 32767, so a lane's 2·128 products stay under 2^31.
 #define VI_PAIRS 128
 
 // add8 adds the 8 int32 lanes of a to the int64s at s[0], s[step], ...
@@ -153,7 +153,6 @@ FI_INLINE void add8(int64_t *s, int64_t step, __m256i a) {
 
 // decode16 sets x[0], x[1] to the int16 pairs (row at a, row at b) of 8
 // values each, 16 values of the rows from value d on:
-//   - q8_0 (d%32 is 0 or 16): x[0] values d..d+7, x[1] d+8..d+15;
 //   - q4_0 (d%32 is 0 or 8): x[0] values d..d+7 (the low nibbles of bytes
 //     d%32.. of the block, bare), x[1] the 8 values 16 further (their high
 //     nibbles);
@@ -165,13 +164,6 @@ FI_INLINE void decode16(const int kind, const uint8_t *a, const uint8_t *b, int6
                         __m256i *x) {
 	const __m256i m4 = _mm256_set1_epi16(0x0f);
 	switch (kind) {
-	case VI_Q8_0: {
-		const int64_t o = d / 32 * 34 + 2 + d % 32; // d % 32 is 0 or 16
-		const __m128i u = _mm_loadu_si128((const __m128i *)(a + o)), v = _mm_loadu_si128((const __m128i *)(b + o));
-		x[0] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(u, v));
-		x[1] = _mm256_cvtepi8_epi16(_mm_unpackhi_epi8(u, v));
-		break;
-	}
 	case VI_Q4_0: {
 		const int64_t o = d / 32 * 18 + 2 + d % 32; // d % 32 is 0 or 8
 		const __m256i y = _mm256_cvtepu8_epi16(
@@ -241,7 +233,6 @@ FI_INLINE void sum16(const int kind, const uint8_t *src, int64_t stride, int64_t
 	for (int g = 0; g < ng; g++) {
 		int64_t *s = S + g * dim + d;
 		switch (kind) {
-		case VI_Q8_0: add8(s, 1, a0[g]), add8(s + 8, 1, a1[g]); break;
 		case VI_Q4_0: add8(s, 1, a0[g]), add8(s + 16, 1, a1[g]); break;
 		case VI_TQ4: add8(s, 2, a0[g]), add8(s + 1, 2, a1[g]); break;
 		case VI_TQ3: add8(s, 1, a0[g]); break;
@@ -257,7 +248,7 @@ FI_INLINE void sum_rows(const int kind, const uint8_t *src, int64_t stride, int6
                         int64_t *S) {
 	for (int64_t r0 = 0; r0 < n; r0 += 2 * VI_PAIRS) {
 		const int64_t r1 = n - r0 < 2 * VI_PAIRS ? n : r0 + 2 * VI_PAIRS;
-		for (int64_t d = 0; d < dim; d += kind == VI_TQ3 ? 8 : kind != VI_Q4_0 ? 16 : d % 32 == 0 ? 8 : 24) {
+		for (int64_t d = 0; d < dim; d += kind == VI_TQ3 ? 8 : kind == VI_TQ4 ? 16 : d % 32 == 0 ? 8 : 24) {
 			const int64_t b = nb > 1 ? d / 32 : 0; // the weights' group (a block's, or the row's)
 			for (int64_t g = 0; g < G; g += 4) {
 				const int ng = G - g < 4 ? (int)(G - g) : 4;
@@ -276,9 +267,8 @@ FI_INLINE void sum_rows(const int kind, const uint8_t *src, int64_t stride, int6
 int fi_attn_sum_qi_avx2(int t, int bits, const int8_t *c8, const uint8_t *src, int64_t stride, int64_t n, int64_t dim,
                         const int16_t *wq, int64_t lw, int64_t G, int64_t nb, int64_t *S) {
 	const int kind = vi_kind(t, bits);
-	const int blocks = kind == VI_Q4_0 || kind == VI_Q8_0;
-	if (kind < 0 || dim % (blocks ? 32 : kind == VI_TQ4 ? 16 : 8) != 0 || dim > FI_AD_MAXDIM) return -1;
-	if (nb != (blocks ? dim / 32 : 1)) return -1;
+	if (kind < 0 || dim % (kind == VI_Q4_0 ? 32 : kind == VI_TQ4 ? 16 : 8) != 0 || dim > FI_AD_MAXDIM) return -1;
+	if (nb != (kind == VI_Q4_0 ? dim / 32 : 1)) return -1;
 	__m256i tab0 = _mm256_setzero_si256(), tab1 = tab0;
 	if (kind == VI_TQ4) {
 		tab0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)c8));
@@ -289,7 +279,6 @@ int fi_attn_sum_qi_avx2(int t, int bits, const int8_t *c8, const uint8_t *src, i
 		tab1 = _mm256_loadu_si256((const __m256i *)hi);
 	}
 	switch (kind) {
-	case VI_Q8_0: sum_rows(VI_Q8_0, src, stride, n, dim, wq, lw, G, nb, tab0, tab1, S); break;
 	case VI_Q4_0: sum_rows(VI_Q4_0, src, stride, n, dim, wq, lw, G, nb, tab0, tab1, S); break;
 	case VI_TQ4: sum_rows(VI_TQ4, src, stride, n, dim, wq, lw, G, nb, tab0, tab1, S); break;
 	case VI_TQ3: sum_rows(VI_TQ3, src, stride, n, dim, wq, lw, G, nb, tab0, tab1, S); break;

@@ -7,19 +7,22 @@ import (
 	"github.com/flowinfer/flowinfer/quant"
 )
 
-// Decode V sums of q8_0, q4_0 and 3- and 4-bit TurboQuant rows sum integer
+// Decode V sums of q4_0 and 3- and 4-bit TurboQuant rows sum integer
 // products, as the scores of 4-bit K rows do (kern_qint.go). Widening those
 // rows to float32 cost AVX2 a vpermps per 8 values (TurboQuant, about one
-// FMA slot), two conversions and a multiply (q8_0), or a mask, a subtract,
-// two conversions and a buffer's store and load (q4_0); pmaddwd multiplies
-// 16 int16 pairs where an FMA multiplies 8 floats, at the same two per
-// cycle on Zen 3 (docs/decisions.md, "Integer decode V sums").
+// FMA slot) or a mask, a subtract, two conversions and a buffer's store
+// and load (q4_0); pmaddwd multiplies 16 int16 pairs where an FMA
+// multiplies 8 floats, at the same two per cycle on Zen 3
+// (docs/decisions.md, "Integer decode V sums"). q8_0 rows, whose float32
+// widening in registers is cheap, were summed this way too and ran slower
+// end to end: the rounding's pass over a chunk's rows before the sums'
+// cost more than the products saved.
 //
 // The arithmetic (this Go code is its reference; the C kernels compute
 // the same integers):
 //
 //   - each head's softmax weights are multiplied by each row's scale
-//     (q8_0, q4_0: each block's, so a group of weights per block column;
+//     (q4_0: each block's, so a group of weights per block column;
 //     TurboQuant: the row's), p_r = w_r·s_r in float32, and rounded to
 //     int16 steps of m/32767, m = max|p_r| over the rows of a chunk of
 //     WIntChunk positions: wq_r = round-to-even(p_r·(32767/m)), in
@@ -27,12 +30,12 @@ import (
 //     chunk's largest product. A group whose m is 0, not finite, or
 //     outside [2^-64, 2^64] makes the whole row use AttnSum's float32
 //     arithmetic instead;
-//   - the values are integers: q8_0's, q4_0's nibble − 8, TurboQuant's
-//     codebook as int8 multiples of its grid step cs (quant.NewTurbo puts
-//     the 3- and 4-bit levels on it);
+//   - the values are integers: q4_0's nibble − 8, TurboQuant's codebook as
+//     int8 multiples of its grid step cs (quant.NewTurbo puts the 3- and
+//     4-bit levels on it);
 //   - a chunk's S_d = Σ_r wq_r·v_{r,d} in int64, exactly, whatever the
 //     order, the runs of rows, or the path; the chunks' S_d·(m/32767)·cs
-//     (cs = 1 for q8_0 and q4_0, whose −8 is −8·Σ_r wq_r in S_d) are summed
+//     (cs = 1 for q4_0, whose −8 is −8·Σ_r wq_r in S_d) are summed
 //     in float64 in the chunks' order, and the sum rounded once to float32.
 //     The chunks are positions, not runs, so a paged cache's blocks give
 //     the same bits as a contiguous cache.
@@ -47,13 +50,13 @@ func wintKind(t quant.Type, tq *quant.Turbo) bool {
 	if tq != nil {
 		return tq.Bits() == 3 || tq.Bits() == 4
 	}
-	return t == quant.Q4_0 || t == quant.Q8_0
+	return t == quant.Q4_0
 }
 
 // WIntChunk is the cached positions whose weights are rounded to one step:
 // chunks of positions [k·WIntChunk, (k+1)·WIntChunk), so that the chunk's
-// two passes (scales, then sums) find its V rows in L2 (1024 rows of q8_0
-// and 64 values: 68 KiB), whatever the context's length, and that a
+// two passes (scales, then sums) find its V rows in L2 (1024 rows of q4_0
+// and 64 values: 36 KiB), whatever the context's length, and that a
 // chunk's small weights get steps of their own.
 const WIntChunk = 1024
 
@@ -113,9 +116,9 @@ func (x *WInt) Chunk(n int) {
 
 // Reserve sizes x's buffers for G heads of dim values, so that Begin and
 // Chunk allocate nothing: (2·G + 4)·nb·WIntChunk bytes plus 16·G·dim, nb
-// = max(1, dim/32): 25 KiB for 4 heads of q8_0 or q4_0 rows of 64.
+// = max(1, dim/32): 28 KiB for 4 heads of q4_0 rows of 64.
 func (x *WInt) Reserve(G, dim int) {
-	nb := max(1, dim/32) // q8_0's and q4_0's groups, at least TurboQuant's one
+	nb := max(1, dim/32) // q4_0's groups, at least TurboQuant's one
 	x.sc = grow(x.sc, nb*WIntChunk)
 	x.wq = grow(x.wq, G*nb*WIntChunk)
 	x.m = grow(x.m, G*nb)
@@ -129,18 +132,7 @@ func (x *WInt) rowBytes() int {
 	if x.tq != nil {
 		return x.tq.RowBytes()
 	}
-	return x.dim / 32 * x.blockBytes()
-}
-
-// blockBytes returns the bytes of a q8_0 or q4_0 block (0: TurboQuant).
-func (x *WInt) blockBytes() int {
-	switch {
-	case x.tq != nil:
-		return 0
-	case x.t == quant.Q8_0:
-		return 34
-	}
-	return 18
+	return x.dim / 32 * 18
 }
 
 // checkRun panics unless rows [j0, j0+n) of x fit src at stride.
@@ -166,7 +158,10 @@ func (k *Kernels) AttnSumScales(x *WInt, src []byte, stride, j0, n int, w []floa
 	if k.isa != ISAScalarGo && kvScalesC(x, src, stride, j0, n, w, lw) {
 		return
 	}
-	bs := x.blockBytes()
+	bs := 0
+	if x.tq == nil {
+		bs = 18 // q4_0's blocks
+	}
 	for r := range n {
 		row := src[r*stride:]
 		for b := range x.nb {
@@ -252,17 +247,9 @@ func (k *Kernels) AttnSumQ(x *WInt, src []byte, stride, j0, n int) {
 	}
 }
 
-// rowInts sets v to a row's integer values: q8_0's, q4_0's bare nibbles
-// (0..15), TurboQuant's c8[code].
+// rowInts sets v to a row's integer values: q4_0's bare nibbles (0..15),
+// TurboQuant's c8[code].
 func (x *WInt) rowInts(row []byte, v []int8) {
-	if x.t == quant.Q8_0 && x.tq == nil {
-		for b := range len(v) / 32 {
-			for i, c := range row[b*34+2 : b*34+34] {
-				v[b*32+i] = int8(c)
-			}
-		}
-		return
-	}
 	if x.tq == nil {
 		for b := range len(v) / 32 {
 			for i, c := range row[b*18+2 : b*18+18] {
@@ -290,7 +277,7 @@ func (x *WInt) Fold() {
 		for d := range x.dim {
 			i := g*x.nb + d*x.nb/x.dim
 			s := x.S[g*x.dim+d]
-			if x.tq == nil && x.t == quant.Q4_0 {
+			if x.tq == nil { // q4_0
 				s -= 8 * x.wsum[i]
 			}
 			x.F[g*x.dim+d] += float64(s) * float64(x.m[i]/qintMax) * float64(x.cs)

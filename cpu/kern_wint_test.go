@@ -21,7 +21,6 @@ func wintCases(t *testing.T) []wintCase {
 	var cs []wintCase
 	for _, dim := range []int{32, 64, 96, 128} {
 		cs = append(cs, wintCase{fmt.Sprintf("q4_0/dim=%d", dim), quant.Q4_0, nil, dim})
-		cs = append(cs, wintCase{fmt.Sprintf("q8_0/dim=%d", dim), quant.Q8_0, nil, dim})
 	}
 	for _, bits := range []int{3, 4} {
 		for _, dim := range []int{48, 64, 128, 256} {
@@ -99,15 +98,11 @@ func wintRun(k *Kernels, c wintCase, src []byte, rb, n, G int, w []float32, lw i
 	return acc, steps, true
 }
 
-// rowScale returns the f16 scale of group b of row (q8_0, q4_0: block b's;
+// rowScale returns the f16 scale of group b of row (q4_0: block b's;
 // TurboQuant: the row's).
 func (c wintCase) rowScale(row []byte, b int) float64 {
 	o := 0
-	switch {
-	case c.tq != nil:
-	case c.t == quant.Q8_0:
-		o = 34 * b
-	default:
+	if c.tq == nil {
 		o = 18 * b
 	}
 	return float64(quant.FP16ToFP32(uint16(row[o]) | uint16(row[o+1])<<8))
