@@ -100,10 +100,15 @@ int fi_wint_round_avx2(const float *w, int64_t lw, int64_t G, int64_t n, const f
 		for (int64_t b = 0; b < nb; b++) {
 			const float *wg = w + g * lw, *sb = sc + b * n;
 			const float m = mo[g * nb + b];
+			int16_t *q = wq + (g * nb + b) * n;
+			if (m == 0) { // every product is 0: so are the weights
+				memset(q, 0, (size_t)n * sizeof *q);
+				wsum[g * nb + b] = 0;
+				continue;
+			}
 			if (!(m >= 0x1p-64f && m <= 0x1p64f)) return -1;
 			const float inv = 32767.0f / m;
 			const __m256 vinv = _mm256_set1_ps(inv);
-			int16_t *q = wq + (g * nb + b) * n;
 			int64_t tot = 0;
 			__m256i s32 = _mm256_setzero_si256();
 			int64_t r = 0;

@@ -27,9 +27,9 @@ import (
 //     int16 steps of m/32767, m = max|p_r| over the rows of a chunk of
 //     WIntChunk positions: wq_r = round-to-even(p_r·(32767/m)), in
 //     float32. The error is at most m·2^-16 per weight, relative to the
-//     chunk's largest product. A group whose m is 0, not finite, or
+//     chunk's largest product. A group whose m is not finite or, not 0,
 //     outside [2^-64, 2^64] makes the whole row use AttnSum's float32
-//     arithmetic instead;
+//     arithmetic instead (m = 0: the group adds exactly 0);
 //   - the values are integers: q4_0's nibble − 8, TurboQuant's codebook as
 //     int8 multiples of its grid step cs (quant.NewTurbo puts the 3- and
 //     4-bit levels on it);
@@ -55,10 +55,12 @@ func wintKind(t quant.Type, tq *quant.Turbo) bool {
 
 // WIntChunk is the cached positions whose weights are rounded to one step:
 // chunks of positions [k·WIntChunk, (k+1)·WIntChunk), so that the chunk's
-// two passes (scales, then sums) find its V rows in L2 (1024 rows of q4_0
-// and 64 values: 36 KiB), whatever the context's length, and that a
-// chunk's small weights get steps of their own.
-const WIntChunk = 1024
+// two passes (scales, then sums) find its V rows in L1/L2 (256 rows of
+// q4_0 and 64 values: 9 KiB), whatever the context's length, and that a
+// chunk's small weights get steps of their own: on stories260K, 256 gave
+// 5-7 times less KLD against float32 arithmetic than 1024, 64 no less
+// than 256 (docs/decisions.md, "Integer decode V sums").
+const WIntChunk = 256
 
 // WInt is the integer V sum of a group of G query heads over the cached V
 // rows of one decode row and KV head, chunk by chunk: Begin starts the
@@ -116,7 +118,7 @@ func (x *WInt) Chunk(n int) {
 
 // Reserve sizes x's buffers for G heads of dim values, so that Begin and
 // Chunk allocate nothing: (2·G + 4)·nb·WIntChunk bytes plus 16·G·dim, nb
-// = max(1, dim/32): 28 KiB for 4 heads of q4_0 rows of 64.
+// = max(1, dim/32): 10 KiB for 4 heads of q4_0 rows of 64.
 func (x *WInt) Reserve(G, dim int) {
 	nb := max(1, dim/32) // q4_0's groups, at least TurboQuant's one
 	x.sc = grow(x.sc, nb*WIntChunk)
@@ -177,11 +179,12 @@ func (k *Kernels) AttnSumScales(x *WInt, src []byte, stride, j0, n int, w []floa
 	}
 }
 
-// RoundWeights rounds the heads' weights of x's rows (head g's row r at
+// RoundWeights rounds the heads' weights of x's chunk (head g's row r at
 // w[g*lw + r], as AttnSumScales took them) times the rows' scales; false
-// when the rows take AttnSum's float32 arithmetic instead (a group's
-// products hold a NaN, or their largest |value| is 0, infinite, or outside
-// [2^-64, 2^64]).
+// when the row takes AttnSum's float32 arithmetic instead (a group's
+// products hold a NaN, or their largest |value| is infinite or, not 0,
+// outside [2^-64, 2^64]). A group whose products are all 0 (weights that
+// underflowed, say) adds exactly 0.
 func (k *Kernels) RoundWeights(x *WInt, w []float32, lw int) bool {
 	if x.n > 0 && x.G > 0 && (lw < x.n || len(w) < (x.G-1)*lw+x.n) {
 		panic(fmt.Sprintf("cpu: RoundWeights: %d heads of %d weights (stride %d) in %d", x.G, x.n, lw, len(w)))
@@ -201,11 +204,16 @@ func (k *Kernels) RoundWeights(x *WInt, w []float32, lw int) bool {
 			sb := x.sc[b*n : (b+1)*n]
 			i := g*x.nb + b
 			m := x.m[i]
+			q := x.wq[i*n : (i+1)*n]
+			if m == 0 { // every product is 0: so are the weights
+				clear(q)
+				x.wsum[i] = 0
+				continue
+			}
 			if !(m >= 0x1p-64 && m <= 0x1p64) {
 				return false
 			}
 			inv := float32(qintMax) / m
-			q := x.wq[i*n : (i+1)*n]
 			var sum int64
 			for r, v := range wg {
 				p := v * sb[r]
@@ -273,14 +281,19 @@ func (x *WInt) Fold() {
 	if x.n == 0 {
 		return
 	}
+	w := x.dim / x.nb // values per group
 	for g := range x.G {
-		for d := range x.dim {
-			i := g*x.nb + d*x.nb/x.dim
-			s := x.S[g*x.dim+d]
+		for b := range x.nb {
+			i := g*x.nb + b
+			var off int64
 			if x.tq == nil { // q4_0
-				s -= 8 * x.wsum[i]
+				off = 8 * x.wsum[i]
 			}
-			x.F[g*x.dim+d] += float64(s) * float64(x.m[i]/qintMax) * float64(x.cs)
+			f := float64(x.m[i]/qintMax) * float64(x.cs)
+			S, F := x.S[g*x.dim+b*w:][:w], x.F[g*x.dim+b*w:][:w]
+			for d, s := range S {
+				F[d] += float64(s-off) * f
+			}
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/flowinfer/flowinfer/quant"
@@ -195,8 +196,10 @@ func TestAttnSumQ(t *testing.T) {
 	}
 }
 
-// TestRoundWeightsRefuses checks that every path refuses the same weights:
-// a NaN, all zeros, products below 2^-64.
+// TestRoundWeightsRefuses checks that every path refuses the same weights
+// (a NaN, an infinity, products below 2^-64) and that a head whose weights
+// are all 0 takes none of the rows (its sums are exactly 0) while the
+// other head's match the Go path's.
 func TestRoundWeightsRefuses(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 5))
 	for _, c := range wintCases(t)[:5] {
@@ -208,14 +211,33 @@ func TestRoundWeightsRefuses(t *testing.T) {
 			"tiny":  func(w []float32) { clear(w[n:]); w[n+3] = 0x1p-100 },
 			"inf":   func(w []float32) { w[n+39] = float32(math.Inf(1)) },
 		} {
-			for _, isa := range Available() {
+			var want []float32
+			for _, isa := range append([]ISA{ISAScalarGo}, Available()...) {
 				w := make([]float32, G*n)
+				r := rand.New(rand.NewPCG(9, 9)) // the same weights on every path
 				for i := range w {
-					w[i] = float32(rng.Float64())
+					w[i] = float32(r.Float64())
 				}
 				set(w)
-				if _, _, ok := wintRun(KernelsFor(isa), c, src, rb, n, G, w, n, []int{n}); ok {
-					t.Errorf("%s %s: %s weights: RoundWeights took them", isa, c.name, name)
+				got, _, ok := wintRun(KernelsFor(isa), c, src, rb, n, G, w, n, []int{n})
+				if name != "zeros" {
+					if ok {
+						t.Errorf("%s %s: %s weights: RoundWeights took them", isa, c.name, name)
+					}
+					continue
+				}
+				if !ok {
+					t.Fatalf("%s %s: head 1's weights all 0: RoundWeights refused", isa, c.name)
+				}
+				for i, v := range got[c.dim:] {
+					if v != 0 {
+						t.Fatalf("%s %s: head 1's weights all 0: value %d is %g", isa, c.name, i, v)
+					}
+				}
+				if want == nil {
+					want = got
+				} else if !slices.Equal(got, want) {
+					t.Fatalf("%s %s: head 1's weights all 0: head 0 differs from the Go path", isa, c.name)
 				}
 			}
 		}
