@@ -34,7 +34,7 @@ import (
 //     int8 multiples of its grid step cs (quant.NewTurbo puts the 3- and
 //     4-bit levels on it);
 //   - a chunk's S_d = Σ_r wq_r·v_{r,d} in int64, exactly, whatever the
-//     order, the runs of rows, or the path; the chunks' S_d·(m/32767)·cs
+//     order, the runs of rows, or the path; the chunks' S_d·((m/32767)·cs)
 //     (cs = 1 for q4_0, whose −8 is −8·Σ_r wq_r in S_d) are summed
 //     in float64 in the chunks' order, and the sum rounded once to float32.
 //     The chunks are positions, not runs, so a paged cache's blocks give
