@@ -195,7 +195,7 @@ int fi_attn_scores_t_rows(int avx512, int t, int bits, const float *levels, cons
 // fi_kv_scales_avx2 sets sc[b*ls + r] (r < n, b < nb) to group b's scale
 // of row r (src + r*stride): q4_0's block b's, TurboQuant's row scale (nb
 // 1);
-// and m[g*nb + b] (g < G ≤ 8) to the largest of itself and the |w[g*lw +
+// and m[g*nb + b] (g < G) to the largest of itself and the |w[g*lw +
 // r]*sc[b*ls + r]| (float32 products), NaN if one is.
 int fi_kv_scales_avx2(int t, int bits, const uint8_t *src, int64_t stride, int64_t n, int64_t nb, float *sc,
                       int64_t ls, const float *w, int64_t lw, int64_t G, float *m);

@@ -81,13 +81,16 @@ FI_INLINE void scales_max(const int ng, const uint8_t *src, int64_t stride, int6
 int fi_kv_scales_avx2(int t, int bits, const uint8_t *src, int64_t stride, int64_t n, int64_t nb, float *sc,
                       int64_t ls, const float *w, int64_t lw, int64_t G, float *m) {
 	const int kind = vi_kind(t, bits);
-	if (kind < 0 || G > 8) return -1;
+	if (kind < 0) return -1;
 	const int64_t bs = kind == VI_Q4_0 ? 18 : 0;
 	for (int64_t b = 0; b < nb; b++) {
 		if (G == 4) { // llama-1b's group, and most models'
 			scales_max(4, src, stride, n, nb, b, bs, sc, ls, w, lw, m);
-		} else {
-			scales_max((int)G, src, stride, n, nb, b, bs, sc, ls, w, lw, m);
+			continue;
+		}
+		for (int64_t g = 0; g < G; g += 8) { // up to 8 heads' maxima in registers
+			const int ng = G - g < 8 ? (int)(G - g) : 8;
+			scales_max(ng, src, stride, n, nb, b, bs, sc, ls, w + g * lw, lw, m + g * nb);
 		}
 	}
 	return 0;

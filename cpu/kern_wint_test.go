@@ -124,6 +124,9 @@ func TestAttnSumQ(t *testing.T) {
 				if n == 2500 && G != 4 {
 					continue
 				}
+				if G == 5 && n == 257 {
+					G = 11 // more heads than the C kernels keep in registers
+				}
 				src, vals, rb := c.rows(t, rng, n)
 				lw := n + 3
 				w := make([]float32, G*lw)
