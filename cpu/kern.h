@@ -203,7 +203,8 @@ int fi_kv_scales_avx2(int t, int bits, const uint8_t *src, int64_t stride, int64
 // products p_r = w[g*lw + r] * sc[b*n + r] (float32) to int16 steps of
 // m/32767, m = mo[g*nb + b] their largest |p_r|: wq[(g*nb + b)*n + r] =
 // round-to-even(p_r * (32767/m)), wsum[g*nb + b] their sum (all 0 when m
-// is 0). -1 when an m is NaN or, not 0, outside [2^-64, 2^64].
+// is 0); when m < 2^-64, p_r and m times 2^96 (tinyScale). -1 when an m is
+// NaN or above 2^64.
 int fi_wint_round_avx2(const float *w, int64_t lw, int64_t G, int64_t n, const float *sc, int64_t nb, const float *mo,
                        int16_t *wq, int64_t *wsum);
 // fi_attn_sum_qi_avx2 adds to S[g*dim + d] (g < G, d < dim) the sums over

@@ -109,14 +109,15 @@ int fi_wint_round_avx2(const float *w, int64_t lw, int64_t G, int64_t n, const f
 				wsum[g * nb + b] = 0;
 				continue;
 			}
-			if (!(m >= 0x1p-64f && m <= 0x1p64f)) return -1;
-			const float inv = 32767.0f / m;
-			const __m256 vinv = _mm256_set1_ps(inv);
+			if (!(m > 0 && m <= 0x1p64f)) return -1;
+			const float ps = m < 0x1p-64f ? 0x1p96f : 1.0f; // tinyScale (kern_wint.go)
+			const float inv = 32767.0f / (m * ps);
+			const __m256 vinv = _mm256_set1_ps(inv), vps = _mm256_set1_ps(ps);
 			int64_t tot = 0;
 			__m256i s32 = _mm256_setzero_si256();
 			int64_t r = 0;
 			for (; r + 8 <= n; r += 8) {
-				const __m256 p = _mm256_mul_ps(_mm256_loadu_ps(wg + r), _mm256_loadu_ps(sb + r));
+				const __m256 p = _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(wg + r), _mm256_loadu_ps(sb + r)), vps);
 				const __m256i i = _mm256_cvtps_epi32(_mm256_mul_ps(p, vinv));
 				_mm_storeu_si128((__m128i *)(q + r),
 				                 _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1)));
@@ -132,7 +133,7 @@ int fi_wint_round_avx2(const float *w, int64_t lw, int64_t G, int64_t n, const f
 			_mm256_storeu_si256((__m256i *)u, s32);
 			for (int k = 0; k < 8; k++) tot += u[k];
 			for (; r < n; r++) {
-				const float p = wg[r] * sb[r];
+				const float p = wg[r] * sb[r] * ps;
 				const int i = _mm_cvtss_si32(_mm_set_ss(p * inv));
 				q[r] = (int16_t)i;
 				tot += i;

@@ -27,9 +27,14 @@ import (
 //     int16 steps of m/32767, m = max|p_r| over the rows of a chunk of
 //     WIntChunk positions: wq_r = round-to-even(p_r·(32767/m)), in
 //     float32. The error is at most m·2^-16 per weight, relative to the
-//     chunk's largest product. A group whose m is not finite or, not 0,
-//     outside [2^-64, 2^64] makes the whole row use AttnSum's float32
-//     arithmetic instead (m = 0: the group adds exactly 0);
+//     chunk's largest product. A group whose m is below 2^-64 (a chunk of
+//     positions the softmax all but ignores: 18% of the row-heads of a
+//     decode at depth 2048 of the llama-1b preset) takes its products and
+//     m times 2^96 first (tinyScale; exact, so the integers are those an
+//     unbounded float32 would give) and its step 2^-96 times that. A group
+//     whose m is not finite or above 2^64 makes the whole row use
+//     AttnSum's float32 arithmetic instead (m = 0: the group adds exactly
+//     0);
 //   - the values are integers: q4_0's nibble − 8, TurboQuant's codebook as
 //     int8 multiples of its grid step cs (quant.NewTurbo puts the 3- and
 //     4-bit levels on it);
@@ -179,12 +184,22 @@ func (k *Kernels) AttnSumScales(x *WInt, src []byte, stride, j0, n int, w []floa
 	}
 }
 
+// tinyScale is the power of two by which RoundWeights multiplies a
+// group's products, and Fold divides its step, when their largest |value|
+// m is below tinyMin: m·tinyScale then lies in [2^-53, 2^32) for every
+// positive float32 m, so 32767/m is finite and the step a normal float32.
+const (
+	tinyMin   = 0x1p-64
+	tinyScale = 0x1p96
+)
+
 // RoundWeights rounds the heads' weights of x's chunk (head g's row r at
 // w[g*lw + r], as AttnSumScales took them) times the rows' scales; false
 // when the row takes AttnSum's float32 arithmetic instead (a group's
-// products hold a NaN, or their largest |value| is infinite or, not 0,
-// outside [2^-64, 2^64]). A group whose products are all 0 (weights that
-// underflowed, say) adds exactly 0.
+// products hold a NaN, or their largest |value| is infinite or above
+// 2^64). A group whose products are all 0 (weights that underflowed, say)
+// adds exactly 0; one whose largest is below 2^-64 is rounded times
+// tinyScale.
 func (k *Kernels) RoundWeights(x *WInt, w []float32, lw int) bool {
 	if x.n > 0 && x.G > 0 && (lw < x.n || len(w) < (x.G-1)*lw+x.n) {
 		panic(fmt.Sprintf("cpu: RoundWeights: %d heads of %d weights (stride %d) in %d", x.G, x.n, lw, len(w)))
@@ -210,13 +225,17 @@ func (k *Kernels) RoundWeights(x *WInt, w []float32, lw int) bool {
 				x.wsum[i] = 0
 				continue
 			}
-			if !(m >= 0x1p-64 && m <= 0x1p64) {
+			if !(m > 0 && m <= 0x1p64) {
 				return false
 			}
-			inv := float32(qintMax) / m
+			ps := float32(1)
+			if m < tinyMin {
+				ps = tinyScale
+			}
+			inv := float32(qintMax) / (m * ps)
 			var sum int64
 			for r, v := range wg {
-				p := v * sb[r]
+				p := v * sb[r] * ps // (v·s)·2^96 exactly
 				iq := int16(max(-qintMax, min(qintMax, math.RoundToEven(float64(p*inv)))))
 				q[r] = iq
 				sum += int64(iq)
@@ -290,6 +309,9 @@ func (x *WInt) Fold() {
 				off = 8 * x.wsum[i]
 			}
 			f := float64(x.m[i]/qintMax) * float64(x.cs)
+			if m := x.m[i]; m > 0 && m < tinyMin {
+				f = float64(m*tinyScale/qintMax) / tinyScale * float64(x.cs)
+			}
 			S, F := x.S[g*x.dim+b*w:][:w], x.F[g*x.dim+b*w:][:w]
 			for d, s := range S {
 				F[d] += float64(s-off) * f

@@ -68,7 +68,7 @@ func (c wintCase) rows(t *testing.T, rng *rand.Rand, n int) (src []byte, vals []
 // lw) on k, chunk by chunk as decode does, each chunk's rows in runs of the
 // given lengths; ok is RoundWeights' answer, steps each chunk's m/32767
 // per group.
-func wintRun(k *Kernels, c wintCase, src []byte, rb, n, G int, w []float32, lw int, runs []int) (acc []float32, steps [][]float32, ok bool) {
+func wintRun(k *Kernels, c wintCase, src []byte, rb, n, G int, w []float32, lw int, runs []int) (acc []float32, steps [][]float64, ok bool) {
 	x := &WInt{}
 	x.Begin(c.t, c.tq, G, c.dim)
 	for c0 := 0; c0 < n; c0 += WIntChunk {
@@ -88,9 +88,9 @@ func wintRun(k *Kernels, c wintCase, src []byte, rb, n, G int, w []float32, lw i
 			j += l
 		}
 		x.Fold()
-		st := make([]float32, len(x.m))
+		st := make([]float64, len(x.m))
 		for i, m := range x.m {
-			st[i] = m / qintMax
+			st[i] = float64(m) / qintMax
 		}
 		steps = append(steps, st)
 	}
@@ -142,6 +142,15 @@ func TestAttnSumQ(t *testing.T) {
 						}
 					}
 					w[g*lw+rng.IntN(n)] = 1 // a peak, as after a softmax
+					// chunks the softmax all but ignores: products below
+					// 2^-64 (tinyMin), down to subnormal ones
+					for ci, e := range []int{0, -90, 0, -135} {
+						if e != 0 && (g+ci)%2 == 1 {
+							for r := ci * WIntChunk; r < min(n, (ci+1)*WIntChunk); r++ {
+								w[g*lw+r] = float32(math.Ldexp(float64(w[g*lw+r]), e))
+							}
+						}
+					}
 				}
 				want, steps, ok := wintRun(ref, c, src, rb, n, G, w, lw, []int{n})
 				if !ok {
@@ -161,7 +170,7 @@ func TestAttnSumQ(t *testing.T) {
 							p := float64(w[g*lw+r]) * float64(vals[r][d])
 							exact += p
 							mag += math.Abs(p)
-							step := float64(steps[r/WIntChunk][g*nb+b])
+							step := steps[r/WIntChunk][g*nb+b]
 							// |v|/s: the row's value in steps of the weight's scale
 							s := c.rowScale(src[r*rb:], b)
 							if s != 0 {
@@ -200,9 +209,9 @@ func TestAttnSumQ(t *testing.T) {
 }
 
 // TestRoundWeightsRefuses checks that every path refuses the same weights
-// (a NaN, an infinity, products below 2^-64) and that a head whose weights
-// are all 0 takes none of the rows (its sums are exactly 0) while the
-// other head's match the Go path's.
+// (a NaN, an infinity) and takes a head whose products are below 2^-64,
+// and that a head whose weights are all 0 takes none of the rows (its sums
+// are exactly 0) while the other head's match the Go path's.
 func TestRoundWeightsRefuses(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 5))
 	for _, c := range wintCases(t)[:5] {
@@ -223,6 +232,12 @@ func TestRoundWeightsRefuses(t *testing.T) {
 				}
 				set(w)
 				got, _, ok := wintRun(KernelsFor(isa), c, src, rb, n, G, w, n, []int{n})
+				if name == "tiny" {
+					if !ok {
+						t.Errorf("%s %s: tiny weights: RoundWeights refused them", isa, c.name)
+					}
+					continue
+				}
 				if name != "zeros" {
 					if ok {
 						t.Errorf("%s %s: %s weights: RoundWeights took them", isa, c.name, name)
@@ -241,6 +256,49 @@ func TestRoundWeightsRefuses(t *testing.T) {
 					want = got
 				} else if !slices.Equal(got, want) {
 					t.Fatalf("%s %s: head 1's weights all 0: head 0 differs from the Go path", isa, c.name)
+				}
+			}
+		}
+	}
+}
+
+// TestAttnSumQTiny checks the groups whose products are below 2^-64
+// (tinyScale): scaling a head's weights by a power of two, to either side
+// of that bound, scales its sums by exactly that power on every path, and
+// leaves the other head's alone.
+func TestAttnSumQTiny(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 3))
+	for _, c := range wintCases(t) {
+		const n, G = 600, 2
+		src, _, rb := c.rows(t, rng, n)
+		w := make([]float32, G*n)
+		for i := range w {
+			w[i] = float32(rng.Float64())
+		}
+		w[n+rng.IntN(n)] = 1
+		for _, isa := range append([]ISA{ISAScalarGo}, Available()...) {
+			k := KernelsFor(isa)
+			base, _, ok := wintRun(k, c, src, rb, n, G, w, n, []int{n})
+			if !ok {
+				t.Fatalf("%s %s: RoundWeights refused", isa, c.name)
+			}
+			for _, e := range []int{-40, -70, -90} {
+				ws := slices.Clone(w)
+				for i := n; i < 2*n; i++ {
+					ws[i] = float32(math.Ldexp(float64(ws[i]), e))
+				}
+				got, _, ok := wintRun(k, c, src, rb, n, G, ws, n, []int{n})
+				if !ok {
+					t.Fatalf("%s %s: head 1's weights times 2^%d: RoundWeights refused", isa, c.name, e)
+				}
+				for i, v := range got {
+					want := base[i]
+					if i >= c.dim {
+						want = float32(math.Ldexp(float64(want), e))
+					}
+					if math.Float32bits(v) != math.Float32bits(want) {
+						t.Fatalf("%s %s: head 1's weights times 2^%d: value %d is %g, want %g", isa, c.name, e, i, v, want)
+					}
 				}
 			}
 		}
