@@ -465,8 +465,14 @@ func (a *attnTask) sumQ(sc *attnScratch, vq quant.Type, tv *quant.Turbo, t, kh, 
 	x.Begin(vq, tv, a.group, dim)
 	for c0 := 0; c0 < ev; c0 += WIntChunk {
 		c1 := min(c0+WIntChunk, ev)
-		x.Chunk(c1 - c0)
 		wc := w[c0:]
+		if a.span(s, c0, c1-c0) == c1-c0 { // one run: one call
+			if !a.k.AttnSumChunk(x, kv.VHeadRows(a.layer, kh, s, c0, c1-c0), a.lt.VHead, c1-c0, wc, lw) {
+				return false
+			}
+			continue
+		}
+		x.Chunk(c1 - c0)
 		for j := c0; j < c1; {
 			n := a.span(s, j, c1-j)
 			a.k.AttnSumScales(x, kv.VHeadRows(a.layer, kh, s, j, n), a.lt.VHead, j-c0, n, wc, lw)

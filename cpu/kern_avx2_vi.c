@@ -294,3 +294,55 @@ int fi_attn_sum_qi_avx2(int t, int bits, const int8_t *c8, const uint8_t *src, i
 	}
 	return 0;
 }
+
+// fold adds a chunk's sums S (less 8·wsum per group for q4_0), times each
+// group's step (m/32767)·cs, to F in float64: WInt.Fold's arithmetic, a
+// product then a sum (no FMA). The sums are below 2^51 in magnitude (256
+// rows of int16 weights by values below 2^8), so adding 1.5·2^52 to their
+// bits converts them exactly.
+static void fold(int q40, float cs, const int64_t *S, const int64_t *wsum, const float *m, int64_t G, int64_t nb,
+                 int64_t dim, double *F) {
+	const int64_t wd = dim / nb; // values per group
+	const __m256d magic = _mm256_set1_pd(0x1.8p52);
+	for (int64_t g = 0; g < G; g++) {
+		for (int64_t b = 0; b < nb; b++) {
+			const int64_t i = g * nb + b, off = q40 ? 8 * wsum[i] : 0;
+			const float mi = m[i];
+			double f = (double)(mi / 32767.0f) * (double)cs;
+			if (mi > 0 && mi < 0x1p-64f) f = (double)(mi * 0x1p96f / 32767.0f) / 0x1p96 * (double)cs; // tinyScale
+			const int64_t *s = S + g * dim + b * wd;
+			double *o = F + g * dim + b * wd;
+			const __m256i voff = _mm256_set1_epi64x(off);
+			const __m256d vf = _mm256_set1_pd(f);
+			int64_t d = 0;
+			for (; d + 4 <= wd; d += 4) {
+				const __m256i x = _mm256_add_epi64(_mm256_sub_epi64(_mm256_loadu_si256((const __m256i *)(s + d)), voff),
+				                                   _mm256_castpd_si256(magic));
+				__m256d p = _mm256_mul_pd(_mm256_sub_pd(_mm256_castsi256_pd(x), magic), vf);
+				__asm__("" : "+x"(p)); // a product, then a sum, as Go
+				_mm256_storeu_pd(o + d, _mm256_add_pd(_mm256_loadu_pd(o + d), p));
+			}
+			for (; d < wd; d++) {
+				volatile double p = (double)(s[d] - off) * f;
+				o[d] += p;
+			}
+		}
+	}
+}
+
+// fi_wint_chunk_avx2: see kern.h.
+int fi_wint_chunk_avx2(int t, int bits, const int8_t *c8, float cs, const uint8_t *src, int64_t stride, int64_t n,
+                       int64_t dim, const float *w, int64_t lw, int64_t G, int64_t nb, float *sc, float *m, int16_t *wq,
+                       int64_t *wsum, int64_t *S, double *F) {
+	const int kind = vi_kind(t, bits);
+	if (kind < 0 || dim % (kind == VI_Q4_0 ? 32 : kind == VI_TQ4 ? 16 : 8) != 0 || dim > FI_AD_MAXDIM) return -1;
+	if (nb != (kind == VI_Q4_0 ? dim / 32 : 1) || n > 256 || dim % nb != 0) return -1;
+	memset(m, 0, (size_t)(G * nb) * sizeof *m);
+	memset(S, 0, (size_t)(G * dim) * sizeof *S);
+	if (n == 0 || G == 0) return 0;
+	fi_kv_scales_avx2(t, bits, src, stride, n, nb, sc, n, w, lw, G, m);
+	if (fi_wint_round_avx2(w, lw, G, n, sc, nb, m, wq, wsum)) return -2;
+	fi_attn_sum_qi_avx2(t, bits, c8, src, stride, n, dim, wq, n, G, nb, S);
+	fold(kind == VI_Q4_0, cs, S, wsum, m, G, nb, dim, F);
+	return 0;
+}

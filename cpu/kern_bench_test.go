@@ -348,6 +348,21 @@ func BenchmarkAttnRows(b *testing.B) {
 					}
 					b.ReportMetric(float64(len(src))*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 				})
+				// the same, a chunk per call, as decode runs a chunk that
+				// sits in one run of the cache
+				b.Run(fmt.Sprintf("isa=%s/kv=%s/op=sumchunk", isa, name), func(b *testing.B) {
+					for b.Loop() {
+						x.Begin(wt, tq, G, d)
+						for c0 := 0; c0 < n; c0 += cpu.WIntChunk {
+							c1 := min(c0+cpu.WIntChunk, n)
+							if !k.AttnSumChunk(&x, src[c0*rb:], rb, c1-c0, s[c0:], n) {
+								b.Fatal("RoundWeights refused")
+							}
+						}
+						x.Finish(acc)
+					}
+					b.ReportMetric(float64(len(src))*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+				})
 			}
 		}
 	}

@@ -296,6 +296,20 @@ func kvScalesC(x *WInt, src []byte, stride, j0, n int, w []float32, lw int) bool
 		(*C.float)(ptr(x.sc[j0:])), C.int64_t(x.n), (*C.float)(ptr(w[j0:])), C.int64_t(lw), C.int64_t(x.G), (*C.float)(ptr(x.m))) == 0
 }
 
+// wintChunkC runs fi_wint_chunk_avx2 on x's chunk of n rows at src: ok
+// as AttnSumChunk's result when done.
+func wintChunkC(x *WInt, src []byte, stride, n int, w []float32, lw int) (ok, done bool) {
+	if n == 0 || x.G == 0 {
+		return true, false
+	}
+	bits, _ := turboArgs(x.tq)
+	r := C.fi_wint_chunk_avx2(C.int(x.t), bits, (*C.int8_t)(ptr(x.c8[:])), C.float(x.cs), (*C.uint8_t)(ptr(src)),
+		C.int64_t(stride), C.int64_t(n), C.int64_t(x.dim), (*C.float)(ptr(w)), C.int64_t(lw), C.int64_t(x.G),
+		C.int64_t(x.nb), (*C.float)(ptr(x.sc)), (*C.float)(ptr(x.m)), (*C.int16_t)(ptr(x.wq)), (*C.int64_t)(ptr(x.wsum)),
+		(*C.int64_t)(ptr(x.S)), (*C.double)(ptr(x.F)))
+	return r == 0, r != -1
+}
+
 // wintRoundC runs fi_wint_round_avx2 on x's rows: ok as RoundWeights'
 // result when done.
 func wintRoundC(x *WInt, w []float32, lw int) (ok, done bool) {

@@ -246,6 +246,32 @@ func (k *Kernels) RoundWeights(x *WInt, w []float32, lw int) bool {
 	return true
 }
 
+// AttnSumChunk is a chunk of n rows that sit in one run, src (stride bytes
+// apart), with the heads' weights at w (as AttnSumScales): Chunk(n),
+// AttnSumScales, RoundWeights, AttnSumQ and Fold in one call (C: one cgo
+// call and the fold in vectors, where decode made four and a Go loop);
+// false when RoundWeights refuses the weights.
+func (k *Kernels) AttnSumChunk(x *WInt, src []byte, stride, n int, w []float32, lw int) bool {
+	if k.isa != ISAScalarGo && n <= WIntChunk {
+		x.Chunk(n)
+		x.checkRun("AttnSumChunk", src, stride, 0, n)
+		if x.G > 0 && (lw < n || len(w) < (x.G-1)*lw+n) {
+			panic(fmt.Sprintf("cpu: AttnSumChunk: %d heads of %d weights (stride %d) in %d", x.G, n, lw, len(w)))
+		}
+		if ok, done := wintChunkC(x, src, stride, n, w, lw); done {
+			return ok
+		}
+	}
+	x.Chunk(n)
+	k.AttnSumScales(x, src, stride, 0, n, w, lw)
+	if !k.RoundWeights(x, w, lw) {
+		return false
+	}
+	k.AttnSumQ(x, src, stride, 0, n)
+	x.Fold()
+	return true
+}
+
 // AttnSumQ adds the integer products of rows [j0, j0+n) of x, stored at
 // src (stride bytes apart), by their rounded weights to x's sums.
 func (k *Kernels) AttnSumQ(x *WInt, src []byte, stride, j0, n int) {

@@ -66,28 +66,26 @@ func (c wintCase) rows(t *testing.T, rng *rand.Rand, n int) (src []byte, vals []
 
 // wintRun sums rows src (n of rb bytes) with weights w (G heads, stride
 // lw) on k, chunk by chunk as decode does, each chunk's rows in runs of the
-// given lengths; ok is RoundWeights' answer, steps each chunk's m/32767
-// per group.
+// given lengths (a chunk in one run: AttnSumChunk, as decode); ok is
+// RoundWeights' answer, steps each chunk's m/32767 per group.
 func wintRun(k *Kernels, c wintCase, src []byte, rb, n, G int, w []float32, lw int, runs []int) (acc []float32, steps [][]float64, ok bool) {
+	acc, steps, _, ok = wintRunF(k, c, src, rb, n, G, w, lw, runs)
+	return acc, steps, ok
+}
+
+// wintRunF is wintRun, also returning the float64 sums before Finish.
+func wintRunF(k *Kernels, c wintCase, src []byte, rb, n, G int, w []float32, lw int, runs []int) (acc []float32, steps [][]float64, F []float64, ok bool) {
 	x := &WInt{}
 	x.Begin(c.t, c.tq, G, c.dim)
 	for c0 := 0; c0 < n; c0 += WIntChunk {
 		c1 := min(c0+WIntChunk, n)
-		x.Chunk(c1 - c0)
-		for j, i := c0, 0; j < c1; i++ {
-			l := min(runs[i%len(runs)], c1-j)
-			k.AttnSumScales(x, src[j*rb:], rb, j-c0, l, w[c0:], lw)
-			j += l
+		if runs[0] >= c1-c0 {
+			if !k.AttnSumChunk(x, src[c0*rb:], rb, c1-c0, w[c0:], lw) {
+				return nil, nil, nil, false
+			}
+		} else if !wintPieces(k, x, src[c0*rb:], rb, c1-c0, w[c0:], lw, runs) {
+			return nil, nil, nil, false
 		}
-		if !k.RoundWeights(x, w[c0:], lw) {
-			return nil, nil, false
-		}
-		for j, i := c0, 0; j < c1; i++ {
-			l := min(runs[i%len(runs)], c1-j)
-			k.AttnSumQ(x, src[j*rb:], rb, j-c0, l)
-			j += l
-		}
-		x.Fold()
 		st := make([]float64, len(x.m))
 		for i, m := range x.m {
 			st[i] = float64(m) / qintMax
@@ -96,7 +94,28 @@ func wintRun(k *Kernels, c wintCase, src []byte, rb, n, G int, w []float32, lw i
 	}
 	acc = make([]float32, G*c.dim)
 	x.Finish(acc)
-	return acc, steps, true
+	return acc, steps, slices.Clone(x.F), true
+}
+
+// wintPieces sums a chunk of n rows through WInt's separate kernels, the
+// rows in runs of the given lengths.
+func wintPieces(k *Kernels, x *WInt, src []byte, rb, n int, w []float32, lw int, runs []int) bool {
+	x.Chunk(n)
+	for j, i := 0, 0; j < n; i++ {
+		l := min(runs[i%len(runs)], n-j)
+		k.AttnSumScales(x, src[j*rb:], rb, j, l, w, lw)
+		j += l
+	}
+	if !k.RoundWeights(x, w, lw) {
+		return false
+	}
+	for j, i := 0, 0; j < n; i++ {
+		l := min(runs[i%len(runs)], n-j)
+		k.AttnSumQ(x, src[j*rb:], rb, j, l)
+		j += l
+	}
+	x.Fold()
+	return true
 }
 
 // rowScale returns the f16 scale of group b of row (q4_0: block b's;
@@ -152,7 +171,7 @@ func TestAttnSumQ(t *testing.T) {
 						}
 					}
 				}
-				want, steps, ok := wintRun(ref, c, src, rb, n, G, w, lw, []int{n})
+				want, steps, wantF, ok := wintRunF(ref, c, src, rb, n, G, w, lw, []int{n})
 				if !ok {
 					t.Fatalf("%s n=%d G=%d: RoundWeights refused finite weights", c.name, n, G)
 				}
@@ -189,9 +208,14 @@ func TestAttnSumQ(t *testing.T) {
 				for _, isa := range Available() {
 					k := KernelsFor(isa)
 					for _, runs := range [][]int{{n}, {1}, {3, 16, 255}, {256}, {17}, {1000}} {
-						got, _, ok := wintRun(k, c, src, rb, n, G, w, lw, runs)
+						got, _, F, ok := wintRunF(k, c, src, rb, n, G, w, lw, runs)
 						if !ok {
 							t.Fatalf("%s %s n=%d G=%d runs %v: RoundWeights refused", isa, c.name, n, G, runs)
+						}
+						for i := range wantF { // the float64 sums too, not only their float32 roundings
+							if math.Float64bits(F[i]) != math.Float64bits(wantF[i]) {
+								t.Fatalf("%s %s n=%d G=%d runs %v: float64 sum %d: %g, Go path %g", isa, c.name, n, G, runs, i, F[i], wantF[i])
+							}
 						}
 						for i := range want {
 							if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
