@@ -633,7 +633,11 @@ func TestParallelKVRecent(t *testing.T) {
 	// Batched rows are not bit for bit the rows alone: at position 65 of
 	// request 0, layer 0's first softmax weight read 0x36ae20ae alone and
 	// 0x36ae20b1 together, with the V sums in float32 (measured, session
-	// 23). The integer V sums of tq3 rows (cpu/kern_wint.go) round each
+	// 23). The cause is stories260K's F32 weights: the Backend's products
+	// of F32 weights by several rows round differently from its products
+	// by one (3 values in 4 differ in the last bits, measured in session
+	// 24, for 2 to 64 rows), while its quantized products (q4_K, q8_0)
+	// give every row the same bits whatever the batch. The integer V sums of tq3 rows (cpu/kern_wint.go) round each
 	// weight to a step, so such a last-bit difference can move a weight by
 	// a step and, many tokens on, flip a near tie: request 0 then differs
 	// after 212 bytes; the other three agree on every byte. So each request
