@@ -637,9 +637,10 @@ func TestParallelKVRecent(t *testing.T) {
 	// of F32 weights by several rows round differently from its products
 	// by one (3 values in 4 differ in the last bits, measured in session
 	// 24, for 2 to 64 rows), while its quantized products (q4_K, q8_0)
-	// give every row the same bits whatever the batch. The integer V sums of tq3 rows (cpu/kern_wint.go) round each
-	// weight to a step, so such a last-bit difference can move a weight by
-	// a step and, many tokens on, flip a near tie: request 0 then differs
+	// give every row the same bits whatever the batch. The integer V sums
+	// of tq3 rows (cpu/kern_wint.go) round each weight to a step, so such
+	// a last-bit difference can move a weight by a step and, many tokens
+	// on, flip a near tie: request 0 then differs
 	// after 212 bytes; the other three agree on every byte. So each request
 	// must agree for 150 bytes, and all but one to the end: rows read from
 	// the wrong f16 slot after the windows move (from position 65 on)
