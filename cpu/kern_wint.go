@@ -252,17 +252,16 @@ func (k *Kernels) RoundWeights(x *WInt, w []float32, lw int) bool {
 // call and the fold in vectors, where decode made four and a Go loop);
 // false when RoundWeights refuses the weights.
 func (k *Kernels) AttnSumChunk(x *WInt, src []byte, stride, n int, w []float32, lw int) bool {
-	if k.isa != ISAScalarGo && n <= WIntChunk {
-		x.Chunk(n)
+	x.Chunk(n)
+	if k.isa != ISAScalarGo {
 		x.checkRun("AttnSumChunk", src, stride, 0, n)
 		if x.G > 0 && (lw < n || len(w) < (x.G-1)*lw+n) {
 			panic(fmt.Sprintf("cpu: AttnSumChunk: %d heads of %d weights (stride %d) in %d", x.G, n, lw, len(w)))
 		}
-		if ok, done := wintChunkC(x, src, stride, n, w, lw); done {
+		if ok, done := wintChunkC(x, src, stride, n, w, lw); done { // else nothing written
 			return ok
 		}
 	}
-	x.Chunk(n)
 	k.AttnSumScales(x, src, stride, 0, n, w, lw)
 	if !k.RoundWeights(x, w, lw) {
 		return false
