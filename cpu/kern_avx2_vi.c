@@ -166,9 +166,9 @@ FI_INLINE void add8(int64_t *s, int64_t step, __m256i a) {
 //     d%32.. of the block, bare), x[1] the 8 values 16 further (their high
 //     nibbles);
 //   - 4-bit TurboQuant: x[0] the even values d, d+2, ..., x[1] the odd;
-//   - 3-bit TurboQuant: x[0] values d..d+7 only (8 values a pass: with 16,
-//     the 8 running sums, the tables and the codes took more registers than
-//     there are, and GCC kept half the sums on the stack).
+//   - 3-bit TurboQuant: x[0] values d..d+7, x[1] values d+8..d+15 (with
+//     the sums in arrays this took more registers than there are, and GCC
+//     kept half the sums on the stack; sum16x4 names them).
 FI_INLINE void decode16(const int kind, const uint8_t *a, const uint8_t *b, int64_t d, __m256i tab0, __m256i tab1,
                         __m256i *x) {
 	const __m256i m4 = _mm256_set1_epi16(0x0f);
@@ -193,12 +193,14 @@ FI_INLINE void decode16(const int kind, const uint8_t *a, const uint8_t *b, int6
 		// as ld8k: the 4 bytes from the one before the codes, lane j
 		// shifted right by 8 + 3j; vpermd reads an index's low 3 bits
 		const __m256i sh = _mm256_setr_epi32(8, 11, 14, 17, 20, 23, 26, 29);
-		uint32_t u, v;
-		memcpy(&u, a + 1 + 3 * d / 8, 4);
-		memcpy(&v, b + 1 + 3 * d / 8, 4);
-		const __m256i iu = _mm256_srlv_epi32(_mm256_set1_epi32((int)u), sh);
-		const __m256i iv = _mm256_srlv_epi32(_mm256_set1_epi32((int)v), sh);
-		x[0] = _mm256_or_si256(_mm256_permutevar8x32_epi32(tab0, iu), _mm256_permutevar8x32_epi32(tab1, iv));
+		for (int k = 0; k < 2; k++) {
+			uint32_t u, v;
+			memcpy(&u, a + 1 + 3 * (d + 8 * k) / 8, 4);
+			memcpy(&v, b + 1 + 3 * (d + 8 * k) / 8, 4);
+			const __m256i iu = _mm256_srlv_epi32(_mm256_set1_epi32((int)u), sh);
+			const __m256i iv = _mm256_srlv_epi32(_mm256_set1_epi32((int)v), sh);
+			x[k] = _mm256_or_si256(_mm256_permutevar8x32_epi32(tab0, iu), _mm256_permutevar8x32_epi32(tab1, iv));
+		}
 		break;
 	}
 	}
@@ -220,7 +222,7 @@ FI_INLINE __m256i ldw2(const int16_t *p) {
 		_Pragma("GCC unroll 4") for (int g = 0; g < ng; g++) {                                                         \
 			const __m256i w_ = wp;                                                                                     \
 			a0[g] = _mm256_add_epi32(a0[g], _mm256_madd_epi16(x_[0], w_));                                             \
-			if (kind != VI_TQ3) a1[g] = _mm256_add_epi32(a1[g], _mm256_madd_epi16(x_[1], w_));                        \
+			a1[g] = _mm256_add_epi32(a1[g], _mm256_madd_epi16(x_[1], w_));                        \
 		}                                                                                                              \
 	} while (0)
 
@@ -244,7 +246,7 @@ FI_INLINE void sum16(const int kind, const uint8_t *src, int64_t stride, int64_t
 		switch (kind) {
 		case VI_Q4_0: add8(s, 1, a0[g]), add8(s + 16, 1, a1[g]); break;
 		case VI_TQ4: add8(s, 2, a0[g]), add8(s + 1, 2, a1[g]); break;
-		case VI_TQ3: add8(s, 1, a0[g]); break;
+		case VI_TQ3: add8(s, 1, a0[g]), add8(s + 8, 1, a1[g]); break;
 		}
 	}
 }
@@ -262,7 +264,7 @@ FI_INLINE void sum16x4(const int kind, const uint8_t *src, int64_t stride, int64
 	do {                                                                                                               \
 		const __m256i w_ = W(w);                                                                                       \
 		p = _mm256_add_epi32(p, _mm256_madd_epi16(x_[0], w_));                                                         \
-		if (kind != VI_TQ3) q = _mm256_add_epi32(q, _mm256_madd_epi16(x_[1], w_));                                    \
+		q = _mm256_add_epi32(q, _mm256_madd_epi16(x_[1], w_));                                    \
 	} while (0)
 #define PAIR(w) ldw2((w) + r)
 #define LONE(w) _mm256_set1_epi32((uint16_t)(w)[r])
@@ -293,12 +295,12 @@ FI_INLINE void sum16x4(const int kind, const uint8_t *src, int64_t stride, int64
 		switch (kind) {
 		case VI_Q4_0: add8(s, 1, a0[g]), add8(s + 16, 1, a1[g]); break;
 		case VI_TQ4: add8(s, 2, a0[g]), add8(s + 1, 2, a1[g]); break;
-		case VI_TQ3: add8(s, 1, a0[g]); break;
+		case VI_TQ3: add8(s, 1, a0[g]), add8(s + 8, 1, a1[g]); break;
 		}
 	}
 }
 
-// sum_rows runs sum16 over the rows, 16 values at a time (3-bit: 8; q4_0:
+// sum_rows runs sum16 over the rows, 16 values at a time (q4_0:
 // from the first and the ninth value of each block), row pairs in chunks
 // of VI_PAIRS.
 FI_INLINE void sum_rows(const int kind, const uint8_t *src, int64_t stride, int64_t n, int64_t dim,
@@ -306,7 +308,7 @@ FI_INLINE void sum_rows(const int kind, const uint8_t *src, int64_t stride, int6
                         int64_t *S) {
 	for (int64_t r0 = 0; r0 < n; r0 += 2 * VI_PAIRS) {
 		const int64_t r1 = n - r0 < 2 * VI_PAIRS ? n : r0 + 2 * VI_PAIRS;
-		for (int64_t d = 0; d < dim; d += kind == VI_TQ3 ? 8 : kind == VI_TQ4 ? 16 : d % 32 == 0 ? 8 : 24) {
+		for (int64_t d = 0; d < dim; d += kind == VI_Q4_0 ? (d % 32 == 0 ? 8 : 24) : 16) {
 			const int64_t b = nb > 1 ? d / 32 : 0; // the weights' group (a block's, or the row's)
 			for (int64_t g = 0; g < G; g += 4) {
 				const int ng = G - g < 4 ? (int)(G - g) : 4;
@@ -325,7 +327,7 @@ FI_INLINE void sum_rows(const int kind, const uint8_t *src, int64_t stride, int6
 int fi_attn_sum_qi_avx2(int t, int bits, const int8_t *c8, const uint8_t *src, int64_t stride, int64_t n, int64_t dim,
                         const int16_t *wq, int64_t lw, int64_t G, int64_t nb, int64_t *S) {
 	const int kind = vi_kind(t, bits);
-	if (kind < 0 || dim % (kind == VI_Q4_0 ? 32 : kind == VI_TQ4 ? 16 : 8) != 0 || dim > FI_AD_MAXDIM) return -1;
+	if (kind < 0 || dim % (kind == VI_Q4_0 ? 32 : 16) != 0 || dim > FI_AD_MAXDIM) return -1;
 	if (nb != (kind == VI_Q4_0 ? dim / 32 : 1)) return -1;
 	__m256i tab0 = _mm256_setzero_si256(), tab1 = tab0;
 	if (kind == VI_TQ4) {
@@ -384,7 +386,7 @@ int fi_wint_chunk_avx2(int t, int bits, const int8_t *c8, float cs, const uint8_
                        int64_t dim, const float *w, int64_t lw, int64_t G, int64_t nb, float *sc, float *m, int16_t *wq,
                        int64_t *wsum, int64_t *S, double *F) {
 	const int kind = vi_kind(t, bits);
-	if (kind < 0 || dim % (kind == VI_Q4_0 ? 32 : kind == VI_TQ4 ? 16 : 8) != 0 || dim > FI_AD_MAXDIM) return -1;
+	if (kind < 0 || dim % (kind == VI_Q4_0 ? 32 : 16) != 0 || dim > FI_AD_MAXDIM) return -1;
 	if (nb != (kind == VI_Q4_0 ? dim / 32 : 1) || n > 256 || dim % nb != 0) return -1;
 	memset(m, 0, (size_t)(G * nb) * sizeof *m);
 	memset(S, 0, (size_t)(G * dim) * sizeof *S);
