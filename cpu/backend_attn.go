@@ -467,7 +467,11 @@ func (a *attnTask) sumQ(sc *attnScratch, vq quant.Type, tv *quant.Turbo, t, kh, 
 		c1 := min(c0+WIntChunk, ev)
 		wc := w[c0:]
 		if a.span(s, c0, c1-c0) == c1-c0 { // one run: one call
-			if !a.k.AttnSumChunk(x, kv.VHeadRows(a.layer, kh, s, c0, c1-c0), a.lt.VHead, c1-c0, wc, lw) {
+			var next []byte // the next chunk's first run, prefetched
+			if c1 < ev {
+				next = kv.VHeadRows(a.layer, kh, s, c1, a.span(s, c1, min(WIntChunk, ev-c1)))
+			}
+			if !a.k.AttnSumChunk(x, kv.VHeadRows(a.layer, kh, s, c0, c1-c0), a.lt.VHead, c1-c0, wc, lw, next) {
 				return false
 			}
 			continue

@@ -216,12 +216,13 @@ int fi_attn_sum_qi_avx2(int t, int bits, const int8_t *c8, const uint8_t *src, i
 // fi_wint_chunk_avx2 is WInt's Chunk(n), then its three kernels and Fold
 // on one run of n ≤ 256 rows at src, the chunk's weights at w (head g's
 // at w[g*lw]): the scales into sc, the maxima into m, the weights into wq
-// and wsum, the sums into S, added, scaled, to F. -2 when the weights are
-// refused (fi_wint_round_avx2), -1 (nothing written) for rows it does not
-// take.
+// and wsum, the sums into S, added, scaled, to F; meanwhile it prefetches
+// the pfn bytes at pf (NULL: none), the rows the next chunk reads. -2
+// when the weights are refused (fi_wint_round_avx2), -1 (nothing written)
+// for rows it does not take.
 int fi_wint_chunk_avx2(int t, int bits, const int8_t *c8, float cs, const uint8_t *src, int64_t stride, int64_t n,
                        int64_t dim, const float *w, int64_t lw, int64_t G, int64_t nb, float *sc, float *m, int16_t *wq,
-                       int64_t *wsum, int64_t *S, double *F);
+                       int64_t *wsum, int64_t *S, double *F, const uint8_t *pf, int64_t pfn);
 
 // fi_attn_scores_qi_avx2 and fi_attn_scores_qi_avx512 are
 // fi_attn_scores_t_* for the integer kinds (q4_0, 4-bit TurboQuant: Go's

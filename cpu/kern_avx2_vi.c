@@ -206,6 +206,17 @@ FI_INLINE void decode16(const int kind, const uint8_t *a, const uint8_t *b, int6
 	}
 }
 
+// PF issues a prefetch of the next line of the cursor *pf while it is
+// below pe: the rows the next chunk will read (fi_wint_chunk_avx2), one
+// line per row pair summed, so that they arrive while this chunk computes.
+#define PF(pf, pe)                                                                                                      \
+	do {                                                                                                               \
+		if (pf < pe) {                                                                                                 \
+			_mm_prefetch((const char *)pf, _MM_HINT_T0);                                                               \
+			pf += 64;                                                                                                  \
+		}                                                                                                              \
+	} while (0)
+
 // ldw2 returns the int16 pair at p in each int32 lane.
 FI_INLINE __m256i ldw2(const int16_t *p) {
 	int32_t v;
@@ -232,14 +243,17 @@ FI_INLINE __m256i ldw2(const int16_t *p) {
 // last row is paired with zrow, at weight 0.
 FI_INLINE void sum16(const int kind, const uint8_t *src, int64_t stride, int64_t r0, int64_t r1, int64_t d,
                      const int16_t *wq, int64_t gstep, const int ng, __m256i tab0, __m256i tab1, int64_t *S,
-                     int64_t dim) {
+                     int64_t dim, const uint8_t **pfp, const uint8_t *pe) {
+	const uint8_t *pf = *pfp;
 	__m256i a0[4], a1[4];
 	_Pragma("GCC unroll 4") for (int g = 0; g < ng; g++) a0[g] = a1[g] = _mm256_setzero_si256();
 	int64_t r = r0;
 	for (; r + 1 < r1; r += 2) {
 		const uint8_t *x0 = src + r * stride;
 		STEP16(x0, x0 + stride, ldw2(wq + g * gstep + r));
+		PF(pf, pe);
 	}
+	*pfp = pf;
 	if (r < r1) STEP16(src + r * stride, zrow, _mm256_set1_epi32((uint16_t)wq[g * gstep + r]));
 	for (int g = 0; g < ng; g++) {
 		int64_t *s = S + g * dim + d;
@@ -256,7 +270,9 @@ FI_INLINE void sum16(const int kind, const uint8_t *src, int64_t stride, int64_t
 // row pair (42 instructions a pair for 30; llvm-mca, znver3: 7.0 cycles
 // a pair for 5).
 FI_INLINE void sum16x4(const int kind, const uint8_t *src, int64_t stride, int64_t r0, int64_t r1, int64_t d,
-                       const int16_t *wq, int64_t gstep, __m256i tab0, __m256i tab1, int64_t *S, int64_t dim) {
+                       const int16_t *wq, int64_t gstep, __m256i tab0, __m256i tab1, int64_t *S, int64_t dim,
+                       const uint8_t **pfp, const uint8_t *pe) {
+	const uint8_t *pf = *pfp;
 	__m256i p0 = _mm256_setzero_si256(), p1 = p0, p2 = p0, p3 = p0, q0 = p0, q1 = p0, q2 = p0, q3 = p0;
 	const int16_t *w0 = wq, *w1 = wq + gstep, *w2 = wq + 2 * gstep, *w3 = wq + 3 * gstep;
 	// HEAD adds head h's products by the weight pair W(w_h) to p_h, q_h
@@ -277,7 +293,9 @@ FI_INLINE void sum16x4(const int kind, const uint8_t *src, int64_t stride, int64
 		HEAD(PAIR, w1, p1, q1);
 		HEAD(PAIR, w2, p2, q2);
 		HEAD(PAIR, w3, p3, q3);
+		PF(pf, pe);
 	}
+	*pfp = pf;
 	if (r < r1) {
 		__m256i x_[2];
 		decode16(kind, src + r * stride, zrow, d, tab0, tab1, x_);
@@ -305,7 +323,7 @@ FI_INLINE void sum16x4(const int kind, const uint8_t *src, int64_t stride, int64
 // of VI_PAIRS.
 FI_INLINE void sum_rows(const int kind, const uint8_t *src, int64_t stride, int64_t n, int64_t dim,
                         const int16_t *wq, int64_t lw, int64_t G, int64_t nb, __m256i tab0, __m256i tab1,
-                        int64_t *S) {
+                        int64_t *S, const uint8_t *pf, const uint8_t *pe) {
 	for (int64_t r0 = 0; r0 < n; r0 += 2 * VI_PAIRS) {
 		const int64_t r1 = n - r0 < 2 * VI_PAIRS ? n : r0 + 2 * VI_PAIRS;
 		for (int64_t d = 0; d < dim; d += kind == VI_Q4_0 ? (d % 32 == 0 ? 8 : 24) : 16) {
@@ -314,18 +332,18 @@ FI_INLINE void sum_rows(const int kind, const uint8_t *src, int64_t stride, int6
 				const int ng = G - g < 4 ? (int)(G - g) : 4;
 				const int16_t *q = wq + (g * nb + b) * lw;
 				if (ng == 4) {
-					sum16x4(kind, src, stride, r0, r1, d, q, nb * lw, tab0, tab1, S + g * dim, dim);
+					sum16x4(kind, src, stride, r0, r1, d, q, nb * lw, tab0, tab1, S + g * dim, dim, &pf, pe);
 				} else {
-					sum16(kind, src, stride, r0, r1, d, q, nb * lw, ng, tab0, tab1, S + g * dim, dim);
+					sum16(kind, src, stride, r0, r1, d, q, nb * lw, ng, tab0, tab1, S + g * dim, dim, &pf, pe);
 				}
 			}
 		}
 	}
 }
 
-// fi_attn_sum_qi_avx2: see kern.h.
-int fi_attn_sum_qi_avx2(int t, int bits, const int8_t *c8, const uint8_t *src, int64_t stride, int64_t n, int64_t dim,
-                        const int16_t *wq, int64_t lw, int64_t G, int64_t nb, int64_t *S) {
+// sum_qi is fi_attn_sum_qi_avx2, prefetching [pf, pe) as it goes.
+static int sum_qi(int t, int bits, const int8_t *c8, const uint8_t *src, int64_t stride, int64_t n, int64_t dim,
+                  const int16_t *wq, int64_t lw, int64_t G, int64_t nb, int64_t *S, const uint8_t *pf, const uint8_t *pe) {
 	const int kind = vi_kind(t, bits);
 	if (kind < 0 || dim % (kind == VI_Q4_0 ? 32 : 16) != 0 || dim > FI_AD_MAXDIM) return -1;
 	if (nb != (kind == VI_Q4_0 ? dim / 32 : 1)) return -1;
@@ -339,11 +357,17 @@ int fi_attn_sum_qi_avx2(int t, int bits, const int8_t *c8, const uint8_t *src, i
 		tab1 = _mm256_loadu_si256((const __m256i *)hi);
 	}
 	switch (kind) {
-	case VI_Q4_0: sum_rows(VI_Q4_0, src, stride, n, dim, wq, lw, G, nb, tab0, tab1, S); break;
-	case VI_TQ4: sum_rows(VI_TQ4, src, stride, n, dim, wq, lw, G, nb, tab0, tab1, S); break;
-	case VI_TQ3: sum_rows(VI_TQ3, src, stride, n, dim, wq, lw, G, nb, tab0, tab1, S); break;
+	case VI_Q4_0: sum_rows(VI_Q4_0, src, stride, n, dim, wq, lw, G, nb, tab0, tab1, S, pf, pe); break;
+	case VI_TQ4: sum_rows(VI_TQ4, src, stride, n, dim, wq, lw, G, nb, tab0, tab1, S, pf, pe); break;
+	case VI_TQ3: sum_rows(VI_TQ3, src, stride, n, dim, wq, lw, G, nb, tab0, tab1, S, pf, pe); break;
 	}
 	return 0;
+}
+
+// fi_attn_sum_qi_avx2: see kern.h.
+int fi_attn_sum_qi_avx2(int t, int bits, const int8_t *c8, const uint8_t *src, int64_t stride, int64_t n, int64_t dim,
+                        const int16_t *wq, int64_t lw, int64_t G, int64_t nb, int64_t *S) {
+	return sum_qi(t, bits, c8, src, stride, n, dim, wq, lw, G, nb, S, NULL, NULL);
 }
 
 // fold adds a chunk's sums S (less 8·wsum per group for q4_0), times each
@@ -384,7 +408,7 @@ static void fold(int q40, float cs, const int64_t *S, const int64_t *wsum, const
 // fi_wint_chunk_avx2: see kern.h.
 int fi_wint_chunk_avx2(int t, int bits, const int8_t *c8, float cs, const uint8_t *src, int64_t stride, int64_t n,
                        int64_t dim, const float *w, int64_t lw, int64_t G, int64_t nb, float *sc, float *m, int16_t *wq,
-                       int64_t *wsum, int64_t *S, double *F) {
+                       int64_t *wsum, int64_t *S, double *F, const uint8_t *pf, int64_t pfn) {
 	const int kind = vi_kind(t, bits);
 	if (kind < 0 || dim % (kind == VI_Q4_0 ? 32 : 16) != 0 || dim > FI_AD_MAXDIM) return -1;
 	if (nb != (kind == VI_Q4_0 ? dim / 32 : 1) || n > 256 || dim % nb != 0) return -1;
@@ -393,7 +417,7 @@ int fi_wint_chunk_avx2(int t, int bits, const int8_t *c8, float cs, const uint8_
 	if (n == 0 || G == 0) return 0;
 	fi_kv_scales_avx2(t, bits, src, stride, n, nb, sc, n, w, lw, G, m);
 	if (fi_wint_round_avx2(w, lw, G, n, sc, nb, m, wq, wsum)) return -2;
-	fi_attn_sum_qi_avx2(t, bits, c8, src, stride, n, dim, wq, n, G, nb, S);
+	sum_qi(t, bits, c8, src, stride, n, dim, wq, n, G, nb, S, pf, pf ? pf + pfn : NULL);
 	fold(kind == VI_Q4_0, cs, S, wsum, m, G, nb, dim, F);
 	return 0;
 }

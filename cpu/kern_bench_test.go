@@ -355,7 +355,11 @@ func BenchmarkAttnRows(b *testing.B) {
 						x.Begin(wt, tq, G, d)
 						for c0 := 0; c0 < n; c0 += cpu.WIntChunk {
 							c1 := min(c0+cpu.WIntChunk, n)
-							if !k.AttnSumChunk(&x, src[c0*rb:], rb, c1-c0, s[c0:], n) {
+							var next []byte
+							if c1 < n {
+								next = src[c1*rb : min(c1+cpu.WIntChunk, n)*rb]
+							}
+							if !k.AttnSumChunk(&x, src[c0*rb:], rb, c1-c0, s[c0:], n, next) {
 								b.Fatal("RoundWeights refused")
 							}
 						}

@@ -296,9 +296,9 @@ func kvScalesC(x *WInt, src []byte, stride, j0, n int, w []float32, lw int) bool
 		(*C.float)(ptr(x.sc[j0:])), C.int64_t(x.n), (*C.float)(ptr(w[j0:])), C.int64_t(lw), C.int64_t(x.G), (*C.float)(ptr(x.m))) == 0
 }
 
-// wintChunkC runs fi_wint_chunk_avx2 on x's chunk of n rows at src: ok
-// as AttnSumChunk's result when done.
-func wintChunkC(x *WInt, src []byte, stride, n int, w []float32, lw int) (ok, done bool) {
+// wintChunkC runs fi_wint_chunk_avx2 on x's chunk of n rows at src,
+// prefetching next: ok as AttnSumChunk's result when done.
+func wintChunkC(x *WInt, src []byte, stride, n int, w []float32, lw int, next []byte) (ok, done bool) {
 	if n == 0 || x.G == 0 {
 		return true, false
 	}
@@ -306,7 +306,7 @@ func wintChunkC(x *WInt, src []byte, stride, n int, w []float32, lw int) (ok, do
 	r := C.fi_wint_chunk_avx2(C.int(x.t), bits, (*C.int8_t)(ptr(x.c8[:])), C.float(x.cs), (*C.uint8_t)(ptr(src)),
 		C.int64_t(stride), C.int64_t(n), C.int64_t(x.dim), (*C.float)(ptr(w)), C.int64_t(lw), C.int64_t(x.G),
 		C.int64_t(x.nb), (*C.float)(ptr(x.sc)), (*C.float)(ptr(x.m)), (*C.int16_t)(ptr(x.wq)), (*C.int64_t)(ptr(x.wsum)),
-		(*C.int64_t)(ptr(x.S)), (*C.double)(ptr(x.F)))
+		(*C.int64_t)(ptr(x.S)), (*C.double)(ptr(x.F)), (*C.uint8_t)(ptr(next)), C.int64_t(len(next)))
 	return r == 0, r != -1
 }
 

@@ -250,15 +250,17 @@ func (k *Kernels) RoundWeights(x *WInt, w []float32, lw int) bool {
 // apart), with the heads' weights at w (as AttnSumScales): Chunk(n),
 // AttnSumScales, RoundWeights, AttnSumQ and Fold in one call (C: one cgo
 // call and the fold in vectors, where decode made four and a Go loop);
-// false when RoundWeights refuses the weights.
-func (k *Kernels) AttnSumChunk(x *WInt, src []byte, stride, n int, w []float32, lw int) bool {
+// false when RoundWeights refuses the weights. The C path prefetches next
+// (nil: nothing) while it sums: the rows the caller reads next, whose
+// first touch, the scales' gather, otherwise waits on memory.
+func (k *Kernels) AttnSumChunk(x *WInt, src []byte, stride, n int, w []float32, lw int, next []byte) bool {
 	x.Chunk(n)
 	if k.isa != ISAScalarGo {
 		x.checkRun("AttnSumChunk", src, stride, 0, n)
 		if x.G > 0 && (lw < n || len(w) < (x.G-1)*lw+n) {
 			panic(fmt.Sprintf("cpu: AttnSumChunk: %d heads of %d weights (stride %d) in %d", x.G, n, lw, len(w)))
 		}
-		if ok, done := wintChunkC(x, src, stride, n, w, lw); done { // else nothing written
+		if ok, done := wintChunkC(x, src, stride, n, w, lw, next); done { // else nothing written
 			return ok
 		}
 	}

@@ -80,7 +80,11 @@ func wintRunF(k *Kernels, c wintCase, src []byte, rb, n, G int, w []float32, lw 
 	for c0 := 0; c0 < n; c0 += WIntChunk {
 		c1 := min(c0+WIntChunk, n)
 		if runs[0] >= c1-c0 {
-			if !k.AttnSumChunk(x, src[c0*rb:], rb, c1-c0, w[c0:], lw) {
+			var next []byte // as decode: the next chunk's rows, prefetched (results unchanged)
+			if c1 < n {
+				next = src[c1*rb : min(c1+WIntChunk, n)*rb]
+			}
+			if !k.AttnSumChunk(x, src[c0*rb:], rb, c1-c0, w[c0:], lw, next) {
 				return nil, nil, nil, false
 			}
 		} else if !wintPieces(k, x, src[c0*rb:], rb, c1-c0, w[c0:], lw, runs) {
