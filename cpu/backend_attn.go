@@ -390,7 +390,7 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 	if tk != nil {
 		kw = tk.Padded()
 		for g := range G {
-			tk.Rotate(sc.qrot[g*kw:(g+1)*kw], qg[g*dk:(g+1)*dk])
+			a.k.TurboRotate(tk, sc.qrot[g*kw:(g+1)*kw], qg[g*dk:(g+1)*dk])
 		}
 		qf = sc.qrot[:G*kw]
 	}
@@ -445,7 +445,7 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 	}
 	if tv != nil {
 		for g := range G {
-			tv.Unrotate(out[g*dv:(g+1)*dv], acc[g*ad:(g+1)*ad])
+			a.k.TurboUnrotate(tv, out[g*dv:(g+1)*dv], acc[g*ad:(g+1)*ad])
 		}
 	}
 	for j0 := ev; j0 < np; { // the f16 copies, summed unrotated
@@ -548,7 +548,7 @@ func (a *attnTask) flash(sc *attnScratch, t0, t1, kh int, reg *kvRegion) {
 			}
 		}
 		if tk != nil { // K is stored rotated: rotate the query alike
-			tk.Rotate(sc.qrot[:dk], src)
+			a.k.TurboRotate(tk, sc.qrot[:dk], src)
 			src = sc.qrot[:dk]
 		}
 		for d, v := range src {
@@ -613,7 +613,7 @@ func (a *attnTask) flash(sc *attnScratch, t0, t1, kh int, reg *kvRegion) {
 			for d, v := range acc[r*dv : (r+1)*dv] {
 				y[d] = v * c
 			}
-			tv.Unrotate(o, y)
+			a.k.TurboUnrotate(tv, o, y)
 			if acc2 != nil {
 				for d, v := range acc2[r*dv0 : (r+1)*dv0] {
 					o[d] += v * inv

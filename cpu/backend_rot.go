@@ -1,10 +1,6 @@
 package cpu
 
-import (
-	"sync/atomic"
-
-	"github.com/flowinfer/flowinfer/quant"
-)
+import "sync/atomic"
 
 // rotPiece is the pieces of x a worker claims at a time in Hadamard.
 const rotPiece = 64
@@ -15,6 +11,7 @@ const rotMinValues = 1 << 14
 
 // rotTask is one Hadamard call.
 type rotTask struct {
+	k      *Kernels
 	x      []float32
 	n      int // piece size
 	pieces int
@@ -23,11 +20,12 @@ type rotTask struct {
 
 // Hadamard implements model.Rotator: each piece of n values of x (n a
 // power of two, len(x) a multiple of n) is multiplied by the orthonormal
-// Walsh-Hadamard matrix (quant.Hadamard), pieces split over the workers;
+// Walsh-Hadamard matrix (quant.Hadamard, through Kernels.Hadamard), pieces
+// split over the workers;
 // the result does not depend on the split.
 func (b *Backend) Hadamard(x []float32, n int) {
 	r := &b.rot
-	r.x, r.n, r.pieces = x, n, len(x)/n
+	r.k, r.x, r.n, r.pieces = b.k, x, n, len(x)/n
 	r.next.Store(0)
 	if b.pool.workers() == 1 || len(x) < rotMinValues {
 		r.run(0)
@@ -42,8 +40,6 @@ func (r *rotTask) run(int) {
 		if p0 >= r.pieces {
 			return
 		}
-		for p := p0; p < min(p0+rotPiece, r.pieces); p++ {
-			quant.Hadamard(r.x[p*r.n : (p+1)*r.n])
-		}
+		r.k.Hadamard(r.x[p0*r.n:min(p0+rotPiece, r.pieces)*r.n], r.n)
 	}
 }

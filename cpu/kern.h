@@ -93,6 +93,11 @@ int fi_gemm_packed_avx512(int wt, const uint8_t *pk, int64_t cols, int64_t r0, i
 // order of packed Q6_K (256 bytes each; kern_avx2_pk.c). SSE2 only.
 void fi_q6_perm(const uint8_t *a, int64_t nb, uint8_t *dst);
 
+// fi_hadamard_avx2 applies quant.Hadamard to each of the count pieces of n
+// values at x (n a power of two, at least 8; else -1 and nothing done),
+// with the same bits.
+int fi_hadamard_avx2(float *x, int64_t n, int64_t count);
+
 // fi_softmax_avx2 sets row[i] = exp(s·row[i] - m) / Σ_j exp(s·row[j] - m)
 // (s = scale, m the largest s·row[j]): softmax, its exp in float32 (within
 // 2 ulp), its sum in float64 in four lanes (not in order, unlike

@@ -31,6 +31,12 @@ const cgoKernels = true
 // cpuFeatures returns the FI_* bits of this machine (asked once).
 var cpuFeatures = sync.OnceValue(func() int { return int(C.fi_cpu_features()) })
 
+// hadamardC runs fi_hadamard_avx2 on the pieces of n values of x; false
+// if it does not take n.
+func hadamardC(x []float32, n int) bool {
+	return C.fi_hadamard_avx2((*C.float)(ptr(x)), C.int64_t(n), C.int64_t(len(x)/n)) == 0
+}
+
 // quantizeRowsC runs the C quantizer of isa; false if it has none for t.
 func quantizeRowsC(isa ISA, t quant.Type, src []float32, nRows, cols int, dst []byte) bool {
 	switch isa {

@@ -77,3 +77,5 @@ func wintRoundC(*WInt, []float32, int) (ok, done bool) { return false, false }
 func wintChunkC(*WInt, []byte, int, int, []float32, int, []byte) (ok, done bool) { return false, false }
 
 func attnSumQC(*WInt, []byte, int, int, int) bool { return false }
+
+func hadamardC([]float32, int) bool { return false }

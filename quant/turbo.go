@@ -123,6 +123,11 @@ func (t *Turbo) Bits() int   { return t.bits }
 // must not modify it.
 func (t *Turbo) Levels() []float32 { return t.levels }
 
+// Signs returns the rotation's random diagonal (Padded values, each ±1):
+// Rotate multiplies x by it before the Walsh-Hadamard transform, Unrotate
+// after. Callers must not modify it.
+func (t *Turbo) Signs() []float32 { return t.signs }
+
 // RowBytes is the size of one encoded vector.
 func (t *Turbo) RowBytes() int { return 2 + (t.n*t.bits+7)/8 }
 
