@@ -21,8 +21,7 @@ type rotTask struct {
 // Hadamard implements model.Rotator: each piece of n values of x (n a
 // power of two, len(x) a multiple of n) is multiplied by the orthonormal
 // Walsh-Hadamard matrix (quant.Hadamard, through Kernels.Hadamard), pieces
-// split over the workers;
-// the result does not depend on the split.
+// split over the workers; the result does not depend on the split.
 func (b *Backend) Hadamard(x []float32, n int) {
 	r := &b.rot
 	r.k, r.x, r.n, r.pieces = b.k, x, n, len(x)/n
