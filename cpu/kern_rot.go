@@ -27,7 +27,7 @@ func (k *Kernels) Hadamard(x []float32, n int) {
 func (k *Kernels) TurboRotate(tq *quant.Turbo, dst, x []float32) {
 	n, signs := tq.Padded(), tq.Signs()
 	dst = dst[:n]
-	dim := min(tq.Dim(), n)
+	dim := tq.Dim() // at most n
 	for i, v := range x[:dim] {
 		dst[i] = v * signs[i]
 	}
