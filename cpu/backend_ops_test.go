@@ -504,3 +504,40 @@ func TestBackendAttentionRecent(t *testing.T) {
 		}
 	}
 }
+
+// TestMatMulBatchInvariant: the Backend's product of a weight by n rows
+// gives each row the bits of its product alone, for every weight type,
+// packed or not (a sequence batched with others decodes as it does alone),
+// but for unpacked matrices of repackedTypes from cpu.RepackMinActs rows.
+func TestMatMulBatchInvariant(t *testing.T) {
+	const rows, cols = 40, 512
+	for _, wt := range []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q4_K, quant.Q6_K, quant.Q8_0, quant.Q4_0, quant.Q5_K} {
+		for _, pack := range []bool{true, false} {
+			t.Run(fmt.Sprintf("type=%s/pack=%v", wt, pack), func(t *testing.T) {
+				rb, _ := quant.RowBytes(wt, cols)
+				w := &model.Weight{Name: "w", Type: wt, Cols: cols, Rows: rows, RowBytes: rb, Data: randomWeights(wt, rows, cols)}
+				be := cpu.NewBackend(2, nil)
+				defer be.Close()
+				be.NoPack = !pack
+				const most = 37
+				x := randomF32(most*cols, 3)
+				solo := make([]float32, most*rows)
+				for i := range most {
+					be.MatMul(solo[i*rows:(i+1)*rows], w, x[i*cols:(i+1)*cols], 1)
+				}
+				for _, n := range []int{2, 3, 4, 5, 8, 9, 16, 37} {
+					if !pack && n >= cpu.RepackMinActs && repackedTypes[wt] {
+						continue
+					}
+					out := make([]float32, n*rows)
+					be.MatMul(out, w, x, n)
+					for i := range n * rows {
+						if g, s := math.Float32bits(out[i]), math.Float32bits(solo[i]); g != s {
+							t.Fatalf("%d rows: row %d, output %d: %#x (%g), alone %#x (%g)", n, i/rows, i%rows, g, out[i], s, solo[i])
+						}
+					}
+				}
+			})
+		}
+	}
+}

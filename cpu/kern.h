@@ -118,6 +118,13 @@ int fi_dequant_avx2(int t, const uint8_t *src, int64_t stride, int64_t rows, int
 void fi_turbo_decode_avx2(int bits, const float *levels, const uint8_t *src, int64_t stride, int64_t rows, int64_t n,
                           float *dst, int64_t dstride);
 
+// FI_RP_MIN_ACTS: fewest activation rows for which fi_gemm_avx2 repacks
+// unpacked Q4_0, Q4_K, Q6_K and Q8_0 weights on the fly (kern_avx2_rp.c):
+// there it pays. Those rows' products sum each block in another float
+// order than the dot kernels', so they may differ from a row's product
+// alone in the last bits (the packed kernels have no such threshold).
+#define FI_RP_MIN_ACTS 8
+
 // The float32 exp of the SIMD paths (fa_exp8 in kern_avx2.h, exp16 in
 // kern_avx512_ad.c): Cephes' expf, within 2 ulp. x is clamped to
 // [FI_EXPF_MIN, FI_EXPF_MAX], e^x = 2^n·e^r with n = round(x·log2 e) and

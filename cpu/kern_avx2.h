@@ -182,9 +182,6 @@ fi_gemm_fn fi_avx2_gemm_f(int wt);  // F32, F16, BF16 (kern_avx2_f.c)
 int64_t fi_avx2_gemm_rp(int wt, const uint8_t *w, int64_t ws, int64_t cols, int64_t r0, int64_t r1,
                         const uint8_t *a, int64_t as, int64_t nact, float *out, int64_t os);
 
-// FI_RP_MIN_ACTS: fewest activation rows for which repacking pays.
-#define FI_RP_MIN_ACTS 8
-
 // fa_exp8 is e^x for x <= 88, 0 for x < -87.3 (-inf included): a float32
 // polynomial (Cephes' expf, within 2 ulp), used by the flash tiles
 // (kern_avx2_fa.c) and the softmax (kern_avx2_exp.c).

@@ -3,10 +3,10 @@
 // AVX2 dot products of float weights with activations of the same type
 // (F32 x F32, F16 x F16, BF16 x BF16). Halves are widened exactly to
 // float32 (vcvtph2ps; bf16 by a shift), so every product is exact for F16
-// and BF16; products accumulate with FMA in float32 lanes, 16 elements per
-// step in two lane sets per activation row (quant's scalar dots accumulate
-// in float64: the difference is float32 rounding of the sums). Any cols
-// works; a tail of fewer than 8 elements is done in scalar code.
+// and BF16; products accumulate with FMA in float32 lanes, 8 elements per
+// step, one chain per output (quant's scalar dots accumulate in float64:
+// the difference is float32 rounding of the sums). Any cols works; a tail
+// of fewer than 8 elements is done in scalar code.
 
 #pragma GCC target("avx2,fma,f16c")
 
@@ -29,96 +29,110 @@ FI_INLINE float ld1_bf16(const uint8_t *p) {
 	return f;
 }
 
-// FI_FLOAT_TILE(name, esz, ld8, ld1) defines a tile for elements of esz
-// bytes loaded 8 at a time by ld8 and singly by ld1.
+// FI_FLOAT_TILE(name, esz, ld8, ld1) defines a tile of nr weight rows (w,
+// w + ws, ...) times na activation rows (nr ≤ 2 and na ≤ 4, or nr = 4 and
+// na = 1), elements of esz bytes loaded 8
+// at a time by ld8 and singly by ld1; it writes out[j*os + k] (row k,
+// activation j). Every output is summed in one order whatever nr and na:
+// one float32 FMA chain over 8-element steps, hsum_ps's tree, then the
+// tail's products fused in order. So a row's product has the same bits
+// alone and in a batch of any size (TestGemmRowsBatchInvariant), as the
+// integer-summed quantized products do. Per 8 elements: nr + na loads for
+// nr·na FMAs.
 #define FI_FLOAT_TILE(name, esz, ld8, ld1)                                                               \
-	FI_INLINE void name(const uint8_t *w, int64_t cols, const uint8_t *a, int64_t as, float *out,         \
-	                    int64_t os, const int na) {                                                      \
-		__m256 acc0[4], acc1[4];                                                                         \
-		_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) acc0[j] = _mm256_setzero_ps(), acc1[j] = _mm256_setzero_ps();        \
-		int64_t i = 0;                                                                                   \
-		for (; i + 16 <= cols; i += 16) {                                                                \
-			const __m256 w0 = ld8(w + (esz) * i), w1 = ld8(w + (esz) * (i + 8));                          \
-			_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) {                                                               \
-				const uint8_t *y = a + j * as + (esz) * i;                                               \
-				acc0[j] = _mm256_fmadd_ps(w0, ld8(y), acc0[j]);                                          \
-				acc1[j] = _mm256_fmadd_ps(w1, ld8(y + 8 * (esz)), acc1[j]);                              \
-			}                                                                                            \
-		}                                                                                                \
-		if (i + 8 <= cols) {                                                                             \
-			const __m256 w0 = ld8(w + (esz) * i);                                                        \
-			_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) acc0[j] = _mm256_fmadd_ps(w0, ld8(a + j * as + (esz) * i), acc0[j]); \
-			i += 8;                                                                                      \
-		}                                                                                                \
-		_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) {                                                                   \
-			float s = hsum_ps(_mm256_add_ps(acc0[j], acc1[j]));                                          \
-			for (int64_t k = i; k < cols; k++) s += ld1(w + (esz) * k) * ld1(a + j * as + (esz) * k);   \
-			out[j * os] = s;                                                                             \
-		}                                                                                                \
-	}
-
-// FI_FLOAT_TILE2(name, esz, ld8, ld1) defines a tile of two weight rows (w
-// and w + ws) times na activation rows, one accumulator per pair: per 8
-// elements 2 + na loads for 2·na FMAs, against 1 + na loads for na FMAs in
-// a one-row tile, so that with several activation rows the FMAs, not the
-// loads, bound it. It writes out[j*os] and out[j*os + 1].
-#define FI_FLOAT_TILE2(name, esz, ld8, ld1)                                                              \
 	FI_INLINE void name(const uint8_t *w, int64_t ws, int64_t cols, const uint8_t *a, int64_t as,         \
-	                    float *out, int64_t os, const int na) {                                          \
-		__m256 c0[4], c1[4];                                                                             \
-		_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) c0[j] = _mm256_setzero_ps(), c1[j] = _mm256_setzero_ps(); \
+	                    float *out, int64_t os, const int nr, const int na) {                            \
+		__m256 c[4][4];                                                                                  \
+		_Pragma("GCC unroll 4") for (int k = 0; k < nr; k++)                                             \
+		    _Pragma("GCC unroll 4") for (int j = 0; j < na; j++) c[k][j] = _mm256_setzero_ps();          \
 		int64_t i = 0;                                                                                   \
 		for (; i + 8 <= cols; i += 8) {                                                                  \
-			const __m256 w0 = ld8(w + (esz) * i), w1 = ld8(w + ws + (esz) * i);                            \
+			__m256 wv[4];                                                                                \
+			_Pragma("GCC unroll 4") for (int k = 0; k < nr; k++) wv[k] = ld8(w + k * ws + (esz) * i);   \
 			_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) {                                       \
 				const __m256 y = ld8(a + j * as + (esz) * i);                                            \
-				c0[j] = _mm256_fmadd_ps(w0, y, c0[j]);                                                   \
-				c1[j] = _mm256_fmadd_ps(w1, y, c1[j]);                                                   \
+				_Pragma("GCC unroll 4") for (int k = 0; k < nr; k++) c[k][j] = _mm256_fmadd_ps(wv[k], y, c[k][j]); \
 			}                                                                                            \
 		}                                                                                                \
-		float s0[4], s1[4];                                                                              \
-		if (na == 4) {                                                                                   \
-			_mm_storeu_ps(s0, hsum4_ps(c0[0], c0[1], c0[2], c0[3]));                                     \
-			_mm_storeu_ps(s1, hsum4_ps(c1[0], c1[1], c1[2], c1[3]));                                     \
-		} else {                                                                                         \
-			_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) s0[j] = hsum_ps(c0[j]), s1[j] = hsum_ps(c1[j]); \
-		}                                                                                                \
-		_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) {                                           \
-			for (int64_t k = i; k < cols; k++) {                                                         \
-				const float y = ld1(a + j * as + (esz) * k);                                             \
-				s0[j] += ld1(w + (esz) * k) * y;                                                         \
-				s1[j] += ld1(w + ws + (esz) * k) * y;                                                    \
+		_Pragma("GCC unroll 4") for (int k = 0; k < nr; k++) {                                           \
+			float s[4];                                                                                  \
+			if (na == 4) {                                                                               \
+				hsum4_ps(c[k][0], c[k][1], c[k][2], c[k][3], s);                                         \
+			} else {                                                                                     \
+				_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) s[j] = hsum_ps(c[k][j]);            \
 			}                                                                                            \
-			out[j * os] = s0[j];                                                                         \
-			out[j * os + 1] = s1[j];                                                                     \
+			_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) {                                       \
+				for (int64_t m = i; m < cols; m++)                                                       \
+					s[j] = __builtin_fmaf(ld1(w + k * ws + (esz) * m), ld1(a + j * as + (esz) * m), s[j]); \
+				out[j * os + k] = s[j];                                                                  \
+			}                                                                                            \
 		}                                                                                                \
 	}
 
-// hsum4_ps returns the lane sums of a, b, c and d.
-FI_INLINE __m128 hsum4_ps(__m256 a, __m256 b, __m256 c, __m256 d) {
-	const __m256 g = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
-	return _mm_add_ps(_mm256_castps256_ps128(g), _mm256_extractf128_ps(g, 1));
+// hsum4_ps sets s[0..3] to hsum_ps of a, b, c and d, in hsum_ps's order:
+// x = low half + high half, then (x0 + x2) + (x1 + x3) (a float add is
+// commutative, so only the grouping matters), four at a time.
+FI_INLINE void hsum4_ps(__m256 a, __m256 b, __m256 c, __m256 d, float *s) {
+	const __m256 ab = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+	const __m256 cd = _mm256_add_ps(_mm256_permute2f128_ps(c, d, 0x20), _mm256_permute2f128_ps(c, d, 0x31));
+	// per 128-bit half (a|b, c|d): x0 + x2, y0 + y2, x1 + x3, y1 + y3
+	const __m256 r = _mm256_add_ps(_mm256_unpacklo_ps(ab, cd), _mm256_unpackhi_ps(ab, cd));
+	float u[8];
+	_mm256_storeu_ps(u, _mm256_add_ps(r, _mm256_permute_ps(r, _MM_SHUFFLE(1, 0, 3, 2))));
+	s[0] = u[0], s[1] = u[4], s[2] = u[1], s[3] = u[5];
 }
 
 FI_FLOAT_TILE(tile_f32, 4, ld8_f32, ld1_f32)
 FI_FLOAT_TILE(tile_f16, 2, ld8_f16, ld1_f16)
 FI_FLOAT_TILE(tile_bf16, 2, ld8_bf16, ld1_bf16)
-FI_FLOAT_TILE2(tile2_f32, 4, ld8_f32, ld1_f32)
-FI_FLOAT_TILE2(tile2_f16, 2, ld8_f16, ld1_f16)
-FI_FLOAT_TILE2(tile2_bf16, 2, ld8_bf16, ld1_bf16)
 
-// FI_FLOAT_ROWS(tile, tile2): with several activation rows, float weight
-// rows go in pairs through tile2, an odd last row through tile.
-#define FI_FLOAT_ROWS(tile, tile2)                                                                       \
-	int64_t r = rs;                                                                                      \
-	for (; r + 2 <= re; r += 2) tile2(w + r * ws, ws, cols, at, as, ot + r, os, NA);                     \
-	if (r < re) tile(w + r * ws, cols, at, as, ot + r, os, NA)
+// FI_DEFINE_GEMM_F(name, tile) defines a float GEMM (fi_gemm_fn) on tile.
+// Decode: weight rows in fours (four FMA chains; with one row's two chains
+// to itself, as before session 27, F16 ran as fast and F32 slower), the
+// fours after next prefetched. Several activation rows: weight rows in pairs (an
+// odd last row alone), up to 4 activation rows a tile, in blocks of weight
+// rows that stay in L2 across the activation tiles.
+#define FI_DEFINE_GEMM_F(name, tile)                                                                     \
+	static void name(const uint8_t *w, int64_t ws, int64_t cols, int64_t r0, int64_t r1, const uint8_t *a, \
+	                 int64_t as, int64_t nact, float *out, int64_t os) {                                   \
+		if (nact == 1) {                                                                                   \
+			int64_t r = r0;                                                                                \
+			for (; r + 4 <= r1; r += 4) {                                                                  \
+				fi_prefetch(w + (r + 4 * FI_PF_ROWS) * ws, 4 * ws);                                        \
+				tile(w + r * ws, ws, cols, a, as, out + r, os, 4, 1);                                      \
+			}                                                                                              \
+			for (; r < r1; r++) tile(w + r * ws, ws, cols, a, as, out + r, os, 1, 1);                      \
+			return;                                                                                        \
+		}                                                                                                  \
+		int64_t rbk = FI_ROW_BLOCK_BYTES / ws;                                                             \
+		if (rbk < 2) rbk = 2;                                                                              \
+		for (int64_t rs = r0; rs < r1; rs += rbk) {                                                        \
+			const int64_t re = rs + rbk < r1 ? rs + rbk : r1;                                              \
+			for (int64_t t = 0; t < nact; t += 4) {                                                        \
+				const uint8_t *at = a + t * as;                                                            \
+				float *ot = out + t * os;                                                                  \
+				const int64_t na = nact - t < 4 ? nact - t : 4;                                            \
+				for (int64_t r = rs; r < re; r += 2) {                                                     \
+					const uint8_t *wr = w + r * ws;                                                        \
+					const int nr = re - r >= 2 ? 2 : 1;                                                    \
+					switch (na * 2 + nr) {                                                                 \
+					case 3: tile(wr, ws, cols, at, as, ot + r, os, 1, 1); break;                           \
+					case 4: tile(wr, ws, cols, at, as, ot + r, os, 2, 1); break;                           \
+					case 5: tile(wr, ws, cols, at, as, ot + r, os, 1, 2); break;                           \
+					case 6: tile(wr, ws, cols, at, as, ot + r, os, 2, 2); break;                           \
+					case 7: tile(wr, ws, cols, at, as, ot + r, os, 1, 3); break;                           \
+					case 8: tile(wr, ws, cols, at, as, ot + r, os, 2, 3); break;                           \
+					case 9: tile(wr, ws, cols, at, as, ot + r, os, 1, 4); break;                           \
+					default: tile(wr, ws, cols, at, as, ot + r, os, 2, 4);                                 \
+					}                                                                                      \
+				}                                                                                          \
+			}                                                                                              \
+		}                                                                                                  \
+	}
 
-#define FI_DEFINE_GEMM_F(name, tile, tile2) FI_DEFINE_GEMM_ROWS(name, tile, FI_FLOAT_ROWS(tile, tile2))
-
-FI_DEFINE_GEMM_F(gemm_f32, tile_f32, tile2_f32)
-FI_DEFINE_GEMM_F(gemm_f16, tile_f16, tile2_f16)
-FI_DEFINE_GEMM_F(gemm_bf16, tile_bf16, tile2_bf16)
+FI_DEFINE_GEMM_F(gemm_f32, tile_f32)
+FI_DEFINE_GEMM_F(gemm_f16, tile_f16)
+FI_DEFINE_GEMM_F(gemm_bf16, tile_bf16)
 
 fi_gemm_fn fi_avx2_gemm_f(int wt) {
 	switch (wt) {

@@ -28,6 +28,9 @@ const (
 // cgoKernels reports whether the C kernels are built in.
 const cgoKernels = true
 
+// repackMinActs is FI_RP_MIN_ACTS (kern.h).
+const repackMinActs = C.FI_RP_MIN_ACTS
+
 // cpuFeatures returns the FI_* bits of this machine (asked once).
 var cpuFeatures = sync.OnceValue(func() int { return int(C.fi_cpu_features()) })
 

@@ -15,6 +15,9 @@ const (
 
 const cgoKernels = false
 
+// repackMinActs: the Go kernels never repack.
+const repackMinActs = 1 << 30
+
 func cpuFeatures() int { return 0 }
 
 func quantizeRowsC(ISA, quant.Type, []float32, int, int, []byte) bool { return false }

@@ -1028,3 +1028,57 @@ func TestAttnScoresTilesFloatHeads(t *testing.T) {
 		}
 	}
 }
+
+// repackedTypes are the types GemmRows repacks on the fly for
+// cpu.RepackMinActs activation rows or more (kern_avx2_rp.c, on every SIMD
+// ISA): each block's exact integer sum is then scaled and added in another
+// float order than the dot kernels', so those rows may differ from their
+// products alone in the last bits. The Backend multiplies by packed copies
+// (their products are batch invariant, TestMatMulBatchInvariant); only
+// unpacked matrices of these types meet the repacking GEMM.
+var repackedTypes = map[quant.Type]bool{quant.Q4_0: true, quant.Q4_K: true, quant.Q6_K: true, quant.Q8_0: true}
+
+// TestGemmRowsBatchInvariant: a weight row times an activation row gives
+// the same bits whatever the other rows of the call (the number of
+// activation rows, the weight row range), so a sequence decodes the same
+// tokens batched with others as alone (stages' TestParallelKVRecent);
+// repackedTypes are held to it below cpu.RepackMinActs rows.
+func TestGemmRowsBatchInvariant(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, k := range testISAs(t) {
+		for _, dt := range dotTypes {
+			cs := colsFor(dt.typ)
+			for _, cols := range []int{cs[0], cs[1], cs[len(cs)-1]} {
+				const rows, nAct = 13, 37
+				name := fmt.Sprintf("isa=%s/type=%s/cols=%d", k.ISA(), dt.typ, cols)
+				t.Run(name, func(t *testing.T) {
+					m := newTestMatrix(t, r, dt.typ, rows, cols, nAct, 3)
+					// alone: one weight row by one activation row
+					solo := make([]float32, rows*nAct)
+					for a := range nAct {
+						for i := range rows {
+							k.DotRows(dt.typ, m.w, m.rowBytes, cols, i, i+1, m.a[a*m.arb:(a+1)*m.arb], solo[a*rows:(a+1)*rows])
+						}
+					}
+					for _, n := range []int{1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 37} {
+						if n >= cpu.RepackMinActs && repackedTypes[dt.typ] && k.ISA() != cpu.ISAScalarGo {
+							continue
+						}
+						for _, rr := range [][2]int{{0, rows}, {1, rows}, {5, 8}} {
+							out := make([]float32, n*rows)
+							k.GemmRows(dt.typ, m.w, m.rowBytes, cols, rr[0], rr[1], m.a, n, out, rows)
+							for a := range n {
+								for i := rr[0]; i < rr[1]; i++ {
+									if g, w := math.Float32bits(out[a*rows+i]), math.Float32bits(solo[a*rows+i]); g != w {
+										t.Fatalf("%d activation rows, weight rows [%d, %d): row %d by activation %d: %#x (%g), alone %#x (%g)",
+											n, rr[0], rr[1], i, a, g, out[a*rows+i], w, solo[a*rows+i])
+									}
+								}
+							}
+						}
+					}
+				})
+			}
+		}
+	}
+}
