@@ -11,8 +11,8 @@ package cpu
 //     KVCache.KHeadTiles), which meets a tile's rows in the lanes of one
 //     vector; softmax per query head; then the weighted sum of V rows
 //     (Kernels.AttnSum, rows back to back: KVCache.VHeadRows, widened a
-//     tile at a time in L1), in Ref's order; or, for V rows of q4_0 and 3-
-//     and 4-bit TurboQuant, in integers (Kernels.AttnSumQ).
+//     tile at a time in L1), in Ref's order; or, for V rows of q4_0, q8_0
+//     and 3- and 4-bit TurboQuant, in integers (Kernels.AttnSumQ).
 //   - A run of at least attnMinRun consecutive rows of one sequence
 //     (prefill) has the sequence's K and V packed once per call (per KV
 //     head: K rows untransposed and back to back, V in column blocks, so
@@ -373,7 +373,7 @@ func (a *attnTask) span(s, j, n int) int { return min(n, a.kv.Run(s, j)) }
 // to int16 steps of its largest |value|/32767 (kern_qint.go): that moves
 // the scores by up to 2^-16 of that value per product, finer than
 // llama.cpp's rounding of the query to the cache's type. And except V rows
-// of q4_0 and 3- and 4-bit TurboQuant, summed in integers (sumQ,
+// of q4_0, q8_0 and 3- and 4-bit TurboQuant, summed in integers (sumQ,
 // kern_wint.go): the weights times the rows' scales rounded to int16 steps
 // of their largest/32767, the sums exact. V sums of TurboQuant rows stay
 // rotated until the end.

@@ -203,8 +203,8 @@ func randomPositive(n int) []float32 {
 // the outputs by an NMSE of 6.5e-10 to 7.8e-10 on these random heads
 // (measured, AVX2 and Go). 1e-8 leaves room for that; pairing each code
 // with the other value of its query pair gave 0.2 to 1.7 (measured).
-// V rows of q4_0 and 3- and 4-bit TurboQuant move more: decode sums them
-// in integers, with the softmax weights times the rows' scales rounded to
+// V rows of q4_0, q8_0 (since session 27) and 3- and 4-bit TurboQuant
+// move more: decode sums them in integers, with the softmax weights times the rows' scales rounded to
 // int16 steps of their largest/32767 (kern_wint.go, checked bit for bit
 // by TestAttnSumQ). These random heads spread their weights over up to
 // 300 rows of random norms, so most weights are far below the largest and
@@ -214,7 +214,7 @@ func randomPositive(n int) []float32 {
 // and still catches the two rows of a pair meeting each other's weights
 // (0.40 to 2.3, measured).
 var kvTol = map[model.KVType]float64{
-	model.KVF32: 1e-11, model.KVF16: 1e-11, model.KVBF16: 1e-11, model.KVQ8_0: 1e-11, model.KVQ4_0: 1e-7,
+	model.KVF32: 1e-11, model.KVF16: 1e-11, model.KVBF16: 1e-11, model.KVQ8_0: 1e-7, model.KVQ4_0: 1e-7,
 	model.KVTQ4: 1e-7, model.KVTQ3: 1e-7,
 }
 

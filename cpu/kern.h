@@ -200,13 +200,13 @@ int fi_attn_scores_t_rows(int avx512, int t, int bits, const float *levels, cons
 
 // The integer V sums of decode attention (kern_avx2_vi.c; Go's
 // kern_wint.go is their reference, and their sums are exact, so every path
-// gives the same): rows of q4_0 (t FI_Q4_0, bits 0) and 3- and 4-bit
-// TurboQuant (bits). AVX-512 machines run them too. Each returns -1
+// gives the same): rows of q4_0 and q8_0 (t FI_Q4_0, FI_Q8_0, bits 0) and
+// 3- and 4-bit TurboQuant (bits). AVX-512 machines run them too. Each returns -1
 // (nothing written) for rows it does not take.
 //
 // fi_kv_scales_avx2 sets sc[b*ls + r] (r < n, b < nb) to group b's scale
-// of row r (src + r*stride): q4_0's block b's, TurboQuant's row scale (nb
-// 1);
+// of row r (src + r*stride): q4_0's or q8_0's block b's, TurboQuant's row
+// scale (nb 1);
 // and m[g*nb + b] (g < G) to the largest of itself and the |w[g*lw +
 // r]*sc[b*ls + r]| (float32 products), NaN if one is.
 int fi_kv_scales_avx2(int t, int bits, const uint8_t *src, int64_t stride, int64_t n, int64_t nb, float *sc,
@@ -221,8 +221,8 @@ int fi_wint_round_avx2(const float *w, int64_t lw, int64_t G, int64_t n, const f
                        int16_t *wq, int64_t *wsum);
 // fi_attn_sum_qi_avx2 adds to S[g*dim + d] (g < G, d < dim) the sums over
 // rows r < n of wq[(g*nb + b)*lw + r] times row r's integer value d:
-// q4_0's bare nibble (b = d/32, nb = dim/32), TurboQuant's c8[code] (b =
-// 0, nb 1).
+// q4_0's bare nibble or q8_0's int8 (b = d/32, nb = dim/32), TurboQuant's
+// c8[code] (b = 0, nb 1).
 int fi_attn_sum_qi_avx2(int t, int bits, const int8_t *c8, const uint8_t *src, int64_t stride, int64_t n, int64_t dim,
                         const int16_t *wq, int64_t lw, int64_t G, int64_t nb, int64_t *S);
 // fi_wint_chunk_avx2 is WInt's Chunk(n), then its three kernels and Fold

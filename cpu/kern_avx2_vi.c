@@ -4,8 +4,8 @@
 // reference, and the arithmetic is exact, so every path gives the same
 // sums): the rows' scales gathered, the softmax weights times the scales
 // rounded to int16, then pmaddwd of int16 weight pairs (two rows) by the
-// two rows' integer values (q4_0's bare nibbles, TurboQuant's codebook as
-// int8), 16 products per instruction where an FMA makes 8. pmaddwd runs
+// two rows' integer values (q4_0's bare nibbles, q8_0's int8s, TurboQuant's
+// codebook as int8), 16 products per instruction where an FMA makes 8. pmaddwd runs
 // at two per cycle on Zen 3, as the FMAs do (docs/decisions.md, "Integer
 // decode V sums"). AVX-512 machines run these kernels too.
 
@@ -14,17 +14,22 @@
 #include "kern.h"
 #include "kern_avx2.h"
 
-// vi_kind is a row kind these kernels sum: q4_0, 3- or 4-bit TurboQuant.
-// (q8_0 was summed in integers too, and ran slower end to end than its
-// float32 widening in registers: docs/decisions.md.)
-enum { VI_Q4_0, VI_TQ3, VI_TQ4 };
+// vi_kind is a row kind these kernels sum: q4_0, q8_0, 3- or 4-bit
+// TurboQuant.
+enum { VI_Q4_0, VI_Q8_0, VI_TQ3, VI_TQ4 };
 
 static inline int vi_kind(int t, int bits) {
 	if (bits == 3) return VI_TQ3;
 	if (bits == 4) return VI_TQ4;
 	if (bits == 0 && t == FI_Q4_0) return VI_Q4_0;
+	if (bits == 0 && t == FI_Q8_0) return VI_Q8_0;
 	return -1;
 }
+
+// vi_blocks reports whether rows of kind are blocks of 32 values with an
+// f16 scale each (q4_0, q8_0), and vi_block_bytes their bytes.
+static inline int vi_blocks(int kind) { return kind == VI_Q4_0 || kind == VI_Q8_0; }
+static inline int64_t vi_block_bytes(int kind) { return kind == VI_Q4_0 ? 18 : kind == VI_Q8_0 ? 34 : 0; }
 
 // ld16 reads the uint16 at p.
 FI_INLINE uint16_t ld16(const uint8_t *p) {
@@ -82,7 +87,7 @@ int fi_kv_scales_avx2(int t, int bits, const uint8_t *src, int64_t stride, int64
                       int64_t ls, const float *w, int64_t lw, int64_t G, float *m) {
 	const int kind = vi_kind(t, bits);
 	if (kind < 0) return -1;
-	const int64_t bs = kind == VI_Q4_0 ? 18 : 0;
+	const int64_t bs = vi_block_bytes(kind);
 	for (int64_t b = 0; b < nb; b++) {
 		if (G == 4) { // llama-1b's group, and most models'
 			scales_max(4, src, stride, n, nb, b, bs, sc, ls, w, lw, m);
@@ -149,8 +154,8 @@ int fi_wint_round_avx2(const float *w, int64_t lw, int64_t G, int64_t n, const f
 static const uint8_t zrow[4 * FI_AD_MAXDIM];
 
 // VI_PAIRS is the row pairs summed in int32 before the int64 sums take
-// them: |value| ≤ 127 (TurboQuant) or 15 (q4_0's bare nibbles), |weight|
-// ≤ 32767, so a lane's 2·128 products stay under 2^31.
+// them: |value| ≤ 128 (q8_0, TurboQuant) or 15 (q4_0's bare nibbles),
+// |weight| ≤ 32767, so a lane's 2·128 products stay under 2^31.
 #define VI_PAIRS 128
 
 // add8 adds the 8 int32 lanes of a to the int64s at s[0], s[step], ...
@@ -166,6 +171,7 @@ FI_INLINE void add8(int64_t *s, int64_t step, __m256i a) {
 //     d%32.. of the block, bare), x[1] the 8 values 16 further (their high
 //     nibbles);
 //   - 4-bit TurboQuant: x[0] the even values d, d+2, ..., x[1] the odd;
+//   - q8_0 (d%32 is 0 or 16): x[0] values d..d+7, x[1] values d+8..d+15;
 //   - 3-bit TurboQuant: x[0] values d..d+7, x[1] values d+8..d+15 (with
 //     the sums in arrays this took more registers than there are, and GCC
 //     kept half the sums on the stack; sum16x4 names them).
@@ -179,6 +185,14 @@ FI_INLINE void decode16(const int kind, const uint8_t *a, const uint8_t *b, int6
 		    _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(a + o)), _mm_loadl_epi64((const __m128i *)(b + o))));
 		x[0] = _mm256_and_si256(y, m4);
 		x[1] = _mm256_srli_epi16(y, 4);
+		break;
+	}
+	case VI_Q8_0: {
+		const int64_t o = d / 32 * 34 + 2 + d % 32; // d % 32 is 0 or 16
+		x[0] = _mm256_cvtepi8_epi16(
+		    _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(a + o)), _mm_loadl_epi64((const __m128i *)(b + o))));
+		x[1] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(a + o + 8)),
+		                                              _mm_loadl_epi64((const __m128i *)(b + o + 8))));
 		break;
 	}
 	case VI_TQ4: {
@@ -260,6 +274,7 @@ FI_INLINE void sum16(const int kind, const uint8_t *src, int64_t stride, int64_t
 		switch (kind) {
 		case VI_Q4_0: add8(s, 1, a0[g]), add8(s + 16, 1, a1[g]); break;
 		case VI_TQ4: add8(s, 2, a0[g]), add8(s + 1, 2, a1[g]); break;
+		case VI_Q8_0:
 		case VI_TQ3: add8(s, 1, a0[g]), add8(s + 8, 1, a1[g]); break;
 		}
 	}
@@ -313,6 +328,7 @@ FI_INLINE void sum16x4(const int kind, const uint8_t *src, int64_t stride, int64
 		switch (kind) {
 		case VI_Q4_0: add8(s, 1, a0[g]), add8(s + 16, 1, a1[g]); break;
 		case VI_TQ4: add8(s, 2, a0[g]), add8(s + 1, 2, a1[g]); break;
+		case VI_Q8_0:
 		case VI_TQ3: add8(s, 1, a0[g]), add8(s + 8, 1, a1[g]); break;
 		}
 	}
@@ -345,8 +361,8 @@ FI_INLINE void sum_rows(const int kind, const uint8_t *src, int64_t stride, int6
 static int sum_qi(int t, int bits, const int8_t *c8, const uint8_t *src, int64_t stride, int64_t n, int64_t dim,
                   const int16_t *wq, int64_t lw, int64_t G, int64_t nb, int64_t *S, const uint8_t *pf, const uint8_t *pe) {
 	const int kind = vi_kind(t, bits);
-	if (kind < 0 || dim % (kind == VI_Q4_0 ? 32 : 16) != 0 || dim > FI_AD_MAXDIM) return -1;
-	if (nb != (kind == VI_Q4_0 ? dim / 32 : 1)) return -1;
+	if (kind < 0 || dim % (vi_blocks(kind) ? 32 : 16) != 0 || dim > FI_AD_MAXDIM) return -1;
+	if (nb != (vi_blocks(kind) ? dim / 32 : 1)) return -1;
 	__m256i tab0 = _mm256_setzero_si256(), tab1 = tab0;
 	if (kind == VI_TQ4) {
 		tab0 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)c8));
@@ -358,6 +374,7 @@ static int sum_qi(int t, int bits, const int8_t *c8, const uint8_t *src, int64_t
 	}
 	switch (kind) {
 	case VI_Q4_0: sum_rows(VI_Q4_0, src, stride, n, dim, wq, lw, G, nb, tab0, tab1, S, pf, pe); break;
+	case VI_Q8_0: sum_rows(VI_Q8_0, src, stride, n, dim, wq, lw, G, nb, tab0, tab1, S, pf, pe); break;
 	case VI_TQ4: sum_rows(VI_TQ4, src, stride, n, dim, wq, lw, G, nb, tab0, tab1, S, pf, pe); break;
 	case VI_TQ3: sum_rows(VI_TQ3, src, stride, n, dim, wq, lw, G, nb, tab0, tab1, S, pf, pe); break;
 	}
@@ -410,8 +427,8 @@ int fi_wint_chunk_avx2(int t, int bits, const int8_t *c8, float cs, const uint8_
                        int64_t dim, const float *w, int64_t lw, int64_t G, int64_t nb, float *sc, float *m, int16_t *wq,
                        int64_t *wsum, int64_t *S, double *F, const uint8_t *pf, int64_t pfn) {
 	const int kind = vi_kind(t, bits);
-	if (kind < 0 || dim % (kind == VI_Q4_0 ? 32 : 16) != 0 || dim > FI_AD_MAXDIM) return -1;
-	if (nb != (kind == VI_Q4_0 ? dim / 32 : 1) || n > 256 || dim % nb != 0) return -1;
+	if (kind < 0 || dim % (vi_blocks(kind) ? 32 : 16) != 0 || dim > FI_AD_MAXDIM) return -1;
+	if (nb != (vi_blocks(kind) ? dim / 32 : 1) || n > 256 || dim % nb != 0) return -1;
 	memset(m, 0, (size_t)(G * nb) * sizeof *m);
 	memset(S, 0, (size_t)(G * dim) * sizeof *S);
 	if (n == 0 || G == 0) return 0;

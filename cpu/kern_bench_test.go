@@ -324,7 +324,7 @@ func BenchmarkAttnRows(b *testing.B) {
 				}
 				b.ReportMetric(float64(len(src))*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 			})
-			if name == "q4_0" || name == "tq3" || name == "tq4" {
+			if name == "q4_0" || name == "q8_0" || name == "tq3" || name == "tq4" {
 				// the integer V sums, chunk by chunk as decode: scales,
 				// rounding, sums, conversion
 				for j := range s {

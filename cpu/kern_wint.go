@@ -7,22 +7,23 @@ import (
 	"github.com/flowinfer/flowinfer/quant"
 )
 
-// Decode V sums of q4_0 and 3- and 4-bit TurboQuant rows sum integer
+// Decode V sums of q4_0, q8_0 and 3- and 4-bit TurboQuant rows sum integer
 // products, as the scores of 4-bit K rows do (kern_qint.go). Widening those
 // rows to float32 cost AVX2 a vpermps per 8 values (TurboQuant, about one
 // FMA slot) or a mask, a subtract, two conversions and a buffer's store
 // and load (q4_0); pmaddwd multiplies 16 int16 pairs where an FMA
 // multiplies 8 floats, at the same two per cycle on Zen 3
-// (docs/decisions.md, "Integer decode V sums"). q8_0 rows, whose float32
-// widening in registers is cheap, were summed this way too and ran slower
-// end to end: the rounding's pass over a chunk's rows before the sums'
-// cost more than the products saved.
+// (docs/decisions.md, "Integer decode V sums"). q8_0 rows were first
+// summed this way in session 23 and ran slower end to end than their
+// float32 widening in registers; after sessions 24 and 25 made the integer
+// sums cheaper (one call per chunk, sums in named registers), session 27
+// measured them faster (docs/decisions.md).
 //
 // The arithmetic (this Go code is its reference; the C kernels compute
 // the same integers):
 //
 //   - each head's softmax weights are multiplied by each row's scale
-//     (q4_0: each block's, so a group of weights per block column;
+//     (q4_0, q8_0: each block's, so a group of weights per block column;
 //     TurboQuant: the row's), p_r = w_r·s_r in float32, and rounded to
 //     int16 steps of m/32767, m = max|p_r| over the rows of a chunk of
 //     WIntChunk positions: wq_r = round-to-even(p_r·(32767/m)), in
@@ -35,12 +36,12 @@ import (
 //     whose m is not finite or above 2^64 makes the whole row use
 //     AttnSum's float32 arithmetic instead (m = 0: the group adds exactly
 //     0);
-//   - the values are integers: q4_0's nibble − 8, TurboQuant's codebook as
-//     int8 multiples of its grid step cs (quant.NewTurbo puts the 3- and
-//     4-bit levels on it);
+//   - the values are integers: q4_0's nibble − 8, q8_0's int8,
+//     TurboQuant's codebook as int8 multiples of its grid step cs
+//     (quant.NewTurbo puts the 3- and 4-bit levels on it);
 //   - a chunk's S_d = Σ_r wq_r·v_{r,d} in int64, exactly, whatever the
 //     order, the runs of rows, or the path; the chunks' S_d·((m/32767)·cs)
-//     (cs = 1 for q4_0, whose −8 is −8·Σ_r wq_r in S_d) are summed
+//     (cs = 1 for q4_0 and q8_0; q4_0's −8 is −8·Σ_r wq_r in S_d) are summed
 //     in float64 in the chunks' order, and the sum rounded once to float32.
 //     The chunks are positions, not runs, so a paged cache's blocks give
 //     the same bits as a contiguous cache.
@@ -55,7 +56,7 @@ func wintKind(t quant.Type, tq *quant.Turbo) bool {
 	if tq != nil {
 		return tq.Bits() == 3 || tq.Bits() == 4
 	}
-	return t == quant.Q4_0
+	return t == quant.Q4_0 || t == quant.Q8_0
 }
 
 // WIntChunk is the cached positions whose weights are rounded to one step:
@@ -139,7 +140,16 @@ func (x *WInt) rowBytes() int {
 	if x.tq != nil {
 		return x.tq.RowBytes()
 	}
-	return x.dim / 32 * 18
+	return x.dim / 32 * x.blockBytes()
+}
+
+// blockBytes returns the bytes of a block of 32 values (q4_0, q8_0): its
+// f16 scale first.
+func (x *WInt) blockBytes() int {
+	if x.t == quant.Q8_0 {
+		return 34
+	}
+	return 18
 }
 
 // checkRun panics unless rows [j0, j0+n) of x fit src at stride.
@@ -167,7 +177,7 @@ func (k *Kernels) AttnSumScales(x *WInt, src []byte, stride, j0, n int, w []floa
 	}
 	bs := 0
 	if x.tq == nil {
-		bs = 18 // q4_0's blocks
+		bs = x.blockBytes()
 	}
 	for r := range n {
 		row := src[r*stride:]
@@ -302,8 +312,16 @@ func (k *Kernels) AttnSumQ(x *WInt, src []byte, stride, j0, n int) {
 }
 
 // rowInts sets v to a row's integer values: q4_0's bare nibbles (0..15),
-// TurboQuant's c8[code].
+// q8_0's int8s, TurboQuant's c8[code].
 func (x *WInt) rowInts(row []byte, v []int8) {
+	if x.t == quant.Q8_0 && x.tq == nil {
+		for b := range len(v) / 32 {
+			for i, c := range row[b*34+2 : b*34+34] {
+				v[b*32+i] = int8(c)
+			}
+		}
+		return
+	}
 	if x.tq == nil {
 		for b := range len(v) / 32 {
 			for i, c := range row[b*18+2 : b*18+18] {
@@ -332,7 +350,7 @@ func (x *WInt) Fold() {
 		for b := range x.nb {
 			i := g*x.nb + b
 			var off int64
-			if x.tq == nil { // q4_0
+			if x.tq == nil && x.t == quant.Q4_0 {
 				off = 8 * x.wsum[i]
 			}
 			f := float64(x.m[i]/qintMax) * float64(x.cs)

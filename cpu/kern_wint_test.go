@@ -20,8 +20,10 @@ type wintCase struct {
 
 func wintCases(t *testing.T) []wintCase {
 	var cs []wintCase
-	for _, dim := range []int{32, 64, 96, 128} {
-		cs = append(cs, wintCase{fmt.Sprintf("q4_0/dim=%d", dim), quant.Q4_0, nil, dim})
+	for _, t := range []quant.Type{quant.Q4_0, quant.Q8_0} {
+		for _, dim := range []int{32, 64, 96, 128} {
+			cs = append(cs, wintCase{fmt.Sprintf("%s/dim=%d", t, dim), t, nil, dim})
+		}
 	}
 	for _, bits := range []int{3, 4} {
 		for _, dim := range []int{48, 64, 128, 256} {
@@ -122,12 +124,13 @@ func wintPieces(k *Kernels, x *WInt, src []byte, rb, n int, w []float32, lw int,
 	return true
 }
 
-// rowScale returns the f16 scale of group b of row (q4_0: block b's;
-// TurboQuant: the row's).
+// rowScale returns the f16 scale of group b of row (q4_0, q8_0: block
+// b's; TurboQuant: the row's).
 func (c wintCase) rowScale(row []byte, b int) float64 {
 	o := 0
 	if c.tq == nil {
-		o = 18 * b
+		rb, _ := quant.RowBytes(c.t, 32)
+		o = rb * b
 	}
 	return float64(quant.FP16ToFP32(uint16(row[o]) | uint16(row[o+1])<<8))
 }
