@@ -139,17 +139,24 @@ FI_INLINE void fi_prefetch(const uint8_t *p, int64_t n) {
 // re, at, ot, NA) computing weight rows [rs, re) against the NA activation
 // rows at at (outputs at ot) when there are several activation rows; for
 // FI_DEFINE_GEMM that is one tile call per row (FI_GEMM_ROW_TILES).
+// FI_DEFINE_GEMM_DR(name, decode, rows) is FI_DEFINE_GEMM_ROWS with the
+// statements decode computing rows [r0, r1) against one activation row
+// (FI_GEMM_DECODE_ROWS(tile): one tile call per row, the row after next
+// prefetched).
 #define FI_DEFINE_GEMM(name, tile) FI_DEFINE_GEMM_ROWS(name, tile, FI_GEMM_ROW_TILES(tile))
 #define FI_GEMM_ROW_TILES(tile)                                                                          \
 	for (int64_t r = rs; r < re; r++) tile(w + r * ws, cols, at, as, ot + r, os, NA)
-#define FI_DEFINE_GEMM_ROWS(name, tile, rows)                                                            \
+#define FI_DEFINE_GEMM_ROWS(name, tile, rows) FI_DEFINE_GEMM_DR(name, FI_GEMM_DECODE_ROWS(tile), rows)
+#define FI_GEMM_DECODE_ROWS(tile)                                                                        \
+	for (int64_t r = r0; r < r1; r++) {                                                                  \
+		fi_prefetch(w + (r + FI_PF_ROWS) * ws, ws);                                                      \
+		tile(w + r * ws, cols, a, as, out + r, os, 1);                                                   \
+	}
+#define FI_DEFINE_GEMM_DR(name, decode, rows)                                                            \
 	static void name(const uint8_t *w, int64_t ws, int64_t cols, int64_t r0, int64_t r1, const uint8_t *a, \
 	                 int64_t as, int64_t nact, float *out, int64_t os) {                                   \
 		if (nact == 1) {                                                                                   \
-			for (int64_t r = r0; r < r1; r++) {                                                            \
-				fi_prefetch(w + (r + FI_PF_ROWS) * ws, ws);                                                \
-				tile(w + r * ws, cols, a, as, out + r, os, 1);                                             \
-			}                                                                                              \
+			decode;                                                                                        \
 			return;                                                                                        \
 		}                                                                                                  \
 		int64_t rbk = FI_ROW_BLOCK_BYTES / ws;                                                             \

@@ -87,48 +87,28 @@ FI_FLOAT_TILE(tile_f16, 2, ld8_f16, ld1_f16)
 FI_FLOAT_TILE(tile_bf16, 2, ld8_bf16, ld1_bf16)
 
 // FI_DEFINE_GEMM_F(name, tile) defines a float GEMM (fi_gemm_fn) on tile.
-// Decode: weight rows in fours (four FMA chains; with one row's two chains
-// to itself, as before session 27, F16 ran as fast and F32 slower), the
-// fours after next prefetched. Several activation rows: weight rows in pairs (an
-// odd last row alone), up to 4 activation rows a tile, in blocks of weight
-// rows that stay in L2 across the activation tiles.
-#define FI_DEFINE_GEMM_F(name, tile)                                                                     \
-	static void name(const uint8_t *w, int64_t ws, int64_t cols, int64_t r0, int64_t r1, const uint8_t *a, \
-	                 int64_t as, int64_t nact, float *out, int64_t os) {                                   \
-		if (nact == 1) {                                                                                   \
-			int64_t r = r0;                                                                                \
-			for (; r + 4 <= r1; r += 4) {                                                                  \
-				fi_prefetch(w + (r + 4 * FI_PF_ROWS) * ws, 4 * ws);                                        \
-				tile(w + r * ws, ws, cols, a, as, out + r, os, 4, 1);                                      \
-			}                                                                                              \
-			for (; r < r1; r++) tile(w + r * ws, ws, cols, a, as, out + r, os, 1, 1);                      \
-			return;                                                                                        \
-		}                                                                                                  \
-		int64_t rbk = FI_ROW_BLOCK_BYTES / ws;                                                             \
-		if (rbk < 2) rbk = 2;                                                                              \
-		for (int64_t rs = r0; rs < r1; rs += rbk) {                                                        \
-			const int64_t re = rs + rbk < r1 ? rs + rbk : r1;                                              \
-			for (int64_t t = 0; t < nact; t += 4) {                                                        \
-				const uint8_t *at = a + t * as;                                                            \
-				float *ot = out + t * os;                                                                  \
-				const int64_t na = nact - t < 4 ? nact - t : 4;                                            \
-				for (int64_t r = rs; r < re; r += 2) {                                                     \
-					const uint8_t *wr = w + r * ws;                                                        \
-					const int nr = re - r >= 2 ? 2 : 1;                                                    \
-					switch (na * 2 + nr) {                                                                 \
-					case 3: tile(wr, ws, cols, at, as, ot + r, os, 1, 1); break;                           \
-					case 4: tile(wr, ws, cols, at, as, ot + r, os, 2, 1); break;                           \
-					case 5: tile(wr, ws, cols, at, as, ot + r, os, 1, 2); break;                           \
-					case 6: tile(wr, ws, cols, at, as, ot + r, os, 2, 2); break;                           \
-					case 7: tile(wr, ws, cols, at, as, ot + r, os, 1, 3); break;                           \
-					case 8: tile(wr, ws, cols, at, as, ot + r, os, 2, 3); break;                           \
-					case 9: tile(wr, ws, cols, at, as, ot + r, os, 1, 4); break;                           \
-					default: tile(wr, ws, cols, at, as, ot + r, os, 2, 4);                                 \
-					}                                                                                      \
-				}                                                                                          \
-			}                                                                                              \
-		}                                                                                                  \
+// Decode (FI_FLOAT_DECODE): weight rows in fours (four FMA chains; with
+// one row's two chains to itself, as before session 27, F16 ran as fast
+// and F32 slower), the fours after next prefetched. Several activation
+// rows (FI_FLOAT_ROWS): weight rows in pairs (an odd last row alone), up
+// to 4 activation rows a tile, in blocks of weight rows that stay in L2
+// across the activation tiles (FI_DEFINE_GEMM_DR).
+#define FI_FLOAT_DECODE(tile)                                                                            \
+	int64_t r = r0;                                                                                      \
+	for (; r + 4 <= r1; r += 4) {                                                                        \
+		fi_prefetch(w + (r + 4 * FI_PF_ROWS) * ws, 4 * ws);                                              \
+		tile(w + r * ws, ws, cols, a, as, out + r, os, 4, 1);                                            \
+	}                                                                                                    \
+	for (; r < r1; r++) tile(w + r * ws, ws, cols, a, as, out + r, os, 1, 1)
+#define FI_FLOAT_ROWS(tile)                                                                              \
+	for (int64_t r = rs; r < re; r += 2) {                                                               \
+		if (re - r >= 2) {                                                                               \
+			tile(w + r * ws, ws, cols, at, as, ot + r, os, 2, NA);                                       \
+		} else {                                                                                         \
+			tile(w + r * ws, ws, cols, at, as, ot + r, os, 1, NA);                                       \
+		}                                                                                                \
 	}
+#define FI_DEFINE_GEMM_F(name, tile) FI_DEFINE_GEMM_DR(name, FI_FLOAT_DECODE(tile), FI_FLOAT_ROWS(tile))
 
 FI_DEFINE_GEMM_F(gemm_f32, tile_f32)
 FI_DEFINE_GEMM_F(gemm_f16, tile_f16)
