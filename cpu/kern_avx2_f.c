@@ -31,14 +31,13 @@ FI_INLINE float ld1_bf16(const uint8_t *p) {
 
 // FI_FLOAT_TILE(name, esz, ld8, ld1) defines a tile of nr weight rows (w,
 // w + ws, ...) times na activation rows (nr ≤ 2 and na ≤ 4, or nr = 4 and
-// na = 1), elements of esz bytes loaded 8
-// at a time by ld8 and singly by ld1; it writes out[j*os + k] (row k,
-// activation j). Every output is summed in one order whatever nr and na:
-// one float32 FMA chain over 8-element steps, hsum_ps's tree, then the
-// tail's products fused in order. So a row's product has the same bits
-// alone and in a batch of any size (TestGemmRowsBatchInvariant), as the
-// integer-summed quantized products do. Per 8 elements: nr + na loads for
-// nr·na FMAs.
+// na = 1), elements of esz bytes loaded 8 at a time by ld8 and singly by
+// ld1; it writes out[j*os + k] (row k, activation j). Every output is
+// summed in one order whatever nr and na: one float32 FMA chain over
+// 8-element steps, hsum_ps's tree, then the tail's products fused in
+// order. So a row's product has the same bits alone and in a batch of any
+// size (TestGemmRowsBatchInvariant), as the integer-summed quantized
+// products do. Per 8 elements: nr + na loads for nr·na FMAs.
 #define FI_FLOAT_TILE(name, esz, ld8, ld1)                                                               \
 	FI_INLINE void name(const uint8_t *w, int64_t ws, int64_t cols, const uint8_t *a, int64_t as,         \
 	                    float *out, int64_t os, const int nr, const int na) {                            \

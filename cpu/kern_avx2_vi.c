@@ -4,10 +4,11 @@
 // reference, and the arithmetic is exact, so every path gives the same
 // sums): the rows' scales gathered, the softmax weights times the scales
 // rounded to int16, then pmaddwd of int16 weight pairs (two rows) by the
-// two rows' integer values (q4_0's bare nibbles, q8_0's int8s, TurboQuant's
-// codebook as int8), 16 products per instruction where an FMA makes 8. pmaddwd runs
-// at two per cycle on Zen 3, as the FMAs do (docs/decisions.md, "Integer
-// decode V sums"). AVX-512 machines run these kernels too.
+// two rows' integer values (q4_0's bare nibbles, q8_0's int8s,
+// TurboQuant's codebook as int8), 16 products per instruction where an FMA
+// makes 8. pmaddwd runs at two per cycle on Zen 3, as the FMAs do
+// (docs/decisions.md, "Integer decode V sums"). AVX-512 machines run these
+// kernels too.
 
 #pragma GCC target("avx2,fma,f16c")
 
