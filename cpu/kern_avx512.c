@@ -490,7 +490,9 @@ I5 void float_tile(const int esz, const uint8_t *w, int64_t ws, int64_t cols, co
 	}
 	// one reduction for every na: an output's bits do not depend on the
 	// batch around it (TestGemmRowsBatchInvariant)
-	UNROLL(2) for (int k = 0; k < nr; k++) UNROLL(4) for (int j = 0; j < na; j++) out[j * os + k] = _mm512_reduce_add_ps(c[k][j]);
+	UNROLL(2) for (int k = 0; k < nr; k++) {
+		UNROLL(4) for (int j = 0; j < na; j++) out[j * os + k] = _mm512_reduce_add_ps(c[k][j]);
+	}
 }
 
 // gemm_float is fi_gemm_avx2 for F32 (esz 4) and F16 weights: rows in

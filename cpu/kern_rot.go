@@ -25,23 +25,13 @@ func (k *Kernels) Hadamard(x []float32, n int) {
 // TurboRotate is tq.Rotate(dst, x) (dst: tq.Padded() values), through
 // Hadamard: the same bits.
 func (k *Kernels) TurboRotate(tq *quant.Turbo, dst, x []float32) {
-	n, signs := tq.Padded(), tq.Signs()
-	dst = dst[:n]
-	dim := tq.Dim() // at most n
-	for i, v := range x[:dim] {
-		dst[i] = v * signs[i]
-	}
-	clear(dst[dim:])
-	k.Hadamard(dst, n)
+	tq.Sign(dst, x)
+	k.Hadamard(dst[:tq.Padded()], tq.Padded())
 }
 
 // TurboUnrotate is tq.Unrotate(dst, y) (y, Padded values, is modified),
 // through Hadamard: the same bits.
 func (k *Kernels) TurboUnrotate(tq *quant.Turbo, dst, y []float32) {
-	n, signs := tq.Padded(), tq.Signs()
-	y = y[:n]
-	k.Hadamard(y, n)
-	for i := range dst[:tq.Dim()] {
-		dst[i] = y[i] * signs[i]
-	}
+	k.Hadamard(y[:tq.Padded()], tq.Padded())
+	tq.Unsign(dst, y)
 }

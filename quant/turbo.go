@@ -123,17 +123,26 @@ func (t *Turbo) Bits() int   { return t.bits }
 // must not modify it.
 func (t *Turbo) Levels() []float32 { return t.levels }
 
-// Signs returns the rotation's random diagonal (Padded values, each ±1):
-// Rotate multiplies x by it before the Walsh-Hadamard transform, Unrotate
-// after. Callers must not modify it.
-func (t *Turbo) Signs() []float32 { return t.signs }
-
 // RowBytes is the size of one encoded vector.
 func (t *Turbo) RowBytes() int { return 2 + (t.n*t.bits+7)/8 }
 
 // Rotate writes R x (Padded values) to dst: x zero-padded, multiplied by
 // the random signs, then by the normalized Walsh-Hadamard matrix.
 func (t *Turbo) Rotate(dst, x []float32) {
+	t.Sign(dst, x)
+	fwht(dst[:t.n])
+}
+
+// Unrotate writes the first Dim values of R^T y to dst (y is modified).
+func (t *Turbo) Unrotate(dst, y []float32) {
+	fwht(y[:t.n]) // the normalized Hadamard matrix is its own inverse
+	t.Unsign(dst, y)
+}
+
+// Sign is Rotate's first step: dst (Padded values) is x zero-padded and
+// multiplied by the random signs. A caller with a transform of its own
+// (cpu's SIMD Hadamard) rotates with Sign, then its transform.
+func (t *Turbo) Sign(dst, x []float32) {
 	dst = dst[:t.n]
 	for i := range dst {
 		if i < t.dim {
@@ -142,13 +151,11 @@ func (t *Turbo) Rotate(dst, x []float32) {
 			dst[i] = 0
 		}
 	}
-	fwht(dst)
 }
 
-// Unrotate writes the first Dim values of R^T y to dst (y is modified).
-func (t *Turbo) Unrotate(dst, y []float32) {
-	y = y[:t.n]
-	fwht(y) // the normalized Hadamard matrix is its own inverse
+// Unsign is Unrotate's last step: dst's first Dim values are y's (already
+// transformed) multiplied by the random signs.
+func (t *Turbo) Unsign(dst, y []float32) {
 	for i := range t.dim {
 		dst[i] = y[i] * t.signs[i]
 	}
