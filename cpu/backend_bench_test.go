@@ -3,7 +3,9 @@ package cpu_test
 import (
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -397,6 +399,48 @@ func fillKV(kv *model.KVCache, n int) {
 	for p := range n {
 		kv.SetK(0, 0, p, k[p*kv.KDim:(p+1)*kv.KDim])
 		kv.SetV(0, 0, p, v[p*kv.VDim:(p+1)*kv.VDim])
+	}
+}
+
+// BenchmarkAttentionDecodeDRAM is BenchmarkAttentionDecode over 16 layers
+// of cache (the llama-1b preset's), a layer per call in turn, so the rows
+// come from memory as in a decode step (one layer's 16.8 MB of f16 K and V
+// would sit partly in this machine's 32 MB L3), with the Backend's threads
+// (2 here; THREADS=n sets them).
+func BenchmarkAttentionDecodeDRAM(b *testing.B) {
+	const depth, layers = 8192, 16
+	h := model.Hyper{NHead: 32, NHeadKV: 8, HeadDimK: 64, HeadDimV: 64, NLayer: layers}
+	for _, types := range []model.KVTypes{{K: model.KVF16, V: model.KVF16}, {K: model.KVQ8_0, V: model.KVQ8_0},
+		{K: model.KVQ4_0, V: model.KVQ4_0}, {K: model.KVTQ4, V: model.KVTQ3}} {
+		b.Run(fmt.Sprintf("kv=%s", types), func(b *testing.B) {
+			kv, err := model.NewKVCacheOf(&h, types, depth, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			k, v := randomF32(depth*kv.KDim, 1), randomF32(depth*kv.VDim, 2)
+			for l := range layers {
+				for p := range depth {
+					kv.SetK(l, 0, p, k[p*kv.KDim:(p+1)*kv.KDim])
+					kv.SetV(l, 0, p, v[p*kv.VDim:(p+1)*kv.VDim])
+				}
+			}
+			q := randomF32(h.NHead*h.HeadDimK, 3)
+			out := make([]float32, h.NHead*h.HeadDimV)
+			seq, pos := []int32{0}, []int32{depth - 1}
+			threads := 2
+			if s := os.Getenv("THREADS"); s != "" {
+				threads, _ = strconv.Atoi(s)
+			}
+			be := cpu.NewBackend(threads, nil)
+			defer be.Close()
+			l := 0
+			for b.Loop() {
+				be.Attention(out, q, kv, l, seq, pos, &h, 0.125)
+				l = (l + 1) % layers
+			}
+			b.ReportMetric(float64(kv.Bytes())/layers*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)*layers/1e6, "ms/token")
+		})
 	}
 }
 
