@@ -510,10 +510,14 @@ func TestBackendAttentionRecent(t *testing.T) {
 // packed or not (a sequence batched with others decodes as it does alone),
 // but for unpacked matrices of repackedTypes from cpu.RepackMinActs rows.
 func TestMatMulBatchInvariant(t *testing.T) {
-	const rows, cols = 40, 512
+	const cols = 512
 	for _, wt := range []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q4_K, quant.Q6_K, quant.Q8_0, quant.Q4_0, quant.Q5_K} {
-		for _, pack := range []bool{true, false} {
-			t.Run(fmt.Sprintf("type=%s/pack=%v", wt, pack), func(t *testing.T) {
+		for _, c := range []struct {
+			rows int
+			pack bool
+		}{{40, true}, {40, false}, {45, true}, {5, true}} { // packed, 45 and 5 rows leave a tail
+			rows, pack := c.rows, c.pack
+			t.Run(fmt.Sprintf("type=%s/rows=%d/pack=%v", wt, rows, pack), func(t *testing.T) {
 				rb, _ := quant.RowBytes(wt, cols)
 				w := &model.Weight{Name: "w", Type: wt, Cols: cols, Rows: rows, RowBytes: rb, Data: randomWeights(wt, rows, cols)}
 				be := cpu.NewBackend(2, nil)

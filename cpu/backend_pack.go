@@ -13,6 +13,7 @@ import (
 
 	"github.com/flowinfer/flowinfer/io/nvme"
 	"github.com/flowinfer/flowinfer/model"
+	"github.com/flowinfer/flowinfer/quant"
 )
 
 // packKey identifies a weight matrix by its bytes.
@@ -47,7 +48,8 @@ func (b *Backend) PackInto(dst []byte, w *model.Weight) error {
 // place through view.
 func (b *Backend) packedFor(w *model.Weight, view *Packed) *Packed {
 	if w.Packed {
-		*view = Packed{isa: b.k.isa, wt: w.Type, rows: w.Rows, cols: w.Cols, data: w.Data}
+		wrb, _ := quant.RowBytes(w.Type, w.Cols)
+		*view = Packed{isa: b.k.isa, wt: w.Type, rows: w.Rows, cols: w.Cols, body: w.Rows / PackRows * PackRows, wrb: wrb, data: w.Data}
 		return view
 	}
 	if b.NoPack {

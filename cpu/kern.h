@@ -122,7 +122,10 @@ void fi_turbo_decode_avx2(int bits, const float *levels, const uint8_t *src, int
 // unpacked Q4_0, Q4_K, Q6_K and Q8_0 weights on the fly (kern_avx2_rp.c):
 // there it pays. Those rows' products sum each block in another float
 // order than the dot kernels', so they may differ from a row's product
-// alone in the last bits (the packed kernels have no such threshold).
+// alone in the last bits (the packed kernels have no such threshold). The
+// Backend multiplies by packed copies (kern_pack.go: a matrix whose rows are
+// not a multiple of 8 has its last rows taken one activation row at a
+// time), so only its NoPack (bench --no-pack) meets this.
 #define FI_RP_MIN_ACTS 8
 
 // The float32 exp of the SIMD paths (fa_exp8 in kern_avx2.h, exp16 in

@@ -7,6 +7,13 @@
 // longer read them; the copy has the file's size (Q4_0, Q6_K, Q8_0) or 4
 // bytes more per 256 weights (Q4_K 148 instead of 144, Q5_K 180 instead of
 // 176). llama.cpp's CPU_REPACK buffers do the same for Q4_0, Q4_K and Q2_K.
+//
+// A matrix whose rows are not a multiple of PackRows (an output matrix of
+// 32001 or 50257 rows) is packed but for its last rows, which the packed
+// copy keeps in the file's layout and the products take with the
+// matrix-vector kernel one activation row at a time, as a lone row: a row
+// gets the same bits whatever the batch, and the rest of the matrix the
+// packed kernels' speed.
 
 package cpu
 
@@ -16,9 +23,10 @@ import (
 	"github.com/flowinfer/flowinfer/quant"
 )
 
-// PackRows is the row granularity of packed weights: a packed matrix has a
-// multiple of PackRows rows, and packed products take row ranges whose ends
-// are multiples of it.
+// PackRows is the row granularity of packed weights: a packed matrix holds
+// its rows up to the last multiple of PackRows (its body) in the kernels'
+// layout and the rest (its tail) as the file's rows, and packed products
+// take row ranges whose ends are multiples of PackRows or the last row.
 const PackRows = 8
 
 // Packed is a weight matrix in a kernel layout, made by Kernels.Pack. It is
@@ -27,8 +35,20 @@ type Packed struct {
 	isa        ISA
 	wt         quant.Type
 	rows, cols int
-	data       []byte
+	body       int    // rows in the kernels' layout: rows rounded down to PackRows
+	wrb        int    // bytes of a row of the tail
+	data       []byte // the body's packed bytes, then the tail's rows back to back
 }
+
+// newPacked returns the Packed of a rows×cols wt matrix whose packed bytes
+// (packedSize of them) are data.
+func newPacked(isa ISA, wt quant.Type, rows, cols int, data []byte) *Packed {
+	wrb, _ := quant.RowBytes(wt, cols)
+	return &Packed{isa: isa, wt: wt, rows: rows, cols: cols, body: rows / PackRows * PackRows, wrb: wrb, data: data}
+}
+
+// tail returns the tail's rows.
+func (p *Packed) tail() []byte { return p.data[len(p.data)-(p.rows-p.body)*p.wrb:] }
 
 // Type returns the weight type.
 func (p *Packed) Type() quant.Type { return p.wt }
@@ -45,14 +65,39 @@ func (p *Packed) Bytes() int { return len(p.data) }
 // CanPack reports whether Pack handles a rows×cols matrix of type wt on
 // this path.
 func (k *Kernels) CanPack(wt quant.Type, rows, cols int) bool {
-	if k.isa == ISAScalarGo || rows <= 0 || rows%PackRows != 0 {
+	if k.isa == ISAScalarGo || rows <= 0 {
 		return false
 	}
 	bs, _, ok := dotLayout(wt)
 	if !ok || cols <= 0 || cols%bs != 0 {
 		return false
 	}
-	return packedSizeC(k.isa, wt, rows, cols) > 0
+	return packedSizeC(k.isa, wt, PackRows, cols) > 0
+}
+
+// packedSize is PackedSize once CanPack holds: the body's packed bytes and
+// the tail's rows.
+func (k *Kernels) packedSize(wt quant.Type, rows, cols int) int {
+	body := rows / PackRows * PackRows
+	n := 0
+	if body > 0 {
+		n = packedSizeC(k.isa, wt, body, cols)
+	}
+	wrb, _ := quant.RowBytes(wt, cols)
+	return n + (rows-body)*wrb
+}
+
+// pack writes the packed form of w (packedSize bytes) to dst.
+func (k *Kernels) pack(wt quant.Type, w []byte, rowBytes, rows, cols int, dst []byte) {
+	body := rows / PackRows * PackRows
+	if body > 0 {
+		packC(k.isa, wt, w, rowBytes, body, cols, dst)
+	}
+	wrb, _ := quant.RowBytes(wt, cols)
+	t := dst[len(dst)-(rows-body)*wrb:]
+	for r := body; r < rows; r++ {
+		copy(t[(r-body)*wrb:(r-body+1)*wrb], w[r*rowBytes:])
+	}
 }
 
 // Pack returns a packed copy of a rows×cols matrix of type wt whose row r
@@ -68,8 +113,8 @@ func (k *Kernels) Pack(wt quant.Type, w []byte, rowBytes, rows, cols int) (*Pack
 	if rowBytes < wrb || len(w) < (rows-1)*rowBytes+wrb {
 		return nil, fmt.Errorf("cpu: pack: %d rows of %d bytes (stride %d) need %d bytes, have %d", rows, wrb, rowBytes, (rows-1)*rowBytes+wrb, len(w))
 	}
-	p := &Packed{isa: k.isa, wt: wt, rows: rows, cols: cols, data: make([]byte, packedSizeC(k.isa, wt, rows, cols))}
-	packC(k.isa, wt, w, rowBytes, rows, cols, p.data)
+	p := newPacked(k.isa, wt, rows, cols, make([]byte, k.packedSize(wt, rows, cols)))
+	k.pack(wt, w, rowBytes, rows, cols, p.data)
 	return p, nil
 }
 
@@ -79,7 +124,7 @@ func (k *Kernels) PackedSize(wt quant.Type, rows, cols int) int {
 	if !k.CanPack(wt, rows, cols) {
 		return 0
 	}
-	return packedSizeC(k.isa, wt, rows, cols)
+	return k.packedSize(wt, rows, cols)
 }
 
 // PackInto is Pack into dst (at least PackedSize bytes, which it keeps:
@@ -100,26 +145,27 @@ func (k *Kernels) PackInto(dst []byte, wt quant.Type, w []byte, rowBytes, rows, 
 	if len(dst) < size {
 		return nil, fmt.Errorf("cpu: pack: destination of %d bytes, need %d", len(dst), size)
 	}
-	packC(k.isa, wt, w, rowBytes, rows, cols, dst[:size])
-	return &Packed{isa: k.isa, wt: wt, rows: rows, cols: cols, data: dst[:size]}, nil
+	k.pack(wt, w, rowBytes, rows, cols, dst[:size])
+	return newPacked(k.isa, wt, rows, cols, dst[:size]), nil
 }
 
 // DotRowsPacked is DotRows on packed weights: out[r] = dot(row r, a) for r
-// in [r0, r1), r0 and r1 multiples of PackRows (or r1 = p.Rows()).
+// in [r0, r1), r0 a multiple of PackRows, r1 one too or p.Rows().
 func (k *Kernels) DotRowsPacked(p *Packed, r0, r1 int, a []byte, out []float32) {
 	k.GemmRowsPacked(p, r0, r1, a, 1, out, r1)
 }
 
 // GemmRowsPacked is GemmRows on packed weights: out[t*outStride+r] for r
-// in [r0, r1) (multiples of PackRows) and t in [0, nAct).
+// in [r0, r1) (r0 a multiple of PackRows, r1 one too or p.Rows()) and t in
+// [0, nAct). The tail's rows take DotRows, one activation row at a time.
 func (k *Kernels) GemmRowsPacked(p *Packed, r0, r1 int, a []byte, nAct int, out []float32, outStride int) {
 	const op = "GemmRowsPacked"
 	arb := layoutBytes(op, quant.VecDotType(p.wt), p.cols, actLayout)
 	switch {
 	case p.isa != k.isa:
 		panic(fmt.Sprintf("cpu: %s: weights packed for %s, kernels are %s", op, p.isa, k.isa))
-	case r0 < 0 || r1 < r0 || r1 > p.rows || r0%PackRows != 0 || r1%PackRows != 0:
-		panic(fmt.Sprintf("cpu: %s: bad row range [%d, %d) of %d packed rows (ends must be multiples of %d)", op, r0, r1, p.rows, PackRows))
+	case r0 < 0 || r1 < r0 || r1 > p.rows || r0%PackRows != 0 || r1%PackRows != 0 && r1 != p.rows:
+		panic(fmt.Sprintf("cpu: %s: bad row range [%d, %d) of %d packed rows (ends must be multiples of %d or the last row)", op, r0, r1, p.rows, PackRows))
 	case nAct < 0:
 		panic(fmt.Sprintf("cpu: %s: %d activation rows", op, nAct))
 	case r1 == r0 || nAct == 0:
@@ -131,5 +177,12 @@ func (k *Kernels) GemmRowsPacked(p *Packed, r0, r1 int, a []byte, nAct int, out 
 	case len(out) < (nAct-1)*outStride+r1:
 		panic(fmt.Sprintf("cpu: %s: output needs %d floats, has %d", op, (nAct-1)*outStride+r1, len(out)))
 	}
-	gemmPackedC(k.isa, p.wt, p.data, p.cols, r0, r1, a, arb, nAct, out, outStride)
+	if b1 := min(r1, p.body); r0 < b1 {
+		gemmPackedC(k.isa, p.wt, p.data, p.cols, r0, b1, a, arb, nAct, out, outStride)
+	}
+	if r1 > p.body { // r0 ≤ p.body: r0 is a multiple of PackRows
+		for t := range nAct {
+			k.DotRows(p.wt, p.tail(), p.wrb, p.cols, 0, r1-p.body, a[t*arb:(t+1)*arb], out[t*outStride+p.body:])
+		}
+	}
 }

@@ -12,7 +12,9 @@ import (
 )
 
 // TestPacked checks products on packed weights against quant, like
-// TestGemmRows, for every type a path can pack.
+// TestGemmRows, for every type a path can pack, on whole row ranges and
+// parts, with row counts that leave a tail (rows past the last multiple
+// of PackRows, kept in the file's layout) or are all tail.
 func TestPacked(t *testing.T) {
 	r := rand.New(rand.NewPCG(13, 14))
 	packed := 0
@@ -21,7 +23,7 @@ func TestPacked(t *testing.T) {
 			// 70 super-blocks: longer than the activation a Q6_K product
 			// reorders at a time (64)
 			for _, cols := range append(colsFor(dt.typ), 70*256) {
-				for _, shape := range [][2]int{{8, 1}, {16, 3}, {64, 1}, {64, 8}, {40, 13}, {64, 37}} {
+				for _, shape := range [][2]int{{8, 1}, {16, 3}, {64, 1}, {64, 8}, {40, 13}, {64, 37}, {5, 1}, {5, 9}, {21, 1}, {45, 13}} {
 					rows, nAct := shape[0], shape[1]
 					if !k.CanPack(dt.typ, rows, cols) {
 						continue
@@ -34,12 +36,42 @@ func TestPacked(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						if p.Rows() != rows || p.Cols() != cols || p.Type() != dt.typ || p.Bytes() == 0 {
-							t.Fatalf("packed %d×%d %s (%d bytes)", p.Rows(), p.Cols(), p.Type(), p.Bytes())
+						if p.Rows() != rows || p.Cols() != cols || p.Type() != dt.typ || p.Bytes() != k.PackedSize(dt.typ, rows, cols) {
+							t.Fatalf("packed %d×%d %s (%d bytes, PackedSize %d)", p.Rows(), p.Cols(), p.Type(), p.Bytes(), k.PackedSize(dt.typ, rows, cols))
+						}
+						// PackInto gives the same products and writes no byte past
+						// PackedSize
+						buf := make([]byte, p.Bytes()+64)
+						for i := range buf {
+							buf[i] = 0xa5
+						}
+						pi, err := k.PackInto(buf, dt.typ, m.w, m.rowBytes, rows, cols)
+						if err != nil {
+							t.Fatal(err)
+						}
+						for i, b := range buf[p.Bytes():] {
+							if b != 0xa5 {
+								t.Fatalf("PackInto wrote byte %d past its %d", i, p.Bytes())
+							}
+						}
+						o1, o2 := make([]float32, nAct*rows), make([]float32, nAct*rows)
+						k.GemmRowsPacked(p, 0, rows, m.a, nAct, o1, rows)
+						k.GemmRowsPacked(pi, 0, rows, m.a, nAct, o2, rows)
+						for i := range o1 {
+							if math.Float32bits(o1[i]) != math.Float32bits(o2[i]) {
+								t.Fatalf("output %d: Pack %v, PackInto %v", i, o1[i], o2[i])
+							}
 						}
 						c := &outputChecker{t: t, typ: dt.typ, tol: dt.tol, cols: cols}
 						stride := rows + 3
-						for _, rr := range [][2]int{{0, rows}, {8, rows}, {0, 8}} {
+						ranges := [][2]int{{0, rows}}
+						if rows >= 16 {
+							ranges = append(ranges, [2]int{8, rows}, [2]int{0, 8})
+						}
+						if body := rows / cpu.PackRows * cpu.PackRows; body > 0 && body < rows {
+							ranges = append(ranges, [2]int{body, rows}, [2]int{0, body})
+						}
+						for _, rr := range ranges {
 							out := make([]float32, nAct*stride)
 							for i := range out {
 								out[i] = math.Float32frombits(guardBits)
@@ -89,7 +121,7 @@ func TestPackErrors(t *testing.T) {
 			for _, c := range []struct {
 				typ        quant.Type
 				rows, cols int
-			}{{quant.Q4_K, 12, 256}, {quant.Q4_K, 16, 200}, {quant.IQ4_NL, 16, 256}, {quant.Q4_K, 0, 256}} {
+			}{{quant.Q4_K, 16, 200}, {quant.IQ4_NL, 16, 256}, {quant.Q4_K, 0, 256}} {
 				if k.CanPack(c.typ, c.rows, c.cols) {
 					t.Errorf("CanPack(%s, %d, %d)", c.typ, c.rows, c.cols)
 				}
@@ -109,6 +141,24 @@ func TestPackErrors(t *testing.T) {
 					defer func() {
 						if s := fmt.Sprint(recover()); !strings.Contains(s, "row range") {
 							t.Errorf("rows [%d, %d): panic %q", rr[0], rr[1], s)
+						}
+					}()
+					k.DotRowsPacked(p, rr[0], rr[1], make([]byte, 292), make([]float32, 24))
+				}()
+			}
+			// 12 rows: 8 packed and a tail of 4 in the file's layout
+			p, err = k.Pack(quant.Q4_K, w, 144, 12, 256)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := k.PackedSize(quant.Q4_K, 8, 256) + 4*144; p.Bytes() != want || k.PackedSize(quant.Q4_K, 12, 256) != want {
+				t.Errorf("12 rows: %d packed bytes (PackedSize %d), want %d", p.Bytes(), k.PackedSize(quant.Q4_K, 12, 256), want)
+			}
+			for _, rr := range [][2]int{{4, 12}, {0, 10}, {8, 16}} {
+				func() {
+					defer func() {
+						if s := fmt.Sprint(recover()); !strings.Contains(s, "row range") {
+							t.Errorf("12 rows [%d, %d): panic %q", rr[0], rr[1], s)
 						}
 					}()
 					k.DotRowsPacked(p, rr[0], rr[1], make([]byte, 292), make([]float32, 24))
