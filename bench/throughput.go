@@ -45,9 +45,12 @@ type ThroughputConfig struct {
 	NoWarmup   bool   // skip the warm-up runs (llama-bench --no-warmup)
 	Seed       uint64 // random tokens
 	BOS        int32  // first token of each test, or -1 (model adds no BOS)
-	// Probe, if set, is called before each measured repetition of the tg
-	// test, untimed; its results go to Test.Probes (bench --roofline: the
-	// read bandwidth next to each repetition).
+	// Probe, if set, is called before and after each measured repetition
+	// of the tg test, untimed; the larger of the two results goes to
+	// Test.Probes (bench --roofline: the read bandwidth next to each
+	// repetition; a probe that fell in a moment when other tenants took
+	// the bus would otherwise put the ceiling below what the run itself
+	// read).
 	Probe func() float64
 }
 
@@ -58,7 +61,7 @@ type Test struct {
 	SamplesNS     []int64 // wall time of each repetition
 	Time          time.Time
 	Load          MachineLoad // the rest of the machine during the repetitions
-	Probes        []float64   // ThroughputConfig.Probe before each repetition
+	Probes        []float64   // ThroughputConfig.Probe next to each repetition (the larger of before and after)
 }
 
 // Name is llama-bench's test column: "pp512", "tg128", "pp512 @ d8192".
@@ -180,14 +183,19 @@ func Throughput(ctx context.Context, mctx *model.Context, cfg ThroughputConfig) 
 			if err := ctx.Err(); err != nil {
 				return out, err
 			}
-			if cfg.Probe != nil && tc.ng > 0 {
-				t.Probes = append(t.Probes, cfg.Probe())
+			probe := cfg.Probe != nil && tc.ng > 0
+			var before float64
+			if probe {
+				before = cfg.Probe()
 			}
 			t0 := time.Now()
 			if err := tc.run(n); err != nil {
 				return out, err
 			}
 			t.SamplesNS = append(t.SamplesNS, time.Since(t0).Nanoseconds())
+			if probe {
+				t.Probes = append(t.Probes, max(before, cfg.Probe()))
+			}
 		}
 		t.Load = loadBetween(c0, readCPUTimes())
 		out = append(out, t)

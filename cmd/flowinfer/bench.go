@@ -39,7 +39,7 @@ type BenchCmd struct {
 	NoWarmup   bool   `name:"no-warmup" help:"Skip the warm-up runs."`
 	Seed       uint64 `name:"seed" default:"1234" help:"Seed of the random tokens."`
 	CPUProfile string `name:"cpuprofile" help:"Write a pprof CPU profile of the measured runs." type:"path"`
-	Roofline   bool   `name:"roofline" help:"Also measure read bandwidth (a scan of the resident weights) before each tg repetition and print the decode ceiling (bytes read per token / bandwidth) on stderr, and a second one that also holds attention's arithmetic to the measured float32 FMA peak."`
+	Roofline   bool   `name:"roofline" help:"Also measure read bandwidth (a scan of the resident weights) before and after each tg repetition and print the decode ceiling (bytes read per token / bandwidth) on stderr, and a second one that also holds attention's arithmetic to the measured float32 FMA peak."`
 }
 
 func (c *BenchCmd) Run(g *Globals) error {
@@ -114,7 +114,7 @@ func (c *BenchCmd) Run(g *Globals) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	var probe func() float64          // --roofline: the bandwidth next to each tg repetition
+	var probe func() float64          // --roofline: the bandwidth before and after each tg repetition
 	var probed, scanned, streamed int // weight bytes and all bytes the probe reads; streamed layers
 	for il := range b.Model.Layers {
 		if wp.StreamsLayer(il) {
@@ -297,8 +297,8 @@ func minOf(x []int) int {
 	return m
 }
 
-// probePasses and probeMin: the read-bandwidth probe before each tg
-// repetition (bench --roofline) is the best of probePasses scans of the
+// probePasses and probeMin: the read-bandwidth probe before and after each
+// tg repetition (bench --roofline) is the best of probePasses scans of the
 // resident weights, with a buffer of its own added up to probeMin bytes
 // (8 times the largest L3 of the machines we run on).
 const (
@@ -336,8 +336,8 @@ func weightRegions(be *cpu.Backend, m *model.Model, streamed func(il int) bool) 
 // printRoofline prints each tg test's decode ceiling: the weight bytes
 // and the K and V cache bytes (in the cache's types) read per token at the
 // test's mean position, over the read bandwidth of the weights (probed
-// bytes of them; scanned bytes in all) measured right before each
-// repetition with as many threads. The fraction is the mean of the
+// bytes of them; scanned bytes in all) measured right before and right
+// after each repetition with as many threads, the larger of the two. The fraction is the mean of the
 // repetitions' own. With streamed layers (their count) the disk bounds
 // the run, which it says.
 //
@@ -356,8 +356,8 @@ func printRoofline(m *model.Model, kv model.KVTypes, threads, probed, scanned, s
 	if scanned > probed {
 		how += fmt.Sprintf(" and %.1f MB of its own (a scan of fewer bytes would hit the caches)", float64(scanned-probed)/1e6)
 	}
-	fmt.Fprintf(os.Stderr, "roofline: %.1f MB of weights and %d bytes of %s KV cache per cached token read per token; read bandwidth: the best of %d scans of %s before each repetition, %d threads\n",
-		float64(w)/1e6, kvTok, kv, probePasses, how, threads)
+	fmt.Fprintf(os.Stderr, "roofline: %.1f MB of weights and %d bytes of %s KV cache per cached token read per token; read bandwidth: the best of %d scans of %s before and %d after each repetition, %d threads\n",
+		float64(w)/1e6, kvTok, kv, probePasses, how, probePasses, threads)
 	if streamed > 0 {
 		fmt.Fprintf(os.Stderr, "roofline: %d of %d layers stream from disk each step: the disk, not memory, bounds these runs (the weight path's lines above); the ceilings below are memory's\n",
 			streamed, len(m.Layers))
