@@ -13,7 +13,6 @@ import (
 
 	"github.com/flowinfer/flowinfer/io/nvme"
 	"github.com/flowinfer/flowinfer/model"
-	"github.com/flowinfer/flowinfer/quant"
 )
 
 // packKey identifies a weight matrix by its bytes.
@@ -48,9 +47,7 @@ func (b *Backend) PackInto(dst []byte, w *model.Weight) error {
 // place through view.
 func (b *Backend) packedFor(w *model.Weight, view *Packed) *Packed {
 	if w.Packed {
-		wrb, _ := quant.RowBytes(w.Type, w.Cols)
-		*view = Packed{isa: b.k.isa, wt: w.Type, rows: w.Rows, cols: w.Cols, body: w.Rows / PackRows * PackRows, wrb: wrb, data: w.Data}
-		return view
+		return view.set(b.k.isa, w.Type, w.Rows, w.Cols, w.Data)
 	}
 	if b.NoPack {
 		return nil

@@ -40,11 +40,12 @@ type Packed struct {
 	data       []byte // the body's packed bytes, then the tail's rows back to back
 }
 
-// newPacked returns the Packed of a rows×cols wt matrix whose packed bytes
-// (packedSize of them) are data.
-func newPacked(isa ISA, wt quant.Type, rows, cols int, data []byte) *Packed {
+// set makes p the Packed of a rows×cols wt matrix whose packed bytes
+// (packedSize of them) are data, and returns p.
+func (p *Packed) set(isa ISA, wt quant.Type, rows, cols int, data []byte) *Packed {
 	wrb, _ := quant.RowBytes(wt, cols)
-	return &Packed{isa: isa, wt: wt, rows: rows, cols: cols, body: rows / PackRows * PackRows, wrb: wrb, data: data}
+	*p = Packed{isa: isa, wt: wt, rows: rows, cols: cols, body: rows / PackRows * PackRows, wrb: wrb, data: data}
+	return p
 }
 
 // tail returns the tail's rows.
@@ -113,7 +114,7 @@ func (k *Kernels) Pack(wt quant.Type, w []byte, rowBytes, rows, cols int) (*Pack
 	if rowBytes < wrb || len(w) < (rows-1)*rowBytes+wrb {
 		return nil, fmt.Errorf("cpu: pack: %d rows of %d bytes (stride %d) need %d bytes, have %d", rows, wrb, rowBytes, (rows-1)*rowBytes+wrb, len(w))
 	}
-	p := newPacked(k.isa, wt, rows, cols, make([]byte, k.packedSize(wt, rows, cols)))
+	p := new(Packed).set(k.isa, wt, rows, cols, make([]byte, k.packedSize(wt, rows, cols)))
 	k.pack(wt, w, rowBytes, rows, cols, p.data)
 	return p, nil
 }
@@ -146,7 +147,7 @@ func (k *Kernels) PackInto(dst []byte, wt quant.Type, w []byte, rowBytes, rows, 
 		return nil, fmt.Errorf("cpu: pack: destination of %d bytes, need %d", len(dst), size)
 	}
 	k.pack(wt, w, rowBytes, rows, cols, dst[:size])
-	return newPacked(k.isa, wt, rows, cols, dst[:size]), nil
+	return new(Packed).set(k.isa, wt, rows, cols, dst[:size]), nil
 }
 
 // DotRowsPacked is DotRows on packed weights: out[r] = dot(row r, a) for r
