@@ -132,37 +132,28 @@ func TestPackErrors(t *testing.T) {
 			if _, err := k.Pack(quant.Q4_K, w[:15*144+100], 144, 16, 256); err == nil || !strings.Contains(err.Error(), "need") {
 				t.Errorf("short weights: %v", err)
 			}
-			p, err := k.Pack(quant.Q4_K, w, 144, 16, 256)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, rr := range [][2]int{{4, 16}, {0, 12}, {8, 24}} {
-				func() {
-					defer func() {
-						if s := fmt.Sprint(recover()); !strings.Contains(s, "row range") {
-							t.Errorf("rows [%d, %d): panic %q", rr[0], rr[1], s)
-						}
+			// badRanges: each range of a rows-row packed matrix panics
+			badRanges := func(rows int, ranges [][2]int) {
+				p, err := k.Pack(quant.Q4_K, w, 144, rows, 256)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, rr := range ranges {
+					func() {
+						defer func() {
+							if s := fmt.Sprint(recover()); !strings.Contains(s, "row range") {
+								t.Errorf("%d rows [%d, %d): panic %q", rows, rr[0], rr[1], s)
+							}
+						}()
+						k.DotRowsPacked(p, rr[0], rr[1], make([]byte, 292), make([]float32, 24))
 					}()
-					k.DotRowsPacked(p, rr[0], rr[1], make([]byte, 292), make([]float32, 24))
-				}()
+				}
 			}
+			badRanges(16, [][2]int{{4, 16}, {0, 12}, {8, 24}})
 			// 12 rows: 8 packed and a tail of 4 in the file's layout
-			p, err = k.Pack(quant.Q4_K, w, 144, 12, 256)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if want := k.PackedSize(quant.Q4_K, 8, 256) + 4*144; p.Bytes() != want || k.PackedSize(quant.Q4_K, 12, 256) != want {
-				t.Errorf("12 rows: %d packed bytes (PackedSize %d), want %d", p.Bytes(), k.PackedSize(quant.Q4_K, 12, 256), want)
-			}
-			for _, rr := range [][2]int{{4, 12}, {0, 10}, {8, 16}} {
-				func() {
-					defer func() {
-						if s := fmt.Sprint(recover()); !strings.Contains(s, "row range") {
-							t.Errorf("12 rows [%d, %d): panic %q", rr[0], rr[1], s)
-						}
-					}()
-					k.DotRowsPacked(p, rr[0], rr[1], make([]byte, 292), make([]float32, 24))
-				}()
+			badRanges(12, [][2]int{{4, 12}, {0, 10}, {8, 16}})
+			if want := k.PackedSize(quant.Q4_K, 8, 256) + 4*144; k.PackedSize(quant.Q4_K, 12, 256) != want {
+				t.Errorf("12 rows: PackedSize %d, want %d", k.PackedSize(quant.Q4_K, 12, 256), want)
 			}
 		})
 	}
