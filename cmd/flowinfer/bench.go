@@ -337,9 +337,9 @@ func weightRegions(be *cpu.Backend, m *model.Model, streamed func(il int) bool) 
 // and the K and V cache bytes (in the cache's types) read per token at the
 // test's mean position, over the read bandwidth of the weights (probed
 // bytes of them; scanned bytes in all) measured right before and right
-// after each repetition with as many threads, the larger of the two. The fraction is the mean of the
-// repetitions' own. With streamed layers (their count) the disk bounds
-// the run, which it says.
+// after each repetition with as many threads, the larger of the two. The
+// fraction is the mean of the repetitions' own. With streamed layers
+// (their count) the disk bounds the run, which it says.
 //
 // With peak (float32 FLOP/s on the threads; 0: not measured) a second line
 // per test counts attention's arithmetic too: a layer's products need its
