@@ -204,9 +204,10 @@ func randomPositive(n int) []float32 {
 // (measured, AVX2 and Go). 1e-8 leaves room for that; pairing each code
 // with the other value of its query pair gave 0.2 to 1.7 (measured).
 // V rows of q4_0, q8_0 (since session 27) and 3- and 4-bit TurboQuant
-// move more: decode sums them in integers, with the softmax weights times the rows' scales rounded to
-// int16 steps of their largest/32767 (kern_wint.go, checked bit for bit
-// by TestAttnSumQ). These random heads spread their weights over up to
+// move more: decode sums them in integers, with the softmax weights times
+// the rows' scales rounded to int16 steps of their largest/32767
+// (kern_wint.go, checked bit for bit by TestAttnSumQ). These random heads
+// spread their weights over up to
 // 300 rows of random norms, so most weights are far below the largest and
 // keep fewer bits: the decode rows' NMSE against Ref is 2.2e-9 to 9.3e-9
 // (measured, AVX2 and Go, K and V rounding together), where the tq3

@@ -146,10 +146,8 @@ func (x *WInt) rowBytes() int {
 // blockBytes returns the bytes of a block of 32 values (q4_0, q8_0): its
 // f16 scale first.
 func (x *WInt) blockBytes() int {
-	if x.t == quant.Q8_0 {
-		return 34
-	}
-	return 18
+	n, _ := quant.RowBytes(x.t, 32) // Begin checked the type
+	return n
 }
 
 // checkRun panics unless rows [j0, j0+n) of x fit src at stride.
@@ -314,18 +312,16 @@ func (k *Kernels) AttnSumQ(x *WInt, src []byte, stride, j0, n int) {
 // rowInts sets v to a row's integer values: q4_0's bare nibbles (0..15),
 // q8_0's int8s, TurboQuant's c8[code].
 func (x *WInt) rowInts(row []byte, v []int8) {
-	if x.t == quant.Q8_0 && x.tq == nil {
-		for b := range len(v) / 32 {
-			for i, c := range row[b*34+2 : b*34+34] {
-				v[b*32+i] = int8(c)
-			}
-		}
-		return
-	}
 	if x.tq == nil {
+		bb := x.blockBytes()
 		for b := range len(v) / 32 {
-			for i, c := range row[b*18+2 : b*18+18] {
-				v[b*32+i], v[b*32+16+i] = int8(c&15), int8(c>>4)
+			q := row[b*bb+2 : (b+1)*bb] // the block's values, after its scale
+			for i, c := range q {
+				if x.t == quant.Q8_0 {
+					v[b*32+i] = int8(c)
+				} else {
+					v[b*32+i], v[b*32+16+i] = int8(c&15), int8(c>>4)
+				}
 			}
 		}
 		return
