@@ -354,6 +354,17 @@ func (a *attnTask) run(worker int) {
 	}
 }
 
+// IntegerKV reports whether decode attention scores (v false) or sums (v
+// true) cached rows of type t in integers, with Kernels.MAddPeak's
+// arithmetic (qintKind, wintKind): K rows of q4_0 and 4-bit TurboQuant, V
+// rows of q4_0, q8_0 and 3- and 4-bit TurboQuant.
+func IntegerKV(t model.KVType, v bool) bool {
+	if v {
+		return t == model.KVQ4_0 || t == model.KVQ8_0 || t == model.KVTQ4 || t == model.KVTQ3
+	}
+	return t == model.KVQ4_0 || t == model.KVTQ4
+}
+
 // PagedKV implements model.PagedKV: Attention reads the cache through
 // KVCache.Run, KHeadTiles and VHeadRows, so it works on a paged cache.
 func (b *Backend) PagedKV() bool { return true }

@@ -333,29 +333,47 @@ func BenchmarkNormRope(b *testing.B) {
 // thread and on two (one loop per thread, concurrently): GFLOP/s of
 // Kernels.FMAPeak, the ceiling for BenchmarkAttentionPrefill's figures.
 func BenchmarkFMAPeak(b *testing.B) {
+	peakBench(b, "GFLOP", func(k *cpu.Kernels, steps int) float64 { return k.FMAPeak(steps) })
+}
+
+// BenchmarkMAddPeak measures the int16 multiply-add peak of the integer
+// decode K scores and V sums per kernel path (Kernels.MAddPeak), as
+// BenchmarkFMAPeak: G operations per second, 2 per multiply-add.
+func BenchmarkMAddPeak(b *testing.B) {
+	for _, v := range []bool{false, true} {
+		b.Run(fmt.Sprintf("sums=%v", v), func(b *testing.B) {
+			peakBench(b, "GOP", func(k *cpu.Kernels, steps int) float64 { return k.MAddPeak(steps, v) })
+		})
+	}
+}
+
+// peakBench times run (steps of a peak loop, returning its operations) per
+// kernel path that has the loop, on one thread and on two at once, and
+// reports unit/s and unit/cpu-s.
+func peakBench(b *testing.B, unit string, run func(k *cpu.Kernels, steps int) float64) {
 	for _, isa := range cpu.Available() {
 		k := cpu.KernelsFor(isa)
-		if k.FMAPeak(1) == 0 {
+		if run(k, 1) == 0 {
 			continue
 		}
 		for _, threads := range []int{1, 2} {
 			b.Run(fmt.Sprintf("isa=%s/threads=%d", isa, threads), func(b *testing.B) {
 				const steps = 1 << 22
-				var flops float64
+				var ops float64
 				done := make([]float64, threads)
 				c0 := cpuTime()
 				for b.Loop() {
 					var wg sync.WaitGroup
 					for i := range threads {
-						wg.Go(func() { done[i] = k.FMAPeak(steps) })
+						wg.Go(func() { done[i] = run(k, steps) })
 					}
 					wg.Wait()
 					for _, f := range done {
-						flops += f
+						ops += f
 					}
 				}
-				b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-				b.ReportMetric(flops/(cpuTime()-c0).Seconds()/1e9, "GFLOP/cpu-s")
+				b.ReportMetric(ops/b.Elapsed().Seconds()/1e9, unit+"/s")
+				b.ReportMetric(ops/(cpuTime()-c0).Seconds()/1e9, unit+"/cpu-s")
 			})
 		}
 	}

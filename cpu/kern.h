@@ -298,4 +298,13 @@ int fi_fa_tile_avx2(const float *qt, int64_t rp, int64_t R, int64_t dk, int64_t 
 float fi_fma_peak_avx2(int64_t n);
 float fi_fma_peak_avx512(int64_t n);
 
+// fi_madd_peak_avx2 runs n steps of 12 independent chains of vpmaddwd then
+// vpaddd (16 int16 multiply-adds each: 384·n operations, counting 2 per
+// multiply-add), the integer decode kernels' arithmetic on AVX2 (and their
+// V sums on AVX-512); fi_dpwssd_peak_avx512 n steps of 24 chains of
+// vpdpwssd (1536·n), AVX-512's integer scores: -1 in the SIMDe build,
+// where it cannot run. Both return a sum of the chains (kern_peak.c).
+int32_t fi_madd_peak_avx2(int64_t n);
+int fi_dpwssd_peak_avx512(int64_t n, int32_t *out);
+
 #endif

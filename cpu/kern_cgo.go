@@ -169,6 +169,24 @@ func flashTileC(isa ISA, qt []float32, rp, R, dk, dv int, kp, vp []float32, vn, 
 		(*C.float)(ptr(scratch))) == 0
 }
 
+// maddPeakC runs the int16 multiply-add peak loop of isa's integer decode
+// scores (v false) or V sums (v true) for n steps and returns the
+// operations done, 2 per multiply-add (0: none for isa).
+func maddPeakC(isa ISA, n int, v bool) float64 {
+	switch {
+	case isa == ISAAVX2 || isa == ISAAVX512 && v: // AVX-512's V sums are AVX2's (wintChunkC)
+		C.fi_madd_peak_avx2(C.int64_t(n))
+		return 384 * float64(n)
+	case isa == ISAAVX512:
+		var out C.int32_t
+		if C.fi_dpwssd_peak_avx512(C.int64_t(n), &out) != 0 {
+			return 0
+		}
+		return 1536 * float64(n)
+	}
+	return 0
+}
+
 // fmaPeakC runs the FMA peak loop of isa for n steps and returns the flops
 // done (0: none for isa).
 func fmaPeakC(isa ISA, n int) float64 {

@@ -128,3 +128,11 @@ func flashTileGo(qt []float32, R, dk, dv int, kp, vp []float32, vn, L, j0 int, p
 // such loop: ScalarGo, or AVX-512 in the fi_simde test build). Timed, it
 // gives one core's F32 FMA peak, the ceiling of the products' FLOP/s.
 func (k *Kernels) FMAPeak(n int) float64 { return fmaPeakC(k.isa, max(n, 0)) }
+
+// MAddPeak runs a loop of independent int16 multiply-adds (no memory
+// operands) in the instructions of path isa's integer decode K scores (v
+// false) or V sums (v true) for n steps, and returns the operations it did,
+// 2 per multiply-add (0: the path has no such loop). Timed, it gives one
+// core's ceiling for those kernels (IntegerKV says which rows they take),
+// as FMAPeak does for the float32 ones.
+func (k *Kernels) MAddPeak(n int, v bool) float64 { return maddPeakC(k.isa, max(n, 0), v) }

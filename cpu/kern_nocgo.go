@@ -49,6 +49,8 @@ func flashTileC(ISA, []float32, int, int, int, int, []float32, []float32, int, i
 
 func fmaPeakC(ISA, int) float64 { return 0 }
 
+func maddPeakC(ISA, int, bool) float64 { return 0 }
+
 func dequantC(ISA, quant.Type, []byte, int, int, int, []float32, int) bool { return false }
 
 func turboDecodeC(ISA, int, []float32, []byte, int, int, int, []float32, int) bool { return false }

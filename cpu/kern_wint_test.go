@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/flowinfer/flowinfer/model"
 	"github.com/flowinfer/flowinfer/quant"
 )
 
@@ -331,6 +332,49 @@ func TestAttnSumQTiny(t *testing.T) {
 						t.Fatalf("%s %s: head 1's weights times 2^%d: value %d is %g, want %g", isa, c.name, e, i, v, want)
 					}
 				}
+			}
+		}
+	}
+}
+
+// TestIntegerKV: IntegerKV, which bench --roofline uses to hold attention's
+// arithmetic to the right peak, names the rows qintKind and wintKind send
+// to the integer kernels, for every KV type.
+func TestIntegerKV(t *testing.T) {
+	for kt := model.KVF32; kt <= model.KVTQ3; kt++ {
+		qt, _ := kt.Quant()
+		var tq *quant.Turbo
+		if b := kt.Turbo(); b > 0 {
+			var err error
+			if tq, err = quant.NewTurbo(64, b, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got, want := IntegerKV(kt, false), qintKind(qt, tq); got != want {
+			t.Errorf("IntegerKV(%s, K) = %v, qintKind %v", kt, got, want)
+		}
+		if got, want := IntegerKV(kt, true), wintKind(qt, tq); got != want {
+			t.Errorf("IntegerKV(%s, V) = %v, wintKind %v", kt, got, want)
+		}
+	}
+}
+
+// TestMAddPeak: each C path's peak loop reports its operations (2 per
+// int16 multiply-add: 12 chains of 16 on AVX2, 24 of 32 in AVX-512's
+// scores), Go's none.
+func TestMAddPeak(t *testing.T) {
+	for _, isa := range Available() {
+		k := KernelsFor(isa)
+		for _, v := range []bool{false, true} {
+			want := 0.0
+			switch {
+			case isa == ISAAVX2 || isa == ISAAVX512 && v:
+				want = 384 * 10
+			case isa == ISAAVX512 && k.FMAPeak(1) != 0: // not in the SIMDe build
+				want = 1536 * 10
+			}
+			if got := k.MAddPeak(10, v); got != want {
+				t.Errorf("%s: MAddPeak(10, %v) = %g, want %g", isa, v, got, want)
 			}
 		}
 	}
