@@ -99,7 +99,7 @@ func NewKVCacheOf(h *Hyper, t KVTypes, nCtx, nSeq int) (*KVCache, error) {
 
 // newKV fills in a cache's shape and codecs, without storage.
 func newKV(h *Hyper, t KVTypes, nCtx, nSeq int) (*KVCache, error) {
-	ls, err := kvLayers(h, t)
+	ls, err := KVLayers(h, t)
 	if err != nil {
 		return nil, err
 	}

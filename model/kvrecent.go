@@ -148,7 +148,7 @@ func exactSlots(recent, xb, nSeq, maxBatch int) int {
 // rows, in blocks of blockSize rows (0: a contiguous cache; at most one
 // slot per block of the cache).
 func KVRecentReserve(h *Hyper, t KVTypes, nSeq, maxBatch, blockSize, cells int) int64 {
-	ls, err := kvLayers(h, t)
+	ls, err := KVLayers(h, t)
 	if err != nil || t.Recent == 0 {
 		return 0
 	}

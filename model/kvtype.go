@@ -170,9 +170,9 @@ func blockRotated(t KVType, dim int) bool {
 	return (t == KVQ8_0 || t == KVQ4_0) && dim%64 == 0
 }
 
-// kvLayers returns every layer's types and head sizes, or an error if a
+// KVLayers returns every layer's types and head sizes, or an error if a
 // type cannot store the model's heads.
-func kvLayers(h *Hyper, t KVTypes) ([]KVLayer, error) {
+func KVLayers(h *Hyper, t KVTypes) ([]KVLayer, error) {
 	if t.Protect < 0 {
 		return nil, fmt.Errorf("KV cache: %d protected layers", t.Protect)
 	}
@@ -208,16 +208,26 @@ func kvLayers(h *Hyper, t KVTypes) ([]KVLayer, error) {
 	return ls, nil
 }
 
+// RecentRows returns how many of positions 0..pos a decode query at pos
+// reads as --kv-recent's f16 copies (those from KVCache.Exact(pos) on) in
+// the halves that keep them: 0 without --kv-recent.
+func (t KVTypes) RecentRows(pos int) int {
+	if t.Recent <= 0 {
+		return 0
+	}
+	return pos + 1 - max(0, pos-pos%RecentAlign+1-t.Recent)
+}
+
 // KVRecentBytes returns the bytes a decode query at position pos reads
 // beyond KVBytesPerToken·(pos+1) in a cache of types t: its rows from
 // KVCache.Exact(pos) on are read as f16 copies (--kv-recent) in the halves
 // that keep them, instead of the quantized rows.
 func KVRecentBytes(h *Hyper, t KVTypes, pos int) (int64, error) {
-	ls, err := kvLayers(h, t)
+	ls, err := KVLayers(h, t)
 	if err != nil || t.Recent == 0 {
 		return 0, err
 	}
-	n := int64(pos + 1 - max(0, pos-pos%RecentAlign+1-t.Recent))
+	n := int64(t.RecentRows(pos))
 	var d int64
 	for _, l := range ls {
 		if l.XK {
@@ -233,7 +243,7 @@ func KVRecentBytes(h *Hyper, t KVTypes, pos int) (int64, error) {
 // KVBytesPerToken returns the bytes one token's K and V take over all
 // layers in a cache of types t (for sizing caches and admission).
 func KVBytesPerToken(h *Hyper, t KVTypes) (int, error) {
-	ls, err := kvLayers(h, t)
+	ls, err := KVLayers(h, t)
 	n := 0
 	for _, l := range ls {
 		n += (l.KHead + l.VHead) * h.NHeadKV
