@@ -62,6 +62,39 @@ func AttentionFLOPs(h *model.Hyper, pos int) float64 {
 	return float64(h.NLayer) * float64(h.NHead) * 2 * float64(h.HeadDimK+h.HeadDimV) * float64(pos+1)
 }
 
+// AttentionOps splits AttentionFLOPs(h, pos) by the arithmetic that does
+// it in a cache of types t: the K scores (v false) and V sums (v true) of
+// each layer's rows that integer says are computed in integers (the CPU
+// kernels: cpu.IntegerKV) go to intK and intV, the rest (--kv-recent's
+// f16 copies among them) to flt. 2 operations per multiply-add, as
+// AttentionFLOPs.
+func AttentionOps(h *model.Hyper, t model.KVTypes, pos int, integer func(t model.KVType, v bool) bool) (flt, intK, intV float64, err error) {
+	ls, err := model.KVLayers(h, t)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	all, recent := float64(pos+1), float64(t.RecentRows(pos))
+	for _, l := range ls {
+		for _, v := range []bool{false, true} {
+			kt, x, dim, acc := l.K, l.XK, h.HeadDimK, &intK
+			if v {
+				kt, x, dim, acc = l.V, l.XV, h.HeadDimV, &intV
+			}
+			ops := float64(h.NHead) * 2 * float64(dim) // per position
+			n := all                                   // positions in integers
+			if x {
+				n -= recent
+			}
+			if !integer(kt, v) {
+				n = 0
+			}
+			*acc += ops * n
+			flt += ops * (all - n)
+		}
+	}
+	return flt, intK, intV, nil
+}
+
 // ComputePeak runs run on threads goroutines at once, reps times, and
 // returns the best rate in operations per second: run does a fixed amount
 // of work and returns the operations it did (cpu.Kernels.FMAPeak: float32

@@ -289,6 +289,45 @@ func TestAttentionFLOPs(t *testing.T) {
 	}
 }
 
+// TestAttentionOps: the split of AttentionFLOPs by the kernels' arithmetic
+// (cpu.IntegerKV) follows each layer's types, --kv-recent's f16 rows and
+// the protected layers, and adds up to the whole.
+func TestAttentionOps(t *testing.T) {
+	h := model.Hyper{NLayer: 4, NHead: 8, NHeadKV: 2, HeadDimK: 64, HeadDimV: 64}
+	const pos = 1000
+	half := 8.0 * 2 * 64 * (pos + 1) // one layer's K scores (or V sums)
+	for _, c := range []struct {
+		kv              model.KVTypes
+		flt, intK, intV float64 // in layer halves
+	}{
+		{model.KVTypes{K: model.KVF16, V: model.KVF16}, 8, 0, 0},
+		{model.KVTypes{K: model.KVQ4_0, V: model.KVQ8_0}, 0, 4, 4},
+		{model.KVTypes{K: model.KVQ8_0, V: model.KVTQ3}, 4, 0, 4},
+		{model.KVTypes{K: model.KVTQ4, V: model.KVF16}, 4, 4, 0},
+		{model.KVTypes{K: model.KVQ4_0, V: model.KVQ4_0, Protect: 1}, 4, 2, 2}, // layers 0 and 3 in f16
+	} {
+		flt, intK, intV, err := bench.AttentionOps(&h, c.kv, pos, cpu.IntegerKV)
+		if err != nil || flt != c.flt*half || intK != c.intK*half || intV != c.intV*half {
+			t.Errorf("%s: %g, %g, %g (%v), want %g, %g, %g", c.kv, flt/half, intK/half, intV/half, err, c.flt, c.intK, c.intV)
+		}
+	}
+	// --kv-recent: the recent rows of the quantized halves are f16
+	kv := model.KVTypes{K: model.KVQ4_0, V: model.KVF16, Recent: 256}
+	r := float64(kv.RecentRows(pos))
+	if r <= 0 || r >= pos {
+		t.Fatalf("RecentRows(%d) = %g", pos, r)
+	}
+	flt, intK, intV, err := bench.AttentionOps(&h, kv, pos, cpu.IntegerKV)
+	row := 8.0 * 2 * 64 // one position's K scores in a layer
+	if wantK := 4 * row * (pos + 1 - r); err != nil || intK != wantK || intV != 0 || flt+intK != bench.AttentionFLOPs(&h, pos) {
+		t.Errorf("%s: %g, %g, %g (%v), want int K %g, the rest float", kv, flt, intK, intV, err, wantK)
+	}
+	h.HeadDimK = 48 // q4_0 needs blocks of 32
+	if _, _, _, err := bench.AttentionOps(&h, model.KVTypes{K: model.KVQ4_0, V: model.KVF16}, pos, cpu.IntegerKV); err == nil {
+		t.Error("q4_0 K of 48 values: no error")
+	}
+}
+
 // TestComputePeak: run is called threads times per repetition, at once,
 // and the rate is the operations of all threads over the wall time, which
 // the sleeps bound from above.

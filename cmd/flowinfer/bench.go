@@ -39,7 +39,7 @@ type BenchCmd struct {
 	NoWarmup   bool   `name:"no-warmup" help:"Skip the warm-up runs."`
 	Seed       uint64 `name:"seed" default:"1234" help:"Seed of the random tokens."`
 	CPUProfile string `name:"cpuprofile" help:"Write a pprof CPU profile of the measured runs." type:"path"`
-	Roofline   bool   `name:"roofline" help:"Also measure read bandwidth (a scan of the resident weights) before and after each tg repetition and print the decode ceiling (bytes read per token / bandwidth) on stderr, and a second one that also holds attention's arithmetic to the measured float32 FMA peak."`
+	Roofline   bool   `name:"roofline" help:"Also measure read bandwidth (a scan of the resident weights) before and after each tg repetition and print the decode ceiling (bytes read per token / bandwidth) on stderr, and a second one that also holds attention's arithmetic to the measured peaks of its kernels' instructions (float32 FMAs, int16 multiply-adds)."`
 }
 
 func (c *BenchCmd) Run(g *Globals) error {
@@ -189,11 +189,17 @@ func (c *BenchCmd) Run(g *Globals) error {
 		}
 	}
 	if c.Roofline {
-		// the float32 FMA peak attention's arithmetic is held to, once,
-		// after the tests (it does not move with the host like bandwidth)
-		var peak float64
+		// the peaks attention's arithmetic is held to, once, after the
+		// tests (they do not move with the host like bandwidth)
+		var peak peaks
 		if k := cpu.KernelsFor(backend.ISA()); k != nil {
-			peak = bench.ComputePeak(func() float64 { return k.FMAPeak(fmaPeakSteps) }, backend.Threads(), probePasses)
+			rate := func(run func() float64) float64 { return bench.ComputePeak(run, backend.Threads(), probePasses) }
+			peak.fma = rate(func() float64 { return k.FMAPeak(fmaPeakSteps) })
+			peak.maddK = rate(func() float64 { return k.MAddPeak(maddPeakSteps, false) })
+			peak.maddV = peak.maddK
+			if backend.ISA() != cpu.ISAAVX2 { // AVX-512's scores and sums use different instructions
+				peak.maddV = rate(func() float64 { return k.MAddPeak(maddPeakSteps, true) })
+			}
 		}
 		for _, kv := range combos {
 			var sel []bench.Result
@@ -306,9 +312,19 @@ const (
 	probeMin    = 256 << 20
 )
 
-// fmaPeakSteps is the length of one thread's FMA peak loop (AVX-512: 3.2
-// GFLOP, about 30 ms on a Zen 4 core).
-const fmaPeakSteps = 1 << 22
+// fmaPeakSteps and maddPeakSteps are the lengths of one thread's FMA and
+// int16 multiply-add peak loops (AVX-512: 3.2 GFLOP, about 30 ms on a Zen 4
+// core; AVX2: 1.6 G operations, about 20 ms on a Zen 3 core).
+const (
+	fmaPeakSteps  = 1 << 22
+	maddPeakSteps = 1 << 22
+)
+
+// peaks are the arithmetic rates on the bench's threads that decode
+// attention is held to, in operations per second (2 per multiply-add): the
+// float32 FMA's, and the int16 multiply-add's of the integer K scores and
+// V sums (cpu.Kernels.MAddPeak). 0: not measured.
+type peaks struct{ fma, maddK, maddV float64 }
 
 // weightRegions returns the memory a decode step's products read: each
 // matrix of the resident layers and the output matrix, as the backend
@@ -341,12 +357,13 @@ func weightRegions(be *cpu.Backend, m *model.Model, streamed func(il int) bool) 
 // fraction is the mean of the repetitions' own. With streamed layers
 // (their count) the disk bounds the run, which it says.
 //
-// With peak (float32 FLOP/s on the threads; 0: not measured) a second line
-// per test counts attention's arithmetic too: a layer's products need its
-// attention's output and the attention the products' (Q, K, V), so the
-// two take turns, and attention takes at least the longer of its KV bytes
-// over the bandwidth and its FLOPs over the peak.
-func printRoofline(m *model.Model, kv model.KVTypes, threads, probed, scanned, streamed int, peak float64, rs []bench.Result) {
+// With the peaks measured, a second line per test counts attention's
+// arithmetic too: a layer's products need its attention's output and the
+// attention the products' (Q, K, V), so the two take turns, and attention
+// takes at least the longer of its KV bytes over the bandwidth and its
+// arithmetic at the peaks of the instructions that do it (float32 FMAs,
+// int16 multiply-adds: bench.AttentionOps).
+func printRoofline(m *model.Model, kv model.KVTypes, threads, probed, scanned, streamed int, peak peaks, rs []bench.Result) {
 	kvTok, err := model.KVBytesPerToken(&m.Hyper, kv)
 	if err != nil {
 		kvTok = 0 // the context was made, so this cannot happen
@@ -388,18 +405,29 @@ func printRoofline(m *model.Model, kv model.KVTypes, threads, probed, scanned, s
 		n := float64(len(r.Probes))
 		fmt.Fprintf(os.Stderr, "roofline: %s: %.1f MB per token (KV %.1f MB); read bandwidth %s GB/s, ceilings %.1f-%.1f t/s; %.2f t/s = %.0f%% of them (%s; %.1f GB/s read)\n",
 			r.Name(), float64(perTok)/1e6, float64(perTok-w)/1e6, strings.Join(bws, ", "), lo, hi, r.AvgTS(), 100*frac/n, strings.Join(fracs, ", "), r.AvgTS()*float64(perTok)/1e9)
-		if peak > 0 {
-			printComputeRoofline(os.Stderr, r, bench.AttentionFLOPs(&m.Hyper, pos), peak, threads, float64(w), float64(perTok-w))
+		flt, intK, intV, err := bench.AttentionOps(&m.Hyper, kv, pos, cpu.IntegerKV)
+		if err == nil && peak.fma > 0 && (intK == 0 || peak.maddK > 0) && (intV == 0 || peak.maddV > 0) {
+			printComputeRoofline(os.Stderr, r, attnOps{flt, intK, intV}, peak, threads, float64(w), float64(perTok-w))
 		}
 	}
 }
 
+// attnOps is a decode step's attention arithmetic (bench.AttentionOps): in
+// float32, and in int16 multiply-adds of the K scores and V sums.
+type attnOps struct{ flt, intK, intV float64 }
+
 // printComputeRoofline writes printRoofline's second line for r to w:
-// flops of attention per token at the peak (FLOP/s), weights and kv bytes
-// per token at each repetition's probed bandwidth.
-func printComputeRoofline(w io.Writer, r *bench.Result, flops, peak float64, threads int, weights, kv float64) {
+// attention's operations per token at the peaks, weights and kv bytes per
+// token at each repetition's probed bandwidth.
+func printComputeRoofline(w io.Writer, r *bench.Result, ops attnOps, pk peaks, threads int, weights, kv float64) {
 	ts := r.TS()
-	tA := flops / peak
+	tA := ops.flt / pk.fma
+	if ops.intK > 0 {
+		tA += ops.intK / pk.maddK
+	}
+	if ops.intV > 0 {
+		tA += ops.intV / pk.maddV
+	}
 	var fracs []string
 	var frac, hi, kvHi float64
 	lo, kvLo := math.Inf(1), math.Inf(1)
@@ -411,6 +439,21 @@ func printComputeRoofline(w io.Writer, r *bench.Result, flops, peak float64, thr
 		fracs = append(fracs, fmt.Sprintf("%.0f%%", 100*f))
 		lo, hi, kvLo, kvHi = min(lo, c), max(hi, c), min(kvLo, tKV), max(kvHi, tKV)
 	}
-	fmt.Fprintf(w, "roofline: %s: attention %.3g GFLOP per token, %.2f ms at the float32 FMA peak (%.0f GFLOP/s, %d threads) against %.2f-%.2f ms for its KV bytes; products and attention in turn: ceilings %.1f-%.1f t/s; %.2f t/s = %.0f%% of them (%s)\n",
-		r.Name(), flops/1e9, 1e3*tA, peak/1e9, threads, 1e3*kvLo, 1e3*kvHi, lo, hi, r.AvgTS(), 100*frac/float64(len(r.Probes)), strings.Join(fracs, ", "))
+	what := fmt.Sprintf("attention %.3g GFLOP per token, %.2f ms at the float32 FMA peak (%.0f GFLOP/s, %d threads)",
+		ops.flt/1e9, 1e3*tA, pk.fma/1e9, threads)
+	if in := ops.intK + ops.intV; in > 0 {
+		var mp string
+		switch {
+		case ops.intK == 0:
+			mp = fmt.Sprintf("%.0f", pk.maddV/1e9)
+		case ops.intV == 0 || pk.maddK == pk.maddV:
+			mp = fmt.Sprintf("%.0f", pk.maddK/1e9)
+		default:
+			mp = fmt.Sprintf("%.0f (scores), %.0f (sums)", pk.maddK/1e9, pk.maddV/1e9)
+		}
+		what = fmt.Sprintf("attention %.3g G operations per token (%.3g G in int16 multiply-adds), %.2f ms at the measured peaks (float32 FMA %.0f GFLOP/s, int16 multiply-add %s GOP/s, %d threads)",
+			(ops.flt+in)/1e9, in/1e9, 1e3*tA, pk.fma/1e9, mp, threads)
+	}
+	fmt.Fprintf(w, "roofline: %s: %s against %.2f-%.2f ms for its KV bytes; products and attention in turn: ceilings %.1f-%.1f t/s; %.2f t/s = %.0f%% of them (%s)\n",
+		r.Name(), what, 1e3*kvLo, 1e3*kvHi, lo, hi, r.AvgTS(), 100*frac/float64(len(r.Probes)), strings.Join(fracs, ", "))
 }

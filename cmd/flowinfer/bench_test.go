@@ -159,7 +159,8 @@ func TestGen(t *testing.T) {
 }
 
 // TestComputeRoofline checks the second roofline line's arithmetic: a
-// step takes at least weights/bandwidth + max(KV/bandwidth, FLOPs/peak).
+// step takes at least weights/bandwidth + max(KV/bandwidth, arithmetic at
+// the peaks), float32 and integer operations each at their own.
 func TestComputeRoofline(t *testing.T) {
 	r := &bench.Result{}
 	r.NGen, r.NDepth = 32, 8192
@@ -169,7 +170,7 @@ func TestComputeRoofline(t *testing.T) {
 	r.Probes = []float64{30e9, 40e9}
 	const weights, kv, flops, peak = 600e6, 60e6, 1e9, 200e9 // attention: 5 ms at the peak
 	var b strings.Builder
-	printComputeRoofline(&b, r, flops, peak, 2, weights, kv)
+	printComputeRoofline(&b, r, attnOps{flt: flops}, peaks{fma: peak}, 2, weights, kv)
 	// rep 1: 20 ms + max(2, 5) ms = 25 ms: 40 t/s ceiling, 32 t/s = 80%
 	// rep 2: 15 ms + max(1.5, 5) ms = 20 ms: 50 t/s ceiling, 40 t/s = 80%
 	want := "roofline: tg32 @ d8192: attention 1 GFLOP per token, 5.00 ms at the float32 FMA peak (200 GFLOP/s, 2 threads) against 1.50-2.00 ms for its KV bytes; products and attention in turn: ceilings 40.0-50.0 t/s; 36.00 t/s = 80% of them (80%, 80%)\n"
@@ -179,8 +180,23 @@ func TestComputeRoofline(t *testing.T) {
 	// KV bytes slower than the arithmetic (10 and 7.5 ms): the bytes-only
 	// ceilings, 1/30 ms and 1/22.5 ms
 	b.Reset()
-	printComputeRoofline(&b, r, flops, peak, 2, weights, 300e6)
+	printComputeRoofline(&b, r, attnOps{flt: flops}, peaks{fma: peak}, 2, weights, 300e6)
 	if !strings.Contains(b.String(), "ceilings 33.3-44.4 t/s; 36.00 t/s = 93% of them (96%, 90%)") {
 		t.Errorf("KV-bound: %s", b.String())
+	}
+	// integer scores and sums (0.4 G operations each) at 100 G/s: 1 + 4 +
+	// 4 ms; rep 1: 29 ms (34.5 t/s, 32 t/s = 93%), rep 2: 24 ms (41.7 t/s,
+	// 96%)
+	b.Reset()
+	printComputeRoofline(&b, r, attnOps{0.2e9, 0.4e9, 0.4e9}, peaks{peak, 100e9, 100e9}, 2, weights, kv)
+	want = "roofline: tg32 @ d8192: attention 1 G operations per token (0.8 G in int16 multiply-adds), 9.00 ms at the measured peaks (float32 FMA 200 GFLOP/s, int16 multiply-add 100 GOP/s, 2 threads) against 1.50-2.00 ms for its KV bytes; products and attention in turn: ceilings 34.5-41.7 t/s; 36.00 t/s = 94% of them (93%, 96%)\n"
+	if b.String() != want {
+		t.Errorf("integer: got  %q\nwant %q", b.String(), want)
+	}
+	// AVX-512: scores at 300 G/s, sums at 100: 1 + 1.33 + 4 ms
+	b.Reset()
+	printComputeRoofline(&b, r, attnOps{0.2e9, 0.4e9, 0.4e9}, peaks{peak, 300e9, 100e9}, 2, weights, kv)
+	if !strings.Contains(b.String(), "6.33 ms at the measured peaks (float32 FMA 200 GFLOP/s, int16 multiply-add 300 (scores), 100 (sums) GOP/s, 2 threads)") {
+		t.Errorf("two integer peaks: %s", b.String())
 	}
 }
