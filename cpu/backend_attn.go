@@ -360,9 +360,9 @@ func (a *attnTask) run(worker int) {
 // rows of q4_0, q8_0 and 3- and 4-bit TurboQuant.
 func IntegerKV(t model.KVType, v bool) bool {
 	if v {
-		return t == model.KVQ4_0 || t == model.KVQ8_0 || t == model.KVTQ4 || t == model.KVTQ3
+		return wintBits(quantOf(t), t.Turbo())
 	}
-	return t == model.KVQ4_0 || t == model.KVTQ4
+	return qintBits(quantOf(t), t.Turbo())
 }
 
 // PagedKV implements model.PagedKV: Attention reads the cache through

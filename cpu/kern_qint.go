@@ -41,11 +41,23 @@ const qintMax = 32767
 
 // qintKind reports whether tiled rows of type t (tq non-nil: TurboQuant
 // codes) are scored in integers.
-func qintKind(t quant.Type, tq *quant.Turbo) bool {
-	if tq != nil {
-		return tq.Bits() == 4
+func qintKind(t quant.Type, tq *quant.Turbo) bool { return qintBits(t, turboBits(tq)) }
+
+// qintBits is qintKind for rows of type t, or of TurboQuant codes of bits
+// per coordinate (bits > 0).
+func qintBits(t quant.Type, bits int) bool {
+	if bits > 0 {
+		return bits == 4
 	}
 	return t == quant.Q4_0
+}
+
+// turboBits returns tq's bits per coordinate, 0 for nil.
+func turboBits(tq *quant.Turbo) int {
+	if tq == nil {
+		return 0
+	}
+	return tq.Bits()
 }
 
 // QInt is a group of query heads rounded for the integer scores, once per

@@ -52,9 +52,13 @@ import (
 
 // wintKind reports whether V rows of type t (tq non-nil: TurboQuant codes)
 // are summed in integers.
-func wintKind(t quant.Type, tq *quant.Turbo) bool {
-	if tq != nil {
-		return tq.Bits() == 3 || tq.Bits() == 4
+func wintKind(t quant.Type, tq *quant.Turbo) bool { return wintBits(t, turboBits(tq)) }
+
+// wintBits is wintKind for rows of type t, or of TurboQuant codes of bits
+// per coordinate (bits > 0).
+func wintBits(t quant.Type, bits int) bool {
+	if bits > 0 {
+		return bits == 3 || bits == 4
 	}
 	return t == quant.Q4_0 || t == quant.Q8_0
 }
