@@ -87,8 +87,11 @@ func (c *KVCache) Exact(p int) int {
 	if c.x == nil {
 		return p + 1
 	}
-	return max(0, p-p%RecentAlign+1-c.x.n)
+	return exactFrom(p, c.x.n)
 }
+
+// exactFrom is Exact(p) with n recent positions kept (n > 0).
+func exactFrom(p, n int) int { return max(0, p-p%RecentAlign+1-n) }
 
 // HasExact reports whether the cache keeps f16 copies of recent rows.
 func (c *KVCache) HasExact() bool { return c.x != nil }

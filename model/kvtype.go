@@ -215,7 +215,7 @@ func (t KVTypes) RecentRows(pos int) int {
 	if t.Recent <= 0 {
 		return 0
 	}
-	return pos + 1 - max(0, pos-pos%RecentAlign+1-t.Recent)
+	return pos + 1 - exactFrom(pos, t.Recent)
 }
 
 // KVRecentBytes returns the bytes a decode query at position pos reads
