@@ -35,11 +35,11 @@ func DecodeBytes(m *model.Model, kvPerToken int, pos int) int64 {
 	n += int64(m.TokEmbd.RowBytes)
 	for i := range m.Layers {
 		L := &m.Layers[i]
-		for _, w := range []*model.Weight{L.Wq, L.Wk, L.Wv, L.Wo, L.Gate, L.Up, L.Down, L.Router} {
-			size(w)
+		for _, w := range L.Matrices() {
+			size(*w)
 		}
 		var exp int64
-		for _, e := range [][]model.Weight{L.GateExps, L.UpExps, L.DownExps} {
+		for _, e := range L.Experts() {
 			for j := range e {
 				exp += int64(len(e[j].Data))
 			}

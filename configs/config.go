@@ -95,7 +95,7 @@ type Pipeline struct {
 	// IOEngine reads weights: pread (default; O_DIRECT into the expert
 	// cache), io_uring (Linux; the same reads through an io_uring) or mmap
 	// (the whole file mapped; no budget).
-	IOEngine string `yaml:"io_engine"`
+	IOEngine IOEngine `yaml:"io_engine"`
 }
 
 // Edges are edge capacities of the stage graph. The request path moves one
@@ -153,9 +153,6 @@ type Server struct {
 // Backends returns the known values of pipeline.backend.
 func Backends() []string { return []string{"auto", "cpu", "vulkan"} }
 
-// IOEngines returns the known values of pipeline.io_engine.
-func IOEngines() []string { return []string{"mmap", "pread", "io_uring"} }
-
 // KVTypes returns the known values of pipeline.kv_cache.type_k and
 // type_v (model.ParseKVType's names).
 func KVTypes() []string { return []string{"f32", "f16", "bf16", "q8_0", "q4_0", "tq4", "tq3"} }
@@ -173,7 +170,7 @@ func Default() Config {
 			Edges:         Edges{Tokens: 64, Slabs: 8},
 			KVCache:       KVCache{TypeK: "f16", TypeV: "f16", Recent: -1, CtxSize: 0},
 			PrefetchDepth: 1,
-			IOEngine:      "pread",
+			IOEngine:      EnginePread,
 		},
 		Sampling: Sampling{
 			Temperature: 0.8, TopK: 40, TopP: 0.95, MinP: 0.05,
@@ -237,7 +234,9 @@ func (c *Config) Validate() error {
 	oneOf("pipeline.kv_cache.type_v", p.KVCache.TypeV, KVTypes())
 	between("pipeline.kv_cache.protect", p.KVCache.Protect, 0, 1<<16)
 	between("pipeline.kv_cache.recent", p.KVCache.Recent, -1, 1<<24)
-	oneOf("pipeline.io_engine", p.IOEngine, IOEngines())
+	if _, err := ParseIOEngine(string(p.IOEngine)); err != nil {
+		bad("pipeline.io_engine", "%q is not one of %s", p.IOEngine, join(IOEngines()))
+	}
 	if p.RAMPool < 0 {
 		bad("pipeline.ram_pool", "must not be negative")
 	} else if h.RAM > 0 && p.RAMPool > h.RAM {

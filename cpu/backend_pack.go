@@ -86,16 +86,16 @@ func (b *Backend) PackModel(m *model.Model, experts bool, skip func(il int) bool
 	add(m.Output)
 	for i := range m.Layers {
 		L := &m.Layers[i]
-		add(L.Router)
-		if skip == nil || !skip(i) {
-			for _, w := range []*model.Weight{L.Wq, L.Wk, L.Wv, L.Wo, L.Gate, L.Up, L.Down} {
-				add(w)
+		streamed := skip != nil && skip(i)
+		for j, w := range L.Matrices() {
+			if !streamed || j >= model.NStreamable {
+				add(*w)
 			}
 		}
 		if !experts {
 			continue
 		}
-		for _, e := range [][]model.Weight{L.GateExps, L.UpExps, L.DownExps} {
+		for _, e := range L.Experts() {
 			for j := range e {
 				add(&e[j])
 			}

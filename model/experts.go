@@ -11,6 +11,10 @@ type ExpertWeights struct {
 	Gate, Up, Down Weight
 }
 
+// Matrices returns pointers to the expert's gate, up and down matrices
+// (ExpertNames order).
+func (e *ExpertWeights) Matrices() [3]*Weight { return [3]*Weight{&e.Gate, &e.Up, &e.Down} }
+
 // Experts supplies routed experts' weights from outside the mapping.
 type Experts interface {
 	// MaxFetch is the most experts one Fetch may ask for (what the cache

@@ -90,6 +90,40 @@ type Layer struct {
 	DownExps   []Weight
 }
 
+// Matrix names, in the order of Layer.Matrices: the GGUF tensor of layer
+// il's matrix i is "blk.<il>." + MatrixNames[i] + ".weight".
+var MatrixNames = [...]string{"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "ffn_gate_inp"}
+
+// NMatrices is the number of matrix fields of a Layer (Layer.Matrices).
+const NMatrices = len(MatrixNames)
+
+// NStreamable is how many of Layer.Matrices, from the first, the weight
+// path may stream when the budget cannot keep a layer resident. The
+// others (the router) are small and read every step by every token: they
+// always stay resident.
+const NStreamable = 7
+
+// Matrices returns pointers to the layer's matrix fields in MatrixNames
+// order, so that a caller can read them or (the weight path's layer slots)
+// point them elsewhere. A field the family does not use holds nil. This is
+// the one list of a layer's matrices: packing, planning, streaming and
+// byte counts all range over it, so an architecture that adds a matrix adds
+// it here.
+func (L *Layer) Matrices() [NMatrices]**Weight {
+	return [NMatrices]**Weight{&L.Wq, &L.Wk, &L.Wv, &L.Wo, &L.Gate, &L.Up, &L.Down, &L.Router}
+}
+
+// ExpertNames are the GGUF names of the routed experts' 3-D tensors in the
+// order of Layer.Experts and ExpertWeights.Matrices.
+var ExpertNames = [3]string{"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"}
+
+// Experts returns the per-expert views of the routed experts' gate, up and
+// down matrices (ExpertNames order); each is empty in a layer without
+// routed experts.
+func (L *Layer) Experts() [3][]Weight {
+	return [3][]Weight{L.GateExps, L.UpExps, L.DownExps}
+}
+
 // Model is a loaded architecture: hyperparameters and weights that point
 // into the GGUF mapping (the File must stay open while the model is used).
 type Model struct {

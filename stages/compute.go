@@ -95,13 +95,15 @@ func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*st
 func stepBytes(m *model.Model) (resident, expert, output int64) {
 	for i := range m.Layers {
 		L := &m.Layers[i]
-		for _, w := range []*model.Weight{L.Wq, L.Wk, L.Wv, L.Wo, L.Gate, L.Up, L.Down, L.Router} {
-			if w != nil {
-				resident += int64(len(w.Data))
+		for _, w := range L.Matrices() {
+			if *w != nil {
+				resident += int64(len((*w).Data))
 			}
 		}
-		if len(L.GateExps) > 0 {
-			expert += int64(len(L.GateExps[0].Data) + len(L.UpExps[0].Data) + len(L.DownExps[0].Data))
+		for _, e := range L.Experts() {
+			if len(e) > 0 {
+				expert += int64(len(e[0].Data))
+			}
 		}
 	}
 	if m.NLayer > 0 {

@@ -24,13 +24,11 @@ import (
 	"github.com/flowinfer/flowinfer/model"
 )
 
-// layerMatNames are the Layer fields that stream, in readReq.mat order.
-var layerMatNames = [...]string{"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}
-
-// layerMats returns pointers to L's streamable matrix fields, in
-// layerMatNames order.
-func layerMats(L *model.Layer) [7]**model.Weight {
-	return [7]**model.Weight{&L.Wq, &L.Wk, &L.Wv, &L.Wo, &L.Gate, &L.Up, &L.Down}
+// layerMats returns pointers to L's streamable matrix fields (the first
+// model.NStreamable of L.Matrices), in readReq.mat order.
+func layerMats(L *model.Layer) []**model.Weight {
+	ms := L.Matrices()
+	return ms[:model.NStreamable]
 }
 
 // layerMat is one streamed matrix: where it is in the file and in a slot.
@@ -46,7 +44,7 @@ type layerSlot struct {
 	pending int   // its matrices still being read
 	err     error // the first failed read
 	L       model.Layer
-	ws      [7]model.Weight // L's streamed matrices (views of the slot)
+	ws      [model.NStreamable]model.Weight // L's streamed matrices (views of the slot)
 }
 
 type layerStream struct {
@@ -274,7 +272,7 @@ func (ls *layerStream) finish() {
 // returns each layer's size in compute's layout.
 func (w *WeightPath) layoutLayers() ([]int64, error) {
 	m, f := w.m, w.m.File
-	w.lmats = make([][7]layerMat, m.NLayer)
+	w.lmats = make([][model.NStreamable]layerMat, m.NLayer)
 	sizes := make([]int64, m.NLayer)
 	for il := range m.Layers {
 		at := 0

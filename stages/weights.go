@@ -168,7 +168,7 @@ type WeightPath struct {
 	rd     *nvme.Reader
 	packer model.Packer
 	layers []expertLayer
-	lmats  [][7]layerMat // streamable matrices per layer
+	lmats  [][model.NStreamable]layerMat // streamable matrices per layer
 	// streamed[il]: layer il's matrices stream (nil: none do)
 	streamed []bool
 
@@ -456,13 +456,11 @@ func (w *WeightPath) layout() error {
 	m, p := w.m, &w.plan
 	f := m.File
 	w.layers = make([]expertLayer, m.NLayer)
-	names := [3]string{"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"}
 	for il := range m.Layers {
-		L := &m.Layers[il]
 		el := &w.layers[il]
 		at := 0
-		for i, ws := range [3][]model.Weight{L.GateExps, L.UpExps, L.DownExps} {
-			name := fmt.Sprintf("blk.%d.%s.weight", il, names[i])
+		for i, ws := range m.Layers[il].Experts() {
+			name := fmt.Sprintf("blk.%d.%s.weight", il, model.ExpertNames[i])
 			t, ok := f.Tensor(name)
 			if !ok || len(ws) != m.NExpert {
 				return fmt.Errorf("stages: layer %d has no tensor %s for %d experts", il, name, m.NExpert)
@@ -512,8 +510,8 @@ func residentBytes(m *model.Model, pk model.Packer) int64 {
 	vec(m.OutputNorm)
 	for i := range m.Layers {
 		L := &m.Layers[i]
-		for _, w := range []*model.Weight{L.Wq, L.Wk, L.Wv, L.Wo, L.Gate, L.Up, L.Down, L.Router} {
-			mat(w)
+		for _, w := range L.Matrices() {
+			mat(*w)
 		}
 		for _, v := range []model.Vector{L.AttnNorm, L.Bq, L.Bk, L.Bv, L.QNorm, L.KNorm, L.FFNNorm} {
 			vec(v)
@@ -609,7 +607,7 @@ var errWeightRead = errors.New("stages: reading weights")
 type readReq struct {
 	slot          int32
 	layer, expert int32
-	mat           int8 // index in layerMatNames; -1: an expert
+	mat           int8 // index in model.Layer.Matrices; -1: an expert
 }
 
 // staged is a read expert in a staging slab, on its way to the uploader.
@@ -721,7 +719,7 @@ func (w *WeightPath) add(g *graph.Graph, rec *graph.Recorder, comp *graph.Stage)
 	var p ports
 	// every outstanding read owns a slot: edges as deep as the slots never
 	// block compute (which would deadlock it against the uploader)
-	capReq := w.plan.LayerSlots * len(layerMatNames)
+	capReq := w.plan.LayerSlots * model.NStreamable
 	if w.cache != nil {
 		capReq += len(w.cache.slots)
 		w.cache.rec, w.cache.stg = rec, comp
@@ -1045,7 +1043,7 @@ func (w *WeightPath) place(s *staged) error {
 	c := w.cache
 	slot := c.slotBytes(s.req.slot)
 	ew := &c.slots[s.req.slot].w
-	for i, dst := range [3]*model.Weight{&ew.Gate, &ew.Up, &ew.Down} {
+	for i, dst := range ew.Matrices() {
 		*dst = l.tmpl[i]
 		if l.packed[i] > 0 {
 			src := l.tmpl[i]

@@ -340,9 +340,9 @@ func weightRegions(be *cpu.Backend, m *model.Model, streamed func(il int) bool) 
 			continue
 		}
 		L := &m.Layers[il]
-		for _, w := range []*model.Weight{L.Wq, L.Wk, L.Wv, L.Wo, L.Gate, L.Up, L.Down, L.Router} {
-			if w != nil {
-				rs = append(rs, be.MatMulBytes(w))
+		for _, w := range L.Matrices() {
+			if *w != nil {
+				rs = append(rs, be.MatMulBytes(*w))
 			}
 		}
 	}

@@ -122,7 +122,7 @@ func profileKeys() []profileKey {
 		{"kv-recent", "pipeline.kv_cache.recent", func(c *configs.Config) string { return itoa(c.Pipeline.KVCache.Recent) }, nil},
 		{"ctx-size", "pipeline.kv_cache.ctx_size", func(c *configs.Config) string { return itoa(c.Pipeline.KVCache.CtxSize) }, map[string]string{"bench": "sizes the context from -p and -n, as llama-bench"}},
 		{"prefetch-depth", "pipeline.prefetch_depth", func(c *configs.Config) string { return itoa(c.Pipeline.PrefetchDepth) }, mappedFile},
-		{"io-engine", "pipeline.io_engine", func(c *configs.Config) string { return c.Pipeline.IOEngine }, mappedFile},
+		{"io-engine", "pipeline.io_engine", func(c *configs.Config) string { return string(c.Pipeline.IOEngine) }, mappedFile},
 		{"temp", "sampling.temperature", func(c *configs.Config) string { return ftoa(c.Sampling.Temperature) }, noSampling},
 		{"top-k", "sampling.top_k", func(c *configs.Config) string { return itoa(c.Sampling.TopK) }, noSampling},
 		{"top-p", "sampling.top_p", func(c *configs.Config) string { return ftoa(c.Sampling.TopP) }, noSampling},
@@ -211,7 +211,7 @@ func (f *PipelineFlags) apply(c *configs.Config) {
 	p := &c.Pipeline
 	p.Threads, p.KVCache.CtxSize, p.BatchSize, p.Parallel, p.Queue = f.Threads, f.CtxSize, f.BatchSize, f.Parallel, f.Queue
 	p.Edges.Tokens, p.Edges.Slabs = f.EdgeTokens, f.Slabs
-	p.KVCache.TypeK, p.KVCache.TypeV, p.KVCache.Protect, p.IOEngine, p.PrefetchDepth = f.CacheTypeK, f.CacheTypeV, f.KVProtect, f.IOEngine, f.PrefetchDepth
+	p.KVCache.TypeK, p.KVCache.TypeV, p.KVCache.Protect, p.IOEngine, p.PrefetchDepth = f.CacheTypeK, f.CacheTypeV, f.KVProtect, configs.IOEngine(f.IOEngine), f.PrefetchDepth
 	p.KVCache.Recent = f.KVRecent
 	p.RAMPool, p.VRAM, p.Backend = f.RAMBudget, f.VRAM, f.Backend
 }

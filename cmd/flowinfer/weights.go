@@ -228,15 +228,15 @@ func forEachMatrix(m *model.Model, experts bool, fn func(*model.Weight)) {
 	}
 	for i := range m.Layers {
 		L := &m.Layers[i]
-		for _, w := range []*model.Weight{L.Wq, L.Wk, L.Wv, L.Wo, L.Gate, L.Up, L.Down, L.Router} {
-			if w != nil {
-				fn(w)
+		for _, w := range L.Matrices() {
+			if *w != nil {
+				fn(*w)
 			}
 		}
 		if !experts {
 			continue
 		}
-		for _, e := range [][]model.Weight{L.GateExps, L.UpExps, L.DownExps} {
+		for _, e := range L.Experts() {
 			for j := range e {
 				fn(&e[j])
 			}
