@@ -83,11 +83,11 @@ func NewTurbo(dim, b int, seed uint64) (*Turbo, error) {
 // values times those int8s (cpu's kern_qint.go): on the grid they meet the
 // same levels as every other reader of the codes. A level moves by at most
 // cs/2, 0.4% of the largest level. On TestTurboDistortion's 4000 random
-// unit vectors of 128 dimensions the mean squared error went from 0.00922
-// to 0.00923 at 4 bits (plain) and from 0.00906 to 0.00907 (with the norm
-// correction); at 3 bits from 0.03398 to 0.03400 and from 0.03352 to
-// 0.03355. 2-bit levels stay where Lloyd-Max puts them (no integer kernel
-// reads them).
+// unit vectors of 128 dimensions the grid costs little: mean squared error
+// 0.00923 at 4 bits against 0.00922 off the grid (plain), 0.00907 against
+// 0.00906 (with the norm correction); at 3 bits 0.03400 against 0.03398
+// and 0.03355 against 0.03352. 2-bit levels stay where Lloyd-Max puts them
+// (no integer kernel reads them).
 func onGrid(levels []float32) {
 	var m float32
 	for _, l := range levels {

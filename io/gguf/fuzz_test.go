@@ -149,8 +149,8 @@ func checkRewrite(t *testing.T, f *File) {
 	// The rewrite is as large as its alignment (up to 2 GiB of padding
 	// for a file of a few bytes): it goes into zero pages mapped for it,
 	// of which only those written with something other than zeros are
-	// touched (issue 19 finding: a 45-byte file with general.alignment
-	// 2^29 made the Writer allocate 512 MiB and the fuzz worker crash).
+	// touched (testdata/fuzz/FuzzParse/issue19-alignment-512MiB: a 45-byte
+	// file with general.alignment 2^29 rewrites to 512 MiB).
 	var size countZeros
 	if _, err := w.WriteTo(&size); err != nil {
 		t.Fatalf("Writer refused metadata the reader accepted: %v", err)

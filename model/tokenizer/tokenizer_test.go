@@ -446,8 +446,8 @@ func TestConcurrentEncode(t *testing.T) {
 }
 
 // TestSpecialIDOutOfVocab: a special token id inside the uint32 range but
-// outside the vocabulary refuses the tokenizer, naming the key (it used to
-// keep the default silently); "none" (0xFFFFFFFF) keeps the default.
+// outside the vocabulary refuses the tokenizer, naming the key, rather than
+// keeping the default silently; "none" (0xFFFFFFFF) keeps the default.
 func TestSpecialIDOutOfVocab(t *testing.T) {
 	for k, key := range specialKeys {
 		v := spmVocab(nil)
