@@ -7,19 +7,14 @@
 // A profile is decoded strictly: an unknown key is an error that names it
 // and its line, so a typo never silently falls back to a default. Every
 // field has a default (Default), and Validate reports every bad value with
-// its key path. This package reads no environment and parses no flags: cmd
-// merges flags, the profile and the environment (flag > file > environment
-// > default) and hands the result down as these structs. Detect and the
+// its key path (ValidateRun also what this build cannot run): the one
+// validation of every command's configuration. This package reads no
+// environment and parses no flags: cmd merges flags, the profile and the
+// environment (flag > file > environment > default) and hands the result
+// down as these structs. Detect and the
 // Measure functions describe the current machine for `flowinfer config
 // detect`.
 package configs
-
-import (
-	"errors"
-	"fmt"
-	"slices"
-	"strings"
-)
 
 // Config is one complete configuration (a profile file decodes into it).
 type Config struct {
@@ -137,7 +132,7 @@ type Sampling struct {
 	TopP             float32 `yaml:"top_p"`
 	MinP             float32 `yaml:"min_p"`
 	RepeatPenalty    float32 `yaml:"repeat_penalty"`
-	RepeatLastN      int     `yaml:"repeat_last_n"`
+	RepeatLastN      int     `yaml:"repeat_last_n"` // penalty window; 0 = off (llama.cpp's -1 is not implemented)
 	PresencePenalty  float32 `yaml:"presence_penalty"`
 	FrequencyPenalty float32 `yaml:"frequency_penalty"`
 	Seed             int64   `yaml:"seed"`       // -1 = random
@@ -178,102 +173,4 @@ func Default() Config {
 		},
 		Server: Server{Host: "127.0.0.1", Port: 8080},
 	}
-}
-
-// ErrInvalid matches every validation error.
-var ErrInvalid = errors.New("configs: invalid configuration")
-
-// Validate reports every out-of-range or unknown value, each with its key
-// path (e.g. "pipeline.parallel: must be between 1 and 4096, got 0").
-func (c *Config) Validate() error {
-	var errs []string
-	bad := func(key, format string, args ...any) {
-		errs = append(errs, key+": "+fmt.Sprintf(format, args...))
-	}
-	between := func(key string, v, lo, hi int) {
-		if v < lo || v > hi {
-			bad(key, "must be between %d and %d, got %d", lo, hi, v)
-		}
-	}
-	oneOf := func(key, v string, known []string) {
-		if !slices.Contains(known, v) {
-			bad(key, "%q is not one of %s", v, strings.Join(known, ", "))
-		}
-	}
-	h, p, s := &c.Hardware, &c.Pipeline, &c.Sampling
-
-	between("hardware.cores", h.Cores, 0, 1<<16)
-	between("hardware.logical_cpus", h.LogicalCPUs, 0, 1<<16)
-	if h.RAM < 0 {
-		bad("hardware.ram", "must not be negative")
-	}
-	if h.MemBandwidth < 0 || h.DiskRead < 0 {
-		bad("hardware", "measured bandwidths must not be negative")
-	}
-	var vram ByteSize
-	for i, g := range h.GPUs {
-		if g.Name == "" {
-			bad(fmt.Sprintf("hardware.gpus[%d].name", i), "must be set")
-		}
-		if g.VRAM < 0 {
-			bad(fmt.Sprintf("hardware.gpus[%d].vram", i), "must not be negative")
-		}
-		vram += g.VRAM
-	}
-
-	oneOf("pipeline.backend", p.Backend, Backends())
-	between("pipeline.threads", p.Threads, 0, 1024)
-	between("pipeline.batch_size", p.BatchSize, 1, 1<<16)
-	between("pipeline.parallel", p.Parallel, 1, 4096)
-	between("pipeline.queue", p.Queue, 1, 1<<20)
-	between("pipeline.edges.tokens", p.Edges.Tokens, 1, 1<<20)
-	between("pipeline.edges.slabs", p.Edges.Slabs, 1, 1024)
-	between("pipeline.prefetch_depth", p.PrefetchDepth, 0, 1024)
-	between("pipeline.kv_cache.ctx_size", p.KVCache.CtxSize, 0, 1<<24)
-	oneOf("pipeline.kv_cache.type_k", p.KVCache.TypeK, KVTypes())
-	oneOf("pipeline.kv_cache.type_v", p.KVCache.TypeV, KVTypes())
-	between("pipeline.kv_cache.protect", p.KVCache.Protect, 0, 1<<16)
-	between("pipeline.kv_cache.recent", p.KVCache.Recent, -1, 1<<24)
-	if _, err := ParseIOEngine(string(p.IOEngine)); err != nil {
-		bad("pipeline.io_engine", "%q is not one of %s", p.IOEngine, join(IOEngines()))
-	}
-	if p.RAMPool < 0 {
-		bad("pipeline.ram_pool", "must not be negative")
-	} else if h.RAM > 0 && p.RAMPool > h.RAM {
-		bad("pipeline.ram_pool", "%v exceeds the machine's RAM (%v)", p.RAMPool, h.RAM)
-	}
-	switch {
-	case p.VRAM < 0:
-		bad("pipeline.vram", "must not be negative")
-	case len(h.GPUs) > 0 && p.VRAM > vram:
-		bad("pipeline.vram", "%v exceeds the GPUs' VRAM (%v)", p.VRAM, vram)
-	}
-	if p.Backend == "vulkan" && p.VRAM == 0 {
-		bad("pipeline.vram", "the vulkan backend needs a VRAM budget")
-	}
-
-	if s.Temperature < 0 {
-		bad("sampling.temperature", "must be >= 0, got %g", s.Temperature)
-	}
-	between("sampling.top_k", s.TopK, 0, 1<<24)
-	if s.TopP < 0 || s.TopP > 1 {
-		bad("sampling.top_p", "must be in [0, 1], got %g", s.TopP)
-	}
-	if s.MinP < 0 || s.MinP > 1 {
-		bad("sampling.min_p", "must be in [0, 1], got %g", s.MinP)
-	}
-	if s.RepeatPenalty <= 0 {
-		bad("sampling.repeat_penalty", "must be > 0, got %g", s.RepeatPenalty)
-	}
-	between("sampling.repeat_last_n", s.RepeatLastN, -1, 1<<24)
-	if s.Seed < -1 {
-		bad("sampling.seed", "must be >= -1 (-1 = random), got %d", s.Seed)
-	}
-	between("sampling.max_tokens", s.MaxTokens, -1, 1<<24)
-
-	between("server.port", c.Server.Port, 0, 65535)
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w:\n  %s", ErrInvalid, strings.Join(errs, "\n  "))
 }

@@ -73,7 +73,7 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown kv key", "pipeline:\n  kv_cache:\n    typ: f16\n", []string{"line 3", "typ"}},
 		{"wrong type", "pipeline:\n  parallel: many\n", []string{"line 2", "many"}},
 		{"bad byte size", "pipeline:\n  vram: 12 bananas\n", []string{"line 2", "byte size"}},
-		{"bad enum", "pipeline:\n  io_engine: aio\n", []string{"pipeline.io_engine", "mmap, pread, io_uring"}},
+		{"bad enum", "pipeline:\n  io_engine: aio\n", []string{"pipeline.io_engine", "pread, io_uring, mmap"}},
 		{"out of range", "pipeline:\n  parallel: 0\n  batch_size: -1\n", []string{"pipeline.parallel", "pipeline.batch_size"}},
 		{"sampling", "sampling:\n  top_p: 1.5\n  temperature: -1\n", []string{"sampling.top_p", "sampling.temperature"}},
 		{"vram beyond gpu", "hardware:\n  gpus: [{name: g, vram: 8GiB}]\npipeline:\n  backend: vulkan\n  vram: 9GiB\n", []string{"pipeline.vram", "exceeds"}},

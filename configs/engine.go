@@ -22,20 +22,21 @@ const (
 	EngineMmap IOEngine = "mmap"
 )
 
-// IOEngines returns the known values of pipeline.io_engine.
-func IOEngines() []IOEngine { return []IOEngine{EngineMmap, EnginePread, EngineIOUring} }
+// IOEngines returns the known values of pipeline.io_engine, the default
+// first.
+func IOEngines() []IOEngine { return []IOEngine{EnginePread, EngineIOUring, EngineMmap} }
 
 // ParseIOEngine returns the engine named s.
 func ParseIOEngine(s string) (IOEngine, error) {
 	e := IOEngine(s)
 	if !slices.Contains(IOEngines(), e) {
-		return "", fmt.Errorf("unknown io_engine %q (supported: %s)", s, join(IOEngines()))
+		return "", fmt.Errorf("unknown io_engine %q (supported: %s)", s, strings.Join(names(IOEngines()), ", "))
 	}
 	return e, nil
 }
 
-// CachePolicy is the expert cache's eviction policy
-// (pipeline.expert_cache_policy, --expert-cache-policy).
+// CachePolicy is the expert cache's eviction policy (--expert-cache-policy;
+// no profile key).
 type CachePolicy string
 
 // The expert cache policies.
@@ -54,15 +55,16 @@ func CachePolicies() []CachePolicy { return []CachePolicy{PolicySLRU, PolicyLRU}
 func ParseCachePolicy(s string) (CachePolicy, error) {
 	p := CachePolicy(s)
 	if !slices.Contains(CachePolicies(), p) {
-		return "", fmt.Errorf("unknown expert cache policy %q (supported: %s)", s, join(CachePolicies()))
+		return "", fmt.Errorf("unknown expert cache policy %q (supported: %s)", s, strings.Join(names(CachePolicies()), ", "))
 	}
 	return p, nil
 }
 
-func join[T ~string](vs []T) string {
+// names returns vs as strings.
+func names[T ~string](vs []T) []string {
 	s := make([]string, len(vs))
 	for i, v := range vs {
 		s[i] = string(v)
 	}
-	return strings.Join(s, ", ")
+	return s
 }

@@ -19,10 +19,9 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 
-	"github.com/flowinfer/flowinfer/cpu"
+	"github.com/flowinfer/flowinfer/configs"
 	"github.com/flowinfer/flowinfer/serve"
 	"github.com/flowinfer/flowinfer/serve/batch"
-	"github.com/flowinfer/flowinfer/stages"
 )
 
 // BatchCmd runs a file of requests.
@@ -55,18 +54,19 @@ func parseShard(s string) (i, n int, err error) {
 	return i, n, nil
 }
 
-func (c *BatchCmd) Run(g *Globals, cli *CLI) error {
+func (c *BatchCmd) apply(cfg *configs.Config) {
+	applyPipeline(cfg, &c.PipelineFlags, &c.SamplingFlags, c.NPredict)
+}
+
+func (c *BatchCmd) Run(g *Globals) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cfg, err := effective(cli.Config, &c.PipelineFlags, &c.SamplingFlags, &c.NPredict)
-	if err != nil {
-		return err
-	}
 	shard, shards, err := parseShard(c.Shard)
 	if err != nil {
 		return err
 	}
-	params, err := c.params()
+	cfg := &g.Config
+	params, err := c.params(&cfg.Sampling)
 	if err != nil {
 		return err
 	}
@@ -79,88 +79,82 @@ func (c *BatchCmd) Run(g *Globals, cli *CLI) error {
 		return err
 	}
 	defer l.Close()
-	nCtx := ctxSize(l, cfg.Pipeline.KVCache.CtxSize, g.Log)
-	scfg := engineConfig(&cfg.Config, nCtx)
-	scfg.StepFactor = -1                 // offline: prompt chunks fill the batch (throughput, no stream to protect)
-	scfg.Queue = max(scfg.Queue, window) // every request in flight fits: no 429s
-	be := cpu.NewBackend(cfg.Pipeline.Threads, nil)
-	defer be.Close()
-	wp, err := openWeights(&c.WeightFlags, l, be, weightSetup{nCtx: scfg.NSeq * nCtx, nSeq: 1, maxBatch: scfg.MaxBatch, running: scfg.NSeq}, g.Log)
-	if errors.Is(err, errDryRun) {
-		return nil
-	}
+	p := &cfg.Pipeline
+	sc := engineConfig(p, ctxSize(l, p.KVCache.CtxSize, g.Log))
+	sc.StepFactor = -1               // offline: prompt chunks fill the batch (throughput, no stream to protect)
+	sc.Queue = max(sc.Queue, window) // every request in flight fits: no 429s
+	rg, e, err := newEngine(l, p, &c.WeightFlags, sc, nil, g.Log)
 	if err != nil {
 		return err
 	}
-	defer wp.Close()
-	scfg.Weights = wp
-	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, scfg, nil)
-	if err != nil {
-		return err
-	}
-	engineDone := make(chan struct{})
-	var runErr error
-	go func() {
-		runErr = e.Run(ctx) // an interrupt aborts it: requests in flight are not written
-		close(engineDone)
-	}()
-	srv := serve.New(serve.Config{Aliases: c.Alias, Defaults: params, Stops: c.Stop, MaxTokens: max(c.NPredict, 0), Fingerprint: "flowinfer-" + version, Log: g.Log})
-	var size int64
-	if st, err := os.Stat(c.Model); err == nil {
-		size = st.Size()
-	}
-	srv.SetBackend(&serve.Backend{Engine: e, Bundle: l.Bundle, Path: c.Model, Size: size, Done: engineDone})
-
-	var bar *progressbar.ProgressBar
+	defer rg.Close()
+	run := start(ctx, e) // an interrupt aborts it: requests in flight are not written
+	srv := serve.New(serve.Config{Aliases: c.Alias, Defaults: params, Stops: c.Stop, MaxTokens: max(cfg.Sampling.MaxTokens, 0), Fingerprint: "flowinfer-" + version, Log: g.Log})
+	srv.SetBackend(backend(e, rg, nil, c.Model, run))
+	var bar progress
 	opts := batch.Options{
 		Input: c.Input, Output: c.Output, Handler: srv.Handler(), Window: window, Ordered: c.Ordered,
 		Shard: shard, Shards: shards, SyncEvery: c.SyncEvery,
 	}
 	if !c.NoProgress {
-		opts.Progress = func(p batch.Progress) {
-			if bar == nil {
-				bar = progressbar.NewOptions(p.Total,
-					progressbar.OptionSetWriter(os.Stderr),
-					progressbar.OptionSetDescription("batch"),
-					progressbar.OptionShowCount(),
-					progressbar.OptionSetPredictTime(true),
-					progressbar.OptionSetWidth(30),
-					progressbar.OptionThrottle(100*time.Millisecond),
-					progressbar.OptionOnCompletion(func() { fmt.Fprintln(os.Stderr) }),
-				)
-			}
-			tps := float64(p.CompletionTokens) / max(p.Elapsed.Seconds(), 1e-9)
-			bar.Describe(fmt.Sprintf("batch %6.1f tok/s, %d failed, %d malformed", tps, p.Failed, p.Malformed))
-			bar.Set(p.Done)
-		}
+		opts.Progress = bar.update
 	}
 	st, err := batch.Run(ctx, opts)
 	e.Close()
-	<-engineDone
-	if bar != nil && !bar.IsFinished() { // interrupted, or lines not written
-		bar.Exit()
+	<-run.done
+	bar.finish()
+	c.report(st, sc.NSeq)
+	switch {
+	case errors.Is(err, batch.ErrInterrupted):
+		return fmt.Errorf("interrupted: %d records written to %s; run the same command again to resume", st.Written, c.Output)
+	case err != nil:
+		return err
+	case run.err != nil && !errors.Is(run.err, context.Canceled):
+		return fmt.Errorf("engine: %w", run.err)
+	case st.Retryable > 0:
+		return fmt.Errorf("%d requests failed with server errors and were not written; run the same command again to retry them", st.Retryable)
+	}
+	return nil
+}
+
+// progress is the progress bar on stderr.
+type progress struct{ bar *progressbar.ProgressBar }
+
+func (pb *progress) update(p batch.Progress) {
+	if pb.bar == nil {
+		pb.bar = progressbar.NewOptions(p.Total,
+			progressbar.OptionSetWriter(os.Stderr),
+			progressbar.OptionSetDescription("batch"),
+			progressbar.OptionShowCount(),
+			progressbar.OptionSetPredictTime(true),
+			progressbar.OptionSetWidth(30),
+			progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionOnCompletion(func() { fmt.Fprintln(os.Stderr) }),
+		)
+	}
+	tps := float64(p.CompletionTokens) / max(p.Elapsed.Seconds(), 1e-9)
+	pb.bar.Describe(fmt.Sprintf("batch %6.1f tok/s, %d failed, %d malformed", tps, p.Failed, p.Malformed))
+	pb.bar.Set(p.Done)
+}
+
+// finish ends a bar the run left unfinished (interrupted, or lines not
+// written).
+func (pb *progress) finish() {
+	if pb.bar != nil && !pb.bar.IsFinished() {
+		pb.bar.Exit()
 		fmt.Fprintln(os.Stderr)
 	}
+}
+
+// report prints what the run did.
+func (c *BatchCmd) report(st batch.Stats, parallel int) {
 	secs := max(st.Elapsed.Seconds(), 1e-9)
 	fmt.Fprintf(os.Stderr, "flowinfer: batch: %d records written (%d ok, %d failed, %d malformed; %d already done) in %.2fs: %.2f requests/s, %d tokens generated, %.1f tok/s, parallel %d\n",
-		st.Written, st.OK, st.Failed, st.Malformed, st.Skipped, secs, float64(st.Written)/secs, st.CompletionTokens, float64(st.CompletionTokens)/secs, scfg.NSeq)
+		st.Written, st.OK, st.Failed, st.Malformed, st.Skipped, secs, float64(st.Written)/secs, st.CompletionTokens, float64(st.CompletionTokens)/secs, parallel)
 	if st.UnknownModel > 0 {
 		fmt.Fprintf(os.Stderr, "flowinfer: batch: %d of the failed lines asked for a model this run does not serve; name it with --alias\n", st.UnknownModel)
 	}
 	if st.TornBytes > 0 {
 		fmt.Fprintf(os.Stderr, "flowinfer: batch: dropped a torn last line (%d bytes) of %s\n", st.TornBytes, c.Output)
 	}
-	if errors.Is(err, batch.ErrInterrupted) {
-		return fmt.Errorf("interrupted: %d records written to %s; run the same command again to resume", st.Written, c.Output)
-	}
-	if err != nil {
-		return err
-	}
-	if runErr != nil && !errors.Is(runErr, context.Canceled) {
-		return fmt.Errorf("engine: %w", runErr)
-	}
-	if st.Retryable > 0 {
-		return fmt.Errorf("%d requests failed with server errors and were not written; run the same command again to retry them", st.Retryable)
-	}
-	return nil
 }

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/flowinfer/flowinfer/cpu"
+	"github.com/flowinfer/flowinfer/configs"
 	"github.com/flowinfer/flowinfer/model/chat"
 	"github.com/flowinfer/flowinfer/stages"
 	"github.com/flowinfer/flowinfer/stages/sample"
@@ -35,8 +35,12 @@ type ChatCmd struct {
 
 const chatHelp = "commands: /reset (forget the conversation), /system TEXT (set the system prompt and reset), /exit"
 
+func (c *ChatCmd) apply(cfg *configs.Config) {
+	ownFlags{c.Threads, c.CtxSize, c.BatchSize, c.EdgeTokens, c.NPredict}.apply(cfg, &c.WeightFlags, &c.SamplingFlags)
+}
+
 func (c *ChatCmd) Run(g *Globals) error {
-	params, err := c.params()
+	params, err := c.params(&g.Config.Sampling)
 	if err != nil {
 		return err
 	}
@@ -51,32 +55,27 @@ func (c *ChatCmd) Run(g *Globals) error {
 	if l.DefaultTemplate {
 		fmt.Fprintln(os.Stderr, "flowinfer: the model has no chat template; using ChatML")
 	}
-	be := cpu.NewBackend(c.Threads, nil)
-	defer be.Close()
-	nCtx := ctxSize(l, c.CtxSize, g.Log)
-	wp, err := openWeights(&c.WeightFlags, l, be, weightSetup{nCtx: nCtx, nSeq: 1, maxBatch: c.BatchSize}, g.Log)
-	if errors.Is(err, errDryRun) {
-		return nil
-	}
+	p := &g.Config.Pipeline
+	rg, e, err := newEngine(l, p, &c.WeightFlags, oneSequenceConfig(p, ctxSize(l, p.KVCache.CtxSize, g.Log)), nil, g.Log)
 	if err != nil {
 		return err
 	}
-	defer wp.Close()
-	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, stages.Config{NCtx: nCtx, MaxBatch: c.BatchSize, EdgeCap: c.EdgeTokens, Weights: wp, KVTypes: c.kvTypes()}, nil)
-	if err != nil {
-		return err
-	}
+	defer rg.Close()
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
-	runErr := make(chan error, 1)
-	go func() { runErr <- e.Run(runCtx) }()
-	defer func() { e.Close(); <-runErr }()
+	run := start(runCtx, e)
+	defer func() { e.Close(); <-run.done }()
 
 	// Ctrl-C stops the current reply; at the prompt it exits.
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt)
 	defer signal.Stop(sigs)
+	return c.converse(e, l, params, g.Config.Sampling.MaxTokens, sigs)
+}
 
+// converse reads the user's lines and answers them until /exit or the end
+// of the input.
+func (c *ChatCmd) converse(e *stages.Engine, l *loaded, params sample.Params, maxTokens int, sigs chan os.Signal) error {
 	system := c.System
 	var history []chat.Message
 	in := bufio.NewReader(os.Stdin)
@@ -92,26 +91,14 @@ func (c *ChatCmd) Run(g *Globals) error {
 			return err
 		}
 		line = strings.TrimRight(line, "\r\n")
-		switch {
-		case line == "":
-			continue
-		case line == "/exit" || line == "/quit":
-			return nil
-		case line == "/reset":
-			history = nil
-			fmt.Fprintln(os.Stderr, "(conversation reset)")
-			continue
-		case strings.HasPrefix(line, "/system"):
-			system = strings.TrimSpace(strings.TrimPrefix(line, "/system"))
-			history = nil
-			fmt.Fprintln(os.Stderr, "(system prompt set; conversation reset)")
-			continue
-		case strings.HasPrefix(line, "/"):
-			fmt.Fprintln(os.Stderr, chatHelp)
+		if line == "" || strings.HasPrefix(line, "/") {
+			if !chatCommand(line, &system, &history) {
+				return nil
+			}
 			continue
 		}
 		history = append(history, chat.Message{Role: "user", Content: line})
-		reply, err := c.turn(e, l, system, history, params, sigs)
+		reply, err := c.turn(e, l, system, history, params, maxTokens, sigs)
 		if errors.Is(err, stages.ErrPrompt) {
 			// The conversation no longer fits: say so and let the user reset.
 			fmt.Fprintf(os.Stderr, "(%v: /reset to start over)\n", err)
@@ -125,8 +112,28 @@ func (c *ChatCmd) Run(g *Globals) error {
 	}
 }
 
+// chatCommand carries out a /command line (or an empty one); false means
+// /exit.
+func chatCommand(line string, system *string, history *[]chat.Message) bool {
+	switch {
+	case line == "":
+	case line == "/exit" || line == "/quit":
+		return false
+	case line == "/reset":
+		*history = nil
+		fmt.Fprintln(os.Stderr, "(conversation reset)")
+	case strings.HasPrefix(line, "/system"):
+		*system = strings.TrimSpace(strings.TrimPrefix(line, "/system"))
+		*history = nil
+		fmt.Fprintln(os.Stderr, "(system prompt set; conversation reset)")
+	default:
+		fmt.Fprintln(os.Stderr, chatHelp)
+	}
+	return true
+}
+
 // turn generates one assistant reply, streaming it to stdout.
-func (c *ChatCmd) turn(e *stages.Engine, l *loaded, system string, history []chat.Message, params sample.Params, sigs chan os.Signal) (string, error) {
+func (c *ChatCmd) turn(e *stages.Engine, l *loaded, system string, history []chat.Message, params sample.Params, maxTokens int, sigs chan os.Signal) (string, error) {
 	var msgs []chat.Message
 	if system != "" {
 		msgs = append(msgs, chat.Message{Role: "system", Content: system})
@@ -143,7 +150,7 @@ func (c *ChatCmd) turn(e *stages.Engine, l *loaded, system string, history []cha
 	var mu sync.Mutex
 	var reply strings.Builder
 	done := make(chan stages.Event, 1)
-	req := &stages.Request{Ctx: ctx, Prompt: prompt, Params: params, MaxTokens: c.NPredict, Stops: append(c.Stop, l.Template.StopStrings()...),
+	req := &stages.Request{Ctx: ctx, Prompt: prompt, Params: params, MaxTokens: maxTokens, Stops: append(c.Stop, l.Template.StopStrings()...),
 		Emit: func(ev stages.Event) error {
 			mu.Lock()
 			reply.WriteString(ev.Text)
@@ -159,7 +166,7 @@ func (c *ChatCmd) turn(e *stages.Engine, l *loaded, system string, history []cha
 	}
 	select {
 	case ev := <-done:
-		if ev.Finish == stages.FinishLength && ev.Usage.GeneratedTokens != c.NPredict {
+		if ev.Finish == stages.FinishLength && ev.Usage.GeneratedTokens != maxTokens {
 			fmt.Fprintln(os.Stderr, "\n(context full: /reset to continue)")
 		}
 	case <-sigs:

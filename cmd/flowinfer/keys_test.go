@@ -133,7 +133,7 @@ func TestEveryConfigKey(t *testing.T) {
 func parseFlag(t *testing.T, profile string, args []string, flag string) (string, bool) {
 	t.Helper()
 	var cli CLI
-	parser, err := kong.New(&cli, kong.Name("flowinfer"), kong.Exit(func(int) { t.Fatalf("kong exited on %v", args) }))
+	parser, err := kong.New(&cli, kong.Name("flowinfer"), vars(), kong.Exit(func(int) { t.Fatalf("kong exited on %v", args) }))
 	if err != nil {
 		t.Fatal(err)
 	}

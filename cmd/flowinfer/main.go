@@ -8,6 +8,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -15,6 +16,8 @@ import (
 	"github.com/alecthomas/kong"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/flowinfer/flowinfer/configs"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -41,6 +44,10 @@ type CLI struct {
 // Globals is what every command receives.
 type Globals struct {
 	Log *zap.Logger
+	// Config is a computing command's effective configuration: the
+	// profile, the environment and its flags, validated (settle); zero for
+	// the other commands.
+	Config configs.Loaded
 }
 
 // VersionCmd prints the version.
@@ -68,17 +75,14 @@ func newLogger(level string) *zap.Logger {
 	return log
 }
 
-// checkSelected refuses, before anything loads, the settings the selected
-// command cannot honour: every command that computes embeds ComputeFlags.
-func checkSelected(ctx *kong.Context, log *zap.Logger) error {
-	n := ctx.Selected()
-	if n == nil || !n.Target.CanAddr() {
-		return nil
+// vars are the kong variables the flags' tags use: lists of names that
+// configs owns.
+func vars() kong.Vars {
+	policies := make([]string, len(configs.CachePolicies()))
+	for i, p := range configs.CachePolicies() {
+		policies[i] = string(p)
 	}
-	if c, ok := n.Target.Addr().Interface().(interface{ checkCompute(*zap.Logger) error }); ok {
-		return c.checkCompute(log)
-	}
-	return nil
+	return kong.Vars{"version": version, "cache_policies": strings.Join(policies, ",")}
 }
 
 func main() {
@@ -88,13 +92,17 @@ func main() {
 		kong.Name("flowinfer"),
 		kong.Description("Local LLM inference as a graph of pipelined stages. Models are GGUF files (llama.cpp's format)."),
 		kong.UsageOnError(),
-		kong.Vars{"version": version},
+		vars(),
 	)
 	log := newLogger(cli.LogLevel)
 	defer log.Sync()
-	err := checkSelected(ctx, log)
-	if err == nil {
-		err = ctx.Run(&Globals{Log: log})
+	g := &Globals{Log: log}
+	var err error
+	if g.Config, err = settle(ctx, cli.Config, log); err == nil {
+		err = ctx.Run(g)
+	}
+	if errors.Is(err, errDryRun) { // --dry-run printed the plan
+		err = nil
 	}
 	if err != nil {
 		// One clear line, no stack trace.
@@ -107,7 +115,7 @@ func main() {
 // kong cannot declare (its short flags are one letter), to their long
 // names: -ctk and -ctv (with a separate or "=" value).
 func llamaFlags(args []string) []string {
-	long := map[string]string{"-ctk": "--cache-type-k", "-ctv": "--cache-type-v"}
+	long := llamaShort()
 	out := make([]string, len(args))
 	for i, a := range args {
 		out[i] = a
@@ -124,4 +132,9 @@ func llamaFlags(args []string) []string {
 		}
 	}
 	return out
+}
+
+// llamaShort maps llama.cpp's multi-letter flags to their long names.
+func llamaShort() map[string]string {
+	return map[string]string{"-ctk": "--cache-type-k", "-ctv": "--cache-type-v"}
 }

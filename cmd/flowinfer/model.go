@@ -140,3 +140,17 @@ func ctxSize(l *loaded, c int, log *zap.Logger) int {
 	}
 	return c
 }
+
+// openPrompt opens the model and tokenizes the prompt for it (buildPrompt).
+func (f *ModelFlags) openPrompt(ctx context.Context, log *zap.Logger, text string, useChat bool, system string) (*loaded, []int32, error) {
+	l, err := f.open(ctx, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	prompt, err := buildPrompt(l, text, useChat, system)
+	if err != nil {
+		l.Close()
+		return nil, nil, err
+	}
+	return l, prompt, nil
+}

@@ -13,10 +13,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/flowinfer/flowinfer/cpu"
+	"github.com/flowinfer/flowinfer/configs"
 	"github.com/flowinfer/flowinfer/graph"
 	"github.com/flowinfer/flowinfer/model/chat"
+	"github.com/flowinfer/flowinfer/model/tokenizer"
 	"github.com/flowinfer/flowinfer/stages"
+	"github.com/flowinfer/flowinfer/stages/sample"
 	"github.com/flowinfer/flowinfer/stages/sample/grammar"
 )
 
@@ -73,10 +75,14 @@ func (r *RunCmd) grammar() (*grammar.Grammar, error) {
 	return nil, nil
 }
 
+// promptText is -p, or -f's contents, or the default prompt.
 func (r *RunCmd) promptText() (string, error) {
-	if r.File != "" {
+	switch {
+	case r.File != "":
 		b, err := os.ReadFile(r.File)
 		return string(b), err
+	case r.Prompt == "":
+		return "Once upon a time", nil
 	}
 	return r.Prompt, nil
 }
@@ -103,6 +109,10 @@ func buildPrompt(l *loaded, text string, useChat bool, system string) ([]int32, 
 	return tok.Encode(l.Template.TrimForTokenizer(s, tok.AddBOS(), tok.AddEOS()), true, true), nil
 }
 
+func (r *RunCmd) apply(c *configs.Config) {
+	ownFlags{r.Threads, r.CtxSize, r.BatchSize, r.EdgeTokens, r.NPredict}.apply(c, &r.WeightFlags, &r.SamplingFlags)
+}
+
 func (r *RunCmd) Run(g *Globals) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -110,71 +120,72 @@ func (r *RunCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
-	if r.Prompt == "" && r.File == "" {
-		text = "Once upon a time"
-	}
-	params, err := r.params()
+	params, err := r.sampling(&g.Config.Sampling)
 	if err != nil {
 		return err
 	}
-	if params.Grammar, err = r.grammar(); err != nil {
-		return err
-	}
-	if params.Grammar != nil && r.IgnoreEOS {
-		return errors.New("--ignore-eos cannot be used with a grammar: the grammar decides where the output ends")
-	}
-	l, err := r.open(ctx, g.Log)
+	l, prompt, err := r.openPrompt(ctx, g.Log, text, r.Chat, r.System)
 	if err != nil {
 		return err
 	}
 	defer l.Close()
-	prompt, err := buildPrompt(l, text, r.Chat, r.System)
-	if err != nil {
-		return err
-	}
-	nCtx := ctxSize(l, r.CtxSize, g.Log)
+	p := &g.Config.Pipeline
 	rec := graph.NewRecorder(0)
-	be := cpu.NewBackend(r.Threads, nil)
-	defer be.Close()
-	t0 := time.Now()
-	wp, err := openWeights(&r.WeightFlags, l, be, weightSetup{nCtx: nCtx, nSeq: 1, maxBatch: r.BatchSize}, g.Log)
-	l.loadTime += time.Since(t0) // planning and packing are part of loading
-	if errors.Is(err, errDryRun) {
-		return nil
-	}
+	rg, e, err := newEngine(l, p, &r.WeightFlags, oneSequenceConfig(p, ctxSize(l, p.KVCache.CtxSize, g.Log)), rec, g.Log)
 	if err != nil {
 		return err
 	}
-	defer wp.Close()
-	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, stages.Config{NCtx: nCtx, MaxBatch: r.BatchSize, EdgeCap: r.EdgeTokens, Weights: wp, KVTypes: r.kvTypes()}, rec)
-	if err != nil {
+	defer rg.Close()
+	final, err := r.generate(ctx, e, l, prompt, params, g.Config.Sampling.MaxTokens)
+	if err != nil || final == nil {
 		return err
+	}
+	printPerf(os.Stderr, l.loadTime, *final, rec.Summary())
+	if rg.wp.Plan().Streaming() {
+		printWeightStats(rg.wp)
+	}
+	return nil
+}
+
+// sampling returns the request's sampler parameters, with the grammar
+// asked for.
+func (r *RunCmd) sampling(s *configs.Sampling) (sample.Params, error) {
+	params, err := r.params(s)
+	if err != nil {
+		return params, err
+	}
+	if params.Grammar, err = r.grammar(); err != nil {
+		return params, err
+	}
+	if params.Grammar != nil && r.IgnoreEOS {
+		return params, errors.New("--ignore-eos cannot be used with a grammar: the grammar decides where the output ends")
+	}
+	return params, nil
+}
+
+// generate echoes the prompt and streams its completion to stdout (and
+// the logits to --logits-out), and returns the final event: nil when
+// interrupted.
+func (r *RunCmd) generate(ctx context.Context, e *stages.Engine, l *loaded, prompt []int32, params sample.Params, maxTokens int) (*stages.Event, error) {
+	out := bufio.NewWriter(os.Stdout)
+	defer out.Flush()
+	if !r.NoDisplayPrompt {
+		echoPrompt(out, l.Tokenizer, prompt, r.Special)
+	}
+	var logits *logitsWriter
+	if r.LogitsOut != "" {
+		var err error
+		if logits, err = newLogitsWriter(r.LogitsOut); err != nil {
+			return nil, err
+		}
 	}
 	stops := r.Stop
 	if r.Chat && l.Template != nil {
 		stops = append(stops, l.Template.StopStrings()...)
 	}
-	out := bufio.NewWriter(os.Stdout)
-	defer out.Flush()
-	if !r.NoDisplayPrompt {
-		start := 0
-		if len(prompt) > 0 && prompt[0] == l.Tokenizer.BOS() {
-			start = 1
-		}
-		for _, id := range prompt[start:] { // pieces, as llama-completion echoes them
-			out.Write(l.Tokenizer.Piece(id, r.Special))
-		}
-		out.Flush()
-	}
-	var logits *logitsWriter
-	if r.LogitsOut != "" {
-		if logits, err = newLogitsWriter(r.LogitsOut); err != nil {
-			return err
-		}
-	}
 	var final stages.Event
 	req := &stages.Request{
-		ID: 1, Prompt: prompt, Params: params, MaxTokens: r.NPredict, Stops: stops,
+		ID: 1, Prompt: prompt, Params: params, MaxTokens: maxTokens, Stops: stops,
 		IgnoreEOG: r.IgnoreEOS, RenderSpecial: r.Special,
 		Emit: func(ev stages.Event) error {
 			out.WriteString(ev.Text)
@@ -185,11 +196,10 @@ func (r *RunCmd) Run(g *Globals) error {
 		},
 	}
 	if logits != nil {
-		req.AllLogits = true
-		req.OnLogits = logits.write
+		req.AllLogits, req.OnLogits = true, logits.write
 	}
 	if err := e.Submit(req); err != nil {
-		return err
+		return nil, err
 	}
 	e.Close()
 	runErr := e.Run(ctx)
@@ -200,21 +210,29 @@ func (r *RunCmd) Run(g *Globals) error {
 			runErr = err
 		}
 	}
-	if errors.Is(runErr, context.Canceled) {
+	switch {
+	case errors.Is(runErr, context.Canceled):
 		fmt.Fprintln(os.Stderr, "flowinfer: interrupted")
-		return nil
+		return nil, nil
+	case runErr != nil:
+		return nil, runErr
+	case final.Finish == stages.FinishError && final.Err != nil:
+		return nil, final.Err
 	}
-	if runErr != nil {
-		return runErr
+	return &final, nil
+}
+
+// echoPrompt writes the prompt's pieces after BOS, as llama-completion
+// echoes them.
+func echoPrompt(out *bufio.Writer, tok *tokenizer.Tokenizer, prompt []int32, special bool) {
+	start := 0
+	if len(prompt) > 0 && prompt[0] == tok.BOS() {
+		start = 1
 	}
-	if final.Finish == stages.FinishError && final.Err != nil {
-		return final.Err
+	for _, id := range prompt[start:] {
+		out.Write(tok.Piece(id, special))
 	}
-	printPerf(os.Stderr, l.loadTime, final, rec.Summary())
-	if wp.Plan().Streaming() {
-		printWeightStats(wp)
-	}
-	return nil
+	out.Flush()
 }
 
 // printPerf prints llama.cpp-style timings and each stage's time split.

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/flowinfer/flowinfer/configs"
 	"github.com/flowinfer/flowinfer/stages/sample"
 )
 
@@ -24,15 +25,26 @@ type SamplingFlags struct {
 	Stop             []string `name:"stop" help:"Stop when this text is generated (repeatable)."`
 }
 
-func (f *SamplingFlags) params() (sample.Params, error) {
+// setSampling copies the sampling flags onto s.
+func (f *SamplingFlags) setSampling(s *configs.Sampling) {
+	s.Temperature, s.TopK, s.TopP, s.MinP = f.Temp, f.TopK, f.TopP, f.MinP
+	s.RepeatPenalty, s.RepeatLastN = f.RepeatPenalty, f.RepeatLastN
+	s.PresencePenalty, s.FrequencyPenalty, s.Seed = f.PresencePenalty, f.FrequencyPenalty, f.Seed
+}
+
+// params returns the sampler's parameters: the keyed ones from s (the
+// effective configuration), the logit biases from the flags. The
+// sampler's own check (sample.Params.Validate) refuses what configs cannot
+// see, a bias of +Inf or NaN, before anything loads.
+func (f *SamplingFlags) params(s *configs.Sampling) (sample.Params, error) {
 	p := sample.Params{
-		Temperature: f.Temp, TopK: f.TopK, TopP: f.TopP, MinP: f.MinP,
-		RepeatPenalty: f.RepeatPenalty, RepeatLastN: f.RepeatLastN,
-		PresencePenalty: f.PresencePenalty, FrequencyPenalty: f.FrequencyPenalty,
+		Temperature: s.Temperature, TopK: s.TopK, TopP: s.TopP, MinP: s.MinP,
+		RepeatPenalty: s.RepeatPenalty, RepeatLastN: s.RepeatLastN,
+		PresencePenalty: s.PresencePenalty, FrequencyPenalty: s.FrequencyPenalty,
 		Seed: sample.RandomSeed,
 	}
-	if f.Seed >= 0 {
-		p.Seed = uint64(f.Seed)
+	if s.Seed >= 0 {
+		p.Seed = uint64(s.Seed)
 	}
 	for _, b := range f.LogitBias {
 		i := strings.LastIndexAny(b, "+-")

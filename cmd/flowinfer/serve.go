@@ -21,7 +21,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flowinfer/flowinfer/configs"
-	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/graph"
 	"github.com/flowinfer/flowinfer/model"
 	"github.com/flowinfer/flowinfer/serve"
@@ -61,160 +60,175 @@ type ServeCmd struct {
 // serveTraceEvents bounds each stage's events in the server's recorder.
 const serveTraceEvents = 1 << 14
 
+func (c *ServeCmd) apply(cfg *configs.Config) {
+	ownFlags{c.Threads, c.CtxSize, c.BatchSize, c.EdgeTokens, c.NPredict}.apply(cfg, &c.WeightFlags, &c.SamplingFlags)
+	cfg.Pipeline.Parallel, cfg.Pipeline.Queue = c.Parallel, c.Queue
+	cfg.Server.Host, cfg.Server.Port = c.Host, c.Port
+}
+
 func (c *ServeCmd) Run(g *Globals) error {
-	switch {
-	case c.ReadTimeout <= 0:
-		return fmt.Errorf("--read-timeout %v: must be positive", c.ReadTimeout)
-	case c.MaxConns <= 0:
-		return fmt.Errorf("--max-conns %d: must be positive", c.MaxConns)
-	case c.MaxHeader < 1024:
-		return fmt.Errorf("--max-header-bytes %d: must be at least 1024", c.MaxHeader)
-	case c.StepFactor > 0 && c.StepFactor <= 1:
-		return fmt.Errorf("--step-factor %g: must be more than 1 (steps that decode may take that many times a decode-only step), or 0 or negative to turn pacing off", c.StepFactor)
-	case badOrigin(c.CORSOrigin) != "":
-		return fmt.Errorf("--cors-origin %q: not an origin (scheme://host[:port], no path, or *)", badOrigin(c.CORSOrigin))
-	}
-	var pooling stages.Pooling
-	if c.Pooling != "" {
-		p, err := stages.ParsePooling(c.Pooling)
-		if err != nil {
-			return fmt.Errorf("--pooling: %w", err)
-		}
-		pooling = p
+	pooling, err := c.checkFlags()
+	if err != nil {
+		return err
 	}
 	sigCtx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
-	log := g.Log
-	params, err := c.params()
+	cfg := &g.Config
+	params, err := c.params(&cfg.Sampling)
 	if err != nil {
 		return err
 	}
-	if c.Parallel < 1 {
-		return fmt.Errorf("--parallel must be at least 1, got %d", c.Parallel)
-	}
-	srv := serve.New(serve.Config{
-		Aliases: c.Alias, APIKey: c.APIKey, Defaults: params, MaxTokens: max(c.NPredict, 0), Stops: c.Stop,
-		MaxBodyBytes: c.MaxBody, Heartbeat: c.Heartbeat, Fingerprint: "flowinfer-" + version, Log: log,
+	s := serving{srv: serve.New(serve.Config{
+		Aliases: c.Alias, APIKey: c.APIKey, Defaults: params, MaxTokens: max(cfg.Sampling.MaxTokens, 0), Stops: c.Stop,
+		MaxBodyBytes: c.MaxBody, Heartbeat: c.Heartbeat, Fingerprint: "flowinfer-" + version, Log: g.Log,
 		ReadTimeout: c.ReadTimeout, MaxConns: c.MaxConns, MaxHeaderBytes: c.MaxHeader, CORSOrigins: trimSlashes(c.CORSOrigin),
 		Pooling: pooling,
-	})
-	ln, err := net.Listen("tcp", net.JoinHostPort(c.Host, strconv.Itoa(c.Port)))
+	}), serveErr: make(chan error, 1)}
+	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Server.Host, strconv.Itoa(cfg.Server.Port)))
 	if err != nil {
 		return err
 	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	go func() { s.serveErr <- s.srv.Serve(ln) }()
 	fmt.Fprintf(os.Stderr, "flowinfer: listening on http://%s (loading the model)\n", ln.Addr())
 
-	path, demo, err := c.resolve(sigCtx, log)
-	if err != nil {
-		srv.Shutdown(context.Background())
-		return err
-	}
-	if demo {
-		fmt.Fprint(os.Stderr, demoBanner)
-	}
-	be := cpu.NewBackend(c.Threads, nil)
-	defer be.Close()
-	b, err := model.Open(path, be.Supports, log)
-	if err != nil {
-		srv.Shutdown(context.Background())
-		return err
-	}
-	defer b.Close()
-	l := &loaded{Bundle: b, demo: demo, path: path}
-	nCtx := ctxSize(l, c.CtxSize, log)
-	if c.KVBudget > 0 {
-		if c.KVTokens > 0 {
-			srv.Shutdown(context.Background())
-			return fmt.Errorf("--kv-tokens %d and --kv-budget %v both size the KV pool: set one", c.KVTokens, c.KVBudget)
-		}
-		per, err := model.KVBytesPerToken(&l.Model.Hyper, c.kvTypes())
-		if err != nil {
-			srv.Shutdown(context.Background())
-			return err
-		}
-		// the budget holds --kv-recent's f16 windows too
-		win := model.KVRecentReserve(&l.Model.Hyper, c.kvTypes(), c.Parallel, c.BatchSize, c.KVBlock, int(int64(c.KVBudget)/int64(per)))
-		if c.KVTokens = int(max(int64(c.KVBudget)-win, 0) / int64(per)); c.KVTokens < nCtx {
-			srv.Shutdown(context.Background())
-			return fmt.Errorf("--kv-budget %v holds %d tokens of %s KV (%d bytes each, after %d bytes of f16 windows); one context needs %d", c.KVBudget, c.KVTokens, c.kvTypes(), per, win, nCtx)
-		}
-	}
-	kvTok := c.KVTokens
-	if kvTok <= 0 {
-		kvTok = c.Parallel * nCtx
-	}
-	// while /health says loading
-	wp, err := openWeights(&c.WeightFlags, l, be, weightSetup{nCtx: kvTok, nSeq: 1, maxBatch: c.BatchSize, running: c.Parallel, blockSize: c.KVBlock}, log)
-	if err != nil {
-		srv.Shutdown(context.Background())
-		if errors.Is(err, errDryRun) {
-			return nil
-		}
-		return err
-	}
-	defer wp.Close()
 	// always on for /metrics and /debug/trace, so a ring: bounded memory
 	// (~6 MiB for 8 stages), the latest events kept
 	rec := graph.NewRingRecorder(serveTraceEvents)
-	e, err := stages.NewEngine(l.Model, l.Tokenizer, be, stages.Config{
-		NCtx: nCtx, NSeq: c.Parallel, MaxBatch: c.BatchSize, Queue: c.Queue, EdgeCap: c.EdgeTokens, StepFactor: stepFactor(c.StepFactor), BlockSize: c.KVBlock, KVTokens: c.KVTokens, Weights: wp, KVTypes: c.kvTypes(),
-	}, rec)
+	rg, e, err := c.load(sigCtx, g, rec) // while /health says loading
 	if err != nil {
-		srv.Shutdown(context.Background())
+		s.srv.Shutdown(context.Background())
 		return err
 	}
+	defer rg.loaded.Close()
+	defer rg.Close()
 	runCtx, abort := context.WithCancel(context.Background())
 	defer abort()
-	engineDone := make(chan struct{})
-	var runErr error
-	go func() {
-		runErr = e.Run(runCtx)
-		close(engineDone)
-	}()
-	var size int64
-	if st, err := os.Stat(path); err == nil {
-		size = st.Size()
+	s.e, s.run, s.abort = e, start(runCtx, e), abort
+	s.srv.SetBackend(backend(e, rg, rec, rg.path, s.run))
+	printServing(e, rg, ln.Addr())
+	return c.drain(sigCtx, stopSignals, s, g.Log)
+}
+
+// checkFlags checks the server's flags that no key covers, and returns the
+// embedding pooling asked for.
+func (c *ServeCmd) checkFlags() (stages.Pooling, error) {
+	var pooling stages.Pooling
+	switch {
+	case c.ReadTimeout <= 0:
+		return pooling, fmt.Errorf("--read-timeout %v: must be positive", c.ReadTimeout)
+	case c.MaxConns <= 0:
+		return pooling, fmt.Errorf("--max-conns %d: must be positive", c.MaxConns)
+	case c.MaxHeader < 1024:
+		return pooling, fmt.Errorf("--max-header-bytes %d: must be at least 1024", c.MaxHeader)
+	case c.StepFactor > 0 && c.StepFactor <= 1:
+		return pooling, fmt.Errorf("--step-factor %g: must be more than 1 (steps that decode may take that many times a decode-only step), or 0 or negative to turn pacing off", c.StepFactor)
+	case badOrigin(c.CORSOrigin) != "":
+		return pooling, fmt.Errorf("--cors-origin %q: not an origin (scheme://host[:port], no path, or *)", badOrigin(c.CORSOrigin))
+	case c.Pooling == "":
+		return pooling, nil
 	}
-	srv.SetBackend(&serve.Backend{Engine: e, Bundle: l.Bundle, Recorder: rec, Path: path, Size: size, Done: engineDone})
+	p, err := stages.ParsePooling(c.Pooling)
+	if err != nil {
+		return pooling, fmt.Errorf("--pooling: %w", err)
+	}
+	return p, nil
+}
+
+// load opens the model, sizes the KV pool and the weights, and makes the
+// engine.
+func (c *ServeCmd) load(ctx context.Context, g *Globals, rec *graph.Recorder) (*rig, *stages.Engine, error) {
+	l, err := c.open(ctx, g.Log)
+	if err != nil {
+		return nil, nil, err
+	}
+	p := &g.Config.Pipeline
+	sc := engineConfig(p, ctxSize(l, p.KVCache.CtxSize, g.Log))
+	sc.StepFactor, sc.BlockSize = stepFactor(c.StepFactor), c.KVBlock
+	if sc.KVTokens, err = c.kvPool(&l.Model.Hyper, sc); err != nil {
+		l.Close()
+		return nil, nil, err
+	}
+	r, e, err := newEngine(l, p, &c.WeightFlags, sc, rec, g.Log)
+	if err != nil {
+		l.Close()
+		return nil, nil, err
+	}
+	return r, e, nil
+}
+
+// kvPool returns the KV pool's size in tokens: --kv-tokens, or what
+// --kv-budget holds (0: the engine's, NSeq × NCtx).
+func (c *ServeCmd) kvPool(h *model.Hyper, sc stages.Config) (int, error) {
+	if c.KVBudget <= 0 {
+		return c.KVTokens, nil
+	}
+	if c.KVTokens > 0 {
+		return 0, fmt.Errorf("--kv-tokens %d and --kv-budget %v both size the KV pool: set one", c.KVTokens, c.KVBudget)
+	}
+	pool, err := stages.KVPoolFor(h, sc.KVTypes, int64(c.KVBudget), sc.NSeq, sc.MaxBatch, sc.BlockSize)
+	if err != nil {
+		return 0, err
+	}
+	if pool.Tokens < sc.NCtx {
+		return 0, fmt.Errorf("--kv-budget %v holds %d tokens of %s KV (%d bytes each, after %d bytes of f16 windows); one context needs %d",
+			c.KVBudget, pool.Tokens, sc.KVTypes, pool.PerToken, pool.Windows, sc.NCtx)
+	}
+	return pool.Tokens, nil
+}
+
+// printServing says what the server serves, and how.
+func printServing(e *stages.Engine, r *rig, addr net.Addr) {
 	cfg := e.Config()
 	layout := "contiguous per sequence, shared prefixes copied"
 	if e.PagedKV() {
 		layout = "paged, shared prefixes by reference"
 	}
 	fmt.Fprintf(os.Stderr, "flowinfer: serving %s on http://%s (%d parallel × %d context; KV cache %d blocks of %d tokens, %s, %s: %s; %d threads)\n",
-		l.Name, ln.Addr(), cfg.NSeq, cfg.NCtx, cfg.KVTokens/cfg.BlockSize, cfg.BlockSize, cfg.KVTypes, configs.ByteSize(e.KVBytes()), layout, be.Threads())
+		r.Name, addr, cfg.NSeq, cfg.NCtx, cfg.KVTokens/cfg.BlockSize, cfg.BlockSize, cfg.KVTypes, configs.ByteSize(e.KVBytes()), layout, r.be.Threads())
+}
 
+// serving is the server with its engine running.
+type serving struct {
+	srv      *serve.Server
+	serveErr chan error // srv.Serve's return
+	e        *stages.Engine
+	run      *running
+	abort    context.CancelFunc // cancels the engine's Run
+}
+
+// drain serves until a signal, then takes no new requests, lets those in
+// flight finish (up to --drain-timeout) and stops the engine; or it
+// returns the server's or the engine's error.
+func (c *ServeCmd) drain(sigCtx context.Context, stopSignals func(), s serving, log *zap.Logger) error {
 	select {
 	case <-sigCtx.Done():
 		fmt.Fprintln(os.Stderr, "flowinfer: shutting down: finishing in-flight requests")
-	case err := <-serveErr:
-		abort()
-		<-engineDone
+	case err := <-s.serveErr:
+		s.abort()
+		<-s.run.done
 		return fmt.Errorf("server: %w", err)
-	case <-engineDone:
-		srv.Shutdown(context.Background())
-		if runErr == nil {
-			runErr = errors.New("the engine stopped")
+	case <-s.run.done:
+		s.srv.Shutdown(context.Background())
+		if s.run.err == nil {
+			return errors.New("engine: the engine stopped")
 		}
-		return fmt.Errorf("engine: %w", runErr)
+		return fmt.Errorf("engine: %w", s.run.err)
 	}
 	stopSignals() // a second signal kills the process
 	drainCtx, cancel := context.WithTimeout(context.Background(), c.DrainTimeout)
 	defer cancel()
-	if err := srv.Shutdown(drainCtx); err != nil {
+	if err := s.srv.Shutdown(drainCtx); err != nil {
 		log.Warn("drain timed out; cutting the remaining requests", zap.Error(err))
 	}
-	e.Close()
+	s.e.Close()
 	select {
-	case <-engineDone:
+	case <-s.run.done:
 	case <-drainCtx.Done():
-		abort()
-		<-engineDone
+		s.abort()
+		<-s.run.done
 	}
-	if runErr != nil && !errors.Is(runErr, context.Canceled) {
-		return fmt.Errorf("engine: %w", runErr)
+	if s.run.err != nil && !errors.Is(s.run.err, context.Canceled) {
+		return fmt.Errorf("engine: %w", s.run.err)
 	}
 	fmt.Fprintln(os.Stderr, "flowinfer: stopped")
 	return nil

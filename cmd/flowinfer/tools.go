@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/flowinfer/flowinfer/bench"
+	"github.com/flowinfer/flowinfer/configs"
 	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/model"
 )
@@ -75,6 +76,12 @@ type PerplexityCmd struct {
 	KLDivergence bool   `name:"kl-divergence" help:"Compare this run against the base named by --kl-divergence-base (KL divergence, same top token, PPL ratio), as llama-perplexity."`
 }
 
+func (c *PerplexityCmd) apply(cfg *configs.Config) {
+	p := &cfg.Pipeline
+	c.ComputeFlags.setPipeline(p)
+	p.Threads, p.KVCache.CtxSize = c.Threads, c.CtxSize
+}
+
 func (c *PerplexityCmd) Run(g *Globals) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -97,12 +104,12 @@ func (c *PerplexityCmd) Run(g *Globals) error {
 	}
 	defer l.Close()
 	toks := l.Tokenizer.Encode(string(text), true, false)
-	nCtx := c.CtxSize
+	nCtx := g.Config.Pipeline.KVCache.CtxSize
 	if nCtx <= 0 {
 		nCtx = 512 // llama-perplexity's default
 	}
 	nCtx = ctxSize(l, nCtx, g.Log)
-	be, mctx, err := c.newContext(l, nCtx)
+	be, mctx, err := c.newContext(l, &g.Config.Pipeline, nCtx)
 	if err != nil {
 		return err
 	}
@@ -112,13 +119,24 @@ func (c *PerplexityCmd) Run(g *Globals) error {
 		nChunks = min(nChunks, c.Chunks)
 	}
 	fmt.Fprintf(os.Stderr, "perplexity: tokenizing the input ..\nperplexity: %d tokens, %d chunks of %d\n", len(toks), nChunks, nCtx)
-	opt := bench.PerplexityOptions{NCtx: nCtx, BOS: bos(l), Chunks: c.Chunks, Workers: be.Threads(), Progress: func(chunk int, ppl float64) {
+	r, err := c.perplexity(ctx, mctx, toks, bench.PerplexityOptions{NCtx: nCtx, BOS: bos(l), Chunks: c.Chunks, Workers: be.Threads(), Progress: func(chunk int, ppl float64) {
 		fmt.Printf("[%d]%.4f,", chunk, ppl)
-	}}
+	}})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("Final estimate: PPL = %.4f +/- %.5f\n", r.PPL, r.PM)
+	return nil
+}
+
+// perplexity computes it over toks, saving the base to
+// --kl-divergence-base when asked (no partial base left behind).
+func (c *PerplexityCmd) perplexity(ctx context.Context, mctx *model.Context, toks []int32, opt bench.PerplexityOptions) (bench.PerplexityResult, error) {
 	var base *os.File
 	if c.KLBase != "" {
+		var err error
 		if base, err = os.Create(c.KLBase); err != nil {
-			return err
+			return bench.PerplexityResult{}, err
 		}
 		opt.Base = base
 		fmt.Fprintf(os.Stderr, "perplexity: saving all logits to %s\n", c.KLBase)
@@ -130,14 +148,10 @@ func (c *PerplexityCmd) Run(g *Globals) error {
 			err = cerr
 		}
 		if err != nil {
-			os.Remove(c.KLBase) // no partial base left behind
+			os.Remove(c.KLBase)
 		}
 	}
-	if err != nil {
-		return err
-	}
-	fmt.Printf("Final estimate: PPL = %.4f +/- %.5f\n", r.PPL, r.PM)
-	return nil
+	return r, err
 }
 
 // runKLD compares a run against the base --kl-divergence-base names, and
@@ -151,8 +165,8 @@ func (c *PerplexityCmd) runKLD(ctx context.Context, g *Globals) error {
 		return fmt.Errorf("perplexity: %w", err)
 	}
 	defer base.Close()
-	if c.CtxSize > 0 && c.CtxSize != base.NCtx {
-		return fmt.Errorf("perplexity: -c %d, but the base %s was computed with n_ctx %d (pass -c %d or no -c)", c.CtxSize, c.KLBase, base.NCtx, base.NCtx)
+	if n := g.Config.Pipeline.KVCache.CtxSize; n > 0 && n != base.NCtx {
+		return fmt.Errorf("perplexity: -c %d, but the base %s was computed with n_ctx %d (pass -c %d or no -c)", n, c.KLBase, base.NCtx, base.NCtx)
 	}
 	l, err := c.open(ctx, g.Log)
 	if err != nil {
@@ -171,7 +185,7 @@ func (c *PerplexityCmd) runKLD(ctx context.Context, g *Globals) error {
 			return fmt.Errorf("perplexity: %s and %s: %w", c.KLBase, c.File, err)
 		}
 	}
-	be, mctx, err := c.newContext(l, ctxSize(l, base.NCtx, g.Log))
+	be, mctx, err := c.newContext(l, &g.Config.Pipeline, ctxSize(l, base.NCtx, g.Log))
 	if err != nil {
 		return err
 	}
@@ -203,11 +217,11 @@ func (c *PerplexityCmd) runKLD(ctx context.Context, g *Globals) error {
 
 // newContext makes the backend and the model.Context that both modes
 // evaluate in, one sequence of nCtx tokens decoded in one step. How the model
-// runs (backend, threads, KV cache type) is decided here and only here: a
-// base and the run compared with it differ in what these flags say.
-func (c *PerplexityCmd) newContext(l *loaded, nCtx int) (*cpu.Backend, *model.Context, error) {
-	be := cpu.NewBackend(c.Threads, nil)
-	mctx, err := l.Model.NewContextOf(be, c.kvTypes(), nCtx, 1, nCtx)
+// runs (backend, threads, KV cache type: p) is decided here and only here: a
+// base and the run compared with it differ in what these settings say.
+func (c *PerplexityCmd) newContext(l *loaded, p *configs.Pipeline, nCtx int) (*cpu.Backend, *model.Context, error) {
+	be := cpu.NewBackend(p.Threads, nil)
+	mctx, err := l.Model.NewContextOf(be, kvTypes(p), nCtx, 1, nCtx)
 	if err != nil {
 		be.Close()
 		return nil, nil, err

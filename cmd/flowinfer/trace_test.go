@@ -11,16 +11,13 @@ import (
 	"testing"
 )
 
-// TestTraceCommand: `trace` on stories260K with two requests decoded
-// together writes a valid Chrome trace with a track per stage, per-layer
-// spans inside compute, queue, bandwidth and engine counter tracks; an SVG;
-// and a stall summary whose busy, starved and blocked shares add up to
-// each stage's wall time.
-func TestTraceCommand(t *testing.T) {
-	m, _ := goldenModel(t, "stories260K.gguf")
+// runTrace runs `trace -m model --no-measure` with args, its Chrome trace
+// written to t.json in a directory of its own, and returns stdout, stderr,
+// that directory and the trace.
+func runTrace(t *testing.T, model string, args ...string) (string, string, string, []byte) {
+	t.Helper()
 	dir := t.TempDir()
-	out, errOut, err := runEnv(t, nil, "trace", "-m", m, "--detail", "ops", "-n", "24", "--requests", "2", "--parallel", "2",
-		"--temp", "0", "-o", filepath.Join(dir, "t.json"), "--no-measure", "--queue-sample", "200us")
+	out, errOut, err := runEnv(t, nil, append([]string{"trace", "-m", model, "-o", filepath.Join(dir, "t.json"), "--no-measure"}, args...)...)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, errOut)
 	}
@@ -28,6 +25,18 @@ func TestTraceCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return out, errOut, dir, data
+}
+
+// TestTraceCommand: `trace` on stories260K with two requests decoded
+// together writes a valid Chrome trace with a track per stage, per-layer
+// spans inside compute, queue, bandwidth and engine counter tracks; an SVG;
+// and a stall summary whose busy, starved and blocked shares add up to
+// each stage's wall time.
+func TestTraceCommand(t *testing.T) {
+	m, _ := goldenModel(t, "stories260K.gguf")
+	out, _, dir, data := runTrace(t, m, "--detail", "ops", "-n", "24", "--requests", "2", "--parallel", "2",
+		"--temp", "0", "--queue-sample", "200us")
 	var tr struct {
 		OtherData   map[string]string `json:"otherData"`
 		TraceEvents []struct {
@@ -138,16 +147,7 @@ func TestTraceOverhead(t *testing.T) {
 // bytes read and cache hits and misses as counters.
 func TestTraceStreamedExperts(t *testing.T) {
 	m, _ := goldenModel(t, "synth-qwen3moe-Q8_0.gguf")
-	dir := t.TempDir()
-	out, errOut, err := runEnv(t, nil, "trace", "-m", m, "-n", "16", "--temp", "0", "--ram-budget", "3300KiB",
-		"-o", filepath.Join(dir, "t.json"), "--no-measure")
-	if err != nil {
-		t.Fatalf("%v\n%s", err, errOut)
-	}
-	data, err := os.ReadFile(filepath.Join(dir, "t.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	out, errOut, _, data := runTrace(t, m, "-n", "16", "--temp", "0", "--ram-budget", "3300KiB")
 	var tr struct {
 		TraceEvents []struct {
 			Ph, Name, Cat string

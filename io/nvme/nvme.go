@@ -40,15 +40,14 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/flowinfer/flowinfer/configs"
 )
 
 // Align is the alignment of buffers, offsets and lengths for O_DIRECT
 // reads (the logical block size of NVMe and virtio disks is 512 or 4096;
 // 4096 satisfies both).
 const Align = 4096
-
-// Engines lists the engine names Open accepts.
-func Engines() []string { return []string{"pread", "io_uring", "mmap"} }
 
 // DefaultQueueDepth is Options.QueueDepth when it is 0.
 const DefaultQueueDepth = 8
@@ -63,7 +62,7 @@ var ErrNoURing = errors.New("io_uring unavailable")
 
 // Options select the engine.
 type Options struct {
-	Engine string // "pread" (default), "io_uring" or "mmap"
+	Engine string // configs.IOEngines(): "pread" (default), "io_uring" or "mmap"
 	// Direct asks for O_DIRECT with the pread and io_uring engines (falls
 	// back to buffered reads where the filesystem refuses it).
 	Direct bool
@@ -93,7 +92,11 @@ type Reader struct {
 // Open opens path for reading with the chosen engine.
 func Open(path string, o Options) (*Reader, error) {
 	if o.Engine == "" {
-		o.Engine = "pread"
+		o.Engine = string(configs.EnginePread)
+	}
+	engine, err := configs.ParseIOEngine(o.Engine)
+	if err != nil {
+		return nil, fmt.Errorf("nvme: %w", err)
 	}
 	if o.QueueDepth < 0 {
 		return nil, fmt.Errorf("nvme: negative queue depth %d", o.QueueDepth)
@@ -102,8 +105,8 @@ func Open(path string, o Options) (*Reader, error) {
 		o.QueueDepth = DefaultQueueDepth
 	}
 	r := &Reader{path: path, engine: o.Engine, qd: o.QueueDepth}
-	switch o.Engine {
-	case "pread", "io_uring":
+	switch engine {
+	case configs.EnginePread, configs.EngineIOUring:
 		if o.Direct {
 			f, err := os.OpenFile(path, os.O_RDONLY|unix.O_DIRECT, 0)
 			if err == nil {
@@ -117,14 +120,12 @@ func Open(path string, o Options) (*Reader, error) {
 			}
 			r.f = f
 		}
-	case "mmap":
+	case configs.EngineMmap:
 		f, err := os.Open(path)
 		if err != nil {
 			return nil, fmt.Errorf("nvme: %w", err)
 		}
 		r.f = f
-	default:
-		return nil, fmt.Errorf("nvme: unknown io_engine %q (supported: pread, io_uring, mmap)", o.Engine)
 	}
 	r.fd = int(r.f.Fd())
 	st, err := r.f.Stat()
@@ -133,14 +134,14 @@ func Open(path string, o Options) (*Reader, error) {
 		return nil, fmt.Errorf("nvme: %w", err)
 	}
 	r.size, r.mtime = st.Size(), st.ModTime()
-	if o.Engine == "mmap" && r.size > 0 {
+	if engine == configs.EngineMmap && r.size > 0 {
 		r.data, err = unix.Mmap(int(r.f.Fd()), 0, int(r.size), unix.PROT_READ, unix.MAP_SHARED)
 		if err != nil {
 			r.f.Close()
 			return nil, fmt.Errorf("nvme: mmap %s: %w", path, err)
 		}
 	}
-	if o.Engine == "io_uring" {
+	if engine == configs.EngineIOUring {
 		if r.ring, err = newRing(r.fd, o.QueueDepth); err != nil {
 			r.f.Close()
 			return nil, fmt.Errorf("nvme: %s: %w", path, err)

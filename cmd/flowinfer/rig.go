@@ -1,0 +1,96 @@
+// This file is the setup every command that generates shares, once: the
+// CPU backend and the weight path of a loaded model (rig), the stage
+// engine over them, the engine running in the background, and the model
+// as the server's handler sees it.
+
+package main
+
+import (
+	"context"
+	"os"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/flowinfer/flowinfer/configs"
+	"github.com/flowinfer/flowinfer/cpu"
+	"github.com/flowinfer/flowinfer/graph"
+	"github.com/flowinfer/flowinfer/serve"
+	"github.com/flowinfer/flowinfer/stages"
+)
+
+// rig is a loaded model ready to compute: the CPU backend and the weight
+// path (plan printed, resident weights packed).
+type rig struct {
+	*loaded
+	be *cpu.Backend
+	wp *stages.WeightPath
+}
+
+// newRig makes the CPU backend of p's threads and opens l's weight path
+// for a run of footprint fp; the time counts as loading. With --dry-run it
+// prints the plan and returns errDryRun.
+func newRig(l *loaded, p *configs.Pipeline, wf *WeightFlags, fp stages.Footprint, log *zap.Logger) (*rig, error) {
+	be := cpu.NewBackend(p.Threads, nil)
+	t0 := time.Now()
+	wp, err := openWeights(l, be, p, wf, fp, log)
+	l.loadTime += time.Since(t0) // planning and packing are part of loading
+	if err != nil {
+		be.Close()
+		return nil, err
+	}
+	return &rig{loaded: l, be: be, wp: wp}, nil
+}
+
+// Close releases the weight path and the backend (not the model).
+func (r *rig) Close() {
+	r.wp.Close()
+	r.be.Close()
+}
+
+// newEngine opens the rig of an engine of config sc (newRig) and makes
+// the engine.
+func newEngine(l *loaded, p *configs.Pipeline, wf *WeightFlags, sc stages.Config, rec *graph.Recorder, log *zap.Logger) (*rig, *stages.Engine, error) {
+	r, err := newRig(l, p, wf, stages.EngineFootprint(sc), log)
+	if err != nil {
+		return nil, nil, err
+	}
+	e, err := r.engine(sc, rec)
+	if err != nil {
+		r.Close()
+		return nil, nil, err
+	}
+	return r, e, nil
+}
+
+// engine makes the stage engine of sc over the rig's weights.
+func (r *rig) engine(sc stages.Config, rec *graph.Recorder) (*stages.Engine, error) {
+	sc.Weights = r.wp
+	return stages.NewEngine(r.Model, r.Tokenizer, r.be, sc, rec)
+}
+
+// running is an engine running in the background.
+type running struct {
+	done chan struct{} // closed when Run returned
+	err  error         // Run's error, once done is closed
+}
+
+// start runs e until ctx ends or e is closed and drained.
+func start(ctx context.Context, e *stages.Engine) *running {
+	r := &running{done: make(chan struct{})}
+	go func() {
+		r.err = e.Run(ctx)
+		close(r.done)
+	}()
+	return r
+}
+
+// backend is the running engine as the server's handler sees it: the
+// model, its file (path, and its size) and the recorder.
+func backend(e *stages.Engine, r *rig, rec *graph.Recorder, path string, run *running) *serve.Backend {
+	var size int64
+	if st, err := os.Stat(path); err == nil {
+		size = st.Size()
+	}
+	return &serve.Backend{Engine: e, Bundle: r.Bundle, Recorder: rec, Path: path, Size: size, Done: run.done}
+}

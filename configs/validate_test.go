@@ -1,0 +1,103 @@
+package configs
+
+import (
+	"errors"
+	"math"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestValidate: each refused value is one Problem naming its key, the value
+// as written and the reason; ValidateRun also refuses what this build
+// cannot run, where Validate accepts a GPU machine's profile.
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name     string
+		edit     func(c *Config)
+		validate []Problem // nil: valid
+		run      []Problem // nil: runnable
+	}{
+		{"default", func(*Config) {}, nil, nil},
+		{"prefetch deeper than implemented", func(c *Config) { c.Pipeline.PrefetchDepth = 2 },
+			[]Problem{{Key: "pipeline.prefetch_depth", Value: "2", Msg: "not implemented (supported: 0, the experts the router picked; 1, also the next layer's guessed experts)"}}, asValidate},
+		{"kv type in any case", func(c *Config) { c.Pipeline.KVCache.TypeK = "Q8_0" }, nil, nil},
+		{"unknown kv type", func(c *Config) { c.Pipeline.KVCache.TypeV = "q4_1" },
+			[]Problem{{Key: "pipeline.kv_cache.type_v", Value: `"q4_1"`, Msg: "not supported", Known: KVTypes()}}, asValidate},
+		{"unknown io engine", func(c *Config) { c.Pipeline.IOEngine = "aio" },
+			[]Problem{{Key: "pipeline.io_engine", Value: `"aio"`, Msg: "unknown", Known: []string{"pread", "io_uring", "mmap"}}}, asValidate},
+		{"slabs", func(c *Config) { c.Pipeline.Edges.Slabs = 0 },
+			[]Problem{{Key: "pipeline.edges.slabs", Value: "0", Msg: "must be between 1 and 1024"}}, asValidate},
+		{"not finite", func(c *Config) {
+			c.Sampling.Temperature = float32(math.NaN())
+			c.Sampling.FrequencyPenalty = float32(math.Inf(1))
+		},
+			[]Problem{{Key: "sampling.temperature", Value: "NaN", Msg: "must be finite and >= 0"}, {Key: "sampling.frequency_penalty", Value: "+Inf", Msg: "must be finite"}}, asValidate},
+		{"repeat_last_n -1 is not implemented", func(c *Config) { c.Sampling.RepeatLastN = -1 },
+			[]Problem{{Key: "sampling.repeat_last_n", Value: "-1", Msg: "must be between 0 and 1048576"}}, asValidate},
+		{"gpu machine", func(c *Config) {
+			c.Hardware.GPUs = []GPU{{Name: "g", VRAM: 8 * GiB}}
+			c.Pipeline.Backend, c.Pipeline.VRAM = "vulkan", 8*GiB
+		}, nil, []Problem{
+			{Key: "pipeline.backend", Value: "vulkan", Msg: "this build has no Vulkan backend yet (supported: cpu; auto computes on the CPU)"},
+			{Key: "pipeline.vram", Value: "8GiB", Msg: "only a GPU backend uses VRAM and this build has none (supported: 0)"},
+		}},
+		{"vulkan without vram", func(c *Config) { c.Pipeline.Backend = "vulkan" },
+			[]Problem{{Key: "pipeline.vram", Msg: "the vulkan backend needs a VRAM budget"}},
+			[]Problem{{Key: "pipeline.backend", Value: "vulkan", Msg: "this build has no Vulkan backend yet (supported: cpu; auto computes on the CPU)"}}},
+		{"auto leaves vram unused", func(c *Config) { c.Pipeline.VRAM = GiB }, nil, nil},
+		{"unknown backend", func(c *Config) { c.Pipeline.Backend = "gpu" },
+			[]Problem{{Key: "pipeline.backend", Value: `"gpu"`, Msg: "unknown", Known: Backends()}},
+			[]Problem{{Key: "pipeline.backend", Value: `"gpu"`, Msg: "unknown", Known: []string{"auto", "cpu"}}}},
+		{"ram pool beyond the machine", func(c *Config) { c.Hardware.RAM, c.Pipeline.RAMPool = 8*GiB, 9*GiB },
+			[]Problem{{Key: "pipeline.ram_pool", Value: "9GiB", Msg: "exceeds the machine's RAM (8GiB)"}}, asValidate},
+	}
+	check := func(t *testing.T, what string, err error, want []Problem) {
+		t.Helper()
+		if want == nil {
+			if err != nil {
+				t.Errorf("%s: %v", what, err)
+			}
+			return
+		}
+		var ps Problems
+		if !errors.As(err, &ps) || !errors.Is(err, ErrInvalid) {
+			t.Fatalf("%s: %v is not Problems matching ErrInvalid", what, err)
+		}
+		if d := cmp.Diff(Problems(want), ps); d != "" {
+			t.Errorf("%s (-want +got):\n%s", what, d)
+		}
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			tc.edit(&c)
+			check(t, "Validate", c.Validate(), tc.validate)
+			run := tc.run
+			if len(run) == 1 && run[0].Key == asValidate[0].Key {
+				run = tc.validate
+			}
+			check(t, "ValidateRun", c.ValidateRun(), run)
+		})
+	}
+}
+
+// asValidate as a TestValidate case's run: ValidateRun reports what
+// Validate does.
+var asValidate = []Problem{{Key: "asValidate"}}
+
+// TestProblemString: a profile's error lines.
+func TestProblemString(t *testing.T) {
+	for _, tc := range []struct {
+		p    Problem
+		want string
+	}{
+		{Problem{Key: "pipeline.parallel", Value: "0", Msg: "must be between 1 and 4096"}, "pipeline.parallel: must be between 1 and 4096, got 0"},
+		{Problem{Key: "pipeline.kv_cache.type_v", Value: `"q4_1"`, Msg: "not supported", Known: []string{"f32", "f16"}}, `pipeline.kv_cache.type_v: "q4_1" is not one of f32, f16`},
+		{Problem{Key: "hardware", Msg: "measured bandwidths must not be negative"}, "hardware: measured bandwidths must not be negative"},
+	} {
+		if got := tc.p.String(); got != tc.want {
+			t.Errorf("%q, want %q", got, tc.want)
+		}
+	}
+}

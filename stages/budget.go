@@ -1,0 +1,95 @@
+// This file is the RAM arithmetic of a run: what the KV cache and the
+// activations take beside the weights, hence the weight budget a memory
+// limit leaves (when --ram-budget is 0), and the KV pool a byte budget
+// holds (serve --kv-budget). It is pure arithmetic on hyperparameters:
+// reading the machine's or cgroup's limit is the caller's (configs.MemoryLimit).
+
+package stages
+
+import "github.com/flowinfer/flowinfer/model"
+
+// Headroom is RAM kept outside the weight budget for the Go runtime, the
+// tokenizer, buffers of the server and the page cache of the mapping's few
+// pages still used (embedding rows). Measured: llama-8b preset under a
+// 3.22 GiB budget peaked at 3.27 GiB RSS (KV cache included), so 512 MiB
+// left a fifth of a 2 GiB cap unused.
+const Headroom = 256 << 20
+
+// defaultBlockSize is Config.BlockSize's default (NewEngine's).
+const defaultBlockSize = 16
+
+// Footprint is what a run holds in RAM beside its weights.
+type Footprint struct {
+	// Cells is the KV cache's cells, all sequences together.
+	Cells int
+	// Running is the sequences running at once, whose recent f16 windows
+	// (KVTypes.Recent) the cache keeps beside the cells [1].
+	Running int
+	// MaxBatch is the most tokens of one forward step.
+	MaxBatch int
+	// BlockSize is the KV cache's block size; 0: a contiguous cache (a
+	// model.Context of one's own, as bench's).
+	BlockSize int
+}
+
+// EngineFootprint is the footprint of an engine of config c, with
+// NewEngine's defaults (one sequence, blocks of 16, a pool of NSeq × NCtx
+// cells unless KVTokens says otherwise).
+func EngineFootprint(c Config) Footprint {
+	f := Footprint{Cells: c.KVTokens, Running: max(c.NSeq, 1), MaxBatch: c.MaxBatch, BlockSize: c.BlockSize}
+	if f.Cells <= 0 {
+		f.Cells = f.Running * c.NCtx
+	}
+	if f.BlockSize <= 0 {
+		f.BlockSize = defaultBlockSize
+	}
+	return f
+}
+
+// WeightBudget returns the bytes of weights that fit in limit beside the
+// KV cache of types kv, its recent windows, the activations and Headroom,
+// for a model of hyperparameters h and a run of footprint f; zero or less
+// when nothing does.
+func WeightBudget(limit int64, h *model.Hyper, kv model.KVTypes, f Footprint) int64 {
+	return limit - KVBytes(h, kv, f.Cells) -
+		model.KVRecentReserve(h, kv, max(f.Running, 1), f.MaxBatch, f.BlockSize, f.Cells) -
+		ActBytes(h, f.MaxBatch) - Headroom
+}
+
+// KVBytes is the size of a KV cache of cells cells of types kv (f32's if
+// the model's heads do not fit kv: the cache itself then refuses to be
+// made, naming why).
+func KVBytes(h *model.Hyper, kv model.KVTypes, cells int) int64 {
+	per, err := model.KVBytesPerToken(h, kv)
+	if err != nil {
+		per = h.NLayer * (h.KDim() + h.VDim()) * 4
+	}
+	return int64(cells) * int64(per)
+}
+
+// ActBytes estimates a context's scratch for batches of maxBatch tokens:
+// the logits and the per-layer activations, in f32.
+func ActBytes(h *model.Hyper, maxBatch int) int64 {
+	w := int64(h.NVocab) + 12*int64(h.NEmbd) + 2*int64(max(h.NFF, h.NFFExp)) + int64(h.NExpertUsed)*int64(h.NEmbd)
+	return int64(maxBatch) * w * 4
+}
+
+// KVPool is what a byte budget for the KV cache holds (serve --kv-budget).
+type KVPool struct {
+	Tokens   int   // cells that fit
+	PerToken int   // bytes of one cell, all layers
+	Windows  int64 // bytes of the recent f16 windows, taken first
+}
+
+// KVPoolFor returns the pool budget bytes hold in types kv, for nSeq
+// sequences at once, batches of maxBatch and blocks of blockSize: the
+// recent windows first (sized for as many cells as the whole budget
+// would hold), then as many cells as the rest holds.
+func KVPoolFor(h *model.Hyper, kv model.KVTypes, budget int64, nSeq, maxBatch, blockSize int) (KVPool, error) {
+	per, err := model.KVBytesPerToken(h, kv)
+	if err != nil {
+		return KVPool{}, err
+	}
+	win := model.KVRecentReserve(h, kv, nSeq, maxBatch, blockSize, int(budget/int64(per)))
+	return KVPool{Tokens: int(max(budget-win, 0) / int64(per)), PerToken: per, Windows: win}, nil
+}
