@@ -1,5 +1,5 @@
 // This file holds the Ollama-compatible endpoints (/api/chat,
-// /api/generate, /api/tags, /api/version; /api/embed is in embed.go,
+// /api/generate, /api/version; /api/embed is in embed.go, /api/tags,
 // /api/show and /api/ps in ollamashow.go): request translation (sampling
 // settings under "options", streaming on by default) and the NDJSON
 // shapes with Ollama's count and duration fields (nanoseconds).
@@ -10,8 +10,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -315,55 +313,6 @@ func (o *ollamaEncoder) result(j *job, text string, ev *stages.Event) any {
 	}
 	o.final(&c, j, ev)
 	return c
-}
-
-func (s *Server) handleOllamaTags(ctx *fasthttp.RequestCtx) {
-	b := s.ready(ctx, dialectOllama)
-	if b == nil {
-		return
-	}
-	type entry struct {
-		Name       string        `json:"name"`
-		Model      string        `json:"model"`
-		ModifiedAt string        `json:"modified_at"`
-		Size       int64         `json:"size"`
-		Digest     string        `json:"digest"`
-		Details    ollamaDetails `json:"details"`
-	}
-	name := s.reportedName(b)
-	writeJSON(ctx, struct {
-		Models []entry `json:"models"`
-	}{[]entry{{Name: name, Model: name, ModifiedAt: ollamaTime(modTime(b.Path)), Size: b.Size, Details: s.ollamaDetails(b)}}})
-}
-
-// weightFacts counts the model's parameters and names its main weight type
-// (the type holding the most bytes).
-func weightFacts(b *Backend) (params uint64, quant string) {
-	bytesOf := map[string]uint64{}
-	for _, t := range b.Bundle.File.Tensors {
-		params += t.Elements()
-		bytesOf[t.Type.String()] += t.Size
-	}
-	var most uint64
-	for name, n := range bytesOf {
-		if n > most || n == most && name < quant {
-			quant, most = name, n
-		}
-	}
-	return params, strings.ToUpper(quant)
-}
-
-// paramSize formats a parameter count as Ollama does ("260K", "1.2B").
-func paramSize(n uint64) string {
-	switch {
-	case n >= 1e9:
-		return strconv.FormatFloat(float64(n)/1e9, 'f', 1, 64) + "B"
-	case n >= 1e6:
-		return strconv.FormatFloat(float64(n)/1e6, 'f', 1, 64) + "M"
-	case n >= 1e3:
-		return strconv.FormatFloat(float64(n)/1e3, 'f', 0, 64) + "K"
-	}
-	return strconv.FormatUint(n, 10)
 }
 
 func (s *Server) handleOllamaVersion(ctx *fasthttp.RequestCtx) {
