@@ -106,59 +106,57 @@ type ollamaGenerateRequest struct {
 }
 
 func (s *Server) handleOllamaChat(ctx *fasthttp.RequestCtx) {
-	b := s.ready(ctx, dialectOllama)
-	if b == nil {
-		return
-	}
 	var req ollamaChatRequest
-	if e := s.decodeOllama(ctx, &req, ollamaChatFields); e != nil {
-		e.write(ctx, dialectOllama)
-		return
-	}
-	gr := &genRequest{chat: true}
-	if e := req.translate(s, b, gr); e != nil {
-		e.write(ctx, dialectOllama)
-		return
-	}
-	if len(req.Messages) == 0 {
+	b, gr := s.prepare(ctx, dialectOllama, &req, ollamaChatFields)
+	switch {
+	case gr == nil:
+	case len(req.Messages) == 0:
 		// Ollama answers an empty conversation by loading the model.
 		writeJSON(ctx, ollamaChunk{Model: gr.model, CreatedAt: ollamaTime(time.Now()), Message: &ollamaMessage{Role: "assistant"}, Done: true, DoneReason: "load"})
-		return
+	default:
+		s.generate(ctx, b, gr, "", "/api/chat", "messages", &ollamaEncoder{chat: true})
 	}
-	for i, m := range req.Messages {
+}
+
+// translate checks the conversation and the tools; an empty conversation
+// translates to no messages (the handler answers it).
+func (r *ollamaChatRequest) translate(s *Server, b *Backend) (*genRequest, *apiError) {
+	gr := &genRequest{chat: true}
+	if e := r.ollamaCommon.translate(s, b, gr); e != nil {
+		return nil, e
+	}
+	if len(r.Messages) == 0 {
+		return gr, nil
+	}
+	for i, m := range r.Messages {
 		field := "messages[" + itoa(i) + "]"
 		if e := checkRole(m.Role, field+".role", "system", "user", "assistant", "tool"); e != nil {
-			e.write(ctx, dialectOllama)
-			return
+			return nil, e
 		}
 		if len(m.Images) > 0 {
-			badRequest(field+".images", "images are not supported").write(ctx, dialectOllama)
-			return
+			return nil, badRequest(field+".images", "images are not supported")
 		}
 		msg, e := ollamaTurn(m, field)
 		if e != nil {
-			e.write(ctx, dialectOllama)
-			return
+			return nil, e
 		}
 		gr.messages = append(gr.messages, msg)
 	}
-	if len(req.Tools) > 0 {
+	if len(r.Tools) > 0 {
 		gr.tools = &toolSettings{}
-		for i, t := range req.Tools {
+		for i, t := range r.Tools {
 			field := "tools[" + itoa(i) + "]"
 			if t.Type != "function" || t.Function == nil {
-				badRequest(field+".type", "%s: only function tools are supported", field).write(ctx, dialectOllama)
-				return
+				return nil, badRequest(field+".type", "%s: only function tools are supported", field)
 			}
 			tool, e := functionTool(t.Function.Name, t.Function.Description, t.Function.Parameters, field+".function")
 			if e != nil {
-				e.write(ctx, dialectOllama)
-				return
+				return nil, e
 			}
 			gr.tools.tools = append(gr.tools.tools, tool)
 		}
 	}
-	s.generate(ctx, b, gr, "", "/api/chat", "messages", &ollamaEncoder{chat: true})
+	return gr, nil
 }
 
 // ollamaTurn translates a message: an assistant's tool_calls (arguments
@@ -183,40 +181,45 @@ func ollamaTurn(m ollamaMessage, field string) (chat.Message, *apiError) {
 }
 
 func (s *Server) handleOllamaGenerate(ctx *fasthttp.RequestCtx) {
-	b := s.ready(ctx, dialectOllama)
-	if b == nil {
-		return
-	}
 	var req ollamaGenerateRequest
-	if e := s.decodeOllama(ctx, &req, ollamaGenerateFields); e != nil {
-		e.write(ctx, dialectOllama)
-		return
+	b, gr := s.prepare(ctx, dialectOllama, &req, ollamaGenerateFields)
+	switch {
+	case gr == nil:
+	case req.empty():
+		// Ollama answers an empty prompt by loading the model.
+		writeJSON(ctx, ollamaChunk{Model: gr.model, CreatedAt: ollamaTime(time.Now()), Response: new(string), Done: true, DoneReason: "load"})
+	default:
+		s.generate(ctx, b, gr, "", "/api/generate", "prompt", &ollamaEncoder{})
 	}
+}
+
+// empty reports a request with nothing to generate from.
+func (r *ollamaGenerateRequest) empty() bool { return r.Prompt == "" && r.System == "" }
+
+// translate makes the prompt raw, or a conversation of the system prompt
+// and the prompt; an empty request translates to neither (the handler
+// answers it).
+func (r *ollamaGenerateRequest) translate(s *Server, b *Backend) (*genRequest, *apiError) {
 	gr := &genRequest{}
-	if e := req.translate(s, b, gr); e != nil {
-		e.write(ctx, dialectOllama)
-		return
+	if e := r.ollamaCommon.translate(s, b, gr); e != nil {
+		return nil, e
 	}
 	switch {
-	case req.Suffix != "":
-		badRequest("suffix", "suffix is not supported").write(ctx, dialectOllama)
-		return
-	case len(req.Images) > 0:
-		badRequest("images", "images are not supported").write(ctx, dialectOllama)
-		return
-	case req.Prompt == "" && req.System == "":
-		writeJSON(ctx, ollamaChunk{Model: gr.model, CreatedAt: ollamaTime(time.Now()), Response: new(string), Done: true, DoneReason: "load"})
-		return
-	case req.Raw:
-		gr.prompt = req.Prompt
+	case r.Suffix != "":
+		return nil, badRequest("suffix", "suffix is not supported")
+	case len(r.Images) > 0:
+		return nil, badRequest("images", "images are not supported")
+	case r.empty():
+	case r.Raw:
+		gr.prompt = r.Prompt
 	default:
 		gr.chat = true
-		if req.System != "" {
-			gr.messages = append(gr.messages, chat.Message{Role: "system", Content: req.System})
+		if r.System != "" {
+			gr.messages = append(gr.messages, chat.Message{Role: "system", Content: r.System})
 		}
-		gr.messages = append(gr.messages, chat.Message{Role: "user", Content: req.Prompt})
+		gr.messages = append(gr.messages, chat.Message{Role: "user", Content: r.Prompt})
 	}
-	s.generate(ctx, b, gr, "", "/api/generate", "prompt", &ollamaEncoder{})
+	return gr, nil
 }
 
 // ollamaTime formats a time as Ollama does.

@@ -109,13 +109,9 @@ type ollamaShowResponse struct {
 }
 
 func (s *Server) handleOllamaShow(ctx *fasthttp.RequestCtx) {
-	b := s.ready(ctx, dialectOllama)
-	if b == nil {
-		return
-	}
 	var req ollamaShowRequest
-	if e := s.decodeRequest(ctx, &req, ollamaShowFields); e != nil {
-		e.write(ctx, dialectOllama)
+	b := s.receive(ctx, dialectOllama, &req, ollamaShowFields)
+	if b == nil {
 		return
 	}
 	name := req.Model

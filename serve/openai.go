@@ -169,18 +169,9 @@ func (c *oaiCommon) translate(s *Server, b *Backend, gr *genRequest) *apiError {
 }
 
 func (s *Server) handleChatCompletions(ctx *fasthttp.RequestCtx) {
-	b := s.ready(ctx, dialectOpenAI)
-	if b == nil {
-		return
-	}
 	var req oaiChatRequest
-	if e := s.decodeRequest(ctx, &req, oaiChatFields); e != nil {
-		e.write(ctx, dialectOpenAI)
-		return
-	}
-	gr, e := req.translate(s, b)
-	if e != nil {
-		e.write(ctx, dialectOpenAI)
+	b, gr := s.prepare(ctx, dialectOpenAI, &req, oaiChatFields)
+	if gr == nil {
 		return
 	}
 	s.generate(ctx, b, gr, "chatcmpl-", "/v1/chat/completions", "messages", &oaiEncoder{s: s, chat: true, usage: gr.usage, logprobs: gr.logprobs, tok: b.Bundle.Tokenizer})
@@ -298,18 +289,9 @@ func (r *oaiChatRequest) translateTools(gr *genRequest) *apiError {
 }
 
 func (s *Server) handleCompletions(ctx *fasthttp.RequestCtx) {
-	b := s.ready(ctx, dialectOpenAI)
-	if b == nil {
-		return
-	}
 	var req oaiCompletionRequest
-	if e := s.decodeRequest(ctx, &req, oaiCompletionFields); e != nil {
-		e.write(ctx, dialectOpenAI)
-		return
-	}
-	gr, e := req.translate(s, b)
-	if e != nil {
-		e.write(ctx, dialectOpenAI)
+	b, gr := s.prepare(ctx, dialectOpenAI, &req, oaiCompletionFields)
+	if gr == nil {
 		return
 	}
 	s.generate(ctx, b, gr, "cmpl-", "/v1/completions", "prompt", &oaiEncoder{s: s, usage: gr.usage, logprobs: gr.logprobs, tok: b.Bundle.Tokenizer})

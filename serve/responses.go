@@ -97,18 +97,9 @@ var respFields = map[string]fieldRule{
 }
 
 func (s *Server) handleResponses(ctx *fasthttp.RequestCtx) {
-	b := s.ready(ctx, dialectOpenAI)
-	if b == nil {
-		return
-	}
 	var req respRequest
-	if e := s.decodeRequest(ctx, &req, respFields); e != nil {
-		e.write(ctx, dialectOpenAI)
-		return
-	}
-	gr, e := req.translate(s, b)
-	if e != nil {
-		e.write(ctx, dialectOpenAI)
+	b, gr := s.prepare(ctx, dialectOpenAI, &req, respFields)
+	if gr == nil {
 		return
 	}
 	enc := &respEncoder{echo: req.echo(gr), msg: -1}
