@@ -442,15 +442,10 @@ func (a *antEncoder) end(w *bufio.Writer, j *job, ev *stages.Event) {
 }
 
 func (a *antEncoder) fail(w *bufio.Writer, _ *job, e *apiError) {
-	w.WriteString("event: error\ndata: ")
-	w.Write(e.body(dialectAnthropic))
-	w.WriteString("\n\n")
+	sseData(w, "error", e.body(dialectAnthropic))
 }
 
-func (a *antEncoder) heartbeat(w *bufio.Writer) bool {
-	w.WriteString(": ping\n\n")
-	return true
-}
+func (a *antEncoder) heartbeat(w *bufio.Writer) bool { return ssePing(w) }
 
 func (a *antEncoder) result(j *job, text string, ev *stages.Event) any {
 	reason, seq := a.stopReason(j, ev)

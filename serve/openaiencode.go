@@ -295,15 +295,10 @@ func (o *oaiEncoder) end(w *bufio.Writer, j *job, ev *stages.Event) {
 }
 
 func (o *oaiEncoder) fail(w *bufio.Writer, _ *job, e *apiError) {
-	w.WriteString("data: ")
-	w.Write(e.body(dialectOpenAI))
-	w.WriteString("\n\n")
+	sseData(w, "", e.body(dialectOpenAI))
 }
 
-func (o *oaiEncoder) heartbeat(w *bufio.Writer) bool {
-	w.WriteString(": ping\n\n")
-	return true
-}
+func (o *oaiEncoder) heartbeat(w *bufio.Writer) bool { return ssePing(w) }
 
 func (o *oaiEncoder) result(j *job, text string, ev *stages.Event) any {
 	r := o.frame(j)

@@ -282,10 +282,7 @@ func (r *respEncoder) fail(w *bufio.Writer, j *job, e *apiError) {
 	r.event(w, "response.failed", map[string]any{"response": o})
 }
 
-func (r *respEncoder) heartbeat(w *bufio.Writer) bool {
-	w.WriteString(": ping\n\n")
-	return true
-}
+func (r *respEncoder) heartbeat(w *bufio.Writer) bool { return ssePing(w) }
 
 func (r *respEncoder) result(j *job, text string, ev *stages.Event) any {
 	status := "completed"
