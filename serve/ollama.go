@@ -142,19 +142,14 @@ func (r *ollamaChatRequest) translate(s *Server, b *Backend) (*genRequest, *apiE
 		}
 		gr.messages = append(gr.messages, msg)
 	}
-	if len(r.Tools) > 0 {
-		gr.tools = &toolSettings{}
-		for i, t := range r.Tools {
-			field := "tools[" + itoa(i) + "]"
-			if t.Type != "function" || t.Function == nil {
-				return nil, badRequest(field+".type", "%s: only function tools are supported", field)
-			}
-			tool, e := functionTool(t.Function.Name, t.Function.Description, t.Function.Parameters, field+".function")
-			if e != nil {
-				return nil, e
-			}
-			gr.tools.tools = append(gr.tools.tools, tool)
-		}
+	spec := func(i int) (toolSpec, *apiError) {
+		t, e := r.Tools[i].spec("tools["+itoa(i)+"]", "")
+		t.strict = nil // not Ollama's: the model may always choose
+		return t, e
+	}
+	var e *apiError
+	if gr.tools, e = offerTools("auto", "", len(r.Tools), spec, toolSettings{}, ""); e != nil {
+		return nil, e
 	}
 	return gr, nil
 }

@@ -31,6 +31,16 @@ type oaiTool struct {
 	} `json:"function"`
 }
 
+// spec declares t, the tool at field, or refuses a tool that is not a
+// function; hint ends the refusal (the API's own wording).
+func (t *oaiTool) spec(field, hint string) (toolSpec, *apiError) {
+	if t.Type != "function" || t.Function == nil {
+		return toolSpec{}, badRequest(field+".type", "%s: only function tools are supported%s", field, hint)
+	}
+	f := t.Function
+	return toolSpec{field: field + ".function", name: f.Name, description: f.Description, parameters: f.Parameters, strict: f.Strict}, nil
+}
+
 type oaiStreamOptions struct {
 	IncludeUsage bool `json:"include_usage"`
 }

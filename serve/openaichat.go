@@ -118,34 +118,11 @@ func (r *oaiChatRequest) translateTools(gr *genRequest) *apiError {
 			return badRequest("tool_choice", `tool_choice: expected "none", "auto", "required" or {"type":"function","function":{"name":...}}`)
 		}
 	}
-	force, e := forceOf(choice, named, len(r.Tools))
-	if e != nil {
-		return e
+	spec := func(i int) (toolSpec, *apiError) {
+		return r.Tools[i].spec("tools["+itoa(i)+"]", ` (type "function" with a "function" object)`)
 	}
-	if len(r.Tools) == 0 || choice == "none" {
-		return nil // tool_choice none: the model is not shown the tools
-	}
-	ts := &toolSettings{single: r.ParallelToolCalls != nil && !*r.ParallelToolCalls, force: force}
-	for i, t := range r.Tools {
-		field := "tools[" + itoa(i) + "]"
-		if t.Type != "function" || t.Function == nil {
-			return badRequest(field+".type", "%s: only function tools are supported (type \"function\" with a \"function\" object)", field)
-		}
-		if t.Function.Strict != nil && *t.Function.Strict && force == "" {
-			// strict arguments are guaranteed only for a forced call (the
-			// grammar constrains the whole reply); a call the model may or
-			// may not make would need a grammar triggered mid-reply
-			return badRequest(field+".function.strict", "%s.function.strict: true with tool_choice %q: arguments are guaranteed to match the schema only when the call is forced (tool_choice \"required\" or a named function)", field, choice)
-		}
-		tool, e := functionTool(t.Function.Name, t.Function.Description, t.Function.Parameters, field+".function")
-		if e != nil {
-			return e
-		}
-		ts.tools = append(ts.tools, tool)
-	}
-	if e := ts.checkForce("tool_choice.function.name"); e != nil {
-		return e
-	}
-	gr.tools = ts
-	return nil
+	ts := toolSettings{single: r.ParallelToolCalls != nil && !*r.ParallelToolCalls}
+	var e *apiError
+	gr.tools, e = offerTools(choice, named, len(r.Tools), spec, ts, "tool_choice.function.name")
+	return e
 }

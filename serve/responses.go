@@ -239,33 +239,17 @@ func (r *respRequest) translateTools(gr *genRequest) *apiError {
 			return badRequest("tool_choice", `tool_choice: expected "none", "auto", "required" or {"type":"function","name":...}`)
 		}
 	}
-	force, e := forceOf(choice, named, len(r.Tools))
-	if e != nil {
-		return e
-	}
-	if len(r.Tools) == 0 || choice == "none" {
-		return nil // tool_choice none: the model is not shown the tools
-	}
-	ts := &toolSettings{single: r.ParallelToolCalls != nil && !*r.ParallelToolCalls, force: force, idPrefix: "call_"}
-	for i, t := range r.Tools {
-		field := "tools[" + itoa(i) + "]"
+	spec := func(i int) (toolSpec, *apiError) {
+		t, field := r.Tools[i], "tools["+itoa(i)+"]"
 		if t.Type != "function" {
-			return badRequest(field+".type", "%s.type: %q is not supported (function tools only)", field, t.Type)
+			return toolSpec{}, badRequest(field+".type", "%s.type: %q is not supported (function tools only)", field, t.Type)
 		}
-		if t.Strict != nil && *t.Strict && force == "" {
-			return badRequest(field+".strict", "%s.strict: true with tool_choice %q: arguments are guaranteed to match the schema only when the call is forced (tool_choice \"required\" or a named function)", field, choice)
-		}
-		tool, e := functionTool(t.Name, t.Description, t.Parameters, field)
-		if e != nil {
-			return e
-		}
-		ts.tools = append(ts.tools, tool)
+		return toolSpec{field: field, name: t.Name, description: t.Description, parameters: t.Parameters, strict: t.Strict}, nil
 	}
-	if e := ts.checkForce("tool_choice.name"); e != nil {
-		return e
-	}
-	gr.tools = ts
-	return nil
+	ts := toolSettings{single: r.ParallelToolCalls != nil && !*r.ParallelToolCalls, idPrefix: "call_"}
+	var e *apiError
+	gr.tools, e = offerTools(choice, named, len(r.Tools), spec, ts, "tool_choice.name")
+	return e
 }
 
 // format compiles text.format (nil: plain text) and checks verbosity.
