@@ -267,16 +267,5 @@ func (r *respRequest) format() (*grammar.Grammar, *apiError) {
 	if json.Unmarshal(r.Text.Format, &f) != nil {
 		return nil, badRequest("text.format", "text.format: expected an object with a type, got %s", r.Text.Format)
 	}
-	switch f.Type {
-	case "text":
-		return nil, nil
-	case "json_object":
-		return grammar.MustParse(grammar.JSONObjectGBNF), nil
-	case "json_schema":
-		if isNull(f.Schema) {
-			return nil, badRequest("text.format.schema", "text.format.schema is required")
-		}
-		return schemaGrammar(f.Schema, "text.format.schema")
-	}
-	return nil, badRequest("text.format.type", "text.format.type %q is not one of text, json_object, json_schema", f.Type)
+	return formatGrammar("text.format", f.Type, f.Schema, "text.format.schema")
 }
