@@ -213,31 +213,23 @@ func renameRefs(src, prefix string) string {
 			continue
 		}
 		out.WriteString(head + " ::= ")
-		inStr, inClass := false, false
+		var end byte // what closes the literal being copied: '"' or ']' (0: none)
 		for i := 0; i < len(body); i++ {
 			c := body[i]
 			switch {
-			case inStr:
+			case end != 0:
 				out.WriteByte(c)
 				if c == '\\' && i+1 < len(body) {
 					i++
 					out.WriteByte(body[i])
-				} else if c == '"' {
-					inStr = false
-				}
-			case inClass:
-				out.WriteByte(c)
-				if c == '\\' && i+1 < len(body) {
-					i++
-					out.WriteByte(body[i])
-				} else if c == ']' {
-					inClass = false
+				} else if c == end {
+					end = 0
 				}
 			case c == '"':
-				inStr = true
+				end = '"'
 				out.WriteByte(c)
 			case c == '[':
-				inClass = true
+				end = ']'
 				out.WriteByte(c)
 			case isNameByte(c) && (i == 0 || !isNameByte(body[i-1])) && !(c >= '0' && c <= '9'):
 				j := i
