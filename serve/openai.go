@@ -3,12 +3,17 @@
 // openaicompletions.go) decode alike: the fields they share (model,
 // stream and stream_options, max_tokens and its aliases, stop, n,
 // logprobs, sampling and structured output), validated and translated
-// into the genRequest, and the tool shapes chat and Ollama's /api/chat
-// decode. The responses they write are in openaiencode.go.
+// into the genRequest; the tool shapes chat and Ollama's /api/chat
+// decode; and generateOpenAI, their handlers' shared body. The responses
+// they write are in openaiencode.go.
 
 package serve
 
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"github.com/valyala/fasthttp"
+)
 
 // oaiToolCall is a call in an assistant message, and in a response.
 type oaiToolCall struct {
@@ -103,6 +108,17 @@ func (c *oaiCommon) logprobs(gr *genRequest) *apiError {
 	}
 	gr.logprobs, gr.topLogprobs = true, n
 	return nil
+}
+
+// generateOpenAI answers chat and completions: req (an *oaiChatRequest or
+// an *oaiCompletionRequest) translated, then generated with the OpenAI
+// encoder (chat's shapes for a chat request).
+func (s *Server) generateOpenAI(ctx *fasthttp.RequestCtx, req translator, rules map[string]fieldRule, idPrefix, endpoint, param string) {
+	b, gr := s.prepare(ctx, dialectOpenAI, req, rules)
+	if gr == nil {
+		return
+	}
+	s.generate(ctx, b, gr, idPrefix, endpoint, param, &oaiEncoder{s: s, chat: gr.chat, usage: gr.usage, logprobs: gr.logprobs, tok: b.Bundle.Tokenizer})
 }
 
 // translate fills the fields chat and completions share.

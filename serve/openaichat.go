@@ -31,12 +31,7 @@ type oaiChatRequest struct {
 }
 
 func (s *Server) handleChatCompletions(ctx *fasthttp.RequestCtx) {
-	var req oaiChatRequest
-	b, gr := s.prepare(ctx, dialectOpenAI, &req, oaiChatFields)
-	if gr == nil {
-		return
-	}
-	s.generate(ctx, b, gr, "chatcmpl-", "/v1/chat/completions", "messages", &oaiEncoder{s: s, chat: true, usage: gr.usage, logprobs: gr.logprobs, tok: b.Bundle.Tokenizer})
+	s.generateOpenAI(ctx, &oaiChatRequest{}, oaiChatFields, "chatcmpl-", "/v1/chat/completions", "messages")
 }
 
 func (r *oaiChatRequest) translate(s *Server, b *Backend) (*genRequest, *apiError) {

@@ -19,12 +19,7 @@ type oaiCompletionRequest struct {
 }
 
 func (s *Server) handleCompletions(ctx *fasthttp.RequestCtx) {
-	var req oaiCompletionRequest
-	b, gr := s.prepare(ctx, dialectOpenAI, &req, oaiCompletionFields)
-	if gr == nil {
-		return
-	}
-	s.generate(ctx, b, gr, "cmpl-", "/v1/completions", "prompt", &oaiEncoder{s: s, usage: gr.usage, logprobs: gr.logprobs, tok: b.Bundle.Tokenizer})
+	s.generateOpenAI(ctx, &oaiCompletionRequest{}, oaiCompletionFields, "cmpl-", "/v1/completions", "prompt")
 }
 
 func (r *oaiCompletionRequest) translate(s *Server, b *Backend) (*genRequest, *apiError) {
