@@ -221,19 +221,13 @@ func (r *antRequest) translate(s *Server, b *Backend) (*genRequest, *apiError) {
 		return nil, badRequest("max_tokens", "max_tokens: must be at least 1, got %d", *r.MaxTokens)
 	}
 	gr := &genRequest{chat: true, maxTokens: *r.MaxTokens, stream: r.Stream, stops: r.StopSequences}
-	var e *apiError
-	if gr.model, e = s.modelName(b, r.Model); e != nil {
-		return nil, e
-	}
-	if gr.messages, e = r.conversation(); e != nil {
-		return nil, e
-	}
-	if e = r.translateTools(gr); e != nil {
+	if e := r.translateChat(s, b, gr); e != nil {
 		return nil, e
 	}
 	if t := r.Temperature; t != nil && *t > 1 {
 		return nil, badRequest("temperature", "temperature: %v is out of range (Anthropic's is 0 to 1)", *t)
 	}
+	var e *apiError
 	if gr.params, e = r.apply(s.cfg.Defaults, b.Bundle.Model.NVocab); e != nil {
 		return nil, e
 	}
@@ -241,52 +235,34 @@ func (r *antRequest) translate(s *Server, b *Backend) (*genRequest, *apiError) {
 }
 
 func (s *Server) handleMessages(ctx *fasthttp.RequestCtx) {
-	b := s.ready(ctx, dialectAnthropic)
-	if b == nil {
-		return
-	}
 	var req antRequest
-	if e := s.decodeRequest(ctx, &req, antFields); e != nil {
-		e.write(ctx, dialectAnthropic)
-		return
-	}
-	gr, e := req.translate(s, b)
-	if e != nil {
-		e.write(ctx, dialectAnthropic)
+	b, gr := s.prepare(ctx, dialectAnthropic, &req, antFields)
+	if gr == nil {
 		return
 	}
 	s.generate(ctx, b, gr, "msg_", "/v1/messages", "messages", &antEncoder{stops: req.StopSequences})
 }
 
+// translateChat fills gr's model, conversation and tools: what a message
+// and a token count share.
+func (r *antRequest) translateChat(s *Server, b *Backend, gr *genRequest) *apiError {
+	var e *apiError
+	if gr.model, e = s.modelName(b, r.Model); e != nil {
+		return e
+	}
+	if gr.messages, e = r.conversation(); e != nil {
+		return e
+	}
+	return r.translateTools(gr)
+}
+
 func (s *Server) handleCountTokens(ctx *fasthttp.RequestCtx) {
-	b := s.ready(ctx, dialectAnthropic)
+	var req antRequest
+	b := s.receive(ctx, dialectAnthropic, &req, antFields)
 	if b == nil {
 		return
 	}
-	var req antRequest
-	if e := s.decodeRequest(ctx, &req, antFields); e != nil {
-		e.write(ctx, dialectAnthropic)
-		return
-	}
-	if req.Model == "" {
-		badRequest("model", "model: field required").write(ctx, dialectAnthropic)
-		return
-	}
-	if _, e := s.modelName(b, req.Model); e != nil {
-		e.write(ctx, dialectAnthropic)
-		return
-	}
-	msgs, e := req.conversation()
-	if e != nil {
-		e.write(ctx, dialectAnthropic)
-		return
-	}
-	gr := &genRequest{chat: true, messages: msgs}
-	if e := req.translateTools(gr); e != nil {
-		e.write(ctx, dialectAnthropic)
-		return
-	}
-	prompt, e := s.tokenizeAny(b, gr, "messages")
+	prompt, e := req.countTokens(s, b)
 	if e != nil {
 		e.write(ctx, dialectAnthropic)
 		return
@@ -294,6 +270,19 @@ func (s *Server) handleCountTokens(ctx *fasthttp.RequestCtx) {
 	writeJSON(ctx, struct {
 		InputTokens int `json:"input_tokens"`
 	}{len(prompt)})
+}
+
+// countTokens is the prompt a message would have (count_tokens, which
+// needs no max_tokens).
+func (r *antRequest) countTokens(s *Server, b *Backend) ([]int32, *apiError) {
+	if r.Model == "" {
+		return nil, badRequest("model", "model: field required")
+	}
+	gr := &genRequest{chat: true}
+	if e := r.translateChat(s, b, gr); e != nil {
+		return nil, e
+	}
+	return s.tokenizeAny(b, gr, "messages")
 }
 
 // Response shapes.
@@ -453,15 +442,10 @@ func (a *antEncoder) end(w *bufio.Writer, j *job, ev *stages.Event) {
 }
 
 func (a *antEncoder) fail(w *bufio.Writer, _ *job, e *apiError) {
-	w.WriteString("event: error\ndata: ")
-	w.Write(e.body(dialectAnthropic))
-	w.WriteString("\n\n")
+	sseData(w, "error", e.body(dialectAnthropic))
 }
 
-func (a *antEncoder) heartbeat(w *bufio.Writer) bool {
-	w.WriteString(": ping\n\n")
-	return true
-}
+func (a *antEncoder) heartbeat(w *bufio.Writer) bool { return ssePing(w) }
 
 func (a *antEncoder) result(j *job, text string, ev *stages.Event) any {
 	reason, seq := a.stopReason(j, ev)

@@ -8,11 +8,9 @@
 package serve
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"sync/atomic"
-	"time"
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
@@ -140,77 +138,34 @@ func (s *Server) submitRest(b *Backend, c *choices) {
 // streamN streams every choice's chunks as they come (each with its
 // index), then the usage of all (stream_options.include_usage) and [DONE].
 func (s *Server) streamN(ctx *fasthttp.RequestCtx, b *Backend, c *choices) {
-	ctx.SetContentType("text/event-stream")
-	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	hbEvery := s.cfg.Heartbeat
-	log := s.cfg.Log
 	enc0 := c.encs[0]
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-		defer c.abandon()
-		defer func() {
-			if p := recover(); p != nil {
-				log.Error("panic in stream writer", zap.String("id", c.jobs[0].id), zap.Any("panic", p), zap.Stack("stack"))
-			}
-		}()
-		enc0.heartbeat(w)
-		if w.Flush() != nil {
-			return
-		}
-		tick := time.NewTicker(hbEvery)
-		defer tick.Stop()
-		lastWrite := time.Now()
+	s.openStream(ctx, b, c.jobs[0], enc0, c.abandon, func(sw *streamWriter) {
 		begun := make([]bool, len(c.jobs))
 		done := make([]*stages.Event, len(c.jobs))
-		left := len(c.jobs)
-		for left > 0 {
-			select {
-			case <-c.wake:
-			case <-tick.C:
-				if time.Since(lastWrite) >= hbEvery && enc0.heartbeat(w) {
-					if w.Flush() != nil {
-						return
-					}
-					lastWrite = time.Now()
-				}
-				continue
-			case <-b.Done:
-				enc0.fail(w, c.jobs[0], errEngineDown)
-				w.Flush()
-				return
-			case <-s.stop:
+		for left := len(c.jobs); left > 0; {
+			if !sw.wait(c.wake) {
 				return
 			}
 			for i, j := range c.jobs {
 				if done[i] != nil {
 					continue
 				}
-				text, usage, started, final := j.take()
-				if started && !begun[i] {
-					c.encs[i].begin(w, j, usage)
-					begun[i] = true
-				}
-				streamText(w, j, c.encs[i], text, final != nil && final.Finish != stages.FinishError)
-				if final == nil {
-					continue
-				}
-				if final.Finish == stages.FinishError {
-					log.Error("generation failed", zap.String("id", j.id), zap.Error(final.Err))
-					c.encs[i].fail(w, j, &apiError{status: 500, kind: "server_error", message: fmt.Sprintf("generation failed: %v", final.Err)})
-					w.Flush()
+				final, failed := sw.step(j, c.encs[i], &begun[i])
+				if failed {
+					sw.w.Flush()
 					return
 				}
-				s.metrics.finished(final)
-				c.encs[i].end(w, j, final)
-				done[i] = final
-				left--
+				if final != nil {
+					done[i] = final
+					left--
+				}
 			}
-			if w.Flush() != nil {
+			if !sw.flush() {
 				return
 			}
-			lastWrite = time.Now()
 		}
 		// every choice has finished: the usage of all, then [DONE]
+		w := sw.w
 		if enc0.usage {
 			r := enc0.frame(c.jobs[0])
 			r.Choices = []oaiChoice{}

@@ -256,13 +256,9 @@ func oaiEmbedInputs(raw json.RawMessage) ([]embedInput, *apiError) {
 }
 
 func (s *Server) handleEmbeddings(ctx *fasthttp.RequestCtx) {
-	b := s.ready(ctx, dialectOpenAI)
-	if b == nil {
-		return
-	}
 	var req oaiEmbeddingRequest
-	if e := s.decodeRequest(ctx, &req, oaiEmbeddingFields); e != nil {
-		e.write(ctx, dialectOpenAI)
+	b := s.receive(ctx, dialectOpenAI, &req, oaiEmbeddingFields)
+	if b == nil {
 		return
 	}
 	model, e := s.modelName(b, req.Model)
@@ -354,13 +350,9 @@ type ollamaEmbedResponse struct {
 
 func (s *Server) handleOllamaEmbed(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
-	b := s.ready(ctx, dialectOllama)
-	if b == nil {
-		return
-	}
 	var req ollamaEmbedRequest
-	if e := s.decodeOllama(ctx, &req, ollamaEmbedFields); e != nil {
-		e.write(ctx, dialectOllama)
+	b := s.receive(ctx, dialectOllama, &req, ollamaEmbedFields)
+	if b == nil {
 		return
 	}
 	if req.Model == "" {

@@ -142,19 +142,18 @@ var (
 )
 
 // decodeRequest decodes the body into v (a pointer to a request struct)
-// and applies rules to the documented fields v does not decode.
+// and applies rules to the documented fields v does not decode; for a
+// request with Ollama's "options" object (withOptions), also
+// ollamaOptionFields to the fields of the options.
 func (s *Server) decodeRequest(ctx *fasthttp.RequestCtx, v any, rules map[string]fieldRule) *apiError {
 	if e := decode(ctx, v); e != nil {
 		return e
 	}
-	return s.checkFields(ctx.PostBody(), v, rules, "")
-}
-
-// decodeOllama is decodeRequest for Ollama's endpoints, whose "options"
-// object has documented fields of its own.
-func (s *Server) decodeOllama(ctx *fasthttp.RequestCtx, v any, rules map[string]fieldRule) *apiError {
-	if e := s.decodeRequest(ctx, v, rules); e != nil {
+	if e := s.checkFields(ctx.PostBody(), v, rules, ""); e != nil {
 		return e
+	}
+	if _, ok := v.(withOptions); !ok {
+		return nil
 	}
 	var o struct {
 		Options json.RawMessage `json:"options"`
@@ -164,6 +163,13 @@ func (s *Server) decodeOllama(ctx *fasthttp.RequestCtx, v any, rules map[string]
 	}
 	return s.checkFields(o.Options, &ollamaOptions{}, ollamaOptionFields, "options.")
 }
+
+// withOptions is a request that decodes Ollama's "options" object
+// (ollamaOptions), whose documented fields have rules of their own.
+type withOptions interface{ takesOptions() }
+
+func (*ollamaCommon) takesOptions()       {}
+func (*ollamaEmbedRequest) takesOptions() {}
 
 // checkFields applies rules to the fields of the JSON object body that v
 // (a request struct) does not decode.

@@ -238,73 +238,6 @@ func (s *Server) generate(ctx *fasthttp.RequestCtx, b *Backend, gr *genRequest, 
 	}
 }
 
-// stream answers with the job's events as they come, flushing each.
-func (s *Server) stream(ctx *fasthttp.RequestCtx, b *Backend, j *job, enc encoder) {
-	ctx.SetContentType(enc.streamType())
-	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	hbEvery := s.cfg.Heartbeat
-	log := s.cfg.Log
-	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-		defer j.abandon() // client gone or done: the scheduler frees the sequence
-		defer func() {
-			if p := recover(); p != nil {
-				log.Error("panic in stream writer", zap.String("id", j.id), zap.Any("panic", p), zap.Stack("stack"))
-			}
-		}()
-		// Send the headers now (and a first heartbeat): clients see the
-		// stream open while the prompt is evaluated.
-		enc.heartbeat(w)
-		if w.Flush() != nil {
-			return
-		}
-		tick := time.NewTicker(hbEvery)
-		defer tick.Stop()
-		lastWrite := time.Now()
-		begun := false
-		for {
-			select {
-			case <-j.wake:
-			case <-tick.C:
-				if time.Since(lastWrite) >= hbEvery && enc.heartbeat(w) {
-					if w.Flush() != nil {
-						return
-					}
-					lastWrite = time.Now()
-				}
-				continue
-			case <-b.Done:
-				enc.fail(w, j, errEngineDown)
-				w.Flush()
-				return
-			case <-s.stop:
-				return
-			}
-			text, usage, started, final := j.take()
-			if started && !begun {
-				enc.begin(w, j, usage)
-				begun = true
-			}
-			streamText(w, j, enc, text, final != nil && final.Finish != stages.FinishError)
-			if final != nil {
-				if final.Finish == stages.FinishError {
-					log.Error("generation failed", zap.String("id", j.id), zap.Error(final.Err))
-					enc.fail(w, j, &apiError{status: 500, kind: "server_error", message: fmt.Sprintf("generation failed: %v", final.Err)})
-				} else {
-					s.metrics.finished(final)
-					enc.end(w, j, final)
-				}
-				w.Flush()
-				return
-			}
-			if w.Flush() != nil {
-				return
-			}
-			lastWrite = time.Now()
-		}
-	})
-}
-
 // writeJSON answers 200 with v as JSON.
 func writeJSON(ctx *fasthttp.RequestCtx, v any) {
 	b, err := json.Marshal(v)
@@ -318,15 +251,27 @@ func writeJSON(ctx *fasthttp.RequestCtx, v any) {
 
 // sse writes one SSE event: an optional event name and a JSON data line.
 func sse(w *bufio.Writer, event string, v any) {
+	b, _ := json.Marshal(v) // our own response types
+	sseData(w, event, b)
+}
+
+// sseData is sse with the data already encoded.
+func sseData(w *bufio.Writer, event string, data []byte) {
 	if event != "" {
 		w.WriteString("event: ")
 		w.WriteString(event)
 		w.WriteByte('\n')
 	}
 	w.WriteString("data: ")
-	b, _ := json.Marshal(v) // our own response types
-	w.Write(b)
+	w.Write(data)
 	w.WriteString("\n\n")
+}
+
+// ssePing writes an SSE comment, which clients skip: the SSE encoders'
+// heartbeat.
+func ssePing(w *bufio.Writer) bool {
+	w.WriteString(": ping\n\n")
+	return true
 }
 
 // ndjson writes one JSON line.

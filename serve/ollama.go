@@ -1,5 +1,5 @@
 // This file holds the Ollama-compatible endpoints (/api/chat,
-// /api/generate, /api/tags, /api/version; /api/embed is in embed.go,
+// /api/generate, /api/version; /api/embed is in embed.go, /api/tags,
 // /api/show and /api/ps in ollamashow.go): request translation (sampling
 // settings under "options", streaming on by default) and the NDJSON
 // shapes with Ollama's count and duration fields (nanoseconds).
@@ -10,8 +10,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -108,59 +106,52 @@ type ollamaGenerateRequest struct {
 }
 
 func (s *Server) handleOllamaChat(ctx *fasthttp.RequestCtx) {
-	b := s.ready(ctx, dialectOllama)
-	if b == nil {
-		return
-	}
 	var req ollamaChatRequest
-	if e := s.decodeOllama(ctx, &req, ollamaChatFields); e != nil {
-		e.write(ctx, dialectOllama)
-		return
-	}
-	gr := &genRequest{chat: true}
-	if e := req.translate(s, b, gr); e != nil {
-		e.write(ctx, dialectOllama)
-		return
-	}
-	if len(req.Messages) == 0 {
+	b, gr := s.prepare(ctx, dialectOllama, &req, ollamaChatFields)
+	switch {
+	case gr == nil:
+	case len(req.Messages) == 0:
 		// Ollama answers an empty conversation by loading the model.
 		writeJSON(ctx, ollamaChunk{Model: gr.model, CreatedAt: ollamaTime(time.Now()), Message: &ollamaMessage{Role: "assistant"}, Done: true, DoneReason: "load"})
-		return
+	default:
+		s.generate(ctx, b, gr, "", "/api/chat", "messages", &ollamaEncoder{chat: true})
 	}
-	for i, m := range req.Messages {
+}
+
+// translate checks the conversation and the tools; an empty conversation
+// translates to no messages (the handler answers it).
+func (r *ollamaChatRequest) translate(s *Server, b *Backend) (*genRequest, *apiError) {
+	gr := &genRequest{chat: true}
+	if e := r.ollamaCommon.translate(s, b, gr); e != nil {
+		return nil, e
+	}
+	if len(r.Messages) == 0 {
+		return gr, nil
+	}
+	for i, m := range r.Messages {
 		field := "messages[" + itoa(i) + "]"
 		if e := checkRole(m.Role, field+".role", "system", "user", "assistant", "tool"); e != nil {
-			e.write(ctx, dialectOllama)
-			return
+			return nil, e
 		}
 		if len(m.Images) > 0 {
-			badRequest(field+".images", "images are not supported").write(ctx, dialectOllama)
-			return
+			return nil, badRequest(field+".images", "images are not supported")
 		}
 		msg, e := ollamaTurn(m, field)
 		if e != nil {
-			e.write(ctx, dialectOllama)
-			return
+			return nil, e
 		}
 		gr.messages = append(gr.messages, msg)
 	}
-	if len(req.Tools) > 0 {
-		gr.tools = &toolSettings{}
-		for i, t := range req.Tools {
-			field := "tools[" + itoa(i) + "]"
-			if t.Type != "function" || t.Function == nil {
-				badRequest(field+".type", "%s: only function tools are supported", field).write(ctx, dialectOllama)
-				return
-			}
-			tool, e := functionTool(t.Function.Name, t.Function.Description, t.Function.Parameters, field+".function")
-			if e != nil {
-				e.write(ctx, dialectOllama)
-				return
-			}
-			gr.tools.tools = append(gr.tools.tools, tool)
-		}
+	spec := func(i int) (toolSpec, *apiError) {
+		t, e := r.Tools[i].spec("tools["+itoa(i)+"]", "")
+		t.strict = nil // not Ollama's: the model may always choose
+		return t, e
 	}
-	s.generate(ctx, b, gr, "", "/api/chat", "messages", &ollamaEncoder{chat: true})
+	var e *apiError
+	if gr.tools, e = offerTools("auto", "", len(r.Tools), spec, toolSettings{}, ""); e != nil {
+		return nil, e
+	}
+	return gr, nil
 }
 
 // ollamaTurn translates a message: an assistant's tool_calls (arguments
@@ -185,40 +176,45 @@ func ollamaTurn(m ollamaMessage, field string) (chat.Message, *apiError) {
 }
 
 func (s *Server) handleOllamaGenerate(ctx *fasthttp.RequestCtx) {
-	b := s.ready(ctx, dialectOllama)
-	if b == nil {
-		return
-	}
 	var req ollamaGenerateRequest
-	if e := s.decodeOllama(ctx, &req, ollamaGenerateFields); e != nil {
-		e.write(ctx, dialectOllama)
-		return
+	b, gr := s.prepare(ctx, dialectOllama, &req, ollamaGenerateFields)
+	switch {
+	case gr == nil:
+	case req.empty():
+		// Ollama answers an empty prompt by loading the model.
+		writeJSON(ctx, ollamaChunk{Model: gr.model, CreatedAt: ollamaTime(time.Now()), Response: new(string), Done: true, DoneReason: "load"})
+	default:
+		s.generate(ctx, b, gr, "", "/api/generate", "prompt", &ollamaEncoder{})
 	}
+}
+
+// empty reports a request with nothing to generate from.
+func (r *ollamaGenerateRequest) empty() bool { return r.Prompt == "" && r.System == "" }
+
+// translate makes the prompt raw, or a conversation of the system prompt
+// and the prompt; an empty request translates to neither (the handler
+// answers it).
+func (r *ollamaGenerateRequest) translate(s *Server, b *Backend) (*genRequest, *apiError) {
 	gr := &genRequest{}
-	if e := req.translate(s, b, gr); e != nil {
-		e.write(ctx, dialectOllama)
-		return
+	if e := r.ollamaCommon.translate(s, b, gr); e != nil {
+		return nil, e
 	}
 	switch {
-	case req.Suffix != "":
-		badRequest("suffix", "suffix is not supported").write(ctx, dialectOllama)
-		return
-	case len(req.Images) > 0:
-		badRequest("images", "images are not supported").write(ctx, dialectOllama)
-		return
-	case req.Prompt == "" && req.System == "":
-		writeJSON(ctx, ollamaChunk{Model: gr.model, CreatedAt: ollamaTime(time.Now()), Response: new(string), Done: true, DoneReason: "load"})
-		return
-	case req.Raw:
-		gr.prompt = req.Prompt
+	case r.Suffix != "":
+		return nil, badRequest("suffix", "suffix is not supported")
+	case len(r.Images) > 0:
+		return nil, badRequest("images", "images are not supported")
+	case r.empty():
+	case r.Raw:
+		gr.prompt = r.Prompt
 	default:
 		gr.chat = true
-		if req.System != "" {
-			gr.messages = append(gr.messages, chat.Message{Role: "system", Content: req.System})
+		if r.System != "" {
+			gr.messages = append(gr.messages, chat.Message{Role: "system", Content: r.System})
 		}
-		gr.messages = append(gr.messages, chat.Message{Role: "user", Content: req.Prompt})
+		gr.messages = append(gr.messages, chat.Message{Role: "user", Content: r.Prompt})
 	}
-	s.generate(ctx, b, gr, "", "/api/generate", "prompt", &ollamaEncoder{})
+	return gr, nil
 }
 
 // ollamaTime formats a time as Ollama does.
@@ -315,55 +311,6 @@ func (o *ollamaEncoder) result(j *job, text string, ev *stages.Event) any {
 	}
 	o.final(&c, j, ev)
 	return c
-}
-
-func (s *Server) handleOllamaTags(ctx *fasthttp.RequestCtx) {
-	b := s.ready(ctx, dialectOllama)
-	if b == nil {
-		return
-	}
-	type entry struct {
-		Name       string        `json:"name"`
-		Model      string        `json:"model"`
-		ModifiedAt string        `json:"modified_at"`
-		Size       int64         `json:"size"`
-		Digest     string        `json:"digest"`
-		Details    ollamaDetails `json:"details"`
-	}
-	name := s.reportedName(b)
-	writeJSON(ctx, struct {
-		Models []entry `json:"models"`
-	}{[]entry{{Name: name, Model: name, ModifiedAt: ollamaTime(modTime(b.Path)), Size: b.Size, Details: s.ollamaDetails(b)}}})
-}
-
-// weightFacts counts the model's parameters and names its main weight type
-// (the type holding the most bytes).
-func weightFacts(b *Backend) (params uint64, quant string) {
-	bytesOf := map[string]uint64{}
-	for _, t := range b.Bundle.File.Tensors {
-		params += t.Elements()
-		bytesOf[t.Type.String()] += t.Size
-	}
-	var most uint64
-	for name, n := range bytesOf {
-		if n > most || n == most && name < quant {
-			quant, most = name, n
-		}
-	}
-	return params, strings.ToUpper(quant)
-}
-
-// paramSize formats a parameter count as Ollama does ("260K", "1.2B").
-func paramSize(n uint64) string {
-	switch {
-	case n >= 1e9:
-		return strconv.FormatFloat(float64(n)/1e9, 'f', 1, 64) + "B"
-	case n >= 1e6:
-		return strconv.FormatFloat(float64(n)/1e6, 'f', 1, 64) + "M"
-	case n >= 1e3:
-		return strconv.FormatFloat(float64(n)/1e3, 'f', 0, 64) + "K"
-	}
-	return strconv.FormatUint(n, 10)
 }
 
 func (s *Server) handleOllamaVersion(ctx *fasthttp.RequestCtx) {

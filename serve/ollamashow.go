@@ -1,10 +1,11 @@
-// This file holds Ollama's model routes: /api/show (the model's details,
-// template, default parameters and GGUF metadata) and /api/ps (the loaded
-// model), so that Ollama clients can list and inspect the model. The
-// template is the GGUF's Jinja chat template (Ollama shows its own Go
-// template), or the ChatML template this server uses when the GGUF has
-// none; the modelfile is generated from what the server runs with. Digests
-// are empty: the server does not hash the file.
+// This file holds Ollama's model routes: /api/tags (the models there
+// are), /api/show (the model's details, template, default parameters and
+// GGUF metadata) and /api/ps (the loaded model), so that Ollama clients
+// can list and inspect the model. What the file says about itself comes
+// from model.Info. The template is the GGUF's Jinja chat template (Ollama
+// shows its own Go template), or the ChatML template this server uses
+// when the GGUF has none; the modelfile is generated from what the server
+// runs with. Digests are empty: the server does not hash the file.
 
 package serve
 
@@ -18,7 +19,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/flowinfer/flowinfer/io/gguf"
+	"github.com/flowinfer/flowinfer/model"
 )
 
 // ollamaDetails is the "details" object of /api/tags, /api/show and
@@ -32,10 +33,53 @@ type ollamaDetails struct {
 	QuantizationLevel string   `json:"quantization_level"`
 }
 
-func (s *Server) ollamaDetails(b *Backend) ollamaDetails {
+// ollamaDetails fills the details from in (any maxArray).
+func (s *Server) ollamaDetails(b *Backend, in model.Info) ollamaDetails {
 	arch := b.Bundle.Model.Arch
-	params, quant := weightFacts(b)
-	return ollamaDetails{Format: "gguf", Family: arch, Families: []string{arch}, ParameterSize: paramSize(params), QuantizationLevel: quant}
+	return ollamaDetails{Format: "gguf", Family: arch, Families: []string{arch}, ParameterSize: paramSize(in.Params), QuantizationLevel: strings.ToUpper(in.WeightType)}
+}
+
+// paramSize formats a parameter count as Ollama does ("260K", "1.2B").
+func paramSize(n uint64) string {
+	switch {
+	case n >= 1e9:
+		return strconv.FormatFloat(float64(n)/1e9, 'f', 1, 64) + "B"
+	case n >= 1e6:
+		return strconv.FormatFloat(float64(n)/1e6, 'f', 1, 64) + "M"
+	case n >= 1e3:
+		return strconv.FormatFloat(float64(n)/1e3, 'f', 0, 64) + "K"
+	}
+	return strconv.FormatUint(n, 10)
+}
+
+// ollamaModels answers a list of models (/api/tags, /api/ps): the loaded
+// one, as entry renders it with the name the server reports and its
+// details.
+func (s *Server) ollamaModels(ctx *fasthttp.RequestCtx, entry func(b *Backend, name string, d ollamaDetails) any) {
+	b := s.ready(ctx, dialectOllama)
+	if b == nil {
+		return
+	}
+	writeJSON(ctx, struct {
+		Models []any `json:"models"`
+	}{[]any{entry(b, s.reportedName(b), s.ollamaDetails(b, b.Bundle.Info(0)))}})
+}
+
+// ollamaTagsEntry is a model of /api/tags.
+type ollamaTagsEntry struct {
+	Name       string        `json:"name"`
+	Model      string        `json:"model"`
+	ModifiedAt string        `json:"modified_at"`
+	Size       int64         `json:"size"`
+	Digest     string        `json:"digest"`
+	Details    ollamaDetails `json:"details"`
+}
+
+// handleOllamaTags answers /api/tags: the model file.
+func (s *Server) handleOllamaTags(ctx *fasthttp.RequestCtx) {
+	s.ollamaModels(ctx, func(b *Backend, name string, d ollamaDetails) any {
+		return ollamaTagsEntry{Name: name, Model: name, ModifiedAt: ollamaTime(modTime(b.Path)), Size: b.Size, Details: d}
+	})
 }
 
 // maxInfoArray is the longest metadata array /api/show lists unless
@@ -65,13 +109,9 @@ type ollamaShowResponse struct {
 }
 
 func (s *Server) handleOllamaShow(ctx *fasthttp.RequestCtx) {
-	b := s.ready(ctx, dialectOllama)
-	if b == nil {
-		return
-	}
 	var req ollamaShowRequest
-	if e := s.decodeRequest(ctx, &req, ollamaShowFields); e != nil {
-		e.write(ctx, dialectOllama)
+	b := s.receive(ctx, dialectOllama, &req, ollamaShowFields)
+	if b == nil {
 		return
 	}
 	name := req.Model
@@ -91,20 +131,19 @@ func (s *Server) handleOllamaShow(ctx *fasthttp.RequestCtx) {
 		e.write(ctx, dialectOllama)
 		return
 	}
-	f := b.Bundle.File
-	template, _ := f.GetString("tokenizer.chat_template")
+	in := b.Bundle.Info(infoArrays(req.Verbose))
+	template := in.Template
 	if template == "" && b.Bundle.Template != nil {
 		template = b.Bundle.Template.Source() // the ChatML this server uses
 	}
-	license, _ := f.GetString("general.license")
 	params := s.ollamaParameters(b)
 	resp := ollamaShowResponse{
-		License:    license,
-		Modelfile:  s.modelfile(b, template, license, params),
+		License:    in.License,
+		Modelfile:  s.modelfile(b, template, in.License, params),
 		Parameters: formatParameters(params),
 		Template:   template,
-		Details:    s.ollamaDetails(b),
-		ModelInfo:  modelInfo(b, req.Verbose),
+		Details:    s.ollamaDetails(b, in),
+		ModelInfo:  modelInfo(in),
 		ModifiedAt: ollamaTime(modTime(b.Path)),
 	}
 	resp.Capabilities = []string{"completion"}
@@ -176,59 +215,46 @@ func (s *Server) modelfile(b *Backend, template, license string, ps []param) str
 	return sb.String()
 }
 
+// infoArrays is the longest metadata array /api/show lists: maxInfoArray,
+// or every one when verbose.
+func infoArrays(verbose bool) int {
+	if verbose {
+		return -1
+	}
+	return maxInfoArray
+}
+
 // modelInfo is the GGUF metadata as Ollama's model_info: every key but the
-// chat template (shown as the template), arrays longer than maxInfoArray
-// null unless verbose, and general.parameter_count counted from the
-// tensors when the file has none.
-func modelInfo(b *Backend, verbose bool) map[string]any {
-	f := b.Bundle.File
-	info := make(map[string]any, len(f.KVs)+1)
-	for _, kv := range f.KVs {
+// chat template (shown as the template), and general.parameter_count
+// counted from the tensors when the file has none.
+func modelInfo(in model.Info) map[string]any {
+	info := make(map[string]any, len(in.Metadata)+1)
+	for _, kv := range in.Metadata {
 		if kv.Key == "tokenizer.chat_template" {
 			continue
 		}
-		info[kv.Key] = infoValue(kv.Value, verbose)
+		info[kv.Key] = jsonValue(kv.Value)
 	}
 	if _, ok := info["general.parameter_count"]; !ok {
-		n, _ := weightFacts(b)
-		info["general.parameter_count"] = n
+		info["general.parameter_count"] = in.Params
 	}
 	return info
 }
 
-// infoValue converts a metadata value for JSON.
-func infoValue(v gguf.Value, verbose bool) any {
-	switch v.Type() {
-	case gguf.TypeString:
-		s, _ := v.Str()
-		return s
-	case gguf.TypeBool:
-		x, _ := v.Bool()
-		return x
-	case gguf.TypeFloat32:
-		x, _ := v.Float()
-		return finite(float32(x))
-	case gguf.TypeFloat64:
-		x, _ := v.Float()
+// jsonValue makes a metadata value (model.MetaValue) encodable: NaN and
+// infinities, which JSON has no numbers for, become null, in arrays too.
+func jsonValue(v any) any {
+	switch x := v.(type) {
+	case float32:
 		return finite(x)
-	case gguf.TypeArray:
-		if !verbose && v.Len() > maxInfoArray {
-			return nil
+	case float64:
+		return finite(x)
+	case []any:
+		for i := range x {
+			x[i] = jsonValue(x[i])
 		}
-		vals, _ := v.Array()
-		out := make([]any, len(vals))
-		for i, e := range vals {
-			out[i] = infoValue(e, verbose)
-		}
-		return out
 	}
-	if i, ok := v.Int(); ok {
-		return i
-	}
-	if u, ok := v.Uint(); ok {
-		return u
-	}
-	return nil
+	return v
 }
 
 // finite keeps a float JSON can encode; NaN and infinities become null.
@@ -250,25 +276,20 @@ func modTime(path string) time.Time {
 // unloads (as Ollama's keep_alive -1), in memory (size: the file and the
 // KV cache), none of it on a GPU.
 func (s *Server) handleOllamaPs(ctx *fasthttp.RequestCtx) {
-	b := s.ready(ctx, dialectOllama)
-	if b == nil {
-		return
-	}
-	type entry struct {
-		Name          string        `json:"name"`
-		Model         string        `json:"model"`
-		Size          int64         `json:"size"`
-		Digest        string        `json:"digest"`
-		Details       ollamaDetails `json:"details"`
-		ExpiresAt     string        `json:"expires_at"`
-		SizeVRAM      int64         `json:"size_vram"`
-		ContextLength int           `json:"context_length"`
-	}
-	cfg := b.Engine.Config()
-	kvBytes := b.Engine.KVBytes()
-	name := s.reportedName(b)
-	writeJSON(ctx, struct {
-		Models []entry `json:"models"`
-	}{[]entry{{Name: name, Model: name, Size: b.Size + kvBytes, Details: s.ollamaDetails(b),
-		ExpiresAt: ollamaTime(time.Now().Add(math.MaxInt64)), ContextLength: cfg.NCtx}}})
+	s.ollamaModels(ctx, func(b *Backend, name string, d ollamaDetails) any {
+		return ollamaPsEntry{Name: name, Model: name, Size: b.Size + b.Engine.KVBytes(), Details: d,
+			ExpiresAt: ollamaTime(time.Now().Add(math.MaxInt64)), ContextLength: b.Engine.Config().NCtx}
+	})
+}
+
+// ollamaPsEntry is a model of /api/ps.
+type ollamaPsEntry struct {
+	Name          string        `json:"name"`
+	Model         string        `json:"model"`
+	Size          int64         `json:"size"`
+	Digest        string        `json:"digest"`
+	Details       ollamaDetails `json:"details"`
+	ExpiresAt     string        `json:"expires_at"`
+	SizeVRAM      int64         `json:"size_vram"`
+	ContextLength int           `json:"context_length"`
 }

@@ -216,6 +216,12 @@ func checkRole(role, field string, allowed ...string) *apiError {
 	return badRequest(field, "%s: role %q is not one of %s", field, role, strings.Join(allowed, ", "))
 }
 
+// itoa formats i, for the paths of fields ("messages[" + itoa(i) + "]").
+func itoa(i int) string {
+	b, _ := json.Marshal(i)
+	return string(b)
+}
+
 // maxTokens resolves a max-tokens field: nil keeps def; -1 is unlimited;
 // 0 and other negatives are rejected.
 func maxTokens(v *int, def int, field string) (int, *apiError) {

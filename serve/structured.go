@@ -91,18 +91,29 @@ func (f *structuredFields) grammarOf() (*grammar.Grammar, *apiError) {
 	if err := json.Unmarshal(f.ResponseFormat, &rf); err != nil {
 		return nil, badRequest("response_format", "response_format: expected an object with a type, got %s", f.ResponseFormat)
 	}
-	switch rf.Type {
+	var schema json.RawMessage
+	if rf.JSONSchema != nil {
+		schema = rf.JSONSchema.Schema
+	}
+	return formatGrammar("response_format", rf.Type, schema, "response_format.json_schema.schema")
+}
+
+// formatGrammar compiles an output format object (field: its path) of type
+// typ: text (no constraint), json_object, or json_schema with schema (at
+// schemaField).
+func formatGrammar(field, typ string, schema json.RawMessage, schemaField string) (*grammar.Grammar, *apiError) {
+	switch typ {
 	case "text":
 		return nil, nil
 	case "json_object":
 		return grammar.MustParse(grammar.JSONObjectGBNF), nil
 	case "json_schema":
-		if rf.JSONSchema == nil || isNull(rf.JSONSchema.Schema) {
-			return nil, badRequest("response_format.json_schema.schema", "response_format.json_schema.schema is required")
+		if isNull(schema) {
+			return nil, badRequest(schemaField, "%s is required", schemaField)
 		}
-		return schemaGrammar(rf.JSONSchema.Schema, "response_format.json_schema.schema")
+		return schemaGrammar(schema, schemaField)
 	}
-	return nil, badRequest("response_format.type", "response_format.type %q is not one of text, json_object, json_schema", rf.Type)
+	return nil, badRequest(field+".type", "%s.type %q is not one of text, json_object, json_schema", field, typ)
 }
 
 // schemaGrammar compiles a JSON schema; its errors name field.
@@ -202,31 +213,23 @@ func renameRefs(src, prefix string) string {
 			continue
 		}
 		out.WriteString(head + " ::= ")
-		inStr, inClass := false, false
+		var end byte // what closes the literal being copied: '"' or ']' (0: none)
 		for i := 0; i < len(body); i++ {
 			c := body[i]
 			switch {
-			case inStr:
+			case end != 0:
 				out.WriteByte(c)
 				if c == '\\' && i+1 < len(body) {
 					i++
 					out.WriteByte(body[i])
-				} else if c == '"' {
-					inStr = false
-				}
-			case inClass:
-				out.WriteByte(c)
-				if c == '\\' && i+1 < len(body) {
-					i++
-					out.WriteByte(body[i])
-				} else if c == ']' {
-					inClass = false
+				} else if c == end {
+					end = 0
 				}
 			case c == '"':
-				inStr = true
+				end = '"'
 				out.WriteByte(c)
 			case c == '[':
-				inClass = true
+				end = ']'
 				out.WriteByte(c)
 			case isNameByte(c) && (i == 0 || !isNameByte(body[i-1])) && !(c >= '0' && c <= '9'):
 				j := i

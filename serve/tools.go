@@ -72,6 +72,54 @@ func (ts *toolSettings) checkForce(field string) *apiError {
 	return badRequest(field, "%s: %q is not one of the tools", field, ts.force)
 }
 
+// toolSpec is a function tool as an OpenAI-style request declares it;
+// field is its path ("tools[0].function" in chat, "tools[0]" in the
+// Responses API), which its errors name.
+type toolSpec struct {
+	field       string
+	name        string
+	description string
+	parameters  json.RawMessage
+	strict      *bool
+}
+
+// offerTools builds the tools of a request (chat, Responses, Ollama's
+// chat) offering n of them, spec(i) declaring the i-th or refusing it, with
+// tool_choice choice (named: the function it names; forceField: where) and
+// ts's single and idPrefix. nil: no tool is offered (none declared, or
+// tool_choice "none").
+func offerTools(choice, named string, n int, spec func(i int) (toolSpec, *apiError), ts toolSettings, forceField string) (*toolSettings, *apiError) {
+	force, e := forceOf(choice, named, n)
+	if e != nil {
+		return nil, e
+	}
+	if n == 0 || choice == "none" {
+		return nil, nil // tool_choice none: the model is not shown the tools
+	}
+	ts.force = force
+	for i := range n {
+		t, e := spec(i)
+		if e != nil {
+			return nil, e
+		}
+		if t.strict != nil && *t.strict && force == "" {
+			// strict arguments are guaranteed only for a forced call (the
+			// grammar constrains the whole reply); a call the model may or
+			// may not make would need a grammar triggered mid-reply
+			return nil, badRequest(t.field+".strict", "%s.strict: true with tool_choice %q: arguments are guaranteed to match the schema only when the call is forced (tool_choice \"required\" or a named function)", t.field, choice)
+		}
+		tool, e := functionTool(t.name, t.description, t.parameters, t.field)
+		if e != nil {
+			return nil, e
+		}
+		ts.tools = append(ts.tools, tool)
+	}
+	if e := ts.checkForce(forceField); e != nil {
+		return nil, e
+	}
+	return &ts, nil
+}
+
 // forced returns the forced call's grammar settings (nil: not forced).
 func (ts *toolSettings) forced() *forcedCall {
 	if ts == nil || ts.force == "" {
