@@ -23,13 +23,10 @@ package stages
 import (
 	"context"
 	"sync/atomic"
-	"time"
 
 	"github.com/flowinfer/flowinfer/graph"
 	"github.com/flowinfer/flowinfer/model"
 )
-
-func nanotime() int64 { return time.Now().UnixNano() }
 
 type expertKey struct{ layer, expert int32 }
 

@@ -598,9 +598,10 @@ func (w *WeightPath) Stats() WeightStats {
 	return s
 }
 
-// errWeightRead is matched by the error of a failed expert read: it fails
-// the requests of the step that needed the expert, not the engine.
-var errWeightRead = errors.New("stages: reading weights")
+// ErrWeightRead is matched (errors.Is) by the error of a failed weight
+// read (an expert, or a streamed layer's matrix): it fails the requests of
+// the step that needed the weight, not the engine.
+var ErrWeightRead = errors.New("stages: reading weights")
 
 // readReq asks for one expert to be read into a cache slot, or (mat >= 0)
 // one matrix of a streamed layer into a layer slot.
@@ -925,7 +926,7 @@ func (w *WeightPath) readPiece(rec *graph.Recorder, stg *graph.Stage, j *readJob
 	if err != nil {
 		w.errMu.Lock()
 		if w.slabErr[j.s.slab] == nil {
-			w.slabErr[j.s.slab] = fmt.Errorf("%w: %s: %w", errWeightRead, lm.tmpl.Name, err)
+			w.slabErr[j.s.slab] = fmt.Errorf("%w: %s: %w", ErrWeightRead, lm.tmpl.Name, err)
 		}
 		w.errMu.Unlock()
 	} else {
@@ -958,7 +959,7 @@ func (w *WeightPath) read(rec *graph.Recorder, stg *graph.Stage, s *staged) {
 		o += n
 	}
 	if err := w.rd.ReadBatch(q[:]); err != nil {
-		s.err = fmt.Errorf("%w: expert %d of layer %d: %w", errWeightRead, s.req.expert, s.req.layer, err)
+		s.err = fmt.Errorf("%w: expert %d of layer %d: %w", ErrWeightRead, s.req.expert, s.req.layer, err)
 	} else {
 		for i := range 3 {
 			s.views[i] = q[i].Data
