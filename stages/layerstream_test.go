@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/flowinfer/flowinfer/configs"
 	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/internal/golden"
 	"github.com/flowinfer/flowinfer/io/nvme"
@@ -39,7 +40,7 @@ func TestStreamedLayersBitIdentical(t *testing.T) {
 			// first layer resident with three slots; pread and io_uring
 			for _, lc := range []struct {
 				resident, slots int
-				engine          string
+				engine          configs.IOEngine
 			}{{0, 1, ""}, {0, 2, ""}, {1, 3, ""}, {0, 1, "io_uring"}} {
 				t.Run(fmt.Sprintf("%s/batch=%d/resident=%d/slots=%d/engine=%s", name, maxBatch, lc.resident, lc.slots, lc.engine), func(t *testing.T) {
 					be := cpu.NewBackend(2, nil)

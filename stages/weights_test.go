@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/flowinfer/flowinfer/configs"
 	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/internal/golden"
 	"github.com/flowinfer/flowinfer/io/gguf"
@@ -106,7 +107,7 @@ func TestStreamedExpertsBitIdentical(t *testing.T) {
 			for _, tc := range []struct {
 				budget   int64
 				prefetch int
-				engine   string
+				engine   configs.IOEngine
 			}{{minimal, 0, ""}, {minimal + 3*p.SlotBytes, 0, ""}, {0, 0, ""}, {minimal, 1, ""}, {minimal + 5*p.SlotBytes, 1, ""}, {minimal, 0, "io_uring"}, {minimal, 1, "io_uring"}} {
 				budget := tc.budget
 				t.Run(fmt.Sprintf("%s/batch=%d/budget=%d/prefetch=%d/engine=%s", name, maxBatch, budget, tc.prefetch, tc.engine), func(t *testing.T) {

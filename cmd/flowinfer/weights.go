@@ -141,7 +141,7 @@ func openWeights(f *WeightFlags, l *loaded, be *cpu.Backend, s weightSetup, log 
 		}
 	}
 	wp, err := stages.NewWeightPath(m, l.path, be, stages.WeightConfig{
-		Engine: f.IOEngine, Budget: budget, QueueDepth: f.Slabs, Lock: f.Mlock, Policy: f.CachePolicy, PrefetchDepth: f.PrefetchDepth,
+		Engine: configs.IOEngine(f.IOEngine), Budget: budget, QueueDepth: f.Slabs, Lock: f.Mlock, Policy: configs.CachePolicy(f.CachePolicy), PrefetchDepth: f.PrefetchDepth,
 		PlanOnly: f.DryRun,
 	})
 	if err != nil && auto && budget > 0 {
