@@ -67,7 +67,8 @@ type expertCache struct {
 	layout  []expertLayer // where each layer's experts go in a slot
 	mem     *slabs        // the slots
 	fetched []int32       // slots of the current Fetch
-	ready   []int32       // of those, ready and not yet returned by Next
+	ready   []int32       // of those, the ready ones, in order
+	taken   int           // ready[:taken] have been returned by Next
 	pending int           // reads outstanding (fetches and prefetches)
 	mineP   int           // of those, the current Fetch's
 	err     error         // the first failed read of the current Fetch
@@ -117,7 +118,7 @@ func (c *expertSource) MaxFetch() int { return len(c.slots) }
 
 // Fetch implements model.Experts.
 func (c *expertSource) Fetch(il int, ids []int) error {
-	c.fetched, c.ready, c.err = c.fetched[:0], c.ready[:0], nil
+	c.fetched, c.ready, c.taken, c.err = c.fetched[:0], c.ready[:0], 0, nil
 	nHit := 0
 	for _, e := range ids {
 		k := expertKey{int32(il), int32(e)}
@@ -268,7 +269,7 @@ func (c *expertCache) complete(d readDone) {
 
 // Next implements model.Experts.
 func (c *expertSource) Next() (int, *model.ExpertWeights, error) {
-	for len(c.ready) == 0 {
+	for c.taken == len(c.ready) {
 		if c.err != nil {
 			return 0, nil, c.err
 		}
@@ -279,8 +280,8 @@ func (c *expertSource) Next() (int, *model.ExpertWeights, error) {
 			return 0, nil, err
 		}
 	}
-	s := c.ready[0]
-	c.ready = c.ready[1:]
+	s := c.ready[c.taken]
+	c.taken++
 	return int(c.slots[s].key.expert), &c.slots[s].w, nil
 }
 
@@ -309,7 +310,7 @@ func (c *expertSource) Release(int) {
 		}
 		c.keep(s, st.hit)
 	}
-	c.fetched, c.ready, c.err = c.fetched[:0], c.ready[:0], nil
+	c.fetched, c.ready, c.taken, c.err = c.fetched[:0], c.ready[:0], 0, nil
 }
 
 // keep returns slot s, used by the Fetch being released, to the lists: a
