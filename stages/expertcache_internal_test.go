@@ -36,16 +36,25 @@ func testCache(n int, policy configs.CachePolicy) (*expertSource, *fakePort) {
 // each, Release) and returns the reads it asked for.
 func use(t *testing.T, c *expertSource, f *fakePort, il int, ids ...int) string {
 	t.Helper()
-	if err := c.Fetch(il, ids); err != nil {
+	if err := fetchAll(c, il, ids); err != nil {
 		t.Fatal(err)
+	}
+	return f.take()
+}
+
+// fetchAll is one layer's use of experts ids: Fetch, Next for each,
+// Release.
+func fetchAll(c model.Experts, il int, ids []int) error {
+	defer c.Release(il)
+	if err := c.Fetch(il, ids); err != nil {
+		return err
 	}
 	for range ids {
 		if _, _, err := c.Next(); err != nil {
-			t.Fatal(err)
+			return err
 		}
 	}
-	c.Release(il)
-	return f.take()
+	return nil
 }
 
 // has reports whether expert e of layer il is in the cache (or being
@@ -243,15 +252,9 @@ func TestExpertCacheNoAllocs(t *testing.T) {
 			if ids[0] == ids[1] {
 				ids[1] = (ids[1] + 1) % testExperts
 			}
-			if err := c.Fetch(il, ids); err != nil {
+			if err := fetchAll(c, il, ids); err != nil {
 				t.Fatal(err)
 			}
-			for range ids {
-				if _, _, err := c.Next(); err != nil {
-					t.Fatal(err)
-				}
-			}
-			c.Release(il)
 		}
 		round++
 	}
