@@ -76,8 +76,6 @@ func (c *Config) defaults(m *model.Model) {
 	}
 }
 
-func roundUp(n, m int) int { return (n + m - 1) / m * m }
-
 // Errors from Submit.
 var (
 	ErrQueueFull    = errors.New("stages: request queue is full")

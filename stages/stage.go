@@ -27,3 +27,6 @@ func each[T any](ctx context.Context, in *graph.In[T], fn func(T) error) error {
 		}
 	}
 }
+
+// roundUp rounds n up to a multiple of m.
+func roundUp(n, m int) int { return (n + m - 1) / m * m }
