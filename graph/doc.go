@@ -39,13 +39,13 @@
 // Run starts one goroutine per stage and waits for all of them. When a stage
 // returns, the runtime closes its outputs (downstream sees io.EOF after the
 // buffered items) and its inputs (a producer still sending to it gets
-// ErrClosed instead of blocking forever). The first stage error, wrapped with
+// ErrConsumerGone instead of blocking forever). The first stage error, wrapped with
 // the stage name, cancels the context of every other stage and is what Run
 // returns; it is recorded and the context cancelled before the failed stage's
 // outputs are closed, so a downstream stage sees cancellation rather than a
 // clean end of input, and its own error cannot mask the original one. A panic
 // in a stage is recovered and becomes an error matching ErrPanic. A stage that
-// returns an error matching ErrClosed has merely seen its consumer leave; the
+// returns an error matching ErrConsumerGone has merely seen its consumer leave; the
 // runtime treats that as a normal return.
 //
 // There are two ways to stop:

@@ -61,7 +61,7 @@ func Connect[T any](from, to *Stage, capacity int) (*Out[T], *In[T]) {
 }
 
 // Send puts v on the edge, blocking while the edge is full. It returns
-// ctx.Err() if ctx is cancelled first, and an error matching ErrClosed if
+// ctx.Err() if ctx is cancelled first, and an error matching ErrConsumerGone if
 // the consuming stage has returned.
 func (o *Out[T]) Send(ctx context.Context, v T) error {
 	done := ctx.Done()
@@ -105,7 +105,7 @@ func (o *Out[T]) sendSlow(ctx context.Context, done <-chan struct{}, v T) error 
 }
 
 func (o *Out[T]) closed() error {
-	return fmt.Errorf("edge %s: %w", o.e.name, ErrClosed)
+	return fmt.Errorf("edge %s: %w", o.e.name, ErrConsumerGone)
 }
 
 // Len returns the number of items queued on the edge.

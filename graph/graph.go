@@ -13,10 +13,10 @@ import (
 )
 
 var (
-	// ErrClosed is returned by Out.Send when the consuming stage has
-	// returned. A stage that returns an error matching ErrClosed ends
+	// ErrConsumerGone is returned by Out.Send when the consuming stage has
+	// returned. A stage that returns an error matching ErrConsumerGone ends
 	// normally: its consumer left and there is nobody to produce for.
-	ErrClosed = errors.New("graph: consumer has returned")
+	ErrConsumerGone = errors.New("graph: consumer has returned")
 
 	// ErrPanic matches the error Run returns when a stage panicked.
 	ErrPanic = errors.New("graph: panic")
@@ -90,7 +90,7 @@ func (s *Stage) Do(fn func(ctx context.Context) error) {
 }
 
 // Run runs every stage in its own goroutine and waits until all have
-// returned. It returns nil when every stage returned nil (or ErrClosed), and
+// returned. It returns nil when every stage returned nil (or ErrConsumerGone), and
 // otherwise the first stage error, wrapped with the stage's name. Cancelling
 // ctx aborts the graph. A graph runs at most once.
 func (g *Graph) Run(ctx context.Context) error {
@@ -164,7 +164,7 @@ func (s *Stage) run(ctx context.Context) {
 		}
 	}()
 	err := s.call(ctx)
-	if err != nil && (errors.Is(err, ErrPanic) || !errors.Is(err, ErrClosed)) {
+	if err != nil && (errors.Is(err, ErrPanic) || !errors.Is(err, ErrConsumerGone)) {
 		s.g.fail(fmt.Errorf("graph: stage %q: %w", s.name, err))
 	}
 }

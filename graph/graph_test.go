@@ -248,7 +248,7 @@ func TestBackpressureBoundsInFlight(t *testing.T) {
 }
 
 // A sink that walks away after 10 items ends the run cleanly: the stages
-// upstream get ErrClosed instead of blocking forever.
+// upstream get ErrConsumerGone instead of blocking forever.
 func TestConsumerLeaves(t *testing.T) {
 	noLeak(t)
 	p := newPipeline(nil, 2)
@@ -269,8 +269,8 @@ func TestConsumerLeaves(t *testing.T) {
 	if err := waitRun(t, runAsync(context.Background(), p.g)); err != nil {
 		t.Fatalf("Run = %v, want nil", err)
 	}
-	if !errors.Is(srcErr, ErrClosed) {
-		t.Errorf("source's Send = %v, want ErrClosed", srcErr)
+	if !errors.Is(srcErr, ErrConsumerGone) {
+		t.Errorf("source's Send = %v, want ErrConsumerGone", srcErr)
 	}
 }
 

@@ -184,7 +184,7 @@ func submitError(err error) *apiError {
 	switch {
 	case errors.Is(err, stages.ErrQueueFull):
 		return errQueueFull
-	case errors.Is(err, stages.ErrClosed):
+	case errors.Is(err, stages.ErrEngineClosed):
 		return errDraining
 	case errors.Is(err, sample.ErrParams):
 		return badRequest("", "%s", strings.TrimPrefix(err.Error(), "sample: "))

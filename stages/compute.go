@@ -59,7 +59,7 @@ func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*st
 		logits, err := c.mctx.Decode(&st.batch)
 		st.dur = time.Since(t0)
 		span.End()
-		if errors.Is(err, errWeightRead) {
+		if errors.Is(err, ErrWeightRead) {
 			// a read failed: the step's requests fail, the engine goes on
 			st.err, st.logits = err, nil
 			if err := out.Send(ctx, st); err != nil {

@@ -76,13 +76,11 @@ func (c *Config) defaults(m *model.Model) {
 	}
 }
 
-func roundUp(n, m int) int { return (n + m - 1) / m * m }
-
 // Errors from Submit.
 var (
-	ErrQueueFull = errors.New("stages: request queue is full")
-	ErrClosed    = errors.New("stages: engine is closed")
-	ErrPrompt    = errors.New("stages: bad prompt")
+	ErrQueueFull    = errors.New("stages: request queue is full")
+	ErrEngineClosed = errors.New("stages: engine is closed")
+	ErrPrompt       = errors.New("stages: bad prompt")
 )
 
 // Engine runs requests through the stage graph.
@@ -232,7 +230,7 @@ func (e *Engine) Submit(r *Request) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
-		return ErrClosed
+		return ErrEngineClosed
 	}
 	select {
 	case e.queue <- r:

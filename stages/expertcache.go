@@ -1,35 +1,35 @@
 package stages
 
-// expertcache.go: the expert cache, the compute side of the weight path.
-// It implements model.Experts for compute: a Fetch turns the router's
-// choices into hits (pinned slots) and read requests (misses, sent to the
-// reader at once, all of a layer's in one go); Next hands out hits first,
-// then misses as the uploader finishes them.
+// expertcache.go: the expert cache, the compute side of the weight path
+// for routed experts. In a run, compute uses it through an expertSource
+// (model.Experts): a Fetch turns the router's choices into hits (pinned
+// slots) and read requests (misses, sent at once, all of a layer's in one
+// go); Next hands out hits first, then misses as their reads complete.
+// Requests and completions go through a readPort: the run's edges to the
+// reader and from the uploader (weights.go), or a fake in the tests.
 //
 // Slots are all the size of the largest expert, so a byte budget is a slot
 // count. The eviction policy is a segmented LRU (SLRU): a new expert enters
 // a probation segment; a hit promotes it to a protected segment (80% of
 // the slots), whose least recent member is demoted back to probation when
 // it overflows; victims come from probation's cold end first. Experts that
-// are used over and over (routing is skewed) survive one-off uses. The lists
-// are intrusive (indices in arrays): Fetch and Release allocate nothing, so
-// the per-token path stays allocation-free (golang-lru/v2 allocates an entry
-// per insertion; docs/decisions.md). Slots pinned by the current Fetch are
-// in no list, so they cannot be evicted while compute uses them.
+// are used over and over (routing is skewed) survive one-off uses. With
+// LRU every expert goes to probation. The lists are intrusive (indices in
+// arrays): Fetch and Release allocate nothing, so the per-token path stays
+// allocation-free (golang-lru/v2 allocates an entry per insertion;
+// docs/decisions.md). Slots pinned by the current Fetch are in no list, so
+// they cannot be evicted while compute uses them.
 //
 // Only compute's goroutine touches the index and lists; the counters are
 // atomic for metrics.
 
 import (
-	"context"
 	"sync/atomic"
-	"time"
 
+	"github.com/flowinfer/flowinfer/configs"
 	"github.com/flowinfer/flowinfer/graph"
 	"github.com/flowinfer/flowinfer/model"
 )
-
-func nanotime() int64 { return time.Now().UnixNano() }
 
 type expertKey struct{ layer, expert int32 }
 
@@ -48,7 +48,7 @@ type slotState struct {
 	list       uint8
 	hit        bool // the current fetch found it cached
 	prev, next int32
-	w          model.ExpertWeights
+	w          model.ExpertWeights // views of the slot's memory
 }
 
 type lruList struct {
@@ -56,39 +56,38 @@ type lruList struct {
 	n          int
 }
 
+// expertCache is the cache's state, kept across runs.
 type expertCache struct {
-	wp      *WeightPath
 	slots   []slotState
 	index   map[expertKey]int32
 	free    []int32
 	lists   [3]lruList // by list id
 	protCap int
 	slru    bool
-	ctx     context.Context
-	rec     *graph.Recorder
-	stg     *graph.Stage
-	fetched []int32 // slots of the current Fetch
-	ready   []int32 // of those, ready and not yet returned by Next
-	pending int     // reads outstanding (fetches and prefetches)
-	mineP   int     // of those, the current Fetch's
-	err     error   // the first failed read of the current Fetch
+	layout  []expertLayer // where each layer's experts go in a slot
+	mem     *slabs        // the slots
+	fetched []int32       // slots of the current Fetch
+	ready   []int32       // of those, the ready ones, in order
+	taken   int           // ready[:taken] have been returned by Next
+	pending int           // reads outstanding (fetches and prefetches)
+	mineP   int           // of those, the current Fetch's
+	err     error         // the first failed read of the current Fetch
 
 	hits, misses              []atomic.Int64
 	evictions, cached         atomic.Int64
 	pfIssued, pfUsed, pfWaste atomic.Int64
 }
 
-var (
-	_ model.Experts    = (*expertCache)(nil)
-	_ model.Prefetcher = (*expertCache)(nil)
-)
-
-func newExpertCache(wp *WeightPath, n int, policy string) *expertCache {
+// newExpertCache makes a cache of n slots of mem for the experts of layout
+// (nExpert per layer).
+func newExpertCache(n int, policy configs.CachePolicy, layout []expertLayer, mem *slabs, nExpert int) *expertCache {
+	nl := len(layout)
 	c := &expertCache{
-		wp: wp, slots: make([]slotState, n), index: make(map[expertKey]int32, n),
-		free: make([]int32, 0, n), protCap: n * 8 / 10, slru: policy == "slru",
-		fetched: make([]int32, 0, wp.m.NExpert), ready: make([]int32, 0, wp.m.NExpert),
-		hits: make([]atomic.Int64, wp.m.NLayer), misses: make([]atomic.Int64, wp.m.NLayer),
+		slots: make([]slotState, n), index: make(map[expertKey]int32, n),
+		free: make([]int32, 0, n), protCap: n * 8 / 10, slru: policy == configs.PolicySLRU,
+		layout: layout, mem: mem,
+		fetched: make([]int32, 0, nExpert), ready: make([]int32, 0, nExpert),
+		hits: make([]atomic.Int64, nl), misses: make([]atomic.Int64, nl),
 	}
 	for i := range c.lists {
 		c.lists[i] = lruList{head: -1, tail: -1}
@@ -100,21 +99,26 @@ func newExpertCache(wp *WeightPath, n int, policy string) *expertCache {
 	return c
 }
 
-// slotBytes returns slot i's memory.
-func (c *expertCache) slotBytes(i int32) []byte {
-	sb, base := c.wp.plan.SlotBytes, c.wp.plan.Staging
-	return c.wp.arena[base+int64(i)*sb : base+int64(i+1)*sb]
+// expertSource is the cache as compute uses it in one run: misses become
+// requests on port, and it waits on port for their reads.
+type expertSource struct {
+	*expertCache
+	port readPort
+	rec  *graph.Recorder
+	stg  *graph.Stage
 }
 
-// bind gives the cache compute's context (the stage's Run).
-func (c *expertCache) bind(ctx context.Context) { c.ctx = ctx }
+var (
+	_ model.Experts    = (*expertSource)(nil)
+	_ model.Prefetcher = (*expertSource)(nil)
+)
 
 // MaxFetch implements model.Experts.
-func (c *expertCache) MaxFetch() int { return len(c.slots) }
+func (c *expertSource) MaxFetch() int { return len(c.slots) }
 
 // Fetch implements model.Experts.
-func (c *expertCache) Fetch(il int, ids []int) error {
-	c.fetched, c.ready, c.err = c.fetched[:0], c.ready[:0], nil
+func (c *expertSource) Fetch(il int, ids []int) error {
+	c.fetched, c.ready, c.taken, c.err = c.fetched[:0], c.ready[:0], 0, nil
 	nHit := 0
 	for _, e := range ids {
 		k := expertKey{int32(il), int32(e)}
@@ -141,15 +145,11 @@ func (c *expertCache) Fetch(il int, ids []int) error {
 		if err != nil {
 			return err
 		}
-		st := &c.slots[s]
-		st.key, st.valid, st.inflight, st.mine, st.hit, st.prefetched = k, false, true, true, false, false
-		c.index[k] = s
 		c.fetched = append(c.fetched, s)
 		c.misses[il].Add(1)
-		if err := c.wp.ports.reqs.Send(c.ctx, readReq{slot: s, layer: int32(il), expert: int32(e), mat: -1}); err != nil {
+		if err := c.issue(s, k, true); err != nil {
 			return err
 		}
-		c.pending++
 		c.mineP++
 	}
 	c.rec.Add(c.stg, "expert hits", int64(nHit))
@@ -162,7 +162,7 @@ func (c *expertCache) Fetch(il int, ids []int) error {
 // unpinned slots, and returns at once. A prefetched expert joins the cache
 // (probation) when its read completes; it is counted as used when a later
 // Fetch asks for it, as wasted when evicted before that.
-func (c *expertCache) Prefetch(il int, ids []int) error {
+func (c *expertSource) Prefetch(il int, ids []int) error {
 	for _, e := range ids {
 		k := expertKey{int32(il), int32(e)}
 		if _, ok := c.index[k]; ok {
@@ -175,15 +175,28 @@ func (c *expertCache) Prefetch(il int, ids []int) error {
 		if s < 0 {
 			return nil // every slot is pinned or being read: no room to guess
 		}
-		st := &c.slots[s]
-		st.key, st.valid, st.inflight, st.mine, st.hit, st.prefetched = k, false, true, false, false, true
-		c.index[k] = s
-		if err := c.wp.ports.reqs.Send(c.ctx, readReq{slot: s, layer: int32(il), expert: int32(e), mat: -1}); err != nil {
+		if err := c.issue(s, k, false); err != nil {
 			return err
 		}
-		c.pending++
 		c.pfIssued.Add(1)
 	}
+	return nil
+}
+
+// issue reads expert k into slot s, for the current Fetch (mine) or as a
+// prefetch; the slot's weights are views of its memory from now on.
+func (c *expertSource) issue(s int32, k expertKey, mine bool) error {
+	st := &c.slots[s]
+	st.key, st.valid, st.inflight, st.mine, st.hit, st.prefetched = k, false, true, mine, false, !mine
+	c.index[k] = s
+	mem := c.mem.expert(s)
+	for i, w := range st.w.Matrices() {
+		*w = c.layout[k.layer][i].weight(mem)
+	}
+	if err := c.port.request(readReq{slot: s, layer: k.layer, expert: k.expert, mat: -1}); err != nil {
+		return err
+	}
+	c.pending++
 	return nil
 }
 
@@ -192,7 +205,7 @@ func (c *expertCache) Prefetch(il int, ids []int) error {
 // being read, it waits for a read to complete if wait is set (a Fetch
 // must get its slots; one exists since a Fetch asks for at most MaxFetch
 // experts), and returns -1 otherwise.
-func (c *expertCache) victim(wait bool) (int32, error) {
+func (c *expertSource) victim(wait bool) (int32, error) {
 	for {
 		if n := len(c.free); n > 0 {
 			s := c.free[n-1]
@@ -218,15 +231,11 @@ func (c *expertCache) victim(wait bool) (int32, error) {
 		if !wait || c.pending == 0 {
 			return -1, nil
 		}
-		if err := c.await(); err != nil {
+		if err := c.port.await(); err != nil {
 			return -1, err
 		}
 	}
 }
-
-// await waits for one completed read (of an expert, or of a streamed
-// layer's matrix: WeightPath.await dispatches).
-func (c *expertCache) await() error { return c.wp.await(c.ctx) }
 
 // complete records a completed expert read: the current Fetch's become
 // ready for Next (or record its error); a prefetch's joins the cache.
@@ -256,34 +265,32 @@ func (c *expertCache) complete(d readDone) {
 	}
 	st.valid = true
 	c.pushFront(listProbation, d.slot)
-	return
 }
 
 // Next implements model.Experts.
-func (c *expertCache) Next() (int, *model.ExpertWeights, error) {
-	for len(c.ready) == 0 {
+func (c *expertSource) Next() (int, *model.ExpertWeights, error) {
+	for c.taken == len(c.ready) {
 		if c.err != nil {
 			return 0, nil, c.err
 		}
 		if c.mineP == 0 {
 			panic("stages: expert cache: Next after every fetched expert was returned")
 		}
-		if err := c.await(); err != nil {
+		if err := c.port.await(); err != nil {
 			return 0, nil, err
 		}
 	}
-	s := c.ready[0]
-	c.ready = c.ready[1:]
+	s := c.ready[c.taken]
+	c.taken++
 	return int(c.slots[s].key.expert), &c.slots[s].w, nil
 }
 
 // Release implements model.Experts: it waits for the Fetch's reads still
-// in flight (after an error), then returns the fetched slots to the lists:
-// hits to protected (SLRU), new ones to probation; failed ones to the free
-// list. Prefetches may stay in flight.
-func (c *expertCache) Release(int) {
+// in flight (after an error), then returns the fetched slots to the lists
+// (keep); failed ones to the free list. Prefetches may stay in flight.
+func (c *expertSource) Release(int) {
 	for c.mineP > 0 {
-		if c.await() != nil {
+		if c.port.await() != nil {
 			break // aborting: the graph's error says why
 		}
 	}
@@ -301,26 +308,34 @@ func (c *expertCache) Release(int) {
 			c.cached.Add(-1)
 			continue
 		}
-		if st.hit && c.slru {
-			c.pushFront(listProtected, s)
-			for c.lists[listProtected].n > c.protCap {
-				t := c.lists[listProtected].tail
-				c.unlink(t)
-				c.pushFront(listProbation, t)
-			}
-		} else {
-			c.pushFront(listProbation, s)
-		}
+		c.keep(s, st.hit)
 	}
-	c.fetched, c.ready, c.err = c.fetched[:0], c.ready[:0], nil
+	c.fetched, c.ready, c.taken, c.err = c.fetched[:0], c.ready[:0], 0, nil
+}
+
+// keep returns slot s, used by the Fetch being released, to the lists: a
+// hit to protected (SLRU), whose least recent member goes back to the
+// front of probation when the segment is over its share; a new expert
+// (or, with LRU, any) to probation.
+func (c *expertCache) keep(s int32, hit bool) {
+	if !hit || !c.slru {
+		c.pushFront(listProbation, s)
+		return
+	}
+	c.pushFront(listProtected, s)
+	for c.lists[listProtected].n > c.protCap {
+		t := c.lists[listProtected].tail
+		c.unlink(t)
+		c.pushFront(listProbation, t)
+	}
 }
 
 // finish waits for the prefetches still in flight when compute stops (so
-// the next run starts from a consistent cache); if the run was aborted,
-// it forgets them instead.
-func (c *expertCache) finish() {
-	for c.pending > 0 && c.ctx.Err() == nil {
-		if c.await() != nil {
+// the next run starts from a consistent cache); if the run was aborted
+// (the port fails), it forgets them instead.
+func (c *expertSource) finish() {
+	for c.pending > 0 {
+		if c.port.await() != nil {
 			break
 		}
 	}
@@ -369,4 +384,27 @@ func (c *expertCache) unlink(s int32) {
 	}
 	st.list, st.prev, st.next = listNone, -1, -1
 	li.n--
+}
+
+// resetStats zeroes the counters.
+func (c *expertCache) resetStats() {
+	for i := range c.hits {
+		c.hits[i].Store(0)
+		c.misses[i].Store(0)
+	}
+	c.evictions.Store(0)
+	c.pfIssued.Store(0)
+	c.pfUsed.Store(0)
+	c.pfWaste.Store(0)
+}
+
+// stats adds the counters to s.
+func (c *expertCache) stats(s *WeightStats) {
+	s.Hits, s.Misses = make([]int64, len(c.hits)), make([]int64, len(c.misses))
+	for i := range c.hits {
+		s.Hits[i], s.Misses[i] = c.hits[i].Load(), c.misses[i].Load()
+	}
+	s.Evictions = c.evictions.Load()
+	s.PrefetchIssued, s.PrefetchUsed, s.PrefetchWasted = c.pfIssued.Load(), c.pfUsed.Load(), c.pfWaste.Load()
+	s.CachedExperts = int(c.cached.Load())
 }

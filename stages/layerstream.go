@@ -1,43 +1,28 @@
 package stages
 
 // layerstream.go: layer streaming, the compute side. When the budget cannot
-// hold every layer's matrices (attention, dense FFN: everything but the
-// norms, routers and routed experts), the first Plan.ResidentLayers layers
-// stay resident and the others stream through Plan.LayerSlots slots, each
-// the size of the largest streamed layer in compute's layout. Layers run
-// in order, step after step, so the schedule is known: while layer L
-// computes in one slot, the next layers are read into the others (two
-// slots are double buffering; a larger budget buys more read-ahead), and
-// after the last layer of a step the first streamed layers of the next
-// step are read while the output head, the sampler and the scheduler run.
+// hold every layer's matrices (attention, dense FFN: the first
+// model.NStreamable of model.Layer.Matrices), some layers stay resident
+// and the others stream through Plan.LayerSlots slots, each the size of
+// the largest streamed layer in compute's layout. Layers run in order,
+// step after step, so the schedule is known: while layer L computes in one
+// slot, the next streamed layers are read into the others (two slots are
+// double buffering; a larger budget buys more read-ahead), and after the
+// last layer of a step the first streamed layers of the next step are read
+// while the output head, the sampler and the scheduler run.
 //
-// A layer's matrices are separate reads (readReq.mat), each split by the
-// reader into chunks read in parallel; the uploader packs each into the
-// slot. Only compute's goroutine touches the slots' state.
+// In a run, compute uses it through a layerSource (model.LayerSource). A
+// layer's matrices are separate reads (readReq.mat) on a readPort, each
+// split by the reader into chunks read in parallel; the uploader packs
+// each into the slot. Only compute's goroutine touches the slots' state.
 
 import (
-	"context"
 	"fmt"
 	"sync/atomic"
 
 	"github.com/flowinfer/flowinfer/graph"
 	"github.com/flowinfer/flowinfer/model"
 )
-
-// layerMats returns pointers to L's streamable matrix fields (the first
-// model.NStreamable of L.Matrices), in readReq.mat order.
-func layerMats(L *model.Layer) []**model.Weight {
-	ms := L.Matrices()
-	return ms[:model.NStreamable]
-}
-
-// layerMat is one streamed matrix: where it is in the file and in a slot.
-type layerMat struct {
-	tmpl   model.Weight // Data nil
-	off, n int64        // file range
-	packed int          // packed size (0: kept in the file layout)
-	at     int          // offset in the slot
-}
 
 type layerSlot struct {
 	layer   int32 // the layer it holds or is being read into; -1 none
@@ -47,26 +32,26 @@ type layerSlot struct {
 	ws      [model.NStreamable]model.Weight // L's streamed matrices (views of the slot)
 }
 
+// layerStream is the stream's state, kept across runs.
 type layerStream struct {
-	wp      *WeightPath
-	order   []int32 // streamed layers, in forward order
-	pos     []int32 // layer -> index in order; -1: resident
+	layers  []model.Layer                // the model's: resident layers, and the rest of a streamed one
+	mats    [][model.NStreamable]slotMat // where each layer's matrices go in a slot
+	mem     *slabs                       // the slots
+	order   []int32                      // streamed layers, in forward order
+	pos     []int32                      // layer -> index in order; -1: resident
 	slots   []layerSlot
 	inUse   int32 // the acquired slot, -1
 	pending int   // matrix reads outstanding
-	ctx     context.Context
-	rec     *graph.Recorder
-	stg     *graph.Stage
 
 	// counters: layers found read when acquired, layers compute waited
 	// for, and the time it waited
 	ready, waited, waitNanos atomic.Int64
 }
 
-var _ model.LayerSource = (*layerStream)(nil)
-
-func newLayerStream(wp *WeightPath, streamed []bool, nSlots int) *layerStream {
-	ls := &layerStream{wp: wp, pos: make([]int32, len(streamed)), slots: make([]layerSlot, nSlots), inUse: -1}
+// newLayerStream streams the layers marked in streamed through nSlots
+// slots of mem.
+func newLayerStream(layers []model.Layer, mats [][model.NStreamable]slotMat, streamed []bool, nSlots int, mem *slabs) *layerStream {
+	ls := &layerStream{layers: layers, mats: mats, mem: mem, pos: make([]int32, len(streamed)), slots: make([]layerSlot, nSlots), inUse: -1}
 	for il, s := range streamed {
 		ls.pos[il] = -1
 		if s {
@@ -80,14 +65,16 @@ func newLayerStream(wp *WeightPath, streamed []bool, nSlots int) *layerStream {
 	return ls
 }
 
-func (ls *layerStream) bind(ctx context.Context) { ls.ctx = ctx }
-
-// slotBytes returns slot i's memory.
-func (ls *layerStream) slotBytes(i int32) []byte {
-	p := &ls.wp.plan
-	base := p.Staging + int64(p.Slots)*p.SlotBytes + int64(i)*p.LayerSlotBytes
-	return ls.wp.arena[base : base+p.LayerSlotBytes]
+// layerSource is the stream as compute uses it in one run: reads are
+// requests on port, and it waits on port for them.
+type layerSource struct {
+	*layerStream
+	port readPort
+	rec  *graph.Recorder
+	stg  *graph.Stage
 }
+
+var _ model.LayerSource = (*layerSource)(nil)
 
 // find returns the slot holding or reading layer il, -1 if none.
 func (ls *layerStream) find(il int32) int32 {
@@ -99,11 +86,22 @@ func (ls *layerStream) find(il int32) int32 {
 	return -1
 }
 
+// inWindow reports whether layer il is among the len(slots) streamed
+// layers from order index k on (wrapping into the next step).
+func (ls *layerStream) inWindow(il int32, k int) bool {
+	d := int(ls.pos[il]) - k
+	if d < 0 {
+		d += len(ls.order)
+	}
+	return d < len(ls.slots)
+}
+
 // victim returns a slot that may be overwritten: not in use, not being
 // read, and not holding one of the layers compute needs next (the window
-// of len(slots) layers from order index k). With wait, it waits for reads
-// to complete until one exists; otherwise it returns -1.
-func (ls *layerStream) victim(k int, wait bool) (int32, error) {
+// of len(slots) layers from order index k); a free slot first, else the
+// last such slot. With wait, it waits for reads to complete until one
+// exists; otherwise it returns -1.
+func (ls *layerSource) victim(k int, wait bool) (int32, error) {
 	for {
 		best := int32(-1)
 		for i := range ls.slots {
@@ -121,42 +119,28 @@ func (ls *layerStream) victim(k int, wait bool) (int32, error) {
 		if best >= 0 || !wait || ls.pending == 0 {
 			return best, nil
 		}
-		if err := ls.wp.await(ls.ctx); err != nil {
+		if err := ls.port.await(); err != nil {
 			return -1, err
 		}
 	}
 }
 
-// inWindow reports whether layer il is among the len(slots) streamed
-// layers from order index k on (wrapping into the next step).
-func (ls *layerStream) inWindow(il int32, k int) bool {
-	d := int(ls.pos[il]) - k
-	if d < 0 {
-		d += len(ls.order)
-	}
-	return d < len(ls.slots)
-}
-
-// issue asks the reader for layer il's matrices into slot s.
-func (ls *layerStream) issue(il int32, s int32) error {
+// issue asks for layer il's matrices to be read into slot s; the slot's
+// layer points at views of its memory from now on.
+func (ls *layerSource) issue(il int32, s int32) error {
 	st := &ls.slots[s]
 	st.layer, st.err = il, nil
-	st.L = ls.wp.m.Layers[il]
-	mem := ls.slotBytes(s)
-	mats := layerMats(&st.L)
-	for i, lm := range ls.wp.lmats[il] {
-		if lm.n == 0 {
+	st.L = ls.layers[il]
+	mem := ls.mem.layer(s)
+	mats := st.L.Matrices()
+	for i := range model.NStreamable {
+		m := &ls.mats[il][i]
+		if m.n == 0 {
 			continue
 		}
-		w := &st.ws[i]
-		*w = lm.tmpl
-		if lm.packed > 0 {
-			w.Data, w.Packed = mem[lm.at:lm.at+lm.packed], true
-		} else {
-			w.Data = mem[lm.at : lm.at+int(lm.n)]
-		}
-		*mats[i] = w
-		if err := ls.wp.ports.reqs.Send(ls.ctx, readReq{slot: s, layer: il, expert: -1, mat: int8(i)}); err != nil {
+		st.ws[i] = m.weight(mem)
+		*mats[i] = &st.ws[i]
+		if err := ls.port.request(readReq{slot: s, layer: il, expert: -1, mat: int8(i)}); err != nil {
 			return err
 		}
 		st.pending++
@@ -167,7 +151,7 @@ func (ls *layerStream) issue(il int32, s int32) error {
 
 // ahead starts reading the streamed layers of the window from order index
 // k that are neither read nor being read, into slots that are free now.
-func (ls *layerStream) ahead(k int) error {
+func (ls *layerSource) ahead(k int) error {
 	for j := range len(ls.slots) {
 		il := ls.order[(k+j)%len(ls.order)]
 		if ls.find(il) >= 0 {
@@ -185,10 +169,10 @@ func (ls *layerStream) ahead(k int) error {
 }
 
 // Acquire implements model.LayerSource.
-func (ls *layerStream) Acquire(il int) (*model.Layer, error) {
+func (ls *layerSource) Acquire(il int) (*model.Layer, error) {
 	k := int(ls.pos[il])
 	if k < 0 {
-		return &ls.wp.m.Layers[il], nil
+		return &ls.layers[il], nil
 	}
 	s := ls.find(int32(il))
 	if s < 0 {
@@ -215,7 +199,7 @@ func (ls *layerStream) Acquire(il int) (*model.Layer, error) {
 		ls.rec.Add(ls.stg, "layers waited for", 1)
 		t0 := nanotime()
 		for st.pending > 0 {
-			if err := ls.wp.await(ls.ctx); err != nil {
+			if err := ls.port.await(); err != nil {
 				return nil, err
 			}
 		}
@@ -231,7 +215,7 @@ func (ls *layerStream) Acquire(il int) (*model.Layer, error) {
 
 // Release implements model.LayerSource: the slot may be overwritten, and
 // the reads of the layers after the next start.
-func (ls *layerStream) Release(il int) {
+func (ls *layerSource) Release(il int) {
 	k := int(ls.pos[il])
 	if k < 0 {
 		return
@@ -252,10 +236,10 @@ func (ls *layerStream) complete(d readDone) {
 }
 
 // finish waits for the reads in flight when compute stops; if the run was
-// aborted it forgets the slots they were for.
-func (ls *layerStream) finish() {
-	for ls.pending > 0 && ls.ctx.Err() == nil {
-		if ls.wp.await(ls.ctx) != nil {
+// aborted (the port fails) it forgets the slots they were for.
+func (ls *layerSource) finish() {
+	for ls.pending > 0 {
+		if ls.port.await() != nil {
 			break
 		}
 	}
@@ -268,38 +252,14 @@ func (ls *layerStream) finish() {
 	ls.pending, ls.inUse = 0, -1
 }
 
-// layout finds the streamable matrices of every layer in the file, and
-// returns each layer's size in compute's layout.
-func (w *WeightPath) layoutLayers() ([]int64, error) {
-	m, f := w.m, w.m.File
-	w.lmats = make([][model.NStreamable]layerMat, m.NLayer)
-	sizes := make([]int64, m.NLayer)
-	for il := range m.Layers {
-		at := 0
-		for i, pw := range layerMats(&m.Layers[il]) {
-			wt := *pw
-			if wt == nil {
-				continue
-			}
-			t, ok := f.Tensor(wt.Name)
-			if !ok {
-				return nil, fmt.Errorf("stages: layer %d: no tensor %s in the file", il, wt.Name)
-			}
-			lm := &w.lmats[il][i]
-			lm.tmpl = *wt
-			lm.tmpl.Data = nil
-			lm.n = int64(len(wt.Data))
-			lm.off = int64(f.DataOffset + t.Offset)
-			size := int(lm.n)
-			if w.packer != nil {
-				if n := w.packer.PackedSize(wt); n > 0 {
-					lm.packed, size = n, n
-				}
-			}
-			lm.at = at
-			at += (size + 63) &^ 63
-		}
-		sizes[il] = int64(at)
-	}
-	return sizes, nil
+// resetStats zeroes the counters.
+func (ls *layerStream) resetStats() {
+	ls.ready.Store(0)
+	ls.waited.Store(0)
+	ls.waitNanos.Store(0)
+}
+
+// stats adds the counters to s.
+func (ls *layerStream) stats(s *WeightStats) {
+	s.LayersReady, s.LayersWaited, s.LayerWaitNanos = ls.ready.Load(), ls.waited.Load(), ls.waitNanos.Load()
 }

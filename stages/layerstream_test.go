@@ -3,11 +3,10 @@ package stages_test
 import (
 	"errors"
 	"fmt"
-	"math"
-	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/flowinfer/flowinfer/configs"
 	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/internal/golden"
 	"github.com/flowinfer/flowinfer/io/nvme"
@@ -26,11 +25,7 @@ func TestStreamedLayersBitIdentical(t *testing.T) {
 	for _, name := range []string{"synth-llama-Q4_K_M.gguf", "synth-qwen2-Q8_0.gguf", "synth-qwen3-F32.gguf", "synth-qwen3moe-Q4_K_M.gguf"} {
 		path := filepath.Join(dir, "models", name)
 		m, tok := openModel(t, path)
-		ref := cpu.NewBackend(2, nil)
-		defer ref.Close()
-		if _, err := ref.PackModel(m, true, nil); err != nil {
-			t.Fatal(err)
-		}
+		ref := residentRef(t, m)
 		for _, maxBatch := range []int{64, 5} {
 			want, _ := runLogits(t, m, tok, ref, nil, maxBatch)
 			// every layer through one slot (the golden models have two
@@ -39,7 +34,7 @@ func TestStreamedLayersBitIdentical(t *testing.T) {
 			// first layer resident with three slots; pread and io_uring
 			for _, lc := range []struct {
 				resident, slots int
-				engine          string
+				engine          configs.IOEngine
 			}{{0, 1, ""}, {0, 2, ""}, {1, 3, ""}, {0, 1, "io_uring"}} {
 				t.Run(fmt.Sprintf("%s/batch=%d/resident=%d/slots=%d/engine=%s", name, maxBatch, lc.resident, lc.slots, lc.engine), func(t *testing.T) {
 					be := cpu.NewBackend(2, nil)
@@ -62,19 +57,12 @@ func TestStreamedLayersBitIdentical(t *testing.T) {
 						t.Fatal(err)
 					}
 					got, finals := runLogits(t, m, tok, be, wp, maxBatch)
-					for i := range want {
-						if finals[i].Err != nil {
-							t.Fatalf("request %d: %v", i, finals[i].Err)
-						}
-						if len(got[i]) != len(want[i]) {
-							t.Fatalf("request %d: %d logits, want %d", i, len(got[i]), len(want[i]))
-						}
-						for j := range want[i] {
-							if math.Float32bits(got[i][j]) != math.Float32bits(want[i][j]) {
-								t.Fatalf("request %d: logit %d (row %d) is %v, resident %v", i, j, j/m.NVocab, got[i][j], want[i][j])
-							}
+					for i, ev := range finals {
+						if ev.Err != nil {
+							t.Fatalf("request %d: %v", i, ev.Err)
 						}
 					}
+					sameLogits(t, got, want, m.NVocab)
 					st := wp.Stats()
 					if st.BytesRead < lp.LayerFile {
 						t.Errorf("%d bytes read, less than one pass over the streamed layers (%d)", st.BytesRead, lp.LayerFile)
@@ -106,16 +94,5 @@ func TestStreamedLayerReadErrorFailsRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer wp.Close()
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Write([]byte{0})
-	f.Close()
-	_, finals := runLogits(t, m, tok, be, wp, 64)
-	for i, ev := range finals {
-		if ev.Finish != stages.FinishError || !errors.Is(ev.Err, nvme.ErrChanged) {
-			t.Errorf("request %d: finish %q, err %v; want an error matching nvme.ErrChanged", i, ev.Finish, ev.Err)
-		}
-	}
+	runChangedFile(t, path, m, tok, be, wp)
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/flowinfer/flowinfer/configs"
 	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/internal/golden"
 	"github.com/flowinfer/flowinfer/io/gguf"
@@ -38,6 +39,33 @@ func openModel(t *testing.T, path string) (*model.Model, *tokenizer.Tokenizer) {
 		t.Fatal(err)
 	}
 	return m, tok
+}
+
+// probePlan returns the plan of m's weight path without a budget, which
+// tests size theirs from.
+func probePlan(t *testing.T, m *model.Model, path string, ops model.Ops) stages.Plan {
+	t.Helper()
+	probe, err := stages.NewWeightPath(m, path, ops, stages.WeightConfig{PlanOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	return probe.Plan()
+}
+
+// tokenBudget is the smallest budget plan p runs with (one token's experts
+// cached), plus extra expert slots.
+func tokenBudget(p stages.Plan, m *model.Model, extra int) int64 {
+	return p.Resident + p.Staging + int64(m.NExpertUsed+extra)*p.SlotBytes
+}
+
+// openGolden loads the golden model file name.
+func openGolden(t *testing.T, name string) (string, *model.Model, *tokenizer.Tokenizer) {
+	t.Helper()
+	dir, _ := golden.Load(t)
+	path := filepath.Join(dir, "models", name)
+	m, tok := openModel(t, path)
+	return path, m, tok
 }
 
 var streamPrompts = []string{"Once upon a time", "The cat sat on the mat and looked at the", "One day, Lily"}
@@ -79,6 +107,34 @@ func runLogits(t *testing.T, m *model.Model, tok *tokenizer.Tokenizer, ops model
 	return rows, finals
 }
 
+// residentRef returns a backend with every weight of m resident and
+// packed: the reference the streamed runs are compared with.
+func residentRef(t *testing.T, m *model.Model) *cpu.Backend {
+	t.Helper()
+	ref := cpu.NewBackend(2, nil)
+	t.Cleanup(ref.Close)
+	if _, err := ref.PackModel(m, true, nil); err != nil {
+		t.Fatal(err)
+	}
+	return ref
+}
+
+// sameLogits fails t unless each request's logits in got are want's, bit
+// for bit (rows of nVocab).
+func sameLogits(t *testing.T, got, want [][]float32, nVocab int) {
+	t.Helper()
+	for i := range want {
+		if len(got[i]) != len(want[i]) {
+			t.Fatalf("request %d: %d logits, want %d", i, len(got[i]), len(want[i]))
+		}
+		for j := range want[i] {
+			if math.Float32bits(got[i][j]) != math.Float32bits(want[i][j]) {
+				t.Fatalf("request %d: logit %d (row %d) is %v, resident %v", i, j, j/nVocab, got[i][j], want[i][j])
+			}
+		}
+	}
+}
+
 // TestStreamedExpertsBitIdentical: with routed experts read from disk into
 // an expert cache (packed by the uploader), logits are bit-identical to the
 // fully resident run, at budgets from "one token's experts" (every step
@@ -89,24 +145,15 @@ func TestStreamedExpertsBitIdentical(t *testing.T) {
 	for _, name := range []string{"synth-qwen3moe-Q8_0.gguf", "synth-qwen3moe-Q4_K_M.gguf", "synth-qwen3moe-F32.gguf"} {
 		path := filepath.Join(dir, "models", name)
 		m, tok := openModel(t, path)
-		ref := cpu.NewBackend(2, nil)
-		defer ref.Close()
-		if _, err := ref.PackModel(m, true, nil); err != nil {
-			t.Fatal(err)
-		}
+		ref := residentRef(t, m)
 		for _, maxBatch := range []int{64, 5} {
 			want, _ := runLogits(t, m, tok, ref, nil, maxBatch)
-			probe, err := stages.NewWeightPath(m, path, ref, stages.WeightConfig{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			p := probe.Plan()
-			probe.Close()
-			minimal := p.Resident + p.Staging + int64(m.NExpertUsed)*p.SlotBytes
+			p := probePlan(t, m, path, ref)
+			minimal := tokenBudget(p, m, 0)
 			for _, tc := range []struct {
 				budget   int64
 				prefetch int
-				engine   string
+				engine   configs.IOEngine
 			}{{minimal, 0, ""}, {minimal + 3*p.SlotBytes, 0, ""}, {0, 0, ""}, {minimal, 1, ""}, {minimal + 5*p.SlotBytes, 1, ""}, {minimal, 0, "io_uring"}, {minimal, 1, "io_uring"}} {
 				budget := tc.budget
 				t.Run(fmt.Sprintf("%s/batch=%d/budget=%d/prefetch=%d/engine=%s", name, maxBatch, budget, tc.prefetch, tc.engine), func(t *testing.T) {
@@ -127,16 +174,7 @@ func TestStreamedExpertsBitIdentical(t *testing.T) {
 						t.Fatal("the weight path does not stream")
 					}
 					got, _ := runLogits(t, m, tok, be, wp, maxBatch)
-					for i := range want {
-						if len(got[i]) != len(want[i]) {
-							t.Fatalf("request %d: %d logits, want %d", i, len(got[i]), len(want[i]))
-						}
-						for j := range want[i] {
-							if math.Float32bits(got[i][j]) != math.Float32bits(want[i][j]) {
-								t.Fatalf("request %d: logit %d (row %d) is %v, resident %v", i, j, j/m.NVocab, got[i][j], want[i][j])
-							}
-						}
-					}
+					sameLogits(t, got, want, m.NVocab)
 					st := wp.Stats()
 					var hits, misses int64
 					for l := range st.Hits {
@@ -224,10 +262,7 @@ func TestStreamedBatchBitIdentical(t *testing.T) {
 	be := cpu.NewBackend(2, nil)
 	defer be.Close()
 	be.PackModel(m, false, nil)
-	probe, _ := stages.NewWeightPath(m, path, be, stages.WeightConfig{})
-	p := probe.Plan()
-	probe.Close()
-	wp, err := stages.NewWeightPath(m, path, be, stages.WeightConfig{Budget: p.Resident + p.Staging + int64(m.NExpertUsed+1)*p.SlotBytes, Policy: "lru", PrefetchDepth: 1})
+	wp, err := stages.NewWeightPath(m, path, be, stages.WeightConfig{Budget: tokenBudget(probePlan(t, m, path, be), m, 1), Policy: "lru", PrefetchDepth: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,28 +292,30 @@ func TestStreamedReadErrorFailsRequests(t *testing.T) {
 	m, tok := openModel(t, path)
 	be := cpu.NewBackend(2, nil)
 	defer be.Close()
-	probe, err := stages.NewWeightPath(m, path, be, stages.WeightConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := probe.Plan()
-	probe.Close()
-	wp, err := stages.NewWeightPath(m, path, be, stages.WeightConfig{Budget: p.Resident + p.Staging + int64(m.NExpertUsed)*p.SlotBytes})
+	wp, err := stages.NewWeightPath(m, path, be, stages.WeightConfig{Budget: tokenBudget(probePlan(t, m, path, be), m, 0)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer wp.Close()
-	// the file grows by a byte: every later read fails with ErrChanged
+	runChangedFile(t, path, m, tok, be, wp)
+}
+
+// runChangedFile makes the model file at path grow by a byte (every later
+// read fails with nvme.ErrChanged), runs the test prompts through wp and
+// checks that each request ends with FinishError matching the read's
+// cause and stages.ErrWeightRead.
+func runChangedFile(t *testing.T, path string, m *model.Model, tok *tokenizer.Tokenizer, ops model.Ops, wp *stages.WeightPath) {
+	t.Helper()
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.Write([]byte{0})
 	f.Close()
-	_, finals := runLogits(t, m, tok, be, wp, 64)
+	_, finals := runLogits(t, m, tok, ops, wp, 64)
 	for i, ev := range finals {
-		if ev.Finish != stages.FinishError || !errors.Is(ev.Err, nvme.ErrChanged) {
-			t.Errorf("request %d: finish %q, err %v; want an error matching nvme.ErrChanged", i, ev.Finish, ev.Err)
+		if ev.Finish != stages.FinishError || !errors.Is(ev.Err, nvme.ErrChanged) || !errors.Is(ev.Err, stages.ErrWeightRead) {
+			t.Errorf("request %d: finish %q, err %v; want an error matching nvme.ErrChanged and stages.ErrWeightRead", i, ev.Finish, ev.Err)
 		}
 	}
 }
@@ -305,16 +342,12 @@ func copyFile(t *testing.T, src, dst string) {
 // TestStreamedCancel: cancelling a run whose weight path is reading stops
 // every stage (reader workers included) and leaves no goroutine behind.
 func TestStreamedCancel(t *testing.T) {
-	dir, _ := golden.Load(t)
-	path := filepath.Join(dir, "models", "synth-qwen3moe-Q8_0.gguf")
-	m, tok := openModel(t, path)
+	path, m, tok := openGolden(t, "synth-qwen3moe-Q8_0.gguf")
 	be := cpu.NewBackend(2, nil)
 	defer be.Close()
-	probe, _ := stages.NewWeightPath(m, path, be, stages.WeightConfig{})
-	p := probe.Plan()
-	probe.Close()
+	budget := tokenBudget(probePlan(t, m, path, be), m, 0)
 	before := runtime.NumGoroutine()
-	wp, err := stages.NewWeightPath(m, path, be, stages.WeightConfig{Budget: p.Resident + p.Staging + int64(m.NExpertUsed)*p.SlotBytes})
+	wp, err := stages.NewWeightPath(m, path, be, stages.WeightConfig{Budget: budget})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,13 +374,10 @@ func TestStreamedCancel(t *testing.T) {
 // TestWeightPathPlanErrors: settings the weight path cannot honour are
 // refused with the reason.
 func TestWeightPathPlanErrors(t *testing.T) {
-	dir, _ := golden.Load(t)
-	path := filepath.Join(dir, "models", "synth-qwen3moe-Q8_0.gguf")
-	m, _ := openModel(t, path)
+	path, m, _ := openGolden(t, "synth-qwen3moe-Q8_0.gguf")
+	dense, md, _ := openGolden(t, "stories260K.gguf")
 	be := cpu.NewBackend(1, nil)
 	defer be.Close()
-	dense := filepath.Join(dir, "models", "stories260K.gguf")
-	md, _ := openModel(t, dense)
 	for _, tc := range []struct {
 		m    *model.Model
 		path string

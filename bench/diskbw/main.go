@@ -126,7 +126,7 @@ type result struct {
 
 func measure(path, engine string, n int64, qd int, dur time.Duration) (result, error) {
 	eng := strings.TrimSuffix(engine, "-batch")
-	r, err := nvme.Open(path, nvme.Options{Engine: eng, Direct: true, QueueDepth: qd})
+	r, err := nvme.Open(path, nvme.Options{Engine: configs.IOEngine(eng), Direct: true, QueueDepth: qd})
 	if err != nil {
 		return result{}, err
 	}

@@ -74,7 +74,7 @@ func openWeights(l *loaded, be *cpu.Backend, p *configs.Pipeline, f *WeightFlags
 		return nil, err
 	}
 	wp, err := stages.NewWeightPath(l.Model, l.path, be, stages.WeightConfig{
-		Engine: string(p.IOEngine), Budget: budget, QueueDepth: p.Edges.Slabs, Lock: f.Mlock, Policy: string(f.CachePolicy),
+		Engine: p.IOEngine, Budget: budget, QueueDepth: p.Edges.Slabs, Lock: f.Mlock, Policy: f.CachePolicy,
 		PrefetchDepth: p.PrefetchDepth, PlanOnly: f.DryRun,
 	})
 	if err != nil && derived {
@@ -201,7 +201,7 @@ func printWeightStats(wp *stages.WeightPath) {
 // what the reader's bytes are compared with (bench/diskbw is the same
 // measurement as a tool).
 func diskBandwidth(ctx context.Context, path string, qd int, d time.Duration) (float64, error) {
-	r, err := nvme.Open(path, nvme.Options{Engine: "pread", Direct: true})
+	r, err := nvme.Open(path, nvme.Options{Engine: configs.EnginePread, Direct: true})
 	if err != nil {
 		return 0, err
 	}

@@ -53,6 +53,6 @@ func (r *Reader) ReadBatch(reqs []Req) error {
 	return nil
 }
 
-// ErrClosed is matched (errors.Is) by the error of an io_uring read that
+// ErrReaderClosed is matched (errors.Is) by the error of an io_uring read that
 // starts after Close (or is still waiting for a ring slot when Close comes).
-var ErrClosed = errors.New("reader closed")
+var ErrReaderClosed = errors.New("reader closed")

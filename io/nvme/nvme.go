@@ -62,7 +62,7 @@ var ErrNoURing = errors.New("io_uring unavailable")
 
 // Options select the engine.
 type Options struct {
-	Engine string // configs.IOEngines(): "pread" (default), "io_uring" or "mmap"
+	Engine configs.IOEngine // "" means configs.EnginePread
 	// Direct asks for O_DIRECT with the pread and io_uring engines (falls
 	// back to buffered reads where the filesystem refuses it).
 	Direct bool
@@ -76,7 +76,7 @@ type Options struct {
 // Reader reads ranges of one file.
 type Reader struct {
 	path   string
-	engine string
+	engine configs.IOEngine
 	f      *os.File // pread, io_uring: O_DIRECT if direct
 	fd     int      // f's descriptor
 	direct bool
@@ -92,9 +92,9 @@ type Reader struct {
 // Open opens path for reading with the chosen engine.
 func Open(path string, o Options) (*Reader, error) {
 	if o.Engine == "" {
-		o.Engine = string(configs.EnginePread)
+		o.Engine = configs.EnginePread
 	}
-	engine, err := configs.ParseIOEngine(o.Engine)
+	engine, err := configs.ParseIOEngine(string(o.Engine))
 	if err != nil {
 		return nil, fmt.Errorf("nvme: %w", err)
 	}
@@ -165,7 +165,7 @@ func (r *Reader) Close() error {
 }
 
 // Engine returns the engine name.
-func (r *Reader) Engine() string { return r.engine }
+func (r *Reader) Engine() configs.IOEngine { return r.engine }
 
 // Direct reports whether reads bypass the page cache (O_DIRECT).
 func (r *Reader) Direct() bool { return r.direct }

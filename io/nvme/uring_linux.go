@@ -306,14 +306,14 @@ func (r *ring) enter(toSubmit, minComplete, flags uint32) (int, unix.Errno) {
 func (r *ring) acquire(w *waiter, wait bool) (slot uint32, ok bool, err error) {
 	select {
 	case <-r.quit:
-		return 0, false, ErrClosed
+		return 0, false, ErrReaderClosed
 	default:
 	}
 	if wait {
 		select {
 		case slot = <-r.free:
 		case <-r.quit:
-			return 0, false, ErrClosed
+			return 0, false, ErrReaderClosed
 		}
 	} else {
 		select {
@@ -325,7 +325,7 @@ func (r *ring) acquire(w *waiter, wait bool) (slot uint32, ok bool, err error) {
 	select {
 	case <-r.quit: // closing raced with the take: give it back
 		r.free <- slot
-		return 0, false, ErrClosed
+		return 0, false, ErrReaderClosed
 	default:
 	}
 	r.waiters[slot].Store(w)

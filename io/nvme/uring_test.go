@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/flowinfer/flowinfer/configs"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -253,7 +254,7 @@ func TestURingErrors(t *testing.T) {
 }
 
 // Close while reads are in flight: every read returns its bytes or
-// ErrClosed, Close waits for the ring, and no goroutine is left behind.
+// ErrReaderClosed, Close waits for the ring, and no goroutine is left behind.
 func TestURingCloseInFlight(t *testing.T) {
 	const size = 16 << 20
 	p, data := testFile(t, size)
@@ -273,7 +274,7 @@ func TestURingCloseInFlight(t *testing.T) {
 					got, err := r.ReadAt(buf, off, 1<<20)
 					mu.Lock()
 					switch {
-					case errors.Is(err, ErrClosed):
+					case errors.Is(err, ErrReaderClosed):
 						closed++
 						mu.Unlock()
 						return
@@ -297,10 +298,10 @@ func TestURingCloseInFlight(t *testing.T) {
 		}
 		wg.Wait()
 		if closed != 8 {
-			t.Errorf("round %d: %d readers saw ErrClosed, want 8 (%d reads done)", round, closed, ok)
+			t.Errorf("round %d: %d readers saw ErrReaderClosed, want 8 (%d reads done)", round, closed, ok)
 		}
 		buf := make([]byte, BufferSize(10))
-		if _, err := r.ReadAt(buf, 0, 10); !errors.Is(err, ErrClosed) {
+		if _, err := r.ReadAt(buf, 0, 10); !errors.Is(err, ErrReaderClosed) {
 			t.Errorf("read after Close: %v", err)
 		}
 		noLeak(t, base)
@@ -371,7 +372,10 @@ func TestReadBatchPread(t *testing.T) {
 func BenchmarkReadAt(b *testing.B) {
 	const size, n, qd = 256 << 20, 1 << 20, 8
 	p := benchFile(b, size)
-	for _, c := range []struct{ name, engine string }{{"pread", "pread"}, {"io_uring", "io_uring"}, {"io_uring_batch", "io_uring"}} {
+	for _, c := range []struct {
+		name   string
+		engine configs.IOEngine
+	}{{"pread", "pread"}, {"io_uring", "io_uring"}, {"io_uring_batch", "io_uring"}} {
 		b.Run("engine="+c.name, func(b *testing.B) {
 			var r *Reader
 			if c.engine == "io_uring" {

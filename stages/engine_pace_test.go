@@ -1,0 +1,144 @@
+package stages_test
+
+// Tests of the pacing of prompt chunks while other sequences decode
+// (Config.StepFactor), through the engine.
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/flowinfer/flowinfer/cpu"
+	"github.com/flowinfer/flowinfer/stages"
+)
+
+// TestLongPromptPaced: a long prompt admitted while another sequence
+// decodes is prefilled in paced chunks, so the running stream keeps
+// producing tokens meanwhile; without pacing the prompt goes in whole
+// batches and the stream waits. Steps are counted in the sampler stage
+// (both requests' OnLogits run there, in step order), not at Emit, which
+// lags behind by the event edge.
+func TestLongPromptPaced(t *testing.T) {
+	fx := load(t, "stories260K.gguf")
+	long := fx.tok.Encode(strings.Repeat("Once upon a time there was a girl. ", 40), true, true)
+	for _, factor := range []float64{2, -1} {
+		e, err := stages.NewEngine(fx.m, fx.tok, cpu.NewRef(), stages.Config{NCtx: 512, NSeq: 2, MaxBatch: 512, StepFactor: factor}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- e.Run(context.Background()) }()
+		var aRows, bRows, aAtFirst, aAtLast int // sampler stage only
+		started := make(chan struct{})
+		e.Submit(&stages.Request{ID: 1, Prompt: fx.tok.Encode("Once", true, true), Params: greedy(), IgnoreEOG: true, MaxTokens: 250,
+			OnLogits: func([]float32) {
+				if aRows++; aRows == 20 {
+					close(started) // decode-only steps measured
+				}
+			}})
+		<-started
+		prefilled := make(chan struct{})
+		e.Submit(&stages.Request{ID: 2, Prompt: long, Params: greedy(), MaxTokens: 1, AllLogits: true,
+			OnLogits: func([]float32) {
+				bRows++
+				switch bRows {
+				case 1:
+					aAtFirst = aRows
+				case len(long):
+					aAtLast = aRows
+					close(prefilled)
+				}
+			}})
+		<-prefilled
+		e.Close()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		during := aAtLast - aAtFirst
+		t.Logf("step factor %v: %d-token prompt; the stream made %d tokens during its prefill", factor, len(long), during)
+		if factor > 0 && during < 5 {
+			t.Errorf("paced: the stream made %d tokens while a %d-token prompt was prefilled, want several", during, len(long))
+		}
+		if factor < 0 && during > 1 {
+			t.Errorf("unpaced: the stream made %d tokens during the prefill, want the prompt in one batch", during)
+		}
+	}
+}
+
+// TestShortPromptNotQueued: a short prompt that arrives while a long one
+// prefills in whole batches (nothing decoding) goes first, and the step
+// that ends it is paced like a decode step: it carries only a small chunk
+// of the long prompt, not the rest of the batch. B's rows between C's
+// first and second token are the long prompt's rows in the step that
+// ended C's prompt (rows are sampled in batch order, C's before B's).
+func TestShortPromptNotQueued(t *testing.T) {
+	fx := load(t, "stories260K.gguf")
+	long := fx.tok.Encode(strings.Repeat("Once upon a time there was a girl. ", 40), true, true)
+	e, err := stages.NewEngine(fx.m, fx.tok, cpu.NewRef(), stages.Config{NCtx: 512, NSeq: 3, MaxBatch: 128, StepFactor: 2}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- e.Run(context.Background()) }()
+	defer func() {
+		e.Close()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}()
+	// A decodes alone first: the pacer measures decode-only steps.
+	aDone := make(chan struct{})
+	e.Submit(&stages.Request{ID: 1, Prompt: fx.tok.Encode("Once", true, true), Params: greedy(), IgnoreEOG: true, MaxTokens: 20,
+		Emit: closeAtEnd(aDone)})
+	<-aDone
+	var bRows, cTok, atC1, atC2 int // sampler stage only
+	bStarted, cDone, bDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	e.Submit(&stages.Request{ID: 2, Prompt: long, Params: greedy(), MaxTokens: 1, AllLogits: true,
+		OnLogits: func([]float32) {
+			if bRows++; bRows == 1 {
+				close(bStarted)
+			}
+		},
+		Emit: closeAtEnd(bDone)})
+	<-bStarted
+	e.Submit(&stages.Request{ID: 3, Prompt: fx.tok.Encode("Lily", true, true), Params: greedy(), IgnoreEOG: true, MaxTokens: 2,
+		OnLogits: func([]float32) {
+			switch cTok++; cTok {
+			case 1:
+				atC1 = bRows
+			case 2:
+				atC2 = bRows
+			}
+		},
+		Emit: closeAtEnd(cDone)})
+	<-cDone
+	<-bDone
+	t.Logf("%d-token prompt: %d of its rows before the short prompt's first token, %d in the step that ended the short prompt", len(long), atC1, atC2-atC1)
+	if atC1 >= len(long) {
+		t.Fatalf("the short prompt's first token came after the long prompt's %d rows", len(long))
+	}
+	if atC2-atC1 > 16 {
+		t.Errorf("the step that ended the short prompt carried %d rows of the long one, want a paced chunk (<= 16)", atC2-atC1)
+	}
+}
+
+// closeAtEnd is an Emit that closes ch at the request's last event.
+func closeAtEnd(ch chan struct{}) func(stages.Event) error {
+	return func(ev stages.Event) error {
+		if ev.Finish != stages.FinishNone {
+			close(ch)
+		}
+		return nil
+	}
+}
+
+// TestStepFactorRefused: a step factor in (0, 1] leaves prompts no time
+// while sequences decode; it is an error, not a silent stall.
+func TestStepFactorRefused(t *testing.T) {
+	fx := load(t, "stories260K.gguf")
+	for _, f := range []float64{0.5, 1} {
+		if _, err := stages.NewEngine(fx.m, fx.tok, cpu.NewRef(), stages.Config{NCtx: 64, NSeq: 1, MaxBatch: 64, StepFactor: f}, nil); err == nil || !strings.Contains(err.Error(), "step factor") {
+			t.Errorf("step factor %v: err %v, want a refusal naming it", f, err)
+		}
+	}
+}
