@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/flowinfer/flowinfer/configs"
 	"math/rand/v2"
 	"os"
 	"runtime"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/flowinfer/flowinfer/configs"
 )
 
 // openURing opens p with the io_uring engine, skipping the test when the
