@@ -60,7 +60,7 @@ type KVCache struct {
 	layers             []KVLayer        // per layer: types and bytes per head
 	tk, tv             [][]*quant.Turbo // [layer][head] codecs of TurboQuant types
 	scratch            []float32        // SetK/SetV's TurboQuant scratch
-	x                  *exactRows       // --kv-recent's f16 rows (nil: none)
+	recent             *recentRows      // --kv-recent's f16 rows (nil: none)
 }
 
 // PagedKV is implemented by backends whose Attention reads the cache only
@@ -93,7 +93,7 @@ func NewKVCacheOf(h *Hyper, t KVTypes, nCtx, nSeq int) (*KVCache, error) {
 	}
 	c.LB = roundUp(nCtx, quant.TileRows)
 	c.alloc(nSeq * c.LB)
-	c.newExact()
+	c.newRecent()
 	return c, nil
 }
 
@@ -161,7 +161,7 @@ func (c *KVCache) alloc(rows int) {
 // Bytes returns the cache's storage in bytes (--kv-recent's f16 rows
 // included).
 func (c *KVCache) Bytes() int64 {
-	n := c.ExactBytes()
+	n := c.recentBytes()
 	for l := range c.K {
 		n += int64(len(c.K[l]) + len(c.V[l]))
 	}
@@ -184,8 +184,8 @@ func NewBlockKVCache(h *Hyper, t KVTypes, blockSize, nCtx, nSeq int) (*KVCache, 
 	}
 	c.BlockSize, c.NBlocks = blockSize, nSeq*c.LB/blockSize
 	c.shift = uint(bits.TrailingZeros(uint(blockSize)))
-	c.x = nil
-	c.newExact() // copies by block
+	c.recent = nil
+	c.newRecent() // copies by block
 	return c, nil
 }
 
@@ -204,7 +204,7 @@ func NewPagedKVCache(h *Hyper, t KVTypes, blockSize, nBlocks, nSeq, nCtx int) (*
 	c.shift = uint(bits.TrailingZeros(uint(blockSize)))
 	c.alloc((nBlocks*blockSize + c.LB - 1) / c.LB * c.LB)
 	c.Tables = make([][]int32, nSeq)
-	c.newExact()
+	c.newRecent()
 	return c, nil
 }
 
@@ -476,7 +476,7 @@ func (c *KVCache) CopyRows(dst, src, n int) {
 	if dst == src || n <= 0 {
 		return
 	}
-	if c.x != nil {
+	if c.recent != nil {
 		c.forget(dst) // its f16 copies (--kv-recent) are not copied
 	}
 	d, s := dst*c.BlockSize, src*c.BlockSize
@@ -626,7 +626,7 @@ func (m *Model) NewContextKV(ops Ops, kv *KVCache, maxBatch int) (*Context, erro
 		return nil, fmt.Errorf("model: the backend does not support a paged KV cache")
 	}
 	c := &Context{M: m, Ops: ops, KV: kv, MaxBatch: maxBatch}
-	kv.ReserveExact(maxBatch)
+	kv.ReserveRecent(maxBatch)
 	n := maxBatch
 	c.x = make([]float32, n*h.NEmbd)
 	c.xn = make([]float32, n*h.NEmbd)
@@ -724,7 +724,7 @@ func (c *Context) Decode(b *Batch) ([]float32, error) {
 			}
 		}
 	}
-	if err := c.KV.PrepareExact(b.Seq, b.Pos); err != nil {
+	if err := c.KV.PrepareRecent(b.Seq, b.Pos); err != nil {
 		return nil, err
 	}
 	c.nEmbd = 0
@@ -875,18 +875,18 @@ func (c *Context) attention(il int, b *Batch) {
 	// store k, v in the cache, converted to its types (kv_store: the
 	// conversion, TurboQuant's rotation and coding included)
 	c.span("kv_store", il, true)
-	c.KV.StoreExact(il, b.Seq, b.Pos, k, v) // --kv-recent's f16 rows
-	if c.KVDefer == nil || !lt.XK || !lt.XV {
+	c.KV.StoreRecent(il, b.Seq, b.Pos, k, v) // --kv-recent's f16 rows
+	if c.KVDefer == nil || !lt.RecentK || !lt.RecentV {
 		c.storeRows(il, b, 0, n, k, v)
 	} else {
-		// per sequence run: rows below the run's last query's Exact are
+		// per sequence run: rows below the run's last query's RecentFrom are
 		// read quantized by this step, the rest only by later ones
 		for r0 := 0; r0 < n; {
 			r1 := r0 + 1
 			for r1 < n && b.Seq[r1] == b.Seq[r0] {
 				r1++
 			}
-			m := r0 + min(max(c.KV.Exact(int(b.Pos[r1-1]))-int(b.Pos[r0]), 0), r1-r0)
+			m := r0 + min(max(c.KV.RecentFrom(int(b.Pos[r1-1]))-int(b.Pos[r0]), 0), r1-r0)
 			c.storeRows(il, b, r0, m, k, v)
 			if m < r1 && c.stepErr == nil {
 				c.stepErr = c.KVDefer.Defer(il, b.Seq[m:r1], b.Pos[m:r1], k[m*h.KDim():r1*h.KDim()], v[m*h.VDim():r1*h.VDim()])

@@ -300,14 +300,14 @@ func (p *blockPool) match(toks []int32) prefix {
 	return m
 }
 
-// exactHit returns how much of the cached prefix m (cached tokens of it)
+// recentHit returns how much of the cached prefix m (cached tokens of it)
 // a sequence in slot can reuse when the cache keeps f16 copies of recent
 // rows (--kv-recent): its next queries read the copies of the positions
 // just before it, so it stops where those are no longer all kept. Only
 // blocks shared as they are keep their copies (a partial block is copied,
 // and so is a full block in the fixed layout unless it is the slot's own).
-func (p *blockPool) exactHit(slot int, m prefix, cached int) int {
-	if !p.kv.HasExact() || cached == 0 {
+func (p *blockPool) recentHit(slot int, m prefix, cached int) int {
+	if !p.kv.HasRecent() || cached == 0 {
 		return cached
 	}
 	blocks := make([]int32, 0, len(m.full)+1)
@@ -320,7 +320,7 @@ func (p *blockPool) exactHit(slot int, m prefix, cached int) int {
 	if m.part >= 0 {
 		blocks = append(blocks, -1)
 	}
-	return p.kv.ExactHit(blocks, cached)
+	return p.kv.RecentHit(blocks, cached)
 }
 
 // attach gives q (resident in slot) the cached prefix m of its tokens, at

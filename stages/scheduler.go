@@ -274,7 +274,7 @@ func (s *scheduler) resume() {
 		if slot2 := s.slotFor(m); slot2 >= 0 {
 			slot = slot2
 		}
-		cached := s.pool.exactHit(slot, m, min(m.tokens(s.pool.size), q.limit()))
+		cached := s.pool.recentHit(slot, m, min(m.tokens(s.pool.size), q.limit()))
 		need := (len(q.toks)+s.pool.size-1)/s.pool.size - cached/s.pool.size
 		if s.pool.available() < need+1 && len(s.running) > 0 {
 			return // wait for blocks (alone, it always fits)
@@ -283,7 +283,7 @@ func (s *scheduler) resume() {
 		s.free[slot] = false
 		s.lastUsed[slot] = q.order
 		got := s.pool.attach(q, m, cached)
-		s.pool.kv.ExactAttach(q.slot, got)
+		s.pool.kv.RecentAttach(q.slot, got)
 		q.fed = got
 		if q.cached < 0 { // first admission
 			q.cached = got
