@@ -10,8 +10,9 @@ import (
 	"github.com/flowinfer/flowinfer/quant"
 )
 
-// layers runs block(il) for every layer between the weight hooks.
-func (c *Context) layers(b *Batch, block func(il int, b *Batch)) error {
+// layers runs block(il) for every layer between the weight hooks, and
+// stops at the first block that fails.
+func (c *Context) layers(b *Batch, block func(il int, b *Batch) error) error {
 	for il := range c.M.Layers {
 		if c.Layers != nil {
 			L, err := c.Layers.Acquire(il)
@@ -20,13 +21,12 @@ func (c *Context) layers(b *Batch, block func(il int, b *Batch)) error {
 			}
 			c.cur, c.curIL = L, il
 		}
-		block(il, b)
+		err := block(il, b)
 		if c.Layers != nil {
 			c.Layers.Release(il)
 			c.cur = nil
 		}
-		if err := c.stepErr; err != nil {
-			c.stepErr = nil
+		if err != nil {
 			return err
 		}
 	}
@@ -50,7 +50,7 @@ func (c *Context) embed(b *Batch) {
 
 // attention runs one block's attention sub-layer and adds it to the residual
 // stream c.x: x += Wo·attn(rope(norm(x)·Wq), rope(norm(x)·Wk), norm(x)·Wv).
-func (c *Context) attention(il int, b *Batch) {
+func (c *Context) attention(il int, b *Batch) error {
 	m, L, ops := c.M, c.layer(il), c.Ops
 	n := b.Len()
 	h := &m.Hyper
@@ -90,6 +90,7 @@ func (c *Context) attention(il int, b *Batch) {
 	// conversion, TurboQuant's rotation and coding included)
 	c.span("kv_store", il, true)
 	c.KV.StoreRecent(il, b.Seq, b.Pos, k, v) // --kv-recent's f16 rows
+	var err error
 	if c.KVDefer == nil || !lt.RecentK || !lt.RecentV {
 		c.storeRows(il, b, 0, n, k, v)
 	} else {
@@ -102,13 +103,16 @@ func (c *Context) attention(il int, b *Batch) {
 			}
 			m := r0 + min(max(c.KV.RecentFrom(int(b.Pos[r1-1]))-int(b.Pos[r0]), 0), r1-r0)
 			c.storeRows(il, b, r0, m, k, v)
-			if m < r1 && c.stepErr == nil {
-				c.stepErr = c.KVDefer.Defer(il, b.Seq[m:r1], b.Pos[m:r1], k[m*h.KDim():r1*h.KDim()], v[m*h.VDim():r1*h.VDim()])
+			if m < r1 && err == nil {
+				err = c.KVDefer.Defer(il, b.Seq[m:r1], b.Pos[m:r1], k[m*h.KDim():r1*h.KDim()], v[m*h.VDim():r1*h.VDim()])
 			}
 			r0 = r1
 		}
 	}
 	c.span("kv_store", il, false)
+	if err != nil {
+		return err
+	}
 	// softmax(q·kᵀ/√d)·v over the cached positions
 	att := c.att[:n*h.NHead*h.HeadDimV]
 	scale := float32(1 / math.Sqrt(float64(h.HeadDimK)))
@@ -124,6 +128,7 @@ func (c *Context) attention(il int, b *Batch) {
 	c.eval("attn_out", il, c.tmp, n, h.NEmbd)
 	ops.Add(c.x[:n*h.NEmbd], c.tmp[:n*h.NEmbd])
 	c.eval("ffn_inp", il, c.x, n, h.NEmbd)
+	return nil
 }
 
 // storeRows stores batch rows [t0, t1)'s K and V in the cache's types,

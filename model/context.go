@@ -83,7 +83,6 @@ type Context struct {
 	gate, up                 []float32 // MaxBatch × max(NFF, NFFExp)
 	probs                    []float32 // MaxBatch × NExpert
 	moeS                     moeScratch
-	stepErr                  error  // an error inside a layer (Experts)
 	cur                      *Layer // the running layer's weights (Layers)
 	curIL                    int
 	moeRows                  int // tokens of the MoE step running

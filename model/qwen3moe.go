@@ -35,9 +35,11 @@ func loadQwen3MoE(l *loader, m *Model) {
 
 func forwardMoE(c *Context, b *Batch) error {
 	c.embed(b)
-	return c.layers(b, func(il int, b *Batch) {
-		c.attention(il, b) // x += attn(norm(x))
-		c.moe(il, b)       // x += Σ_k w_k · expert_k(norm(x))
+	return c.layers(b, func(il int, b *Batch) error {
+		if err := c.attention(il, b); err != nil { // x += attn(norm(x))
+			return err
+		}
+		return c.moe(il, b) // x += Σ_k w_k · expert_k(norm(x))
 	})
 }
 
@@ -80,7 +82,7 @@ func (s *moeScratch) alloc(n int, h *Hyper) {
 // token's weighted expert outputs are summed in the router's order, so the
 // result does not depend on the order in which experts are computed (with
 // Context.Experts, the order their weights arrive from disk).
-func (c *Context) moe(il int, b *Batch) {
+func (c *Context) moe(il int, b *Batch) error {
 	m, L, ops := c.M, c.layer(il), c.Ops
 	n, h := b.Len(), &m.Hyper
 	K, d := h.NExpertUsed, h.NEmbd
@@ -136,8 +138,7 @@ func (c *Context) moe(il int, b *Batch) {
 			c.expert(il, e, &L.GateExps[e], &L.UpExps[e], &L.DownExps[e])
 		}
 	} else if err := c.streamedExperts(il); err != nil {
-		c.stepErr = err
-		return
+		return err
 	}
 	// x += Σ_j w_j · expert_j(norm(x)), in the router's order
 	for t := range n {
@@ -150,6 +151,7 @@ func (c *Context) moe(il int, b *Batch) {
 	c.eval("ffn_moe_out", il, c.tmp, n, d)
 	ops.Add(c.x[:n*d], c.tmp[:n*d])
 	c.eval("l_out", il, c.x, n, d)
+	return nil
 }
 
 // moeNext returns each expert's write cursor into idx (its group's start).
