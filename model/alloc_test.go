@@ -48,10 +48,8 @@ func TestDecodeAllocs(t *testing.T) {
 			}
 			deferrer := &storeNow{kv: c.KV}
 			if tc.hooks {
-				c.Experts, c.PrefetchNext = newMappedExperts(m), true
-				c.Layers = mappedLayers{m}
-				c.KVDefer = deferrer
-				c.Span = func(string, int, bool) {}
+				c.SetHooks(model.Hooks{Experts: newMappedExperts(m), PrefetchNext: true, Layers: mappedLayers{m},
+					KVDefer: deferrer, Span: func(string, int, bool) {}})
 			}
 			prompt := &model.Batch{Tokens: []int32{1, 2, 3, 4, 5, 6, 7, 8}, Pos: []int32{0, 1, 2, 3, 4, 5, 6, 7}, Seq: make([]int32, 8)}
 			if _, err := c.Decode(prompt); err != nil {

@@ -14,16 +14,16 @@ import (
 // stops at the first block that fails.
 func (c *Context) layers(b *Batch, block func(il int, b *Batch) error) error {
 	for il := range c.M.Layers {
-		if c.Layers != nil {
-			L, err := c.Layers.Acquire(il)
+		if c.hooks.Layers != nil {
+			L, err := c.hooks.Layers.Acquire(il)
 			if err != nil {
 				return err
 			}
 			c.cur, c.curIL = L, il
 		}
 		err := block(il, b)
-		if c.Layers != nil {
-			c.Layers.Release(il)
+		if c.hooks.Layers != nil {
+			c.hooks.Layers.Release(il)
 			c.cur = nil
 		}
 		if err != nil {
@@ -91,7 +91,7 @@ func (c *Context) attention(il int, b *Batch) error {
 	c.span("kv_store", il, true)
 	c.KV.StoreRecent(il, b.Seq, b.Pos, k, v) // --kv-recent's f16 rows
 	var err error
-	if c.KVDefer == nil || !lt.RecentK || !lt.RecentV {
+	if c.hooks.KVDefer == nil || !lt.RecentK || !lt.RecentV {
 		c.storeRows(il, b, 0, n, k, v)
 	} else {
 		// per sequence run: rows below the run's last query's RecentFrom are
@@ -104,7 +104,7 @@ func (c *Context) attention(il int, b *Batch) error {
 			m := r0 + min(max(c.KV.RecentFrom(int(b.Pos[r1-1]))-int(b.Pos[r0]), 0), r1-r0)
 			c.storeRows(il, b, r0, m, k, v)
 			if m < r1 && err == nil {
-				err = c.KVDefer.Defer(il, b.Seq[m:r1], b.Pos[m:r1], k[m*h.KDim():r1*h.KDim()], v[m*h.VDim():r1*h.VDim()])
+				err = c.hooks.KVDefer.Defer(il, b.Seq[m:r1], b.Pos[m:r1], k[m*h.KDim():r1*h.KDim()], v[m*h.VDim():r1*h.VDim()])
 			}
 			r0 = r1
 		}

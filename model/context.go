@@ -32,53 +32,24 @@ func (b *Batch) Len() int { return len(b.Tokens) }
 // ErrBatch reports a malformed batch.
 var ErrBatch = errors.New("model: bad batch")
 
-// EvalFunc, when set on a Context, is called with every named intermediate
-// (e.g. "attn_norm", layer 3): n rows of dim. It is for debugging and
-// diffing against llama.cpp's llama-eval-callback; nil costs nothing.
+// EvalFunc, installed as Hooks.Eval, is called with every named
+// intermediate (e.g. "attn_norm", layer 3): n rows of dim. It is for
+// debugging and diffing against llama.cpp's llama-eval-callback; nil costs
+// nothing.
 type EvalFunc func(name string, layer int, x []float32, n, dim int)
 
 // Context runs forward steps of a model on a backend with its own KV cache
 // and scratch buffers, allocated once for batches of up to MaxBatch tokens.
+// What the runtime around it plugs in (weight sources, a KV deferrer,
+// tracing) comes through SetHooks.
 type Context struct {
 	M        *Model
 	Ops      Ops
 	KV       *KVCache
 	MaxBatch int
-	Eval     EvalFunc
-	// OnRoute, when set, is called with each token's selected experts and
-	// their weights (MoE models), for tests and traces.
-	OnRoute func(layer, row int, experts []int, weights []float32)
-	// ExpertRuns counts the routed experts run (one per expert and step,
-	// whatever its number of tokens), for the weight bytes a step used.
-	ExpertRuns int64
-	// PrefetchNext, with an Experts that is a Prefetcher, guesses the next
-	// layer's experts while a MoE layer runs, by applying the next layer's
-	// FFN norm and router to the current residual stream, and prefetches
-	// them (speculative prefetch, one layer ahead).
-	PrefetchNext bool
-	// Experts, when set, supplies the routed experts of MoE layers (the
-	// weight path's expert cache); nil: the views of the mapping.
-	Experts Experts
-	// Layers, when set, supplies each layer's weights for the time the
-	// layer runs (the weight path's layer streaming); nil: m.Layers.
-	Layers LayerSource
-	// Span, when set, is called at the start (begin=true) and end of each
-	// named part of the forward pass: "attn", "ffn", "moe", "output" and
-	// the matrix products inside them ("attn_q", "ffn_down", ...; with a
-	// MultiMatMul backend and SplitProducts off, "attn_qkv" and
-	// "ffn_gate_up" for the fused ones), with
-	// the layer (-1 outside layers). Names are constants: a tracer can
-	// use them without allocating.
-	Span func(name string, layer int, begin bool)
-	// SplitProducts runs the products a MultiMatMul backend would fuse
-	// (q/k/v, gate/up) as separate MatMul calls, so that Span sees each
-	// one: for per-operation traces.
-	SplitProducts bool
-	// KVDefer, when set, stores the rows no query of the step reads
-	// quantized off the critical path (see KVDeferrer); nil: every row is
-	// stored in its layer.
-	KVDefer KVDeferrer
 
+	hooks                    Hooks
+	expertRuns               int64
 	x, xn, q, k, v, att, tmp []float32 // MaxBatch × width
 	gate, up                 []float32 // MaxBatch × max(NFF, NFFExp)
 	probs                    []float32 // MaxBatch × NExpert
@@ -152,8 +123,8 @@ func (m *Model) NewContextKV(ops Ops, kv *KVCache, maxBatch int) (*Context, erro
 }
 
 func (c *Context) span(name string, layer int, begin bool) {
-	if c.Span != nil {
-		c.Span(name, layer, begin)
+	if c.hooks.Span != nil {
+		c.hooks.Span(name, layer, begin)
 	}
 }
 
@@ -175,7 +146,7 @@ type mm struct {
 // (name) when the Ops implement MultiMatMul, else as separate matmul calls.
 func (c *Context) matmuls(name string, layer int, x []float32, n int, ps ...mm) {
 	multi, ok := c.Ops.(MultiMatMul)
-	if !ok || c.SplitProducts || len(ps) > len(c.mmOuts) {
+	if !ok || c.hooks.SplitProducts || len(ps) > len(c.mmOuts) {
 		for _, p := range ps {
 			c.matmul(p.name, layer, p.out, p.w, x, n)
 		}
@@ -193,8 +164,8 @@ func (c *Context) matmuls(name string, layer int, x []float32, n int, ps ...mm) 
 }
 
 func (c *Context) eval(name string, layer int, x []float32, n, dim int) {
-	if c.Eval != nil {
-		c.Eval(name, layer, x[:n*dim], n, dim)
+	if c.hooks.Eval != nil {
+		c.hooks.Eval(name, layer, x[:n*dim], n, dim)
 	}
 }
 
@@ -231,20 +202,24 @@ func (c *Context) Decode(b *Batch) ([]float32, error) {
 	}
 	c.nEmbd = 0
 	if err := c.M.forward(c, b); err != nil {
-		if c.KVDefer != nil {
-			c.KVDefer.Flush() // the step failed anyway: its error is the one to report
+		if c.hooks.KVDefer != nil {
+			c.hooks.KVDefer.Flush() // the step failed anyway: its error is the one to report
 		}
 		return nil, err
 	}
 	c.embeddings(b)
 	out := c.output(b)
-	if c.KVDefer != nil {
-		if err := c.KVDefer.Flush(); err != nil {
+	if c.hooks.KVDefer != nil {
+		if err := c.hooks.KVDefer.Flush(); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
 }
+
+// ExpertRuns returns the routed experts run so far (one per expert and
+// step, whatever its number of tokens), for the weight bytes a step used.
+func (c *Context) ExpertRuns() int64 { return c.expertRuns }
 
 // Embeddings returns the final hidden states (after the output norm) of
 // the rows marked in Batch.Embd by the last Decode, packed in batch order:

@@ -676,17 +676,21 @@ func (s *Streams) Attach(mctx *model.Context) {
 	if s == nil {
 		return
 	}
+	h := mctx.Hooks()
 	if s.w.cache != nil {
-		mctx.Experts, mctx.PrefetchNext = s.w.cache, s.w.Prefetching()
+		h.Experts, h.PrefetchNext = s.w.cache, s.w.Prefetching()
 	}
 	if s.w.ls != nil {
-		mctx.Layers = s.w.ls
+		h.Layers = s.w.ls
 	}
+	mctx.SetHooks(h)
 }
 
 // Detach undoes Attach.
 func (s *Streams) Detach(mctx *model.Context) {
-	mctx.Experts, mctx.PrefetchNext, mctx.Layers = nil, false, nil
+	h := mctx.Hooks()
+	h.Experts, h.PrefetchNext, h.Layers = nil, false, nil
+	mctx.SetHooks(h)
 }
 
 func (s *Streams) bind(ctx context.Context) {
@@ -776,8 +780,9 @@ func (w *WeightPath) RunContext(ctx context.Context, rec *graph.Recorder, mctx *
 		defer st.Detach(mctx)
 		if kvc != nil {
 			kvc.bind(ctx)
-			mctx.KVDefer = kvc
-			defer func() { mctx.KVDefer = nil }()
+			h := mctx.Hooks()
+			h.KVDefer = kvc
+			defer mctx.SetHooks(mctx.SetHooks(h))
 		}
 		return fn(ctx)
 	})
