@@ -86,29 +86,10 @@ func (c *Context) attention(il int, b *Batch) error {
 	if lt.RotV > 0 {
 		c.hadamard(v, lt.RotV)
 	}
-	// store k, v in the cache, converted to its types (kv_store: the
-	// conversion, TurboQuant's rotation and coding included)
+	// store k, v in the cache (kv_store: converted to its types,
+	// TurboQuant's rotation and coding included; see KVCache.Store)
 	c.span("kv_store", il, true)
-	c.KV.StoreRecent(il, b.Seq, b.Pos, k, v) // --kv-recent's f16 rows
-	var err error
-	if c.hooks.KVDefer == nil || !lt.RecentK || !lt.RecentV {
-		c.storeRows(il, b, 0, n, k, v)
-	} else {
-		// per sequence run: rows below the run's last query's RecentFrom are
-		// read quantized by this step, the rest only by later ones
-		for r0 := 0; r0 < n; {
-			r1 := r0 + 1
-			for r1 < n && b.Seq[r1] == b.Seq[r0] {
-				r1++
-			}
-			m := r0 + min(max(c.KV.RecentFrom(int(b.Pos[r1-1]))-int(b.Pos[r0]), 0), r1-r0)
-			c.storeRows(il, b, r0, m, k, v)
-			if m < r1 && err == nil {
-				err = c.hooks.KVDefer.Defer(il, b.Seq[m:r1], b.Pos[m:r1], k[m*h.KDim():r1*h.KDim()], v[m*h.VDim():r1*h.VDim()])
-			}
-			r0 = r1
-		}
-	}
+	err := c.KV.Store(il, b.Seq, b.Pos, k, v)
 	c.span("kv_store", il, false)
 	if err != nil {
 		return err
@@ -129,23 +110,6 @@ func (c *Context) attention(il int, b *Batch) error {
 	ops.Add(c.x[:n*h.NEmbd], c.tmp[:n*h.NEmbd])
 	c.eval("ffn_inp", il, c.x, n, h.NEmbd)
 	return nil
-}
-
-// storeRows stores batch rows [t0, t1)'s K and V in the cache's types,
-// through the Ops if they can.
-func (c *Context) storeRows(il int, b *Batch, t0, t1 int, k, v []float32) {
-	if t0 >= t1 {
-		return
-	}
-	kd, vd := c.M.KDim(), c.M.VDim()
-	if st, ok := c.Ops.(KVStorer); ok {
-		st.StoreKV(c.KV, il, b.Seq[t0:t1], b.Pos[t0:t1], k[t0*kd:t1*kd], v[t0*vd:t1*vd])
-		return
-	}
-	for t := t0; t < t1; t++ {
-		c.KV.SetK(il, int(b.Seq[t]), int(b.Pos[t]), k[t*kd:(t+1)*kd])
-		c.KV.SetV(il, int(b.Seq[t]), int(b.Pos[t]), v[t*vd:(t+1)*vd])
-	}
 }
 
 // ffn runs a dense SwiGLU FFN sub-layer: x += Wdown·(silu(Wgate·norm(x)) ⊙ Wup·norm(x)).

@@ -99,6 +99,7 @@ func (m *Model) NewContextKV(ops Ops, kv *KVCache, maxBatch int) (*Context, erro
 		return nil, fmt.Errorf("model: the backend does not support a paged KV cache")
 	}
 	c := &Context{M: m, Ops: ops, KV: kv, MaxBatch: maxBatch}
+	kv.storer, _ = ops.(KVStorer)
 	kv.ReserveRecent(maxBatch)
 	n := maxBatch
 	c.x = make([]float32, n*h.NEmbd)
@@ -202,17 +203,13 @@ func (c *Context) Decode(b *Batch) ([]float32, error) {
 	}
 	c.nEmbd = 0
 	if err := c.M.forward(c, b); err != nil {
-		if c.hooks.KVDefer != nil {
-			c.hooks.KVDefer.Flush() // the step failed anyway: its error is the one to report
-		}
+		c.KV.flush() // the step failed anyway: its error is the one to report
 		return nil, err
 	}
 	c.embeddings(b)
 	out := c.output(b)
-	if c.hooks.KVDefer != nil {
-		if err := c.hooks.KVDefer.Flush(); err != nil {
-			return nil, err
-		}
+	if err := c.KV.flush(); err != nil { // the deferred rows (Hooks.KVDefer)
+		return nil, err
 	}
 	return out, nil
 }

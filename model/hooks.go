@@ -49,6 +49,7 @@ type Hooks struct {
 func (c *Context) SetHooks(h Hooks) Hooks {
 	old := c.hooks
 	c.hooks = h
+	c.KV.deferrer = h.KVDefer
 	return old
 }
 

@@ -55,6 +55,8 @@ type KVCache struct {
 	layers             []KVLayer        // per layer: types and bytes per head
 	tk, tv             [][]*quant.Turbo // [layer][head] codecs of TurboQuant types
 	scratch            []float32        // SetK/SetV's TurboQuant scratch
+	storer             KVStorer         // Store's backend (NewContextKV; nil: SetK and SetV)
+	deferrer           KVDeferrer       // Store's deferrer (Context.SetHooks; nil: none)
 	recent             *recentRows      // --kv-recent's f16 rows (nil: none)
 }
 

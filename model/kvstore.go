@@ -1,7 +1,10 @@
 package model
 
-// kvstore.go: writing K and V rows into the KV cache, converted to its
-// types (f32, f16, bf16, the block types, TurboQuant).
+// kvstore.go: writing a batch's new K and V rows into the KV cache,
+// converted to its types (f32, f16, bf16, the block types, TurboQuant):
+// Store, what the forward pass calls once per layer, and the row and head
+// writes under it. Which rows are converted now and which later (the
+// kv-compress stage) is decided here, not in the forward pass.
 
 import (
 	"unsafe"
@@ -9,18 +12,86 @@ import (
 	"github.com/flowinfer/flowinfer/quant"
 )
 
-// f32Bytes views float32s as their bytes (little-endian machines).
-func f32Bytes(x []float32) []byte {
-	if len(x) == 0 {
+// Store stores a batch's new K and V rows of layer l (row t of k and v,
+// at t·KDim and t·VDim, is cell (seq[t], pos[t])), after PrepareRecent:
+// their f16 copies (--kv-recent), then the rows in the cache's types,
+// through the backend's KVStorer if it has one. With a deferrer
+// (Hooks.KVDefer of the Context on this cache), in a layer whose K and V
+// both keep copies, only the rows some query of the batch reads quantized
+// are stored now; the others go to the deferrer, which stores them before
+// the step ends. It returns the deferrer's first error.
+func (c *KVCache) Store(l int, seq, pos []int32, k, v []float32) error {
+	c.StoreRecent(l, seq, pos, k, v)
+	lt := c.layers[l]
+	if c.deferrer == nil || !lt.RecentK || !lt.RecentV {
+		c.storeRows(l, seq, pos, k, v)
 		return nil
 	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 4*len(x))
+	// per sequence run: rows below its last query's RecentFrom are read
+	// quantized by this step, the rest only by later ones
+	kd, vd, n := c.KDim, c.VDim, len(seq)
+	var err error
+	for r0 := 0; r0 < n; {
+		r1 := r0 + 1
+		for r1 < n && seq[r1] == seq[r0] {
+			r1++
+		}
+		m := r0 + min(max(c.RecentFrom(int(pos[r1-1]))-int(pos[r0]), 0), r1-r0)
+		c.storeRows(l, seq[r0:m], pos[r0:m], k[r0*kd:m*kd], v[r0*vd:m*vd])
+		if m < r1 && err == nil {
+			err = c.deferrer.Defer(l, seq[m:r1], pos[m:r1], k[m*kd:r1*kd], v[m*vd:r1*vd])
+		}
+		r0 = r1
+	}
+	return err
 }
 
-// putK stores the K head bytes b as head kh of row r of layer l.
-func (c *KVCache) putK(l, r, kh int, b []byte) {
-	t, i := c.ktile(l, r, kh)
-	quant.PutTileRow(t, i, c.layers[l].KUnit, b)
+// flush returns once the rows handed to the deferrer are stored.
+func (c *KVCache) flush() error {
+	if c.deferrer == nil {
+		return nil
+	}
+	return c.deferrer.Flush()
+}
+
+// storeRows stores rows (seq, pos) of layer l in the cache's types,
+// through the backend's KVStorer if it has one.
+func (c *KVCache) storeRows(l int, seq, pos []int32, k, v []float32) {
+	if len(seq) == 0 {
+		return
+	}
+	if c.storer != nil {
+		c.storer.StoreKV(c, l, seq, pos, k, v)
+		return
+	}
+	for t := range seq {
+		c.SetK(l, int(seq[t]), int(pos[t]), k[t*c.KDim:(t+1)*c.KDim])
+		c.SetV(l, int(seq[t]), int(pos[t]), v[t*c.VDim:(t+1)*c.VDim])
+	}
+}
+
+// KVDeferrer takes the conversion of new K and V rows to a cache's types
+// off the forward pass's critical path (the kv-compress stage): with
+// --kv-recent a query reads its most recent rows from their f16 copies, so
+// a row's quantized form is first read by a later step. KVCache.Store
+// stores at once only the rows some query of the batch reads quantized, in
+// layers whose K and V both keep copies, and hands the others to Defer;
+// Context.Decode calls Flush before it returns, so the cache is whole
+// between steps.
+type KVDeferrer interface {
+	// Defer stores rows (seq, pos) of layer (k and v: their K and V
+	// values, row t at t·KDim and t·VDim) as SetK and SetV would, later;
+	// it copies what it keeps.
+	Defer(layer int, seq, pos []int32, k, v []float32) error
+	// Flush returns once every deferred row is stored.
+	Flush() error
+}
+
+// KVStorer is implemented by Ops that store a batch's new K and V rows in
+// the cache themselves (in parallel, say): the bytes stored must be those
+// SetK and SetV would store row by row.
+type KVStorer interface {
+	StoreKV(kv *KVCache, layer int, seq, pos []int32, k, v []float32)
 }
 
 // SetK stores x (KDim values) as the K row of (seq, pos) in layer l,
@@ -31,21 +102,6 @@ func (c *KVCache) SetK(l, seq, pos int, x []float32) {
 	for kh := range c.nHead {
 		c.storeK(l, r, kh, x[kh*c.headK:(kh+1)*c.headK], c.scratch)
 	}
-}
-
-// storeK converts head kh of a K row (its headK values x) and stores it
-// in row r of layer l; scratch is StoreScratch floats.
-func (c *KVCache) storeK(l, r, kh int, x, scratch []float32) {
-	lt := &c.layers[l]
-	if lt.K == KVF32 {
-		c.putK(l, r, kh, f32Bytes(x))
-		return
-	}
-	// the head's bytes are made in the scratch's tail, past what a
-	// TurboQuant encoding uses
-	b := f32Bytes(scratch[len(scratch)-(lt.KHead+3)/4:])[:lt.KHead]
-	c.storeWith(b, lt.K, c.TurboK(l, kh), x, scratch)
-	c.putK(l, r, kh, b)
 }
 
 // SetV stores x (VDim values) as the V row of (seq, pos) in layer l.
@@ -85,28 +141,25 @@ func (c *KVCache) StoreHead(l, seq, pos, kh int, v bool, x, scratch []float32) {
 	c.storeK(l, r, kh, x[kh*c.headK:(kh+1)*c.headK], scratch)
 }
 
-// KVDeferrer takes the conversion of new K and V rows to a cache's types
-// off the forward pass's critical path (the kv-compress stage): with
-// --kv-recent a query reads its most recent rows from their f16 copies, so
-// a row's quantized form is first read by a later step. Context.attention
-// stores at once only the rows some query of the batch reads quantized, in
-// layers whose K and V both keep copies, and hands the others to Defer;
-// Decode calls Flush before it returns, so the cache is whole between
-// steps.
-type KVDeferrer interface {
-	// Defer stores rows (seq, pos) of layer (k and v: their K and V
-	// values, row t at t·KDim and t·VDim) as SetK and SetV would, later;
-	// it copies what it keeps.
-	Defer(layer int, seq, pos []int32, k, v []float32) error
-	// Flush returns once every deferred row is stored.
-	Flush() error
+// storeK converts head kh of a K row (its headK values x) and stores it
+// in row r of layer l; scratch is StoreScratch floats.
+func (c *KVCache) storeK(l, r, kh int, x, scratch []float32) {
+	lt := &c.layers[l]
+	if lt.K == KVF32 {
+		c.putK(l, r, kh, f32Bytes(x))
+		return
+	}
+	// the head's bytes are made in the scratch's tail, past what a
+	// TurboQuant encoding uses
+	b := f32Bytes(scratch[len(scratch)-(lt.KHead+3)/4:])[:lt.KHead]
+	c.storeWith(b, lt.K, c.TurboK(l, kh), x, scratch)
+	c.putK(l, r, kh, b)
 }
 
-// KVStorer is implemented by Ops that store a batch's new K and V rows in
-// the cache themselves (in parallel, say): the bytes stored must be those
-// SetK and SetV would store row by row.
-type KVStorer interface {
-	StoreKV(kv *KVCache, layer int, seq, pos []int32, k, v []float32)
+// putK stores the K head bytes b as head kh of row r of layer l.
+func (c *KVCache) putK(l, r, kh int, b []byte) {
+	t, i := c.ktile(l, r, kh)
+	quant.PutTileRow(t, i, c.layers[l].KUnit, b)
 }
 
 // store converts one head.
@@ -127,4 +180,12 @@ func (c *KVCache) storeWith(dst []byte, t KVType, tq *quant.Turbo, x, scratch []
 		return
 	}
 	quant.QuantizeFunc(qt)(x, dst)
+}
+
+// f32Bytes views float32s as their bytes (little-endian machines).
+func f32Bytes(x []float32) []byte {
+	if len(x) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 4*len(x))
 }
