@@ -188,8 +188,8 @@ func (c *Context) Decode(b *Batch) ([]float32, error) {
 		if p := b.Pos[i]; p < 0 || int(p) >= c.KV.NCtx {
 			return nil, fmt.Errorf("%w: position %d outside the context of %d", ErrBatch, p, c.KV.NCtx)
 		}
-		if s := b.Seq[i]; s < 0 || int(s) >= c.KV.NSeq {
-			return nil, fmt.Errorf("%w: sequence %d out of range [0, %d)", ErrBatch, s, c.KV.NSeq)
+		if s := b.Seq[i]; s < 0 || int(s) >= c.KV.nSeq {
+			return nil, fmt.Errorf("%w: sequence %d out of range [0, %d)", ErrBatch, s, c.KV.nSeq)
 		}
 		if kv := c.KV; kv.Paged() {
 			t := kv.Tables[b.Seq[i]]

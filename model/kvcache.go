@@ -13,14 +13,15 @@ import (
 	"github.com/flowinfer/flowinfer/quant"
 )
 
-// KVCache stores every layer's K and V rows for NSeq sequences of up to
-// NCtx positions, in the types Types (-ctk/-ctv: f32, f16, bf16, q8_0,
-// q4_0, tq4, tq3; f16 in Types.Protect layers at each end). A cell
+// KVCache stores every layer's K and V rows for nSeq sequences of up to
+// NCtx positions, in the types it was made with (KVTypes, -ctk/-ctv: f32,
+// f16, bf16, q8_0, q4_0, tq4, tq3; f16 in KVTypes.Protect layers at each
+// end). A cell
 // (seq, pos) of layer l maps to a row; a row holds NHeadKV heads
 // (Layer(l).KHead/VHead bytes each: a whole number of blocks of a
 // block type, one quant.Turbo row of a TurboQuant type), stored head-major
-// within layout blocks of LB rows (a multiple of quant.TileRows): head kh
-// of row r of V[l] is at byte ((r/LB·NHeadKV + kh)·LB + r%LB)·Layer(l).VHead,
+// within layout blocks of lb rows (a multiple of quant.TileRows): head kh
+// of row r of V[l] is at byte ((r/lb·NHeadKV + kh)·lb + r%lb)·Layer(l).VHead,
 // so one head's rows of a block are back to back and attention streams
 // them. K heads are placed the same way by tiles of quant.TileRows rows,
 // each stored transposed (quant.TileRows' layout, in units of
@@ -28,11 +29,11 @@ import (
 // one vector, with no sums across lanes. Rows are addressed in one of two
 // ways:
 //
-//   - contiguous (Tables nil): cell (seq, pos) is row seq*LB+pos, and a
-//     layout block is a sequence (LB = NCtx rounded up to a whole tile):
+//   - contiguous (Tables nil): cell (seq, pos) is row seq*lb+pos, and a
+//     layout block is a sequence (lb = NCtx rounded up to a whole tile):
 //     one head's rows of a whole sequence are consecutive.
 //   - paged (Tables set): rows are grouped in NBlocks blocks of BlockSize
-//     rows (LB = 256 rows, or BlockSize if larger: a layout block is
+//     rows (lb = 256 rows, or BlockSize if larger: a layout block is
 //     several consecutive blocks), shared by all sequences;
 //     Tables[seq][pos/BlockSize] is the block holding (seq, pos). Blocks
 //     may appear in several tables (a shared prompt prefix); a sequence
@@ -40,11 +41,12 @@ import (
 //     the head accessors (KHeadTiles, VHeadRows, Run) and declare it by
 //     implementing PagedKV.
 type KVCache struct {
-	NLayer, NCtx, NSeq int
-	KDim, VDim         int // values per row: NHeadKV × head dimension
-	Types              KVTypes
-	LB                 int // rows per layout block
-	K, V               [][]byte
+	NLayer, NCtx int
+	nSeq         int
+	KDim, VDim   int // values per row: NHeadKV × head dimension
+	types        KVTypes
+	lb           int // rows per layout block
+	K, V         [][]byte
 	// BlockSize is the rows per block, a power of two (0: a contiguous
 	// cache made by NewKVCache, without block addressing).
 	BlockSize, NBlocks int
@@ -61,7 +63,8 @@ type KVCache struct {
 }
 
 // PagedKV is implemented by backends whose Attention reads the cache only
-// through KRow/VRow or KRows/Run, so that it works on a paged cache.
+// through its head accessors (KHeadTiles, VHeadRows, Run and their
+// Recent... forms), so that it works on a paged cache.
 // Context.Decode refuses a paged cache on any other backend.
 type PagedKV interface {
 	PagedKV() bool
@@ -88,8 +91,8 @@ func NewKVCacheOf(h *Hyper, t KVTypes, nCtx, nSeq int) (*KVCache, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.LB = roundUp(nCtx, quant.TileRows)
-	c.alloc(nSeq * c.LB)
+	c.lb = roundUp(nCtx, quant.TileRows)
+	c.alloc(nSeq * c.lb)
 	c.newRecent()
 	return c, nil
 }
@@ -100,7 +103,7 @@ func newKV(h *Hyper, t KVTypes, nCtx, nSeq int) (*KVCache, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &KVCache{NLayer: h.NLayer, NCtx: nCtx, NSeq: nSeq, KDim: h.KDim(), VDim: h.VDim(), Types: t,
+	c := &KVCache{NLayer: h.NLayer, NCtx: nCtx, nSeq: nSeq, KDim: h.KDim(), VDim: h.VDim(), types: t,
 		nHead: h.NHeadKV, headK: h.HeadDimK, headV: h.HeadDimV, layers: ls}
 	if c.tk, err = turboCodecs(h, ls, true, h.HeadDimK); err != nil {
 		return nil, err
@@ -168,9 +171,9 @@ func (c *KVCache) Bytes() int64 {
 // NewBlockKVCache allocates a contiguous cache of types t whose rows are
 // also addressed as blocks of blockSize (a power of two dividing nCtx):
 // block b is rows [b*blockSize, (b+1)*blockSize), so sequence s owns
-// blocks s*LB/blockSize and following (LB: nCtx rounded up to a whole
-// tile). Its block copies (CopyRows) let
-// a scheduler share prefixes between sequences by copying.
+// blocks s*lb/blockSize and following (lb: nCtx rounded up to a whole
+// tile). Its block copies (CopyRows) let a scheduler share prefixes
+// between sequences by copying.
 func NewBlockKVCache(h *Hyper, t KVTypes, blockSize, nCtx, nSeq int) (*KVCache, error) {
 	if blockSize <= 0 || blockSize&(blockSize-1) != 0 || nCtx%blockSize != 0 {
 		return nil, fmt.Errorf("model: KV block size %d must be a power of two dividing the context %d", blockSize, nCtx)
@@ -179,7 +182,7 @@ func NewBlockKVCache(h *Hyper, t KVTypes, blockSize, nCtx, nSeq int) (*KVCache, 
 	if err != nil {
 		return nil, err
 	}
-	c.BlockSize, c.NBlocks = blockSize, nSeq*c.LB/blockSize
+	c.BlockSize, c.NBlocks = blockSize, nSeq*c.lb/blockSize
 	c.shift = uint(bits.TrailingZeros(uint(blockSize)))
 	c.recent = nil
 	c.newRecent() // copies by block
@@ -197,9 +200,9 @@ func NewPagedKVCache(h *Hyper, t KVTypes, blockSize, nBlocks, nSeq, nCtx int) (*
 	if err != nil {
 		return nil, err
 	}
-	c.BlockSize, c.NBlocks, c.LB = blockSize, nBlocks, max(blockSize, pagedLayoutRows)
+	c.BlockSize, c.NBlocks, c.lb = blockSize, nBlocks, max(blockSize, pagedLayoutRows)
 	c.shift = uint(bits.TrailingZeros(uint(blockSize)))
-	c.alloc((nBlocks*blockSize + c.LB - 1) / c.LB * c.LB)
+	c.alloc((nBlocks*blockSize + c.lb - 1) / c.lb * c.lb)
 	c.Tables = make([][]int32, nSeq)
 	c.newRecent()
 	return c, nil
@@ -211,15 +214,15 @@ func (c *KVCache) Paged() bool { return c.Tables != nil }
 // row returns the row index of (seq, pos).
 func (c *KVCache) row(seq, pos int) int {
 	if c.Tables == nil {
-		return seq*c.LB + pos
+		return seq*c.lb + pos
 	}
 	return int(c.Tables[seq][pos>>c.shift])<<c.shift | pos&(c.BlockSize-1)
 }
 
 // off returns the byte offset of head kh of row r, for heads of hb bytes.
 func (c *KVCache) off(r, kh, hb int) int {
-	b := r / c.LB
-	return ((b*c.nHead+kh)*c.LB + r - b*c.LB) * hb
+	b := r / c.lb
+	return ((b*c.nHead+kh)*c.lb + r - b*c.lb) * hb
 }
 
 // roundUp rounds n up to a multiple of m.
@@ -240,13 +243,6 @@ func (c *KVCache) KHeadRow(dst []byte, l, seq, pos, kh int) []byte {
 	dst = dst[:c.layers[l].KHead]
 	quant.TileRow(dst, t, r, c.layers[l].KUnit)
 	return dst
-}
-
-// VHeadRow is KHeadRow for V.
-func (c *KVCache) VHeadRow(l, seq, pos, kh int) []byte {
-	hb := c.layers[l].VHead
-	i := c.off(c.row(seq, pos), kh, hb)
-	return c.V[l][i : i+hb]
 }
 
 // TurboK returns the codec of K head kh in layer l (nil unless K is a
@@ -287,7 +283,7 @@ func (c *KVCache) GetK(l, seq, pos int, dst, scratch []float32) {
 // GetV is GetK for V.
 func (c *KVCache) GetV(l, seq, pos int, dst, scratch []float32) {
 	for kh := range c.nHead {
-		decodeHead(c.VHeadRow(l, seq, pos, kh), c.layers[l].V, c.TurboV(l, kh), dst[kh*c.headV:(kh+1)*c.headV], scratch)
+		decodeHead(c.VHeadRows(l, kh, seq, pos, 1), c.layers[l].V, c.TurboV(l, kh), dst[kh*c.headV:(kh+1)*c.headV], scratch)
 	}
 }
 
@@ -312,7 +308,7 @@ func (c *KVCache) Run(seq, pos int) int {
 	t := c.Tables[seq]
 	i := pos >> c.shift
 	n := c.BlockSize - pos&(c.BlockSize-1)
-	for i+1 < len(t) && t[i+1] == t[i]+1 && int(t[i+1])<<c.shift%c.LB != 0 {
+	for i+1 < len(t) && t[i+1] == t[i]+1 && int(t[i+1])<<c.shift%c.lb != 0 {
 		n += c.BlockSize
 		i++
 	}

@@ -101,7 +101,7 @@ func (c *KVCache) HasRecent() bool { return c.recent != nil }
 // newRecent sets up the recent rows of a cache whose types ask for them
 // (storage comes with ReserveRecent), after its addressing is set.
 func (c *KVCache) newRecent() {
-	if c.Types.Recent == 0 {
+	if c.types.Recent == 0 {
 		return
 	}
 	any := false
@@ -111,18 +111,18 @@ func (c *KVCache) newRecent() {
 	if !any {
 		return // no quantized half: every row is f16 or f32 already
 	}
-	r := &recentRows{n: c.Types.Recent, slotRows: RecentAlign}
+	r := &recentRows{n: c.types.Recent, slotRows: RecentAlign}
 	if c.BlockSize > 0 {
 		r.slotRows, r.blocked = c.BlockSize, true
 		r.of = make([]int32, c.NBlocks)
 	} else {
 		r.perSeq = (c.NCtx + RecentAlign - 1) / RecentAlign
-		r.of = make([]int32, c.NSeq*r.perSeq)
+		r.of = make([]int32, c.nSeq*r.perSeq)
 	}
 	for i := range r.of {
 		r.of[i] = -1
 	}
-	r.newest = make([]int32, c.NSeq)
+	r.newest = make([]int32, c.nSeq)
 	for i := range r.newest {
 		r.newest[i] = -1
 	}
@@ -180,7 +180,7 @@ func (c *KVCache) ReserveRecent(maxBatch int) {
 	if r == nil {
 		return
 	}
-	n := min(recentSlots(r.n, r.slotRows, c.NSeq, maxBatch), len(r.of))
+	n := min(recentSlots(r.n, r.slotRows, c.nSeq, maxBatch), len(r.of))
 	if n <= r.slots {
 		return
 	}
