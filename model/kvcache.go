@@ -91,7 +91,7 @@ func NewKVCacheOf(h *Hyper, t KVTypes, nCtx, nSeq int) (*KVCache, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.lb = roundUp(nCtx, quant.TileRows)
+	c.lb = quant.WholeTiles(nCtx)
 	c.alloc(nSeq * c.lb)
 	c.newRecent()
 	return c, nil
@@ -225,9 +225,6 @@ func (c *KVCache) off(r, kh, hb int) int {
 	return ((b*c.nHead+kh)*c.lb + r - b*c.lb) * hb
 }
 
-// roundUp rounds n up to a multiple of m.
-func roundUp(n, m int) int { return (n + m - 1) / m * m }
-
 // ktile returns the transposed tile of K[l] holding head kh of row r,
 // and r's row in it.
 func (c *KVCache) ktile(l, r, kh int) ([]byte, int) {
@@ -332,7 +329,7 @@ func (c *KVCache) KHeadTiles(l, kh, seq, pos, n int) ([]byte, int) {
 	r := c.row(seq, pos)
 	r0 := r & (quant.TileRows - 1)
 	i := c.off(r-r0, kh, hb)
-	return c.K[l][i : i+roundUp(r0+n, quant.TileRows)*hb], r0
+	return c.K[l][i : i+quant.WholeTiles(r0+n)*hb], r0
 }
 
 // VHeadRows returns head kh of the stored V rows of positions [pos,
@@ -363,7 +360,7 @@ func (c *KVCache) CopyRows(dst, src, n int) {
 				// whole tiles: the rows past n in the last one are rows
 				// of dst not written yet, which its owner writes before
 				// reading
-				m := roundUp(n, quant.TileRows) * kb
+				m := quant.WholeTiles(n) * kb
 				copy(c.K[l][c.off(d, kh, kb):][:m], c.K[l][c.off(s, kh, kb):][:m])
 				continue
 			}
