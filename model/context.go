@@ -48,13 +48,14 @@ type Context struct {
 	KV       *KVCache
 	MaxBatch int
 
-	hooks                    Hooks
-	expertRuns               int64
+	hooks      Hooks // SetHooks
+	expertRuns int64 // ExpertRuns
+
 	x, xn, q, k, v, att, tmp []float32 // MaxBatch × width
 	gate, up                 []float32 // MaxBatch × max(NFF, NFFExp)
 	probs                    []float32 // MaxBatch × NExpert
 	moeS                     moeScratch
-	cur                      *Layer // the running layer's weights (Layers)
+	cur                      *Layer // the running layer's weights (Hooks.Layers)
 	curIL                    int
 	moeRows                  int // tokens of the MoE step running
 	rowIdx                   []int
