@@ -76,9 +76,9 @@ func AttentionOps(h *model.Hyper, t model.KVTypes, pos int, integer func(t model
 	all, recent := float64(pos+1), float64(t.RecentRows(pos))
 	for _, l := range ls {
 		for _, v := range []bool{false, true} {
-			kt, x, dim, acc := l.K, l.XK, h.HeadDimK, &intK
+			kt, x, dim, acc := l.K, l.RecentK, h.HeadDimK, &intK
 			if v {
-				kt, x, dim, acc = l.V, l.XV, h.HeadDimV, &intV
+				kt, x, dim, acc = l.V, l.RecentV, h.HeadDimV, &intV
 			}
 			ops := float64(h.NHead) * 2 * float64(dim) // per position
 			n := all                                   // positions in integers

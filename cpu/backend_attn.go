@@ -120,7 +120,7 @@ type attnTask struct {
 	packing  bool          // run packs instead of computing units
 	dkp, dvp int           // K and V head widths in the packed (rotated for TurboQuant) domain
 	lt       model.KVLayer // the layer's KV types and bytes per head
-	exact    bool          // the layer reads --kv-recent's f16 rows (lt.XK or lt.XV)
+	recent   bool          // the layer reads --kv-recent's f16 rows (lt.RecentK or lt.RecentV)
 	next     atomic.Int64
 	scratch  []attnScratch
 }
@@ -150,7 +150,7 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 		a.dvp = tq.Padded()
 	}
 	dk, dv := a.dkp, a.dvp
-	a.exact = a.lt.XK || a.lt.XV
+	a.recent = a.lt.RecentK || a.lt.RecentV
 	a.block = max(1, attnRows/G)
 	// units: runs of rows of one sequence, cut into blocks, a KV head's
 	// blocks together (they read the same packed K and V); a run of at
@@ -169,14 +169,14 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 			reg, block = int32(len(a.regions)), a.block
 			r := kvRegion{k: packed, v: packed + h.NHeadKV*np*dk, n: np, s: seq[r0], xe: np}
 			packed += h.NHeadKV * np * (dk + dv)
-			if a.exact {
-				r.xe = kv.Exact(int(pos[r0])) // the run's first (lowest) position
+			if a.recent {
+				r.xe = kv.RecentFrom(int(pos[r0])) // the run's first (lowest) position
 				xn := np - r.xe
-				if a.lt.XK {
+				if a.lt.RecentK {
 					r.xk = packed
 					packed += h.NHeadKV * xn * h.HeadDimK
 				}
-				if a.lt.XV {
+				if a.lt.RecentV {
 					r.xv = packed
 					packed += h.NHeadKV * xn * h.HeadDimV
 				}
@@ -186,7 +186,7 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 		for kh := range h.NHeadKV {
 			for t0 := r0; t0 < r1; {
 				t1 := min(t0+block, r1)
-				if a.exact { // a block's rows share Exact's boundary
+				if a.recent { // a block's rows share RecentFrom's boundary
 					t1 = min(t1, t0+model.RecentAlign-int(pos[t0])%model.RecentAlign)
 				}
 				a.units = append(a.units, attnUnit{int32(t0), int32(t1), int32(kh), reg})
@@ -214,7 +214,7 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 			s.l = grow(s.l, rp)
 		}
 		s.scores = grow(s.scores, n)
-		if blocks && a.exact {
+		if blocks && a.recent {
 			s.q2 = grow(s.q2, rp*h.HeadDimK)
 			s.acc2 = grow(s.acc2, R*h.HeadDimV)
 			s.m2 = grow(s.m2, rp)
@@ -298,13 +298,13 @@ func (a *attnTask) pack(sc *attnScratch, u packUnit) {
 	// --kv-recent's f16 rows of the piece's positions from xe on
 	xn, dk0, dv0 := n-reg.xe, h.HeadDimK, h.HeadDimV
 	for j0, j1 := max(int(u.j0), reg.xe), int(u.j1); j0 < j1; {
-		L := min(kv.XRun(s, j0, j1-j0), kvChunk)
-		if a.lt.XK {
+		L := min(kv.RecentRun(s, j0, j1-j0), kvChunk)
+		if a.lt.RecentK {
 			kd := a.packed[reg.xk+(kh*xn+j0-reg.xe)*dk0:][:L*dk0]
-			a.k.DequantRows(quant.F16, kv.XKHeadRows(a.layer, kh, s, j0, L), 2*dk0, L, dk0, kd, dk0)
+			a.k.DequantRows(quant.F16, kv.RecentKHeadRows(a.layer, kh, s, j0, L), 2*dk0, L, dk0, kd, dk0)
 		}
-		if a.lt.XV {
-			a.k.DequantRows(quant.F16, kv.XVHeadRows(a.layer, kh, s, j0, L), 2*dv0, L, dv0, sc.dec, dv0)
+		if a.lt.RecentV {
+			a.k.DequantRows(quant.F16, kv.RecentVHeadRows(a.layer, kh, s, j0, L), 2*dv0, L, dv0, sc.dec, dv0)
 			FlashPackV(a.packed[reg.xv+kh*xn*dv0:][:xn*dv0], xn, j0-reg.xe, sc.dec, dv0, dv0, L)
 		}
 		j0 += L
@@ -405,12 +405,12 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 		}
 		qf = sc.qrot[:G*kw]
 	}
-	e := kv.Exact(np - 1) // --kv-recent: rows from e on read as f16 copies
+	e := kv.RecentFrom(np - 1) // --kv-recent: rows from e on read as f16 copies
 	ek, ev := np, np
-	if a.lt.XK {
+	if a.lt.RecentK {
 		ek = e
 	}
-	if a.lt.XV {
+	if a.lt.RecentV {
 		ev = e
 	}
 	kq := quantOf(a.lt.K)
@@ -426,8 +426,8 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 		j += n
 	}
 	for j := ek; j < np; { // the f16 copies meet the unrotated queries
-		n := kv.XRun(s, j, np-j)
-		a.k.AttnScores(quant.F16, nil, kv.XKHeadRows(a.layer, kh, s, j, n), 2*dk, n, dk, qg, G, sco[j:], np)
+		n := kv.RecentRun(s, j, np-j)
+		a.k.AttnScores(quant.F16, nil, kv.RecentKHeadRows(a.layer, kh, s, j, n), 2*dk, n, dk, qg, G, sco[j:], np)
 		j += n
 	}
 	// softmax per query head (float64 sums)
@@ -460,8 +460,8 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 		}
 	}
 	for j0 := ev; j0 < np; { // the f16 copies, summed unrotated
-		n := kv.XRun(s, j0, np-j0)
-		a.k.AttnSum(quant.F16, nil, kv.XVHeadRows(a.layer, kh, s, j0, n), 2*dv, n, dv, sco[j0:], np, G, out)
+		n := kv.RecentRun(s, j0, np-j0)
+		a.k.AttnSum(quant.F16, nil, kv.RecentVHeadRows(a.layer, kh, s, j0, n), 2*dv, n, dv, sco[j0:], np, G, out)
 		j0 += n
 	}
 }
@@ -528,11 +528,11 @@ func (a *attnTask) flash(sc *attnScratch, t0, t1, kh int, reg *kvRegion) {
 	// the same for every row of the block: Attention cuts blocks at
 	// RecentAlign); a TurboQuant K's copies meet the queries unrotated (q2)
 	e, dk0, dv0 := np, h.HeadDimK, h.HeadDimV
-	if a.exact {
-		e = a.kv.Exact(pmin)
+	if a.recent {
+		e = a.kv.RecentFrom(pmin)
 	}
 	var q2 []float32
-	if e < np && a.lt.XK && tk != nil {
+	if e < np && a.lt.RecentK && tk != nil {
 		q2 = sc.q2[:rp*dk0]
 	}
 	const B = FlashRowBlock
@@ -587,7 +587,7 @@ func (a *attnTask) flash(sc *attnScratch, t0, t1, kh int, reg *kvRegion) {
 			xq, xdk = q2, dk0
 		}
 		xacc, xdv := acc, dv
-		if a.lt.XV && tv != nil {
+		if a.lt.RecentV && tv != nil {
 			// summed unrotated apart; acc (the quantized rows') is
 			// rescaled from the maxima it was summed at (m2) at the end
 			copy(sc.m2[:rp], m)
@@ -596,7 +596,7 @@ func (a *attnTask) flash(sc *attnScratch, t0, t1, kh int, reg *kvRegion) {
 			xacc, xdv = acc2, dv0
 		}
 		xv, vn, off := vp, reg.n, 0
-		if a.lt.XV { // FlashTile reads V by position: shift positions to the copies' rows
+		if a.lt.RecentV { // FlashTile reads V by position: shift positions to the copies' rows
 			xv, vn, off = a.packed[reg.xv+kh*xn*dv0:][:xn*dv0], xn, reg.xe
 			for r := range ps {
 				ps[r] -= int32(off)
@@ -605,7 +605,7 @@ func (a *attnTask) flash(sc *attnScratch, t0, t1, kh int, reg *kvRegion) {
 		for j0 := e; j0 < np; j0 += attnTile {
 			L := min(attnTile, np-j0)
 			kt := kp[j0*dk:]
-			if a.lt.XK {
+			if a.lt.RecentK {
 				kt = a.packed[reg.xk+(kh*xn+j0-reg.xe)*dk0:][:L*dk0]
 			}
 			a.k.FlashTile(xq, rp, R, xdk, xdv, kt, xv, vn, L, j0-off, ps, j0+L-1 > pmin, m, l, xacc, sc.scores)

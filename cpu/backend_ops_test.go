@@ -424,7 +424,7 @@ func TestBackendAttentionProtected(t *testing.T) {
 }
 
 // TestBackendAttentionRecent: with --kv-recent (KVTypes.Recent), Attention
-// reads each query's rows from KVCache.Exact on as their f16 copies, as
+// reads each query's rows from KVCache.RecentFrom on as their f16 copies, as
 // Ref does, decode row and prefill chunk alike, on every ISA, for
 // quantized halves of every kind (block, TurboQuant, one half only), and
 // windows from one position to more than the context. With a window
@@ -443,7 +443,7 @@ func TestBackendAttentionRecent(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					kv.ReserveExact(2 * nCtx)
+					kv.ReserveRecent(2 * nCtx)
 					f16, err := model.NewKVCacheOf(&h, model.KVTypes{K: model.KVF16, V: model.KVF16}, nCtx, 2)
 					if err != nil {
 						t.Fatal(err)
@@ -454,7 +454,7 @@ func TestBackendAttentionRecent(t *testing.T) {
 							ss, ps = append(ss, int32(s)), append(ps, int32(p))
 						}
 					}
-					if err := kv.PrepareExact(ss, ps); err != nil {
+					if err := kv.PrepareRecent(ss, ps); err != nil {
 						t.Fatal(err)
 					}
 					for i := range ss {
@@ -462,7 +462,7 @@ func TestBackendAttentionRecent(t *testing.T) {
 						k, v := randomF32(kv.KDim, uint64(1000*s+p)), randomF32(kv.VDim, uint64(1000*s+p+500000))
 						kv.SetK(0, s, p, k)
 						kv.SetV(0, s, p, v)
-						kv.StoreExact(0, ss[i:i+1], ps[i:i+1], k, v)
+						kv.StoreRecent(0, ss[i:i+1], ps[i:i+1], k, v)
 						f16.SetK(0, s, p, k)
 						f16.SetV(0, s, p, v)
 					}

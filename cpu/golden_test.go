@@ -280,10 +280,10 @@ func TestGoldenMoERouting(t *testing.T) {
 			k := m.NExpertUsed
 			got := make([][]int, m.NLayer)
 			gotW := make([][]float32, m.NLayer)
-			ctx.OnRoute = func(layer, row int, experts []int, w []float32) {
+			ctx.SetHooks(model.Hooks{OnRoute: func(layer, row int, experts []int, w []float32) {
 				got[layer] = append(got[layer], experts...)
 				gotW[layer] = append(gotW[layer], w...)
-			}
+			}})
 			runPrompt(t, ctx, c.PromptTokens)
 			same, total := 0, 0
 			var wErr float64

@@ -201,7 +201,7 @@ func TestKVDefer(t *testing.T) {
 					}
 				}()
 				defer close(ad.jobs)
-				ctx.KVDefer = ad
+				ctx.SetHooks(model.Hooks{KVDefer: ad})
 			}
 			var out []float32
 			out = append(out, decodeChunks(t, ctx, toks[:250], 100)...) // prefill chunks

@@ -214,7 +214,7 @@ func (r *Ref) Rope(x []float32, pos []int32, n, nHead, headDim int, rp *model.Ro
 // converted to float32 first (KVCache.GetK/GetV: a TurboQuant row is
 // decoded and rotated back), so this is attention on exactly the values the
 // cache holds; rows a query reads exactly (--kv-recent: from
-// KVCache.Exact on) come from their f16 copies.
+// KVCache.RecentFrom on) come from their f16 copies.
 func (r *Ref) Attention(out, q []float32, kv *model.KVCache, layer int, seq, pos []int32, h *model.Hyper, scale float32) {
 	group := h.NHead / h.NHeadKV
 	dk, dv := h.HeadDimK, h.HeadDimV
@@ -225,10 +225,10 @@ func (r *Ref) Attention(out, q []float32, kv *model.KVCache, layer int, seq, pos
 		s, np := int(seq[t]), int(pos[t])+1
 		r.scores = grow(r.scores, h.NHead*np)
 		sc := r.scores[:h.NHead*np]
-		lt, e := kv.Layer(layer), kv.Exact(np-1) // rows from e on: --kv-recent's f16 copies
+		lt, e := kv.Layer(layer), kv.RecentFrom(np-1) // rows from e on: --kv-recent's f16 copies
 		for j := range np {
-			if lt.XK && j >= e {
-				kv.GetXK(layer, s, j, r.krow)
+			if lt.RecentK && j >= e {
+				kv.GetRecentK(layer, s, j, r.krow)
 			} else {
 				kv.GetK(layer, s, j, r.krow, r.kvTmp)
 			}
@@ -257,8 +257,8 @@ func (r *Ref) Attention(out, q []float32, kv *model.KVCache, layer int, seq, pos
 			clear(out[(t*h.NHead+hd)*dv : (t*h.NHead+hd+1)*dv])
 		}
 		for j := range np {
-			if lt.XV && j >= e {
-				kv.GetXV(layer, s, j, r.vrow)
+			if lt.RecentV && j >= e {
+				kv.GetRecentV(layer, s, j, r.vrow)
 			} else {
 				kv.GetV(layer, s, j, r.vrow, r.kvTmp)
 			}

@@ -30,11 +30,11 @@ func TestEmbeddings(t *testing.T) {
 		t.Fatal(err)
 	}
 	var norm []float32
-	c.Eval = func(name string, layer int, x []float32, n, dim int) {
+	c.SetHooks(model.Hooks{Eval: func(name string, layer int, x []float32, n, dim int) {
 		if name == "result_norm" {
 			norm = append(norm[:0], x...)
 		}
-	}
+	}})
 	b := &model.Batch{Tokens: []int32{1, 400, 30, 7, 99}, Pos: []int32{0, 1, 2, 3, 4}, Seq: make([]int32, 5),
 		Logits: []bool{false, true, false, true, true}, Embd: []bool{false, true, false, true, true}}
 	if _, err := c.Decode(b); err != nil {

@@ -3,8 +3,9 @@ package model
 // experts.go: where a MoE layer's routed experts come from. By default they
 // are views of the file mapping (Layer.GateExps ...). A weight path that
 // streams experts from disk (stages' expert cache) implements Experts and
-// sets Context.Experts: the forward pass then asks for the experts its
-// router chose and computes each as soon as its weights are ready.
+// is installed as Hooks.Experts: the forward pass then asks for the
+// experts its router chose and computes each as soon as its weights are
+// ready.
 
 // ExpertWeights are one expert's three matrices.
 type ExpertWeights struct {

@@ -65,7 +65,7 @@ func TestPagedKVCache(t *testing.T) {
 				for s := range nSeq {
 					for p := range nCtx {
 						for kh := range h.NHeadKV {
-							if !bytes.Equal(paged.KHeadRow(b1, l, s, p, kh), flat.KHeadRow(b2, l, s, p, kh)) || !bytes.Equal(paged.VHeadRow(l, s, p, kh), flat.VHeadRow(l, s, p, kh)) {
+							if !bytes.Equal(paged.KHeadRow(b1, l, s, p, kh), flat.KHeadRow(b2, l, s, p, kh)) || !bytes.Equal(paged.VHeadRows(l, kh, s, p, 1), flat.VHeadRows(l, kh, s, p, 1)) {
 								t.Fatalf("layer %d seq %d pos %d head %d: paged and contiguous differ", l, s, p, kh)
 							}
 						}
@@ -125,7 +125,7 @@ func TestPagedKVCache(t *testing.T) {
 			for l := range h.NLayer {
 				for r := range bs {
 					for kh := range h.NHeadKV {
-						same := bytes.Equal(paged.KHeadRow(b1, l, 0, r, kh), paged.KHeadRow(b2, l, 0, bs+r, kh)) && bytes.Equal(paged.VHeadRow(l, 0, r, kh), paged.VHeadRow(l, 0, bs+r, kh))
+						same := bytes.Equal(paged.KHeadRow(b1, l, 0, r, kh), paged.KHeadRow(b2, l, 0, bs+r, kh)) && bytes.Equal(paged.VHeadRows(l, kh, 0, r, 1), paged.VHeadRows(l, kh, 0, bs+r, 1))
 						if same != (r < 3) {
 							t.Errorf("CopyRows: layer %d row %d head %d copied %v", l, r, kh, same)
 						}

@@ -106,9 +106,9 @@ type KVTypes struct {
 	// most sensitive to KV error.
 	Protect int
 	// Recent (--kv-recent) keeps, in layers whose K or V type is
-	// quantized, that half's rows also in f16 for the positions each query
-	// reads exactly: at least the Recent most recent ones (KVCache.Exact).
-	// 0: none.
+	// quantized, that half's rows also in f16 (the recent rows) for the
+	// positions each query reads from them: at least the Recent most
+	// recent ones (KVCache.RecentFrom). 0: none.
 	Recent int
 }
 
@@ -154,14 +154,14 @@ func (t KVTypes) ForLayer(l, n int) (k, v KVType) {
 // back. 0: no rotation (float types, TurboQuant, which rotates by itself,
 // and --kv-protect's f16 layers).
 //
-// XK and XV report whether the layer keeps f16 copies of its recent K or
-// V rows (KVTypes.Recent, for a quantized half).
+// RecentK and RecentV report whether the layer keeps f16 copies of its
+// recent K or V rows (KVTypes.Recent, for a quantized half).
 type KVLayer struct {
-	K, V         KVType
-	KHead, VHead int
-	KUnit        int // the unit K heads are transposed in (quant.TileUnit)
-	RotK, RotV   int
-	XK, XV       bool
+	K, V             KVType
+	KHead, VHead     int
+	KUnit            int // the unit K heads are transposed in (quant.TileUnit)
+	RotK, RotV       int
+	RecentK, RecentV bool
 }
 
 // blockRotated reports whether llama.cpp rotates rows of type t (the
@@ -190,7 +190,7 @@ func KVLayers(h *Hyper, t KVTypes) ([]KVLayer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("-ctv: %w", err)
 		}
-		ls[l] = KVLayer{K: k, V: v, KHead: hk, VHead: hv, KUnit: 1, XK: t.Recent > 0 && k.quantized(), XV: t.Recent > 0 && v.quantized()}
+		ls[l] = KVLayer{K: k, V: v, KHead: hk, VHead: hv, KUnit: 1, RecentK: t.Recent > 0 && k.quantized(), RecentV: t.Recent > 0 && v.quantized()}
 		if qt, _ := k.Quant(); k.Turbo() == 0 {
 			ls[l].KUnit = quant.TileUnit(qt)
 		}
@@ -209,19 +209,19 @@ func KVLayers(h *Hyper, t KVTypes) ([]KVLayer, error) {
 }
 
 // RecentRows returns how many of positions 0..pos a decode query at pos
-// reads as --kv-recent's f16 copies (those from KVCache.Exact(pos) on) in
-// the halves that keep them: 0 without --kv-recent.
+// reads as --kv-recent's f16 copies (those from KVCache.RecentFrom(pos)
+// on) in the halves that keep them: 0 without --kv-recent.
 func (t KVTypes) RecentRows(pos int) int {
 	if t.Recent <= 0 {
 		return 0
 	}
-	return pos + 1 - exactFrom(pos, t.Recent)
+	return pos + 1 - recentFrom(pos, t.Recent)
 }
 
 // KVRecentBytes returns the bytes a decode query at position pos reads
 // beyond KVBytesPerToken·(pos+1) in a cache of types t: its rows from
-// KVCache.Exact(pos) on are read as f16 copies (--kv-recent) in the halves
-// that keep them, instead of the quantized rows.
+// KVCache.RecentFrom(pos) on are read as f16 copies (--kv-recent) in the
+// halves that keep them, instead of the quantized rows.
 func KVRecentBytes(h *Hyper, t KVTypes, pos int) (int64, error) {
 	ls, err := KVLayers(h, t)
 	if err != nil || t.Recent == 0 {
@@ -230,10 +230,10 @@ func KVRecentBytes(h *Hyper, t KVTypes, pos int) (int64, error) {
 	n := int64(t.RecentRows(pos))
 	var d int64
 	for _, l := range ls {
-		if l.XK {
+		if l.RecentK {
 			d += int64(2*h.HeadDimK - l.KHead)
 		}
-		if l.XV {
+		if l.RecentV {
 			d += int64(2*h.HeadDimV - l.VHead)
 		}
 	}

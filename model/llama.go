@@ -26,9 +26,12 @@ func loadLlama(l *loader, m *Model) {
 // and hyperparameters, handled inside attention.
 func forwardDense(c *Context, b *Batch) error {
 	c.embed(b)
-	return c.layers(b, func(il int, b *Batch) {
-		c.attention(il, b) // x += attn(norm(x))
-		c.ffn(il, b)       // x += ffn(norm(x))
+	return c.layers(b, func(il int, b *Batch) error {
+		if err := c.attention(il, b); err != nil { // x += attn(norm(x))
+			return err
+		}
+		c.ffn(il, b) // x += ffn(norm(x))
+		return nil
 	})
 }
 

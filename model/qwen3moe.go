@@ -35,9 +35,11 @@ func loadQwen3MoE(l *loader, m *Model) {
 
 func forwardMoE(c *Context, b *Batch) error {
 	c.embed(b)
-	return c.layers(b, func(il int, b *Batch) {
-		c.attention(il, b) // x += attn(norm(x))
-		c.moe(il, b)       // x += Σ_k w_k · expert_k(norm(x))
+	return c.layers(b, func(il int, b *Batch) error {
+		if err := c.attention(il, b); err != nil { // x += attn(norm(x))
+			return err
+		}
+		return c.moe(il, b) // x += Σ_k w_k · expert_k(norm(x))
 	})
 }
 
@@ -79,8 +81,8 @@ func (s *moeScratch) alloc(n int, h *Hyper) {
 // expert and step, so each expert's weights are read once per batch). Each
 // token's weighted expert outputs are summed in the router's order, so the
 // result does not depend on the order in which experts are computed (with
-// Context.Experts, the order their weights arrive from disk).
-func (c *Context) moe(il int, b *Batch) {
+// Hooks.Experts, the order their weights arrive from disk).
+func (c *Context) moe(il int, b *Batch) error {
 	m, L, ops := c.M, c.layer(il), c.Ops
 	n, h := b.Len(), &m.Hyper
 	K, d := h.NExpertUsed, h.NEmbd
@@ -110,8 +112,8 @@ func (c *Context) moe(il int, b *Batch) {
 				w[j] /= sum
 			}
 		}
-		if c.OnRoute != nil {
-			c.OnRoute(il, t, sel, w)
+		if c.hooks.OnRoute != nil {
+			c.hooks.OnRoute(il, t, sel, w)
 		}
 		for _, e := range sel {
 			s.start[e+1]++
@@ -131,13 +133,12 @@ func (c *Context) moe(il int, b *Batch) {
 		next[e]++
 	}
 	// run each chosen expert on its tokens
-	if c.Experts == nil {
+	if c.hooks.Experts == nil {
 		for _, e := range s.union {
 			c.expert(il, e, &L.GateExps[e], &L.UpExps[e], &L.DownExps[e])
 		}
 	} else if err := c.streamedExperts(il); err != nil {
-		c.stepErr = err
-		return
+		return err
 	}
 	// x += Σ_j w_j · expert_j(norm(x)), in the router's order
 	for t := range n {
@@ -150,6 +151,7 @@ func (c *Context) moe(il int, b *Batch) {
 	c.eval("ffn_moe_out", il, c.tmp, n, d)
 	ops.Add(c.x[:n*d], c.tmp[:n*d])
 	c.eval("l_out", il, c.x, n, d)
+	return nil
 }
 
 // moeNext returns each expert's write cursor into idx (its group's start).
@@ -163,18 +165,18 @@ func (c *Context) moeNext(nExpert int) []int32 {
 	return cur
 }
 
-// streamedExperts runs the layer's chosen experts as Context.Experts
+// streamedExperts runs the layer's chosen experts as Hooks.Experts
 // delivers them, in groups of at most MaxFetch.
 func (c *Context) streamedExperts(il int) error {
 	s := &c.moeS
-	src := c.Experts
+	src := c.hooks.Experts
 	step := max(1, src.MaxFetch())
 	for lo := 0; lo < len(s.union); lo += step {
 		ids := s.union[lo:min(lo+step, len(s.union))]
 		if err := src.Fetch(il, ids); err != nil {
 			return err
 		}
-		if lo == 0 && c.PrefetchNext && il+1 < c.M.NLayer {
+		if lo == 0 && c.hooks.PrefetchNext && il+1 < c.M.NLayer {
 			if pf, ok := src.(Prefetcher); ok {
 				if err := pf.Prefetch(il+1, c.guessNext(il)); err != nil {
 					src.Release(il)
@@ -230,7 +232,7 @@ func (c *Context) expert(il, e int, gateW, upW, downW *Weight) {
 	K, d, f := h.NExpertUsed, h.NEmbd, h.NFFExp
 	entries := s.idx[s.start[e]:s.start[e+1]]
 	m := len(entries)
-	c.ExpertRuns++
+	c.expertRuns++
 	xg, yg := s.xg[:m*d], s.yg[:m*d]
 	for i, v := range entries {
 		t := int(v) / K

@@ -17,6 +17,10 @@ package quant
 // TileRows·rb bytes, as many as its rows stored one after another.
 const TileRows = 16
 
+// WholeTiles returns n rows rounded up to whole tiles (a multiple of
+// TileRows).
+func WholeTiles(n int) int { return (n + TileRows - 1) / TileRows * TileRows }
+
 // PutTileRow stores row (rb bytes, a multiple of u) as row r of tile.
 func PutTileRow(tile []byte, r, u int, row []byte) {
 	switch u {

@@ -33,18 +33,19 @@ func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*st
 		defer c.streams.Detach(c.mctx)
 		defer c.streams.finish()
 	}
+	h := c.mctx.Hooks() // the streams' weight sources, from Attach
 	if c.kvc != nil {
 		c.kvc.bind(ctx)
-		c.mctx.KVDefer = c.kvc
-		defer func() { c.mctx.KVDefer = nil }()
+		h.KVDefer = c.kvc
 	}
 	if c.rec.Enabled() {
 		if d := c.rec.Detail(); d >= graph.DetailLayers {
 			ls := &layerSpans{rec: c.rec, stg: stg, ops: d >= graph.DetailOps, names: map[string][]string{}}
-			c.mctx.Span = ls.hook
-			c.mctx.SplitProducts = ls.ops // a span for each product
+			h.Span = ls.hook
+			h.SplitProducts = ls.ops // a span for each product
 		}
 	}
+	defer c.mctx.SetHooks(c.mctx.SetHooks(h))
 	for {
 		st, err := steps.Recv(ctx)
 		if errors.Is(err, io.EOF) {
@@ -55,7 +56,7 @@ func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*st
 		}
 		span := c.rec.Begin(stg, "forward")
 		t0 := time.Now()
-		runs := c.mctx.ExpertRuns
+		runs := c.mctx.ExpertRuns()
 		logits, err := c.mctx.Decode(&st.batch)
 		st.dur = time.Since(t0)
 		span.End()
@@ -74,7 +75,7 @@ func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*st
 		if c.rec.Enabled() {
 			// weight bytes this step used: the layers' resident matrices,
 			// the routed experts it ran, and the output if it made logits
-			used := c.resident + (c.mctx.ExpertRuns-runs)*c.expertBytes
+			used := c.resident + (c.mctx.ExpertRuns()-runs)*c.expertBytes
 			if len(logits) > 0 {
 				used += c.outBytes
 			}

@@ -24,11 +24,11 @@ func refEmbedding(t *testing.T, fx fixture, toks []int32, pool stages.Pooling) [
 	}
 	d := m.NEmbd
 	hidden := make([]float32, len(toks)*d)
-	c.Eval = func(name string, layer int, x []float32, n, dim int) {
+	c.SetHooks(model.Hooks{Eval: func(name string, layer int, x []float32, n, dim int) {
 		if name == "l_out" && layer == m.NLayer-1 {
 			copy(hidden, x)
 		}
-	}
+	}})
 	b := &model.Batch{Tokens: toks, Pos: make([]int32, len(toks)), Seq: make([]int32, len(toks)), Logits: make([]bool, len(toks))}
 	for i := range b.Pos {
 		b.Pos[i] = int32(i)

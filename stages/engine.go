@@ -91,7 +91,7 @@ type Engine struct {
 	mctx *model.Context
 	rec  *graph.Recorder
 
-	pool *blockPool
+	blocks *kvBlocks
 
 	mu     sync.Mutex
 	queue  chan *Request
@@ -178,12 +178,12 @@ func NewEngine(m *model.Model, tok *tokenizer.Tokenizer, ops model.Ops, cfg Conf
 	if err != nil {
 		return nil, err
 	}
-	return &Engine{cfg: cfg, m: m, tok: tok, mctx: mctx, rec: rec, queue: make(chan *Request, cfg.Queue), pool: newBlockPool(kv, paged, cfg.NSeq)}, nil
+	return &Engine{cfg: cfg, m: m, tok: tok, mctx: mctx, rec: rec, queue: make(chan *Request, cfg.Queue), blocks: newKVBlocks(kv, paged, cfg.NSeq)}, nil
 }
 
 // PagedKV reports whether the KV cache is paged (blocks shared by
 // reference) rather than contiguous per sequence.
-func (e *Engine) PagedKV() bool { return e.pool.paged }
+func (e *Engine) PagedKV() bool { return e.blocks.paged }
 
 // Config returns the effective configuration.
 func (e *Engine) Config() Config { return e.cfg }
@@ -267,7 +267,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	evOut, evIn := graph.Connect[tokenEvent](samp, strm, e.cfg.EdgeCap)
 
 	resident, expert, output := stepBytes(e.m)
-	sc := newScheduler(e.m, e.cfg, e.pool, &e.stats)
+	sc := newScheduler(e.m, e.cfg, e.blocks, &e.stats)
 	sc.newSampler = e.newSampler
 	cp := &compute{mctx: e.mctx, rec: e.rec, streams: e.cfg.Weights.add(g, e.rec, comp),
 		resident: resident, expertBytes: expert, outBytes: output, kvc: addKVCompress(g, comp, e.mctx.KV)}

@@ -48,13 +48,13 @@ type kvCompress struct {
 // addKVCompress wires a kv-compress stage next to comp when the cache
 // keeps f16 copies (nil otherwise); bind gives it comp's context.
 func addKVCompress(g *graph.Graph, comp *graph.Stage, kv *model.KVCache) *kvCompress {
-	if !kv.HasExact() {
+	if !kv.HasRecent() {
 		return nil
 	}
 	defers := false
 	for l := range kv.NLayer {
 		lt := kv.Layer(l)
-		defers = defers || lt.XK && lt.XV
+		defers = defers || lt.RecentK && lt.RecentV
 	}
 	if !defers {
 		return nil

@@ -65,16 +65,16 @@ func (st *step) add(s *seq, tok int32, pos int, logits, sampleRow, embd bool) {
 // time from every running sequence (decode tokens first, then prompt
 // chunks with the rest of the batch: chunked prefill keeps running streams
 // moving), and retires sequences when the sampler or the streamer has
-// finished them. KV blocks come from the pool: a request starts from the
+// finished them. KV blocks come from kvBlocks: a request starts from the
 // longest cached prefix of its prompt; when a decode token needs a block
 // and none is free, the youngest sequence is preempted (its blocks go back
-// to the pool, still indexed) and later resumes by re-matching or
+// to kvBlocks, still indexed) and later resumes by re-matching or
 // recomputing its tokens.
 type scheduler struct {
 	m        *model.Model
 	nCtx     int
 	maxBatch int
-	pool     *blockPool
+	blocks   *kvBlocks
 	free     []bool // per KV sequence (block table)
 	lastUsed []uint64
 	running  []*seq // in admission order
@@ -156,8 +156,8 @@ func (p *pacer) budget(nDecode, free int) int {
 	return min(max(p.chunk, MinChunk), free)
 }
 
-func newScheduler(m *model.Model, cfg Config, pool *blockPool, stats *engineStats) *scheduler {
-	s := &scheduler{m: m, nCtx: cfg.NCtx, maxBatch: cfg.MaxBatch, pool: pool, stats: stats,
+func newScheduler(m *model.Model, cfg Config, blocks *kvBlocks, stats *engineStats) *scheduler {
+	s := &scheduler{m: m, nCtx: cfg.NCtx, maxBatch: cfg.MaxBatch, blocks: blocks, stats: stats,
 		free: make([]bool, cfg.NSeq), lastUsed: make([]uint64, cfg.NSeq), pace: pacer{factor: cfg.StepFactor}}
 	for i := range s.free {
 		s.free[i] = true
@@ -200,7 +200,7 @@ func (s *scheduler) run(ctx context.Context, admit *graph.In[*Request], back *gr
 				return nil // drained
 			}
 			if s.pending != nil || len(s.waiting) > 0 {
-				// Nothing runs, so the pool is all free: this cannot happen
+				// Nothing runs, so every block is free: this cannot happen
 				// for a request that passed Submit.
 				return errors.New("stages: a request does not fit in the empty KV cache")
 			}
@@ -221,7 +221,7 @@ func (s *scheduler) run(ctx context.Context, admit *graph.In[*Request], back *gr
 		s.pace.observe(s.st.dur)
 		for _, q := range s.st.seqs {
 			if q.slot >= 0 {
-				s.pool.publish(q)
+				s.blocks.publish(q)
 			}
 		}
 	}
@@ -270,20 +270,20 @@ func (s *scheduler) resume() {
 		if slot < 0 {
 			return
 		}
-		m := s.pool.match(q.toks)
+		m := s.blocks.match(q.toks)
 		if slot2 := s.slotFor(m); slot2 >= 0 {
 			slot = slot2
 		}
-		cached := s.pool.exactHit(slot, m, min(m.tokens(s.pool.size), q.limit()))
-		need := (len(q.toks)+s.pool.size-1)/s.pool.size - cached/s.pool.size
-		if s.pool.available() < need+1 && len(s.running) > 0 {
+		cached := s.blocks.recentHit(slot, m, min(m.tokens(s.blocks.size), q.limit()))
+		need := (len(q.toks)+s.blocks.size-1)/s.blocks.size - cached/s.blocks.size
+		if s.blocks.available() < need+1 && len(s.running) > 0 {
 			return // wait for blocks (alone, it always fits)
 		}
 		q.slot = slot
 		s.free[slot] = false
 		s.lastUsed[slot] = q.order
-		got := s.pool.attach(q, m, cached)
-		s.pool.kv.ExactAttach(q.slot, got)
+		got := s.blocks.attach(q, m, cached)
+		s.blocks.kv.RecentAttach(q.slot, got)
 		q.fed = got
 		if q.cached < 0 { // first admission
 			q.cached = got
@@ -313,7 +313,7 @@ func cmpOrder(a, b uint64) int {
 // slotFor prefers, in the fixed layout, the free KV sequence that already
 // holds the matched prefix in place (no copy); -1 if none.
 func (s *scheduler) slotFor(m prefix) int {
-	if s.pool.paged {
+	if s.blocks.paged {
 		return -1
 	}
 	var b int32 = -1
@@ -326,7 +326,7 @@ func (s *scheduler) slotFor(m prefix) int {
 	if b < 0 {
 		return -1
 	}
-	if slot := int(b) / s.pool.perSeq; s.free[slot] {
+	if slot := int(b) / s.blocks.perSeq; s.free[slot] {
 		return slot
 	}
 	return -1
@@ -356,9 +356,9 @@ func (s *scheduler) retire() {
 	}
 }
 
-// evict takes q out of the cache: its blocks go back to the pool.
+// evict takes q out of the cache: its blocks go back to kvBlocks.
 func (s *scheduler) evict(q *seq) {
-	s.pool.release(q)
+	s.blocks.release(q)
 	s.free[q.slot] = true
 	q.slot, q.fed = -1, 0
 }
@@ -380,8 +380,8 @@ func (s *scheduler) publishStats() {
 	}
 	s.stats.waiting.Store(int64(waiting))
 	s.stats.running.Store(int64(len(s.running)))
-	s.stats.blocksUsed.Store(int64(s.pool.used))
-	s.stats.blocksCached.Store(int64(s.pool.cachedBlocks()))
+	s.stats.blocksUsed.Store(int64(s.blocks.used))
+	s.stats.blocksCached.Store(int64(s.blocks.cachedBlocks()))
 }
 
 // build fills s.st with the next step. It returns false when it had to
@@ -397,7 +397,7 @@ func (s *scheduler) build() bool {
 		if q.prefilling() {
 			continue
 		}
-		if s.pool.grow(q, q.fed+1) <= q.fed {
+		if s.blocks.grow(q, q.fed+1) <= q.fed {
 			s.preempt(s.running[len(s.running)-1]) // possibly q itself
 			i--
 			continue
@@ -435,7 +435,7 @@ func (s *scheduler) build() bool {
 		if budget == 0 {
 			break
 		}
-		end := s.pool.grow(q, q.fed+min(len(q.toks)-q.fed, budget))
+		end := s.blocks.grow(q, q.fed+min(len(q.toks)-q.fed, budget))
 		if end <= q.fed {
 			continue
 		}

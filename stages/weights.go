@@ -231,17 +231,21 @@ func (s *Streams) Attach(mctx *model.Context) {
 	if s == nil {
 		return
 	}
+	h := mctx.Hooks()
 	if s.experts != nil {
-		mctx.Experts, mctx.PrefetchNext = s.experts, s.prefetch
+		h.Experts, h.PrefetchNext = s.experts, s.prefetch
 	}
 	if s.layers != nil {
-		mctx.Layers = s.layers
+		h.Layers = s.layers
 	}
+	mctx.SetHooks(h)
 }
 
 // Detach undoes Attach.
 func (s *Streams) Detach(mctx *model.Context) {
-	mctx.Experts, mctx.PrefetchNext, mctx.Layers = nil, false, nil
+	h := mctx.Hooks()
+	h.Experts, h.PrefetchNext, h.Layers = nil, false, nil
+	mctx.SetHooks(h)
 }
 
 // bind gives s compute's context (the stage's function).
@@ -330,8 +334,9 @@ func (w *WeightPath) RunContext(ctx context.Context, rec *graph.Recorder, mctx *
 		defer st.Detach(mctx)
 		if kvc != nil {
 			kvc.bind(ctx)
-			mctx.KVDefer = kvc
-			defer func() { mctx.KVDefer = nil }()
+			h := mctx.Hooks()
+			h.KVDefer = kvc
+			defer mctx.SetHooks(mctx.SetHooks(h))
 		}
 		return fn(ctx)
 	})

@@ -59,9 +59,9 @@ func run(path, textPath string, n int) error {
 	}
 	// routes[l][t] = the experts token t chose in layer l
 	routes := make([][][]int, m.NLayer)
-	mctx.OnRoute = func(l, _ int, experts []int, _ []float32) {
+	mctx.SetHooks(model.Hooks{OnRoute: func(l, _ int, experts []int, _ []float32) {
 		routes[l] = append(routes[l], slices.Clone(experts))
-	}
+	}})
 	for t := range n {
 		if _, err := mctx.Decode(&model.Batch{Tokens: toks[t : t+1], Pos: []int32{int32(t)}, Seq: []int32{0}}); err != nil {
 			return err

@@ -259,11 +259,11 @@ func TestArchs(t *testing.T) {
 						t.Fatal(err)
 					}
 					seen := map[int]bool{}
-					ctx.OnRoute = func(layer, row int, experts []int, weights []float32) {
+					ctx.SetHooks(model.Hooks{OnRoute: func(layer, row int, experts []int, weights []float32) {
 						for _, e := range experts {
 							seen[e] = true
 						}
-					}
+					}})
 					toks := []int32{1, 400, 500, 600, 700, 800, 900, 1000}
 					if _, err := ctx.Decode(&model.Batch{Tokens: toks, Pos: []int32{0, 1, 2, 3, 4, 5, 6, 7}, Seq: make([]int32, 8)}); err != nil {
 						t.Fatal(err)

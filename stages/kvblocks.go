@@ -1,7 +1,8 @@
 package stages
 
-// kvpool.go: the KV cache as fixed-size blocks from one pool, with
-// block-hash prefix sharing between requests.
+// kvblocks.go: the KV cache's block allocator: the cache as fixed-size
+// blocks handed to sequences, with block-hash prefix sharing between
+// requests. (Not the weight path's pool stage, which owns staging slabs.)
 //
 // A block holds BlockSize consecutive positions of one sequence. Once a
 // block is full its content is named by a chain hash (FNV-1a of the hash
@@ -22,7 +23,7 @@ package stages
 //     contiguous cache, for backends that index it directly); shared
 //     blocks are copied into the slot, which still saves recomputing them.
 //
-// The pool is owned by the scheduler stage: no locking.
+// The blocks are owned by the scheduler stage: no locking.
 
 import (
 	"slices"
@@ -53,7 +54,9 @@ func chainHash(parent uint64, toks []int32) uint64 {
 	return h
 }
 
-type blockPool struct {
+// kvBlocks is the cache's blocks: who holds each, what it holds, and
+// which are free.
+type kvBlocks struct {
 	kv     *model.KVCache
 	size   int
 	paged  bool
@@ -79,32 +82,32 @@ type blockPool struct {
 	used int // blocks with ref > 0
 }
 
-func newBlockPool(kv *model.KVCache, paged bool, nSeq int) *blockPool {
+func newKVBlocks(kv *model.KVCache, paged bool, nSeq int) *kvBlocks {
 	n := kv.NBlocks
-	p := &blockPool{kv: kv, size: kv.BlockSize, paged: paged, perSeq: n / nSeq,
+	kb := &kvBlocks{kv: kv, size: kv.BlockSize, paged: paged, perSeq: n / nSeq,
 		ref: make([]int32, n), key: make([]uint64, n), parent: make([]uint64, n), fill: make([]int32, n), toks: make([]int32, n*kv.BlockSize),
 		byKey: map[uint64]int32{}, byParent: map[uint64][]int32{}}
 	if paged {
-		p.prev, p.next = make([]int32, n+1), make([]int32, n+1)
-		p.prev[n], p.next[n] = int32(n), int32(n)
-		p.emptyAt = make([]int32, n)
+		kb.prev, kb.next = make([]int32, n+1), make([]int32, n+1)
+		kb.prev[n], kb.next[n] = int32(n), int32(n)
+		kb.emptyAt = make([]int32, n)
 		for b := n - 1; b >= 0; b-- {
-			p.pushEmpty(int32(b))
+			kb.pushEmpty(int32(b))
 		}
 	}
-	return p
+	return kb
 }
 
-func (p *blockPool) pushEmpty(b int32) {
-	p.emptyAt[b] = int32(len(p.empty))
-	p.empty = append(p.empty, b)
+func (kb *kvBlocks) pushEmpty(b int32) {
+	kb.emptyAt[b] = int32(len(kb.empty))
+	kb.empty = append(kb.empty, b)
 }
 
-func (p *blockPool) takeEmpty(b int32) {
-	i, last := p.emptyAt[b], p.empty[len(p.empty)-1]
-	p.empty[i], p.emptyAt[last] = last, i
-	p.empty = p.empty[:len(p.empty)-1]
-	p.emptyAt[b] = -1
+func (kb *kvBlocks) takeEmpty(b int32) {
+	i, last := kb.emptyAt[b], kb.empty[len(kb.empty)-1]
+	kb.empty[i], kb.emptyAt[last] = last, i
+	kb.empty = kb.empty[:len(kb.empty)-1]
+	kb.emptyAt[b] = -1
 }
 
 // spot picks the empty block a sequence should grow into next: the one
@@ -112,18 +115,18 @@ func (p *blockPool) takeEmpty(b int32) {
 // (attention reads consecutive rows as one matrix); else the middle of the
 // longest run of empty blocks (the start if nothing precedes the run),
 // leaving room on both sides to grow the same way.
-func (p *blockPool) spot(prev int32) int32 {
-	if prev >= 0 && int(prev)+1 < len(p.emptyAt) && p.emptyAt[prev+1] >= 0 {
+func (kb *kvBlocks) spot(prev int32) int32 {
+	if prev >= 0 && int(prev)+1 < len(kb.emptyAt) && kb.emptyAt[prev+1] >= 0 {
 		return prev + 1
 	}
 	bestStart, bestLen := -1, 0
-	for b := 0; b < len(p.emptyAt); {
-		if p.emptyAt[b] < 0 {
+	for b := 0; b < len(kb.emptyAt); {
+		if kb.emptyAt[b] < 0 {
 			b++
 			continue
 		}
 		start := b
-		for b < len(p.emptyAt) && p.emptyAt[b] >= 0 {
+		for b < len(kb.emptyAt) && kb.emptyAt[b] >= 0 {
 			b++
 		}
 		if b-start > bestLen {
@@ -137,76 +140,76 @@ func (p *blockPool) spot(prev int32) int32 {
 }
 
 // content returns block b's known tokens.
-func (p *blockPool) content(b int32) []int32 {
-	return p.toks[int(b)*p.size:][:p.fill[b]]
+func (kb *kvBlocks) content(b int32) []int32 {
+	return kb.toks[int(b)*kb.size:][:kb.fill[b]]
 }
 
 // index records toks as block b's content under parent.
-func (p *blockPool) index(b int32, parent uint64, toks []int32) {
-	p.unindex(b)
-	copy(p.toks[int(b)*p.size:], toks)
-	p.fill[b], p.parent[b] = int32(len(toks)), parent
-	p.byParent[parent] = append(p.byParent[parent], b)
-	if len(toks) == p.size {
+func (kb *kvBlocks) index(b int32, parent uint64, toks []int32) {
+	kb.unindex(b)
+	copy(kb.toks[int(b)*kb.size:], toks)
+	kb.fill[b], kb.parent[b] = int32(len(toks)), parent
+	kb.byParent[parent] = append(kb.byParent[parent], b)
+	if len(toks) == kb.size {
 		k := chainHash(parent, toks)
-		if _, dup := p.byKey[k]; !dup {
-			p.byKey[k], p.key[b] = b, k
+		if _, dup := kb.byKey[k]; !dup {
+			kb.byKey[k], kb.key[b] = b, k
 		}
 	}
 }
 
 // unindex forgets block b's content.
-func (p *blockPool) unindex(b int32) {
-	if p.fill[b] == 0 {
+func (kb *kvBlocks) unindex(b int32) {
+	if kb.fill[b] == 0 {
 		return
 	}
-	if k := p.key[b]; k != 0 {
-		delete(p.byKey, k)
-		p.key[b] = 0
+	if k := kb.key[b]; k != 0 {
+		delete(kb.byKey, k)
+		kb.key[b] = 0
 	}
-	list := p.byParent[p.parent[b]]
+	list := kb.byParent[kb.parent[b]]
 	if i := slices.Index(list, b); i >= 0 {
 		list = slices.Delete(list, i, i+1)
 	}
 	if len(list) == 0 {
-		delete(p.byParent, p.parent[b])
+		delete(kb.byParent, kb.parent[b])
 	} else {
-		p.byParent[p.parent[b]] = list
+		kb.byParent[kb.parent[b]] = list
 	}
-	p.fill[b] = 0
+	kb.fill[b] = 0
 }
 
 // LRU list of unheld blocks with content (paged layout).
-func (p *blockPool) lruPush(b int32) {
-	s := int32(len(p.ref))
-	p.prev[b], p.next[b] = p.prev[s], s
-	p.next[p.prev[s]] = b
-	p.prev[s] = b
-	p.nLRU++
+func (kb *kvBlocks) lruPush(b int32) {
+	s := int32(len(kb.ref))
+	kb.prev[b], kb.next[b] = kb.prev[s], s
+	kb.next[kb.prev[s]] = b
+	kb.prev[s] = b
+	kb.nLRU++
 }
 
-func (p *blockPool) lruRemove(b int32) {
-	p.next[p.prev[b]] = p.next[b]
-	p.prev[p.next[b]] = p.prev[b]
-	p.nLRU--
+func (kb *kvBlocks) lruRemove(b int32) {
+	kb.next[kb.prev[b]] = kb.next[b]
+	kb.prev[kb.next[b]] = kb.prev[b]
+	kb.nLRU--
 }
 
 // available returns how many blocks could still be allocated.
-func (p *blockPool) available() int {
-	if !p.paged {
-		return len(p.ref) // a slot always has room for its whole context
+func (kb *kvBlocks) available() int {
+	if !kb.paged {
+		return len(kb.ref) // a slot always has room for its whole context
 	}
-	return len(p.empty) + p.nLRU
+	return len(kb.empty) + kb.nLRU
 }
 
 // cachedBlocks returns the unheld blocks that still hold content.
-func (p *blockPool) cachedBlocks() int {
-	if p.paged {
-		return p.nLRU
+func (kb *kvBlocks) cachedBlocks() int {
+	if kb.paged {
+		return kb.nLRU
 	}
 	n := 0
-	for b, r := range p.ref {
-		if r == 0 && p.fill[b] > 0 {
+	for b, r := range kb.ref {
+		if r == 0 && kb.fill[b] > 0 {
 			n++
 		}
 	}
@@ -216,47 +219,47 @@ func (p *blockPool) cachedBlocks() int {
 // alloc takes a free block for a sequence whose last block is prev (-1:
 // none): an empty one (see spot), else the least recently freed, or
 // returns -1 (paged layout).
-func (p *blockPool) alloc(prev int32) int32 {
+func (kb *kvBlocks) alloc(prev int32) int32 {
 	var b int32
 	switch {
-	case len(p.empty) > 0:
-		b = p.spot(prev)
-		p.takeEmpty(b)
-	case p.nLRU > 0:
-		b = p.next[len(p.ref)]
-		p.lruRemove(b)
-		p.unindex(b)
+	case len(kb.empty) > 0:
+		b = kb.spot(prev)
+		kb.takeEmpty(b)
+	case kb.nLRU > 0:
+		b = kb.next[len(kb.ref)]
+		kb.lruRemove(b)
+		kb.unindex(b)
 	default:
 		return -1
 	}
-	p.ref[b] = 1
-	p.used++
+	kb.ref[b] = 1
+	kb.used++
 	return b
 }
 
 // hold adds a reference to block b (paged layout).
-func (p *blockPool) hold(b int32) {
-	if p.ref[b] == 0 {
-		p.lruRemove(b)
-		p.used++
+func (kb *kvBlocks) hold(b int32) {
+	if kb.ref[b] == 0 {
+		kb.lruRemove(b)
+		kb.used++
 	}
-	p.ref[b]++
+	kb.ref[b]++
 }
 
 // drop removes a reference to block b.
-func (p *blockPool) drop(b int32) {
-	p.ref[b]--
-	if p.ref[b] > 0 {
+func (kb *kvBlocks) drop(b int32) {
+	kb.ref[b]--
+	if kb.ref[b] > 0 {
 		return
 	}
-	p.used--
-	if !p.paged {
+	kb.used--
+	if !kb.paged {
 		return
 	}
-	if p.fill[b] > 0 {
-		p.lruPush(b)
+	if kb.fill[b] > 0 {
+		kb.lruPush(b)
 	} else {
-		p.pushEmpty(b)
+		kb.pushEmpty(b)
 	}
 }
 
@@ -273,22 +276,22 @@ type prefix struct {
 func (m *prefix) tokens(size int) int { return len(m.full)*size + m.nPart }
 
 // match looks toks up in the index.
-func (p *blockPool) match(toks []int32) prefix {
+func (kb *kvBlocks) match(toks []int32) prefix {
 	m := prefix{part: -1}
 	h := hashSeed
-	for i := 0; (i+1)*p.size <= len(toks); i++ {
-		blk := toks[i*p.size : (i+1)*p.size]
+	for i := 0; (i+1)*kb.size <= len(toks); i++ {
+		blk := toks[i*kb.size : (i+1)*kb.size]
 		k := chainHash(h, blk)
-		b, ok := p.byKey[k]
-		if !ok || p.parent[b] != h || !slices.Equal(p.content(b), blk) {
+		b, ok := kb.byKey[k]
+		if !ok || kb.parent[b] != h || !slices.Equal(kb.content(b), blk) {
 			break
 		}
 		m.full, m.keys = append(m.full, b), append(m.keys, k)
 		h = k
 	}
-	rest := toks[len(m.full)*p.size:]
-	for _, b := range p.byParent[h] {
-		c := p.content(b)
+	rest := toks[len(m.full)*kb.size:]
+	for _, b := range kb.byParent[h] {
+		c := kb.content(b)
 		n := 0
 		for n < len(c) && n < len(rest) && c[n] == rest[n] {
 			n++
@@ -300,19 +303,19 @@ func (p *blockPool) match(toks []int32) prefix {
 	return m
 }
 
-// exactHit returns how much of the cached prefix m (cached tokens of it)
+// recentHit returns how much of the cached prefix m (cached tokens of it)
 // a sequence in slot can reuse when the cache keeps f16 copies of recent
 // rows (--kv-recent): its next queries read the copies of the positions
 // just before it, so it stops where those are no longer all kept. Only
 // blocks shared as they are keep their copies (a partial block is copied,
 // and so is a full block in the fixed layout unless it is the slot's own).
-func (p *blockPool) exactHit(slot int, m prefix, cached int) int {
-	if !p.kv.HasExact() || cached == 0 {
+func (kb *kvBlocks) recentHit(slot int, m prefix, cached int) int {
+	if !kb.kv.HasRecent() || cached == 0 {
 		return cached
 	}
 	blocks := make([]int32, 0, len(m.full)+1)
 	for i, b := range m.full {
-		if !p.paged && int(b) != slot*p.perSeq+i {
+		if !kb.paged && int(b) != slot*kb.perSeq+i {
 			b = -1
 		}
 		blocks = append(blocks, b)
@@ -320,105 +323,105 @@ func (p *blockPool) exactHit(slot int, m prefix, cached int) int {
 	if m.part >= 0 {
 		blocks = append(blocks, -1)
 	}
-	return p.kv.ExactHit(blocks, cached)
+	return kb.kv.RecentHit(blocks, cached)
 }
 
 // attach gives q (resident in slot) the cached prefix m of its tokens, at
 // most limit tokens, and returns how many tokens it reused.
-func (p *blockPool) attach(q *seq, m prefix, limit int) int {
-	cached := min(m.tokens(p.size), limit)
-	nFull, rem := cached/p.size, cached%p.size
+func (kb *kvBlocks) attach(q *seq, m prefix, limit int) int {
+	cached := min(m.tokens(kb.size), limit)
+	nFull, rem := cached/kb.size, cached%kb.size
 	src := m.part
 	if nFull < len(m.full) {
 		src = m.full[nFull]
 	}
-	if p.paged {
+	if kb.paged {
 		for _, b := range m.full[:nFull] {
-			p.hold(b)
+			kb.hold(b)
 		}
 		q.blocks = append(q.blocks[:0], m.full[:nFull]...)
 		if rem > 0 {
-			p.hold(src) // keep it from being evicted by alloc
+			kb.hold(src) // keep it from being evicted by alloc
 			prev := int32(-1)
 			if nFull > 0 {
 				prev = m.full[nFull-1]
 			}
-			if dst := p.alloc(prev); dst >= 0 {
-				p.kv.CopyRows(int(dst), int(src), rem)
+			if dst := kb.alloc(prev); dst >= 0 {
+				kb.kv.CopyRows(int(dst), int(src), rem)
 				q.blocks = append(q.blocks, dst)
 			} else {
 				rem = 0
 			}
-			p.drop(src)
+			kb.drop(src)
 		}
-		p.kv.Tables[q.slot] = q.blocks
+		kb.kv.Tables[q.slot] = q.blocks
 	} else {
-		base := int32(q.slot * p.perSeq)
+		base := int32(q.slot * kb.perSeq)
 		q.blocks = q.blocks[:0]
 		for i, b := range m.full[:nFull] {
 			dst := base + int32(i)
 			if b != dst {
-				p.unindex(dst)
-				p.kv.CopyRows(int(dst), int(b), p.size)
+				kb.unindex(dst)
+				kb.kv.CopyRows(int(dst), int(b), kb.size)
 			}
-			p.ref[dst] = 1
-			p.used++
+			kb.ref[dst] = 1
+			kb.used++
 			q.blocks = append(q.blocks, dst)
 		}
 		if rem > 0 {
 			dst := base + int32(nFull)
 			if src != dst {
-				p.unindex(dst)
-				p.kv.CopyRows(int(dst), int(src), rem)
+				kb.unindex(dst)
+				kb.kv.CopyRows(int(dst), int(src), rem)
 			}
-			p.unindex(dst) // its rows from rem on will be overwritten
-			p.ref[dst] = 1
-			p.used++
+			kb.unindex(dst) // its rows from rem on will be overwritten
+			kb.ref[dst] = 1
+			kb.used++
 			q.blocks = append(q.blocks, dst)
 		}
 	}
 	q.keys = append(q.keys[:0], m.keys[:nFull]...)
-	return nFull*p.size + rem
+	return nFull*kb.size + rem
 }
 
-// grow gives q blocks for positions below upto, as far as the pool
+// grow gives q blocks for positions below upto, as far as the blocks
 // allows, and returns the positions it now covers.
-func (p *blockPool) grow(q *seq, upto int) int {
-	for len(q.blocks)*p.size < upto {
+func (kb *kvBlocks) grow(q *seq, upto int) int {
+	for len(q.blocks)*kb.size < upto {
 		var b int32
-		if p.paged {
+		if kb.paged {
 			prev := int32(-1)
 			if len(q.blocks) > 0 {
 				prev = q.blocks[len(q.blocks)-1]
 			}
-			if b = p.alloc(prev); b < 0 {
+			if b = kb.alloc(prev); b < 0 {
 				break
 			}
 		} else {
-			b = int32(q.slot*p.perSeq + len(q.blocks))
-			p.unindex(b) // about to be overwritten
-			p.ref[b] = 1
-			p.used++
+			b = int32(q.slot*kb.perSeq + len(q.blocks))
+			kb.unindex(b) // about to be overwritten
+			kb.ref[b] = 1
+			kb.used++
 		}
 		q.blocks = append(q.blocks, b)
 	}
-	if p.paged {
-		p.kv.Tables[q.slot] = q.blocks
+	if kb.paged {
+		kb.kv.Tables[q.slot] = q.blocks
 	}
-	return min(upto, len(q.blocks)*p.size)
+	return min(upto, len(q.blocks)*kb.size)
 }
 
 // publish indexes the blocks q has filled since the last call.
-func (p *blockPool) publish(q *seq) {
-	for i := len(q.keys); (i+1)*p.size <= q.fed; i++ {
+func (kb *kvBlocks) publish(q *seq) {
+	for i := len(q.keys); (i+1)*kb.size <= q.fed; i++ {
 		parent := hashSeed
 		if i > 0 {
 			parent = q.keys[i-1]
 		}
-		blk := q.toks[i*p.size : (i+1)*p.size]
+		blk := q.toks[i*kb.size : (i+1)*kb.size]
 		k := chainHash(parent, blk)
-		if _, dup := p.byKey[k]; !dup {
-			p.index(q.blocks[i], parent, blk)
+		if _, dup := kb.byKey[k]; !dup {
+			kb.index(q.blocks[i], parent, blk)
 		}
 		q.keys = append(q.keys, k)
 	}
@@ -427,8 +430,8 @@ func (p *blockPool) publish(q *seq) {
 // release gives q's blocks back, leaving their content indexed (full
 // blocks whose twin has gone, and the partial last block, are indexed
 // now).
-func (p *blockPool) release(q *seq) {
-	p.publish(q)
+func (kb *kvBlocks) release(q *seq) {
+	kb.publish(q)
 	for i, b := range q.blocks {
 		parent := hashSeed
 		if i > 0 && i-1 < len(q.keys) {
@@ -436,16 +439,16 @@ func (p *blockPool) release(q *seq) {
 		}
 		switch {
 		case i < len(q.keys):
-			if _, ok := p.byKey[q.keys[i]]; !ok {
-				p.index(b, parent, q.toks[i*p.size:(i+1)*p.size])
+			if _, ok := kb.byKey[q.keys[i]]; !ok {
+				kb.index(b, parent, q.toks[i*kb.size:(i+1)*kb.size])
 			}
-		case i == len(q.keys) && q.fed > i*p.size && p.ref[b] == 1:
-			p.index(b, parent, q.toks[i*p.size:q.fed])
+		case i == len(q.keys) && q.fed > i*kb.size && kb.ref[b] == 1:
+			kb.index(b, parent, q.toks[i*kb.size:q.fed])
 		}
-		p.drop(b)
+		kb.drop(b)
 	}
 	q.blocks, q.keys = q.blocks[:0], q.keys[:0]
-	if p.paged {
-		p.kv.Tables[q.slot] = nil
+	if kb.paged {
+		kb.kv.Tables[q.slot] = nil
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/flowinfer/flowinfer/model"
 )
 
-func testPool(t *testing.T, paged bool, nBlocks, nSeq int) *blockPool {
+func testBlocks(t *testing.T, paged bool, nBlocks, nSeq int) *kvBlocks {
 	t.Helper()
 	h := &model.Hyper{NLayer: 1, NHead: 1, NHeadKV: 1, HeadDimK: 2, HeadDimV: 2}
 	var kv *model.KVCache
@@ -21,11 +21,11 @@ func testPool(t *testing.T, paged bool, nBlocks, nSeq int) *blockPool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newBlockPool(kv, paged, nSeq)
+	return newKVBlocks(kv, paged, nSeq)
 }
 
 // fill runs q's tokens "through the model": allocate, mark fed, publish.
-func fill(t *testing.T, p *blockPool, q *seq, slot int) int {
+func fill(t *testing.T, p *kvBlocks, q *seq, slot int) int {
 	t.Helper()
 	q.slot = slot
 	m := p.match(q.toks)
@@ -45,13 +45,13 @@ func fill(t *testing.T, p *blockPool, q *seq, slot int) int {
 
 func toks(ids ...int32) []int32 { return ids }
 
-// TestBlockPool: sharing by hash chain, partial-block copies, the
+// TestKVBlocks: sharing by hash chain, partial-block copies, the
 // last-token rule, collisions, LRU eviction and release accounting.
-func TestBlockPool(t *testing.T) {
+func TestKVBlocks(t *testing.T) {
 	for _, paged := range []bool{true, false} {
 		name := map[bool]string{true: "paged", false: "fixed"}[paged]
 		t.Run(name, func(t *testing.T) {
-			p := testPool(t, paged, 8, 2)
+			p := testBlocks(t, paged, 8, 2)
 			a := &seq{toks: toks(1, 2, 3, 4, 5, 6, 7, 8, 9, 10)}
 			if c := fill(t, p, a, 0); c != 0 {
 				t.Fatalf("cold start reused %d", c)
@@ -106,10 +106,10 @@ func TestBlockPool(t *testing.T) {
 	}
 }
 
-// TestBlockPoolEviction: with the pool full, the least recently freed
+// TestKVBlocksEviction: with every block in use, the least recently freed
 // content goes first, and held blocks never.
-func TestBlockPoolEviction(t *testing.T) {
-	p := testPool(t, true, 4, 2)
+func TestKVBlocksEviction(t *testing.T) {
+	p := testBlocks(t, true, 4, 2)
 	old := &seq{toks: toks(1, 2, 3, 4, 5)} // 2 blocks
 	fill(t, p, old, 0)
 	p.release(old)
@@ -141,10 +141,10 @@ func TestBlockPoolEviction(t *testing.T) {
 	}
 }
 
-// TestBlockPoolContiguity: sequences growing in turn (as decode steps do)
+// TestKVBlocksContiguity: sequences growing in turn (as decode steps do)
 // still get consecutive blocks, so attention reads long runs of rows.
-func TestBlockPoolContiguity(t *testing.T) {
-	p := testPool(t, true, 64, 4)
+func TestKVBlocksContiguity(t *testing.T) {
+	p := testBlocks(t, true, 64, 4)
 	seqs := make([]*seq, 4)
 	for i := range seqs {
 		seqs[i] = &seq{slot: i}

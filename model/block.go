@@ -1,0 +1,150 @@
+package model
+
+// block.go: the parts of a decoder block the architectures share: the
+// loop over layers, the embedding lookup, attention and the dense SwiGLU
+// FFN. Each reads like its formula; the shapes of the buffers are noted.
+
+import (
+	"math"
+
+	"github.com/flowinfer/flowinfer/quant"
+)
+
+// layers runs block(il) for every layer between the weight hooks, and
+// stops at the first block that fails.
+func (c *Context) layers(b *Batch, block func(il int, b *Batch) error) error {
+	for il := range c.M.Layers {
+		if c.hooks.Layers != nil {
+			L, err := c.hooks.Layers.Acquire(il)
+			if err != nil {
+				return err
+			}
+			c.cur, c.curIL = L, il
+		}
+		err := block(il, b)
+		if c.hooks.Layers != nil {
+			c.hooks.Layers.Release(il)
+			c.cur = nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// layer returns layer il's weights: the LayerSource's while the layer
+// runs, else the model's.
+func (c *Context) layer(il int) *Layer {
+	if c.cur != nil && c.curIL == il {
+		return c.cur
+	}
+	return &c.M.Layers[il]
+}
+
+// embed looks up the batch's token embeddings into c.x.
+func (c *Context) embed(b *Batch) {
+	c.Ops.Embed(c.x, c.M.TokEmbd, b.Tokens)
+	c.eval("inp_embd", -1, c.x, b.Len(), c.M.NEmbd)
+}
+
+// attention runs one block's attention sub-layer and adds it to the residual
+// stream c.x: x += Wo·attn(rope(norm(x)·Wq), rope(norm(x)·Wk), norm(x)·Wv).
+func (c *Context) attention(il int, b *Batch) error {
+	m, L, ops := c.M, c.layer(il), c.Ops
+	n := b.Len()
+	h := &m.Hyper
+	c.span("attn", il, true)
+	defer c.span("attn", il, false)
+	// attention rmsnorm
+	ops.RMSNorm(c.xn, c.x[:n*h.NEmbd], L.AttnNorm, n, h.NEmbd, h.RMSEps)
+	c.eval("attn_norm", il, c.xn, n, h.NEmbd)
+	// q, k, v projections (n × QDim, n × KDim, n × VDim)
+	q, k, v := c.q[:n*h.QDim()], c.k[:n*h.KDim()], c.v[:n*h.VDim()]
+	c.matmuls("attn_qkv", il, c.xn, n, mm{"attn_q", q, L.Wq}, mm{"attn_k", k, L.Wk}, mm{"attn_v", v, L.Wv})
+	if L.Bq != nil { // qwen2 biases
+		ops.AddRows(q, L.Bq)
+		ops.AddRows(k, L.Bk)
+		ops.AddRows(v, L.Bv)
+	}
+	if L.QNorm != nil { // qwen3: per-head RMSNorm of q and k before RoPE
+		ops.RMSNorm(q, q, L.QNorm, n*h.NHead, h.HeadDimK, h.RMSEps)
+		ops.RMSNorm(k, k, L.KNorm, n*h.NHeadKV, h.HeadDimK, h.RMSEps)
+	}
+	// rotary position embedding
+	ops.Rope(q, b.Pos, n, h.NHead, h.HeadDimK, &m.Rope)
+	ops.Rope(k, b.Pos, n, h.NHeadKV, h.HeadDimK, &m.Rope)
+	c.eval("Qcur", il, q, n, h.QDim())
+	c.eval("Kcur", il, k, n, h.KDim())
+	c.eval("Vcur", il, v, n, h.VDim())
+	// llama.cpp's rotation of block-quantized K and V (KVLayer.RotK/RotV)
+	lt := c.KV.Layer(il)
+	if lt.RotK > 0 {
+		c.hadamard(q, lt.RotK)
+		c.hadamard(k, lt.RotK)
+	}
+	if lt.RotV > 0 {
+		c.hadamard(v, lt.RotV)
+	}
+	// store k, v in the cache (kv_store: converted to its types,
+	// TurboQuant's rotation and coding included; see KVCache.Store)
+	c.span("kv_store", il, true)
+	err := c.KV.Store(il, b.Seq, b.Pos, k, v)
+	c.span("kv_store", il, false)
+	if err != nil {
+		return err
+	}
+	// softmax(q·kᵀ/√d)·v over the cached positions
+	att := c.att[:n*h.NHead*h.HeadDimV]
+	scale := float32(1 / math.Sqrt(float64(h.HeadDimK)))
+	c.span("attn_kqv", il, true)
+	ops.Attention(att, q, c.KV, il, b.Seq, b.Pos, h, scale)
+	c.span("attn_kqv", il, false)
+	if lt.RotV > 0 { // the output of rotated values, rotated back
+		c.hadamard(att, lt.RotV)
+	}
+	c.eval("kqv_out", il, att, n, h.NHead*h.HeadDimV)
+	// output projection and residual
+	c.matmul("attn_output", il, c.tmp[:n*h.NEmbd], L.Wo, att, n)
+	c.eval("attn_out", il, c.tmp, n, h.NEmbd)
+	ops.Add(c.x[:n*h.NEmbd], c.tmp[:n*h.NEmbd])
+	c.eval("ffn_inp", il, c.x, n, h.NEmbd)
+	return nil
+}
+
+// ffn runs a dense SwiGLU FFN sub-layer: x += Wdown·(silu(Wgate·norm(x)) ⊙ Wup·norm(x)).
+func (c *Context) ffn(il int, b *Batch) {
+	m, L, ops := c.M, c.layer(il), c.Ops
+	n := b.Len()
+	h := &m.Hyper
+	c.span("ffn", il, true)
+	defer c.span("ffn", il, false)
+	ops.RMSNorm(c.xn, c.x[:n*h.NEmbd], L.FFNNorm, n, h.NEmbd, h.RMSEps)
+	c.eval("ffn_norm", il, c.xn, n, h.NEmbd)
+	gate, up := c.gate[:n*h.NFF], c.up[:n*h.NFF]
+	c.matmuls("ffn_gate_up", il, c.xn, n, mm{"ffn_gate", gate, L.Gate}, mm{"ffn_up", up, L.Up})
+	ops.SwiGLU(gate, gate, up)
+	c.matmul("ffn_down", il, c.tmp[:n*h.NEmbd], L.Down, gate, n)
+	c.eval("ffn_out", il, c.tmp, n, h.NEmbd)
+	ops.Add(c.x[:n*h.NEmbd], c.tmp[:n*h.NEmbd])
+	c.eval("l_out", il, c.x, n, h.NEmbd)
+}
+
+// hadamard applies the orthonormal Walsh-Hadamard transform to each piece
+// of n values of x (len(x) a multiple of n), through the Ops if they can.
+func (c *Context) hadamard(x []float32, n int) {
+	if r, ok := c.Ops.(Rotator); ok {
+		r.Hadamard(x, n)
+		return
+	}
+	for i := 0; i+n <= len(x); i += n {
+		quant.Hadamard(x[i : i+n])
+	}
+}
+
+// Rotator is implemented by Ops that multiply pieces of a vector by the
+// orthonormal Walsh-Hadamard matrix themselves (in parallel, say): the
+// results must equal quant.Hadamard's piece by piece.
+type Rotator interface {
+	Hadamard(x []float32, n int)
+}
