@@ -313,7 +313,7 @@ func (c *KVCache) Run(seq, pos int) int {
 }
 
 // pagedLayoutRows is the layout block of a paged cache: consecutive blocks
-// within one (the block pool hands a growing sequence consecutive blocks)
+// within one (the KV block allocator hands a growing sequence consecutive blocks)
 // hold each head's rows back to back, so attention streams runs of several
 // blocks.
 const pagedLayoutRows = 256

@@ -137,7 +137,7 @@ func (c *KVCache) key(seq, pos int) int {
 	return seq*c.recent.perSeq + pos/RecentAlign
 }
 
-// recentSlots is the slot pool for nSeq sequences, batches of up to
+// recentSlots is the recent-row slots for nSeq sequences, batches of up to
 // maxBatch rows and slots of slotRows rows: every sequence's window (the
 // N+RecentAlign-1 positions a query reads, over at most
 // (N+RecentAlign-2)/slotRows+2 slots) and the slots a batch writes, plus one
@@ -173,7 +173,7 @@ func KVRecentReserve(h *Hyper, t KVTypes, nSeq, maxBatch, blockSize, cells int) 
 	return row * int64(min(recentSlots(t.Recent, slotRows, nSeq, maxBatch), (cells+slotRows-1)/slotRows)*slotRows)
 }
 
-// ReserveRecent sizes the slot pool for batches of up to maxBatch rows
+// ReserveRecent sizes the recent-row slots for batches of up to maxBatch rows
 // (NewContextKV calls it; see recentSlots).
 func (c *KVCache) ReserveRecent(maxBatch int) {
 	r := c.recent

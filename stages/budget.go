@@ -1,6 +1,6 @@
 // This file is the RAM arithmetic of a run: what the KV cache and the
 // activations take beside the weights, hence the weight budget a memory
-// limit leaves (when --ram-budget is 0), and the KV pool a byte budget
+// limit leaves (when --ram-budget is 0), and the KV cells a byte budget
 // holds (serve --kv-budget). It is pure arithmetic on hyperparameters:
 // reading the machine's or cgroup's limit is the caller's (configs.MemoryLimit).
 
@@ -74,22 +74,22 @@ func ActBytes(h *model.Hyper, maxBatch int) int64 {
 	return int64(maxBatch) * w * 4
 }
 
-// KVPool is what a byte budget for the KV cache holds (serve --kv-budget).
-type KVPool struct {
+// KVCapacity is what a byte budget for the KV cache holds (serve --kv-budget).
+type KVCapacity struct {
 	Tokens   int   // cells that fit
 	PerToken int   // bytes of one cell, all layers
 	Windows  int64 // bytes of the recent f16 windows, taken first
 }
 
-// KVPoolFor returns the pool budget bytes hold in types kv, for nSeq
+// KVCapacityFor returns what budget bytes of KV cache hold in types kv, for nSeq
 // sequences at once, batches of maxBatch and blocks of blockSize: the
 // recent windows first (sized for as many cells as the whole budget
 // would hold), then as many cells as the rest holds.
-func KVPoolFor(h *model.Hyper, kv model.KVTypes, budget int64, nSeq, maxBatch, blockSize int) (KVPool, error) {
+func KVCapacityFor(h *model.Hyper, kv model.KVTypes, budget int64, nSeq, maxBatch, blockSize int) (KVCapacity, error) {
 	per, err := model.KVBytesPerToken(h, kv)
 	if err != nil {
-		return KVPool{}, err
+		return KVCapacity{}, err
 	}
 	win := model.KVRecentReserve(h, kv, nSeq, maxBatch, blockSize, int(budget/int64(per)))
-	return KVPool{Tokens: int(max(budget-win, 0) / int64(per)), PerToken: per, Windows: win}, nil
+	return KVCapacity{Tokens: int(max(budget-win, 0) / int64(per)), PerToken: per, Windows: win}, nil
 }

@@ -82,20 +82,20 @@ func TestEngineFootprint(t *testing.T) {
 	}
 }
 
-// TestKVPoolFor: a KV byte budget holds whole cells after the windows.
-func TestKVPoolFor(t *testing.T) {
+// TestKVCapacityFor: a KV byte budget holds whole cells after the windows.
+func TestKVCapacityFor(t *testing.T) {
 	h := budgetHyper(32, false)
-	p, err := stages.KVPoolFor(h, model.KVTypes{K: model.KVF16, V: model.KVF16}, 1<<20+100, 4, 512, 16)
-	if err != nil || p != (stages.KVPool{Tokens: 2048, PerToken: 512}) {
+	p, err := stages.KVCapacityFor(h, model.KVTypes{K: model.KVF16, V: model.KVF16}, 1<<20+100, 4, 512, 16)
+	if err != nil || p != (stages.KVCapacity{Tokens: 2048, PerToken: 512}) {
 		t.Errorf("f16: %+v, %v", p, err)
 	}
 	tq4 := model.KVTypes{K: model.KVTQ4, V: model.KVTQ4, Recent: model.DefaultKVRecent}
-	p, err = stages.KVPoolFor(h, tq4, 1<<20, 4, 512, 16)
+	p, err = stages.KVCapacityFor(h, tq4, 1<<20, 4, 512, 16)
 	per, _ := model.KVBytesPerToken(h, tq4)
 	if err != nil || p.Windows <= 0 || p.PerToken != per || p.Tokens != int((1<<20-p.Windows)/int64(per)) {
 		t.Errorf("tq4 with recent windows: %+v, %v", p, err)
 	}
-	if _, err := stages.KVPoolFor(budgetHyper(8, false), model.KVTypes{K: model.KVQ8_0, V: model.KVF16}, 1<<20, 1, 1, 16); err == nil {
+	if _, err := stages.KVCapacityFor(budgetHyper(8, false), model.KVTypes{K: model.KVQ8_0, V: model.KVF16}, 1<<20, 1, 1, 16); err == nil {
 		t.Error("q8_0 on heads of 8: no error")
 	}
 }

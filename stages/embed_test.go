@@ -158,7 +158,7 @@ func TestEmbeddingMatchesReference(t *testing.T) {
 }
 
 // TestEmbeddingsAmongGeneration: embedding requests running together with
-// generation requests, in a KV pool small enough to preempt, leave the
+// generation requests, in a KV cache small enough to preempt, leave the
 // generated text as it is alone, and their vectors equal the ones computed
 // alone; the same text twice gives the same vector; an embedding request
 // after a generation request with the same prompt (cached) is unchanged.

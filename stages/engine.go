@@ -26,7 +26,7 @@ type Config struct {
 	// BlockSize is the number of tokens per KV cache block, a power of
 	// two [16]. Prefixes are shared between requests in whole blocks.
 	BlockSize int
-	// KVTokens sizes the KV block pool shared by all sequences, in tokens
+	// KVTokens sizes the KV cache's blocks, shared by all sequences, in tokens
 	// [NSeq × NCtx: every sequence can always reach NCtx]. A smaller pool
 	// (at least NCtx) preempts sequences when it runs out.
 	KVTokens int
@@ -161,7 +161,7 @@ func NewEngine(m *model.Model, tok *tokenizer.Tokenizer, ops model.Ops, cfg Conf
 	paged := model.SupportsPagedKV(ops)
 	if paged {
 		if cfg.KVTokens < cfg.NCtx {
-			return nil, fmt.Errorf("stages: a KV pool of %d tokens cannot hold one context of %d", cfg.KVTokens, cfg.NCtx)
+			return nil, fmt.Errorf("stages: a KV cache of %d tokens cannot hold one context of %d", cfg.KVTokens, cfg.NCtx)
 		}
 		kv, err = model.NewPagedKVCache(&m.Hyper, cfg.KVTypes, bs, roundUp(cfg.KVTokens, bs)/bs, cfg.NSeq, cfg.NCtx)
 	} else {

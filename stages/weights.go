@@ -112,7 +112,7 @@ func (w *WeightPath) StreamsLayer(il int) bool {
 }
 
 // Prefetching reports whether MoE layers should prefetch the next layer's
-// guessed experts (Context.PrefetchNext).
+// guessed experts (Hooks.PrefetchNext).
 func (w *WeightPath) Prefetching() bool {
 	return w != nil && w.plan.Streaming() && w.cfg.PrefetchDepth > 0
 }

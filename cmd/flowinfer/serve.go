@@ -134,7 +134,7 @@ func (c *ServeCmd) checkFlags() (stages.Pooling, error) {
 	return p, nil
 }
 
-// load opens the model, sizes the KV pool and the weights, and makes the
+// load opens the model, sizes the KV cache and the weights, and makes the
 // engine.
 func (c *ServeCmd) load(ctx context.Context, g *Globals, rec *graph.Recorder) (*rig, *stages.Engine, error) {
 	l, err := c.open(ctx, g.Log)
@@ -144,7 +144,7 @@ func (c *ServeCmd) load(ctx context.Context, g *Globals, rec *graph.Recorder) (*
 	p := &g.Config.Pipeline
 	sc := engineConfig(p, ctxSize(l, p.KVCache.CtxSize, g.Log))
 	sc.StepFactor, sc.BlockSize = stepFactor(c.StepFactor), c.KVBlock
-	if sc.KVTokens, err = c.kvPool(&l.Model.Hyper, sc); err != nil {
+	if sc.KVTokens, err = c.kvTokens(&l.Model.Hyper, sc); err != nil {
 		l.Close()
 		return nil, nil, err
 	}
@@ -156,24 +156,24 @@ func (c *ServeCmd) load(ctx context.Context, g *Globals, rec *graph.Recorder) (*
 	return r, e, nil
 }
 
-// kvPool returns the KV pool's size in tokens: --kv-tokens, or what
+// kvTokens returns the KV cache's size in tokens: --kv-tokens, or what
 // --kv-budget holds (0: the engine's, NSeq × NCtx).
-func (c *ServeCmd) kvPool(h *model.Hyper, sc stages.Config) (int, error) {
+func (c *ServeCmd) kvTokens(h *model.Hyper, sc stages.Config) (int, error) {
 	if c.KVBudget <= 0 {
 		return c.KVTokens, nil
 	}
 	if c.KVTokens > 0 {
-		return 0, fmt.Errorf("--kv-tokens %d and --kv-budget %v both size the KV pool: set one", c.KVTokens, c.KVBudget)
+		return 0, fmt.Errorf("--kv-tokens %d and --kv-budget %v both size the KV cache: set one", c.KVTokens, c.KVBudget)
 	}
-	pool, err := stages.KVPoolFor(h, sc.KVTypes, int64(c.KVBudget), sc.NSeq, sc.MaxBatch, sc.BlockSize)
+	kc, err := stages.KVCapacityFor(h, sc.KVTypes, int64(c.KVBudget), sc.NSeq, sc.MaxBatch, sc.BlockSize)
 	if err != nil {
 		return 0, err
 	}
-	if pool.Tokens < sc.NCtx {
+	if kc.Tokens < sc.NCtx {
 		return 0, fmt.Errorf("--kv-budget %v holds %d tokens of %s KV (%d bytes each, after %d bytes of f16 windows); one context needs %d",
-			c.KVBudget, pool.Tokens, sc.KVTypes, pool.PerToken, pool.Windows, sc.NCtx)
+			c.KVBudget, kc.Tokens, sc.KVTypes, kc.PerToken, kc.Windows, sc.NCtx)
 	}
-	return pool.Tokens, nil
+	return kc.Tokens, nil
 }
 
 // printServing says what the server serves, and how.
