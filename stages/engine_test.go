@@ -476,8 +476,9 @@ func nmse(got, want []float32) float64 {
 // byte: rows read from the wrong f16 slot after the windows move (from
 // position 65 on) would change every request's text. Batching changes no
 // bits: the products of stories260K's F32 weights by several rows give
-// each row its bits alone (cpu's TestMatMulBatchInvariant); until session
-// 27 they did not, and request 0 drifted after 212 bytes.
+// each row its bits alone (cpu's TestMatMulBatchInvariant); products that
+// round batched rows differently make request 0 drift after 212 bytes,
+// which this test catches.
 func TestParallelKVRecent(t *testing.T) {
 	fx := load(t, "stories260K.gguf")
 	kv := model.KVTypes{K: model.KVTQ4, V: model.KVTQ3, Recent: 8}
