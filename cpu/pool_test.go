@@ -164,7 +164,7 @@ func (t *busyTask) run(int) {
 	}
 }
 
-// TestGuided checks the row chunks of matrix-vector products (backend.go).
+// TestGuided checks the row chunks of matrix-vector products (backend_matmul.go).
 func TestGuided(t *testing.T) {
 	for _, c := range []struct{ n, workers, minSize, align int }{
 		{8192, 2, 32, 8}, {512, 2, 32, 8}, {2048, 2, 16, 8}, {13, 2, 16, 8}, {8, 4, 16, 8},
