@@ -209,8 +209,8 @@ func (b *Backend) SwiGLU(out, gate, up []float32) {
 	b.runEW(e, len(gate), expCost)
 }
 
-// swiglu is SwiGLU on a range (expf inlined by hand: this loop runs once
-// per FFN activation).
+// swiglu is SwiGLU on a range (expf's body with expPoly inlined: this
+// loop runs once per FFN activation).
 func swiglu(out, gate, up []float32) {
 	up = up[:len(gate)]
 	out = out[:len(gate)]
@@ -218,12 +218,7 @@ func swiglu(out, gate, up []float32) {
 		x := -g
 		var e float32
 		if x > -87 && x < 88 {
-			f := float64(x)
-			k := f*log2e + roundBias - roundBias
-			r := f - k*ln2
-			r2 := r * r
-			p := (1 + r) + r2*(1.0/2+r*(1.0/6)) + r2*r2*((1.0/24+r*(1.0/120))+r2*(1.0/720+r*(1.0/5040)))
-			e = float32(p * math.Float64frombits(uint64(int64(k)+1023)<<52))
+			e = float32(expPoly(float64(x)))
 		} else {
 			e = expfSlow(x)
 		}
