@@ -1,6 +1,7 @@
 package cpu
 
-// backend_attn.go: the Backend's attention, in two forms.
+// backend_attn.go: the Backend's attention, in two forms, and the plan of
+// one call.
 //
 //   - A lone row of a sequence (decode), or each row of a run shorter than
 //     attnMinRun, is one unit per KV head: the group
@@ -31,9 +32,15 @@ package cpu
 // Workers claim units from a counter, most expensive (latest positions)
 // first. Both forms compute Ref's result up to float rounding: the row form
 // in Ref's order, the block form with float32 sums per tile (FlashTile).
+//
+// This file plans a call: it cuts the batch into units, lays out the packed
+// K and V of each long run, sizes every worker's scratch, and runs the
+// packing and then the units on the workers. It computes no score and no
+// sum: the row form is backend_attn_row.go, the block form and the packing
+// backend_attn_flash.go, and the arithmetic of both is the kernels'
+// (kern_attn.go, kern_fa.go, kern_qint.go, kern_wint.go).
 
 import (
-	"math"
 	"sync/atomic"
 
 	"github.com/flowinfer/flowinfer/model"
@@ -68,13 +75,13 @@ type attnUnit struct {
 // per call for all its blocks in FlashTile's layouts (by all workers, in
 // pieces of packPiece positions of one KV head): head kh's K rows at
 // k + kh*n*dk (rows of dk), its V at v + kh*n*dv (FlashPackV's layout).
-// With --kv-recent, the f16 copies of positions [xe, n) are packed too
-// (halves that keep them), at xk + kh*(n-xe)*HeadDimK and xv +
-// kh*(n-xe)*HeadDimV, position j as row j-xe.
+// With --kv-recent, the f16 copies of positions [rFrom, n) are packed too
+// (halves that keep them), at rk + kh*(n-rFrom)*HeadDimK and rv +
+// kh*(n-rFrom)*HeadDimV, position j as row j-rFrom.
 type kvRegion struct {
 	k, v, n int
-	xk, xv  int
-	xe      int
+	rk, rv  int
+	rFrom   int
 	s       int32 // the sequence
 }
 
@@ -127,14 +134,6 @@ type attnTask struct {
 
 func (a *attnTask) init(workers int) { a.scratch = make([]attnScratch, workers) }
 
-// grow returns s with length n, reallocating only when it is too short.
-func grow[T any](s []T, n int) []T {
-	if cap(s) < n {
-		return make([]T, n)
-	}
-	return s[:n]
-}
-
 // Attention implements model.Ops.
 func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq, pos []int32, h *model.Hyper, scale float32) {
 	a := &b.attn
@@ -167,18 +166,18 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 		reg, block := int32(-1), 1
 		if r1-r0 >= attnMinRun {
 			reg, block = int32(len(a.regions)), a.block
-			r := kvRegion{k: packed, v: packed + h.NHeadKV*np*dk, n: np, s: seq[r0], xe: np}
+			r := kvRegion{k: packed, v: packed + h.NHeadKV*np*dk, n: np, s: seq[r0], rFrom: np}
 			packed += h.NHeadKV * np * (dk + dv)
 			if a.recent {
-				r.xe = kv.RecentFrom(int(pos[r0])) // the run's first (lowest) position
-				xn := np - r.xe
+				r.rFrom = kv.RecentFrom(int(pos[r0])) // the run's first (lowest) position
+				rn := np - r.rFrom
 				if a.lt.RecentK {
-					r.xk = packed
-					packed += h.NHeadKV * xn * h.HeadDimK
+					r.rk = packed
+					packed += h.NHeadKV * rn * h.HeadDimK
 				}
 				if a.lt.RecentV {
-					r.xv = packed
-					packed += h.NHeadKV * xn * h.HeadDimV
+					r.rv = packed
+					packed += h.NHeadKV * rn * h.HeadDimV
 				}
 			}
 			a.regions = append(a.regions, r)
@@ -233,7 +232,7 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 			s.krows = grow(s.krows, kvChunk*a.lt.KHead)
 		}
 	}
-	serial := b.pool.workers() == 1 || work < attnMinWork
+	serial := b.workers.count() == 1 || work < attnMinWork
 	if blocks {
 		// pack the regions first, every worker taking pieces of
 		// positions of one KV head
@@ -251,7 +250,7 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 		if serial || len(a.packs) == 1 {
 			a.run(0)
 		} else {
-			b.pool.run(a)
+			b.workers.run(a)
 		}
 		a.packing = false
 	}
@@ -260,67 +259,7 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 		a.run(0)
 		return
 	}
-	b.pool.run(a)
-}
-
-// packPiece is the positions of one KV head a packing unit converts.
-const packPiece = 1024
-
-// packUnit is positions [j0, j1) of KV head kh of region reg, to pack.
-type packUnit struct{ reg, kh, j0, j1 int32 }
-
-// pack fills a piece of a region: the K and V rows of its sequence at
-// positions [j0, j1) of one KV head, as float32 in FlashTile's layouts
-// (TurboQuant rows stay in the rotated domain: flash rotates the queries
-// and rotates the outputs back). Pieces write disjoint parts of the
-// region.
-func (a *attnTask) pack(sc *attnScratch, u packUnit) {
-	h, kv := a.h, a.kv
-	dk, dv := a.dkp, a.dvp
-	reg, kh := &a.regions[u.reg], int(u.kh)
-	s, n := int(reg.s), reg.n
-	vp := a.packed[reg.v+kh*n*dv:][:n*dv]
-	for j0, j1 := int(u.j0), int(u.j1); j0 < j1; {
-		L := min(a.span(s, j0, j1-j0), kvChunk)
-		kt, r0 := kv.KHeadTiles(a.layer, kh, s, j0, L)
-		kr, vr := sc.krows[:L*a.lt.KHead], kv.VHeadRows(a.layer, kh, s, j0, L)
-		a.k.Untile(kt, a.lt.KHead, a.lt.KUnit, r0, L, kr)
-		kd := a.packed[reg.k+(kh*n+j0)*dk:][:L*dk]
-		a.toF32(a.lt.K, kv.TurboK(a.layer, kh), kr, a.lt.KHead, L, h.HeadDimK, kd, dk)
-		if a.lt.V == model.KVF32 {
-			FlashPackV(vp, n, j0, bytesF32(vr), dv, dv, L)
-		} else {
-			a.toF32(a.lt.V, kv.TurboV(a.layer, kh), vr, a.lt.VHead, L, h.HeadDimV, sc.dec, dv)
-			FlashPackV(vp, n, j0, sc.dec, dv, dv, L)
-		}
-		j0 += L
-	}
-	// --kv-recent's f16 rows of the piece's positions from xe on
-	xn, dk0, dv0 := n-reg.xe, h.HeadDimK, h.HeadDimV
-	for j0, j1 := max(int(u.j0), reg.xe), int(u.j1); j0 < j1; {
-		L := min(kv.RecentRun(s, j0, j1-j0), kvChunk)
-		if a.lt.RecentK {
-			kd := a.packed[reg.xk+(kh*xn+j0-reg.xe)*dk0:][:L*dk0]
-			a.k.DequantRows(quant.F16, kv.RecentKHeadRows(a.layer, kh, s, j0, L), 2*dk0, L, dk0, kd, dk0)
-		}
-		if a.lt.RecentV {
-			a.k.DequantRows(quant.F16, kv.RecentVHeadRows(a.layer, kh, s, j0, L), 2*dv0, L, dv0, sc.dec, dv0)
-			FlashPackV(a.packed[reg.xv+kh*xn*dv0:][:xn*dv0], xn, j0-reg.xe, sc.dec, dv0, dv0, L)
-		}
-		j0 += L
-	}
-}
-
-// toF32 converts n cached heads of type t (row i at src[i*stride:], dim
-// values; tq the codec of a TurboQuant type) to float32 rows at
-// dst[i*dstride:]: TurboQuant rows into the rotated domain (Padded
-// values).
-func (a *attnTask) toF32(t model.KVType, tq *quant.Turbo, src []byte, stride, n, dim int, dst []float32, dstride int) {
-	if tq != nil {
-		a.k.TurboDecode(tq, src, stride, n, dst, dstride)
-		return
-	}
-	a.k.DequantRows(quantOf(t), src, stride, n, dim, dst, dstride)
+	b.workers.run(a)
 }
 
 // quantOf returns the ggml type of a block or float KV type.
@@ -372,290 +311,3 @@ func (b *Backend) PagedKV() bool { return true }
 // span returns how many positions from j on (at most n) sit in
 // consecutive cache rows of sequence s.
 func (a *attnTask) span(s, j, n int) int { return min(n, a.kv.Run(s, j)) }
-
-// row computes the group of query heads of KV head kh for the lone batch
-// row t, one AttnScoresTiles and one AttnSum call per run of consecutive
-// cached rows. Both meet the stored values in float32 arithmetic
-// (TurboQuant rows in the rotated domain, met by rotated queries), so a
-// lone row sees what a prefill tile and Ref see up to float rounding: the
-// scores of block and TurboQuant rows are summed on their integer values
-// or codebook levels and scaled once per block and row. Except K rows of
-// q4_0 and 4-bit TurboQuant, scored in integers against the query rounded
-// to int16 steps of its largest |value|/32767 (kern_qint.go): that moves
-// the scores by up to 2^-16 of that value per product, finer than
-// llama.cpp's rounding of the query to the cache's type. And except V rows
-// of q4_0, q8_0 and 3- and 4-bit TurboQuant, summed in integers (sumQ,
-// kern_wint.go): the weights times the rows' scales rounded to int16 steps
-// of their largest/32767, the sums exact. V sums of TurboQuant rows stay
-// rotated until the end.
-func (a *attnTask) row(sc *attnScratch, t, kh int) {
-	h, kv := a.h, a.kv
-	dk, dv, G := h.HeadDimK, h.HeadDimV, a.group
-	s, np := int(a.seq[t]), int(a.pos[t])+1
-	sco := sc.scores[:G*np]
-	// scores: sco[g*np + j] = K_j · q_g, run by run of consecutive rows
-	qBase := (t*h.NHead + kh*G) * dk
-	qg := a.q[qBase : qBase+G*dk]
-	tk := kv.TurboK(a.layer, kh)
-	qf, kw := qg, dk // the queries, and the width of the rows they meet
-	if tk != nil {
-		kw = tk.Padded()
-		for g := range G {
-			a.k.TurboRotate(tk, sc.qrot[g*kw:(g+1)*kw], qg[g*dk:(g+1)*dk])
-		}
-		qf = sc.qrot[:G*kw]
-	}
-	e := kv.RecentFrom(np - 1) // --kv-recent: rows from e on read as f16 copies
-	ek, ev := np, np
-	if a.lt.RecentK {
-		ek = e
-	}
-	if a.lt.RecentV {
-		ev = e
-	}
-	kq := quantOf(a.lt.K)
-	xq := qintKind(kq, tk) && ek > 0 && sc.qint.Round(kq, tk, qf, G, kw) // rounded once for every run
-	for j := 0; j < ek; {
-		n := a.span(s, j, ek-j)
-		kt, r0 := kv.KHeadTiles(a.layer, kh, s, j, n)
-		if xq {
-			a.k.AttnScoresTilesQ(kq, tk, kt, a.lt.KUnit, r0, n, &sc.qint, sco[j:], np)
-		} else {
-			a.k.attnScoresTiles(kq, tk, kt, a.lt.KUnit, r0, n, kw, qf, G, sco[j:], np, false)
-		}
-		j += n
-	}
-	for j := ek; j < np; { // the f16 copies meet the unrotated queries
-		n := kv.RecentRun(s, j, np-j)
-		a.k.AttnScores(quant.F16, nil, kv.RecentKHeadRows(a.layer, kh, s, j, n), 2*dk, n, dk, qg, G, sco[j:], np)
-		j += n
-	}
-	// softmax per query head (float64 sums)
-	for g := range G {
-		a.k.Softmax(sco[g*np:(g+1)*np], a.scale)
-	}
-	// out_g = Σ_j w_gj · V_j
-	oBase := (t*h.NHead + kh*G) * dv
-	out := a.out[oBase : oBase+G*dv]
-	tv := kv.TurboV(a.layer, kh)
-	acc, ad := out, dv
-	if tv != nil {
-		ad = tv.Padded()
-		acc = sc.vacc[:G*ad]
-	}
-	vq := quantOf(a.lt.V)
-	if !(wintKind(vq, tv) && ev > 0 && a.sumQ(sc, vq, tv, t, kh, ev, ad, sco, np, acc)) {
-		clear(acc)
-		for j0 := 0; j0 < ev; {
-			n := a.span(s, j0, ev-j0)
-			vr := kv.VHeadRows(a.layer, kh, s, j0, n)
-			// each V row once for the whole group, positions in order (as Ref)
-			a.k.AttnSum(vq, tv, vr, a.lt.VHead, n, ad, sco[j0:], np, G, acc)
-			j0 += n
-		}
-	}
-	if tv != nil {
-		for g := range G {
-			a.k.TurboUnrotate(tv, out[g*dv:(g+1)*dv], acc[g*ad:(g+1)*ad])
-		}
-	}
-	for j0 := ev; j0 < np; { // the f16 copies, summed unrotated
-		n := kv.RecentRun(s, j0, np-j0)
-		a.k.AttnSum(quant.F16, nil, kv.RecentVHeadRows(a.layer, kh, s, j0, n), 2*dv, n, dv, sco[j0:], np, G, out)
-		j0 += n
-	}
-}
-
-// sumQ sets acc to the V sums of the lone batch row t's group of query
-// heads (KV head kh) over the quantized rows [0, ev) of type vq (tv:
-// TurboQuant), in integers (kern_wint.go), chunk by chunk of WIntChunk
-// positions; false, acc untouched, when RoundWeights refuses a chunk's
-// weights (the caller sums in float32).
-func (a *attnTask) sumQ(sc *attnScratch, vq quant.Type, tv *quant.Turbo, t, kh, ev, dim int, w []float32, lw int, acc []float32) bool {
-	kv, s, x := a.kv, int(a.seq[t]), &sc.wint
-	x.Begin(vq, tv, a.group, dim)
-	for c0 := 0; c0 < ev; c0 += WIntChunk {
-		c1 := min(c0+WIntChunk, ev)
-		wc := w[c0:]
-		if a.span(s, c0, c1-c0) == c1-c0 { // one run: one call
-			var next []byte // the next chunk's first run, prefetched
-			if c1 < ev {
-				next = kv.VHeadRows(a.layer, kh, s, c1, a.span(s, c1, min(WIntChunk, ev-c1)))
-			}
-			if !a.k.AttnSumChunk(x, kv.VHeadRows(a.layer, kh, s, c0, c1-c0), a.lt.VHead, c1-c0, wc, lw, next) {
-				return false
-			}
-			continue
-		}
-		x.Chunk(c1 - c0)
-		for j := c0; j < c1; {
-			n := a.span(s, j, c1-j)
-			a.k.AttnSumScales(x, kv.VHeadRows(a.layer, kh, s, j, n), a.lt.VHead, j-c0, n, wc, lw)
-			j += n
-		}
-		if !a.k.RoundWeights(x, wc, lw) {
-			return false
-		}
-		for j := c0; j < c1; {
-			n := a.span(s, j, c1-j)
-			a.k.AttnSumQ(x, kv.VHeadRows(a.layer, kh, s, j, n), a.lt.VHead, j-c0, n)
-			j += n
-		}
-		x.Fold()
-	}
-	x.Finish(acc)
-	return true
-}
-
-// flash computes KV head kh's query heads for batch rows [t0, t1) of one
-// sequence, tile by tile over the cached positions up to the block's last
-// (FlashTile), from the sequence's packed K and V (reg).
-func (a *attnTask) flash(sc *attnScratch, t0, t1, kh int, reg *kvRegion) {
-	h := a.h
-	dk, dv, G := a.dkp, a.dvp, a.group
-	tk, tv := a.kv.TurboK(a.layer, kh), a.kv.TurboV(a.layer, kh)
-	R := (t1 - t0) * G // query rows: (row t, head g) at (t-t0)*G + g
-	rp := (R + FlashRowBlock - 1) / FlashRowBlock * FlashRowBlock
-	np, pmin := 0, int(a.pos[t0])
-	for t := t0; t < t1; t++ {
-		np, pmin = max(np, int(a.pos[t])+1), min(pmin, int(a.pos[t]))
-	}
-	// the block's query rows times the scale (so the scores come out
-	// scaled), transposed into blocks of FlashRowBlock rows; padding rows
-	// are zero and at position pmin
-	qt, ps := sc.q[:rp*dk], sc.pos[:rp]
-	// --kv-recent: positions [e, np) are read from their f16 copies (e is
-	// the same for every row of the block: Attention cuts blocks at
-	// RecentAlign); a TurboQuant K's copies meet the queries unrotated (q2)
-	e, dk0, dv0 := np, h.HeadDimK, h.HeadDimV
-	if a.recent {
-		e = a.kv.RecentFrom(pmin)
-	}
-	var q2 []float32
-	if e < np && a.lt.RecentK && tk != nil {
-		q2 = sc.q2[:rp*dk0]
-	}
-	const B = FlashRowBlock
-	for r := range rp {
-		qb, i := qt[r/B*dk*B:], r%B
-		if r >= R {
-			for d := range dk {
-				qb[d*B+i] = 0
-			}
-			if q2 != nil {
-				for d := range dk0 {
-					q2[r/B*dk0*B+d*B+i] = 0
-				}
-			}
-			ps[r] = int32(pmin)
-			continue
-		}
-		t, g := t0+r/G, r%G
-		ps[r] = a.pos[t]
-		src := a.q[(t*h.NHead+kh*G+g)*h.HeadDimK:][:h.HeadDimK]
-		if q2 != nil {
-			for d, v := range src {
-				q2[r/B*dk0*B+d*B+i] = v * a.scale
-			}
-		}
-		if tk != nil { // K is stored rotated: rotate the query alike
-			a.k.TurboRotate(tk, sc.qrot[:dk], src)
-			src = sc.qrot[:dk]
-		}
-		for d, v := range src {
-			qb[d*B+i] = v * a.scale
-		}
-	}
-	acc, m, l := sc.acc[:R*dv], sc.m[:rp], sc.l[:rp]
-	clear(acc)
-	clear(l)
-	for i := range m {
-		m[i] = float32(math.Inf(-1))
-	}
-	// tiles of up to attnTile positions, masked only where they cross the
-	// diagonal of some row
-	kp, vp := a.packed[reg.k+kh*reg.n*dk:][:np*dk], a.packed[reg.v+kh*reg.n*dv:][:reg.n*dv]
-	for j0 := 0; j0 < e; j0 += attnTile {
-		L := min(attnTile, e-j0)
-		a.k.FlashTile(qt, rp, R, dk, dv, kp[j0*dk:], vp, reg.n, L, j0, ps, j0+L-1 > pmin, m, l, acc, sc.scores)
-	}
-	var acc2 []float32 // the f16 copies' V sums of a TurboQuant V
-	if e < np {
-		xn := reg.n - reg.xe
-		xq, xdk := qt, dk
-		if q2 != nil {
-			xq, xdk = q2, dk0
-		}
-		xacc, xdv := acc, dv
-		if a.lt.RecentV && tv != nil {
-			// summed unrotated apart; acc (the quantized rows') is
-			// rescaled from the maxima it was summed at (m2) at the end
-			copy(sc.m2[:rp], m)
-			acc2 = sc.acc2[:R*dv0]
-			clear(acc2)
-			xacc, xdv = acc2, dv0
-		}
-		xv, vn, off := vp, reg.n, 0
-		if a.lt.RecentV { // FlashTile reads V by position: shift positions to the copies' rows
-			xv, vn, off = a.packed[reg.xv+kh*xn*dv0:][:xn*dv0], xn, reg.xe
-			for r := range ps {
-				ps[r] -= int32(off)
-			}
-		}
-		for j0 := e; j0 < np; j0 += attnTile {
-			L := min(attnTile, np-j0)
-			kt := kp[j0*dk:]
-			if a.lt.RecentK {
-				kt = a.packed[reg.xk+(kh*xn+j0-reg.xe)*dk0:][:L*dk0]
-			}
-			a.k.FlashTile(xq, rp, R, xdk, xdv, kt, xv, vn, L, j0-off, ps, j0+L-1 > pmin, m, l, xacc, sc.scores)
-		}
-	}
-	// out = acc / l
-	for r := range R {
-		t, g := t0+r/G, r%G
-		inv := float32(1 / l[r])
-		o := a.out[(t*h.NHead+kh*G+g)*h.HeadDimV:][:h.HeadDimV]
-		if tv != nil { // the sum is rotated: rotate it back
-			y, c := sc.vacc[:dv], inv
-			if acc2 != nil {
-				c *= float32(math.Exp(float64(sc.m2[r] - m[r])))
-			}
-			for d, v := range acc[r*dv : (r+1)*dv] {
-				y[d] = v * c
-			}
-			a.k.TurboUnrotate(tv, o, y)
-			if acc2 != nil {
-				for d, v := range acc2[r*dv0 : (r+1)*dv0] {
-					o[d] += v * inv
-				}
-			}
-			continue
-		}
-		for d, v := range acc[r*dv : (r+1)*dv] {
-			o[d] = v * inv
-		}
-	}
-}
-
-// scaleVec sets x *= c.
-func scaleVec(x []float32, c float32) {
-	for i := range x {
-		x[i] *= c
-	}
-}
-
-// axpy sets y += a·x.
-func axpy(y []float32, a float32, x []float32) {
-	x = x[:len(y)]
-	i := 0
-	for ; i+4 <= len(y); i += 4 {
-		y[i] += a * x[i]
-		y[i+1] += a * x[i+1]
-		y[i+2] += a * x[i+2]
-		y[i+3] += a * x[i+3]
-	}
-	for ; i < len(y); i++ {
-		y[i] += a * x[i]
-	}
-}

@@ -28,8 +28,8 @@ func TestExpf(t *testing.T) {
 	}
 }
 
-// TestInlinedExpf: expSub and swiglu, which repeat expf's body by hand,
-// give exactly expf's results, in and out of the fast range.
+// TestInlinedExpf: expSub and swiglu, which repeat expf's body around
+// expPoly, give exactly expf's results, in and out of the fast range.
 func TestInlinedExpf(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	n := 5000

@@ -203,7 +203,7 @@ func randomPositive(n int) []float32 {
 // the outputs by an NMSE of 6.5e-10 to 7.8e-10 on these random heads
 // (measured, AVX2 and Go). 1e-8 leaves room for that; pairing each code
 // with the other value of its query pair gave 0.2 to 1.7 (measured).
-// V rows of q4_0, q8_0 (since session 27) and 3- and 4-bit TurboQuant
+// V rows of q4_0, q8_0 and 3- and 4-bit TurboQuant
 // move more: decode sums them in integers, with the softmax weights times
 // the rows' scales rounded to int16 steps of their largest/32767
 // (kern_wint.go, checked bit for bit by TestAttnSumQ). These random heads

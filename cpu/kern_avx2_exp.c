@@ -1,7 +1,7 @@
 //go:build cgo
 
 // AVX2 exp for SwiGLU and softmax, giving bit for bit the results of the
-// Go loops they replace (swiglu and expSub in backend.go / backend_math.go):
+// Go loops they replace (swiglu and expSub in backend_ew.go / backend_math.go):
 // the same float64 polynomial, evaluated in the same order, four lanes at a
 // time. Contraction into FMA is off in this file, since a fused
 // multiply-add rounds once where Go rounds twice. Lanes outside the

@@ -86,9 +86,10 @@ FI_FLOAT_TILE(tile_f16, 2, ld8_f16, ld1_f16)
 FI_FLOAT_TILE(tile_bf16, 2, ld8_bf16, ld1_bf16)
 
 // FI_DEFINE_GEMM_F(name, tile) defines a float GEMM (fi_gemm_fn) on tile.
-// Decode (FI_FLOAT_DECODE): weight rows in fours (four FMA chains; with
-// one row's two chains to itself, as before session 27, F16 ran as fast
-// and F32 slower), the fours after next prefetched. Several activation
+// Decode (FI_FLOAT_DECODE): weight rows in fours (four FMA chains, one
+// per output, so a row gets the same bits alone or batched; two chains
+// per row ran F16 as fast and F32 slower), the fours after next
+// prefetched. Several activation
 // rows (FI_FLOAT_ROWS): weight rows in pairs (an odd last row alone), up
 // to 4 activation rows a tile, in blocks of weight rows that stay in L2
 // across the activation tiles (FI_DEFINE_GEMM_DR).

@@ -1,6 +1,6 @@
 //go:build cgo
 
-// AVX2 tile of prefill attention (flash attention; backend_attn.go's
+// AVX2 tile of prefill attention (flash attention; backend_attn_flash.go's
 // block): one tile of L cached positions against a block of query rows,
 // with the online softmax's running max and sum. K rows come packed (rows
 // of dk, contiguous) and V in column blocks of 16 (cpu.FlashPackV), so

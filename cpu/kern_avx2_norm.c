@@ -1,7 +1,7 @@
 //go:build cgo
 
 // AVX2 RMSNorm and RoPE rotation, giving bit for bit the results of the Go
-// loops they replace (rmsNormRows and rotate in backend.go). RMSNorm adds
+// loops they replace (rmsNormRows and rotate in backend_ew.go). RMSNorm adds
 // the squares in float64 in four interleaved running sums, as the Go loop
 // does; the order of additions, not the vector width, fixes the result.
 // Contraction into FMA is off, since a fused multiply-add rounds once where

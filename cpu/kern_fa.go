@@ -1,8 +1,8 @@
 package cpu
 
 // kern_fa.go: the tile of prefill attention (flash attention) that
-// backend_attn.go's block runs for each run of cached positions: the C
-// kernel (kern_avx2_fa.c, on the AVX2 and AVX-512 paths) or flashTileGo.
+// backend_attn_flash.go's block runs for each run of cached positions: the
+// C kernel (kern_avx2_fa.c, on the AVX2 and AVX-512 paths) or flashTileGo.
 
 import (
 	"fmt"

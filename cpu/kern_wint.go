@@ -13,11 +13,10 @@ import (
 // FMA slot) or a mask, a subtract, two conversions and a buffer's store
 // and load (q4_0); pmaddwd multiplies 16 int16 pairs where an FMA
 // multiplies 8 floats, at the same two per cycle on Zen 3
-// (docs/decisions.md, "Integer decode V sums"). q8_0 rows were first
-// summed this way in session 23 and ran slower end to end than their
-// float32 widening in registers; after sessions 24 and 25 made the integer
-// sums cheaper (one call per chunk, sums in named registers), session 27
-// measured them faster (docs/decisions.md).
+// (docs/decisions.md, "Integer decode V sums"). q8_0 rows are summed
+// this way too: with one call per chunk and the sums in named registers,
+// the integer sums beat q8_0's float32 widening in registers
+// (docs/decisions.md, "q8_0: V sums in integers, K scores in float32").
 //
 // The arithmetic (this Go code is its reference; the C kernels compute
 // the same integers):

@@ -1,0 +1,267 @@
+package cpu
+
+// backend_ew.go: the Backend's elementwise and row-wise operations
+// (RMSNorm, RoPE, SwiGLU, Add, softmax): one ewTask split by rows across
+// the workers when the work pays for a dispatch, and the Go loops the
+// kernels fall back on (rmsNormRows, rotate, swiglu). It holds no matrix
+// product (backend_matmul.go) and no attention (backend_attn.go).
+
+import (
+	"math"
+	"sync/atomic"
+
+	"github.com/flowinfer/flowinfer/model"
+)
+
+// ewKind selects an elementwise operation of ewTask.
+type ewKind uint8
+
+const (
+	ewRMSNorm ewKind = iota
+	ewSwiGLU
+	ewAdd
+	ewSoftmax
+	ewRope
+)
+
+// parallelMin is the number of float32s below which an elementwise
+// operation runs on the caller alone (a dispatch costs about a
+// microsecond; this much work takes a few).
+const parallelMin = 1 << 14
+
+// ewTask is an elementwise or row-wise operation split into row ranges.
+type ewTask struct {
+	k            *Kernels
+	kind         ewKind
+	out, x, y    []float32
+	weight       []float32
+	dim          int
+	eps          float32
+	pos          []int32
+	nHead        int
+	rope         *model.Rope
+	n            int // rows (or elements for SwiGLU/Add)
+	chunks, size int
+	next         atomic.Int64
+}
+
+func (e *ewTask) run(int) {
+	for {
+		c := int(e.next.Add(1) - 1)
+		if c >= e.chunks {
+			return
+		}
+		r0 := c * e.size
+		r1 := min(r0+e.size, e.n)
+		e.do(r0, r1)
+	}
+}
+
+func (e *ewTask) do(r0, r1 int) {
+	switch e.kind {
+	case ewRMSNorm:
+		e.k.RMSNorm(e.out[r0*e.dim:r1*e.dim], e.x[r0*e.dim:r1*e.dim], e.weight, e.dim, e.eps)
+	case ewSwiGLU:
+		e.k.SwiGLU(e.out[r0:r1], e.x[r0:r1], e.y[r0:r1])
+	case ewAdd:
+		add(e.out[r0:r1], e.x[r0:r1])
+	case ewSoftmax:
+		for t := r0; t < r1; t++ {
+			softmaxRow(e.k, e.out[t*e.dim:(t+1)*e.dim])
+		}
+	case ewRope:
+		half, row := e.rope.Dim/2, e.nHead*e.dim
+		cs := e.y[r0*4*half : r1*4*half]
+		for t := r0; t < r1; t++ {
+			ropeTable(cs[(t-r0)*4*half:(t-r0+1)*4*half], e.pos[t], e.rope)
+		}
+		e.k.Rope(e.out[r0*row:r1*row], cs, r1-r0, e.nHead, e.dim, half, e.rope.Type == model.RopeNeox)
+	}
+}
+
+// expCost is the cost of an element whose operation has an exp, in units
+// of a plain elementwise operation (for runEW's split).
+const expCost = 8
+
+// runEW runs e over n rows of rowLen units of work each (about one float32
+// of a plain elementwise operation), in parallel when it is large.
+func (b *Backend) runEW(e *ewTask, n, rowLen int) {
+	e.n = n
+	workers := b.workers.count()
+	if workers == 1 || n*rowLen < parallelMin || n < 2 {
+		e.do(0, n)
+		return
+	}
+	minRows := max(1, parallelMin/(4*max(rowLen, 1)))
+	e.chunks, e.size = chunks(n, workers, 4, minRows, 1)
+	e.next.Store(0)
+	b.workers.run(e)
+}
+
+// RMSNorm implements model.Ops (as Ref: sum of squares in float64, scale in
+// float32) with Kernels.RMSNorm, split by rows.
+func (b *Backend) RMSNorm(out, x []float32, weight model.Vector, n, dim int, eps float32) {
+	e := &b.ew
+	e.kind, e.out, e.x, e.weight, e.dim, e.eps = ewRMSNorm, out, x, weight, dim, eps
+	b.runEW(e, n, dim)
+}
+
+// rmsNormRows is Kernels.RMSNorm in Go.
+func rmsNormRows(out, x, weight []float32, dim int, eps float32) {
+	for t := 0; t < len(x)/dim; t++ {
+		xr, yr := x[t*dim:(t+1)*dim], out[t*dim:(t+1)*dim]
+		var s0, s1, s2, s3 float64
+		i := 0
+		for ; i+4 <= len(xr); i += 4 {
+			s0 += float64(xr[i] * xr[i])
+			s1 += float64(xr[i+1] * xr[i+1])
+			s2 += float64(xr[i+2] * xr[i+2])
+			s3 += float64(xr[i+3] * xr[i+3])
+		}
+		for ; i < len(xr); i++ {
+			s0 += float64(xr[i] * xr[i])
+		}
+		mean := float32((s0 + s1 + s2 + s3) / float64(dim))
+		scale := 1 / float32(math.Sqrt(float64(mean+eps)))
+		if weight == nil {
+			for i, v := range xr {
+				yr[i] = v * scale
+			}
+			continue
+		}
+		w := weight[:dim]
+		for i, v := range xr {
+			yr[i] = v * scale * w[i]
+		}
+	}
+}
+
+// Rope implements model.Ops: the angle tables of each row (ropeTable),
+// then the rotation (Kernels.Rope), split by rows.
+func (b *Backend) Rope(x []float32, pos []int32, n, nHead, headDim int, rp *model.Rope) {
+	if need := n * 4 * (rp.Dim / 2); len(b.ropeCS) < need {
+		b.ropeCS = make([]float32, need)
+	}
+	e := &b.ew
+	e.kind, e.out, e.y, e.pos, e.nHead, e.dim, e.rope = ewRope, x, b.ropeCS, pos, nHead, headDim, rp
+	b.runEW(e, n, nHead*headDim)
+}
+
+// ropeTable writes the 4·half floats of Kernels.Rope's angle table for
+// position p, as Ref.Rope computes the angles: ggml's float32 recurrence
+// theta *= base^(-2/dim), YaRN's mix of the extrapolated and interpolated
+// angle when rp.ExtFactor != 0, cos and sin in float64 rounded to float32,
+// times rp.MScale().
+func ropeTable(cs []float32, p int32, rp *model.Rope) {
+	thetaScale := float32(math.Pow(float64(rp.Base), float64(-2/float32(rp.Dim))))
+	half := rp.Dim / 2
+	c, s := cs[:2*half], cs[2*half:4*half]
+	mscale := rp.MScale()
+	theta := float32(p)
+	for i := range half {
+		extrap := theta
+		if rp.Factors != nil {
+			extrap /= rp.Factors[i]
+		}
+		th := rp.Scale * extrap
+		if rp.ExtFactor != 0 {
+			mix := model.YarnRamp(rp.Corr[0], rp.Corr[1], i) * rp.ExtFactor
+			th = float32(th*(1-mix)) + float32(extrap*mix)
+		}
+		sin64, cos64 := math.Sincos(float64(th))
+		cos, sin := float32(cos64)*mscale, float32(sin64)*mscale
+		if rp.Type == model.RopeNeox {
+			c[i], s[i] = cos, sin
+		} else {
+			c[2*i], c[2*i+1], s[2*i], s[2*i+1] = cos, cos, -sin, sin
+		}
+		theta *= thetaScale
+	}
+}
+
+// rotate is Kernels.Rope in Go.
+func rotate(x, cs []float32, rows, nHead, headDim, half int, neox bool) {
+	for t := range rows {
+		c, s := cs[t*4*half:t*4*half+2*half], cs[t*4*half+2*half:(t+1)*4*half]
+		for hd := range nHead {
+			v := x[(t*nHead+hd)*headDim : (t*nHead+hd+1)*headDim]
+			if neox {
+				for i := range half {
+					x0, x1 := v[i], v[i+half]
+					v[i] = x0*c[i] - x1*s[i]
+					v[i+half] = x0*s[i] + x1*c[i]
+				}
+				continue
+			}
+			for i := range half {
+				x0, x1 := v[2*i], v[2*i+1]
+				v[2*i] = x0*c[2*i] - x1*s[2*i+1]
+				v[2*i+1] = x0*s[2*i+1] + x1*c[2*i]
+			}
+		}
+	}
+}
+
+// SwiGLU implements model.Ops.
+func (b *Backend) SwiGLU(out, gate, up []float32) {
+	e := &b.ew
+	e.kind, e.out, e.x, e.y = ewSwiGLU, out, gate, up
+	b.runEW(e, len(gate), expCost)
+}
+
+// swiglu is SwiGLU on a range (expf's body with expPoly inlined: this
+// loop runs once per FFN activation).
+func swiglu(out, gate, up []float32) {
+	up = up[:len(gate)]
+	out = out[:len(gate)]
+	for i, g := range gate {
+		x := -g
+		var e float32
+		if x > -87 && x < 88 {
+			e = float32(expPoly(float64(x)))
+		} else {
+			e = expfSlow(x)
+		}
+		out[i] = g / (1 + e) * up[i]
+	}
+}
+
+// Add implements model.Ops.
+func (b *Backend) Add(dst, src []float32) {
+	e := &b.ew
+	e.kind, e.out, e.x = ewAdd, dst, src
+	b.runEW(e, len(dst), 1)
+}
+
+func add(dst, src []float32) {
+	src = src[:len(dst)]
+	for i := range dst {
+		dst[i] += src[i]
+	}
+}
+
+// AddRows implements model.Ops.
+func (b *Backend) AddRows(x []float32, bias model.Vector) {
+	for i := 0; i+len(bias) <= len(x); i += len(bias) {
+		add(x[i:i+len(bias)], bias)
+	}
+}
+
+// Softmax implements model.Ops.
+func (b *Backend) Softmax(x []float32, n, dim int) {
+	e := &b.ew
+	e.kind, e.out, e.dim = ewSoftmax, x, dim
+	b.runEW(e, n, dim*expCost)
+}
+
+// softmaxRow normalises one row in place (float64 sum, float32 scale).
+func softmaxRow(k *Kernels, row []float32) {
+	mx := float32(math.Inf(-1))
+	for _, v := range row {
+		mx = max(mx, v)
+	}
+	inv := float32(1 / k.ExpSub(row, mx))
+	for i := range row {
+		row[i] *= inv
+	}
+}
