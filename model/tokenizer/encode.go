@@ -14,8 +14,8 @@ type encodeScratch struct {
 	split         splitScratch
 	word          []byte
 	syms          []symbol
-	spmHeap       heap[float32]
-	bpeHeap       heap[int32]
+	spmHeap       heap
+	bpeHeap       heap
 	key           []byte
 }
 
@@ -143,8 +143,7 @@ func (t *Tokenizer) encodeSPMChunk(text []byte, out []int32, sc *encodeScratch) 
 		if !ok {
 			return
 		}
-		// highest score first: the least key
-		h.push(bigram[float32]{key: -t.scores[id], left: l, right: r, size: a.n + b.n})
+		h.push(bigram{key: -float64(t.scores[id]), left: l, right: r, size: a.n + b.n})
 	}
 	for i := int32(1); i < int32(len(syms)); i++ {
 		tryAdd(i-1, i)
@@ -255,7 +254,7 @@ func (t *Tokenizer) mergeWord(word []byte, out []int32, sc *encodeScratch) []int
 		if !ok {
 			return
 		}
-		h.push(bigram[int32]{key: rank, left: l, right: r, size: a.n + b.n})
+		h.push(bigram{key: float64(rank), left: l, right: r, size: a.n + b.n})
 	}
 	for i := int32(1); i < int32(len(syms)); i++ {
 		tryAdd(i-1, i)
@@ -295,45 +294,42 @@ func (t *Tokenizer) mergeWord(word []byte, out []int32, sc *encodeScratch) []int
 }
 
 // bigram is a candidate merge of the adjacent symbols left and right, in
-// the work queue of SPM (K float32, key minus the merged token's score)
-// or BPE (K int32, key the merge's rank). size is the sum of the symbols'
-// sizes when it was queued: a change means the pair is outdated (a live
-// symbol only grows, so the sum changes when either size does). 16 bytes:
-// the heap moves bigrams in one vector load and store.
-type bigram[K int32 | float32] struct {
-	key         K
+// the work queue of SPM (key: minus the merged token's score, so that the
+// highest score comes first) or BPE (key: the merge's rank). Scores and
+// ranks convert to float64 exactly, so keys compare as they do. size is
+// the sum of the symbols' sizes when it was queued: a change means the
+// pair is outdated (a live symbol only grows, so the sum changes when
+// either size does).
+type bigram struct {
+	key         float64
 	left, right int32
 	size        int32
 }
 
 // before orders a work queue: least key first, then leftmost.
-func (a *bigram[K]) before(b *bigram[K]) bool {
+func (a *bigram) before(b *bigram) bool {
 	return a.key < b.key || a.key == b.key && a.left < b.left
 }
 
-// heap is a merge algorithm's work queue, a binary heap of bigrams
-// ordered by before.
-type heap[K int32 | float32] []bigram[K]
+// heap is the work queue of SPM and BPE, a binary heap of bigrams ordered
+// by before.
+type heap []bigram
 
-// push adds x, moving its parents down until x's place is found (the
-// same places as swapping x up; cheap enough to inline, cost 80).
-func (h *heap[K]) push(x bigram[K]) {
+func (h *heap) push(x bigram) {
 	q := append(*h, x)
-	i := len(q) - 1
-	for i > 0 {
+	for i := len(q) - 1; i > 0; {
 		p := (i - 1) / 2
-		if !x.before(&q[p]) {
+		if !q[i].before(&q[p]) {
 			break
 		}
-		q[i] = q[p]
+		q[i], q[p] = q[p], q[i]
 		i = p
 	}
-	q[i] = x
 	*h = q
 }
 
 // pop removes and returns the first bigram in before's order.
-func (h *heap[K]) pop() bigram[K] {
+func (h *heap) pop() bigram {
 	q := *h
 	top := q[0]
 	last := len(q) - 1
