@@ -14,8 +14,8 @@ type encodeScratch struct {
 	split         splitScratch
 	word          []byte
 	syms          []symbol
-	spmHeap       spmHeap
-	bpeHeap       bpeHeap
+	spmHeap       heap
+	bpeHeap       heap
 	key           []byte
 }
 
@@ -96,18 +96,6 @@ func appendEscaped(dst []byte, s string) []byte {
 	}
 }
 
-// spmBigram is a candidate merge of two adjacent symbols.
-type spmBigram struct {
-	left, right int32
-	score       float32
-	size        int32
-}
-
-// spmBefore orders the SPM work queue: highest score first, then leftmost.
-func spmBefore(a, b *spmBigram) bool {
-	return a.score > b.score || a.score == b.score && a.left < b.left
-}
-
 // encodeSPM tokenizes one escaped fragment (llm_tokenizer_spm_session).
 // When no token can span the start of a run of U+2581 (see spmCuts), the
 // fragment is cut there and each piece is merged on its own: merges never
@@ -144,7 +132,7 @@ func (t *Tokenizer) encodeSPMChunk(text []byte, out []int32, sc *encodeScratch) 
 		return out
 	}
 	syms[len(syms)-1].next = -1
-	h := spmHeap(sc.spmHeap[:0])
+	h := sc.spmHeap[:0]
 
 	tryAdd := func(l, r int32) {
 		if l < 0 || r < 0 {
@@ -155,7 +143,7 @@ func (t *Tokenizer) encodeSPMChunk(text []byte, out []int32, sc *encodeScratch) 
 		if !ok {
 			return
 		}
-		h.push(spmBigram{left: l, right: r, score: t.scores[id], size: a.n + b.n})
+		h.push(bigram{key: -float64(t.scores[id]), left: l, right: r, size: a.n + b.n})
 	}
 	for i := int32(1); i < int32(len(syms)); i++ {
 		tryAdd(i-1, i)
@@ -202,19 +190,6 @@ func (t *Tokenizer) appendByteToken(out []int32, b byte) []int32 {
 		}
 	}
 	return out
-}
-
-// bpeBigram is a candidate merge; ln and rn are the symbol sizes when it
-// was queued (a change means the pair is outdated).
-type bpeBigram struct {
-	left, right int32
-	rank        int32
-	ln, rn      int32
-}
-
-// bpeBefore orders the BPE work queue: lowest rank first, then leftmost.
-func bpeBefore(a, b *bpeBigram) bool {
-	return a.rank < b.rank || a.rank == b.rank && a.left < b.left
 }
 
 // encodeBPE tokenizes one raw fragment (llm_tokenizer_bpe_session).
@@ -264,7 +239,7 @@ func (t *Tokenizer) mergeWord(word []byte, out []int32, sc *encodeScratch) []int
 		off += n
 	}
 	syms[len(syms)-1].next = -1
-	h := bpeHeap(sc.bpeHeap[:0])
+	h := sc.bpeHeap[:0]
 	key := sc.key
 
 	tryAdd := func(l, r int32) {
@@ -279,7 +254,7 @@ func (t *Tokenizer) mergeWord(word []byte, out []int32, sc *encodeScratch) []int
 		if !ok {
 			return
 		}
-		h.push(bpeBigram{left: l, right: r, rank: rank, ln: a.n, rn: b.n})
+		h.push(bigram{key: float64(rank), left: l, right: r, size: a.n + b.n})
 	}
 	for i := int32(1); i < int32(len(syms)); i++ {
 		tryAdd(i-1, i)
@@ -287,7 +262,7 @@ func (t *Tokenizer) mergeWord(word []byte, out []int32, sc *encodeScratch) []int
 	for len(h) > 0 {
 		bg := h.pop()
 		l, r := &syms[bg.left], &syms[bg.right]
-		if l.n == 0 || r.n == 0 || l.n != bg.ln || r.n != bg.rn {
+		if l.n == 0 || r.n == 0 || l.n+r.n != bg.size {
 			continue // outdated
 		}
 		l.n += r.n
@@ -318,14 +293,33 @@ func (t *Tokenizer) mergeWord(word []byte, out []int32, sc *encodeScratch) []int
 	return out
 }
 
-// spmHeap is the SPM work queue, a binary heap ordered by spmBefore.
-type spmHeap []spmBigram
+// bigram is a candidate merge of the adjacent symbols left and right, in
+// the work queue of SPM (key: minus the merged token's score, so that the
+// highest score comes first) or BPE (key: the merge's rank). Scores and
+// ranks convert to float64 exactly, so keys compare as they do. size is
+// the sum of the symbols' sizes when it was queued: a change means the
+// pair is outdated (a live symbol only grows, so the sum changes when
+// either size does).
+type bigram struct {
+	key         float64
+	left, right int32
+	size        int32
+}
 
-func (h *spmHeap) push(x spmBigram) {
+// before orders a work queue: least key first, then leftmost.
+func (a *bigram) before(b *bigram) bool {
+	return a.key < b.key || a.key == b.key && a.left < b.left
+}
+
+// heap is the work queue of SPM and BPE, a binary heap of bigrams ordered
+// by before.
+type heap []bigram
+
+func (h *heap) push(x bigram) {
 	q := append(*h, x)
 	for i := len(q) - 1; i > 0; {
 		p := (i - 1) / 2
-		if !spmBefore(&q[i], &q[p]) {
+		if !q[i].before(&q[p]) {
 			break
 		}
 		q[i], q[p] = q[p], q[i]
@@ -334,7 +328,8 @@ func (h *spmHeap) push(x spmBigram) {
 	*h = q
 }
 
-func (h *spmHeap) pop() spmBigram {
+// pop removes and returns the first bigram in before's order.
+func (h *heap) pop() bigram {
 	q := *h
 	top := q[0]
 	last := len(q) - 1
@@ -346,51 +341,10 @@ func (h *spmHeap) pop() spmBigram {
 			break
 		}
 		m := l
-		if r := l + 1; r < len(q) && spmBefore(&q[r], &q[l]) {
+		if r := l + 1; r < len(q) && q[r].before(&q[l]) {
 			m = r
 		}
-		if !spmBefore(&q[m], &q[i]) {
-			break
-		}
-		q[i], q[m] = q[m], q[i]
-		i = m
-	}
-	*h = q
-	return top
-}
-
-// bpeHeap is the BPE work queue, a binary heap ordered by bpeBefore.
-type bpeHeap []bpeBigram
-
-func (h *bpeHeap) push(x bpeBigram) {
-	q := append(*h, x)
-	for i := len(q) - 1; i > 0; {
-		p := (i - 1) / 2
-		if !bpeBefore(&q[i], &q[p]) {
-			break
-		}
-		q[i], q[p] = q[p], q[i]
-		i = p
-	}
-	*h = q
-}
-
-func (h *bpeHeap) pop() bpeBigram {
-	q := *h
-	top := q[0]
-	last := len(q) - 1
-	q[0] = q[last]
-	q = q[:last]
-	for i := 0; ; {
-		l := 2*i + 1
-		if l >= len(q) {
-			break
-		}
-		m := l
-		if r := l + 1; r < len(q) && bpeBefore(&q[r], &q[l]) {
-			m = r
-		}
-		if !bpeBefore(&q[m], &q[i]) {
+		if !q[m].before(&q[i]) {
 			break
 		}
 		q[i], q[m] = q[m], q[i]
