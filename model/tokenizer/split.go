@@ -263,14 +263,8 @@ func (sp *splitter) split(text string, sc *splitScratch) ([]rune, []int) {
 	for _, st := range sp.steps {
 		next = next[:0]
 		switch st.kind {
-		case splitGPT2:
-			next = splitCustomGPT2(cpts, flags, offs, next)
-		case splitLlama3:
-			next = splitCustomLlama3(cpts, flags, offs, next, 3, false)
-		case splitQwen2:
-			next = splitCustomLlama3(cpts, flags, offs, next, 1, false)
-		case splitQwen35:
-			next = splitCustomLlama3(cpts, flags, offs, next, 1, true)
+		case splitGPT2, splitLlama3, splitQwen2, splitQwen35:
+			next = splitCustom(st.kind, cpts, flags, offs, next)
 		case splitNewlines:
 			next = splitCustomNewlines(cpts, offs, next)
 		default:
@@ -381,54 +375,64 @@ func (s *segment) contraction(pos int, fold bool) int {
 	return 0
 }
 
-// splitCustomGPT2 is llama.cpp's hand-written version of reGPT2.
-func splitCustomGPT2(cpts []rune, flags []uint16, offs, out []int) []int {
+// splitCustom is llama.cpp's hand-written version of reGPT2 (kind
+// splitGPT2), reLlama3 (splitLlama3: digits in threes), reQwen2
+// (splitQwen2: digits one by one) and reQwen35 (splitQwen35: digits one by
+// one, marks count as letters): each segment of offs is cut into words, at
+// each position a contraction ('s 't 'm 'd 're 've 'll, any case but for
+// GPT-2) or else the word the regex's other branches match (gpt2Word,
+// llama3Word).
+func splitCustom(kind splitKind, cpts []rune, flags []uint16, offs, out []int) []int {
 	s := segment{cpts: cpts, flags: flags, out: out}
+	maxDigits, letter := 1, uint16(flagLetter)
+	switch kind {
+	case splitLlama3:
+		maxDigits = 3
+	case splitQwen35:
+		letter |= flagMark
+	}
 	start := 0
 	for _, n := range offs {
 		s.ini, s.end, s.prev = start, start+n, start
 		start += n
 		for pos := s.ini; pos < s.end; {
-			c := s.cpt(pos)
-			f := s.flag(pos)
-			if k := s.contraction(pos, false); k > 0 {
+			if k := s.contraction(pos, kind != splitGPT2); k > 0 {
 				pos += s.add(pos + k)
-				continue
-			}
-			f2 := f
-			if c == ' ' {
-				f2 = s.flag(pos + 1)
-			}
-			// <space>?\p{L}+, <space>?\p{N}+, <space>?[^\s\p{L}\p{N}]+
-			if cls := gpt2Class(f2); cls != 0 {
-				if c == ' ' {
-					pos++
-				}
-				for gpt2Class(f2) == cls {
-					pos++
-					f2 = s.flag(pos)
-				}
-				s.add(pos)
-				continue
-			}
-			nws := 0
-			for s.flag(pos+nws)&flagWhitespace != 0 {
-				nws++
-			}
-			switch {
-			case nws > 1 && s.cpt(pos+nws) != -1: // \s+(?!\S)
-				pos += nws - 1
-				s.add(pos)
-			case nws > 0: // \s+
-				pos += nws
-				s.add(pos)
-			default: // no match
-				pos++
-				s.add(pos)
+			} else if kind == splitGPT2 {
+				pos = s.gpt2Word(pos)
+			} else {
+				pos = s.llama3Word(pos, maxDigits, letter)
 			}
 		}
 	}
 	return s.out
+}
+
+// gpt2Word ends the word reGPT2 matches at pos when no contraction does,
+// and returns the position after it.
+func (s *segment) gpt2Word(pos int) int {
+	c := s.cpt(pos)
+	f2 := s.flag(pos)
+	if c == ' ' {
+		f2 = s.flag(pos + 1)
+	}
+	// <space>?\p{L}+, <space>?\p{N}+, <space>?[^\s\p{L}\p{N}]+
+	if cls := gpt2Class(f2); cls != 0 {
+		if c == ' ' {
+			pos++
+		}
+		for gpt2Class(f2) == cls {
+			pos++
+			f2 = s.flag(pos)
+		}
+		s.add(pos)
+		return pos
+	}
+	nws := 0
+	for s.flag(pos+nws)&flagWhitespace != 0 {
+		nws++
+	}
+	return s.whitespace(pos, nws)
 }
 
 // gpt2Class sorts a codepoint for the GPT-2 splitter: 1 letter, 2 number,
@@ -445,94 +449,84 @@ func gpt2Class(f uint16) int {
 	return 0
 }
 
-// splitCustomLlama3 is llama.cpp's hand-written version of reLlama3
-// (maxDigits 3), reQwen2 (maxDigits 1) and reQwen35 (maxDigits 1, marks
-// count as letters).
-func splitCustomLlama3(cpts []rune, flags []uint16, offs, out []int, maxDigits int, marks bool) []int {
-	s := segment{cpts: cpts, flags: flags, out: out}
-	letter := uint16(flagLetter)
-	if marks {
-		letter |= flagMark
-	}
-	start := 0
-	for _, n := range offs {
-		s.ini, s.end, s.prev = start, start+n, start
-		start += n
-		for pos := s.ini; pos < s.end; {
-			c := s.cpt(pos)
-			f := s.flag(pos)
-			if k := s.contraction(pos, true); k > 0 {
-				pos += s.add(pos + k)
-				continue
-			}
-			// [^\r\n\p{L}\p{N}]?\p{L}+
-			if !(c == '\r' || c == '\n' || f&flagNumber != 0) {
-				if f&letter != 0 || s.flag(pos+1)&letter != 0 {
-					pos++
-					for s.flag(pos)&letter != 0 {
-						pos++
-					}
-					s.add(pos)
-					continue
-				}
-			}
-			// \p{N}{1,maxDigits}
-			if f&flagNumber != 0 {
-				ini := pos
-				for s.flag(pos)&flagNumber != 0 {
-					pos++
-					if pos-ini >= maxDigits {
-						s.add(pos)
-						ini = pos
-					}
-				}
-				s.add(pos)
-				continue
-			}
-			// <space>?[^\s\p{L}\p{N}]+[\r\n]*
-			other := flagWhitespace | letter | flagNumber
-			f2 := f
-			if c == ' ' {
-				f2 = s.flag(pos + 1)
-			}
-			if f2&other == 0 && f != 0 {
-				if c == ' ' {
-					pos++
-				}
-				for f2&other == 0 && f2 != 0 {
-					pos++
-					f2 = s.flag(pos)
-				}
-				for c2 := s.cpt(pos); c2 == '\r' || c2 == '\n'; c2 = s.cpt(pos) {
-					pos++
-				}
-				s.add(pos)
-				continue
-			}
-			nws, lastRN := 0, 0
-			for s.flag(pos+nws)&flagWhitespace != 0 {
-				if c2 := s.cpt(pos + nws); c2 == '\r' || c2 == '\n' {
-					lastRN = pos + nws + 1
-				}
-				nws++
-			}
-			switch {
-			case lastRN > 0: // \s*[\r\n]+
-				pos = lastRN
-				s.add(pos)
-			case nws > 1 && s.cpt(pos+nws) != -1: // \s+(?!\S)
-				pos += nws - 1
-				s.add(pos)
-			case nws > 0: // \s+
-				pos += nws
-				s.add(pos)
-			default:
+// llama3Word is gpt2Word for reLlama3, reQwen2 and reQwen35: at most
+// maxDigits digits make a number, letter is the flags of a letter.
+func (s *segment) llama3Word(pos, maxDigits int, letter uint16) int {
+	c := s.cpt(pos)
+	f := s.flag(pos)
+	// [^\r\n\p{L}\p{N}]?\p{L}+
+	if !(c == '\r' || c == '\n' || f&flagNumber != 0) {
+		if f&letter != 0 || s.flag(pos+1)&letter != 0 {
+			pos++
+			for s.flag(pos)&letter != 0 {
 				pos++
-				s.add(pos)
 			}
+			s.add(pos)
+			return pos
 		}
 	}
-	return s.out
+	// \p{N}{1,maxDigits}
+	if f&flagNumber != 0 {
+		ini := pos
+		for s.flag(pos)&flagNumber != 0 {
+			pos++
+			if pos-ini >= maxDigits {
+				s.add(pos)
+				ini = pos
+			}
+		}
+		s.add(pos)
+		return pos
+	}
+	// <space>?[^\s\p{L}\p{N}]+[\r\n]*
+	other := flagWhitespace | letter | flagNumber
+	f2 := f
+	if c == ' ' {
+		f2 = s.flag(pos + 1)
+	}
+	if f2&other == 0 && f != 0 {
+		if c == ' ' {
+			pos++
+		}
+		for f2&other == 0 && f2 != 0 {
+			pos++
+			f2 = s.flag(pos)
+		}
+		for c2 := s.cpt(pos); c2 == '\r' || c2 == '\n'; c2 = s.cpt(pos) {
+			pos++
+		}
+		s.add(pos)
+		return pos
+	}
+	nws, lastRN := 0, 0
+	for s.flag(pos+nws)&flagWhitespace != 0 {
+		if c2 := s.cpt(pos + nws); c2 == '\r' || c2 == '\n' {
+			lastRN = pos + nws + 1
+		}
+		nws++
+	}
+	if lastRN > 0 { // \s*[\r\n]+
+		s.add(lastRN)
+		return lastRN
+	}
+	return s.whitespace(pos, nws)
+}
+
+// whitespace ends the word of the nws whitespace codepoints at pos as
+// \s+(?!\S) and then \s+ match them (all but the last when a codepoint
+// follows in the segment, else all), or after pos alone when nws is 0 (no
+// match), and returns the position after it.
+func (s *segment) whitespace(pos, nws int) int {
+	switch {
+	case nws > 1 && s.cpt(pos+nws) != -1: // \s+(?!\S)
+		pos += nws - 1
+	case nws > 0: // \s+
+		pos += nws
+	default: // no match
+		pos++
+	}
+	s.add(pos)
+	return pos
 }
 
 // splitCustomNewlines splits into runs of '\n' and runs of anything else.
