@@ -2,15 +2,15 @@ package cpu
 
 // backend.go: Backend, the fast CPU implementation of model.Ops. It
 // computes what Ref computes (the same activation conversion before every
-// matrix product, the same per-block integer dot products) on a persistent
-// pool of workers with the SIMD kernels; only the order of float additions
-// differs. Matrix products split the weight rows into blocks that workers
-// claim from a shared counter; activations are converted once per matrix
-// (in parallel for batches); a batch multiplies tiles of weight rows by
-// tiles of tokens (GemmRows) instead of one matrix-vector product per
+// matrix product, the same per-block integer dot products) on persistent
+// workers (workers.go) with the SIMD kernels; only the order of float
+// additions differs. Matrix products split the weight rows into blocks that
+// workers claim from a shared counter; activations are converted once per
+// matrix (in parallel for batches); a batch multiplies tiles of weight rows
+// by tiles of tokens (GemmRows) instead of one matrix-vector product per
 // token; weights the kernels have a packed layout for are multiplied in
-// that layout (backend_pack.go). Attention runs in parallel over (rows,
-// KV head) units (backend_attn.go); norms, SwiGLU and softmax split rows
+// that layout (backend_pack.go). Attention runs in parallel over (rows, KV
+// head) units (backend_attn.go); norms, SwiGLU and softmax split rows
 // across workers when the work pays for a dispatch.
 //
 // Steady-state calls allocate nothing: scratch grows to the largest
@@ -20,8 +20,8 @@ package cpu
 // This file holds the Backend, what its operations share (chunks,
 // rowBytes) and Embed. The matrix products are in backend_matmul.go, the
 // row-wise operations in backend_ew.go, attention in backend_attn*.go,
-// the KV cache's stores in backend_kvstore.go; the arithmetic is the
-// kernels' (kern*.go), the workers are pool.go's.
+// the KV cache's stores in backend_kvstore.go; the arithmetic is in the
+// kernels (kern*.go), the goroutines in workers.go.
 
 import (
 	"fmt"
@@ -32,8 +32,8 @@ import (
 
 // Backend is the multi-threaded SIMD backend.
 type Backend struct {
-	pool *pool
-	k    *Kernels
+	workers *workers
+	k       *Kernels
 
 	act []byte // activations converted to a vec-dot type
 
@@ -80,7 +80,7 @@ func NewBackend(threads int, kernels *Kernels) *Backend {
 	if kernels.ISA() != ISAScalarGo {
 		reserveProcs(threads)
 	}
-	b := &Backend{pool: newPool(threads), k: kernels, packed: make(map[packKey]*Packed)}
+	b := &Backend{workers: newWorkers(threads), k: kernels, packed: make(map[packKey]*Packed)}
 	b.attn.init(threads)
 	b.store.init(threads)
 	b.ew.k = kernels
@@ -88,13 +88,13 @@ func NewBackend(threads int, kernels *Kernels) *Backend {
 }
 
 // Threads returns the number of workers (the calling goroutine included).
-func (b *Backend) Threads() int { return b.pool.workers() }
+func (b *Backend) Threads() int { return b.workers.count() }
 
 // ISA returns the kernels' instruction-set path.
 func (b *Backend) ISA() ISA { return b.k.ISA() }
 
 // Close stops the workers. The backend must not be used afterwards.
-func (b *Backend) Close() { b.pool.close() }
+func (b *Backend) Close() { b.workers.close() }
 
 // Supports implements model.Ops.
 func (b *Backend) Supports(t quant.Type) bool { return b.k.Supports(t) }

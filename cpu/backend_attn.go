@@ -232,7 +232,7 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 			s.krows = grow(s.krows, kvChunk*a.lt.KHead)
 		}
 	}
-	serial := b.pool.workers() == 1 || work < attnMinWork
+	serial := b.workers.count() == 1 || work < attnMinWork
 	if blocks {
 		// pack the regions first, every worker taking pieces of
 		// positions of one KV head
@@ -250,7 +250,7 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 		if serial || len(a.packs) == 1 {
 			a.run(0)
 		} else {
-			b.pool.run(a)
+			b.workers.run(a)
 		}
 		a.packing = false
 	}
@@ -259,7 +259,7 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 		a.run(0)
 		return
 	}
-	b.pool.run(a)
+	b.workers.run(a)
 }
 
 // quantOf returns the ggml type of a block or float KV type.

@@ -87,7 +87,7 @@ const expCost = 8
 // of a plain elementwise operation), in parallel when it is large.
 func (b *Backend) runEW(e *ewTask, n, rowLen int) {
 	e.n = n
-	workers := b.pool.workers()
+	workers := b.workers.count()
 	if workers == 1 || n*rowLen < parallelMin || n < 2 {
 		e.do(0, n)
 		return
@@ -95,7 +95,7 @@ func (b *Backend) runEW(e *ewTask, n, rowLen int) {
 	minRows := max(1, parallelMin/(4*max(rowLen, 1)))
 	e.chunks, e.size = chunks(n, workers, 4, minRows, 1)
 	e.next.Store(0)
-	b.pool.run(e)
+	b.workers.run(e)
 }
 
 // RMSNorm implements model.Ops (as Ref: sum of squares in float64, scale in

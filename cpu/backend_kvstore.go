@@ -43,11 +43,11 @@ func (b *Backend) StoreKV(kv *model.KVCache, layer int, seq, pos []int32, k, v [
 		work *= 16
 	}
 	s.next.Store(0)
-	if b.pool.workers() == 1 || work < kvStoreMinWork || s.n <= kvStorePiece {
+	if b.workers.count() == 1 || work < kvStoreMinWork || s.n <= kvStorePiece {
 		s.run(0)
 		return
 	}
-	b.pool.run(s)
+	b.workers.run(s)
 }
 
 func (s *kvStoreTask) run(worker int) {

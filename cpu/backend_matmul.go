@@ -49,7 +49,7 @@ func (b *Backend) MatMuls(outs [][]float32, ws []*model.Weight, x []float32, n i
 	m := &b.mat
 	m.k, m.cols, m.a, m.arb, m.n = b.k, cols, act, arb, n
 	m.np, m.total = len(ws), 0
-	workers := b.pool.workers()
+	workers := b.workers.count()
 	for i, w := range ws {
 		p := &m.parts[i]
 		p.wt, p.w, p.rowBytes, p.rows = w.Type, w.Data, w.RowBytes, w.Rows
@@ -79,7 +79,7 @@ func (b *Backend) MatMuls(outs [][]float32, ws []*model.Weight, x []float32, n i
 	if m.total == 1 {
 		m.run(0)
 	} else {
-		b.pool.run(m)
+		b.workers.run(m)
 	}
 	for i := range m.np {
 		m.parts[i].w, m.parts[i].out, m.parts[i].pk = nil, nil, nil
@@ -141,15 +141,15 @@ const (
 
 // convert converts n rows of x to vt, in parallel for large batches.
 func (b *Backend) convert(vt quant.Type, x []float32, cols, n int, act []byte, arb int) {
-	if n < 4 || b.pool.workers() == 1 {
+	if n < 4 || b.workers.count() == 1 {
 		b.k.QuantizeRows(vt, x, n, cols, act)
 		return
 	}
 	q := &b.quant
 	q.k, q.vt, q.x, q.cols, q.n, q.dst, q.rb = b.k, vt, x, cols, n, act, arb
-	q.chunks, q.size = chunks(n, b.pool.workers(), 4, 1, 1)
+	q.chunks, q.size = chunks(n, b.workers.count(), 4, 1, 1)
 	q.next.Store(0)
-	b.pool.run(q)
+	b.workers.run(q)
 }
 
 // matTask is one to maxParts matrix products of the same activations, each

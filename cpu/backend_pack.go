@@ -109,7 +109,7 @@ func (b *Backend) PackModel(m *model.Model, experts bool, skip func(il int) bool
 		next <- i
 	}
 	close(next)
-	for range b.pool.workers() {
+	for range b.workers.count() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

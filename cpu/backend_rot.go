@@ -26,11 +26,11 @@ func (b *Backend) Hadamard(x []float32, n int) {
 	r := &b.rot
 	r.k, r.x, r.n, r.pieces = b.k, x, n, len(x)/n
 	r.next.Store(0)
-	if b.pool.workers() == 1 || len(x) < rotMinValues {
+	if b.workers.count() == 1 || len(x) < rotMinValues {
 		r.run(0)
 		return
 	}
-	b.pool.run(r)
+	b.workers.run(r)
 }
 
 func (r *rotTask) run(int) {

@@ -28,16 +28,16 @@ func (c *countTask) run(worker int) {
 	}
 }
 
-func TestPoolRunsEveryChunkOnce(t *testing.T) {
+func TestWorkersRunsEveryChunkOnce(t *testing.T) {
 	for _, threads := range []int{1, 2, 3, 5} {
 		for _, chunks := range []int64{0, 1, 7, 1000} {
 			t.Run(fmt.Sprintf("threads=%d/chunks=%d", threads, chunks), func(t *testing.T) {
-				p := newPool(threads)
-				defer p.close()
+				ws := newWorkers(threads)
+				defer ws.close()
 				task := &countTask{n: chunks, hits: make([]atomic.Int32, chunks)}
 				for rep := range 50 {
 					task.next.Store(0)
-					p.run(task)
+					ws.run(task)
 					for i := range task.hits {
 						if got := task.hits[i].Load(); got != int32(rep+1) {
 							t.Fatalf("rep %d: chunk %d ran %d times, want %d", rep, i, got, rep+1)
@@ -49,17 +49,17 @@ func TestPoolRunsEveryChunkOnce(t *testing.T) {
 	}
 }
 
-// TestPoolParkAndWake lets the workers park (longer than the spin window)
+// TestWorkersParkAndWake lets the workers park (longer than the spin window)
 // between dispatches, and checks they all wake and join: the caller's part
 // of the task waits until every worker is inside.
-func TestPoolParkAndWake(t *testing.T) {
-	p := newPool(3)
-	defer p.close()
+func TestWorkersParkAndWake(t *testing.T) {
+	ws := newWorkers(3)
+	defer ws.close()
 	task := &barrierTask{n: 3}
 	for rep := range 5 {
 		time.Sleep(5 * time.Millisecond)
 		task.in.Store(0)
-		p.run(task)
+		ws.run(task)
 		if task.timedOut {
 			t.Fatalf("rep %d: only %d of 3 workers joined", rep, task.in.Load())
 		}
@@ -88,15 +88,15 @@ func (b *barrierTask) run(worker int) {
 	}
 }
 
-// TestPoolCallerFinishesAlone: a task the caller completes before a slow
+// TestWorkersCallerFinishesAlone: a task the caller completes before a slow
 // worker joins returns without waiting for it, and the worker skips it.
-func TestPoolCallerFinishesAlone(t *testing.T) {
-	p := newPool(2)
-	defer p.close()
+func TestWorkersCallerFinishesAlone(t *testing.T) {
+	ws := newWorkers(2)
+	defer ws.close()
 	task := &countTask{n: 100, hits: make([]atomic.Int32, 100)}
 	for range 200 {
 		task.next.Store(0)
-		p.run(task)
+		ws.run(task)
 	}
 	for i := range task.hits {
 		if got := task.hits[i].Load(); got != 200 {
@@ -109,39 +109,39 @@ type workerSet struct{ seen []atomic.Int32 }
 
 func (s *workerSet) run(worker int) { s.seen[worker].Add(1) }
 
-func TestPoolRunAllocatesNothing(t *testing.T) {
-	p := newPool(2)
-	defer p.close()
+func TestWorkersRunAllocatesNothing(t *testing.T) {
+	ws := newWorkers(2)
+	defer ws.close()
 	task := &countTask{n: 64, hits: make([]atomic.Int32, 64)}
 	allocs := testing.AllocsPerRun(100, func() {
 		task.next.Store(0)
-		p.run(task)
+		ws.run(task)
 	})
 	if allocs != 0 {
 		t.Errorf("run allocates %v times", allocs)
 	}
 }
 
-func TestPoolCloseIdempotent(t *testing.T) {
-	p := newPool(4)
-	p.run(&workerSet{seen: make([]atomic.Int32, 4)})
-	p.close()
-	p.close()
+func TestWorkersCloseIdempotent(t *testing.T) {
+	ws := newWorkers(4)
+	ws.run(&workerSet{seen: make([]atomic.Int32, 4)})
+	ws.close()
+	ws.close()
 }
 
-// BenchmarkPoolDispatch measures one dispatch of 16 chunks of about 0.3 µs
+// BenchmarkWorkersDispatch measures one dispatch of 16 chunks of about 0.3 µs
 // of arithmetic each (≈5 µs of work): the overhead every parallel
 // operation of a decode step pays is the difference from threads=1's
 // share of the work.
-func BenchmarkPoolDispatch(b *testing.B) {
+func BenchmarkWorkersDispatch(b *testing.B) {
 	for _, threads := range []int{1, 2} {
 		b.Run(fmt.Sprintf("threads=%d", threads), func(b *testing.B) {
-			p := newPool(threads)
-			defer p.close()
+			ws := newWorkers(threads)
+			defer ws.close()
 			task := &busyTask{n: 16}
 			for b.Loop() {
 				task.next.Store(0)
-				p.run(task)
+				ws.run(task)
 			}
 		})
 	}
@@ -209,18 +209,18 @@ func (w *workerTask) run(worker int) {
 	}
 }
 
-// TestPoolYields checks that the caller and every worker that ran a task
+// TestWorkersYields checks that the caller and every worker that ran a task
 // pass through the Go scheduler once tasks have kept them busy longer than
-// yieldTime: otherwise sysmon preempts them every 10 ms (pool.go).
-func TestPoolYields(t *testing.T) {
-	p := newPool(2)
+// yieldTime: otherwise sysmon preempts them every 10 ms (workers.go).
+func TestWorkersYields(t *testing.T) {
+	ws := newWorkers(2)
 	task := &workerTask{ran: make([]atomic.Bool, 2), busy: 100 * time.Microsecond}
 	for start := time.Now(); time.Since(start) < 4*yieldTime; {
-		p.run(task)
+		ws.run(task)
 	}
-	p.close() // the workers' writes happen before close returns
-	for w := range p.yield {
-		if task.ran[w].Load() && p.yield[w].last.IsZero() {
+	ws.close() // the workers' writes happen before close returns
+	for w := range ws.yield {
+		if task.ran[w].Load() && ws.yield[w].last.IsZero() {
 			t.Errorf("worker %d ran tasks for %v and never yielded", w, 4*yieldTime)
 		}
 	}

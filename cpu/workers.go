@@ -1,6 +1,6 @@
 package cpu
 
-// pool.go: the Backend's persistent worker pool. T-1 goroutines are started
+// workers.go: the Backend's persistent workers. T-1 goroutines are started
 // once; the calling goroutine is worker 0. A dispatch publishes a task and a
 // new generation in one atomic state word; workers spin briefly on it (the
 // next operation of a decode step is usually microseconds away) and then
@@ -15,8 +15,8 @@ package cpu
 // machine shared with other processes this keeps one late thread from
 // stalling every operation.
 //
-// The pool is not safe for concurrent run calls: the backend that owns it
-// runs one operation at a time.
+// The workers are not safe for concurrent run calls: the backend that owns
+// them runs one operation at a time.
 
 import (
 	"runtime"
@@ -76,8 +76,8 @@ type paddedFlag struct {
 	_ [60]byte
 }
 
-// pool runs tasks on n workers.
-type pool struct {
+// workers runs tasks on n workers (the caller included).
+type workers struct {
 	n    int
 	task task
 	gen  uint32 // the caller's copy of the current generation
@@ -121,128 +121,128 @@ func (y *yielder) maybe() {
 	}
 }
 
-// newPool starts n-1 worker goroutines (n ≥ 1).
-func newPool(n int) *pool {
+// newWorkers starts n-1 worker goroutines (n ≥ 1).
+func newWorkers(n int) *workers {
 	n = max(n, 1)
-	p := &pool{n: n, sleeping: make([]paddedFlag, n), yield: make([]yielder, n), wake: make([]chan struct{}, n), done: make(chan struct{}, 1)}
+	ws := &workers{n: n, sleeping: make([]paddedFlag, n), yield: make([]yielder, n), wake: make([]chan struct{}, n), done: make(chan struct{}, 1)}
 	for w := 1; w < n; w++ {
-		p.wake[w] = make(chan struct{}, 1)
-		p.wg.Add(1)
-		go p.worker(w)
+		ws.wake[w] = make(chan struct{}, 1)
+		ws.wg.Add(1)
+		go ws.worker(w)
 	}
-	return p
+	return ws
 }
 
 // workers returns the number of workers, the caller included.
-func (p *pool) workers() int { return p.n }
+func (ws *workers) count() int { return ws.n }
 
 // run runs t on the caller and the workers that join, and returns when t
 // is done and no worker is inside it.
-func (p *pool) run(t task) {
-	if p.n == 1 {
+func (ws *workers) run(t task) {
+	if ws.n == 1 {
 		t.run(0)
-		p.yield[0].maybe()
+		ws.yield[0].maybe()
 		return
 	}
-	p.task = t
-	p.gen++
-	p.state.Store(uint64(p.gen) << 32) // publishes task: open, nobody inside
-	p.wakeAll()
+	ws.task = t
+	ws.gen++
+	ws.state.Store(uint64(ws.gen) << 32) // publishes task: open, nobody inside
+	ws.wakeAll()
 	t.run(0)
-	if old := p.state.Or(closedBit); old&activeMask != 0 {
-		p.waitDone()
+	if old := ws.state.Or(closedBit); old&activeMask != 0 {
+		ws.waitDone()
 	}
-	p.yield[0].maybe()
+	ws.yield[0].maybe()
 }
 
-func (p *pool) wakeAll() {
-	for w := 1; w < p.n; w++ {
-		if p.sleeping[w].v.CompareAndSwap(1, 0) {
-			p.wake[w] <- struct{}{}
+func (ws *workers) wakeAll() {
+	for w := 1; w < ws.n; w++ {
+		if ws.sleeping[w].v.CompareAndSwap(1, 0) {
+			ws.wake[w] <- struct{}{}
 		}
 	}
 }
 
 // waitDone waits until no worker is inside the closed task.
-func (p *pool) waitDone() {
-	if spin(p.idle) {
+func (ws *workers) waitDone() {
+	if spin(ws.idle) {
 		return
 	}
-	p.caller.v.Store(1)
-	if p.state.Load()&activeMask == 0 {
-		if !p.caller.v.CompareAndSwap(1, 0) {
-			<-p.done // the last worker saw us parked and sent a token
+	ws.caller.v.Store(1)
+	if ws.state.Load()&activeMask == 0 {
+		if !ws.caller.v.CompareAndSwap(1, 0) {
+			<-ws.done // the last worker saw us parked and sent a token
 		}
 		return
 	}
-	<-p.done
+	<-ws.done
 }
 
 // idle reports whether no worker is inside the current task.
-func (p *pool) idle() bool { return p.state.Load()&activeMask == 0 }
+func (ws *workers) idle() bool { return ws.state.Load()&activeMask == 0 }
 
 // worker is the loop of worker w ≥ 1.
-func (p *pool) worker(w int) {
-	defer p.wg.Done()
+func (ws *workers) worker(w int) {
+	defer ws.wg.Done()
 	var seen uint32
 	for {
-		seen = p.await(w, seen)
-		if p.quit.Load() {
+		seen = ws.await(w, seen)
+		if ws.quit.Load() {
 			return
 		}
-		if !p.join(seen) {
+		if !ws.join(seen) {
 			continue // the caller finished without us
 		}
-		p.task.run(w)
-		s := p.state.Add(^uint64(0)) // leave
-		if s&closedBit != 0 && s&activeMask == 0 && p.caller.v.CompareAndSwap(1, 0) {
-			p.done <- struct{}{}
+		ws.task.run(w)
+		s := ws.state.Add(^uint64(0)) // leave
+		if s&closedBit != 0 && s&activeMask == 0 && ws.caller.v.CompareAndSwap(1, 0) {
+			ws.done <- struct{}{}
 		}
-		p.yield[w].maybe()
+		ws.yield[w].maybe()
 	}
 }
 
 // join enters the task of generation g unless it is closed or gone.
-func (p *pool) join(g uint32) bool {
+func (ws *workers) join(g uint32) bool {
 	for {
-		s := p.state.Load()
+		s := ws.state.Load()
 		if uint32(s>>32) != g || s&closedBit != 0 {
 			return false
 		}
-		if p.state.CompareAndSwap(s, s+1) {
+		if ws.state.CompareAndSwap(s, s+1) {
 			return true
 		}
 	}
 }
 
 // await returns the first generation after seen, spinning and then parking.
-func (p *pool) await(w int, seen uint32) uint32 {
+func (ws *workers) await(w int, seen uint32) uint32 {
 	var g uint32
-	if spin(func() bool { g = uint32(p.state.Load() >> 32); return g != seen }) {
+	if spin(func() bool { g = uint32(ws.state.Load() >> 32); return g != seen }) {
 		return g
 	}
-	f := &p.sleeping[w].v
+	f := &ws.sleeping[w].v
 	f.Store(1)
-	if g := uint32(p.state.Load() >> 32); g != seen {
+	if g := uint32(ws.state.Load() >> 32); g != seen {
 		if !f.CompareAndSwap(1, 0) {
-			<-p.wake[w] // a dispatcher saw us parked and sent a token
+			<-ws.wake[w] // a dispatcher saw us parked and sent a token
 		}
 		return g
 	}
-	<-p.wake[w]
-	return uint32(p.state.Load() >> 32)
+	<-ws.wake[w]
+	return uint32(ws.state.Load() >> 32)
 }
 
-// close stops the workers and waits for them. The pool must be idle.
-func (p *pool) close() {
-	if p.closed || p.n == 1 {
-		p.closed = true
+// close stops the workers and waits for them. They must be idle.
+func (ws *workers) close() {
+	if ws.closed || ws.n == 1 {
+		ws.closed = true
 		return
 	}
-	p.closed = true
-	p.quit.Store(true)
-	p.gen++
-	p.state.Store(uint64(p.gen)<<32 | closedBit)
-	p.wakeAll()
-	p.wg.Wait()
+	ws.closed = true
+	ws.quit.Store(true)
+	ws.gen++
+	ws.state.Store(uint64(ws.gen)<<32 | closedBit)
+	ws.wakeAll()
+	ws.wg.Wait()
 }
