@@ -104,19 +104,31 @@ func (k *Kernels) pack(wt quant.Type, w []byte, rowBytes, rows, cols int, dst []
 // Pack returns a packed copy of a rows×cols matrix of type wt whose row r
 // starts at w[r*rowBytes]. It fails if CanPack is false or w is too short.
 func (k *Kernels) Pack(wt quant.Type, w []byte, rowBytes, rows, cols int) (*Packed, error) {
-	if !k.CanPack(wt, rows, cols) {
-		return nil, fmt.Errorf("cpu: pack: no packed form of a %d×%d %s matrix on %s", rows, cols, wt, k.isa)
+	size, err := k.checkPack(wt, w, rowBytes, rows, cols)
+	if err != nil {
+		return nil, err
+	}
+	p := new(Packed).set(k.isa, wt, rows, cols, make([]byte, size))
+	k.pack(wt, w, rowBytes, rows, cols, p.data)
+	return p, nil
+}
+
+// checkPack returns PackedSize of the rows×cols matrix of type wt whose
+// row r starts at w[r*rowBytes], or an error if CanPack is false or w is
+// too short.
+func (k *Kernels) checkPack(wt quant.Type, w []byte, rowBytes, rows, cols int) (int, error) {
+	size := k.PackedSize(wt, rows, cols)
+	if size == 0 {
+		return 0, fmt.Errorf("cpu: pack: no packed form of a %d×%d %s matrix on %s", rows, cols, wt, k.isa)
 	}
 	wrb, err := quant.RowBytes(wt, cols)
 	if err != nil {
-		return nil, fmt.Errorf("cpu: pack: %w", err)
+		return 0, fmt.Errorf("cpu: pack: %w", err)
 	}
 	if rowBytes < wrb || len(w) < (rows-1)*rowBytes+wrb {
-		return nil, fmt.Errorf("cpu: pack: %d rows of %d bytes (stride %d) need %d bytes, have %d", rows, wrb, rowBytes, (rows-1)*rowBytes+wrb, len(w))
+		return 0, fmt.Errorf("cpu: pack: %d rows of %d bytes (stride %d) need %d bytes, have %d", rows, wrb, rowBytes, (rows-1)*rowBytes+wrb, len(w))
 	}
-	p := new(Packed).set(k.isa, wt, rows, cols, make([]byte, k.packedSize(wt, rows, cols)))
-	k.pack(wt, w, rowBytes, rows, cols, p.data)
-	return p, nil
+	return size, nil
 }
 
 // PackedSize returns the size of Pack's output for a rows×cols matrix of
@@ -132,16 +144,9 @@ func (k *Kernels) PackedSize(wt quant.Type, rows, cols int) int {
 // the caller owns the memory, e.g. a slot of the weight path's expert
 // cache). The result is byte-identical to Pack's.
 func (k *Kernels) PackInto(dst []byte, wt quant.Type, w []byte, rowBytes, rows, cols int) (*Packed, error) {
-	size := k.PackedSize(wt, rows, cols)
-	if size == 0 {
-		return nil, fmt.Errorf("cpu: pack: no packed form of a %d×%d %s matrix on %s", rows, cols, wt, k.isa)
-	}
-	wrb, err := quant.RowBytes(wt, cols)
+	size, err := k.checkPack(wt, w, rowBytes, rows, cols)
 	if err != nil {
-		return nil, fmt.Errorf("cpu: pack: %w", err)
-	}
-	if rowBytes < wrb || len(w) < (rows-1)*rowBytes+wrb {
-		return nil, fmt.Errorf("cpu: pack: %d rows of %d bytes (stride %d) need %d bytes, have %d", rows, wrb, rowBytes, (rows-1)*rowBytes+wrb, len(w))
+		return nil, err
 	}
 	if len(dst) < size {
 		return nil, fmt.Errorf("cpu: pack: destination of %d bytes, need %d", len(dst), size)
