@@ -29,11 +29,9 @@ type compute struct {
 func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*step], out *graph.Out[*step]) error {
 	if c.streams != nil {
 		c.streams.bind(ctx)
-		c.streams.Attach(c.mctx)
-		defer c.streams.Detach(c.mctx)
 		defer c.streams.finish()
 	}
-	h := c.mctx.Hooks() // the streams' weight sources, from Attach
+	h := c.streams.Hooks(c.mctx.Hooks()) // the streamed weight sources, if any
 	if c.kvc != nil {
 		c.kvc.bind(ctx)
 		h.KVDefer = c.kvc

@@ -225,27 +225,21 @@ func (s *Streams) Experts() model.Experts {
 	return s.experts
 }
 
-// Attach makes mctx take its streamed weights (experts, layers) from s, and
-// prefetch when the path is configured to; Detach undoes it.
-func (s *Streams) Attach(mctx *model.Context) {
+// Hooks returns h with the run's streamed weight sources (experts,
+// layers) in it, and prefetch on when the path is configured to; a nil s
+// (nothing streams) returns h unchanged. The caller installs the result
+// with model.Context.SetHooks for the run.
+func (s *Streams) Hooks(h model.Hooks) model.Hooks {
 	if s == nil {
-		return
+		return h
 	}
-	h := mctx.Hooks()
 	if s.experts != nil {
 		h.Experts, h.PrefetchNext = s.experts, s.prefetch
 	}
 	if s.layers != nil {
 		h.Layers = s.layers
 	}
-	mctx.SetHooks(h)
-}
-
-// Detach undoes Attach.
-func (s *Streams) Detach(mctx *model.Context) {
-	h := mctx.Hooks()
-	h.Experts, h.PrefetchNext, h.Layers = nil, false, nil
-	mctx.SetHooks(h)
+	return h
 }
 
 // bind gives s compute's context (the stage's function).
@@ -330,14 +324,12 @@ func (w *WeightPath) RunContext(ctx context.Context, rec *graph.Recorder, mctx *
 			st.bind(ctx)
 			defer st.finish()
 		}
-		st.Attach(mctx)
-		defer st.Detach(mctx)
+		h := st.Hooks(mctx.Hooks())
 		if kvc != nil {
 			kvc.bind(ctx)
-			h := mctx.Hooks()
 			h.KVDefer = kvc
-			defer mctx.SetHooks(mctx.SetHooks(h))
 		}
+		defer mctx.SetHooks(mctx.SetHooks(h))
 		return fn(ctx)
 	})
 	return g.Run(ctx)

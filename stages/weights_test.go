@@ -220,7 +220,7 @@ func TestStreamedBatchBitIdentical(t *testing.T) {
 			return err
 		}
 		err = wp.Run(context.Background(), nil, func(ctx context.Context, st *stages.Streams) error {
-			st.Attach(mctx)
+			mctx.SetHooks(st.Hooks(mctx.Hooks()))
 			var b model.Batch
 			for s, p := range streamPrompts {
 				for i, id := range tok.Encode(p, true, true) {
