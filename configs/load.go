@@ -87,6 +87,12 @@ func Load(r io.Reader) (Loaded, error) {
 
 // collectKeys records the dotted path of every mapping key under n.
 func collectKeys(n *yaml.Node, prefix string, set map[string]bool) {
+	WalkKeys(n, prefix, func(key string, _ *yaml.Node) { set[key] = true })
+}
+
+// WalkKeys calls fn with the dotted path (under prefix) and the value of
+// every mapping key under n, parents before their children.
+func WalkKeys(n *yaml.Node, prefix string, fn func(key string, v *yaml.Node)) {
 	if n.Kind != yaml.MappingNode {
 		return
 	}
@@ -95,8 +101,8 @@ func collectKeys(n *yaml.Node, prefix string, set map[string]bool) {
 		if prefix != "" {
 			key = prefix + "." + key
 		}
-		set[key] = true
-		collectKeys(n.Content[i+1], key, set)
+		fn(key, n.Content[i+1])
+		WalkKeys(n.Content[i+1], key, fn)
 	}
 }
 

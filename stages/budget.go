@@ -15,7 +15,8 @@ import "github.com/flowinfer/flowinfer/model"
 // left a fifth of a 2 GiB cap unused.
 const Headroom = 256 << 20
 
-// defaultBlockSize is Config.BlockSize's default (NewEngine's).
+// defaultBlockSize is Config.BlockSize's default, in NewEngine and in the
+// budget arithmetic alike.
 const defaultBlockSize = 16
 
 // Footprint is what a run holds in RAM beside its weights.
@@ -33,8 +34,8 @@ type Footprint struct {
 }
 
 // EngineFootprint is the footprint of an engine of config c, with
-// NewEngine's defaults (one sequence, blocks of 16, a pool of NSeq × NCtx
-// cells unless KVTokens says otherwise).
+// NewEngine's defaults (one sequence, blocks of defaultBlockSize, a KV
+// cache of NSeq × NCtx cells unless KVTokens says otherwise).
 func EngineFootprint(c Config) Footprint {
 	f := Footprint{Cells: c.KVTokens, Running: max(c.NSeq, 1), MaxBatch: c.MaxBatch, BlockSize: c.BlockSize}
 	if f.Cells <= 0 {

@@ -66,7 +66,7 @@ func (c *Config) defaults(m *model.Model) {
 		c.EdgeCap = 64
 	}
 	if c.BlockSize <= 0 {
-		c.BlockSize = 16
+		c.BlockSize = defaultBlockSize
 	}
 	if c.KVTokens <= 0 {
 		c.KVTokens = c.NSeq * roundUp(c.NCtx, c.BlockSize)

@@ -121,24 +121,11 @@ func annotate(l configs.Loaded, src map[string]string) ([]byte, error) {
 	if err := root.Encode(l.Config); err != nil {
 		return nil, err
 	}
-	var walk func(n *yaml.Node, prefix string)
-	walk = func(n *yaml.Node, prefix string) {
-		if n.Kind != yaml.MappingNode {
-			return
+	configs.WalkKeys(&root, "", func(key string, v *yaml.Node) {
+		if s := src[key]; s != "" && v.Kind != yaml.MappingNode {
+			v.LineComment = s
 		}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			key := n.Content[i].Value
-			if prefix != "" {
-				key = prefix + "." + key
-			}
-			v := n.Content[i+1]
-			if s := src[key]; s != "" && v.Kind != yaml.MappingNode {
-				v.LineComment = s
-			}
-			walk(v, key)
-		}
-	}
-	walk(&root, "")
+	})
 	var b strings.Builder
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)
