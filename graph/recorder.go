@@ -82,6 +82,7 @@ const (
 	evWait    evKind = iota // blocked in Recv
 	evBlocked               // blocked in Send
 	evSpan                  // sub-span opened with Begin
+	evWork                  // work span opened with BeginWork (may overlap others)
 	evAdd                   // counter increment
 	evSample                // gauge sample
 )
@@ -258,6 +259,7 @@ type Span struct {
 	sr   *stageRec
 	name string
 	t0   int64
+	kind evKind
 }
 
 // Begin opens a sub-span named name on stage s's track, for work a stage
@@ -270,7 +272,22 @@ func (r *Recorder) Begin(s *Stage, name string) Span {
 	if r == nil || s == nil || s.rec == nil {
 		return Span{}
 	}
-	return Span{sr: s.rec, name: name, t0: s.rec.now()}
+	return Span{sr: s.rec, name: name, t0: s.rec.now(), kind: evSpan}
+}
+
+// BeginWork opens a span of work done for stage s on a goroutine of its
+// own (one of a reader's workers, each with a read in flight), which may
+// overlap the stage's waits and other work spans. The stall report counts
+// the stage busy whenever at least one work span is open (the union of
+// their intervals, not their sum), whatever its own goroutine is waiting
+// for: a stage that hands its work to workers is busy while they work.
+// The Chrome trace draws work spans on lanes of their own beside the
+// stage's track. Like Begin, it records only while s's graph is recording.
+func (r *Recorder) BeginWork(s *Stage, name string) Span {
+	if r == nil || s == nil || s.rec == nil {
+		return Span{}
+	}
+	return Span{sr: s.rec, name: name, t0: s.rec.now(), kind: evWork}
 }
 
 // End closes the span.
@@ -278,7 +295,7 @@ func (sp Span) End() {
 	if sp.sr == nil {
 		return
 	}
-	sp.sr.span(evSpan, sp.name, sp.t0, sp.sr.now())
+	sp.sr.span(sp.kind, sp.name, sp.t0, sp.sr.now())
 }
 
 // Add adds delta to stage s's running counter name (bytes moved, cache
@@ -301,12 +318,15 @@ func (r *Recorder) Sample(s *Stage, name string, value int64) {
 
 // StageSummary is where one stage spent its wall time. Busy is Wall minus
 // Waiting (blocked in Recv) minus Blocked (blocked in Send); those three are
-// exact. Spans and Counters are computed from stored events, so they miss
+// exact, and count the waits of every goroutine that used the stage's
+// ports (Stalls splits the wall time of a stage with work spans instead).
+// Spans, Work and Counters are computed from stored events, so they miss
 // Dropped events.
 type StageSummary struct {
 	Stage                        string
 	Wall, Busy, Waiting, Blocked time.Duration
 	Spans                        map[string]SpanStats
+	Work                         map[string]WorkStats // BeginWork spans; nil: none
 	Counters                     map[string]CounterStats
 	Dropped                      int64
 }
@@ -344,6 +364,7 @@ func (r *Recorder) Summary() Summary {
 			Dropped:  s.dropped,
 		}
 		ss.Busy = ss.Wall - ss.Waiting - ss.Blocked
+		ss.Work = workStats(s)
 		for _, c := range s.chunks {
 			for _, e := range c {
 				switch e.kind {

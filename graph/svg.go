@@ -110,7 +110,7 @@ func (r *Recorder) WriteSVG(w io.Writer, o SVGOptions) error {
 					}
 					add(k, max(e.t0, from), min(e.t1, to))
 					cursor = max(cursor, e.t1)
-				case evSpan:
+				case evSpan, evWork: // work spans that overlap stack up as nested ones
 					spans = append(spans, traceSpan{name: e.name, t0: e.t0, t1: e.t1})
 				}
 			}

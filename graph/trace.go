@@ -101,9 +101,9 @@ type traceWriter struct {
 
 func (tw *traceWriter) stage(s snapshot) {
 	tw.meta("thread_name", s.tid, `{"name":`+string(tw.quote(s.name))+`}`)
-	tw.meta("thread_sort_index", s.tid, `{"sort_index":`+strconv.Itoa(s.tid)+`}`)
+	tw.meta("thread_sort_index", s.tid, `{"sort_index":`+strconv.Itoa(s.tid*laneTids)+`}`)
 
-	var spans []traceSpan
+	var spans, work []traceSpan
 	cursor, last := s.begin, s.begin // busy runs from cursor to the next wait/blocked span
 	totals := map[string]int64{}
 	for _, c := range s.chunks {
@@ -121,6 +121,8 @@ func (tw *traceWriter) stage(s snapshot) {
 				cursor = max(cursor, e.t1)
 			case evSpan:
 				spans = append(spans, traceSpan{e.name, "span", e.t0, e.t1})
+			case evWork:
+				work = append(work, traceSpan{e.name, "work", e.t0, e.t1})
 			case evAdd:
 				totals[e.name] += e.t1
 				if tw.in(e.t0) {
@@ -131,7 +133,7 @@ func (tw *traceWriter) stage(s snapshot) {
 					tw.counter(s.tid, s.name, e.name, e.t0, e.t1)
 				}
 			}
-			if e.kind <= evSpan { // counters keep their value in t1
+			if e.kind <= evWork { // counters keep their value in t1
 				last = max(last, e.t0, e.t1)
 			} else {
 				last = max(last, e.t0)
@@ -152,12 +154,49 @@ func (tw *traceWriter) stage(s snapshot) {
 		return cmp.Or(cmp.Compare(a.t0, b.t0), cmp.Compare(b.t1, a.t1))
 	})
 	for _, sp := range spans {
-		if sp.t1 < tw.from || sp.t0 > tw.to {
-			continue
-		}
-		sp.t0, sp.t1 = max(sp.t0, tw.from), min(sp.t1, tw.to)
-		tw.complete(s.tid, sp)
+		tw.clipped(s.tid, sp)
 	}
+	tw.lanes(s, work)
+}
+
+// laneTids is the room in thread ids and sort indices after each stage's
+// for the lanes of its work spans.
+const laneTids = 1024
+
+// lanes draws a stage's work spans (BeginWork), which overlap, on tracks of
+// their own just below the stage's, "stage: name 1", "stage: name 2", ...:
+// each span goes to the first lane free when it starts, so there are as
+// many lanes as spans were ever open at once (at most laneTids-1; more
+// share the last one).
+func (tw *traceWriter) lanes(s snapshot, work []traceSpan) {
+	slices.SortStableFunc(work, func(a, b traceSpan) int { return cmp.Compare(a.t0, b.t0) })
+	var ends []int64 // per lane, the end of its last span
+	for _, sp := range work {
+		lane := slices.IndexFunc(ends, func(end int64) bool { return end <= sp.t0 })
+		if lane < 0 {
+			lane = min(len(ends), laneTids-2)
+			if lane == len(ends) {
+				ends = append(ends, 0)
+				tid := laneTid(s.tid, lane)
+				tw.meta("thread_name", tid, `{"name":`+string(tw.quote(s.name+": "+sp.name+" "+strconv.Itoa(lane+1)))+`}`)
+				tw.meta("thread_sort_index", tid, `{"sort_index":`+strconv.Itoa(s.tid*laneTids+1+lane)+`}`)
+			}
+		}
+		ends[lane] = max(ends[lane], sp.t1)
+		tw.clipped(laneTid(s.tid, lane), sp)
+	}
+}
+
+// laneTid is the thread id of a stage's work lane: above every stage's.
+func laneTid(tid, lane int) int { return 1<<20 + tid*laneTids + lane }
+
+// clipped writes sp clipped to the window, if it overlaps it.
+func (tw *traceWriter) clipped(tid int, sp traceSpan) {
+	if sp.t1 < tw.from || sp.t0 > tw.to {
+		return
+	}
+	sp.t0, sp.t1 = max(sp.t0, tw.from), min(sp.t1, tw.to)
+	tw.complete(tid, sp)
 }
 
 func (tw *traceWriter) sep() {

@@ -65,7 +65,7 @@ func chunkEnd(c []event) int64 {
 	var end int64 = math.MinInt64
 	for _, e := range c {
 		end = max(end, e.t0)
-		if e.kind <= evSpan {
+		if e.kind <= evWork {
 			end = max(end, e.t1)
 		}
 	}

@@ -242,20 +242,22 @@ func TestStallsAddUp(t *testing.T) {
 
 // TestStallsFormat: the report of a hand-made Stalls, line by line: each
 // stage's shares and the edge it waited on most (an output edge; an input
-// edge that outweighs the stage's output wait; "-" for none), the bounding
-// stage and the transfer.
+// edge that outweighs the stage's output wait; "-" for none), what a
+// stage's work spans add to its busy time, the bounding stage with the
+// waits followed to it, and the transfer.
 func TestStallsFormat(t *testing.T) {
 	ms := time.Millisecond
 	st := Stalls{
 		Wall: 10 * ms,
 		Stages: []StageStall{
-			{Stage: "reader", Wall: 10 * ms, Busy: 2 * ms, Blocked: 8 * ms, BlockedOn: map[string]time.Duration{"compute": 8 * ms}},
+			{Stage: "reader", Wall: 10 * ms, Busy: 2 * ms, Blocked: 8 * ms, BlockedOn: map[string]time.Duration{"compute": 8 * ms},
+				Work: map[string]WorkStats{"read": {Count: 40, Sum: 25 * ms, InFlight: 2 * ms, Max: ms}}},
 			{Stage: "compute", Wall: 10 * ms, Busy: 6 * ms, Starved: 3 * ms, Blocked: 1 * ms,
 				StarvedOn: map[string]time.Duration{"reader": 3 * ms}, BlockedOn: map[string]time.Duration{"sink": 1 * ms}},
 			{Stage: "sink", Wall: 10 * ms, Busy: 10 * ms},
 		},
-		Bounding: "sink",
-		WaitedOn: "compute",
+		Bounding: "compute",
+		Chain:    []string{"reader", "compute"},
 		Transfers: []Transfer{{Stage: "reader", Counter: "bytes weights", Bytes: 20 << 20, Wall: 10 * ms, Busy: 2 * ms,
 			GBps: float64(20<<20) / 0.01 / 1e9, BusyGBps: float64(20<<20) / 0.002 / 1e9}},
 	}
@@ -267,11 +269,21 @@ func TestStallsFormat(t *testing.T) {
 reader   10ms   20.0%    0.0%    80.0%   output to compute (8ms)  
 compute  10ms   60.0%   30.0%    10.0%   input from reader (3ms)  
 sink     10ms  100.0%    0.0%     0.0%   -                        
-bounding stage: sink (busy 100.0% of the 10ms run; the stage others waited on most: compute)
+reader busy counts the time at least one read was in flight: 20.0% of its wall time (the union of 40 read intervals; their durations sum to 250.0%)
+bounding stage: compute (busy 60.0% of the 10ms run; waits followed: reader -> compute)
 transfer reader/bytes weights: 20.00 MiB in 10ms = 2.097 GB/s = 52.4% of 4.0 GB/s (test); 10.486 GB/s while the stage was busy
 `
 	if out.String() != want {
 		t.Errorf("report:\n%s\nwant:\n%s", out.String(), want)
+	}
+	// a source outside the graph
+	out.Reset()
+	st.Bounding, st.Chain = "queue", []string{"sink", "queue"}
+	if err := st.Format(&out, Limit{}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "bounding: queue, outside the graph (the stages waited for its input; waits followed: sink -> queue)\n"; !strings.Contains(out.String(), want) {
+		t.Errorf("report lacks %q:\n%s", want, out.String())
 	}
 }
 

@@ -7,7 +7,6 @@
 package graph
 
 import (
-	"cmp"
 	"fmt"
 	"io"
 	"maps"
@@ -19,12 +18,15 @@ import (
 
 // StageStall is where one stage's wall time went. Busy + Starved + Blocked
 // = Wall exactly; the per-edge breakdowns come from stored events and miss
-// Dropped ones.
+// Dropped ones. A stage with work spans (BeginWork: a reader's reads in
+// flight on its workers) is busy whenever one is open, whatever its own
+// goroutine waits for then; its split comes from stored events too.
 type StageStall struct {
 	Stage                        string
 	Wall, Busy, Starved, Blocked time.Duration
 	StarvedOn                    map[string]time.Duration // producer stage -> time waiting for its input
 	BlockedOn                    map[string]time.Duration // consumer stage -> time blocked on it
+	Work                         map[string]WorkStats     // work spans by name; nil: none
 	Events                       int64                    // events stored (spans, waits, counters)
 	Dropped                      int64
 }
@@ -43,12 +45,14 @@ type Stalls struct {
 	// Wall runs from the first stage's start to the last stage's end.
 	Wall   time.Duration
 	Stages []StageStall
-	// Bounding is the stage with the most busy time: the one the others
-	// wait for, whose speed sets the pipeline's throughput.
+	// Bounding is the stage the others wait on, found by following the
+	// waits (see bound): the one whose speed sets the pipeline's
+	// throughput. It may name a source outside the graph ("queue") that
+	// the stages waited on for input.
 	Bounding string
-	// WaitedOn is the producer stages spent the most time waiting for
-	// (usually Bounding, or the stage feeding it).
-	WaitedOn  string
+	// Chain is the longest chain of waits that ends at Bounding: each
+	// stage spent more time waiting on the next than working.
+	Chain     []string
 	Transfers []Transfer
 }
 
@@ -57,8 +61,6 @@ func (r *Recorder) Stalls() Stalls {
 	snaps := r.snapshots()
 	var st Stalls
 	var first, last int64
-	waitedOn := map[string]time.Duration{}
-	var bestBusy time.Duration
 	for i, s := range snaps {
 		if i == 0 || s.begin < first {
 			first = s.begin
@@ -68,9 +70,9 @@ func (r *Recorder) Stalls() Stalls {
 			Stage: s.name, Wall: time.Duration(s.end - s.begin),
 			Starved: time.Duration(s.waiting), Blocked: time.Duration(s.blocked),
 			StarvedOn: map[string]time.Duration{}, BlockedOn: map[string]time.Duration{},
+			Work:    workStats(s),
 			Dropped: s.dropped,
 		}
-		ss.Busy = ss.Wall - ss.Starved - ss.Blocked
 		bytes := map[string]int64{}
 		var order []string
 		for _, c := range s.chunks {
@@ -79,11 +81,9 @@ func (r *Recorder) Stalls() Stalls {
 				d := time.Duration(e.t1 - e.t0)
 				switch e.kind {
 				case evWait:
-					p := strings.TrimPrefix(e.name, "wait <- ")
-					ss.StarvedOn[p] += d
-					waitedOn[p] += d
+					ss.StarvedOn[trimEdge(e.name, "wait <- ")] += d
 				case evBlocked:
-					ss.BlockedOn[strings.TrimPrefix(e.name, "blocked -> ")] += d
+					ss.BlockedOn[trimEdge(e.name, "blocked -> ")] += d
 				case evAdd:
 					if IsByteCounter(e.name) {
 						if _, ok := bytes[e.name]; !ok {
@@ -94,6 +94,21 @@ func (r *Recorder) Stalls() Stalls {
 				}
 			}
 		}
+		if ss.Work != nil {
+			// its workers' waits and work overlap its own waits: split
+			// the wall time instead of subtracting summed waits
+			ws := splitWall(s)
+			ss.Starved, ss.Blocked = time.Duration(ws.starved), time.Duration(ws.blocked)
+			clear(ss.StarvedOn)
+			clear(ss.BlockedOn)
+			for p, d := range ws.starvedOn {
+				ss.StarvedOn[p] = time.Duration(d)
+			}
+			for c, d := range ws.blockedOn {
+				ss.BlockedOn[c] = time.Duration(d)
+			}
+		}
+		ss.Busy = ss.Wall - ss.Starved - ss.Blocked
 		for _, name := range order {
 			t := Transfer{Stage: s.name, Counter: name, Bytes: bytes[name], Wall: ss.Wall, Busy: ss.Busy}
 			if ss.Wall > 0 {
@@ -104,19 +119,101 @@ func (r *Recorder) Stalls() Stalls {
 			}
 			st.Transfers = append(st.Transfers, t)
 		}
-		if ss.Busy > bestBusy {
-			bestBusy, st.Bounding = ss.Busy, ss.Stage
-		}
 		st.Stages = append(st.Stages, ss)
 	}
 	st.Wall = time.Duration(last - first)
-	var most time.Duration
-	for _, p := range slices.Sorted(maps.Keys(waitedOn)) {
-		if waitedOn[p] > most {
-			most, st.WaitedOn = waitedOn[p], p
+	st.Bounding, st.Chain = bound(st.Stages)
+	return st
+}
+
+// waitsOn returns the stage s lost the most time on, as producer (input)
+// or consumer (output), and how long; a tie names the input edge, then
+// the first stage by name. ok is false when s never waited.
+func (s StageStall) waitsOn() (stage string, d time.Duration, input, ok bool) {
+	for _, p := range slices.Sorted(maps.Keys(s.StarvedOn)) {
+		if v := s.StarvedOn[p]; !ok || v > d {
+			stage, d, input, ok = p, v, true, true
 		}
 	}
-	return st
+	for _, c := range slices.Sorted(maps.Keys(s.BlockedOn)) {
+		if v := s.BlockedOn[c]; !ok || v > d {
+			stage, d, input, ok = c, v, false, true
+		}
+	}
+	return stage, d, input, ok
+}
+
+// bound names the stage the others wait on. Busy time alone does not say
+// (a stage that hands its work to a disk, or to workers, can be the limit
+// while its goroutine looks idle); the waits do. From every stage it
+// follows the edge the stage lost the most time on, as long as that is
+// more than the stage's busy time (it waited on that stage more than it
+// worked), until it reaches a stage that worked more than it waited on any
+// one edge (that stage bounds the chain), a stage already on the chain (a
+// cycle of waits: the busiest stage of the cycle bounds it), or a source
+// outside the graph (a wait outside the ports: "queue"). Each stage's
+// stalled time, and the bounding stage's own busy time, counts for the end
+// of its chain; the end with the most time is the bounding stage. It
+// returns that stage and the longest chain of waits ending at it.
+func bound(stages []StageStall) (string, []string) {
+	idx := make(map[string]int, len(stages))
+	for i, s := range stages {
+		idx[s.Stage] = i
+	}
+	next := func(i int) (string, bool) {
+		s := stages[i]
+		to, d, _, ok := s.waitsOn()
+		return to, ok && d > s.Busy
+	}
+	weight := map[string]time.Duration{}
+	var ends []string // in the order first reached
+	chains := map[string][]string{}
+	for i, s := range stages {
+		path := []string{s.Stage}
+		end := ""
+		for cur := i; ; {
+			to, ok := next(cur)
+			if !ok {
+				end = stages[cur].Stage
+				break
+			}
+			j, isStage := idx[to]
+			if !isStage {
+				end = to
+				path = append(path, to)
+				break
+			}
+			if k := slices.Index(path, to); k >= 0 {
+				end = to
+				for _, n := range path[k:] {
+					if stages[idx[n]].Busy > stages[idx[end]].Busy {
+						end = n
+					}
+				}
+				path = path[:slices.Index(path, end)+1]
+				break
+			}
+			path = append(path, to)
+			cur = j
+		}
+		if _, seen := weight[end]; !seen {
+			ends = append(ends, end)
+		}
+		weight[end] += s.Starved + s.Blocked
+		if s.Stage == end {
+			weight[end] += s.Busy
+		}
+		if len(path) > len(chains[end]) {
+			chains[end] = path
+		}
+	}
+	best := ""
+	for _, e := range ends {
+		if best == "" || weight[e] > weight[best] {
+			best = e
+		}
+	}
+	return best, chains[best]
 }
 
 // Limit is a bandwidth ceiling to compare transfers with.
@@ -146,16 +243,28 @@ func (st Stalls) Format(w io.Writer, limit Limit) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	share := func(d, wall time.Duration) float64 { return 100 * float64(d) / float64(max(wall, 1)) }
+	for _, s := range st.Stages {
+		for _, name := range slices.Sorted(maps.Keys(s.Work)) {
+			wk := s.Work[name]
+			fmt.Fprintf(w, "%s busy counts the time at least one %s was in flight: %.1f%% of its wall time (the union of %d %s intervals; their durations sum to %.1f%%)\n",
+				s.Stage, name, share(wk.InFlight, s.Wall), wk.Count, name, share(wk.Sum, s.Wall))
+		}
+	}
 	if st.Bounding != "" {
-		var b StageStall
+		b, isStage := StageStall{}, false
 		for _, s := range st.Stages {
 			if s.Stage == st.Bounding {
-				b = s
+				b, isStage = s, true
 			}
 		}
-		fmt.Fprintf(w, "bounding stage: %s (busy %.1f%% of the %v run", st.Bounding, 100*float64(b.Busy)/float64(max(st.Wall, 1)), st.Wall.Round(time.Microsecond))
-		if st.WaitedOn != "" {
-			fmt.Fprintf(w, "; the stage others waited on most: %s", st.WaitedOn)
+		if isStage {
+			fmt.Fprintf(w, "bounding stage: %s (busy %.1f%% of the %v run", st.Bounding, share(b.Busy, st.Wall), st.Wall.Round(time.Microsecond))
+		} else {
+			fmt.Fprintf(w, "bounding: %s, outside the graph (the stages waited for its input", st.Bounding)
+		}
+		if len(st.Chain) > 1 {
+			fmt.Fprintf(w, "; waits followed: %s", strings.Join(st.Chain, " -> "))
 		}
 		fmt.Fprintln(w, ")")
 	}
@@ -181,22 +290,15 @@ func (st Stalls) Format(w io.Writer, limit Limit) error {
 
 // mostlyOn names the edge a stage lost the most time on, if any.
 func (s StageStall) mostlyOn() string {
-	type kv struct {
-		what string
-		d    time.Duration
-	}
-	var all []kv
-	for p, d := range s.StarvedOn {
-		all = append(all, kv{"input from " + p, d})
-	}
-	for c, d := range s.BlockedOn {
-		all = append(all, kv{"output to " + c, d})
-	}
-	if len(all) == 0 {
+	to, d, input, ok := s.waitsOn()
+	if !ok {
 		return "-"
 	}
-	slices.SortFunc(all, func(a, b kv) int { return cmp.Or(cmp.Compare(b.d, a.d), strings.Compare(a.what, b.what)) })
-	return fmt.Sprintf("%s (%v)", all[0].what, all[0].d.Round(time.Microsecond))
+	what := "output to "
+	if input {
+		what = "input from "
+	}
+	return fmt.Sprintf("%s%s (%v)", what, to, d.Round(time.Microsecond))
 }
 
 func formatBytes(n int64) string {
