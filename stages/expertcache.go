@@ -76,6 +76,7 @@ type expertCache struct {
 	hits, misses              []atomic.Int64
 	evictions, cached         atomic.Int64
 	pfIssued, pfUsed, pfWaste atomic.Int64
+	pfLate                    atomic.Int64 // misses whose prefetch was still in flight
 }
 
 // newExpertCache makes a cache of n slots of mem for the experts of layout
@@ -138,6 +139,7 @@ func (c *expertSource) Fetch(il int, ids []int) error {
 			} else { // a prefetch of it is in flight
 				c.mineP++
 				c.misses[il].Add(1)
+				c.pfLate.Add(1)
 			}
 			continue
 		}
@@ -396,6 +398,7 @@ func (c *expertCache) resetStats() {
 	c.pfIssued.Store(0)
 	c.pfUsed.Store(0)
 	c.pfWaste.Store(0)
+	c.pfLate.Store(0)
 }
 
 // stats adds the counters to s.
@@ -406,5 +409,6 @@ func (c *expertCache) stats(s *WeightStats) {
 	}
 	s.Evictions = c.evictions.Load()
 	s.PrefetchIssued, s.PrefetchUsed, s.PrefetchWasted = c.pfIssued.Load(), c.pfUsed.Load(), c.pfWaste.Load()
+	s.PrefetchLate = c.pfLate.Load()
 	s.CachedExperts = int(c.cached.Load())
 }

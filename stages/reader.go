@@ -40,9 +40,14 @@ type staged struct {
 // bandwidth here: bench/diskbw).
 const readChunk = 1 << 20
 
-// readStats are the reader's counters, kept across runs.
+// readStats are the reader's counters, kept across runs (their methods:
+// readstats.go).
 type readStats struct {
 	bytes, nanos atomic.Int64 // bytes read; summed time of the reads (in flight together)
+	// reads issued to the disk (an expert's batch, a matrix's piece), and
+	// experts and layer matrices read whole
+	reads, experts, matrices atomic.Int64
+	busy                     diskBusy // the time at least one read was in flight
 }
 
 // reader is the reader stage of one run.
@@ -140,10 +145,10 @@ func (r *reader) run(ctx context.Context, reqs *graph.In[readReq], free *graph.I
 // the last one (j.s then carries the matrix's first error).
 func (r *reader) readPiece(j *readJob) bool {
 	m := &r.lay.mats[j.s.req.layer][j.s.req.mat]
-	span := r.rec.Begin(r.stg, "read")
-	t0 := nanotime()
+	span := r.rec.BeginWork(r.stg, "read")
+	t0 := r.stats.begin()
 	_, err := r.rd.ReadAt(r.slabs.slab(j.s.slab)[j.dst:], j.c0, j.c1-j.c0)
-	r.stats.nanos.Add(nanotime() - t0)
+	r.stats.end(t0)
 	span.End()
 	if err != nil {
 		r.errMu.Lock()
@@ -162,6 +167,9 @@ func (r *reader) readPiece(j *readJob) bool {
 	r.errMu.Lock()
 	j.s.err = r.slabErr[j.s.slab]
 	r.errMu.Unlock()
+	if j.s.err == nil {
+		r.stats.matrices.Add(1)
+	}
 	return true
 }
 
@@ -170,8 +178,8 @@ func (r *reader) readPiece(j *readJob) bool {
 func (r *reader) readExpert(s *staged) {
 	el := &r.lay.experts[s.req.layer]
 	buf := r.slabs.slab(s.slab)
-	span := r.rec.Begin(r.stg, "read")
-	t0 := nanotime()
+	span := r.rec.BeginWork(r.stg, "read")
+	t0 := r.stats.begin()
 	var q [3]nvme.Req
 	var o, total int64
 	for i := range el {
@@ -188,9 +196,10 @@ func (r *reader) readExpert(s *staged) {
 			s.views[i] = q[i].Data
 		}
 	}
-	r.stats.nanos.Add(nanotime() - t0)
+	r.stats.end(t0)
 	span.End()
 	if s.err == nil {
+		r.stats.experts.Add(1)
 		r.stats.bytes.Add(total)
 		r.rec.Add(r.stg, "bytes read", total)
 	}

@@ -95,7 +95,7 @@ func (u *uploader) run(ctx context.Context, in *graph.In[staged], ret *graph.Out
 		wg.Go(func() {
 			for s := range work {
 				if s.err == nil {
-					span := u.rec.Begin(u.stg, "pack")
+					span := u.rec.BeginWork(u.stg, "pack") // on a packer: the uploader works while its goroutine waits
 					s.err = u.placer.place(&s)
 					span.End()
 				}

@@ -136,8 +136,8 @@ func (w *WeightPath) Close() error {
 // WeightStats are the weight path's counters since load.
 type WeightStats struct {
 	Hits, Misses  []int64 // per layer
-	BytesRead     int64   // bytes of experts read from disk
-	ReadNanos     int64   // summed time of the reads (in flight together)
+	BytesRead     int64   // bytes read from disk (experts and streamed layers)
+	ReadNanos     int64   // summed durations of the reads (several in flight at once)
 	Evictions     int64
 	CachedExperts int
 	// speculative prefetch: reads issued, used by the next layer, evicted
@@ -146,6 +146,14 @@ type WeightStats struct {
 	// layer streaming: streamed layers found read when compute reached
 	// them, layers compute waited for, and the time it waited
 	LayersReady, LayersWaited, LayerWaitNanos int64
+
+	// reads issued to the disk (an expert's ranges in one batch, a layer
+	// matrix's 1 MiB pieces), experts and layer matrices read whole, and
+	// the time at least one read was in flight (the disk's busy time)
+	Reads, ExpertsRead, MatricesRead, DiskBusyNanos int64
+	// misses that found the expert's prefetch still in flight (no read
+	// of their own: they waited for the prefetch's)
+	PrefetchLate int64
 }
 
 // Stats returns a snapshot of the counters (safe from any goroutine).
@@ -157,7 +165,7 @@ func (w *WeightPath) Stats() WeightStats {
 	if w.ls != nil {
 		w.ls.stats(&s)
 	}
-	s.BytesRead, s.ReadNanos = w.reads.bytes.Load(), w.reads.nanos.Load()
+	w.reads.stats(&s)
 	return s
 }
 
@@ -170,8 +178,7 @@ func (w *WeightPath) ResetStats() {
 	if w.ls != nil {
 		w.ls.resetStats()
 	}
-	w.reads.bytes.Store(0)
-	w.reads.nanos.Store(0)
+	w.reads.reset()
 }
 
 // readPort is how the expert cache and the layer stream reach the weight
