@@ -81,6 +81,7 @@ func (c *TraceCmd) Run(g *Globals) error {
 	job.detail = map[string]graph.Detail{"stages": graph.DetailStages, "layers": graph.DetailLayers, "ops": graph.DetailOps}[c.Detail]
 	job.queueSample = c.QueueSample
 	rec := job.recorder(c.MaxEvents)
+	rg.wp.ResetStats() // the weight path's counters describe the recorded run
 	res, err := job.run(ctx, rec, true)
 	if err != nil {
 		return err
@@ -171,6 +172,9 @@ func (c *TraceCmd) report(out io.Writer, rec *graph.Recorder, res traceResult, j
 		return err
 	}
 	printSpanBreakdown(out, rec.Summary())
+	if plan := j.r.wp.Plan(); plan.Streaming() {
+		formatWeightStats(out, j.r.wp.Stats(), plan.Experts > 0, res.generated)
+	}
 	for _, s := range rec.Summary() {
 		if s.Dropped > 0 {
 			fmt.Fprintf(os.Stderr, "flowinfer: warning: stage %s dropped %d events past --max-events\n", s.Stage, s.Dropped)

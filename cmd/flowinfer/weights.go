@@ -9,7 +9,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -156,44 +159,70 @@ func packResident(be *cpu.Backend, m *model.Model, experts bool, streamed func(i
 	return nil
 }
 
-// printWeightStats prints the expert cache's counters on stderr: hits and
-// misses (all layers, and the layers' range), bytes read and the read time.
+// printWeightStats prints the weight path's counters on stderr
+// (formatWeightStats), without a per-token figure.
 func printWeightStats(wp *stages.WeightPath) {
-	st := wp.Stats()
+	formatWeightStats(os.Stderr, wp.Stats(), wp.Plan().Experts > 0, 0)
+}
+
+// formatWeightStats writes the weight path's counters, each line saying
+// what it counts: the layer stream's layers; the expert cache's hits and
+// misses (and the misses that waited for a prefetch already in flight);
+// the prefetches issued, used and wasted; and what was read from disk:
+// bytes, reads issued, experts and layer matrices read whole, the disk's
+// busy time (at least one read in flight) beside the reads' summed
+// durations, and with tokens > 0 the bytes per generated token.
+func formatWeightStats(w io.Writer, st stages.WeightStats, experts bool, tokens int) {
 	if n := st.LayersReady + st.LayersWaited; n > 0 {
-		fmt.Fprintf(os.Stderr, "flowinfer: layer stream: %d layers run, %d already read, %d waited for (%.2f s in all)\n",
+		fmt.Fprintf(w, "flowinfer: layer stream: %d streamed layers run, %d already read, %d waited for (%.2f s in all)\n",
 			n, st.LayersReady, st.LayersWaited, float64(st.LayerWaitNanos)/1e9)
 	}
-	if wp.Plan().Experts == 0 {
-		if st.BytesRead > 0 {
-			fmt.Fprintf(os.Stderr, "flowinfer: layer reads: %.2f GiB, %.2f s of reads in flight\n", float64(st.BytesRead)/(1<<30), float64(st.ReadNanos)/1e9)
+	if experts {
+		var hits, misses int64
+		lo, hi := 1.0, 0.0
+		for i := range st.Hits {
+			hits += st.Hits[i]
+			misses += st.Misses[i]
+			if n := st.Hits[i] + st.Misses[i]; n > 0 {
+				r := float64(st.Hits[i]) / float64(n)
+				lo, hi = min(lo, r), max(hi, r)
+			}
 		}
+		rate := 0.0
+		if hits+misses > 0 {
+			rate = float64(hits) / float64(hits+misses)
+		}
+		fmt.Fprintf(w, "flowinfer: expert cache: %d hits, %d misses (%d of them already being prefetched), hit rate %.1f%% (per layer %.1f%%-%.1f%%), %d evictions, %d experts cached\n",
+			hits, misses, st.PrefetchLate, 100*rate, 100*lo, 100*hi, st.Evictions, st.CachedExperts)
+		if st.PrefetchIssued > 0 {
+			fmt.Fprintf(w, "flowinfer: prefetch: %d expert reads issued ahead, %d used by the next layer (%.1f%%), %d evicted unused\n",
+				st.PrefetchIssued, st.PrefetchUsed, 100*float64(st.PrefetchUsed)/float64(st.PrefetchIssued), st.PrefetchWasted)
+		}
+	}
+	if st.Reads == 0 {
 		return
 	}
-	var hits, misses int64
-	lo, hi := 1.0, 0.0
-	for i := range st.Hits {
-		hits += st.Hits[i]
-		misses += st.Misses[i]
-		if n := st.Hits[i] + st.Misses[i]; n > 0 {
-			r := float64(st.Hits[i]) / float64(n)
-			lo, hi = min(lo, r), max(hi, r)
-		}
+	var whole []string
+	if experts {
+		whole = append(whole, fmt.Sprintf("%d experts (misses and prefetches)", st.ExpertsRead))
 	}
-	rate := 0.0
-	if hits+misses > 0 {
-		rate = float64(hits) / float64(hits+misses)
+	if st.MatricesRead > 0 || !experts {
+		whole = append(whole, fmt.Sprintf("%d layer matrices", st.MatricesRead))
 	}
-	fmt.Fprintf(os.Stderr, "flowinfer: expert cache: %d hits, %d misses (hit rate %.1f%%, per layer %.1f%%-%.1f%%), %d evictions, %d experts cached\n",
-		hits, misses, 100*rate, 100*lo, 100*hi, st.Evictions, st.CachedExperts)
-	if st.PrefetchIssued > 0 {
-		fmt.Fprintf(os.Stderr, "flowinfer: prefetch: %d experts read ahead, %d used by the next layer (%.1f%%), %d evicted unused\n",
-			st.PrefetchIssued, st.PrefetchUsed, 100*float64(st.PrefetchUsed)/float64(st.PrefetchIssued), st.PrefetchWasted)
+	fmt.Fprintf(w, "flowinfer: disk reads: %d reads issued; read whole: %s; %s read", st.Reads, strings.Join(whole, ", "), byteCount(st.BytesRead))
+	if tokens > 0 {
+		fmt.Fprintf(w, ", %s per generated token", byteCount(st.BytesRead/int64(tokens)))
 	}
-	if st.BytesRead > 0 {
-		fmt.Fprintf(os.Stderr, "flowinfer: expert reads: %.2f GiB in %d experts, %.2f s of reads in flight\n",
-			float64(st.BytesRead)/(1<<30), misses, float64(st.ReadNanos)/1e9)
+	fmt.Fprintf(w, "; disk busy %.2f s (at least one read in flight; the reads' durations sum to %.2f s)\n",
+		float64(st.DiskBusyNanos)/1e9, float64(st.ReadNanos)/1e9)
+}
+
+// byteCount formats n bytes with a binary unit ("1.50MiB", "512 B").
+func byteCount(n int64) string {
+	if n < 1<<10 {
+		return strconv.FormatInt(n, 10) + " B"
 	}
+	return configs.ByteSize(n).String()
 }
 
 // diskBandwidth measures the O_DIRECT read bandwidth of the file at path
