@@ -279,7 +279,7 @@ func TestTraceStreamedLayers(t *testing.T) {
 	if experts != 0 || matrices == 0 || reads < matrices || strconv.FormatInt(reads, 10) != mm[2] {
 		t.Errorf("%d reads issued (%s read spans), %d experts, %d layer matrices read", reads, mm[2], experts, matrices)
 	}
-	if !regexp.MustCompile(`flowinfer: layer stream: \d+ streamed layers run`).MatchString(out) {
+	if !regexp.MustCompile(`flowinfer: layer stream: \d+ layers run`).MatchString(out) {
 		t.Errorf("no layer stream line:\n%s", out)
 	}
 }
@@ -300,7 +300,7 @@ func TestFormatWeightStats(t *testing.T) {
 	}
 	var b strings.Builder
 	formatWeightStats(&b, st, true, 16)
-	want := `flowinfer: layer stream: 16 streamed layers run, 3 already read, 13 waited for (1.50 s in all)
+	want := `flowinfer: layer stream: 16 layers run, 3 already read, 13 waited for (1.50 s in all)
 flowinfer: expert cache: 40 hits, 40 misses (5 of them already being prefetched), hit rate 50.0% (per layer 25.0%-75.0%), 12 evictions, 8 experts cached
 flowinfer: prefetch: 20 expert reads issued ahead, 15 used by the next layer (75.0%), 3 evicted unused
 flowinfer: disk reads: 150 reads issued; read whole: 55 experts (misses and prefetches), 40 layer matrices; 96MiB read, 6MiB per generated token; disk busy 2.50 s (at least one read in flight; the reads' durations sum to 9.00 s)

@@ -174,7 +174,7 @@ func printWeightStats(wp *stages.WeightPath) {
 // durations, and with tokens > 0 the bytes per generated token.
 func formatWeightStats(w io.Writer, st stages.WeightStats, experts bool, tokens int) {
 	if n := st.LayersReady + st.LayersWaited; n > 0 {
-		fmt.Fprintf(w, "flowinfer: layer stream: %d streamed layers run, %d already read, %d waited for (%.2f s in all)\n",
+		fmt.Fprintf(w, "flowinfer: layer stream: %d layers run, %d already read, %d waited for (%.2f s in all)\n",
 			n, st.LayersReady, st.LayersWaited, float64(st.LayerWaitNanos)/1e9)
 	}
 	if experts {
