@@ -16,7 +16,7 @@ import (
 )
 
 // TestAllocs measures, from inside a running stage, the allocations of a
-// Send, a Recv, a sub-span and a counter. "fast" uses a self-loop edge with
+// Send, a Recv, a sub-span, a work span and a counter. "fast" uses a self-loop edge with
 // room, so the ports never block; "slow" bounces items off an echo stage
 // over synchronous edges, so every Send and Recv blocks.
 func TestAllocs(t *testing.T) {
@@ -44,9 +44,11 @@ func TestAllocs(t *testing.T) {
 					s.Do(func(ctx context.Context) error {
 						allocs = testing.AllocsPerRun(10000, func() {
 							sp := r.rec.Begin(s, "layer 3 attn")
+							w := r.rec.BeginWork(s, "read")
 							out.Send(ctx, 1)
 							in.Recv(ctx)
 							r.rec.Add(s, "bytes", 64)
+							w.End()
 							sp.End()
 						})
 						return nil
