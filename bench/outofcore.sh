@@ -82,7 +82,7 @@ run() {
 	fi
 	printf "%-10s %-28s cap %-5s pp %8s t/s  tg %8s t/s  peak %6.2f GiB  rc %s\n" "$name" "$setting" "$cap" "${pp:--}" "${tg:--}" \
 		"$(echo "$(peak) / 1073741824" | bc -l)" "$rc"
-	if [ "$name" = flowinfer ]; then grep -E 'expert cache:|expert reads:|prefetch:|weights:|preloaded|layer stream:|layer reads:' "$out" | sed 's/^/    /'; fi
+	if [ "$name" = flowinfer ]; then grep -E 'expert cache:|disk reads:|prefetch:|weights:|preloaded|layer stream:' "$out" | sed 's/^/    /'; fi
 	if [ $rc != 0 ]; then tail -3 "$out" | sed 's/^/    /'; fi
 	rm -f "$out"
 }
