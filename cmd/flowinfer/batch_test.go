@@ -306,10 +306,12 @@ func TestBatchAlias(t *testing.T) {
 // record once.
 func TestBatchOutputLocked(t *testing.T) {
 	m, _ := goldenModel(t, "stories260K.gguf")
-	const n = 60
-	in := batchInput(t, n, 32)
+	// about 2 s of work on one sequence: the second run starts within
+	// milliseconds of the first record
+	const n = 200
+	in := batchInput(t, n, 64)
 	out := filepath.Join(t.TempDir(), "out.jsonl")
-	cmd := exec.Command(binPath, "batch", "-m", m, "-i", in, "-o", out, "--parallel", "2", "-t", "1", "--sync-every", "1", "--no-progress")
+	cmd := exec.Command(binPath, "batch", "-m", m, "-i", in, "-o", out, "--parallel", "1", "-t", "1", "--sync-every", "1", "--no-progress")
 	cmd.Env = append(os.Environ(), "FLOWINFER_CACHE="+t.TempDir())
 	var errb bytes.Buffer
 	cmd.Stderr = &errb
@@ -332,6 +334,9 @@ func TestBatchOutputLocked(t *testing.T) {
 	_, errOut, err := runEnv(t, nil, "batch", "-m", notModel, "-i", in, "-o", out, "--no-progress")
 	if err == nil || !strings.Contains(errOut, out) || !strings.Contains(errOut, "another batch is writing it") {
 		t.Errorf("second run: %v\n%s", err, errOut)
+	}
+	if data, _ := os.ReadFile(out); bytes.Count(data, []byte("\n")) == n {
+		t.Log("the first run had finished before the second began: the lock was not tested")
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("first run: %v\n%s", err, errb.String())
