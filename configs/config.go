@@ -32,8 +32,13 @@ type Config struct {
 	Flags map[string]any `yaml:"flags,omitempty"`
 }
 
-// Hardware describes a machine. Detect fills it; the trace's stall summary
-// compares achieved bandwidths with MemBandwidth and DiskRead.
+// Hardware describes a machine. Detect fills it. The computing commands
+// refuse a description bigger than this machine (Config.CheckHost) and
+// take a smaller one as limits: Cores is the default thread count,
+// LogicalCPUs bounds the threads, RAM bounds Pipeline.RAMPool, ISA lists
+// extensions the CPU must have; the trace's stall summary compares
+// achieved memory bandwidth with MemBandwidth. No command reads DiskRead
+// yet.
 type Hardware struct {
 	CPU         string   `yaml:"cpu,omitempty"`          // model name
 	Cores       int      `yaml:"cores"`                  // physical cores (0 = unknown)
@@ -60,7 +65,8 @@ type GPU struct {
 type Pipeline struct {
 	// Backend: auto (Vulkan when a GPU is present, else CPU), cpu, vulkan.
 	Backend string `yaml:"backend"`
-	// Threads computing on the CPU; 0 = physical cores.
+	// Threads computing on the CPU; 0 = Hardware.Cores when the profile
+	// gives it (Loaded.Derive), else this machine's physical cores.
 	Threads int `yaml:"threads"`
 	// BatchSize is the number of tokens per forward step (prompt chunk).
 	BatchSize int `yaml:"batch_size"`

@@ -235,6 +235,14 @@ func TestDetect(t *testing.T) {
 	if c.Pipeline.Backend != "cpu" || c.Pipeline.VRAM != 0 || c.Pipeline.RAMPool != 0 || c.Pipeline.Threads != 1 {
 		t.Errorf("suggested pipeline %+v", c.Pipeline)
 	}
+	// and no GPU in its hardware (CheckHost would refuse it), the rest as
+	// detected, so that it fits the machine it was written on
+	if len(c.Hardware.GPUs) != 0 || c.Hardware.Cores != h.Cores || c.Hardware.RAM != h.RAM {
+		t.Errorf("suggested hardware %+v", c.Hardware)
+	}
+	if err := c.CheckHost(h); err != nil {
+		t.Errorf("the suggested profile does not fit the machine it describes: %v", err)
+	}
 	// Without Vulkan: CPU backend and a note.
 	h, notes, err = Detect(context.Background(), DetectOptions{
 		ProcDir:    "testdata/proc-ht",

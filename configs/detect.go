@@ -11,9 +11,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,20 +35,8 @@ type DetectOptions struct {
 // found, a measurement that could not bypass the page cache, ...); a
 // measurement that fails becomes a note, not an error.
 func Detect(ctx context.Context, o DetectOptions) (h Hardware, notes []string, err error) {
-	proc := o.ProcDir
-	if proc == "" {
-		proc = "/proc"
-	}
-	f, err := os.Open(filepath.Join(proc, "cpuinfo"))
-	if err != nil {
-		return h, nil, fmt.Errorf("configs: detect: %w", err)
-	}
-	ci := ParseCPUInfo(f)
-	f.Close()
-	h.CPU, h.Cores, h.LogicalCPUs, h.ISA = ci.Model, ci.Cores, ci.Logical, ci.ISA
-	if f, err := os.Open(filepath.Join(proc, "meminfo")); err == nil {
-		h.RAM = ParseMemTotal(f)
-		f.Close()
+	if h, err = DetectHost(o.ProcDir); err != nil {
+		return h, nil, err
 	}
 	if h.RAM == 0 {
 		notes = append(notes, "RAM size unknown (no MemTotal in meminfo)")
@@ -123,6 +109,14 @@ var isaFlags = []string{
 	"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "avx512_bf16", "avx512_fp16", "avx512vbmi",
 	"avx_vnni", "amx_tile", "amx_int8", "amx_bf16",
 }
+
+// ISAExtensions returns the known values of hardware.isa: the cpuinfo
+// flags that matter to the kernels.
+func ISAExtensions() []string { return slices.Clone(isaFlags) }
+
+// GPUTypes returns the known values of hardware.gpus[].type (vulkaninfo's
+// device types).
+func GPUTypes() []string { return []string{"discrete", "integrated", "virtual", "cpu", "other"} }
 
 // ParseCPUInfo reads a Linux /proc/cpuinfo.
 func ParseCPUInfo(r io.Reader) CPUInfo {
@@ -258,13 +252,15 @@ func gpuHeader(line string) (int, bool) {
 
 // Suggest returns a profile for hardware h: threads and parallelism
 // derived from the machine, everything else at its default. It writes only
-// settings this build honours: the backend is cpu even when h has a GPU
-// (there is no GPU backend yet: a GPU profile would be refused), and the
-// RAM budget is left at 0, which derives it at run time from the machine's
-// or the cgroup's memory after the KV cache and activations.
+// settings this build honours: the backend is cpu and h's GPUs are left
+// out (there is no GPU backend yet: a profile with a GPU backend, or
+// listing a GPU, is refused by the computing commands), and the RAM budget
+// is left at 0, which derives it at run time from the machine's or the
+// cgroup's memory after the KV cache and activations.
 func Suggest(h Hardware) Config {
 	c := Default()
 	c.Hardware = h
+	c.Hardware.GPUs = nil
 	p := &c.Pipeline
 	p.Threads = h.Cores
 	p.Backend = "cpu"

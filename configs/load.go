@@ -27,6 +27,9 @@ type Loaded struct {
 	Set map[string]bool
 	// Source names where it came from (a path, "builtin:NAME", or "").
 	Source string
+	// Derived maps each key whose value Derive took from another key to
+	// that key ("pipeline.threads": "hardware.cores").
+	Derived map[string]string
 }
 
 // IsSet reports whether the file wrote key (dotted, as in Set).

@@ -108,18 +108,31 @@ func (v *validation) oneOf(key, x, msg string, known []string, fold bool) {
 func (v *validation) hardware(h *Hardware) {
 	v.between("hardware.cores", h.Cores, 0, 1<<16)
 	v.between("hardware.logical_cpus", h.LogicalCPUs, 0, 1<<16)
+	if h.Cores > 0 && h.LogicalCPUs > 0 && h.Cores > h.LogicalCPUs {
+		v.bad("hardware.cores", strconv.Itoa(h.Cores), "more physical cores than logical CPUs (hardware.logical_cpus %d)", h.LogicalCPUs)
+	}
 	if h.RAM < 0 {
 		v.bad("hardware.ram", h.RAM.String(), "must not be negative")
 	}
-	if !(h.MemBandwidth >= 0 && h.DiskRead >= 0) {
-		v.bad("hardware", "", "measured bandwidths must not be negative")
+	for _, x := range h.ISA {
+		v.oneOf("hardware.isa", x, "unknown", ISAExtensions(), false)
 	}
-	for i, g := range h.GPUs {
-		if g.Name == "" {
+	g := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+	if !(h.MemBandwidth >= 0 && !math.IsInf(h.MemBandwidth, 0)) {
+		v.bad("hardware.mem_bandwidth_gbps", g(h.MemBandwidth), "must be finite and >= 0")
+	}
+	if !(h.DiskRead >= 0 && !math.IsInf(h.DiskRead, 0)) {
+		v.bad("hardware.disk_read_gbps", g(h.DiskRead), "must be finite and >= 0")
+	}
+	for i, gpu := range h.GPUs {
+		if gpu.Name == "" {
 			v.bad(fmt.Sprintf("hardware.gpus[%d].name", i), "", "must be set")
 		}
-		if g.VRAM < 0 {
-			v.bad(fmt.Sprintf("hardware.gpus[%d].vram", i), g.VRAM.String(), "must not be negative")
+		if gpu.Type != "" {
+			v.oneOf(fmt.Sprintf("hardware.gpus[%d].type", i), gpu.Type, "unknown", GPUTypes(), false)
+		}
+		if gpu.VRAM < 0 {
+			v.bad(fmt.Sprintf("hardware.gpus[%d].vram", i), gpu.VRAM.String(), "must not be negative")
 		}
 	}
 }
@@ -127,6 +140,9 @@ func (v *validation) hardware(h *Hardware) {
 func (v *validation) pipeline(p *Pipeline, h *Hardware, run bool) {
 	v.backend(p, h, run)
 	v.between("pipeline.threads", p.Threads, 0, 1024)
+	if h.LogicalCPUs > 0 && p.Threads > h.LogicalCPUs {
+		v.bad("pipeline.threads", strconv.Itoa(p.Threads), "more threads than the machine's logical CPUs (hardware.logical_cpus %d)", h.LogicalCPUs)
+	}
 	v.between("pipeline.batch_size", p.BatchSize, 1, 1<<16)
 	v.between("pipeline.parallel", p.Parallel, 1, 4096)
 	v.between("pipeline.queue", p.Queue, 1, 1<<20)

@@ -51,6 +51,16 @@ func TestValidate(t *testing.T) {
 			[]Problem{{Key: "pipeline.backend", Value: `"gpu"`, Msg: "unknown", Known: []string{"auto", "cpu"}}}},
 		{"ram pool beyond the machine", func(c *Config) { c.Hardware.RAM, c.Pipeline.RAMPool = 8*GiB, 9*GiB },
 			[]Problem{{Key: "pipeline.ram_pool", Value: "9GiB", Msg: "exceeds the machine's RAM (8GiB)"}}, asValidate},
+		{"threads beyond the logical cpus", func(c *Config) { c.Hardware.LogicalCPUs, c.Pipeline.Threads = 4, 5 },
+			[]Problem{{Key: "pipeline.threads", Value: "5", Msg: "more threads than the machine's logical CPUs (hardware.logical_cpus 4)"}}, asValidate},
+		{"more cores than logical cpus", func(c *Config) { c.Hardware.Cores, c.Hardware.LogicalCPUs = 8, 4 },
+			[]Problem{{Key: "hardware.cores", Value: "8", Msg: "more physical cores than logical CPUs (hardware.logical_cpus 4)"}}, asValidate},
+		{"unknown isa", func(c *Config) { c.Hardware.ISA = []string{"avx2", "avx3"} },
+			[]Problem{{Key: "hardware.isa", Value: `"avx3"`, Msg: "unknown", Known: ISAExtensions()}}, asValidate},
+		{"unknown gpu type", func(c *Config) { c.Hardware.GPUs = []GPU{{Name: "g", Type: "tpu"}} },
+			[]Problem{{Key: "hardware.gpus[0].type", Value: `"tpu"`, Msg: "unknown", Known: GPUTypes()}}, asValidate},
+		{"infinite bandwidth", func(c *Config) { c.Hardware.DiskRead = math.Inf(1) },
+			[]Problem{{Key: "hardware.disk_read_gbps", Value: "+Inf", Msg: "must be finite and >= 0"}}, asValidate},
 	}
 	check := func(t *testing.T, what string, err error, want []Problem) {
 		t.Helper()
@@ -98,6 +108,66 @@ func TestProblemString(t *testing.T) {
 	} {
 		if got := tc.p.String(); got != tc.want {
 			t.Errorf("%q, want %q", got, tc.want)
+		}
+	}
+}
+
+// TestCheckHost: a computing command refuses each hardware claim beyond
+// this machine, naming the key, the profile's value and the machine's; a
+// smaller machine, or a figure the machine does not know, passes.
+func TestCheckHost(t *testing.T) {
+	host := Hardware{Cores: 2, LogicalCPUs: 4, RAM: 24 * GiB, ISA: []string{"sse4_2", "avx", "avx2", "fma"}}
+	tests := []struct {
+		name string
+		hw   Hardware
+		host Hardware
+		want []Problem
+	}{
+		{"nothing claimed", Hardware{}, host, nil},
+		{"the same machine", host, host, nil},
+		{"a smaller machine", Hardware{Cores: 1, LogicalCPUs: 1, RAM: 8 * GiB, ISA: []string{"avx2"}}, host, nil},
+		{"more of everything", Hardware{Cores: 4, LogicalCPUs: 8, RAM: 64 * GiB, ISA: []string{"avx2", "avx512f", "amx_tile"}}, host, []Problem{
+			{Key: "hardware.cores", Value: "4", Msg: "more physical cores than this machine has (2)"},
+			{Key: "hardware.logical_cpus", Value: "8", Msg: "more logical CPUs than this machine has (4)"},
+			{Key: "hardware.ram", Value: "64GiB", Msg: "more RAM than this machine has (24GiB, MemTotal)"},
+			{Key: "hardware.isa", Value: "avx512f, amx_tile", Msg: "this CPU lacks it (it has: sse4_2, avx, avx2, fma)"},
+		}},
+		{"a gpu", Hardware{GPUs: []GPU{{Name: "g", VRAM: 12 * GiB}}}, host, []Problem{
+			{Key: "hardware.gpus", Value: `"g" (12GiB)`, Msg: "this build has no GPU backend, so a GPU would be unused (remove hardware.gpus to run on this machine)"},
+		}},
+		{"unknown machine", Hardware{Cores: 64, RAM: TiB}, Hardware{}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			c.Hardware = tc.hw
+			err := c.CheckHost(tc.host)
+			if tc.want == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			var ps Problems
+			if !errors.As(err, &ps) || !errors.Is(err, ErrInvalid) {
+				t.Fatalf("got %v, want Problems", err)
+			}
+			if d := cmp.Diff(tc.want, []Problem(ps)); d != "" {
+				t.Errorf("problems (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// TestDerive: threads 0 takes the profile's cores and says so; a thread
+// count set, or no cores given, is left alone.
+func TestDerive(t *testing.T) {
+	for _, tc := range []struct{ cores, threads, want int }{{4, 0, 4}, {4, 3, 3}, {0, 0, 0}} {
+		l := Loaded{Config: Default()}
+		l.Hardware.Cores, l.Pipeline.Threads = tc.cores, tc.threads
+		l.Derive()
+		if l.Pipeline.Threads != tc.want || (l.Derived["pipeline.threads"] == "hardware.cores") != (tc.threads == 0 && tc.cores > 0) {
+			t.Errorf("cores %d threads %d: threads %d, derived %v", tc.cores, tc.threads, l.Pipeline.Threads, l.Derived)
 		}
 	}
 }

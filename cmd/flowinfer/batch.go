@@ -30,7 +30,7 @@ type BatchCmd struct {
 	SamplingFlags
 	PipelineFlags
 	Input      string   `short:"i" required:"" help:"Input JSONL: OpenAI batch lines {custom_id, method, url, body} or {id, messages|prompt, ...}." type:"existingfile" placeholder:"IN.jsonl"`
-	Output     string   `short:"o" required:"" help:"Output JSONL (OpenAI batch output records); an existing file is resumed." type:"path" placeholder:"OUT.jsonl"`
+	Output     string   `short:"o" required:"" help:"Output JSONL (OpenAI batch output records); an existing file is resumed. Locked while the run writes it: a second run on it fails." type:"path" placeholder:"OUT.jsonl"`
 	Ordered    bool     `help:"Write records in input order (default: as they finish)."`
 	Shard      string   `help:"Process only lines i, i+n, i+2n, ... (0-based), e.g. 0/4." placeholder:"i/n"`
 	NPredict   int      `short:"n" name:"n-predict" default:"-1" help:"Default max tokens of a request that sets none (-1 = until end of generation or a full context)."`
@@ -74,6 +74,13 @@ func (c *BatchCmd) Run(g *Globals) error {
 	if window <= 0 {
 		window = 2 * cfg.Pipeline.Parallel
 	}
+	// Lock the output before the model loads: a second run on the same
+	// output fails at once instead of after the load.
+	out, err := batch.OpenOutput(c.Output)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
 	l, err := c.open(ctx, g.Log)
 	if err != nil {
 		return err
@@ -93,7 +100,7 @@ func (c *BatchCmd) Run(g *Globals) error {
 	srv.SetBackend(backend(e, rg, nil, c.Model, run))
 	var bar progress
 	opts := batch.Options{
-		Input: c.Input, Output: c.Output, Handler: srv.Handler(), Window: window, Ordered: c.Ordered,
+		Input: c.Input, Out: out, Handler: srv.Handler(), Window: window, Ordered: c.Ordered,
 		Shard: shard, Shards: shards, SyncEvery: c.SyncEvery,
 	}
 	if !c.NoProgress {

@@ -299,3 +299,58 @@ func TestBatchAlias(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchOutputLocked: a second `flowinfer batch` on an output a running
+// one is writing fails before it loads its model (its -m is not even a
+// GGUF file), naming the file; the first run completes the file with every
+// record once.
+func TestBatchOutputLocked(t *testing.T) {
+	m, _ := goldenModel(t, "stories260K.gguf")
+	// about 2 s of work on one sequence: the second run starts within
+	// milliseconds of the first record
+	const n = 200
+	in := batchInput(t, n, 64)
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	cmd := exec.Command(binPath, "batch", "-m", m, "-i", in, "-o", out, "--parallel", "1", "-t", "1", "--sync-every", "1", "--no-progress")
+	cmd.Env = append(os.Environ(), "FLOWINFER_CACHE="+t.TempDir())
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if data, _ := os.ReadFile(out); bytes.Count(data, []byte("\n")) >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("no progress:\n%s", errb.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	notModel := filepath.Join(t.TempDir(), "not.gguf")
+	os.WriteFile(notModel, []byte("not a model"), 0o644)
+	_, errOut, err := runEnv(t, nil, "batch", "-m", notModel, "-i", in, "-o", out, "--no-progress")
+	if err == nil || !strings.Contains(errOut, out) || !strings.Contains(errOut, "another batch is writing it") {
+		t.Errorf("second run: %v\n%s", err, errOut)
+	}
+	if data, _ := os.ReadFile(out); bytes.Count(data, []byte("\n")) == n {
+		t.Log("the first run had finished before the second began: the lock was not tested")
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("first run: %v\n%s", err, errb.String())
+	}
+	ids := map[string]int{}
+	for _, r := range readBatch(t, out) {
+		ids[r.ID]++
+	}
+	if len(ids) != n {
+		t.Errorf("%d distinct records, want %d", len(ids), n)
+	}
+	for id, k := range ids {
+		if k != 1 {
+			t.Errorf("%s written %d times", id, k)
+		}
+	}
+}

@@ -51,6 +51,11 @@ func (c *ConfigShowCmd) Run(kctx *kong.Context, g *Globals) error {
 		fmt.Printf("# profile: %s\n", l.Source)
 	}
 	fmt.Print("# precedence: flag > config file > environment > default\n")
+	// The profile may describe another machine: shown as written, and
+	// what the computing commands would refuse here is said.
+	if err := checkHost(&l.Config); err != nil {
+		fmt.Printf("# not this machine: the computing commands refuse %v\n", named(err))
+	}
 	if _, err := os.Stdout.Write(out); err != nil {
 		return err
 	}
@@ -78,7 +83,8 @@ func (c *ConfigShowCmd) plan(p *configs.Pipeline) error {
 }
 
 // sources says where each typed key's value came from: "flag", "env NAME",
-// "file" (keys without a flag too) or nothing for a default.
+// "file" (keys without a flag too), "from KEY" (Derive) or nothing for a
+// default.
 func sources(kctx *kong.Context, l configs.Loaded) map[string]string {
 	src := map[string]string{}
 	for k := range l.Set {
@@ -110,6 +116,13 @@ func sources(kctx *kong.Context, l configs.Loaded) map[string]string {
 					break
 				}
 			}
+		}
+	}
+	for k, from := range l.Derived { // a 0 that a hardware key filled in
+		if src[k] == "" {
+			src[k] = "from " + from
+		} else {
+			src[k] += ", 0: from " + from
 		}
 	}
 	return src
@@ -171,7 +184,11 @@ func (c *ConfigDetectCmd) Run(g *Globals) error {
 		return err
 	}
 	if len(h.GPUs) > 0 {
-		notes = append(notes, fmt.Sprintf("%d GPU(s) found; backend cpu: this build has no GPU backend yet", len(h.GPUs)))
+		names := make([]string, len(h.GPUs))
+		for i, g := range h.GPUs {
+			names[i] = fmt.Sprintf("%s (%v)", g.Name, g.VRAM)
+		}
+		notes = append(notes, fmt.Sprintf("GPU(s) found, not written (backend cpu): %s; this build has no GPU backend yet", strings.Join(names, ", ")))
 	}
 	for _, n := range notes {
 		fmt.Fprintln(os.Stderr, "flowinfer: note:", n)

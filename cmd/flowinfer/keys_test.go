@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -26,16 +28,17 @@ var computing = map[string][]string{ // command path -> arguments it needs to pa
 	"config show": nil,
 }
 
-// describing are the keys that describe rather than configure: the machine
-// (hardware.*: mem_bandwidth_gbps is trace's ceiling, ram and the GPUs'
-// vram bound ram_pool and vram in validation), the profile's name, and the
-// flags: section (each entry is checked against the flags that exist).
-func describing(key string) bool {
-	return strings.HasPrefix(key, "hardware.") || key == "profile" || key == "description" || key == "flags"
+// labels are the keys that only name things: the profile, its machine
+// (config show and config list print them). flags: is checked entry by
+// entry against the flags that exist (TestConfigPrecedence,
+// profileResolver.Validate).
+func labels(key string) bool {
+	return key == "profile" || key == "description" || key == "hardware.cpu" || key == "flags"
 }
 
-// yamlKeys lists the dotted keys of t's leaves (a struct field is a leaf
-// unless it is a struct of keys itself).
+// yamlKeys lists the dotted keys of t's leaves: a struct field is a leaf
+// unless it is a struct of keys itself; the fields of a list of structs
+// are keys under "list[]." (hardware.gpus[].vram).
 func yamlKeys(t reflect.Type, prefix string) []string {
 	var keys []string
 	for f := range t.Fields() {
@@ -45,13 +48,77 @@ func yamlKeys(t reflect.Type, prefix string) []string {
 		}
 		key := prefix + name
 		ft := f.Type
-		if ft.Kind() == reflect.Struct && !describing(key) {
+		switch {
+		case ft.Kind() == reflect.Struct:
 			keys = append(keys, yamlKeys(ft, key+".")...)
+			continue
+		case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct:
+			keys = append(keys, key)
+			keys = append(keys, yamlKeys(ft.Elem(), key+"[].")...)
 			continue
 		}
 		keys = append(keys, key)
 	}
 	return keys
+}
+
+// effect is one observation of a key that has no flag: a command run with
+// a profile that sets it, and what its output (stdout and stderr) shows.
+type effect struct {
+	profile string
+	args    []string // after --config PROFILE; "MODEL" is the test model
+	want    string
+	refused bool // the command must fail
+}
+
+// notReadYet are the keys no command reads yet, each with the reason; the
+// configs README names each one as the exception to "every key takes
+// effect or is refused" (TestEveryConfigKey checks it does).
+var notReadYet = map[string]string{
+	"hardware.disk_read_gbps": "trace measures the disk itself when the weights stream",
+}
+
+// hardwareEffects returns how each key without a flag takes effect or is
+// refused. lacking is an ISA extension this CPU lacks ("" if it has them
+// all).
+func hardwareEffects(lacking string) map[string][]effect {
+	run := []string{"run", "-m", "MODEL", "-p", "Once", "-n", "1"}
+	show := []string{"config", "show"}
+	gpu := "hardware:\n  gpus:\n    - {name: test-gpu, type: discrete, vram: 1GiB}\n"
+	e := map[string][]effect{
+		"hardware.cores": {
+			{"hardware: {cores: 1}\n", show, "threads: 1 # from hardware.cores", false},
+			{"hardware: {cores: 1}\n", run, "", false},
+			{"hardware: {cores: 65536}\n", run, "hardware.cores 65536: more physical cores than this machine has", true},
+		},
+		"hardware.logical_cpus": {
+			{"hardware: {logical_cpus: 1}\n", append(show, "--threads", "2"), "pipeline.threads / --threads 2: more threads than the machine's logical CPUs (hardware.logical_cpus 1)", true},
+			{"hardware: {logical_cpus: 65536}\n", run, "hardware.logical_cpus 65536: more logical CPUs than this machine has", true},
+		},
+		"hardware.ram": {
+			{"hardware: {ram: 1MiB}\n", append(show, "--ram-budget", "2MiB"), "pipeline.ram_pool / --ram-budget 2MiB: exceeds the machine's RAM (1MiB)", true},
+			{"hardware: {ram: 4096TiB}\n", run, "hardware.ram 4096TiB: more RAM than this machine has", true},
+		},
+		"hardware.isa": {
+			{"hardware: {isa: [avx3]}\n", show, `hardware.isa: "avx3" is not one of sse4_2`, true},
+		},
+		"hardware.gpus":        {{gpu, run, `hardware.gpus "test-gpu" (1GiB): this build has no GPU backend`, true}},
+		"hardware.gpus[].name": {{"hardware:\n  gpus: [{vram: 1GiB}]\n", show, "hardware.gpus[0].name: must be set", true}},
+		"hardware.gpus[].type": {{"hardware:\n  gpus: [{name: g, type: tpu}]\n", show, `hardware.gpus[0].type: "tpu" is not one of discrete`, true}},
+		"hardware.gpus[].vram": {{gpu + "pipeline: {vram: 2GiB}\n", show, "pipeline.vram: exceeds the GPUs' VRAM (1GiB), got 2GiB", true}},
+		"hardware.mem_bandwidth_gbps": {
+			{"hardware: {mem_bandwidth_gbps: 12.5}\n", []string{"trace", "-m", "MODEL", "-n", "2", "--no-measure", "-o", "TRACE"}, "of 12.5 GB/s (memory bandwidth, from the profile)", false},
+		},
+		"hardware.disk_read_gbps": {{"hardware: {disk_read_gbps: 0.5}\n", show, "disk_read_gbps: 0.5 # file", false}},
+		"profile":                 {{"profile: my-box\n", show, "profile: my-box # file", false}},
+		"description":             {{"description: my box\n", show, "description: my box # file", false}},
+		"hardware.cpu":            {{"hardware: {cpu: My CPU}\n", show, "cpu: My CPU # file", false}},
+		"flags":                   {{"flags: {top-k: 9}\n", show, "top_k: 9 # file (flags.top-k)", false}},
+	}
+	if lacking != "" {
+		e["hardware.isa"] = append(e["hardware.isa"], effect{"hardware: {isa: [" + lacking + "]}\n", run, "hardware.isa " + lacking + ": this CPU lacks it", true})
+	}
+	return e
 }
 
 // testValues are valid, non-default values of every key that has one (vram
@@ -80,23 +147,55 @@ func profileText(key, value string) string {
 	return b.String()
 }
 
-// TestEveryConfigKey walks every key of a profile. Each one describes the
-// machine, or reaches the flag of every computing command it applies to
-// (checked by parsing that command with a profile that sets the key), or
-// names why a command does not take it; values this build cannot honour
-// are refused by every computing command, naming the key and the value.
+// TestEveryConfigKey walks every key of a profile. Each one reaches the
+// flag of every computing command it applies to (checked by parsing that
+// command with a profile that sets the key), or names why a command does
+// not take it; values this build cannot honour are refused by every
+// computing command, naming the key and the value (TestRefusedSettings). A
+// key without a flag shows its effect or its refusal in a command's output
+// (hardwareEffects), or is one of notReadYet, which the configs README
+// names.
 func TestEveryConfigKey(t *testing.T) {
+	model, _ := goldenModel(t, "stories260K.gguf")
+	host, err := configs.DetectHost("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lacking := ""
+	for _, x := range configs.ISAExtensions() {
+		if !slices.Contains(host.ISA, x) {
+			lacking = x
+			break
+		}
+	}
+	effects := hardwareEffects(lacking)
+	readme, err := os.ReadFile("../../configs/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
 	byKey := map[string]profileKey{}
 	for _, k := range profileKeys() {
 		byKey[k.key] = k
 	}
 	for _, key := range yamlKeys(reflect.TypeFor[configs.Config](), "") {
-		if describing(key) {
+		if why, ok := notReadYet[key]; ok {
+			if !strings.Contains(string(readme), "`"+strings.TrimPrefix(key, "hardware.")+"`, which no command reads yet") {
+				t.Errorf("%s is read by no command (%s), and the configs README does not say so", key, why)
+			}
+		}
+		if es, ok := effects[key]; ok {
+			for _, e := range es {
+				checkEffect(t, key, e, model)
+			}
+			continue
+		}
+		if labels(key) {
+			t.Errorf("label %s: no observation in hardwareEffects", key)
 			continue
 		}
 		k, ok := byKey[key]
 		if !ok {
-			t.Errorf("profile key %s has no flag in profileKeys: it would be parsed and ignored", key)
+			t.Errorf("profile key %s has no flag in profileKeys and no effect in hardwareEffects: it would be parsed and ignored", key)
 			continue
 		}
 		for cmd, args := range computing {
@@ -124,6 +223,34 @@ func TestEveryConfigKey(t *testing.T) {
 				t.Errorf("%s: %v: --%s = %q from a profile that sets %s", key, cmd, k.flag, got, v)
 			}
 		}
+	}
+	for key := range effects {
+		if !slices.Contains(yamlKeys(reflect.TypeFor[configs.Config](), ""), key) {
+			t.Errorf("hardwareEffects names %s, which is not a profile key", key)
+		}
+	}
+}
+
+// checkEffect runs e and checks its outcome.
+func checkEffect(t *testing.T, key string, e effect, model string) {
+	t.Helper()
+	args := slices.Clone(e.args)
+	for i, a := range args {
+		switch a {
+		case "MODEL":
+			args[i] = model
+		case "TRACE":
+			args[i] = filepath.Join(t.TempDir(), "trace.json")
+		}
+	}
+	out, stderr, err := flowinfer(t, append([]string{"--config", writeProfile(t, e.profile)}, args...)...)
+	switch {
+	case e.refused && err == nil:
+		t.Errorf("%s: %q with %v succeeded, want it refused with %q", key, e.profile, e.args, e.want)
+	case !e.refused && err != nil:
+		t.Errorf("%s: %q with %v: %v\n%s", key, e.profile, e.args, err, stderr)
+	case !strings.Contains(out+stderr, e.want):
+		t.Errorf("%s: %q with %v: output lacks %q:\n%s%s", key, e.profile, e.args, e.want, out, stderr)
 	}
 }
 
@@ -195,22 +322,42 @@ func TestRefusedSettings(t *testing.T) {
 }
 
 // TestBuiltinProfiles: on this CPU-only build every built-in profile either
-// runs or names the key it cannot honour (the GPU ones: pipeline.backend).
+// runs or names the key it cannot honour: the GPU ones pipeline.backend
+// (config show too), and those describing a bigger machine than this one
+// the hardware key that exceeds it (config show shows them, with a note).
 func TestBuiltinProfiles(t *testing.T) {
 	model, _ := goldenModel(t, "stories260K.gguf")
+	host, err := configs.DetectHost("")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, name := range []string{"cpu-2core", "laptop-8gb", "desktop-12gb-gpu", "server-80gb"} {
-		data, err := os.ReadFile("../../configs/" + name + ".yaml")
+		l, err := configs.LoadFile("builtin:" + name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		gpu := strings.Contains(string(data), "backend: vulkan")
+		gpu := l.Pipeline.Backend == "vulkan"
+		var bigger configs.Problems
+		errors.As(l.CheckHost(host), &bigger)
 		for _, args := range [][]string{{"config", "show"}, {"run", "-m", model, "-p", "Once", "-n", "2"}} {
 			out, stderr, err := flowinfer(t, append([]string{"--config", "builtin:" + name}, args...)...)
+			run := args[0] == "run"
 			switch {
 			case gpu && (err == nil || !strings.Contains(stderr, "pipeline.backend / --backend vulkan")):
 				t.Errorf("%s %v: err %v, stderr %q: want the vulkan backend refused", name, args, err, stderr)
-			case !gpu && (err != nil || out == ""):
+			case run && len(bigger) > 0 && err == nil:
+				t.Errorf("%s %v: ran on a machine smaller than it describes (%v)", name, args, bigger)
+			case run && len(bigger) > 0:
+				for _, p := range bigger {
+					if !strings.Contains(stderr, p.Key+" "+p.Value+": ") {
+						t.Errorf("%s %v: stderr %q does not name %s", name, args, stderr, p)
+					}
+				}
+			case gpu:
+			case err != nil || out == "":
 				t.Errorf("%s %v: err %v, stderr %q", name, args, err, stderr)
+			case !run && len(bigger) > 0 && !strings.Contains(out, "# not this machine: the computing commands refuse "+bigger[0].Key):
+				t.Errorf("%s config show: no note that this machine is smaller:\n%s", name, out)
 			}
 		}
 	}

@@ -1,7 +1,9 @@
 // This file settles a computing command's configuration before it runs:
 // the profile (--config) over the defaults, the command's flags on top
 // (kong has resolved them, so they already hold flag > config file >
-// environment > default), validated once, by configs.ValidateRun. A
+// environment > default), validated once, by configs.ValidateRun, and,
+// except for `config show` (which may describe another machine), checked
+// against this machine (configs.CheckHost). A
 // refused key is named with its flag ("pipeline.backend / --backend
 // vulkan: ..."). Run receives the result in Globals.Config and takes every
 // keyed setting from it; its own struct serves the flags no key covers.
@@ -10,6 +12,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/alecthomas/kong"
@@ -50,14 +53,33 @@ func settle(kctx *kong.Context, profile ProfileFlag, log *zap.Logger) (configs.L
 		return l, err
 	}
 	cmd.apply(&l.Config)
+	l.Derive()
 	each := []configs.Config{l.Config}
 	if v, ok := cmd.(variants); ok {
 		each = v.variants(l.Config)
 	}
+	var ps configs.Problems
 	for _, c := range each {
 		if err := c.ValidateRun(); err != nil {
-			return l, named(err)
+			if !errors.As(err, &ps) {
+				return l, err
+			}
+			break
 		}
+	}
+	// config show may describe another machine (to plan for it); the
+	// other commands run here, so the profile's hardware must fit this
+	// machine.
+	if _, show := cmd.(*ConfigShowCmd); !show {
+		var hps configs.Problems
+		if err := checkHost(&l.Config); errors.As(err, &hps) {
+			ps = append(ps, hps...)
+		} else if err != nil {
+			return l, err
+		}
+	}
+	if len(ps) > 0 {
+		return l, named(ps)
 	}
 	if p := &l.Pipeline; p.Backend == "auto" && p.VRAM > 0 {
 		log.Warn("backend auto: this build has no GPU backend, computing on the CPU; the VRAM budget is unused", zap.String("vram", p.VRAM.String()))
@@ -65,6 +87,21 @@ func settle(kctx *kong.Context, profile ProfileFlag, log *zap.Logger) (configs.L
 		log.Debug("backend auto: computing on the CPU (this build has no GPU backend)")
 	}
 	return l, nil
+}
+
+// checkHost refuses a profile whose hardware section claims more than this
+// machine has: configs.Problems from configs.CheckHost, or an error when
+// the profile makes claims and this machine cannot be read.
+func checkHost(c *configs.Config) error {
+	host, err := configs.DetectHost("")
+	if err != nil {
+		h := &c.Hardware
+		if h.Cores > 0 || h.LogicalCPUs > 0 || h.RAM > 0 || len(h.ISA) > 0 {
+			return fmt.Errorf("hardware: cannot read this machine to check the profile's hardware section against it: %w", err)
+		}
+		host = configs.Hardware{}
+	}
+	return c.CheckHost(host)
 }
 
 // named renders configs' problems on one line, each key with the flag

@@ -9,7 +9,9 @@
 // Runs are resumable and crash-safe: a record is appended with one write
 // of the whole line and fsynced at intervals; rerunning with the same
 // output skips the lines it already holds (by custom_id, or by line for
-// lines without one) and drops a torn last line. A malformed line becomes
+// lines without one) and drops a torn last line. A run holds an exclusive
+// lock on its output (OpenOutput): a second run on the same output fails
+// at once rather than answer the same lines again. A malformed line becomes
 // an error record and the run goes on. --shard i/n takes every n-th line,
 // so several machines can split one file. Server errors (5xx, and requests
 // cut short by an interrupt) are not written: they are retried by the
@@ -34,6 +36,9 @@ import (
 // Options configure Run. Zero fields take the defaults in brackets.
 type Options struct {
 	Input, Output string
+	// Out, if set, is the output already opened and locked (OpenOutput),
+	// and Output is ignored; Run closes it. Otherwise Run opens Output.
+	Out *Output
 	// Handler answers the requests (serve.Server.Handler).
 	Handler fasthttp.RequestHandler
 	// Window is the number of requests in flight [4]: give the engine at
@@ -144,6 +149,10 @@ type result struct {
 // Run processes o.Input into o.Output.
 func Run(ctx context.Context, o Options) (Stats, error) {
 	var st Stats
+	if o.Out != nil {
+		defer o.Out.Close() // releases the lock on every return
+		o.Output = o.Out.path
+	}
 	if err := o.defaults(); err != nil {
 		return st, err
 	}
@@ -155,8 +164,16 @@ func Run(ctx context.Context, o Options) (Stats, error) {
 	if o.mem != nil {
 		out = &outFile{f: o.mem, syncEvery: o.SyncEvery, syncAfter: o.SyncInterval, lastSync: time.Now()}
 		prev = &done{customIDs: map[string]bool{}, ids: map[string]bool{}}
-	} else if out, prev, torn, err = openOutput(o.Output, o.SyncEvery, o.SyncInterval); err != nil {
-		return st, err
+	} else {
+		if o.Out == nil {
+			if o.Out, err = OpenOutput(o.Output); err != nil {
+				return st, err
+			}
+			defer o.Out.Close()
+		}
+		if out, prev, torn, err = prepare(o.Out, o.SyncEvery, o.SyncInterval); err != nil {
+			return st, err
+		}
 	}
 	st.TornBytes = torn
 	todo, err := survey(o, prev, &st)

@@ -516,3 +516,84 @@ func TestDuplicateCustomID(t *testing.T) {
 		}
 	}
 }
+
+// TestOutputLock: a second run on an output another process is writing (a
+// resume started too early) fails at once, naming the file, and answers
+// nothing; the first run then completes the file with every request once,
+// and once it has ended the lock is gone (a resume runs).
+func TestOutputLock(t *testing.T) {
+	lines := make([]string, 40)
+	for i := range lines {
+		lines[i] = fmt.Sprintf(`{"custom_id": "c%d", "method": "POST", "url": "/v1/completions", "body": {"prompt": "p%d", "delay_ms": 200}}`, i, i)
+	}
+	in := writeInput(t, lines)
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "BATCH_HELPER=1", "BATCH_IN="+in, "BATCH_OUT="+out)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if fi, err := os.Stat(out); err == nil && fi.Size() > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("the first run wrote nothing")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+
+	f := &fake{}
+	_, err := Run(context.Background(), Options{Input: in, Output: out, Handler: f.handle, Window: 8})
+	if !errors.Is(err, ErrOutputBusy) || !strings.Contains(err.Error(), out) || !strings.Contains(err.Error(), "another batch is writing it") {
+		t.Errorf("second run: %v, want ErrOutputBusy naming %s", err, out)
+	}
+	if n := f.calls.Load(); n != 0 {
+		t.Errorf("second run answered %d requests", n)
+	}
+	if o, err := OpenOutput(out); !errors.Is(err, ErrOutputBusy) {
+		t.Errorf("OpenOutput during the first run: %v", err)
+		if o != nil {
+			o.Close()
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("first run: %v\n%s", err, stderr.String())
+	}
+	recs := readOutput(t, out)
+	seen := map[string]int{}
+	for _, r := range recs {
+		seen[cid(r)]++
+	}
+	for i := range lines {
+		if n := seen[fmt.Sprint("c", i)]; n != 1 {
+			t.Errorf("c%d written %d times", i, n)
+		}
+	}
+	if len(recs) != len(lines) {
+		t.Errorf("%d records, want %d", len(recs), len(lines))
+	}
+
+	// The lock ends with the run that held it, on every return.
+	st, err := Run(context.Background(), Options{Input: in, Output: out, Handler: f.handle})
+	if err != nil || st.Skipped != len(lines) || st.Written != 0 {
+		t.Errorf("resume after the first run: %+v %v", st, err)
+	}
+	o, err := OpenOutput(out)
+	if err != nil {
+		t.Fatalf("OpenOutput after a finished run: %v", err)
+	}
+	if _, err := Run(context.Background(), Options{Out: o, Handler: f.handle}); err == nil {
+		t.Error("a run without input succeeded")
+	}
+	o2, err := OpenOutput(out)
+	if err != nil {
+		t.Fatalf("the failed run kept the lock: %v", err)
+	}
+	o2.Close()
+	o.Close() // closed by Run already: harmless
+}

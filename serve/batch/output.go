@@ -6,7 +6,10 @@
 //
 // written so that no crash leaves a half record behind: each record is one
 // write(2) of the whole line to a file opened for appending, and the file
-// is fsynced at intervals and at the end. Resuming reads what is there,
+// is fsynced at intervals and at the end. The file is locked (flock(2))
+// for the whole run, so two runs never append to it at once (each would
+// answer and write the lines the other has not written yet). Resuming
+// reads what is there,
 // drops a torn last line (a power cut can still tear one), and reports
 // which lines are done.
 
@@ -84,34 +87,72 @@ type outFile struct {
 	lastSync  time.Time
 }
 
-// openOutput opens (or creates) path for appending, after truncating a torn
-// last line, and returns what it already holds. A complete line that is not
-// a record is an error: the file is not ours to append to.
-func openOutput(path string, syncEvery int, syncAfter time.Duration) (*outFile, *done, int64, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+// ErrOutputBusy is matched by the error of OpenOutput (and Run) when
+// another run holds the output's lock.
+var ErrOutputBusy = errors.New("another batch is writing it")
+
+// Output is an output file opened and locked for one run (OpenOutput).
+type Output struct {
+	f    *os.File
+	path string
+}
+
+// OpenOutput opens the output at path, creating it if needed, and takes an
+// exclusive advisory lock on it (flock(2), without waiting): two runs
+// appending to one output (a resume started while the first run still
+// runs) would both answer the lines not yet written and write their
+// records twice, so the second run fails at once, with ErrOutputBusy. A
+// command opens the output before its slow start (loading a model) and
+// hands it to Run in Options.Out; the lock lasts until Run closes it, or
+// until the process exits.
+func OpenOutput(path string) (*Output, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, fmt.Errorf("batch: output: %w", err)
+	}
+	if busy, err := lockFile(f); err != nil {
+		f.Close()
+		if busy {
+			return nil, fmt.Errorf("batch: output %s: %w (the file is locked): wait for that run to end, or write to another file", path, ErrOutputBusy)
+		}
+		return nil, fmt.Errorf("batch: output %s: cannot lock it (%v); without the lock two runs on one output could write the same records", path, err)
+	}
+	return &Output{f: f, path: path}, nil
+}
+
+// Path is the output's path.
+func (o *Output) Path() string { return o.path }
+
+// Close closes the file, which releases the lock. Run closes its output;
+// closing it again does nothing.
+func (o *Output) Close() error {
+	if err := o.f.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+// prepare reads what the locked output already holds, truncates a torn
+// last line, and returns the file ready for appending (opened O_APPEND:
+// every write lands at the end, whole). A complete line that is not a
+// record is an error: the file is not ours to append to.
+func prepare(o *Output, syncEvery int, syncAfter time.Duration) (*outFile, *done, int64, error) {
+	f := o.f
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, nil, 0, fmt.Errorf("%s: %w", o.path, err)
 	}
 	d := &done{customIDs: map[string]bool{}, ids: map[string]bool{}}
 	good, torn, err := scanOutput(f, d)
 	if err != nil {
-		f.Close()
-		return nil, nil, 0, fmt.Errorf("%s: %w", path, err)
+		return nil, nil, 0, fmt.Errorf("%s: %w", o.path, err)
 	}
 	if torn > 0 {
 		if err := f.Truncate(good); err != nil {
-			f.Close()
-			return nil, nil, 0, fmt.Errorf("%s: dropping a torn last line: %w", path, err)
+			return nil, nil, 0, fmt.Errorf("%s: dropping a torn last line: %w", o.path, err)
 		}
 		if err := f.Sync(); err != nil {
-			f.Close()
-			return nil, nil, 0, err
+			return nil, nil, 0, fmt.Errorf("%s: %w", o.path, err)
 		}
-	}
-	f.Close()
-	// Reopen for appending: every write lands at the end, whole.
-	if f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
-		return nil, nil, 0, err
 	}
 	return &outFile{f: f, syncEvery: syncEvery, syncAfter: syncAfter, lastSync: time.Now()}, d, torn, nil
 }
