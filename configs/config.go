@@ -50,7 +50,8 @@ type Hardware struct {
 	// bytes/s) with all cores: the ceiling of decode on CPU.
 	MemBandwidth float64 `yaml:"mem_bandwidth_gbps,omitempty"`
 	// DiskRead is the measured sequential read bandwidth of the model disk
-	// in GB/s, bypassing the page cache: the ceiling of weight streaming.
+	// in GB/s, bypassing the page cache: the ceiling of weight streaming,
+	// which trace compares the reader's bytes with.
 	DiskRead float64 `yaml:"disk_read_gbps,omitempty"`
 }
 

@@ -74,9 +74,7 @@ type effect struct {
 // notReadYet are the keys no command reads yet, each with the reason; the
 // configs README names each one as the exception to "every key takes
 // effect or is refused" (TestEveryConfigKey checks it does).
-var notReadYet = map[string]string{
-	"hardware.disk_read_gbps": "trace measures the disk itself when the weights stream",
-}
+var notReadYet = map[string]string{}
 
 // hardwareEffects returns how each key without a flag takes effect or is
 // refused. lacking is an ISA extension this CPU lacks ("" if it has them
@@ -109,7 +107,9 @@ func hardwareEffects(lacking string) map[string][]effect {
 		"hardware.mem_bandwidth_gbps": {
 			{"hardware: {mem_bandwidth_gbps: 12.5}\n", []string{"trace", "-m", "MODEL", "-n", "2", "--no-measure", "-o", "TRACE"}, "of 12.5 GB/s (memory bandwidth, from the profile)", false},
 		},
-		"hardware.disk_read_gbps": {{"hardware: {disk_read_gbps: 0.5}\n", show, "disk_read_gbps: 0.5 # file", false}},
+		"hardware.disk_read_gbps": {
+			{"hardware: {disk_read_gbps: 0.5}\n", []string{"trace", "-m", "MODEL", "-n", "2", "--no-measure", "--ram-budget", "800KiB", "-o", "TRACE"}, "of 0.5 GB/s (disk bandwidth, from the profile)", false},
+		},
 		"profile":                 {{"profile: my-box\n", show, "profile: my-box # file", false}},
 		"description":             {{"description: my box\n", show, "description: my box # file", false}},
 		"hardware.cpu":            {{"hardware: {cpu: My CPU}\n", show, "cpu: My CPU # file", false}},

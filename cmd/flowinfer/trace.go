@@ -102,7 +102,8 @@ func (c *TraceCmd) Run(g *Globals) error {
 
 // limit is what the stall summary compares transfers with: the profile's
 // memory bandwidth, or one measured now; and with a weight path that
-// streams, the reader's bytes against the disk's bandwidth.
+// streams, the reader's bytes against the disk's bandwidth (the profile's
+// hardware.disk_read_gbps, or one measured now).
 func (c *TraceCmd) limit(ctx context.Context, cfg *configs.Loaded, r *rig) graph.Limit {
 	limit := graph.Limit{GBps: cfg.Hardware.MemBandwidth, Source: "memory bandwidth, from the profile"}
 	if limit.GBps <= 0 && !c.NoMeasure {
@@ -115,7 +116,11 @@ func (c *TraceCmd) limit(ctx context.Context, cfg *configs.Loaded, r *rig) graph
 			limit = graph.Limit{GBps: bw, Source: fmt.Sprintf("memory bandwidth, measured now with %d threads", threads)}
 		}
 	}
-	if r.wp.Plan().Streaming() && !c.NoMeasure {
+	switch {
+	case !r.wp.Plan().Streaming():
+	case cfg.Hardware.DiskRead > 0:
+		limit.Counters = map[string]graph.Limit{"reader/bytes read": {GBps: cfg.Hardware.DiskRead, Source: "disk bandwidth, from the profile"}}
+	case !c.NoMeasure:
 		slabs := cfg.Pipeline.Edges.Slabs
 		if bw, err := diskBandwidth(ctx, r.path, slabs, time.Second); err == nil {
 			limit.Counters = map[string]graph.Limit{"reader/bytes read": {GBps: bw,
