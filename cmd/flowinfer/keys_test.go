@@ -110,10 +110,10 @@ func hardwareEffects(lacking string) map[string][]effect {
 		"hardware.disk_read_gbps": {
 			{"hardware: {disk_read_gbps: 0.5}\n", []string{"trace", "-m", "MODEL", "-n", "2", "--no-measure", "--ram-budget", "800KiB", "-o", "TRACE"}, "of 0.5 GB/s (disk bandwidth, from the profile)", false},
 		},
-		"profile":                 {{"profile: my-box\n", show, "profile: my-box # file", false}},
-		"description":             {{"description: my box\n", show, "description: my box # file", false}},
-		"hardware.cpu":            {{"hardware: {cpu: My CPU}\n", show, "cpu: My CPU # file", false}},
-		"flags":                   {{"flags: {top-k: 9}\n", show, "top_k: 9 # file (flags.top-k)", false}},
+		"profile":      {{"profile: my-box\n", show, "profile: my-box # file", false}},
+		"description":  {{"description: my box\n", show, "description: my box # file", false}},
+		"hardware.cpu": {{"hardware: {cpu: My CPU}\n", show, "cpu: My CPU # file", false}},
+		"flags":        {{"flags: {top-k: 9}\n", show, "top_k: 9 # file (flags.top-k)", false}},
 	}
 	if lacking != "" {
 		e["hardware.isa"] = append(e["hardware.isa"], effect{"hardware: {isa: [" + lacking + "]}\n", run, "hardware.isa " + lacking + ": this CPU lacks it", true})
