@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
+	"go.uber.org/zap"
 
 	"github.com/flowinfer/flowinfer/stages"
 )
@@ -38,11 +39,15 @@ type metrics struct {
 	stepsPrefill prometheus.Counter
 	stepsMixed   prometheus.Counter
 	stepsDecode  prometheus.Counter
+	debug        *zap.Logger // each step at debug level; nil when not enabled
 	handler      fasthttp.RequestHandler
 }
 
 func newMetrics(s *Server) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
+	if s.cfg.Log != nil && s.cfg.Log.Core().Enabled(zap.DebugLevel) {
+		m.debug = s.cfg.Log
+	}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flowinfer_requests_total", Help: "HTTP requests by endpoint and status code."}, []string{"endpoint", "status"})
 	m.prompt = prometheus.NewCounter(prometheus.CounterOpts{Name: "flowinfer_prompt_tokens_total", Help: "Prompt tokens of finished requests."})
 	m.cached = prometheus.NewCounter(prometheus.CounterOpts{Name: "flowinfer_prompt_cached_tokens_total", Help: "Prompt tokens of finished requests reused from the KV cache."})
@@ -103,6 +108,9 @@ func (m *metrics) Step(prompt, decode int, d time.Duration) {
 	m.stepPrompt.Observe(float64(prompt))
 	m.stepDecode.Observe(float64(decode))
 	m.stepSeconds.Observe(d.Seconds())
+	if m.debug != nil {
+		m.debug.Debug("step", zap.Int("prompt", prompt), zap.Int("decode", decode), zap.Duration("took", d))
+	}
 }
 
 // Admitted implements stages.Observer.
