@@ -114,12 +114,22 @@ func startOn(t testing.TB, path string, cfg serve.Config, ecfg stages.Config, op
 	if ecfg.NSeq == 0 {
 		ecfg.NSeq = 4
 	}
+	if reflect.DeepEqual(cfg.Defaults, sample.Params{}) {
+		cfg.Defaults = greedy()
+	}
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = 50 * time.Millisecond
+	}
+	srv := serve.New(cfg)
+	if ecfg.Observer == nil {
+		ecfg.Observer = srv.Observer()
+	}
 	rec := graph.NewRecorder(0)
 	e, err := stages.NewEngine(b.Model, b.Tokenizer, ops, ecfg, rec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := &testServer{engine: e, bundle: b, done: make(chan struct{})}
+	ts := &testServer{engine: e, bundle: b, done: make(chan struct{}), srv: srv}
 	ts.stopped = make(chan struct{})
 	runCtx, abort := context.WithCancel(context.Background())
 	go func() {
@@ -128,13 +138,6 @@ func startOn(t testing.TB, path string, cfg serve.Config, ecfg stages.Config, op
 		}
 		close(ts.done)
 	}()
-	if reflect.DeepEqual(cfg.Defaults, sample.Params{}) {
-		cfg.Defaults = greedy()
-	}
-	if cfg.Heartbeat == 0 {
-		cfg.Heartbeat = 50 * time.Millisecond
-	}
-	ts.srv = serve.New(cfg)
 	st, _ := os.Stat(path)
 	ts.srv.SetBackend(&serve.Backend{Engine: e, Bundle: b, Recorder: rec, Path: path, Size: st.Size(), Done: ts.done})
 	var ln net.Listener

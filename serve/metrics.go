@@ -1,6 +1,7 @@
 // This file holds the Prometheus metrics served at /metrics (through
 // fasthttpadaptor): request counts by endpoint and status, token counters,
-// time-to-first-token and inter-token latency histograms, and, read from
+// time-to-first-token and inter-token latency histograms, the scheduler's
+// steps (tokens per step by kind, step time) and queue wait, and, read from
 // the engine at scrape time, queue depth, running sequences, KV blocks,
 // the prefix-cache hit ratio and each graph stage's busy and stalled time.
 
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
+	"go.uber.org/zap"
 
 	"github.com/flowinfer/flowinfer/stages"
 )
@@ -27,11 +29,25 @@ type metrics struct {
 	generated prometheus.Counter
 	ttft      prometheus.Histogram
 	itl       prometheus.Histogram
-	handler   fasthttp.RequestHandler
+	// the scheduler's, through stages.Observer
+	steps        *prometheus.CounterVec
+	stepTokens   *prometheus.HistogramVec
+	stepSeconds  prometheus.Histogram
+	queueWait    prometheus.Histogram
+	stepPrompt   prometheus.Observer
+	stepDecode   prometheus.Observer
+	stepsPrefill prometheus.Counter
+	stepsMixed   prometheus.Counter
+	stepsDecode  prometheus.Counter
+	debug        *zap.Logger // each step at debug level; nil when not enabled
+	handler      fasthttp.RequestHandler
 }
 
 func newMetrics(s *Server) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
+	if s.cfg.Log != nil && s.cfg.Log.Core().Enabled(zap.DebugLevel) {
+		m.debug = s.cfg.Log
+	}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flowinfer_requests_total", Help: "HTTP requests by endpoint and status code."}, []string{"endpoint", "status"})
 	m.prompt = prometheus.NewCounter(prometheus.CounterOpts{Name: "flowinfer_prompt_tokens_total", Help: "Prompt tokens of finished requests."})
 	m.cached = prometheus.NewCounter(prometheus.CounterOpts{Name: "flowinfer_prompt_cached_tokens_total", Help: "Prompt tokens of finished requests reused from the KV cache."})
@@ -40,7 +56,19 @@ func newMetrics(s *Server) *metrics {
 		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}})
 	m.itl = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flowinfer_inter_token_latency_seconds", Help: "Time between consecutive generated tokens of a request.",
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}})
-	m.reg.MustRegister(m.requests, m.prompt, m.cached, m.generated, m.ttft, m.itl, newEngineCollector(s),
+	m.steps = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flowinfer_steps_total",
+		Help: "Forward steps by what they carried: prefill (prompt tokens only), mixed (prompt and decode tokens), decode (decode tokens only)."}, []string{"kind"})
+	m.stepTokens = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "flowinfer_step_tokens",
+		Help:    "Tokens per forward step, by kind: prompt (prefill chunks) or decode (one per generating sequence).",
+		Buckets: []float64{0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048}}, []string{"kind"})
+	m.stepSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flowinfer_step_seconds", Help: "Duration of each forward step (compute).",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}})
+	m.queueWait = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flowinfer_queue_wait_seconds",
+		Help:    "Time from a request's arrival at the engine until it holds a KV sequence and its blocks (queued and waiting for admission).",
+		Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}})
+	m.stepPrompt, m.stepDecode = m.stepTokens.WithLabelValues("prompt"), m.stepTokens.WithLabelValues("decode")
+	m.stepsPrefill, m.stepsMixed, m.stepsDecode = m.steps.WithLabelValues("prefill"), m.steps.WithLabelValues("mixed"), m.steps.WithLabelValues("decode")
+	m.reg.MustRegister(m.requests, m.prompt, m.cached, m.generated, m.ttft, m.itl, m.steps, m.stepTokens, m.stepSeconds, m.queueWait, newEngineCollector(s),
 		// the Go runtime's and the process's own (go_goroutines,
 		// go_memstats_*, process_resident_memory_bytes, ...): leaks show
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -66,6 +94,31 @@ func (m *metrics) finished(ev *stages.Event) {
 	m.cached.Add(float64(ev.Usage.CachedTokens))
 	m.generated.Add(float64(ev.Usage.GeneratedTokens))
 }
+
+// Step implements stages.Observer.
+func (m *metrics) Step(prompt, decode int, d time.Duration) {
+	switch {
+	case decode == 0:
+		m.stepsPrefill.Inc()
+	case prompt == 0:
+		m.stepsDecode.Inc()
+	default:
+		m.stepsMixed.Inc()
+	}
+	m.stepPrompt.Observe(float64(prompt))
+	m.stepDecode.Observe(float64(decode))
+	m.stepSeconds.Observe(d.Seconds())
+	if m.debug != nil {
+		m.debug.Debug("step", zap.Int("prompt", prompt), zap.Int("decode", decode), zap.Duration("took", d))
+	}
+}
+
+// Admitted implements stages.Observer.
+func (m *metrics) Admitted(wait time.Duration) { m.queueWait.Observe(wait.Seconds()) }
+
+// Observer returns what the engine reports its steps and admissions to,
+// for /metrics (stages.Config.Observer).
+func (s *Server) Observer() stages.Observer { return s.metrics }
 
 func (s *Server) handleMetrics(ctx *fasthttp.RequestCtx) { s.metrics.handler(ctx) }
 

@@ -242,6 +242,11 @@ func TestMetrics(t *testing.T) {
 		"flowinfer_prefix_cache_hit_ratio ", `flowinfer_stage_seconds_total{stage="compute",state="busy"}`,
 		`flowinfer_stage_seconds_total{stage="sampler",state="waiting"}`,
 		"go_goroutines ", "go_memstats_heap_alloc_bytes ", "process_resident_memory_bytes ",
+		// the scheduler's: each request's prompt in one step (prefill),
+		// then 3 decode-only steps (a mixed step would carry both)
+		`flowinfer_steps_total{kind="prefill"} 2`, `flowinfer_steps_total{kind="decode"} 6`,
+		`flowinfer_step_tokens_count{kind="decode"} 8`, `flowinfer_step_tokens_bucket{kind="decode",le="0"} 2`,
+		"flowinfer_step_seconds_count 8", "flowinfer_queue_wait_seconds_count 2",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q", want)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/flowinfer/flowinfer/graph"
 	"github.com/flowinfer/flowinfer/model"
@@ -32,16 +33,45 @@ type Config struct {
 	KVTokens int
 	// KVTypes are the K and V element types of the cache (zero: f32).
 	KVTypes model.KVTypes
-	// StepFactor paces prompt chunks while other sequences decode: steps
-	// that carry decode tokens take on average at most StepFactor times a
-	// decode-only step (measured), each carrying as many prompt tokens as
-	// that allows (at least MinChunk, or none when a single token costs
-	// more: the steps between decode alone), so a long prompt does not
-	// freeze running streams; with nothing decoding a chunk fills the
-	// batch [2]. More than 1; negative: no pacing (chunks always fill the
-	// batch: most prompt throughput, for offline work).
+	// LongPrefill is the number of prompt tokens to compute above which a
+	// prompt is long [1024]. A step carries decode tokens first, then
+	// chunks of ordinary prompts, oldest first, filling the batch, then
+	// chunks of long prompts, oldest first, paced by StepFactor while
+	// anything decodes. Ordinary prompts go at full chunk speed: under
+	// many concurrent requests they are most of the work, and pacing them
+	// starves the batch. Negative: every prompt is long (paced).
+	LongPrefill int
+	// StepFactor paces long prompts' chunks while other sequences decode:
+	// steps that carry decode tokens take on average at most StepFactor
+	// times a decode-only step (measured), each carrying as many prompt
+	// tokens as that allows (at least MinChunk, or none when a single
+	// token costs more: the steps between decode alone), so a long prompt
+	// does not freeze running streams; with nothing decoding a chunk fills
+	// the batch [2]. More than 1; negative: no pacing (chunks always fill
+	// the batch: most prompt throughput, for offline work).
 	StepFactor float64
+	// Observer, when set, receives per-step and per-admission figures
+	// (for metrics), from the scheduler's goroutine.
+	Observer Observer
 }
+
+// Observer receives the scheduler's figures as they happen. Its methods
+// run on the scheduler's goroutine, between steps: they must not block.
+type Observer interface {
+	// Step reports a finished forward step: the prompt tokens and the
+	// decode tokens it carried, and its duration (compute's).
+	Step(prompt, decode int, d time.Duration)
+	// Admitted reports a request's wait from Submit until it was first
+	// given a KV sequence and its blocks (queue and admission wait).
+	Admitted(wait time.Duration)
+}
+
+// DefaultLongPrefill is Config.LongPrefill's default: above it a prompt
+// is paced while other sequences decode. A prompt of 1024 tokens stalls
+// running streams for two full steps of the default batch; the prompts
+// of chat turns and ordinary completions are below it, a document or a
+// long system prompt's first use above.
+const DefaultLongPrefill = 1024
 
 // MinChunk is the fewest prompt tokens a paced step carries: a prompt
 // always progresses, however slow its tokens are at their depth. One: at
@@ -74,6 +104,9 @@ func (c *Config) defaults(m *model.Model) {
 	if c.StepFactor == 0 {
 		c.StepFactor = 2
 	}
+	if c.LongPrefill == 0 {
+		c.LongPrefill = DefaultLongPrefill
+	}
 }
 
 // Errors from Submit.
@@ -82,6 +115,12 @@ var (
 	ErrEngineClosed = errors.New("stages: engine is closed")
 	ErrPrompt       = errors.New("stages: bad prompt")
 )
+
+// queued is a submitted request and when it was submitted.
+type queued struct {
+	r  *Request
+	at time.Time
+}
 
 // Engine runs requests through the stage graph.
 type Engine struct {
@@ -94,7 +133,7 @@ type Engine struct {
 	blocks *kvBlocks
 
 	mu     sync.Mutex
-	queue  chan *Request
+	queue  chan queued
 	closed bool
 
 	stats engineStats
@@ -178,7 +217,7 @@ func NewEngine(m *model.Model, tok *tokenizer.Tokenizer, ops model.Ops, cfg Conf
 	if err != nil {
 		return nil, err
 	}
-	return &Engine{cfg: cfg, m: m, tok: tok, mctx: mctx, rec: rec, queue: make(chan *Request, cfg.Queue), blocks: newKVBlocks(kv, paged, cfg.NSeq)}, nil
+	return &Engine{cfg: cfg, m: m, tok: tok, mctx: mctx, rec: rec, queue: make(chan queued, cfg.Queue), blocks: newKVBlocks(kv, paged, cfg.NSeq)}, nil
 }
 
 // PagedKV reports whether the KV cache is paged (blocks shared by
@@ -233,7 +272,7 @@ func (e *Engine) Submit(r *Request) error {
 		return ErrEngineClosed
 	}
 	select {
-	case e.queue <- r:
+	case e.queue <- queued{r, time.Now()}:
 		return nil
 	default:
 		return ErrQueueFull
@@ -260,7 +299,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	admit := g.Stage("admit")
 	sched, comp, samp, strm := g.Stage("scheduler"), g.Stage("compute"), g.Stage("sampler"), g.Stage("streamer")
 
-	admitOut, admitIn := graph.Connect[*Request](admit, sched, 1)
+	admitOut, admitIn := graph.Connect[queued](admit, sched, 1)
 	stepOut, stepIn := graph.Connect[*step](sched, comp, 1)
 	logitsOut, logitsIn := graph.Connect[*step](comp, samp, 1)
 	backOut, backIn := graph.Connect[*step](samp, sched, 1)
@@ -277,7 +316,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	admit.Do(func(ctx context.Context) error {
 		for {
 			wait := e.rec.BeginWait(admit, "wait <- queue") // idle, not busy
-			var r *Request
+			var r queued
 			var ok bool
 			select {
 			case r, ok = <-e.queue:

@@ -5,8 +5,12 @@ package stages_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/stages"
@@ -22,7 +26,7 @@ func TestLongPromptPaced(t *testing.T) {
 	fx := load(t, "stories260K.gguf")
 	long := fx.tok.Encode(strings.Repeat("Once upon a time there was a girl. ", 40), true, true)
 	for _, factor := range []float64{2, -1} {
-		e, err := stages.NewEngine(fx.m, fx.tok, cpu.NewRef(), stages.Config{NCtx: 512, NSeq: 2, MaxBatch: 512, StepFactor: factor}, nil)
+		e, err := stages.NewEngine(fx.m, fx.tok, cpu.NewRef(), stages.Config{NCtx: 512, NSeq: 2, MaxBatch: 512, StepFactor: factor, LongPrefill: 64}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,7 +78,7 @@ func TestLongPromptPaced(t *testing.T) {
 func TestShortPromptNotQueued(t *testing.T) {
 	fx := load(t, "stories260K.gguf")
 	long := fx.tok.Encode(strings.Repeat("Once upon a time there was a girl. ", 40), true, true)
-	e, err := stages.NewEngine(fx.m, fx.tok, cpu.NewRef(), stages.Config{NCtx: 512, NSeq: 3, MaxBatch: 128, StepFactor: 2}, nil)
+	e, err := stages.NewEngine(fx.m, fx.tok, cpu.NewRef(), stages.Config{NCtx: 512, NSeq: 3, MaxBatch: 128, StepFactor: 2, LongPrefill: 64}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,5 +144,111 @@ func TestStepFactorRefused(t *testing.T) {
 		if _, err := stages.NewEngine(fx.m, fx.tok, cpu.NewRef(), stages.Config{NCtx: 64, NSeq: 1, MaxBatch: 64, StepFactor: f}, nil); err == nil || !strings.Contains(err.Error(), "step factor") {
 			t.Errorf("step factor %v: err %v, want a refusal naming it", f, err)
 		}
+	}
+}
+
+// stepLog is a stages.Observer that keeps every step and admission.
+type stepLog struct {
+	mu     sync.Mutex
+	steps  [][2]int // prompt, decode tokens
+	admits int
+}
+
+func (l *stepLog) Step(prompt, decode int, _ time.Duration) {
+	l.mu.Lock()
+	l.steps = append(l.steps, [2]int{prompt, decode})
+	l.mu.Unlock()
+}
+
+func (l *stepLog) Admitted(time.Duration) {
+	l.mu.Lock()
+	l.admits++
+	l.mu.Unlock()
+}
+
+// TestOrdinaryPromptsUnpaced: prompts of at most LongPrefill tokens that
+// arrive while a stream decodes fill the batch at once (the stream waits
+// one step), oldest first; with LongPrefill negative the same prompts
+// are long and paced (the stream keeps going while they prefill: here
+// hundreds of its tokens). The
+// Observer sees every step's prompt and decode tokens and every
+// admission.
+func TestOrdinaryPromptsUnpaced(t *testing.T) {
+	fx := load(t, "stories260K.gguf")
+	var prompts [][]int32
+	for i := range 3 {
+		prompts = append(prompts, fx.tok.Encode(strings.Repeat(fmt.Sprintf("Tom %d had a ball. ", i), 12), true, true))
+	}
+	for _, longPrefill := range []int{0, -1} {
+		log := &stepLog{}
+		e, err := stages.NewEngine(fx.m, fx.tok, cpu.NewRef(), stages.Config{NCtx: 512, NSeq: 4, MaxBatch: 512, StepFactor: 2, LongPrefill: longPrefill, Observer: log}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- e.Run(context.Background()) }()
+		var mu sync.Mutex
+		var aRows int
+		firstRow := make([]int, len(prompts)) // the stream's rows when each prompt's first token came
+		started, aDone := make(chan struct{}), make(chan struct{})
+		e.Submit(&stages.Request{ID: 1, Prompt: fx.tok.Encode("Once", true, true), Params: greedy(), IgnoreEOG: true, MaxTokens: 300,
+			OnLogits: func([]float32) {
+				mu.Lock()
+				defer mu.Unlock()
+				if aRows++; aRows == 20 {
+					close(started) // decode-only steps measured
+				}
+			}, Emit: closeAtEnd(aDone)})
+		<-started
+		mu.Lock()
+		aAtSubmit := aRows
+		var wg sync.WaitGroup
+		for i, p := range prompts {
+			wg.Add(1)
+			ch := make(chan struct{})
+			go func() { <-ch; wg.Done() }()
+			if err := e.Submit(&stages.Request{ID: uint64(2 + i), Prompt: p, Params: greedy(), MaxTokens: 1,
+				OnLogits: func([]float32) {
+					mu.Lock()
+					firstRow[i] = aRows
+					mu.Unlock()
+				}, Emit: closeAtEnd(ch)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mu.Unlock()
+		wg.Wait()
+		cached := e.Stats().CachedTokens // prefix hits (BOS) are not computed
+		e.Close()
+		<-aDone
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		last := slices.Max(firstRow) - aAtSubmit
+		t.Logf("long-prefill %d: prompts of %d tokens; the stream made %d tokens until the last one's first token (%v)", longPrefill, len(prompts[0]), last, firstRow)
+		if longPrefill == 0 {
+			// each prompt is prefilled whole in the step after its
+			// admission (the admit edge may hand them over a step apart)
+			if last > len(prompts)+1 {
+				t.Errorf("ordinary prompts: the stream made %d tokens before they were all prefilled, want each in one step", last)
+			}
+			for i := 1; i < len(firstRow); i++ {
+				if firstRow[i] < firstRow[i-1] {
+					t.Errorf("prompt %d's first token before prompt %d's: not oldest first (%v)", i, i-1, firstRow)
+				}
+			}
+		} else if last < 20 {
+			t.Errorf("every prompt long: the stream made %d tokens while they prefilled, want several (paced)", last)
+		}
+		log.mu.Lock()
+		prompt, decode := 0, 0
+		for _, s := range log.steps {
+			prompt, decode = prompt+s[0], decode+s[1]
+		}
+		want := len(fx.tok.Encode("Once", true, true)) + len(prompts[0]) + len(prompts[1]) + len(prompts[2]) - int(cached)
+		if prompt != want || decode != 299 || log.admits != 4 {
+			t.Errorf("observer: %d prompt and %d decode tokens in %d steps, %d admissions; want %d, 299, 4 admissions", prompt, decode, len(log.steps), log.admits, want)
+		}
+		log.mu.Unlock()
 	}
 }

@@ -1,7 +1,6 @@
 package stages
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -24,6 +23,7 @@ type step struct {
 	rowSeq    []*seq
 	rowSample []bool
 	logits    []float32 // set by compute: rows × NVocab, valid until the next step
+	nDecode   int       // decode tokens (the first nDecode of batch)
 	// Per embedding row (Batch.Embd): its seq; embd is set by compute:
 	// rows × NEmbd final hidden states, valid until the next step.
 	embdSeq []*seq
@@ -44,6 +44,7 @@ func (st *step) reset() {
 	st.rowSeq, st.rowSample = st.rowSeq[:0], st.rowSample[:0]
 	st.embdSeq = st.embdSeq[:0]
 	st.logits, st.embd = nil, nil
+	st.nDecode = 0
 }
 
 func (st *step) add(s *seq, tok int32, pos int, logits, sampleRow, embd bool) {
@@ -64,7 +65,7 @@ func (st *step) add(s *seq, tok int32, pos int, logits, sampleRow, embd bool) {
 // scheduler admits requests into free KV sequences, builds one step at a
 // time from every running sequence (decode tokens first, then prompt
 // chunks with the rest of the batch: chunked prefill keeps running streams
-// moving), and retires sequences when the sampler or the streamer has
+// moving; long prompts paced, see build), and retires sequences when the sampler or the streamer has
 // finished them. KV blocks come from kvBlocks: a request starts from the
 // longest cached prefix of its prompt; when a decode token needs a block
 // and none is free, the youngest sequence is preempted (its blocks go back
@@ -84,12 +85,15 @@ type scheduler struct {
 	st       step
 	stats    *engineStats
 	pace     pacer
+	long     int // Config.LongPrefill
+	obs      Observer
 	pre      []*seq // build's prefilling sequences (reused)
 	// newSampler makes a request's sampler (constrained by its grammar).
 	newSampler func(sample.Params) (*sample.Sampler, error)
 }
 
-// pacer sizes prompt chunks in steps that also decode (Config.StepFactor):
+// pacer sizes long prompts' chunks in steps that also decode
+// (Config.StepFactor):
 // the running streams' steps may take factor times a decode-only step (an
 // EMA of measured ones) on average. Every such step earns the prompts
 // (factor-1) decode steps of time; a paced step spends what its prompt
@@ -109,7 +113,11 @@ type pacer struct {
 	chunk      int     // prompt tokens of the next paced step; 0 = MinChunk
 	credit     float64 // seconds of prompt work the streams can absorb now
 	nDecode    int     // of the step in flight
-	nPrompt    int
+	nPrompt    int     // long prompts' tokens of the step in flight
+	// unpaced: the step in flight carried ordinary prompt tokens beside
+	// decode tokens; it measures neither a decode-only step nor the cost
+	// of paced tokens, and earns no credit (it already held the streams)
+	unpaced bool
 }
 
 // paceEMA weighs the newest decode-only step.
@@ -117,6 +125,9 @@ const paceEMA = 0.3
 
 // observe updates the estimates with a finished step's duration.
 func (p *pacer) observe(d time.Duration) {
+	if p.unpaced {
+		return
+	}
 	sec := d.Seconds()
 	switch {
 	case p.nPrompt == 0 && p.nDecode > 0:
@@ -158,14 +169,15 @@ func (p *pacer) budget(nDecode, free int) int {
 
 func newScheduler(m *model.Model, cfg Config, blocks *kvBlocks, stats *engineStats) *scheduler {
 	s := &scheduler{m: m, nCtx: cfg.NCtx, maxBatch: cfg.MaxBatch, blocks: blocks, stats: stats,
-		free: make([]bool, cfg.NSeq), lastUsed: make([]uint64, cfg.NSeq), pace: pacer{factor: cfg.StepFactor}}
+		free: make([]bool, cfg.NSeq), lastUsed: make([]uint64, cfg.NSeq), pace: pacer{factor: cfg.StepFactor},
+		long: cfg.LongPrefill, obs: cfg.Observer}
 	for i := range s.free {
 		s.free[i] = true
 	}
 	return s
 }
 
-func (s *scheduler) run(ctx context.Context, admit *graph.In[*Request], back *graph.In[*step], steps *graph.Out[*step]) error {
+func (s *scheduler) run(ctx context.Context, admit *graph.In[queued], back *graph.In[*step], steps *graph.Out[*step]) error {
 	admitOpen := true
 	for {
 		s.retire()
@@ -173,7 +185,7 @@ func (s *scheduler) run(ctx context.Context, admit *graph.In[*Request], back *gr
 		s.publishStats() // before waiting for requests
 		// Admit new requests while there is room: block only when idle.
 		for admitOpen && s.pending == nil && len(s.waiting) == 0 && s.freeSlot() >= 0 {
-			var r *Request
+			var r queued
 			var err error
 			if len(s.running) == 0 {
 				r, err = admit.Recv(ctx)
@@ -219,6 +231,9 @@ func (s *scheduler) run(ctx context.Context, admit *graph.In[*Request], back *gr
 			return err
 		}
 		s.pace.observe(s.st.dur)
+		if s.obs != nil {
+			s.obs.Step(len(s.st.batch.Tokens)-s.st.nDecode, s.st.nDecode, s.st.dur)
+		}
 		for _, q := range s.st.seqs {
 			if q.slot >= 0 {
 				s.blocks.publish(q)
@@ -237,8 +252,9 @@ func (s *scheduler) freeSlot() int {
 	return best
 }
 
-// newSeq makes a seq of a request.
-func (s *scheduler) newSeq(r *Request) *seq {
+// newSeq makes a seq of a queued request.
+func (s *scheduler) newSeq(qr queued) *seq {
+	r := qr.r
 	var sm *sample.Sampler // none for an embedding request: it samples nothing
 	if r.Pooling == PoolNone {
 		var err error
@@ -250,7 +266,7 @@ func (s *scheduler) newSeq(r *Request) *seq {
 	s.order++
 	toks := make([]int32, len(r.Prompt), len(r.Prompt)+64)
 	copy(toks, r.Prompt)
-	return &seq{req: r, order: s.order, slot: -1, toks: toks, sampler: sm, admitted: time.Now(), cached: -1}
+	return &seq{req: r, order: s.order, slot: -1, toks: toks, sampler: sm, submitted: qr.at, admitted: time.Now(), cached: -1}
 }
 
 // resume makes preempted seqs, then the pending request, resident while
@@ -285,10 +301,14 @@ func (s *scheduler) resume() {
 		got := s.blocks.attach(q, m, cached)
 		s.blocks.kv.RecentAttach(q.slot, got)
 		q.fed = got
+		q.long = s.long < 0 || len(q.toks)-got > s.long
 		if q.cached < 0 { // first admission
 			q.cached = got
 			s.stats.promptTokens.Add(int64(len(q.req.Prompt)))
 			s.stats.cachedTokens.Add(int64(got))
+			if s.obs != nil {
+				s.obs.Admitted(time.Since(q.submitted))
+			}
 		}
 		if len(s.waiting) > 0 && q == s.waiting[0] {
 			s.waiting = s.waiting[1:]
@@ -409,55 +429,66 @@ func (s *scheduler) build() bool {
 		q.rows = q.fed
 		budget--
 	}
-	// Then prompt chunks, as far as the batch, the pacing of the running
-	// streams and the free blocks allow, shortest remaining prompt first:
-	// a short prompt (a new turn) does not queue behind a long document's
-	// chunk, and a step that ends one is waited on like a decode step, so
-	// the other prompts are paced around it.
+	// Then prompt chunks, oldest first. Ordinary prompts fill the rest of
+	// the batch. Long prompts (more than Config.LongPrefill tokens to
+	// compute) come after them and are paced while the step has streams
+	// to protect: sequences that decode in it, or ordinary prompts that end
+	// in it (they decode next). A step that holds the streams for ordinary
+	// prompts carries no long tokens then, so a new turn is not queued
+	// behind a document's chunk and the pacer measures only its own steps.
 	nDecode := s.maxBatch - budget
+	st.nDecode = nDecode
 	pre := s.pre[:0]
-	for _, q := range s.running {
-		if q.prefilling() {
+	for _, q := range s.running { // admission order
+		if q.prefilling() && !q.long {
 			pre = append(pre, q)
 		}
 	}
-	slices.SortStableFunc(pre, func(a, b *seq) int { return cmp.Compare(len(a.toks)-a.fed, len(b.toks)-b.fed) })
-	s.pre = pre
-	defer clear(pre) // no finished sequence kept alive by the scratch
-	paced := s.pace.budget(nDecode, budget)
-	if nDecode == 0 && len(pre) > 1 {
-		if r := len(pre[0].toks) - pre[0].fed; r < budget {
-			paced = r + s.pace.budget(1, budget-r)
+	nOrd := len(pre)
+	for _, q := range s.running {
+		if q.prefilling() && q.long {
+			pre = append(pre, q)
 		}
 	}
-	budget = paced
-	for _, q := range pre {
+	s.pre = pre
+	defer clear(pre) // no finished sequence kept alive by the scratch
+	protect, ordTokens, longTokens := nDecode, 0, 0
+	for i, q := range pre {
+		if i == nOrd { // the long prompts' budget
+			switch {
+			case protect == 0:
+			case nDecode == 0:
+				// only ordinary prompts that end here: a paced chunk,
+				// as if they already decoded
+				budget = s.pace.budget(1, budget)
+			case ordTokens > 0:
+				budget = 0
+			default:
+				budget = s.pace.budget(nDecode, budget)
+			}
+		}
 		if budget == 0 {
 			break
 		}
-		end := s.blocks.grow(q, q.fed+min(len(q.toks)-q.fed, budget))
+		end := s.fill(q, budget)
 		if end <= q.fed {
 			continue
 		}
-		pool := q.req.Pooling
-		sampleLast := q.nGen == 0 && end == len(q.toks) && pool == PoolNone
-		st.seqs, st.prompt = append(st.seqs, q), append(st.prompt, true)
-		for i := q.fed; i < end; i++ {
-			last := i == len(q.toks)-1
-			logits := i >= q.rows && (q.req.AllLogits || last && sampleLast)
-			// an embedding request pools each row it needs once; rows
-			// it does not need count as done
-			embd := pool != PoolNone && i >= q.rows && pool.needs(i, len(q.toks))
-			st.add(q, q.toks[i], i, logits, last && sampleLast, embd)
-			if logits || pool != PoolNone && i >= q.rows {
-				q.rows = i + 1
-			}
-		}
-		budget -= end - q.fed
+		n := end - q.fed
+		budget -= n
 		q.fed = end
+		if i < nOrd {
+			ordTokens += n
+			if end == len(q.toks) {
+				protect++
+			}
+		} else {
+			longTokens += n
+		}
 	}
 	if len(st.batch.Tokens) > 0 {
-		s.pace.nDecode, s.pace.nPrompt = nDecode, len(st.batch.Tokens)-nDecode
+		s.pace.nDecode, s.pace.nPrompt = nDecode, longTokens
+		s.pace.unpaced = ordTokens > 0 && protect > 0
 		return true
 	}
 	// Every running sequence is prefilling and no block is free: the
@@ -466,4 +497,29 @@ func (s *scheduler) build() bool {
 		s.preempt(s.running[len(s.running)-1])
 	}
 	return false
+}
+
+// fill adds q's next prompt tokens to the step, at most n and as far as
+// free blocks allow, and returns the end of the chunk (q.fed: none).
+func (s *scheduler) fill(q *seq, n int) int {
+	st := &s.st
+	end := s.blocks.grow(q, q.fed+min(len(q.toks)-q.fed, n))
+	if end <= q.fed {
+		return end
+	}
+	pool := q.req.Pooling
+	sampleLast := q.nGen == 0 && end == len(q.toks) && pool == PoolNone
+	st.seqs, st.prompt = append(st.seqs, q), append(st.prompt, true)
+	for i := q.fed; i < end; i++ {
+		last := i == len(q.toks)-1
+		logits := i >= q.rows && (q.req.AllLogits || last && sampleLast)
+		// an embedding request pools each row it needs once; rows it
+		// does not need count as done
+		embd := pool != PoolNone && i >= q.rows && pool.needs(i, len(q.toks))
+		st.add(q, q.toks[i], i, logits, last && sampleLast, embd)
+		if logits || pool != PoolNone && i >= q.rows {
+			q.rows = i + 1
+		}
+	}
+	return end
 }

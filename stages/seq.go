@@ -26,6 +26,7 @@ type seq struct {
 	rows   int      // positions whose logits row has been delivered (not again after a preemption)
 
 	cached int   // prompt tokens reused at admission
+	long   bool  // more than Config.LongPrefill tokens to compute when made resident: paced
 	last   int32 // last sampled token, fed at the next step
 	nGen   int
 
@@ -41,7 +42,8 @@ type seq struct {
 	stops    *sample.StopMatcher
 	streamed bool // final event sent
 
-	// Timing, written by the sampler.
+	// Timing, written by the sampler (submitted by Submit).
+	submitted time.Time
 	admitted  time.Time
 	firstStep time.Time
 	tPrompt   time.Duration

@@ -16,10 +16,18 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 )
+
+// banned are the model's byte tokens (tokenizer.ggml.token_type 6), kept
+// out of both servers' outputs by logit_bias: with random weights they
+// make invalid UTF-8, and llama-server parses each output as a chat
+// message and cuts the stream where that fails. Both servers get the same
+// bias, so both do the same work.
+var banned []int32
 
 // request is one completion to send.
 type request struct {
@@ -104,6 +112,9 @@ func summarize(results []result, concurrency int, wall time.Duration) level {
 				l.FirstErr = r.Err.Error()
 			}
 			l.Tokens += r.Tokens // generated before the failure: the work was done
+			if r.TTFT > 0 {
+				ttft = append(ttft, r.TTFT) // its first token came
+			}
 			continue
 		}
 		l.Tokens += r.Tokens
@@ -142,9 +153,24 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 func complete(ctx context.Context, client *http.Client, base string, a api, r request) result {
 	fields := map[string]any{"prompt": r.Prompt, "stream": true, "temperature": 0, "ignore_eos": true, "cache_prompt": false}
 	path := "/v1/completions"
+	if len(banned) > 0 {
+		bias := map[string]any{}
+		ll := make([][2]any, len(banned))
+		for i, t := range banned {
+			bias[strconv.Itoa(int(t))] = -100
+			ll[i] = [2]any{t, false}
+		}
+		fields["logit_bias"] = bias
+		if a == apiLlama {
+			fields["logit_bias"] = ll // llama-server's form: false = never
+		}
+	}
 	if a == apiLlama {
 		path = "/completion"
 		fields["n_predict"] = r.MaxTokens
+		// the chunks list their tokens: a stream that ends in an error
+		// still counts what it generated
+		fields["return_tokens"] = true
 	} else {
 		fields["max_tokens"] = r.MaxTokens
 		fields["stream_options"] = map[string]any{"include_usage": true}
@@ -206,7 +232,13 @@ func complete(ctx context.Context, client *http.Client, base string, a api, r re
 			return result{Err: fmt.Errorf("bad chunk %q: %w", data, err)}
 		}
 		if len(c.Error) > 0 {
-			return result{Err: fmt.Errorf("stream error: %s", c.Error), Tokens: streamed}
+			// llama-server parses each output as a chat message and fails
+			// at the end of some random-weight texts (invalid UTF-8 where
+			// max tokens cut a character): the tokens came and count, with
+			// their first token's time; the request counts as an error
+			res.Err, res.Tokens = fmt.Errorf("stream error: %s", c.Error), streamed
+			res.Total = time.Since(t0)
+			return res
 		}
 		streamed += len(c.Tokens)
 		if c.Timings != nil {

@@ -39,6 +39,8 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"github.com/flowinfer/flowinfer/io/gguf"
 )
 
 func main() {
@@ -106,6 +108,10 @@ func run(ctx context.Context, c config) error {
 		}
 		lengths = append(lengths, n)
 	}
+	var err error
+	if banned, err = byteTokens(c.model); err != nil {
+		return err
+	}
 	maxC := slices.Max(counts)
 	if c.itlWords > 0 {
 		maxC = 2 // the stream and the long prompt
@@ -135,6 +141,14 @@ func run(ctx context.Context, c config) error {
 		fmt.Fprintln(os.Stderr, "bench/serve: no -llama-server (or $LLAMA_SERVER) given: measuring flowinfer only")
 	} else if _, err := os.Stat(c.llama); err == nil {
 		args := []string{"-m", c.model, "-np", strconv.Itoa(maxC), "-c", strconv.Itoa(maxC * c.ctx), "--cont-batching", "--no-webui"}
+		// llama-server caps a slot's context at the training context;
+		// flowinfer serves the -c asked for: both get -ctx
+		if arch, train, err := trainContext(c.model); err != nil {
+			return err
+		} else if c.ctx > train {
+			args = append(args, "--override-kv", fmt.Sprintf("%s.context_length=int:%d", arch, c.ctx))
+			fmt.Fprintf(os.Stderr, "bench/serve: -ctx %d is beyond the model's training context %d: llama-server gets --override-kv %s.context_length=int:%d\n", c.ctx, train, arch, c.ctx)
+		}
 		if c.threads > 0 {
 			args = append(args, "-t", th)
 		}
@@ -210,6 +224,44 @@ func run(ctx context.Context, c config) error {
 
 // prompts makes n distinct prompts, cycling over the word lengths; seed
 // makes them differ between levels and servers.
+// trainContext returns the model's architecture and training context.
+func trainContext(path string) (string, int, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	arch, _ := f.GetString("general.architecture")
+	n, _ := f.GetUint(arch + ".context_length")
+	return arch, int(n), nil
+}
+
+// byteTokens returns the ids of the model's byte tokens (type 6 in
+// tokenizer.ggml.token_type: SentencePiece's byte fallback), none for a
+// vocabulary without them.
+func byteTokens(path string) ([]int32, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	v, ok := f.Get("tokenizer.ggml.token_type")
+	if !ok {
+		return nil, nil
+	}
+	types, ok := v.Int32s()
+	if !ok {
+		return nil, fmt.Errorf("%s: tokenizer.ggml.token_type is not an array of int32", path)
+	}
+	var ids []int32
+	for i, t := range types {
+		if t == 6 {
+			ids = append(ids, int32(i))
+		}
+	}
+	return ids, nil
+}
+
 func prompts(n int, lengths []int, nPredict, seed int) []request {
 	words := strings.Fields(storyText)
 	out := make([]request, n)

@@ -42,7 +42,8 @@ type ServeCmd struct {
 	BatchSize    int              `short:"b" name:"batch-size" default:"512" help:"Tokens per forward step (prompt chunks share it with decode tokens)."`
 	Threads      int              `short:"t" default:"0" help:"Compute threads (0 = physical cores)."`
 	Queue        int              `default:"64" help:"Requests waiting for a free sequence before the server answers 429."`
-	StepFactor   float64          `name:"step-factor" default:"2" help:"While sequences decode, prompt tokens are added to their steps (sized from measured step times) so that those steps take on average this many times a decode-only step, so a long prompt does not freeze running streams; more than 1 (0 or negative: prompt chunks fill the batch, most prompt throughput)."`
+	LongPrefill  int              `name:"long-prefill" default:"1024" help:"Prompts with more tokens to compute than this are long: while sequences decode, their chunks are paced by --step-factor. Shorter prompts fill the batch (oldest first) at full speed. 0 or negative: every prompt is paced."`
+	StepFactor   float64          `name:"step-factor" default:"2" help:"While sequences decode, a long prompt's tokens (--long-prefill) are added to their steps (sized from measured step times) so that those steps take on average this many times a decode-only step, so a long prompt does not freeze running streams; more than 1 (0 or negative: prompt chunks fill the batch, most prompt throughput)."`
 	EdgeTokens   int              `name:"edge-tokens" default:"64" help:"Capacity of the sampler->streamer edge (token events buffered ahead of the output)."`
 	NPredict     int              `short:"n" name:"n-predict" default:"-1" help:"Default max tokens per request (-1 = until end of generation or a full context)."`
 	APIKey       string           `name:"api-key" env:"FLOWINFER_API_KEY" help:"Require this key (Authorization: Bearer KEY or x-api-key)."`
@@ -94,7 +95,7 @@ func (c *ServeCmd) Run(g *Globals) error {
 	// always on for /metrics and /debug/trace, so a ring: bounded memory
 	// (~6 MiB for 8 stages), the latest events kept
 	rec := graph.NewRingRecorder(serveTraceEvents)
-	rg, e, err := c.load(sigCtx, g, rec) // while /health says loading
+	rg, e, err := c.load(sigCtx, g, rec, s.srv.Observer()) // while /health says loading
 	if err != nil {
 		s.srv.Shutdown(context.Background())
 		return err
@@ -135,8 +136,8 @@ func (c *ServeCmd) checkFlags() (stages.Pooling, error) {
 }
 
 // load opens the model, sizes the KV cache and the weights, and makes the
-// engine.
-func (c *ServeCmd) load(ctx context.Context, g *Globals, rec *graph.Recorder) (*rig, *stages.Engine, error) {
+// engine, which reports its steps and admissions to obs.
+func (c *ServeCmd) load(ctx context.Context, g *Globals, rec *graph.Recorder, obs stages.Observer) (*rig, *stages.Engine, error) {
 	l, err := c.open(ctx, g.Log)
 	if err != nil {
 		return nil, nil, err
@@ -144,6 +145,7 @@ func (c *ServeCmd) load(ctx context.Context, g *Globals, rec *graph.Recorder) (*
 	p := &g.Config.Pipeline
 	sc := engineConfig(p, ctxSize(l, p.KVCache.CtxSize, g.Log))
 	sc.StepFactor, sc.BlockSize = stepFactor(c.StepFactor), c.KVBlock
+	sc.LongPrefill, sc.Observer = longPrefill(c.LongPrefill), obs
 	if sc.KVTokens, err = c.kvTokens(&l.Model.Hyper, sc); err != nil {
 		l.Close()
 		return nil, nil, err
@@ -256,6 +258,15 @@ func trimSlashes(origins []string) []string {
 		out[i] = strings.TrimSuffix(o, "/")
 	}
 	return out
+}
+
+// longPrefill maps the flag (0 or negative: every prompt is long) onto
+// stages.Config's (negative: every prompt; 0 would mean the default).
+func longPrefill(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }
 
 // stepFactor maps the flag (0 or negative: off) onto stages.Config's
