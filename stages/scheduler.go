@@ -203,6 +203,9 @@ func (s *scheduler) run(ctx context.Context, admit *graph.In[queued], back *grap
 			if err != nil {
 				return err
 			}
+			if c := r.r.Ctx; c != nil && c.Err() != nil {
+				continue // cancelled while queued: never admitted, as retire drops it
+			}
 			s.pending = s.newSeq(r)
 			s.resume()
 		}
