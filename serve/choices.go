@@ -10,7 +10,6 @@ package serve
 import (
 	"errors"
 	"fmt"
-	"sync/atomic"
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
@@ -69,21 +68,17 @@ func (s *Server) generateN(ctx *fasthttp.RequestCtx, b *Backend, gr *genRequest,
 		return
 	}
 	defer c.abandon()
-	var left atomic.Bool
-	stopWatch := watchPeer(ctx.Conn(), peerCheckEvery, func() {
-		left.Store(true)
-		c.abandon()
-	})
+	watch := watchClient(ctx.Conn(), c.abandon)
 	texts := make([]string, len(c.jobs))
 	finals := make([]*stages.Event, len(c.jobs))
 	for i, j := range c.jobs {
 		texts[i], finals[i] = j.wait(b.Done, s.stop)
 	}
-	stopWatch()
+	watch.stop()
 	var resp oaiResponse
 	for i, f := range finals {
 		switch {
-		case f == nil && left.Load():
+		case f == nil && watch.left():
 			ctx.SetStatusCode(statusClientClosed)
 			ctx.SetConnectionClose()
 			return

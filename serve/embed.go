@@ -27,7 +27,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -134,12 +133,8 @@ func (s *Server) embed(ctx *fasthttp.RequestCtx, b *Backend, d dialect, model, e
 		}
 	}
 	defer abandon() // done or failed: nothing of this request keeps running
-	var left atomic.Bool
-	stopWatch := watchPeer(ctx.Conn(), peerCheckEvery, func() {
-		left.Store(true)
-		abandon()
-	})
-	defer stopWatch()
+	watch := watchClient(ctx.Conn(), abandon)
+	defer watch.stop()
 	// up to --parallel inputs in flight: a long list neither fills the
 	// engine's queue nor holds every KV slot
 	window := max(1, b.Engine.Config().NSeq)
@@ -160,7 +155,7 @@ func (s *Server) embed(ctx *fasthttp.RequestCtx, b *Backend, d dialect, model, e
 	for i, j := range jobs {
 		_, final := j.wait(b.Done, s.stop)
 		switch {
-		case final == nil && left.Load():
+		case final == nil && watch.left():
 			s.cfg.Log.Debug("client left before the embeddings", zap.String("endpoint", endpoint))
 			ctx.SetStatusCode(statusClientClosed)
 			ctx.SetConnectionClose()

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -215,15 +214,11 @@ func (s *Server) generate(ctx *fasthttp.RequestCtx, b *Backend, gr *genRequest, 
 		return
 	}
 	defer j.abandon()
-	var left atomic.Bool
-	stopWatch := watchPeer(ctx.Conn(), peerCheckEvery, func() {
-		left.Store(true)
-		j.abandon() // the scheduler frees the sequence
-	})
+	watch := watchClient(ctx.Conn(), j.abandon)
 	text, final := j.wait(b.Done, s.stop)
-	stopWatch()
+	watch.stop()
 	switch {
-	case final == nil && left.Load():
+	case final == nil && watch.left():
 		s.cfg.Log.Debug("client left before the answer", zap.String("id", j.id))
 		ctx.SetStatusCode(statusClientClosed) // for the metrics; nobody reads it
 		ctx.SetConnectionClose()

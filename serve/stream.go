@@ -1,11 +1,14 @@
 // This file holds the body writer of a streamed answer, which one job
 // (stream, any encoder) and the n choices of an OpenAI request (streamN,
-// choices.go) share: the headers; a panic recovered and logged; a first
+// choices.go) share: the headers; a panic recovered and logged; the watch
+// on the client's connection (peerwatch.go), which ends the stream and its
+// jobs once the client has gone even while nothing is written; a first
 // heartbeat at once, so that the client sees the stream open while the
 // prompt is evaluated; heartbeats whenever nothing was written for a
-// period; the engine's failure written as the stream's end; and the step
-// that passes a job's new output to its encoder. What a stream writes
-// around the steps is its user's.
+// period (text held back by the tool-call parser is not written); the
+// engine's failure written as the stream's end; and the step that passes
+// a job's new output to its encoder. What a stream writes around the
+// steps is its user's.
 
 package serve
 
@@ -25,8 +28,9 @@ type streamWriter struct {
 	s         *Server
 	b         *Backend
 	w         *bufio.Writer
-	enc       encoder // writes the heartbeats and the engine's failure,
-	j         *job    // as this job's
+	enc       encoder         // writes the heartbeats and the engine's failure,
+	j         *job            // as this job's
+	gone      <-chan struct{} // closed once the client has left
 	every     time.Duration
 	tick      *time.Ticker
 	lastWrite time.Time
@@ -34,16 +38,22 @@ type streamWriter struct {
 
 // openStream answers with a stream whose body body writes. release ends
 // the stream's jobs when the writer returns (done, or the client gone: the
-// scheduler frees the sequences); enc and j write the heartbeats and the
-// engine's failure.
+// scheduler frees the sequences), or as soon as the connection's watch
+// sees the client gone; enc and j write the heartbeats and the engine's
+// failure.
 func (s *Server) openStream(ctx *fasthttp.RequestCtx, b *Backend, j *job, enc encoder, release func(), body func(sw *streamWriter)) {
 	ctx.SetContentType(enc.streamType())
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.Response.Header.Set("X-Accel-Buffering", "no")
 	hbEvery := s.cfg.Heartbeat
 	log := s.cfg.Log
+	// the writer runs after the handler has returned, on fasthttp's own
+	// goroutine, while the server copies what it writes to this connection
+	conn := ctx.Conn()
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer release()
+		watch := watchClient(conn, release)
+		defer watch.stop()
 		defer func() {
 			if p := recover(); p != nil {
 				log.Error("panic in stream writer", zap.String("id", j.id), zap.Any("panic", p), zap.Stack("stack"))
@@ -57,7 +67,7 @@ func (s *Server) openStream(ctx *fasthttp.RequestCtx, b *Backend, j *job, enc en
 		}
 		tick := time.NewTicker(hbEvery)
 		defer tick.Stop()
-		body(&streamWriter{s: s, b: b, w: w, enc: enc, j: j, every: hbEvery, tick: tick, lastWrite: time.Now()})
+		body(&streamWriter{s: s, b: b, w: w, enc: enc, j: j, gone: watch.gone, every: hbEvery, tick: tick, lastWrite: time.Now()})
 	})
 }
 
@@ -82,16 +92,23 @@ func (sw *streamWriter) wait(wake <-chan struct{}) bool {
 			return false
 		case <-sw.s.stop:
 			return false
+		case <-sw.gone:
+			return false
 		}
 	}
 }
 
-// flush sends what was written; false: the client is gone.
+// flush sends what was written; false: the client is gone. A step that
+// wrote nothing (its text held back) does not count as a write, so that
+// the heartbeats go on.
 func (sw *streamWriter) flush() bool {
+	wrote := sw.w.Buffered() > 0
 	if sw.w.Flush() != nil {
 		return false
 	}
-	sw.lastWrite = time.Now()
+	if wrote {
+		sw.lastWrite = time.Now()
+	}
 	return true
 }
 
