@@ -90,6 +90,14 @@ var respFields = map[string]fieldRule{
 	"service_tier":           accepted(localServer),
 	"prompt_cache_key":       accepted("prefixes are cached automatically"),
 	"prompt_cache_retention": accepted("prefixes are cached automatically"),
+	// chat completions fields the Responses API does not have, which
+	// clients send here by habit: dropped, each would change the answer
+	// without a word
+	"n":               refused("one output per response: send n requests, or use /v1/chat/completions with n", "1"),
+	"max_tokens":      refused("the Responses API's limit is max_output_tokens"),
+	"stop":            refused("stop sequences are not part of the Responses API: use /v1/chat/completions or /v1/completions"),
+	"response_format": refused("the Responses API's output format is text.format", `{"type":"text"}`),
+	"logprobs":        refused("logprobs are not implemented on /v1/responses"),
 }
 
 func (s *Server) handleResponses(ctx *fasthttp.RequestCtx) {

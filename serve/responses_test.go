@@ -265,15 +265,21 @@ func TestResponsesRefused(t *testing.T) {
 		{`{"input":"x","text":{"verbosity":"low"}}`, "text.verbosity"},
 		{`{"input":"x","max_output_tokens":0}`, "max_output_tokens"},
 		{`{"input":"x","tools":[` + fn + `],"tool_choice":"required","text":{"format":{"type":"json_object"}}}`, "tool_choice"},
+		// chat completions fields: one output per response, no stop, ...
+		{`{"input":"x","n":2}`, "n"},
+		{`{"input":"x","max_tokens":5}`, "max_tokens"},
+		{`{"input":"x","stop":["."]}`, "stop"},
+		{`{"input":"x","response_format":{"type":"json_object"}}`, "response_format"},
+		{`{"input":"x","logprobs":true}`, "logprobs"},
 	} {
 		r := ts.post(t, "/v1/responses", c.body)
 		if r.status != 400 || path(r.json(t), "error.param") != c.param {
 			t.Errorf("%s: %d %s, want 400 naming %s", c.body, r.status, r.body, c.param)
 		}
 	}
-	// accepted: store false, metadata, user, strict with a forced call
+	// accepted: store false, metadata, user, n 1, strict with a forced call
 	for _, body := range []string{
-		`{"input":"x","store":false,"user":"u","metadata":{"a":"b"},"max_output_tokens":2}`,
+		`{"input":"x","store":false,"user":"u","metadata":{"a":"b"},"n":1,"max_output_tokens":2}`,
 		`{"input":"x","tools":[{"type":"function","name":"f","strict":true,"parameters":{"type":"object","properties":{},"additionalProperties":false}}],"tool_choice":{"type":"function","name":"f"},"max_output_tokens":30}`,
 	} {
 		if r := ts.post(t, "/v1/responses", body); r.status != 200 {
