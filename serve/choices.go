@@ -94,7 +94,7 @@ func (s *Server) generateN(ctx *fasthttp.RequestCtx, b *Backend, gr *genRequest,
 			return
 		}
 		s.metrics.finished(f)
-		r := c.encs[i].result(c.jobs[i], splitCalls(c.jobs[i], texts[i]), f).(oaiResponse)
+		r := c.encs[i].result(c.jobs[i], splitCalls(c.jobs[i], texts[i], f), f).(oaiResponse)
 		if i == 0 {
 			resp = r
 			continue

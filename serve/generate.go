@@ -229,7 +229,7 @@ func (s *Server) generate(ctx *fasthttp.RequestCtx, b *Backend, gr *genRequest, 
 		(&apiError{status: 500, kind: "server_error", message: fmt.Sprintf("generation failed: %v", final.Err)}).write(ctx, enc.dialect())
 	default:
 		s.metrics.finished(final)
-		writeJSON(ctx, enc.result(j, splitCalls(j, text), final))
+		writeJSON(ctx, enc.result(j, splitCalls(j, text, final), final))
 	}
 }
 

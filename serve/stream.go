@@ -121,7 +121,11 @@ func (sw *streamWriter) step(j *job, enc encoder, begun *bool) (final *stages.Ev
 		enc.begin(sw.w, j, usage)
 		*begun = true
 	}
-	streamText(sw.w, j, enc, text, final != nil && final.Finish != stages.FinishError)
+	var end *stages.Event
+	if final != nil && final.Finish != stages.FinishError {
+		end = final
+	}
+	streamText(sw.w, j, enc, text, end)
 	switch {
 	case final == nil:
 	case final.Finish == stages.FinishError:

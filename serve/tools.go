@@ -20,6 +20,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"strings"
 
 	"github.com/flowinfer/flowinfer/model/chat"
 	"github.com/flowinfer/flowinfer/model/toolcall"
@@ -186,9 +187,11 @@ type toolEncoder interface {
 
 // streamText passes text the engine emitted to enc: straight to delta
 // without tools, else through the parser (content to delta, calls to
-// toolCall). final ends the reply.
-func streamText(w *bufio.Writer, j *job, enc encoder, text string, final bool) {
+// toolCall). end, once the reply has ended (not failed), finishes it
+// (endParser).
+func streamText(w *bufio.Writer, j *job, enc encoder, text string, end *stages.Event) {
 	ts := j.tools
+	final := end != nil
 	if ts == nil {
 		if text != "" || j.hasLogprobs() {
 			enc.delta(w, j, text)
@@ -197,7 +200,7 @@ func streamText(w *bufio.Writer, j *job, enc encoder, text string, final bool) {
 	}
 	evs := ts.parser.Push(text)
 	if final {
-		evs = append(evs, ts.parser.Finish()...)
+		evs = append(evs, endParser(ts.parser, end)...)
 	}
 	for _, e := range evs {
 		if e.Call == nil {
@@ -215,17 +218,37 @@ func streamText(w *bufio.Writer, j *job, enc encoder, text string, final bool) {
 	}
 }
 
-// splitCalls parses a whole reply (non-streamed): the content and, in
-// j.tools, the calls.
-func splitCalls(j *job, text string) string {
+// splitCalls parses a whole reply (non-streamed) that ended with end: the
+// content and, in j.tools, the calls.
+func splitCalls(j *job, text string, end *stages.Event) string {
 	if j.tools == nil {
 		return text
 	}
-	content, calls := toolcall.Parse(j.tools.format, j.tools.parser.Names(), text)
-	for i := range calls {
-		j.tools.add(&calls[i])
+	p := j.tools.parser
+	var content strings.Builder
+	for _, evs := range [][]toolcall.Event{p.Push(text), endParser(p, end)} {
+		for _, e := range evs {
+			if e.Call == nil {
+				content.WriteString(e.Content)
+			} else {
+				j.tools.add(e.Call)
+			}
+		}
 	}
-	return content
+	return content.String()
+}
+
+// endParser ends the parse of a reply that ended with end. A reply cut by
+// the token limit (or the full context) inside a call drops the call's
+// markup (toolcall.Parser.Cut): calls come out whole or not at all, so a
+// cut call is neither a call (its arguments are incomplete) nor content
+// (raw markup the client would show as text); the answer's finish reason
+// (length, max_tokens, incomplete: max_output_tokens) says what happened.
+func endParser(p *toolcall.Parser, end *stages.Event) []toolcall.Event {
+	if end.Finish == stages.FinishLength {
+		return p.Cut()
+	}
+	return p.Finish()
 }
 
 // hasCalls reports whether the job's reply made tool calls.
@@ -245,16 +268,22 @@ func markerTokens(b *Backend, f toolcall.Format) []int32 {
 }
 
 // runScript plays pieces as a request's generated text through the job's
-// mailbox, as the engine's streamer would (tests: Server.script).
+// mailbox, as the engine's streamer would (tests: Server.script), one
+// piece per token: a request's token limit cuts the script (finish
+// length).
 func runScript(j *job, pieces []string) {
 	u := stages.Usage{PromptTokens: j.nPrompt}
+	finish := stages.FinishStop
+	if n := j.req.MaxTokens; n > 0 && len(pieces) > n {
+		pieces, finish = pieces[:n], stages.FinishLength
+	}
 	for i, p := range pieces {
 		u.GeneratedTokens = i + 1
 		if j.emit(stages.Event{Text: p, Token: int32(i), Usage: u}) != nil {
 			return
 		}
 	}
-	j.emit(stages.Event{Token: -1, Finish: stages.FinishStop, Usage: u})
+	j.emit(stages.Event{Token: -1, Finish: finish, Usage: u})
 }
 
 // functionTool decodes the {name, description, parameters} of a function

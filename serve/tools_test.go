@@ -2,6 +2,7 @@ package serve_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -58,6 +59,9 @@ func (s *scripted) lastPrompt() string {
 const (
 	weatherTool = `{"type":"function","function":{"name":"get_weather","description":"Get the weather","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}`
 	addTool     = `{"type":"function","function":{"name":"add","parameters":{"type":"object","properties":{"a":{"type":"number"},"b":{"type":"number"}}}}}`
+	// the same in the Responses API's flat shape
+	respWeatherTool = `{"type":"function","name":"get_weather","description":"Get the weather","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}`
+	respAddTool     = `{"type":"function","name":"add","parameters":{"type":"object","properties":{"a":{"type":"number"},"b":{"type":"number"}}}}`
 	// twoCalls is what a Qwen2.5 model writes for two parallel calls.
 	twoCalls = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 2, \"b\": 3.5}}\n</tool_call>"
 )
@@ -235,7 +239,7 @@ func TestToolsConversation(t *testing.T) {
 }
 
 func antToolReq(extra string) string {
-	return `{"model":"stories260K","max_tokens":50,"tools":[{"name":"get_weather","description":"Get the weather","input_schema":{"type":"object","properties":{"city":{"type":"string"}}}},{"name":"add","input_schema":{"type":"object"}}],"messages":[{"role":"user","content":"Weather in Paris, and 2+3.5?"}]` + extra + `}`
+	return `{"model":"stories260K","max_tokens":1000,"tools":[{"name":"get_weather","description":"Get the weather","input_schema":{"type":"object","properties":{"city":{"type":"string"}}}},{"name":"add","input_schema":{"type":"object"}}],"messages":[{"role":"user","content":"Weather in Paris, and 2+3.5?"}]` + extra + `}`
 }
 
 // TestToolsAnthropic: tool_use blocks with stop_reason tool_use; streamed
@@ -373,6 +377,94 @@ func TestToolsOllama(t *testing.T) {
 	}
 	if content.String() != "Let me check." || n != 2 {
 		t.Errorf("streamed content %q, %d calls", content.String(), n)
+	}
+}
+
+// TestToolCallCut: a reply the token limit cuts inside a call keeps its
+// content and its complete calls, and drops the cut call: no raw markup
+// reaches the client as text, in any API, streamed or not, and the
+// answer says it was cut (finish_reason length, status incomplete with
+// max_output_tokens, stop_reason max_tokens, done_reason length), or
+// tool_calls / tool_use when a complete call came before the cut one, as
+// a reply with calls always says.
+func TestToolCallCut(t *testing.T) {
+	const size = 4 // bytes per scripted token
+	ts := startScripted(t, twoCalls, size)
+	second := strings.LastIndex(twoCalls, "<tool_call>")
+	cuts := []struct {
+		name   string
+		tokens int // where the limit cuts
+		calls  int // complete calls before the cut
+	}{
+		{"in the first call", (strings.Index(twoCalls, "get_weather") + 2) / size, 0},
+		{"in the second call", (second + 20) / size, 1},
+	}
+	msgs := `"messages":[{"role":"user","content":"Weather in Paris, and 2+3.5?"}]`
+	tools := `[` + weatherTool + `,` + addTool + `]`
+	antTools := `[{"name":"get_weather","input_schema":{"type":"object"}},{"name":"add","input_schema":{"type":"object"}}]`
+	for _, cut := range cuts {
+		for _, stream := range []bool{false, true} {
+			for _, c := range []struct {
+				api, path, body string
+				finish          []string // said with no complete call, with one
+				call            string   // in an answer with a call
+			}{
+				{"openai chat", "/v1/chat/completions", fmt.Sprintf(`{%s,"tools":%s,"max_tokens":%d,"stream":%v}`, msgs, tools, cut.tokens, stream),
+					[]string{`"finish_reason":"length"`, `"finish_reason":"tool_calls"`}, `"tool_calls":[{`},
+				{"responses", "/v1/responses", fmt.Sprintf(`{"input":"Weather in Paris, and 2+3.5?","tools":[%s,%s],"max_output_tokens":%d,"stream":%v}`,
+					respWeatherTool, respAddTool, cut.tokens, stream),
+					[]string{`"incomplete_details":{"reason":"max_output_tokens"}`, `"incomplete_details":{"reason":"max_output_tokens"}`}, `"type":"function_call"`},
+				{"anthropic", "/v1/messages", fmt.Sprintf(`{"model":"stories260K",%s,"tools":%s,"max_tokens":%d,"stream":%v}`, msgs, antTools, cut.tokens, stream),
+					[]string{`"stop_reason":"max_tokens"`, `"stop_reason":"tool_use"`}, `"type":"tool_use"`},
+				{"ollama chat", "/api/chat", fmt.Sprintf(`{"model":"stories260K",%s,"tools":%s,"options":{"num_predict":%d},"stream":%v}`, msgs, tools, cut.tokens, stream),
+					[]string{`"done_reason":"length"`, `"done_reason":"length"`}, `"tool_calls":[{`},
+			} {
+				t.Run(fmt.Sprintf("%s/%s/stream=%v", cut.name, c.api, stream), func(t *testing.T) {
+					r := ts.post(t, c.path, c.body)
+					body := string(r.body)
+					if r.status != 200 {
+						t.Fatalf("%d %s", r.status, body)
+					}
+					// as they are, or JSON-escaped; the model writes
+					// "name": with a space, encoders write calls compactly
+					for _, raw := range []string{"<tool_call", "tool_call>", `\u003ctool_call`, `tool_call\u003e`, `\"name\": `} {
+						if strings.Contains(body, raw) {
+							t.Errorf("the cut call's markup %q reaches the client: %s", raw, body)
+						}
+					}
+					if !strings.Contains(body, "Let me check.") {
+						t.Errorf("the content before the calls is lost: %s", body)
+					}
+					if !strings.Contains(body, c.finish[cut.calls]) {
+						t.Errorf("no %s: %s", c.finish[cut.calls], body)
+					}
+					if got := strings.Contains(body, c.call); got != (cut.calls == 1) {
+						t.Errorf("the complete call is in the answer: %v, want %v: %s", got, cut.calls == 1, body)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestToolCallCutForced: the issue's case on the engine: a forced call
+// (its grammar makes the reply a call from the first token) cut by a small
+// limit is an incomplete answer with no call and no markup.
+func TestToolCallCutForced(t *testing.T) {
+	ts := start(t, serve.Config{}, stages.Config{NCtx: 2048})
+	for _, stream := range []bool{false, true} {
+		for _, c := range []struct{ path, body, want string }{
+			{"/v1/responses", `{"input":"Weather in Paris?","tools":[` + respWeatherTool + `],"tool_choice":"required","max_output_tokens":12,"stream":%v}`,
+				`"incomplete_details":{"reason":"max_output_tokens"}`},
+			{"/v1/chat/completions", `{"messages":[{"role":"user","content":"Weather in Paris?"}],"tools":[` + weatherTool + `],"tool_choice":"required","max_tokens":12,"stream":%v}`,
+				`"finish_reason":"length"`},
+		} {
+			r := ts.post(t, c.path, fmt.Sprintf(c.body, stream))
+			body := string(r.body)
+			if r.status != 200 || !strings.Contains(body, c.want) || strings.Contains(body, `\u003ctool`) || strings.Contains(body, `"type":"function_call"`) || strings.Contains(body, `"tool_calls":[{`) {
+				t.Errorf("%s stream %v: %d %s", c.path, stream, r.status, body)
+			}
+		}
 	}
 }
 

@@ -41,6 +41,9 @@ type Parser struct {
 	leadWS string // whitespace before a leading JSON value
 	ws     string // trailing whitespace of the content so far, held
 	calls  int
+	// cut: the reply ends at the token limit (Cut): held text that may be
+	// a call is dropped, not content
+	cut bool
 	// afterCall: nothing shown since the last call; whitespace that
 	// separates calls from what follows is not content
 	afterCall bool
@@ -149,11 +152,21 @@ func (p *Parser) prime() {
 func (p *Parser) Finish() []Event {
 	p.take()
 	evs := p.step(true)
-	if p.ws != "" && p.calls == 0 {
+	if p.ws != "" && p.calls == 0 && !p.cut { // cut: the whitespace before a cut call goes with it
 		evs = append(evs, Event{Content: p.ws})
 	}
 	p.ws = ""
 	return evs
+}
+
+// Cut ends a reply that the token limit cut short. A call complete in the
+// text is a call, as with Finish; but what was held back because it may
+// be a call (an open call that does not parse, a leading JSON value not
+// closed, the start of a marker) is dropped: the markup of a cut call is
+// not content.
+func (p *Parser) Cut() []Event {
+	p.cut = true
+	return p.Finish()
 }
 
 func (p *Parser) leadingJSON() bool { return p.f == Llama3 || p.f == Generic }
@@ -195,8 +208,10 @@ func (p *Parser) step(final bool) []Event {
 		case modeJSON:
 			n := scanJSON(p.buf)
 			if n < 0 {
-				if final {
+				if final && !p.cut {
 					p.content(p.leadWS + p.buf)
+				}
+				if final {
 					p.buf, p.mode = "", modeText
 				}
 				return p.out
@@ -237,11 +252,14 @@ func (p *Parser) step(final bool) []Event {
 				continue
 			}
 			keep := 0
-			if !final {
+			if !final || p.cut {
 				keep = partialSuffix(p.buf, m)
 			}
 			p.content(p.buf[:len(p.buf)-keep])
 			p.buf = p.buf[len(p.buf)-keep:]
+			if final {
+				p.buf = "" // a cut marker's start
+			}
 			return p.out
 		case modeTag:
 			body, rest, closed := strings.Cut(p.buf, hermesClose)
@@ -257,7 +275,7 @@ func (p *Parser) step(final bool) []Event {
 			}
 			if ok {
 				p.emit(calls)
-			} else {
+			} else if closed || !p.cut {
 				raw := hermesOpen + body
 				if closed {
 					raw += hermesClose
@@ -281,7 +299,7 @@ func (p *Parser) step(final bool) []Event {
 			}
 			if ok {
 				p.emit(calls)
-			} else {
+			} else if !p.cut {
 				p.content(p.marker() + p.buf)
 			}
 			p.buf = ""

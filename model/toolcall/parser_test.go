@@ -166,6 +166,58 @@ func TestHoldBack(t *testing.T) {
 	}
 }
 
+// TestCut: a reply cut by the token limit keeps its content and its
+// complete calls; the markup of the call it was cut in (or of a marker's
+// start) is dropped, where Finish would show it as content.
+func TestCut(t *testing.T) {
+	weather := Call{Name: "get_weather", Arguments: `{"city":"Paris"}`}
+	for _, c := range []struct {
+		name    string
+		f       Format
+		text    string
+		content string
+		calls   []Call
+	}{
+		{"hermes/open call", Hermes, "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"argu", "Let me check.", nil},
+		{"hermes/marker start", Hermes, "Let me check.\n<tool_ca", "Let me check.", nil},
+		{"hermes/second call open", Hermes, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"add\"", "", []Call{weather}},
+		// complete but for its close tag: a call, as with Finish
+		{"hermes/unclosed complete", Hermes, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n", "", []Call{weather}},
+		{"hermes/plain text", Hermes, "Just text, cut", "Just text, cut", nil},
+		{"llama3/open json", Llama3, "{\"name\": \"get_weather\", \"parameters\": {\"ci", "", nil},
+		{"llama3/python tag", Llama3, "Sure <|python_tag|>get_weather(ci", "Sure", nil},
+		{"mistral/open", Mistral, "[TOOL_CALLS][{\"name\": \"get_weather\", \"argu", "", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, size := range []int{1, 3, len(c.text)} {
+				p := NewParser(c.f, tools)
+				var content strings.Builder
+				var calls []Call
+				var evs []Event
+				for s := c.text; s != ""; s = s[min(size, len(s)):] {
+					evs = append(evs, p.Push(s[:min(size, len(s))])...)
+				}
+				for _, e := range append(evs, p.Cut()...) {
+					if e.Call != nil {
+						calls = append(calls, *e.Call)
+					} else {
+						content.WriteString(e.Content)
+					}
+				}
+				if content.String() != c.content || !reflect.DeepEqual(calls, c.calls) {
+					t.Errorf("pieces of %d: content %q calls %+v, want %q %+v", size, content.String(), calls, c.content, c.calls)
+				}
+			}
+			// Finish shows the held text as content, for contrast
+			if c.name == "hermes/open call" {
+				if content, _ := Parse(c.f, tools, c.text); !strings.Contains(content, "<tool_call>") {
+					t.Errorf("Finish: content %q", content)
+				}
+			}
+		})
+	}
+}
+
 func TestDetect(t *testing.T) {
 	for _, c := range []struct {
 		src    string
