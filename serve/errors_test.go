@@ -185,6 +185,61 @@ func TestAPIKey(t *testing.T) {
 	}
 }
 
+// TestAPIKeyEveryMethod: without the key, every method on every protected
+// route is a 401 (HEAD included, which used to answer 204); with it, HEAD
+// answers as GET does without a body, OPTIONS lists the methods, and any
+// other method is a 405 naming them. Public routes answer HEAD as GET
+// without the key.
+func TestAPIKeyEveryMethod(t *testing.T) {
+	ts := start(t, serve.Config{APIKey: "sekrit"}, stages.Config{})
+	key := []string{"Authorization", "Bearer sekrit"}
+	methods := []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
+	routes := serve.Routes()
+	routes["/v1/models/stories260K.gguf"] = serve.Route{Method: "GET", Public: true}
+	protected := 0
+	for p, r := range routes {
+		allow := r.Method
+		if r.Method == "GET" {
+			allow = "GET, HEAD"
+		}
+		if !r.Public {
+			protected++
+			for _, m := range methods {
+				res := ts.do(t, m, p, nil)
+				if res.status != 401 || !strings.HasPrefix(res.header.Get("WWW-Authenticate"), "Bearer") {
+					t.Errorf("%s %s without the key: %d %q", m, p, res.status, res.header.Get("WWW-Authenticate"))
+				}
+			}
+		}
+		var hdr []string
+		if !r.Public {
+			hdr = key
+		}
+		for _, m := range methods {
+			switch {
+			case m == r.Method:
+				continue // the route's own method: its handler's tests
+			case m == "HEAD" && r.Method == "GET":
+				get, head := ts.do(t, "GET", p, nil, hdr...), ts.do(t, "HEAD", p, nil, hdr...)
+				if head.status != get.status || len(head.body) != 0 || head.header.Get("Content-Type") != get.header.Get("Content-Type") {
+					t.Errorf("HEAD %s: %d %q (%d bytes), GET: %d %q", p, head.status, head.header.Get("Content-Type"), len(head.body), get.status, get.header.Get("Content-Type"))
+				}
+			case m == "OPTIONS":
+				if res := ts.do(t, m, p, nil, hdr...); res.status != 204 || res.header.Get("Allow") != allow {
+					t.Errorf("OPTIONS %s: %d Allow %q", p, res.status, res.header.Get("Allow"))
+				}
+			default:
+				if res := ts.do(t, m, p, nil, hdr...); res.status != 405 || res.header.Get("Allow") != allow {
+					t.Errorf("%s %s: %d Allow %q, want 405 %q", m, p, res.status, res.header.Get("Allow"), allow)
+				}
+			}
+		}
+	}
+	if protected < 10 {
+		t.Errorf("only %d protected routes", protected)
+	}
+}
+
 // TestBodyTooLargeWhileSending sends a body over the limit in pieces, as a
 // slow client would, and checks that it reads the 413 instead of a reset
 // connection.

@@ -33,3 +33,18 @@ func DecodedFields(path string) (decoded, ruled map[string]bool) {
 // generated text, piece by piece, which goes through the same mailbox,
 // parser and encoders as the engine's output (tools_test.go).
 func SetScript(s *Server, fn func(prompt []int32) []string) { s.script = fn }
+
+// Route is an endpoint's method and whether it needs no API key.
+type Route struct {
+	Method string
+	Public bool
+}
+
+// Routes returns the server's fixed routes (errors_test.go).
+func Routes() map[string]Route {
+	out := map[string]Route{}
+	for p, r := range routeTable() {
+		out[p] = Route{r.method, r.public}
+	}
+	return out
+}

@@ -296,20 +296,31 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	if s.corsPreflight(ctx, r.method) {
 		return
 	}
-	if string(ctx.Method()) != r.method {
-		if ctx.IsOptions() || ctx.IsHead() && r.method == "GET" {
-			ctx.Response.Header.Set("Allow", r.method)
-			ctx.SetStatusCode(fasthttp.StatusNoContent)
-			return
-		}
-		ctx.Response.Header.Set("Allow", r.method)
-		(&apiError{status: fasthttp.StatusMethodNotAllowed, kind: "invalid_request_error", message: "method " + string(ctx.Method()) + " not allowed on " + path + " (use " + r.method + ")"}).write(ctx, r.dialect)
-		return
-	}
+	// every method of a protected route needs the key, so that nothing
+	// (not even which method a route takes) answers without it; only a
+	// preflight, above, does not: browsers send it without credentials
 	if !r.public && !s.authorized(ctx) {
 		errUnauthorized.write(ctx, r.dialect)
 		// RFC 9110: a 401 names the scheme that would be accepted
 		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="flowinfer"`)
+		return
+	}
+	method, allow := string(ctx.Method()), r.method
+	if r.method == "GET" {
+		allow = "GET, HEAD"
+		if ctx.IsHead() {
+			// RFC 9110: HEAD answers as GET does, without the body
+			// (fasthttp sends none for HEAD)
+			method = "GET"
+		}
+	}
+	if method != r.method {
+		if ctx.IsOptions() {
+			ctx.SetStatusCode(fasthttp.StatusNoContent)
+		} else {
+			(&apiError{status: fasthttp.StatusMethodNotAllowed, kind: "invalid_request_error", message: "method " + string(ctx.Method()) + " not allowed on " + path + " (use " + r.method + ")"}).write(ctx, r.dialect)
+		}
+		ctx.Response.Header.Set("Allow", allow) // after write, which resets the headers
 		return
 	}
 	r.handle(s, ctx)
