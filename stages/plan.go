@@ -23,9 +23,9 @@ import (
 // refuses what it cannot plan with rather than guessing.
 type WeightConfig struct {
 	// Engine reads weights [configs.EnginePread]: configs.EngineMmap maps
-	// the whole file (experts read through the page cache as the kernel
-	// pages them in: no budget); pread and io_uring read routed experts
-	// into an expert cache of Budget bytes.
+	// the whole file and keeps every expert resident (packed at load from
+	// the mapping, or owned by OwnResident: no expert cache); pread and
+	// io_uring read routed experts into an expert cache of Budget bytes.
 	Engine configs.IOEngine
 	// Budget is the bytes of weights held in RAM: resident weights, the
 	// expert cache and the staging slabs. 0: no limit (every expert is

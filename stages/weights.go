@@ -70,8 +70,8 @@ type WeightPath struct {
 
 // NewWeightPath plans the weights of m (loaded from the GGUF at path) for
 // ops and allocates the path's memory. With engine mmap, or when nothing
-// streams, it allocates nothing and reads nothing: the mapping serves
-// every weight.
+// streams, it allocates nothing and opens no reader: every weight is
+// resident (packed, or owned by OwnResident).
 func NewWeightPath(m *model.Model, path string, ops model.Ops, cfg WeightConfig) (*WeightPath, error) {
 	cfg = cfg.withDefaults()
 	pk, _ := ops.(model.Packer)
