@@ -4,10 +4,13 @@
 // when the writer restores the modification time (touch -r) and the size;
 // a replacement (rename over the path) changes the inode of the path.
 //
-// What it cannot see: a change within the same clock tick of the kernel's
-// timestamps as the previous one, with the same size. Linux updates the
-// ctime before the new bytes land, so a reader that checks the identity
-// after reading never keeps bytes of a write it did not see.
+// Linux updates the ctime before a write's bytes land (file_modified
+// precedes the copy), so a reader that checks the identity after reading
+// keeps no byte of a write it did not see. What it cannot see: a write of
+// the same size within the same tick of a coarse timestamp clock as the
+// stat that took the identity; kernels with multigrain timestamps (6.13+,
+// on the filesystems that support them) give a change after a stat a
+// finer ctime, which closes that gap.
 package fileid
 
 import (

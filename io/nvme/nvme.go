@@ -21,7 +21,9 @@
 //     a seccomp filter) makes Open fail with ErrNoURing: there is no silent
 //     fallback to pread.
 //   - "mmap": copies out of a read-only mapping of the file (the page cache
-//     does the I/O), kept for comparison.
+//     does the I/O), kept for comparison. A copy that meets a page past the
+//     end of a file truncated under it fails that read (the fault is
+//     recovered), not the process.
 //
 // Concurrency: a Reader is safe for concurrent use; callers keep many reads
 // in flight by calling ReadAt from several goroutines (the reader stage's
