@@ -414,7 +414,8 @@ func packedBy(be *cpu.Backend) func(*model.Weight) bool {
 // TestChangedFileNoFault: the model file truncated to its header, or
 // rewritten in place with its size and modification time restored, under
 // a loaded model (resident weights owned, OwnResident), with each engine
-// and with experts streamed (cold: a one-token cache) or all cached: the
+// and with experts streamed (cold: a one-token cache) or all cached, and a
+// dense model whose layers all stream through one slot: the
 // process does not fault; a request that needs a read ends with an error
 // matching nvme.ErrChanged and stages.ErrWeightRead; a request that needs
 // none gets the logits of the model as loaded, bit for bit.
@@ -425,15 +426,25 @@ func TestChangedFileNoFault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	dense, err := os.ReadFile(filepath.Join(dir, "models", "synth-llama-Q8_0.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	type tc struct {
 		engine configs.IOEngine
 		cold   bool
+		layers bool // the dense model, its layers streamed
 	}
-	cases := []tc{{configs.EnginePread, true}, {configs.EnginePread, false}, {configs.EngineIOUring, true}, {configs.EngineIOUring, false}, {configs.EngineMmap, false}}
+	cases := []tc{{configs.EnginePread, true, false}, {configs.EnginePread, false, false}, {configs.EngineIOUring, true, false},
+		{configs.EngineIOUring, false, false}, {configs.EngineMmap, false, false}, {configs.EnginePread, true, true}, {configs.EngineIOUring, true, true}}
 	for _, c := range cases {
 		for _, change := range []string{"truncate", "rewrite"} {
-			t.Run(fmt.Sprintf("%s/cold=%v/%s", c.engine, c.cold, change), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/cold=%v/layers=%v/%s", c.engine, c.cold, c.layers, change), func(t *testing.T) {
 				path := filepath.Join(t.TempDir(), "m.gguf")
+				orig := orig
+				if c.layers {
+					orig = dense
+				}
 				if err := os.WriteFile(path, orig, 0o644); err != nil {
 					t.Fatal(err)
 				}
@@ -442,7 +453,10 @@ func TestChangedFileNoFault(t *testing.T) {
 				defer be.Close()
 				be.DropPacked = true
 				cfg := stages.WeightConfig{Engine: c.engine}
-				if c.cold {
+				switch {
+				case c.layers:
+					stages.ForceLayerStreaming(&cfg, 0, 1) // both layers through one slot: every step reads
+				case c.cold:
 					cfg.Budget = tokenBudget(probePlan(t, m, path, be), m, 0)
 				}
 				wp, err := stages.NewWeightPath(m, path, be, cfg)
