@@ -9,7 +9,6 @@ package serve
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/valyala/fasthttp"
 	"go.uber.org/zap"
@@ -90,7 +89,7 @@ func (s *Server) generateN(ctx *fasthttp.RequestCtx, b *Backend, gr *genRequest,
 			return
 		case f.Finish == stages.FinishError:
 			s.cfg.Log.Error("generation failed", zap.String("id", c.jobs[i].id), zap.Error(f.Err))
-			(&apiError{status: 500, kind: "server_error", message: fmt.Sprintf("generation failed: %v", f.Err)}).write(ctx, dialectOpenAI)
+			s.failedError(b, "generation", f.Err).write(ctx, dialectOpenAI)
 			return
 		}
 		s.metrics.finished(f)

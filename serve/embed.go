@@ -165,7 +165,7 @@ func (s *Server) embed(ctx *fasthttp.RequestCtx, b *Backend, d dialect, model, e
 			return nil
 		case final.Finish == stages.FinishError || len(final.Embedding) == 0:
 			s.cfg.Log.Error("embedding failed", zap.String("endpoint", endpoint), zap.Error(final.Err))
-			(&apiError{status: 500, kind: "server_error", message: fmt.Sprintf("embedding failed: %v", final.Err)}).write(ctx, d)
+			s.failedError(b, "embedding", final.Err).write(ctx, d)
 			return nil
 		}
 		s.metrics.finished(final)

@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/flowinfer/flowinfer/stages"
 )
 
 // dialect is the API family of an endpoint: it decides the error shape.
@@ -124,6 +126,27 @@ func (e *apiError) write(ctx *fasthttp.RequestCtx, d dialect) {
 		ctx.Response.Header.Set("Retry-After", fmt.Sprint(e.retry))
 	}
 	ctx.SetBody(e.body(d))
+}
+
+// modelFailed is the answer while the model is marked failed
+// (SetModelFailed): 503 naming the model by the name clients use.
+func (s *Server) modelFailed(b *Backend, reason string) *apiError {
+	return &apiError{status: fasthttp.StatusServiceUnavailable, kind: "unavailable_error", code: "model_unavailable",
+		message: fmt.Sprintf("model %q is unavailable: %s", s.reportedName(b), reason), retry: 5}
+}
+
+// failedError is the answer to a request the engine ended with err (what
+// is "generation" or "embedding"). A weight that could not be read
+// (stages.ErrWeightRead: the model file changed, or the disk failed) is a
+// 503 naming the model by the name clients use: the details, the server's
+// file path and byte offsets among them, are for the server's log (the
+// caller logs err), not for clients.
+func (s *Server) failedError(b *Backend, what string, err error) *apiError {
+	if errors.Is(err, stages.ErrWeightRead) {
+		return &apiError{status: fasthttp.StatusServiceUnavailable, kind: "unavailable_error", code: "model_unavailable",
+			message: fmt.Sprintf("%s failed: the weights of model %q could not be read (its file changed or is unreadable)", what, s.reportedName(b)), retry: 5}
+	}
+	return &apiError{status: 500, kind: "server_error", message: fmt.Sprintf("%s failed: %v", what, err)}
 }
 
 // decodeError turns a JSON decoding error into a 400 naming the field.

@@ -10,7 +10,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"path/filepath"
 	"strings"
 	"time"
@@ -226,7 +225,7 @@ func (s *Server) generate(ctx *fasthttp.RequestCtx, b *Backend, gr *genRequest, 
 		errEngineDown.write(ctx, enc.dialect())
 	case final.Finish == stages.FinishError:
 		s.cfg.Log.Error("generation failed", zap.String("id", j.id), zap.Error(final.Err))
-		(&apiError{status: 500, kind: "server_error", message: fmt.Sprintf("generation failed: %v", final.Err)}).write(ctx, enc.dialect())
+		s.failedError(b, "generation", final.Err).write(ctx, enc.dialect())
 	default:
 		s.metrics.finished(final)
 		writeJSON(ctx, enc.result(j, splitCalls(j, text, final), final))

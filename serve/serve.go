@@ -58,6 +58,7 @@ package serve
 import (
 	"context"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -159,6 +160,7 @@ type Server struct {
 	cfg      Config
 	backend  atomic.Pointer[Backend]
 	draining atomic.Bool
+	failed   atomic.Pointer[string] // SetModelFailed's reason; nil: not failed
 	metrics  *metrics
 	srv      *fasthttp.Server
 	routes   map[string]route
@@ -193,6 +195,18 @@ func New(cfg Config) *Server {
 // SetBackend makes the server ready: /health turns 200 and the generation
 // endpoints answer.
 func (s *Server) SetBackend(b *Backend) { s.backend.Store(b) }
+
+// SetModelFailed marks the model unavailable for reason (e.g. its file
+// changed under it): /health answers 503 naming the model and the reason,
+// and requests get 503 naming the model, until SetModelFailed(""). reason
+// is shown to clients: it must not name server paths.
+func (s *Server) SetModelFailed(reason string) {
+	if reason == "" {
+		s.failed.Store(nil)
+		return
+	}
+	s.failed.Store(&reason)
+}
 
 // Serve accepts connections on ln until Shutdown.
 func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
@@ -408,6 +422,10 @@ func (s *Server) ready(ctx *fasthttp.RequestCtx, d dialect) *Backend {
 		errDraining.write(ctx, d)
 		return nil
 	}
+	if f := s.failed.Load(); f != nil {
+		s.modelFailed(b, *f).write(ctx, d)
+		return nil
+	}
 	select {
 	case <-b.Done:
 		errEngineDown.write(ctx, d)
@@ -421,6 +439,17 @@ func (s *Server) handleHealth(ctx *fasthttp.RequestCtx) {
 	b := s.backend.Load()
 	if b == nil {
 		errLoading.write(ctx, dialectOpenAI)
+		return
+	}
+	if f := s.failed.Load(); f != nil {
+		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+		ctx.SetContentType("application/json")
+		body, _ := json.Marshal(struct {
+			Status string `json:"status"`
+			Model  string `json:"model"`
+			Reason string `json:"reason"`
+		}{"unavailable", s.reportedName(b), *f}) // strings: cannot fail
+		ctx.SetBody(body)
 		return
 	}
 	select {

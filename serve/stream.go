@@ -14,7 +14,6 @@ package serve
 
 import (
 	"bufio"
-	"fmt"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -130,7 +129,7 @@ func (sw *streamWriter) step(j *job, enc encoder, begun *bool) (final *stages.Ev
 	case final == nil:
 	case final.Finish == stages.FinishError:
 		sw.s.cfg.Log.Error("generation failed", zap.String("id", j.id), zap.Error(final.Err))
-		enc.fail(sw.w, j, &apiError{status: 500, kind: "server_error", message: fmt.Sprintf("generation failed: %v", final.Err)})
+		enc.fail(sw.w, j, sw.s.failedError(sw.b, "generation", final.Err))
 		return final, true
 	default:
 		sw.s.metrics.finished(final)

@@ -23,9 +23,9 @@ import (
 // refuses what it cannot plan with rather than guessing.
 type WeightConfig struct {
 	// Engine reads weights [configs.EnginePread]: configs.EngineMmap maps
-	// the whole file (experts read through the page cache as the kernel
-	// pages them in: no budget); pread and io_uring read routed experts
-	// into an expert cache of Budget bytes.
+	// the whole file and keeps every expert resident (packed at load from
+	// the mapping, or owned by OwnResident: no expert cache); pread and
+	// io_uring read routed experts into an expert cache of Budget bytes.
 	Engine configs.IOEngine
 	// Budget is the bytes of weights held in RAM: resident weights, the
 	// expert cache and the staging slabs. 0: no limit (every expert is
@@ -499,7 +499,7 @@ func spread(n, k int) []bool {
 
 // residentBytes is what the weights other than routed experts cost in RAM:
 // the packed size of the matrices the backend packs, the file size of the
-// others, and float32 vectors.
+// others and of the token embeddings, and float32 vectors.
 func residentBytes(m *model.Model, pk model.Packer) int64 {
 	var n int64
 	seen := map[*byte]bool{}
@@ -517,7 +517,15 @@ func residentBytes(m *model.Model, pk model.Packer) int64 {
 		n += int64(len(w.Data))
 	}
 	vec := func(v model.Vector) { n += 4 * int64(len(v)) }
-	mat(m.TokEmbd)
+	// the token embeddings are read by row in the file's layout (an owned
+	// copy, WeightPath.OwnResident); tied to a packed output, the output's
+	// packed copy costs its size beside them
+	if e := m.TokEmbd; e != nil && len(e.Data) > 0 {
+		n += int64(len(e.Data))
+		if m.Output != e || pk == nil || pk.PackedSize(e) == 0 {
+			seen[&e.Data[0]] = true
+		}
+	}
 	mat(m.Output)
 	vec(m.OutputNorm)
 	for i := range m.Layers {

@@ -23,7 +23,11 @@ package stages
 // Everything that is not a routed expert (embeddings, attention, norms,
 // routers, dense FFNs, the output) is resident when the budget holds it: a
 // packed copy replaces the mapped pages (cpu.Backend.DropPacked), so it
-// costs its size once. When it does not fit, the layers' matrices stream
+// costs its size once; what compute reads in the file's layout is copied
+// into memory the process owns (OwnResident), so that after load compute
+// never reads the file's mapping: a file truncated or rewritten under a
+// running model costs the reads that meet it an error (nvme.ErrChanged),
+// never a fault of the process. When it does not fit, the layers' matrices stream
 // too: some layers stay resident, the others are read through a few layer
 // slots, ahead of compute.
 //
@@ -35,9 +39,11 @@ package stages
 import (
 	"context"
 	"errors"
+	"unsafe"
 
 	"github.com/flowinfer/flowinfer/configs"
 	"github.com/flowinfer/flowinfer/graph"
+	"github.com/flowinfer/flowinfer/io/gguf"
 	"github.com/flowinfer/flowinfer/io/nvme"
 	"github.com/flowinfer/flowinfer/model"
 )
@@ -64,8 +70,8 @@ type WeightPath struct {
 
 // NewWeightPath plans the weights of m (loaded from the GGUF at path) for
 // ops and allocates the path's memory. With engine mmap, or when nothing
-// streams, it allocates nothing and reads nothing: the mapping serves
-// every weight.
+// streams, it allocates nothing and opens no reader: every weight is
+// resident (packed, or owned by OwnResident).
 func NewWeightPath(m *model.Model, path string, ops model.Ops, cfg WeightConfig) (*WeightPath, error) {
 	cfg = cfg.withDefaults()
 	pk, _ := ops.(model.Packer)
@@ -84,7 +90,13 @@ func NewWeightPath(m *model.Model, path string, ops model.Ops, cfg WeightConfig)
 	if cfg.Engine == configs.EngineIOUring {
 		qd = 3 * cfg.QueueDepth
 	}
-	rd, err := nvme.Open(path, nvme.Options{Engine: cfg.Engine, Direct: !cfg.NoDirect, QueueDepth: qd})
+	// the reads must come from the file the model was loaded from: the
+	// identity the mapping was made with, not the one found now
+	o := nvme.Options{Engine: cfg.Engine, Direct: !cfg.NoDirect, QueueDepth: qd}
+	if id, ok := m.File.ID(); ok {
+		o.Expect = &id
+	}
+	rd, err := nvme.Open(path, o)
 	if err != nil {
 		return nil, err
 	}
@@ -103,6 +115,100 @@ func NewWeightPath(m *model.Model, path string, ops model.Ops, cfg WeightConfig)
 		w.ls = newLayerStream(m.Layers, lay.mats, lay.streamed, plan.LayerSlots, w.slabs)
 	}
 	return w, nil
+}
+
+// OwnResident makes every weight compute may read from the file's mapping
+// after load memory the process owns (gguf.File.Own): all the model's
+// tensors but those the weight path reads (routed experts that stream,
+// streamed layers' matrices) and those packed reports compute reads a
+// packed copy of (their mapped pages are not touched again). The token
+// embeddings are always owned: they are read by row in the file's layout,
+// also when the output (tied to them) is packed. Call it after packing,
+// before the model runs; it returns the bytes owned. A file that changed
+// since the model was mapped fails it (fileid.ErrChanged): the model holds
+// bytes of two files and must be closed.
+func (w *WeightPath) OwnResident(packed func(*model.Weight) bool) (int64, error) {
+	f := w.m.File
+	if _, ok := f.ID(); !ok {
+		return 0, nil // not mapped from a file (tests' parsed models)
+	}
+	data := f.Bytes()
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(data)))
+	// rangeOf is where b lies in the file, if it is a view of the mapping
+	rangeOf := func(b []byte) (gguf.Range, bool) {
+		if len(b) == 0 {
+			return gguf.Range{}, false
+		}
+		p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+		if p < base || p-base+uintptr(len(b)) > uintptr(len(data)) {
+			return gguf.Range{}, false
+		}
+		return gguf.Range{Off: int64(p - base), N: int64(len(b))}, true
+	}
+	var skip []gguf.Range
+	add := func(r gguf.Range, ok bool) {
+		if ok {
+			skip = append(skip, r)
+		}
+	}
+	for il := range w.m.Layers {
+		L := &w.m.Layers[il]
+		for j, pw := range L.Matrices() {
+			wt := *pw
+			switch {
+			case wt == nil:
+			case j < model.NStreamable && w.StreamsLayer(il):
+				add(rangeOf(wt.Data))
+			case packed != nil && packed(wt):
+				add(rangeOf(wt.Data))
+			}
+		}
+		for _, ws := range L.Experts() {
+			for e := range ws {
+				if w.cache != nil || packed != nil && packed(&ws[e]) {
+					add(rangeOf(ws[e].Data))
+				}
+			}
+		}
+	}
+	if out := w.m.Output; out != nil && out != w.m.TokEmbd && packed != nil && packed(out) {
+		add(rangeOf(out.Data))
+	}
+	var own []gguf.Range
+	for _, t := range f.Tensors {
+		if r, ok := rangeOf(t.Data); ok {
+			own = append(own, subtract(r, skip)...)
+		}
+	}
+	if w.m.TokEmbd != nil {
+		if r, ok := rangeOf(w.m.TokEmbd.Data); ok {
+			own = append(own, r)
+		}
+	}
+	return f.Own(own)
+}
+
+// subtract returns the parts of r outside every range of cut.
+func subtract(r gguf.Range, cut []gguf.Range) []gguf.Range {
+	out := []gguf.Range{r}
+	for _, c := range cut {
+		var next []gguf.Range
+		for _, p := range out {
+			lo, hi := max(p.Off, c.Off), min(p.Off+p.N, c.Off+c.N)
+			if lo >= hi {
+				next = append(next, p)
+				continue
+			}
+			if lo > p.Off {
+				next = append(next, gguf.Range{Off: p.Off, N: lo - p.Off})
+			}
+			if end := p.Off + p.N; hi < end {
+				next = append(next, gguf.Range{Off: hi, N: end - hi})
+			}
+		}
+		out = next
+	}
+	return out
 }
 
 // StreamsLayer reports whether layer il's matrices are streamed (so they

@@ -1,6 +1,7 @@
 package stages_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/flowinfer/flowinfer/configs"
 	"github.com/flowinfer/flowinfer/cpu"
@@ -399,4 +401,118 @@ func TestWeightPathPlanErrors(t *testing.T) {
 
 func contains(s, sub string) bool {
 	return len(sub) == 0 || (len(s) >= len(sub) && (s[:len(sub)] == sub || contains(s[1:], sub)))
+}
+
+// packedBy reports the weights be multiplies through a packed copy.
+func packedBy(be *cpu.Backend) func(*model.Weight) bool {
+	return func(w *model.Weight) bool {
+		d := be.MatMulBytes(w)
+		return len(d) > 0 && len(w.Data) > 0 && &d[0] != &w.Data[0]
+	}
+}
+
+// TestChangedFileNoFault: the model file truncated to its header, or
+// rewritten in place with its size and modification time restored, under
+// a loaded model (resident weights owned, OwnResident), with each engine
+// and with experts streamed (cold: a one-token cache) or all cached, and a
+// dense model whose layers all stream through one slot: the
+// process does not fault; a request that needs a read ends with an error
+// matching nvme.ErrChanged and stages.ErrWeightRead; a request that needs
+// none gets the logits of the model as loaded, bit for bit.
+func TestChangedFileNoFault(t *testing.T) {
+	dir, _ := golden.Load(t)
+	src := filepath.Join(dir, "models", "synth-qwen3moe-Q8_0.gguf")
+	orig, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dense, err := os.ReadFile(filepath.Join(dir, "models", "synth-llama-Q8_0.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type tc struct {
+		engine configs.IOEngine
+		cold   bool
+		layers bool // the dense model, its layers streamed
+	}
+	cases := []tc{{configs.EnginePread, true, false}, {configs.EnginePread, false, false}, {configs.EngineIOUring, true, false},
+		{configs.EngineIOUring, false, false}, {configs.EngineMmap, false, false}, {configs.EnginePread, true, true}, {configs.EngineIOUring, true, true}}
+	for _, c := range cases {
+		for _, change := range []string{"truncate", "rewrite"} {
+			t.Run(fmt.Sprintf("%s/cold=%v/layers=%v/%s", c.engine, c.cold, c.layers, change), func(t *testing.T) {
+				path := filepath.Join(t.TempDir(), "m.gguf")
+				orig := orig
+				if c.layers {
+					orig = dense
+				}
+				if err := os.WriteFile(path, orig, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				m, tok := openModel(t, path)
+				be := cpu.NewBackend(2, nil)
+				defer be.Close()
+				be.DropPacked = true
+				cfg := stages.WeightConfig{Engine: c.engine}
+				switch {
+				case c.layers:
+					stages.ForceLayerStreaming(&cfg, 0, 1) // both layers through one slot: every step reads
+				case c.cold:
+					cfg.Budget = tokenBudget(probePlan(t, m, path, be), m, 0)
+				}
+				wp, err := stages.NewWeightPath(m, path, be, cfg)
+				if errors.Is(err, nvme.ErrNoURing) {
+					t.Skipf("io_uring not tested: %v", err)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer wp.Close()
+				p := wp.Plan()
+				if _, err := be.PackModel(m, p.Experts > 0 && !p.Streaming(), wp.StreamsLayer); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := wp.OwnResident(packedBy(be)); err != nil {
+					t.Fatal(err)
+				}
+				if p.Streaming() && p.Slots == p.Experts {
+					if err := wp.Preload(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+				}
+				want, _ := runLogits(t, m, tok, be, wp, 64)
+				st, _ := os.Stat(path)
+				time.Sleep(20 * time.Millisecond) // a new tick of the kernel's clock: a new ctime
+				switch change {
+				case "truncate":
+					err = os.Truncate(path, int64(m.File.DataOffset))
+				case "rewrite":
+					other := bytes.Clone(orig)
+					for i := int(m.File.DataOffset); i < len(other); i++ {
+						other[i] ^= 0x55
+					}
+					if err = os.WriteFile(path, other, 0o644); err == nil {
+						err = os.Chtimes(path, st.ModTime(), st.ModTime())
+					}
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, finals := runLogits(t, m, tok, be, wp, 64)
+				if !c.cold {
+					for i, ev := range finals {
+						if ev.Finish == stages.FinishError {
+							t.Fatalf("request %d: %v; every weight was in memory", i, ev.Err)
+						}
+					}
+					sameLogits(t, got, want, m.NVocab)
+					return
+				}
+				for i, ev := range finals {
+					if ev.Finish != stages.FinishError || !errors.Is(ev.Err, nvme.ErrChanged) || !errors.Is(ev.Err, stages.ErrWeightRead) {
+						t.Errorf("request %d: finish %q, err %v; want an error matching nvme.ErrChanged and stages.ErrWeightRead", i, ev.Finish, ev.Err)
+					}
+				}
+			})
+		}
+	}
 }

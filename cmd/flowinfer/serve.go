@@ -4,6 +4,20 @@ package main
 // while the model loads), loads the model, starts the stage engine, and on
 // SIGTERM or SIGINT drains: no new requests, in-flight streams finish (up
 // to --drain-timeout), then the engine stops.
+//
+// While it serves, it watches the model file (every --watch-interval: its
+// device, inode, size, modification and status-change time, io/fileid).
+// When the file changed (truncated, rewritten in place even with its
+// modification time restored, replaced, removed) the model is marked
+// failed: /health answers 503 naming the model and the reason, new requests
+// get 503 naming the model. Requests in flight go on with the weights in
+// memory: those that need a read from the changed file end with a 503
+// naming the model (the reader checks the file's identity at every read,
+// so no bytes of the new file are used). Once the path holds a file that
+// has not changed for one interval, the old engine is drained (up to
+// --drain-timeout), the model is loaded from it again, and the server
+// serves it; a file that does not load (not a valid GGUF yet) is retried
+// when it changes again. The process does not exit for a changed file.
 
 import (
 	"context"
@@ -22,6 +36,7 @@ import (
 
 	"github.com/flowinfer/flowinfer/configs"
 	"github.com/flowinfer/flowinfer/graph"
+	"github.com/flowinfer/flowinfer/io/fileid"
 	"github.com/flowinfer/flowinfer/model"
 	"github.com/flowinfer/flowinfer/serve"
 	"github.com/flowinfer/flowinfer/stages"
@@ -56,6 +71,7 @@ type ServeCmd struct {
 	MaxHeader    int              `name:"max-header-bytes" default:"16384" help:"Largest request line and headers in bytes; a larger head gets 431."`
 	CORSOrigin   []string         `name:"cors-origin" help:"Browser origin allowed to call the API (repeatable; e.g. http://localhost:3000, or * for any). Default: none (no CORS headers)."`
 	Pooling      string           `name:"pooling" default:"" help:"Embedding pooling: mean, cls or last (default: the GGUF's <arch>.pooling_type, last when it has none)."`
+	WatchEvery   time.Duration    `name:"watch-interval" default:"1s" help:"How often the model file is checked for changes (size, times, inode). A changed file marks the model failed (/health 503) until the file has been stable for one interval and loads again."`
 }
 
 // serveTraceEvents bounds each stage's events in the server's recorder.
@@ -79,7 +95,7 @@ func (c *ServeCmd) Run(g *Globals) error {
 	if err != nil {
 		return err
 	}
-	s := serving{srv: serve.New(serve.Config{
+	s := &serving{srv: serve.New(serve.Config{
 		Aliases: c.Alias, APIKey: c.APIKey, Defaults: params, MaxTokens: max(cfg.Sampling.MaxTokens, 0), Stops: c.Stop,
 		MaxBodyBytes: c.MaxBody, Heartbeat: c.Heartbeat, Fingerprint: "flowinfer-" + version, Log: g.Log,
 		ReadTimeout: c.ReadTimeout, MaxConns: c.MaxConns, MaxHeaderBytes: c.MaxHeader, CORSOrigins: trimSlashes(c.CORSOrigin),
@@ -100,14 +116,10 @@ func (c *ServeCmd) Run(g *Globals) error {
 		s.srv.Shutdown(context.Background())
 		return err
 	}
-	defer rg.loaded.Close()
-	defer rg.Close()
-	runCtx, abort := context.WithCancel(context.Background())
-	defer abort()
-	s.e, s.run, s.abort = e, start(runCtx, e), abort
-	s.srv.SetBackend(backend(e, rg, rec, rg.path, s.run))
-	printServing(e, rg, ln.Addr())
-	return c.drain(sigCtx, stopSignals, s, g.Log)
+	s.addr, s.rec = ln.Addr(), rec
+	s.begin(rg, e)
+	defer s.end()
+	return c.drain(sigCtx, stopSignals, s, g)
 }
 
 // checkFlags checks the server's flags that no key covers, and returns the
@@ -125,6 +137,8 @@ func (c *ServeCmd) checkFlags() (stages.Pooling, error) {
 		return pooling, fmt.Errorf("--step-factor %g: must be more than 1 (steps that decode may take that many times a decode-only step), or 0 or negative to turn pacing off", c.StepFactor)
 	case badOrigin(c.CORSOrigin) != "":
 		return pooling, fmt.Errorf("--cors-origin %q: not an origin (scheme://host[:port], no path, or *)", badOrigin(c.CORSOrigin))
+	case c.WatchEvery <= 0:
+		return pooling, fmt.Errorf("--watch-interval %v: must be positive", c.WatchEvery)
 	case c.Pooling == "":
 		return pooling, nil
 	}
@@ -189,38 +203,155 @@ func printServing(e *stages.Engine, r *rig, addr net.Addr) {
 		r.Name, addr, cfg.NSeq, cfg.NCtx, cfg.KVTokens/cfg.BlockSize, cfg.BlockSize, cfg.KVTypes, configs.ByteSize(e.KVBytes()), layout, r.be.Threads())
 }
 
-// serving is the server with its engine running.
+// serving is the server with its engine running (none while a changed
+// model file does not load).
 type serving struct {
 	srv      *serve.Server
 	serveErr chan error // srv.Serve's return
+	addr     net.Addr
+	rec      *graph.Recorder
+	path     string // the model file
+	rg       *rig   // nil: no model loaded
 	e        *stages.Engine
 	run      *running
 	abort    context.CancelFunc // cancels the engine's Run
+	watch    fileWatch
 }
 
-// drain serves until a signal, then takes no new requests, lets those in
-// flight finish (up to --drain-timeout) and stops the engine; or it
-// returns the server's or the engine's error.
-func (c *ServeCmd) drain(sigCtx context.Context, stopSignals func(), s serving, log *zap.Logger) error {
+// fileWatch is what the watcher knows of the model file.
+type fileWatch struct {
+	id     fileid.ID // the file the loaded model was read from
+	failed bool      // the file changed since: the model is marked failed
+	// while failed: the identity seen at the previous check (seen: the
+	// file was there), and the one the last reload failed on (tried)
+	last, bad   fileid.ID
+	seen, tried bool
+}
+
+// reasonChanged is what clients and /health are told of a changed file.
+const reasonChanged = "its file changed since it was loaded; it is served again once the file is a valid model"
+
+// begin starts the engine e of the loaded rig rg and serves it.
+func (s *serving) begin(rg *rig, e *stages.Engine) {
+	runCtx, abort := context.WithCancel(context.Background())
+	s.rg, s.e, s.run, s.abort, s.path = rg, e, start(runCtx, e), abort, rg.path
+	s.watch = fileWatch{}
+	s.watch.id, _ = rg.File.ID()
+	s.srv.SetBackend(backend(e, rg, s.rec, rg.path, s.run))
+	printServing(e, rg, s.addr)
+}
+
+// stop drains the engine (the requests in it finish, up to timeout, then
+// are cut) and releases the model.
+func (s *serving) stop(timeout time.Duration) {
+	if s.rg == nil {
+		return
+	}
+	s.e.Close()
 	select {
-	case <-sigCtx.Done():
-		fmt.Fprintln(os.Stderr, "flowinfer: shutting down: finishing in-flight requests")
-	case err := <-s.serveErr:
+	case <-s.run.done:
+	case <-time.After(timeout):
 		s.abort()
 		<-s.run.done
-		return fmt.Errorf("server: %w", err)
-	case <-s.run.done:
-		s.srv.Shutdown(context.Background())
-		if s.run.err == nil {
-			return errors.New("engine: the engine stopped")
+	}
+	s.end()
+}
+
+// end stops the engine at once and releases the model.
+func (s *serving) end() {
+	if s.rg == nil {
+		return
+	}
+	s.abort()
+	<-s.run.done
+	s.rg.Close()
+	s.rg.loaded.Close()
+	s.rg, s.e = nil, nil
+}
+
+// engineDone is closed when the running engine's Run returned (nil: no
+// engine runs, so never).
+func (s *serving) engineDone() <-chan struct{} {
+	if s.run == nil || s.rg == nil {
+		return nil
+	}
+	return s.run.done
+}
+
+// check looks at the model file once: a change marks the model failed; a
+// changed file that stayed the same since the previous check is loaded
+// again (unless loading it already failed).
+func (c *ServeCmd) check(ctx context.Context, s *serving, g *Globals) {
+	w := &s.watch
+	path := s.path
+	now, err := fileid.Path(path)
+	if !w.failed {
+		if err == nil {
+			err = w.id.Check(now)
 		}
-		return fmt.Errorf("engine: %w", s.run.err)
+		if err == nil {
+			return
+		}
+		g.Log.Error("model file changed: model marked failed until the file loads again", zap.String("path", path), zap.Error(err))
+		w.failed = true
+		w.last, w.seen = now, false
+		s.srv.SetModelFailed(reasonChanged)
+		return
+	}
+	stable := err == nil && w.seen && w.last.Check(now) == nil
+	w.last, w.seen = now, err == nil
+	if !stable || w.tried && w.bad.Check(now) == nil {
+		return
+	}
+	g.Log.Info("model file stable: reloading the model", zap.String("path", path))
+	s.stop(c.DrainTimeout)
+	rg, e, err := c.load(ctx, g, s.rec, s.srv.Observer())
+	if err != nil {
+		g.Log.Error("reloading the model failed; retried when the file changes", zap.String("path", path), zap.Error(err))
+		w.bad, w.tried = now, true
+		return
+	}
+	s.begin(rg, e)
+	s.srv.SetModelFailed("")
+	g.Log.Info("model reloaded", zap.String("path", path))
+}
+
+// drain serves (checking the model file every --watch-interval) until a
+// signal, then takes no new requests, lets those in flight finish (up to
+// --drain-timeout) and stops the engine; or it returns the server's or the
+// engine's error.
+func (c *ServeCmd) drain(sigCtx context.Context, stopSignals func(), s *serving, g *Globals) error {
+	log := g.Log
+	tick := time.NewTicker(c.WatchEvery)
+	defer tick.Stop()
+wait:
+	for {
+		select {
+		case <-sigCtx.Done():
+			fmt.Fprintln(os.Stderr, "flowinfer: shutting down: finishing in-flight requests")
+			break wait
+		case <-tick.C:
+			c.check(sigCtx, s, g)
+		case err := <-s.serveErr:
+			s.end()
+			return fmt.Errorf("server: %w", err)
+		case <-s.engineDone():
+			s.srv.Shutdown(context.Background())
+			if s.run.err == nil {
+				return errors.New("engine: the engine stopped")
+			}
+			return fmt.Errorf("engine: %w", s.run.err)
+		}
 	}
 	stopSignals() // a second signal kills the process
 	drainCtx, cancel := context.WithTimeout(context.Background(), c.DrainTimeout)
 	defer cancel()
 	if err := s.srv.Shutdown(drainCtx); err != nil {
 		log.Warn("drain timed out; cutting the remaining requests", zap.Error(err))
+	}
+	if s.rg == nil {
+		fmt.Fprintln(os.Stderr, "flowinfer: stopped")
+		return nil
 	}
 	s.e.Close()
 	select {

@@ -96,6 +96,10 @@ func openWeights(l *loaded, be *cpu.Backend, p *configs.Pipeline, f *WeightFlags
 		wp.Close()
 		return nil, err
 	}
+	if err := ownResident(be, wp, log); err != nil {
+		wp.Close()
+		return nil, err
+	}
 	if plan.Streaming() && plan.Experts > 0 && plan.Slots == plan.Experts {
 		if err := preload(wp); err != nil {
 			wp.Close()
@@ -156,6 +160,24 @@ func packResident(be *cpu.Backend, m *model.Model, experts bool, streamed func(i
 	if n > 0 {
 		log.Info("packed weights", zap.Int64("bytes", n), zap.Duration("took", time.Since(t0)))
 	}
+	return nil
+}
+
+// ownResident copies what compute reads of the file's mapping after load
+// (the weights it reads unpacked, the token embeddings) into memory the
+// process owns (stages.WeightPath.OwnResident): a model file truncated or
+// rewritten while the model runs can then fail reads, never fault the
+// process through a resident weight.
+func ownResident(be *cpu.Backend, wp *stages.WeightPath, log *zap.Logger) error {
+	t0 := time.Now()
+	n, err := wp.OwnResident(func(w *model.Weight) bool {
+		d := be.MatMulBytes(w)
+		return len(d) > 0 && len(w.Data) > 0 && &d[0] != &w.Data[0]
+	})
+	if err != nil {
+		return err
+	}
+	log.Info("resident weights read into owned memory", zap.Int64("bytes", n), zap.Duration("took", time.Since(t0)))
 	return nil
 }
 

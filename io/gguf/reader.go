@@ -2,7 +2,11 @@
 //
 // Open memory-maps a file and parses its header; tensor data stays in the
 // mapping and each Tensor.Data is a slice of it (tensor data is never
-// copied at load; metadata is, so it outlives the mapping).
+// copied at load; metadata is, so it outlives the mapping). A mapping
+// faults (SIGBUS) where the file was truncated under it, which no Go code
+// can recover from inside a C kernel: File.Own (own.go) replaces the pages
+// a caller keeps using with memory the process owns, read from the file
+// while it is still the one opened (its identity, io/fileid).
 // The parser treats the file as hostile, like llama.cpp's gguf.cpp: it checks
 // the remaining bytes before every allocation, caps string and array
 // lengths, checks every size computation for overflow, and rejects bad
@@ -29,6 +33,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/flowinfer/flowinfer/io/fileid"
 	"github.com/flowinfer/flowinfer/quant"
 )
 
@@ -120,6 +125,8 @@ type File struct {
 	tensorIndex map[string]int
 	data        []byte // the whole file (a mapping when opened with Open)
 	unmap       func() error
+	file        *os.File  // Open's file, kept for Own; nil from Parse
+	id          fileid.ID // its identity at Open
 }
 
 // Open memory-maps and parses the file at path.
@@ -128,8 +135,17 @@ func Open(path string) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gguf: %w", err)
 	}
-	defer fd.Close()
+	keep := false
+	defer func() {
+		if !keep {
+			fd.Close()
+		}
+	}()
 	st, err := fd.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("gguf: %w", err)
+	}
+	id, err := fileid.Of(fd)
 	if err != nil {
 		return nil, fmt.Errorf("gguf: %w", err)
 	}
@@ -153,6 +169,7 @@ func Open(path string) (*File, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	f.unmap = func() error { return syscall.Munmap(data) }
+	f.file, f.id, keep = fd, id, true
 	return f, nil
 }
 
@@ -169,7 +186,12 @@ func (f *File) Close() error {
 	for _, t := range f.Tensors {
 		t.Data = nil
 	}
-	return u()
+	err := u()
+	if f.file != nil {
+		err = errors.Join(err, f.file.Close())
+		f.file = nil
+	}
+	return err
 }
 
 // Bytes returns the whole file (the mapping).

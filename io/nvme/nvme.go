@@ -21,27 +21,33 @@
 //     a seccomp filter) makes Open fail with ErrNoURing: there is no silent
 //     fallback to pread.
 //   - "mmap": copies out of a read-only mapping of the file (the page cache
-//     does the I/O), kept for comparison.
+//     does the I/O), kept for comparison. A copy that meets a page past the
+//     end of a file truncated under it fails that read (the fault is
+//     recovered), not the process.
 //
 // Concurrency: a Reader is safe for concurrent use; callers keep many reads
 // in flight by calling ReadAt from several goroutines (the reader stage's
 // queue depth), or by handing many ranges to one ReadBatch. Errors are per
-// read: a short read, EIO, or a file that changed size or modification time
-// since Open fails that read with an error naming the file and range, and
-// the Reader stays usable. Close waits for the reads in flight; reads that
-// start after it fail.
+// read: a short read, EIO, or a file that changed since Open (or since the
+// identity Options.Expect gives: device, inode, size, modification and
+// status-change time, io/fileid) fails that read with an error naming the
+// file and range, and the Reader stays usable. The identity is checked
+// after every read, so the bytes of a read that returns without error were
+// read from the file as it was. Close waits for the reads in flight; reads
+// that start after it fail.
 package nvme
 
 import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"sync/atomic"
-	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/flowinfer/flowinfer/configs"
+	"github.com/flowinfer/flowinfer/io/fileid"
 )
 
 // Align is the alignment of buffers, offsets and lengths for O_DIRECT
@@ -53,8 +59,9 @@ const Align = 4096
 const DefaultQueueDepth = 8
 
 // ErrChanged is matched (errors.Is) by the error of a read from a file that
-// was truncated, extended or rewritten since Open.
-var ErrChanged = errors.New("nvme: file changed since it was opened")
+// was truncated, extended, rewritten or replaced since Open (it is
+// fileid.ErrChanged).
+var ErrChanged = fileid.ErrChanged
 
 // ErrNoURing is matched (errors.Is) by Open's error when the io_uring engine
 // was asked for and the kernel refuses io_uring (or the platform has none).
@@ -71,6 +78,11 @@ type Options struct {
 	// callers; the pread engine's goroutines per ReadBatch. 0 means
 	// DefaultQueueDepth.
 	QueueDepth int
+	// Expect, when set, is the identity the file must have (taken when the
+	// caller first read it, e.g. gguf.File.ID): Open fails with ErrChanged
+	// when the file opened differs, and every read is checked against it.
+	// nil: the identity at Open.
+	Expect *fileid.ID
 }
 
 // Reader reads ranges of one file.
@@ -82,9 +94,9 @@ type Reader struct {
 	direct bool
 	ring   *ring // io_uring engine
 	qd     int
-	data   []byte // mmap engine
-	size   int64
-	mtime  time.Time
+	data   []byte    // mmap engine
+	size   int64     // id.Size
+	id     fileid.ID // what the file must still be
 
 	reads, bytes atomic.Int64
 }
@@ -128,12 +140,18 @@ func Open(path string, o Options) (*Reader, error) {
 		r.f = f
 	}
 	r.fd = int(r.f.Fd())
-	st, err := r.f.Stat()
-	if err != nil {
+	if r.id, err = fileid.Of(r.f); err != nil {
 		r.f.Close()
 		return nil, fmt.Errorf("nvme: %w", err)
 	}
-	r.size, r.mtime = st.Size(), st.ModTime()
+	if o.Expect != nil {
+		if err := o.Expect.Check(r.id); err != nil {
+			r.f.Close()
+			return nil, fmt.Errorf("nvme: %s: %w", path, err)
+		}
+		r.id = *o.Expect
+	}
+	r.size = r.id.Size
 	if engine == configs.EngineMmap && r.size > 0 {
 		r.data, err = unix.Mmap(int(r.f.Fd()), 0, int(r.size), unix.PROT_READ, unix.MAP_SHARED)
 		if err != nil {
@@ -192,15 +210,7 @@ func (r *Reader) ReadAt(buf []byte, off, n int64) ([]byte, error) {
 		return q[0].Data, q[0].Err
 	}
 	if r.data != nil {
-		if err := r.inFile(off, n); err != nil {
-			return nil, err
-		}
-		if int64(len(buf)) < n {
-			return nil, fmt.Errorf("nvme: buffer of %d bytes for a read of %d", len(buf), n)
-		}
-		copy(buf[:n], r.data[off:off+n])
-		r.count(n)
-		return buf[:n], nil
+		return r.copyMapped(buf, off, n)
 	}
 	a0, dst, err := r.window(buf, off, n)
 	if err != nil {
@@ -221,6 +231,31 @@ func (r *Reader) ReadAt(buf []byte, off, n int64) ([]byte, error) {
 		got += k
 	}
 	return r.finish(buf, off, n, a0, got)
+}
+
+// copyMapped is ReadAt of the mmap engine: a copy out of the mapping,
+// between two identity checks. A page of the mapping past the end of a
+// file truncated since the first check faults (SIGBUS): the copy runs with
+// debug.SetPanicOnFault, so that fault fails the read instead of killing
+// the process.
+func (r *Reader) copyMapped(buf []byte, off, n int64) (out []byte, err error) {
+	if err := r.inFile(off, n); err != nil {
+		return nil, err
+	}
+	if int64(len(buf)) < n {
+		return nil, fmt.Errorf("nvme: buffer of %d bytes for a read of %d", len(buf), n)
+	}
+	if err := r.check(); err != nil {
+		return nil, fmt.Errorf("nvme: %s: range [%d, %d): %w", r.path, off, off+n, err)
+	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			err = r.fail(off, n, fmt.Errorf("fault reading the mapping: %v", p))
+		}
+	}()
+	copy(buf[:n], r.data[off:off+n])
+	return r.finish(buf, off, n, off, int(n))
 }
 
 // inFile checks that [off, off+n) lies inside the file.
@@ -279,17 +314,14 @@ func (r *Reader) fail(off, n int64, err error) error {
 	return fmt.Errorf("nvme: %s: reading [%d, %d): %w", r.path, off, off+n, err)
 }
 
-// check reports ErrChanged when the file's size or modification time
-// differs from Open's.
+// check reports ErrChanged, saying what changed, when the file's identity
+// differs from the one the reader was opened with.
 func (r *Reader) check() error {
-	var st unix.Stat_t
-	if err := unix.Fstat(r.fd, &st); err != nil {
+	now, err := fileid.OfFd(r.fd)
+	if err != nil {
 		return err
 	}
-	if st.Size != r.size || time.Unix(st.Mtim.Unix()).Compare(r.mtime) != 0 {
-		return fmt.Errorf("%w: size %d, was %d", ErrChanged, st.Size, r.size)
-	}
-	return nil
+	return r.id.Check(now)
 }
 
 func aligned(b []byte) bool {

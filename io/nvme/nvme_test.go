@@ -9,6 +9,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/flowinfer/flowinfer/io/fileid"
 )
 
 func testFile(t *testing.T, n int) (string, []byte) {
@@ -111,37 +114,110 @@ func TestReadAtConcurrent(t *testing.T) {
 	}
 }
 
-// A file truncated or rewritten after Open fails the read that meets it with
-// ErrChanged, and the reader keeps working for reads after the file is back.
+// A file truncated, or rewritten with its size and modification time
+// restored, after Open fails the read that meets it with ErrChanged saying
+// what changed, on every engine; the reader keeps working for reads after
+// the file is back.
 func TestReadAtFileChanged(t *testing.T) {
 	const size = 1 << 20
 	p, data := testFile(t, size)
-	for _, o := range []Options{{Engine: "pread", Direct: true}, {Engine: "pread"}, {Engine: "io_uring", Direct: true}, {Engine: "io_uring"}} {
-		r, err := Open(p, o)
-		if errors.Is(err, ErrNoURing) {
-			t.Logf("engine io_uring not tested: %v", err)
-			continue
+	for _, o := range []Options{{Engine: "pread", Direct: true}, {Engine: "pread"}, {Engine: "io_uring", Direct: true}, {Engine: "io_uring"}, {Engine: "mmap"}} {
+		for _, change := range []string{"truncate", "rewrite"} {
+			r, err := Open(p, o)
+			if errors.Is(err, ErrNoURing) {
+				t.Logf("engine io_uring not tested: %v", err)
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			buf, _ := AlignedAlloc(BufferSize(size), false)
+			st, _ := os.Stat(p)
+			time.Sleep(20 * time.Millisecond) // a new tick of the kernel's clock
+			var want string
+			switch change {
+			case "truncate":
+				err, want = os.Truncate(p, size/2), "size 524288, was 1048576"
+			case "rewrite":
+				other := bytes.Clone(data)
+				other[100] ^= 1
+				err, want = os.WriteFile(p, other, 0o644), "status changed"
+				if err == nil {
+					err = os.Chtimes(p, st.ModTime(), st.ModTime())
+				}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if change == "truncate" {
+				_, err = r.ReadAt(buf, size/2+100, 4096)
+				if !errors.Is(err, ErrChanged) {
+					t.Errorf("%s: read of a truncated range: %v, want ErrChanged", o.Engine, err)
+				}
+			}
+			_, err = r.ReadAt(buf, 0, 4096)
+			if !errors.Is(err, ErrChanged) || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s, %s: read from a changed file: %v, want ErrChanged saying %q", o.Engine, change, err, want)
+			}
+			if change == "rewrite" && err != nil && (strings.Contains(err.Error(), "size") || strings.Contains(err.Error(), "modified")) {
+				t.Errorf("%s, rewrite: %v names a change of size or modification time", o.Engine, err)
+			}
+			AlignedFree(buf)
+			r.Close()
+			if err := os.WriteFile(p, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		buf, _ := AlignedAlloc(BufferSize(size), false)
-		if err := os.Truncate(p, size/2); err != nil {
-			t.Fatal(err)
-		}
-		_, err = r.ReadAt(buf, size/2+100, 4096)
-		if !errors.Is(err, ErrChanged) {
-			t.Errorf("%s: read of a truncated range: %v, want ErrChanged", o.Engine, err)
-		}
-		_, err = r.ReadAt(buf, 0, 4096)
-		if !errors.Is(err, ErrChanged) {
-			t.Errorf("%s: read from a changed file: %v, want ErrChanged", o.Engine, err)
-		}
-		AlignedFree(buf)
-		r.Close()
-		if err := os.WriteFile(p, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
+	}
+}
+
+// Open with Expect refuses a file that is no longer the expected one, and
+// reads check against Expect.
+func TestOpenExpect(t *testing.T) {
+	p, data := testFile(t, 8192)
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := fileid.Of(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Open(p, Options{Expect: &id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	time.Sleep(20 * time.Millisecond)
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(p, Options{Expect: &id}); !errors.Is(err, ErrChanged) {
+		t.Errorf("Open of a rewritten file with Expect: %v, want ErrChanged", err)
+	}
+}
+
+// The mmap engine's copy meets the pages past the end of a file truncated
+// after its identity check (the race the check cannot close): the fault
+// fails the read, the process lives.
+func TestMmapTruncatedFault(t *testing.T) {
+	const size = 1 << 20
+	p, _ := testFile(t, size)
+	r, err := Open(p, Options{Engine: "mmap"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := os.Truncate(p, 4096); err != nil {
+		t.Fatal(err)
+	}
+	if r.id, err = fileid.OfFd(r.fd); err != nil { // as if truncated after the check
+		t.Fatal(err)
+	}
+	buf := make([]byte, 8192)
+	if _, err := r.ReadAt(buf, size/2, 8192); err == nil || !strings.Contains(err.Error(), "fault") {
+		t.Errorf("read past the end of a truncated mapping: %v, want a fault error", err)
 	}
 }
 
