@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -94,21 +95,30 @@ func (s *servedModel) stop(t *testing.T) {
 // text (200) or the body (an error).
 func (s *servedModel) complete(t *testing.T) (int, string) {
 	t.Helper()
+	code, text, err := s.try()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code, text
+}
+
+// try is complete for any goroutine: it returns what complete would fail on.
+func (s *servedModel) try() (int, string, error) {
 	resp, err := http.Post(s.url+"/v1/completions", "application/json",
 		strings.NewReader(`{"prompt":"Once upon a time","max_tokens":10,"temperature":0}`))
 	if err != nil {
-		t.Fatal(err)
+		return 0, "", err
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != 200 {
-		return resp.StatusCode, string(raw)
+		return resp.StatusCode, string(raw), nil
 	}
 	var out struct{ Choices []struct{ Text string } }
 	if err := json.Unmarshal(raw, &out); err != nil || len(out.Choices) != 1 {
-		t.Fatalf("answer %s: %v", raw, err)
+		return 0, "", fmt.Errorf("answer %s: %v", raw, err)
 	}
-	return 200, out.Choices[0].Text
+	return 200, out.Choices[0].Text, nil
 }
 
 // health returns /health's status and body.
@@ -279,8 +289,61 @@ func TestServeModelFileChanged(t *testing.T) {
 				s.alive(t, when)
 			}
 
+			// under runs change while four clients send requests back to
+			// back (the last ones in flight as the file changes): every
+			// answer is the model as loaded, or a 503 naming it
+			under := func(when, loaded string, change func()) {
+				t.Helper()
+				type answer struct {
+					code int
+					text string
+					err  error
+				}
+				var mu sync.Mutex
+				var answers []answer
+				stop := make(chan struct{})
+				var wg sync.WaitGroup
+				for range 4 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for {
+							code, text, err := s.try()
+							mu.Lock()
+							answers = append(answers, answer{code, text, err})
+							mu.Unlock()
+							select {
+							case <-stop:
+								return
+							default:
+							}
+						}
+					}()
+				}
+				time.Sleep(100 * time.Millisecond)
+				change()
+				time.Sleep(100 * time.Millisecond)
+				close(stop)
+				wg.Wait()
+				failed := 0
+				for _, a := range answers {
+					switch {
+					case a.err != nil:
+						t.Errorf("%s, 4 clients: %v", when, a.err)
+					case a.code == 200 && a.text != loaded:
+						t.Errorf("%s, 4 clients: answer %q, neither the loaded model's %q nor an error", when, a.text, loaded)
+					case a.code != 200 && (a.code != 503 || !strings.Contains(a.text, "tiny-moe")):
+						t.Errorf("%s, 4 clients: %d %s, want 503 naming the model", when, a.code, a.text)
+					case a.code != 200:
+						failed++
+					}
+				}
+				t.Logf("%s under 4 clients: %d answers, %d of them 503", when, len(answers), failed)
+				s.alive(t, when)
+			}
+
 			time.Sleep(20 * time.Millisecond) // a new tick of the kernel's clock: a new ctime
-			rewrite(t, path, other, st.ModTime())
+			under("rewritten", want, func() { rewrite(t, path, other, st.ModTime()) })
 			check("rewritten", want)
 			s.waitHealth(t, 503, "rewritten")
 			s.waitHealth(t, 200, "reloading the rewritten file")
@@ -288,9 +351,11 @@ func TestServeModelFileChanged(t *testing.T) {
 				t.Errorf("after reloading the rewritten file: %d %q, want %q", code, got, wantOther)
 			}
 
-			if err := os.Truncate(path, 4096); err != nil {
-				t.Fatal(err)
-			}
+			under("truncated", wantOther, func() {
+				if err := os.Truncate(path, 4096); err != nil {
+					t.Fatal(err)
+				}
+			})
 			check("truncated", wantOther)
 			s.waitHealth(t, 503, "truncated")
 			time.Sleep(500 * time.Millisecond) // several checks: a truncated file does not load
