@@ -158,6 +158,9 @@ type Stats struct {
 
 // engineStats is what the scheduler publishes for Stats.
 type engineStats struct {
+	// queued counts requests submitted and not yet taken by the scheduler
+	// (in the queue, held by the admit stage, or on its edge)
+	queued                          atomic.Int64
 	waiting, running                atomic.Int64
 	blocksUsed, blocksCached        atomic.Int64
 	promptTokens, cachedTokens, pre atomic.Int64
@@ -167,7 +170,7 @@ type engineStats struct {
 func (e *Engine) Stats() Stats {
 	st := &e.stats
 	return Stats{
-		Queued: len(e.queue) + int(st.waiting.Load()), Running: int(st.running.Load()),
+		Queued: int(st.queued.Load() + st.waiting.Load()), Running: int(st.running.Load()),
 		BlockSize: e.cfg.BlockSize, KVBlocks: e.cfg.KVTokens / e.cfg.BlockSize,
 		KVBlocksUsed: int(st.blocksUsed.Load()), KVBlocksCached: int(st.blocksCached.Load()),
 		PromptTokens: st.promptTokens.Load(), CachedTokens: st.cachedTokens.Load(), Preemptions: st.pre.Load(),
@@ -271,16 +274,19 @@ func (e *Engine) Submit(r *Request) error {
 	if e.closed {
 		return ErrEngineClosed
 	}
+	e.stats.queued.Add(1) // before the scheduler can take it
 	select {
 	case e.queue <- queued{r, time.Now()}:
 		return nil
 	default:
+		e.stats.queued.Add(-1)
 		return ErrQueueFull
 	}
 }
 
-// QueueLen returns the number of requests waiting for admission.
-func (e *Engine) QueueLen() int { return len(e.queue) }
+// QueueLen returns the number of requests submitted and not yet taken by
+// the scheduler.
+func (e *Engine) QueueLen() int { return int(e.stats.queued.Load()) }
 
 // Close stops admission: Run returns once every admitted request is done.
 func (e *Engine) Close() {

@@ -252,3 +252,41 @@ func TestOrdinaryPromptsUnpaced(t *testing.T) {
 		log.mu.Unlock()
 	}
 }
+
+// TestQueuedCount: Stats().Queued counts every request submitted and not
+// yet admitted, including those the admit stage holds or has on its edge
+// to the scheduler (which takes none while no KV sequence is free), and
+// QueueLen says the same.
+func TestQueuedCount(t *testing.T) {
+	fx := load(t, "stories260K.gguf")
+	e, err := stages.NewEngine(fx.m, fx.tok, cpu.NewRef(), stages.Config{NCtx: 512, NSeq: 1, MaxBatch: 64}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	started := make(chan struct{})
+	var once sync.Once
+	e.Submit(&stages.Request{ID: 1, Prompt: fx.tok.Encode("Once", true, true), Params: greedy(), IgnoreEOG: true, MaxTokens: 400,
+		Emit: func(stages.Event) error { once.Do(func() { close(started) }); return nil }})
+	<-started // the one KV sequence is taken
+	const n = 5
+	for i := range n {
+		if err := e.Submit(&stages.Request{ID: uint64(2 + i), Prompt: fx.tok.Encode("Lily", true, true), Params: greedy(), MaxTokens: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) && e.Stats().Queued != n { // the admit stage hands them over
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // settled: nothing more can be admitted
+	if q, l := e.Stats().Queued, e.QueueLen(); q != n || l != n {
+		t.Errorf("Queued %d, QueueLen %d with %d requests waiting behind a running one; want %d", q, l, n, n)
+	}
+}

@@ -203,6 +203,7 @@ func (s *scheduler) run(ctx context.Context, admit *graph.In[queued], back *grap
 			if err != nil {
 				return err
 			}
+			s.stats.queued.Add(-1)
 			if c := r.r.Ctx; c != nil && c.Err() != nil {
 				continue // cancelled while queued: never admitted, as retire drops it
 			}
