@@ -25,6 +25,9 @@ func TestBlockSizes(t *testing.T) {
 		{Q5_K, unsafe.Sizeof(blockQ5_K{}), 176},
 		{Q6_K, unsafe.Sizeof(blockQ6_K{}), 210},
 		{Q8_K, unsafe.Sizeof(blockQ8_K{}), 292},
+		{IQ4_NL, unsafe.Sizeof(blockIQ4_NL{}), 18},
+		{IQ4_XS, unsafe.Sizeof(blockIQ4_XS{}), 136},
+		{MXFP4, unsafe.Sizeof(blockMXFP4{}), 17},
 	}
 	for _, c := range cases {
 		t.Run(c.typ.String(), func(t *testing.T) {
@@ -54,6 +57,9 @@ func TestBlockOffsets(t *testing.T) {
 		{"q5_K.scales", offQ5_KScales, 4}, {"q5_K.qh", offQ5_KQh, 16}, {"q5_K.qs", offQ5_KQs, 48},
 		{"q6_K.qh", offQ6_KQh, 128}, {"q6_K.scales", offQ6_KScales, 192}, {"q6_K.d", offQ6_KD, 208},
 		{"q8_K.qs", offQ8_KQs, 4}, {"q8_K.bsums", offQ8_KBsums, 260},
+		{"iq4_nl.qs", offIQ4_NLQs, 2},
+		{"iq4_xs.scales_h", offIQ4_XSScalesH, 2}, {"iq4_xs.scales_l", offIQ4_XSScalesL, 4}, {"iq4_xs.qs", offIQ4_XSQs, 8},
+		{"mxfp4.qs", offMXFP4Qs, 1},
 	}
 	for _, c := range cases {
 		if c.got != c.want {
@@ -63,12 +69,12 @@ func TestBlockOffsets(t *testing.T) {
 }
 
 func TestSupported(t *testing.T) {
-	for _, typ := range []Type{F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K} {
+	for _, typ := range []Type{F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS, MXFP4} {
 		if !typ.Supported() {
 			t.Errorf("%s not supported", typ)
 		}
 	}
-	for _, typ := range []Type{IQ2_XXS, IQ4_NL, TQ1_0, MXFP4, I8, F64, Type(4), Type(1000)} {
+	for _, typ := range []Type{IQ2_XXS, IQ3_S, TQ1_0, NVFP4, I8, F64, Type(4), Type(1000)} {
 		if typ.Supported() {
 			t.Errorf("%s supported", typ)
 		}

@@ -57,6 +57,12 @@ func dequantizeFunc(t Type) func(src []byte, dst []float32) {
 		return DequantizeRowQ6_K
 	case Q8_K:
 		return DequantizeRowQ8_K
+	case IQ4_NL:
+		return DequantizeRowIQ4_NL
+	case IQ4_XS:
+		return DequantizeRowIQ4_XS
+	case MXFP4:
+		return DequantizeRowMXFP4
 	}
 	return nil
 }

@@ -68,6 +68,12 @@ func DotFunc(wt Type) func(n int, w, a []byte) float32 {
 		return DotQ5_K
 	case Q6_K:
 		return DotQ6_K
+	case IQ4_NL:
+		return DotIQ4_NL
+	case IQ4_XS:
+		return DotIQ4_XS
+	case MXFP4:
+		return DotMXFP4
 	}
 	return nil
 }

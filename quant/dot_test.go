@@ -8,12 +8,12 @@ import (
 	"testing"
 )
 
-var weightTypes = []Type{F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K}
+var weightTypes = []Type{F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4}
 
 func TestVecDotType(t *testing.T) {
 	want := map[Type]Type{
 		F32: F32, F16: F16, BF16: BF16,
-		Q4_0: Q8_0, Q5_0: Q8_0, Q8_0: Q8_0, IQ4_NL: Q8_0,
+		Q4_0: Q8_0, Q5_0: Q8_0, Q8_0: Q8_0, IQ4_NL: Q8_0, MXFP4: Q8_0, IQ4_XS: Q8_K,
 		Q4_1: Q8_1, Q5_1: Q8_1,
 		Q2_K: Q8_K, Q3_K: Q8_K, Q4_K: Q8_K, Q5_K: Q8_K, Q6_K: Q8_K, IQ2_XXS: Q8_K,
 		Q8_1: Q8_1, Q8_K: Q8_K,
@@ -28,7 +28,7 @@ func TestVecDotType(t *testing.T) {
 			t.Errorf("no DotFunc for %s", typ)
 		}
 	}
-	for _, typ := range []Type{Q8_1, Q8_K, IQ4_NL, I32} {
+	for _, typ := range []Type{Q8_1, Q8_K, IQ3_S, NVFP4, I32} {
 		if DotFunc(typ) != nil {
 			t.Errorf("DotFunc for %s", typ)
 		}

@@ -72,6 +72,12 @@ func QuantizeRefFunc(t Type) func(src []float32, dst []byte) {
 		return QuantizeRowQ6_K
 	case Q8_K:
 		return QuantizeRowQ8_K
+	case IQ4_NL:
+		return QuantizeRowIQ4_NL
+	case IQ4_XS:
+		return QuantizeRowIQ4_XS
+	case MXFP4:
+		return QuantizeRowMXFP4
 	}
 	return nil
 }

@@ -51,6 +51,9 @@ func TestRoundTrip(t *testing.T) {
 		{Q4_K, 0.115},
 		{Q5_K, 0.058},
 		{Q6_K, 0.033},
+		{IQ4_NL, 0.13},
+		{IQ4_XS, 0.13},
+		{MXFP4, 0.195},
 	}
 	r := rand.New(rand.NewPCG(7, 7))
 	const n = 4096
@@ -92,7 +95,7 @@ func TestRoundTrip(t *testing.T) {
 
 // TestQuantizeZeros: an all-zero row quantizes to zeros for every type.
 func TestQuantizeZeros(t *testing.T) {
-	for _, typ := range []Type{F16, BF16, Q8_0, Q8_1, Q8_K, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K} {
+	for _, typ := range []Type{F16, BF16, Q8_0, Q8_1, Q8_K, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4} {
 		for _, ref := range []bool{false, true} {
 			x := make([]float32, 512)
 			q := rowBytes(t, typ, 512)
@@ -219,7 +222,7 @@ func TestDequantizeErrors(t *testing.T) {
 		want error
 	}{
 		{"unknown type", Type(33), make([]byte, 1000), 32, ErrUnknownType},
-		{"unsupported type", IQ4_XS, make([]byte, 1000), 256, ErrUnsupportedType},
+		{"unsupported type", IQ3_S, make([]byte, 1000), 256, ErrUnsupportedType},
 		{"not whole blocks", Q4_0, make([]byte, 1000), 33, nil},
 		{"short src", Q6_K, make([]byte, 209), 256, nil},
 		{"short src f16", F16, make([]byte, 7), 4, nil},
@@ -389,7 +392,7 @@ func TestRoundSat8(t *testing.T) {
 func TestNonFiniteInputs(t *testing.T) {
 	r := rand.New(rand.NewPCG(4, 4))
 	special := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), 3e38, -3e38, 1e-45}
-	for _, typ := range []Type{F16, BF16, Q8_0, Q8_1, Q8_K, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K} {
+	for _, typ := range []Type{F16, BF16, Q8_0, Q8_1, Q8_K, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4} {
 		for k := range special {
 			x := randRow(r, 512, false)
 			for i := k; i < len(x); i += 37 {
