@@ -137,8 +137,10 @@ type Kernels struct {
 func (k *Kernels) ISA() ISA { return k.isa }
 
 // Supports reports whether DotRows and GemmRows take weights of type wt:
-// F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K ... Q6_K, on every
-// path. The activations are of type quant.VecDotType(wt).
+// F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K ... Q6_K, IQ4_NL,
+// IQ4_XS and MXFP4, on every path. The activations are of type
+// quant.VecDotType(wt). IQ4_NL, IQ4_XS and MXFP4 have no C kernels: every
+// path runs quant's Go dot product for them (GemmRows's fallback).
 func (k *Kernels) Supports(wt quant.Type) bool {
 	_, _, ok := dotLayout(wt)
 	return ok
@@ -172,6 +174,12 @@ func dotLayout(t quant.Type) (bs, bb int, ok bool) {
 		return 256, 176, true
 	case quant.Q6_K:
 		return 256, 210, true
+	case quant.IQ4_NL:
+		return 32, 18, true
+	case quant.MXFP4:
+		return 32, 17, true
+	case quant.IQ4_XS:
+		return 256, 136, true
 	}
 	return 0, 0, false
 }
