@@ -24,6 +24,14 @@
 // expressions round explicitly so no fused multiply-add can change them: a
 // seed gives the same bytes on every platform.
 //
+// IQ4_NL, IQ4_XS and MXFP4 are the exception: their codes index non-linear
+// tables, so random codes would not give a calibrated distribution; their
+// blocks are quantized (quant.QuantizeRefFunc, llama-quantize's quantizer
+// without an importance matrix) from random float32 values drawn as for
+// F32. That costs the quantizer's time per weight, and the dequantized
+// standard deviation is the requested one less the quantization error's
+// share (a few per cent).
+//
 // It does not reproduce what llama-quantize would make of a float model:
 // files of different types from one seed hold different weights.
 
@@ -119,8 +127,10 @@ type blockGen struct {
 	nib  *[65536]byte   // 4-bit types: random 16 bits -> two codes 8+c, packed
 	q8   *[65536]uint16 // Q8_0: random 16 bits -> two int8 codes
 	f16  *[65536]uint16 // F16/BF16: random 16 bits -> value
-	f32  *[65536]uint32 // F32: random 16 bits -> value
-	fill func(g *blockGen, r *rand.PCG, dst []byte)
+	f32  *[65536]uint32 // F32 (and the float types quantized from it): random 16 bits -> value
+	// quantize: the types written by quantizing random float32 values
+	quantize func(src []float32, dst []byte)
+	fill     func(g *blockGen, r *rand.PCG, dst []byte)
 }
 
 // gens builds and caches the generators of one Write.
@@ -172,27 +182,29 @@ func (c *gens) get(t quant.Type, std float64) (*blockGen, error) {
 		bits, center, subScaled, g.fill = 5, 16, true, fillQ5_K
 	case quant.Q6_K:
 		bits, center, subScaled, g.fill = 6, 32, true, fillQ6_K
+	case quant.IQ4_NL, quant.IQ4_XS, quant.MXFP4:
+		g.quantize, g.fill = quant.QuantizeRefFunc(t), fillQuantized
 	default:
-		return nil, fmt.Errorf("synth: cannot write tensors of type %s (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K)", t)
+		return nil, fmt.Errorf("synth: cannot write tensors of type %s (supported: %s)", t, supportedTypes)
 	}
 	if bits == 0 {
 		if c.floats == nil {
 			c.floats, c.floatMS = floatTable()
 		}
 		k := float32(std / math.Sqrt(c.floatMS))
-		if t == quant.F32 {
+		if t == quant.F32 || g.quantize != nil {
 			g.f32 = new([65536]uint32)
 		} else {
 			g.f16 = new([65536]uint16)
 		}
 		for i, v := range c.floats {
 			x := v * k
-			switch t {
-			case quant.F32:
+			switch {
+			case g.f32 != nil:
 				g.f32[i] = math.Float32bits(x)
-			case quant.F16:
+			case t == quant.F16:
 				g.f16[i] = quant.FP32ToFP16(x)
-			case quant.BF16:
+			case t == quant.BF16:
 				g.f16[i] = quant.FP32ToBF16(x)
 			}
 		}
@@ -254,6 +266,27 @@ func fillF32(g *blockGen, r *rand.PCG, dst []byte) {
 	}
 	for x := r.Uint64(); len(dst) >= 4; dst, x = dst[4:], x>>16 {
 		binary.LittleEndian.PutUint32(dst, g.f32[x&0xffff])
+	}
+}
+
+// supportedTypes lists the types Write can produce, for error messages.
+const supportedTypes = "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, mxfp4"
+
+// fillQuantized writes whole blocks of g.typ quantized from random float32
+// values (the F32 table), one block at a time.
+func fillQuantized(g *blockGen, r *rand.PCG, dst []byte) {
+	var x [quant.QK_K]float32
+	bs, bb := g.typ.BlockSize(), g.typ.BlockBytes()
+	xs := x[:bs]
+	for ; len(dst) >= bb; dst = dst[bb:] {
+		for i := 0; i < bs; i += 4 {
+			v := r.Uint64()
+			xs[i] = math.Float32frombits(g.f32[v&0xffff])
+			xs[i+1] = math.Float32frombits(g.f32[v>>16&0xffff])
+			xs[i+2] = math.Float32frombits(g.f32[v>>32&0xffff])
+			xs[i+3] = math.Float32frombits(g.f32[v>>48])
+		}
+		g.quantize(xs, dst[:bb])
 	}
 }
 

@@ -72,6 +72,12 @@ func pureFileType(t quant.Type) (uint32, bool) {
 		return 15, true
 	case quant.Q5_K:
 		return 17, true
+	case quant.IQ4_NL: // LLAMA_FTYPE_MOSTLY_IQ4_NL (no mixture rules here: --pure only)
+		return 25, true
+	case quant.IQ4_XS: // LLAMA_FTYPE_MOSTLY_IQ4_XS
+		return 30, true
+	case quant.MXFP4: // LLAMA_FTYPE_MOSTLY_MXFP4_MOE
+		return 38, true
 	}
 	for _, m := range mixTable() {
 		if m.def == t {
@@ -229,13 +235,18 @@ func newTyper(s Spec, o Options) (*typer, error) {
 	if o.Mix != "" {
 		m, ok := lookupMix(o.Mix)
 		if !ok {
+			if t, isType := quant.TypeByName(o.Mix); isType {
+				if _, pure := pureFileType(t); pure {
+					return nil, fmt.Errorf("synth: llama-quantize's %s mixture rules are not implemented; a pure %s file (every 2-D weight %s) is (--pure)", o.Mix, t, t)
+				}
+			}
 			return nil, fmt.Errorf("synth: unknown mixture %q (supported: %s)", o.Mix, strings.Join(Mixes(), ", "))
 		}
 		q.mix, q.ftype = m, m.ftype
 	} else {
 		ft, ok := pureFileType(o.Type)
 		if !ok {
-			return nil, fmt.Errorf("synth: cannot write tensors of type %s (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K)", o.Type)
+			return nil, fmt.Errorf("synth: cannot write tensors of type %s (supported: %s)", o.Type, supportedTypes)
 		}
 		q.pure, q.mix.def, q.ftype = true, o.Type, ft
 	}
@@ -354,6 +365,8 @@ func fallback(t *Tensor, nt quant.Type) (quant.Type, error) {
 		fb = quant.Q5_1
 	case quant.Q6_K:
 		fb = quant.Q8_0
+	case quant.IQ4_XS:
+		fb = quant.IQ4_NL
 	default:
 		return 0, fmt.Errorf("synth: tensor %q: rows of %d are not a whole number of %s blocks of %d, and llama.cpp has no fallback type for %s", t.Name, cols, nt, nt.BlockSize(), nt)
 	}

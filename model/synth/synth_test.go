@@ -207,6 +207,7 @@ func TestTypes(t *testing.T) {
 		{Mix: "F32"}, {Mix: "BF16"}, {Mix: "Q4_1"}, {Mix: "Q5_0"}, {Mix: "Q5_1"},
 		{Mix: "Q4_K_S"}, {Mix: "Q5_K_S"}, {Mix: "Q5_K_M"},
 		{Type: quant.F16}, {Type: quant.Q8_0}, {Type: quant.Q4_K}, {Type: quant.Q5_K}, {Type: quant.Q6_K},
+		{Type: quant.IQ4_NL}, {Type: quant.IQ4_XS}, {Type: quant.MXFP4},
 	}
 	for _, o := range cases {
 		name := o.Mix
@@ -510,5 +511,40 @@ func TestKOutliers(t *testing.T) {
 	var buf bytes.Buffer
 	if err := synth.Write(&buf, s, synth.Options{}); err == nil || !strings.Contains(err.Error(), "K outliers") {
 		t.Errorf("llama with K outliers: %v", err)
+	}
+}
+
+// TestIQ4Pure: --pure IQ4_XS falls back to IQ4_NL for rows that are not a
+// whole number of 256-blocks (llama-quant.cpp's tensor_type_fallback), and
+// the IQ4/MXFP4 names as mixtures are refused with an error pointing to
+// --pure (their mixture rules are not implemented).
+func TestIQ4Pure(t *testing.T) {
+	s := synth.Spec{Arch: "llama", NEmbd: 288, NLayer: 1, NHead: 8, NHeadKV: 4, NFF: 512}
+	plan, err := synth.Plan(s, synth.Options{Type: quant.IQ4_XS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[quant.Type]int{}
+	for _, p := range plan {
+		counts[p.Type]++
+		if len(p.Dims) < 2 {
+			continue
+		}
+		want := quant.IQ4_XS
+		if p.Dims[0]%256 != 0 {
+			want = quant.IQ4_NL
+		}
+		if p.Type != want {
+			t.Errorf("%s with rows of %d: %s, want %s", p.Name, p.Dims[0], p.Type, want)
+		}
+	}
+	if counts[quant.IQ4_XS] == 0 || counts[quant.IQ4_NL] == 0 {
+		t.Errorf("types %v: want both iq4_xs and iq4_nl", counts)
+	}
+	for _, mix := range []string{"IQ4_NL", "iq4_xs", "MXFP4"} {
+		_, err := synth.Plan(small(), synth.Options{Mix: mix})
+		if err == nil || !strings.Contains(err.Error(), "--pure") {
+			t.Errorf("mixture %s: error %v, want one pointing to --pure", mix, err)
+		}
 	}
 }
