@@ -437,7 +437,7 @@ func TestKernelPanics(t *testing.T) {
 		{"small stride", "stride", func(k *cpu.Kernels) { k.DotRows(quant.Q4_K, w, 100, 256, 0, 4, a, out) }},
 		{"bad range", "range", func(k *cpu.Kernels) { k.DotRows(quant.Q4_K, w, 144, 256, 3, 2, a, out) }},
 		{"partial block", "whole number", func(k *cpu.Kernels) { k.DotRows(quant.Q4_K, w, 144, 200, 0, 4, a, out) }},
-		{"unsupported", "not supported", func(k *cpu.Kernels) { k.DotRows(quant.IQ4_NL, w, 144, 256, 0, 4, a, out) }},
+		{"unsupported", "not supported", func(k *cpu.Kernels) { k.DotRows(quant.IQ3_S, w, 144, 256, 0, 4, a, out) }},
 		{"gemm stride", "stride", func(k *cpu.Kernels) {
 			k.GemmRows(quant.Q4_K, w, 144, 256, 0, 4, make([]byte, 2*292), 2, make([]float32, 8), 3)
 		}},

@@ -79,12 +79,12 @@ func TestLoadErrors(t *testing.T) {
 				if t.Name != "blk.0.attn_q.weight" {
 					return true
 				}
-				// 64x64 as IQ4_NL (a type ggml knows and we do not compute).
-				rb, _ := quant.RowBytes(quant.IQ4_NL, 64)
-				w.AddTensor(t.Name, quant.IQ4_NL, t.Dims, make([]byte, rb*64))
+				// 64x64 as NVFP4 (a type ggml knows and we do not compute).
+				rb, _ := quant.RowBytes(quant.NVFP4, 64)
+				w.AddTensor(t.Name, quant.NVFP4, t.Dims, make([]byte, rb*64))
 				return false
 			},
-			want: []string{`tensor "blk.0.attn_q.weight" has type iq4_nl`, "not supported"},
+			want: []string{`tensor "blk.0.attn_q.weight" has type nvfp4`, "not supported"},
 		},
 		{
 			name:  "unknown architecture",
