@@ -98,7 +98,7 @@ func TestGen(t *testing.T) {
 		typ   string
 		pure  bool
 		ftype uint64
-	}{{"Q4_K_M", false, 15}, {"Q8_0", true, 7}} {
+	}{{"Q4_K_M", false, 15}, {"Q8_0", true, 7}, {"IQ4_NL", true, 25}, {"IQ4_XS", true, 30}, {"MXFP4", true, 38}} {
 		t.Run(c.typ, func(t *testing.T) {
 			out := filepath.Join(dir, c.typ+".gguf")
 			args := []string{"gen", "--preset", "demo", "--type", c.typ, "-o", out, "--seed", "5"}
@@ -127,6 +127,11 @@ func TestGen(t *testing.T) {
 	}
 	if _, _, err := flowinfer(t, "gen", "--preset", "demo", "--type", "Q9_9", "--pure", "-o", filepath.Join(dir, "x.gguf")); err == nil {
 		t.Error("unknown type accepted")
+	}
+	// IQ4_XS has no mixture here: without --pure the error says to use it.
+	if _, stderr, err := flowinfer(t, "gen", "--preset", "demo", "--type", "IQ4_XS", "-o", filepath.Join(dir, "x.gguf")); err == nil ||
+		!strings.Contains(err.Error()+stderr, "--pure") {
+		t.Errorf("IQ4_XS mixture: %v %s, want an error pointing to --pure", err, stderr)
 	}
 	// RoPE scaling and context overrides (the rope-scaling golden's models).
 	out := filepath.Join(dir, "yarn.gguf")
