@@ -86,17 +86,33 @@ func e8m0Half(e byte) float32 {
 	return math.Float32frombits(uint32(e-1) << 23)
 }
 
+// lutRow writes the 32 values of 16 bytes of 4-bit codes (low nibbles
+// first, then high) as d * kv[code].
+func lutRow(qs []byte, y []float32, d float32, kv *[16]int8) {
+	for j, q := range qs {
+		y[j] = d * float32(kv[q&0xf])
+		y[j+16] = d * float32(kv[q>>4])
+	}
+}
+
+// lutDot is the integer dot product of 16 bytes of 4-bit codes (low
+// nibbles against y[0:16], high against y[16:32]) mapped through kv with
+// 32 int8 activations, summed as ggml's generic C sums it.
+func lutDot(qs, y []byte, kv *[16]int8) int32 {
+	var s1, s2 int32
+	for j, q := range qs {
+		s1 += int32(int8(y[j])) * int32(kv[q&0xf])
+		s2 += int32(int8(y[j+16])) * int32(kv[q>>4])
+	}
+	return s1 + s2
+}
+
 // DequantizeRowIQ4_NL converts IQ4_NL blocks: x = d * kvaluesIQ4NL[q].
 func DequantizeRowIQ4_NL(src []byte, dst []float32) {
 	for i := 0; i < len(dst)/qk; i++ {
 		b := src[i*sizeIQ4_NL : (i+1)*sizeIQ4_NL]
 		d := fp16(b)
-		qs := b[offIQ4_NLQs : offIQ4_NLQs+16]
-		y := dst[i*qk : (i+1)*qk]
-		for j, q := range qs {
-			y[j] = d * float32(kvaluesIQ4NL[q&0xf])
-			y[j+16] = d * float32(kvaluesIQ4NL[q>>4])
-		}
+		lutRow(b[offIQ4_NLQs:offIQ4_NLQs+16], dst[i*qk:(i+1)*qk], d, &kvaluesIQ4NL)
 	}
 }
 
@@ -115,12 +131,7 @@ func DequantizeRowIQ4_XS(src []byte, dst []float32) {
 		d := fp16(b)
 		for ib := 0; ib < QK_K/32; ib++ {
 			dl := d * float32(iq4XSScale(b, ib)-32)
-			qs := b[offIQ4_XSQs+16*ib : offIQ4_XSQs+16*ib+16]
-			y := dst[i*QK_K+32*ib : i*QK_K+32*ib+32]
-			for j, q := range qs {
-				y[j] = dl * float32(kvaluesIQ4NL[q&0xf])
-				y[j+16] = dl * float32(kvaluesIQ4NL[q>>4])
-			}
+			lutRow(b[offIQ4_XSQs+16*ib:offIQ4_XSQs+16*ib+16], dst[i*QK_K+32*ib:i*QK_K+32*ib+32], dl, &kvaluesIQ4NL)
 		}
 	}
 }
@@ -132,12 +143,7 @@ func DequantizeRowMXFP4(src []byte, dst []float32) {
 	for i := 0; i < len(dst)/qk; i++ {
 		b := src[i*sizeMXFP4 : (i+1)*sizeMXFP4]
 		d := e8m0Half(b[0])
-		qs := b[offMXFP4Qs : offMXFP4Qs+16]
-		y := dst[i*qk : (i+1)*qk]
-		for j, q := range qs {
-			y[j] = float32(kvaluesMXFP4[q&0xf]) * d
-			y[j+16] = float32(kvaluesMXFP4[q>>4]) * d
-		}
+		lutRow(b[offMXFP4Qs:offMXFP4Qs+16], dst[i*qk:(i+1)*qk], d, &kvaluesMXFP4)
 	}
 }
 
@@ -148,13 +154,7 @@ func DotIQ4_NL(n int, w, a []byte) float32 {
 		x := w[i*sizeIQ4_NL : (i+1)*sizeIQ4_NL]
 		y := a[i*sizeQ8_0 : (i+1)*sizeQ8_0]
 		d := fp16(y) * fp16(x)
-		qs, q8 := x[offIQ4_NLQs:offIQ4_NLQs+16], y[offQ8_0Qs:offQ8_0Qs+qk]
-		var s1, s2 int32
-		for j, q := range qs {
-			s1 += int32(int8(q8[j])) * int32(kvaluesIQ4NL[q&0xf])
-			s2 += int32(int8(q8[j+16])) * int32(kvaluesIQ4NL[q>>4])
-		}
-		sum += float32(d * float32(s1+s2))
+		sum += float32(d * float32(lutDot(x[offIQ4_NLQs:offIQ4_NLQs+16], y[offQ8_0Qs:offQ8_0Qs+qk], &kvaluesIQ4NL)))
 	}
 	return sum
 }
@@ -169,14 +169,7 @@ func DotIQ4_XS(n int, w, a []byte) float32 {
 		d4d8 := fp16(x) * dy
 		for ib := 0; ib < QK_K/32; ib++ {
 			dl := d4d8 * float32(iq4XSScale(x, ib)-32)
-			qs := x[offIQ4_XSQs+16*ib : offIQ4_XSQs+16*ib+16]
-			y := q8[32*ib : 32*ib+32]
-			var s1, s2 int32
-			for j, q := range qs {
-				s1 += int32(int8(y[j])) * int32(kvaluesIQ4NL[q&0xf])
-				s2 += int32(int8(y[j+16])) * int32(kvaluesIQ4NL[q>>4])
-			}
-			sum += float32(dl * float32(s1+s2))
+			sum += float32(dl * float32(lutDot(x[offIQ4_XSQs+16*ib:offIQ4_XSQs+16*ib+16], q8[32*ib:32*ib+32], &kvaluesIQ4NL)))
 		}
 	}
 	return sum
@@ -189,13 +182,7 @@ func DotMXFP4(n int, w, a []byte) float32 {
 		x := w[i*sizeMXFP4 : (i+1)*sizeMXFP4]
 		y := a[i*sizeQ8_0 : (i+1)*sizeQ8_0]
 		d := fp16(y) * e8m0Half(x[0])
-		qs, q8 := x[offMXFP4Qs:offMXFP4Qs+16], y[offQ8_0Qs:offQ8_0Qs+qk]
-		var s1, s2 int32
-		for j, q := range qs {
-			s1 += int32(int8(q8[j])) * int32(kvaluesMXFP4[q&0xf])
-			s2 += int32(int8(q8[j+16])) * int32(kvaluesMXFP4[q>>4])
-		}
-		sum += float32(d * float32(s1+s2))
+		sum += float32(d * float32(lutDot(x[offMXFP4Qs:offMXFP4Qs+16], y[offQ8_0Qs:offQ8_0Qs+qk], &kvaluesMXFP4)))
 	}
 	return sum
 }
