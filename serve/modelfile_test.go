@@ -1,21 +1,17 @@
 package serve_test
 
 import (
-	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/internal/golden"
 	"github.com/flowinfer/flowinfer/model"
-	"github.com/flowinfer/flowinfer/serve"
 	"github.com/flowinfer/flowinfer/stages"
 )
 
@@ -73,29 +69,7 @@ func TestModelFileChanged(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	e, err := stages.NewEngine(b.Model, b.Tokenizer, be, stages.Config{NCtx: 128, NSeq: 2, Weights: wp}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	ctx, abort := context.WithCancel(context.Background())
-	go func() { e.Run(ctx); close(done) }()
-	srv := serve.New(serve.Config{Defaults: greedy(), Aliases: []string{"tiny-moe"}, Heartbeat: 50 * time.Millisecond})
-	srv.SetBackend(&serve.Backend{Engine: e, Bundle: b, Path: path, Done: done})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(sctx)
-		e.Close()
-		abort()
-		<-done
-	})
-	url := "http://" + ln.Addr().String()
+	url, srv := serveOn(t, b, be, wp, path, 2, "tiny-moe")
 	if got := complete(t, url, "Once upon a time"); got == "" {
 		t.Fatal("no text before the change")
 	}

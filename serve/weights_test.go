@@ -47,14 +47,23 @@ func startMoE(t *testing.T, budget int64) (string, *stages.WeightPath) {
 		t.Cleanup(func() { wp.Close() })
 	}
 	be.PackModel(b.Model, wp == nil, nil)
-	e, err := stages.NewEngine(b.Model, b.Tokenizer, be, stages.Config{NCtx: 128, NSeq: 3, Weights: wp}, nil)
+	url, _ := serveOn(t, b, be, wp, path, 3)
+	return url, wp
+}
+
+// serveOn runs an engine of nSeq sequences on b over wp (nil: every weight
+// resident) and a server answering as aliases on a loopback port, both
+// stopped at the test's end; it returns the server's URL and the server.
+func serveOn(t *testing.T, b *model.Bundle, ops model.Ops, wp *stages.WeightPath, path string, nSeq int, aliases ...string) (string, *serve.Server) {
+	t.Helper()
+	e, err := stages.NewEngine(b.Model, b.Tokenizer, ops, stages.Config{NCtx: 128, NSeq: nSeq, Weights: wp}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
 	ctx, abort := context.WithCancel(context.Background())
 	go func() { e.Run(ctx); close(done) }()
-	srv := serve.New(serve.Config{Defaults: greedy(), Heartbeat: 50 * time.Millisecond})
+	srv := serve.New(serve.Config{Defaults: greedy(), Aliases: aliases, Heartbeat: 50 * time.Millisecond})
 	srv.SetBackend(&serve.Backend{Engine: e, Bundle: b, Path: path, Done: done})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -73,7 +82,7 @@ func startMoE(t *testing.T, budget int64) (string, *stages.WeightPath) {
 		abort()
 		<-done
 	})
-	return "http://" + ln.Addr().String(), wp
+	return "http://" + ln.Addr().String(), srv
 }
 
 func complete(t *testing.T, url, prompt string) string {
