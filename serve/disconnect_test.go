@@ -134,18 +134,7 @@ func TestDisconnectMatrix(t *testing.T) {
 					t.Fatalf("the request ended by itself: %+v", st)
 				}
 				conn.Close()
-				left := time.Now()
-				for {
-					st := ts.engine.Stats()
-					if st.Running == 0 && st.Queued == 0 && st.KVBlocksUsed == 0 {
-						break
-					}
-					if time.Since(left) > time.Second {
-						t.Fatalf("1 s after the client left: %+v", st)
-					}
-					time.Sleep(5 * time.Millisecond)
-				}
-				t.Logf("stopped %v after the client left", time.Since(left).Round(time.Millisecond))
+				t.Logf("stopped %v after the client left", drained(t, ts))
 				// cancelled, not finished: no finished request counted
 				if g := finishedTokens(t, ts); g != generated {
 					t.Errorf("a request finished by itself (generated tokens of finished requests %d -> %d)", generated, g)
@@ -269,18 +258,7 @@ func TestDisconnectStorm(t *testing.T) {
 	for _, c := range conns {
 		c.Close()
 	}
-	left := time.Now()
-	for {
-		st := ts.engine.Stats()
-		if st.Running == 0 && st.Queued == 0 && st.KVBlocksUsed == 0 {
-			break
-		}
-		if time.Since(left) > time.Second {
-			t.Fatalf("1 s after the clients left: %+v", st)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Logf("stopped %v after the clients left", time.Since(left).Round(time.Millisecond))
+	t.Logf("stopped %v after the clients left", drained(t, ts))
 	if g := finishedTokens(t, ts); g != 0 {
 		t.Errorf("a request finished by itself (%d generated tokens)", g)
 	}
@@ -352,5 +330,23 @@ func TestDisconnectUnwatched(t *testing.T) {
 				t.Errorf("stopped %v after the client left", d)
 			}
 		})
+	}
+}
+
+// drained waits, from now (a client just left), until no sequence runs,
+// none is queued and no KV block is held, and returns how long that took;
+// it fails the test after 1 s.
+func drained(t *testing.T, ts *testServer) time.Duration {
+	t.Helper()
+	left := time.Now()
+	for {
+		st := ts.engine.Stats()
+		if st.Running == 0 && st.Queued == 0 && st.KVBlocksUsed == 0 {
+			return time.Since(left).Round(time.Millisecond)
+		}
+		if time.Since(left) > time.Second {
+			t.Fatalf("1 s after the client left: %+v", st)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
