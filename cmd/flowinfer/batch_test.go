@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -214,25 +215,7 @@ func TestBatchInterrupt(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGKILL} {
 		t.Run(sig.String(), func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out.jsonl")
-			cmd := exec.Command(binPath, "batch", "-m", m, "-i", in, "-o", out, "--parallel", "2", "-t", "1", "--sync-every", "1", "--no-progress")
-			cmd.Env = append(os.Environ(), "FLOWINFER_CACHE="+t.TempDir())
-			var errb bytes.Buffer
-			cmd.Stderr = &errb
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			deadline := time.Now().Add(60 * time.Second)
-			for {
-				data, _ := os.ReadFile(out)
-				if bytes.Count(data, []byte("\n")) >= 10 {
-					break
-				}
-				if time.Now().After(deadline) {
-					cmd.Process.Kill()
-					t.Fatalf("no progress:\n%s", errb.String())
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+			cmd, errb := startBatch(t, m, in, out, 2, 10)
 			cmd.Process.Signal(sig)
 			err := cmd.Wait()
 			var ee *exec.ExitError
@@ -311,24 +294,7 @@ func TestBatchOutputLocked(t *testing.T) {
 	const n = 200
 	in := batchInput(t, n, 64)
 	out := filepath.Join(t.TempDir(), "out.jsonl")
-	cmd := exec.Command(binPath, "batch", "-m", m, "-i", in, "-o", out, "--parallel", "1", "-t", "1", "--sync-every", "1", "--no-progress")
-	cmd.Env = append(os.Environ(), "FLOWINFER_CACHE="+t.TempDir())
-	var errb bytes.Buffer
-	cmd.Stderr = &errb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if data, _ := os.ReadFile(out); bytes.Count(data, []byte("\n")) >= 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatalf("no progress:\n%s", errb.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	cmd, errb := startBatch(t, m, in, out, 1, 1)
 	notModel := filepath.Join(t.TempDir(), "not.gguf")
 	os.WriteFile(notModel, []byte("not a model"), 0o644)
 	_, errOut, err := runEnv(t, nil, "batch", "-m", notModel, "-i", in, "-o", out, "--no-progress")
@@ -352,5 +318,30 @@ func TestBatchOutputLocked(t *testing.T) {
 		if k != 1 {
 			t.Errorf("%s written %d times", id, k)
 		}
+	}
+}
+
+// startBatch starts `flowinfer batch` of in into out on parallel
+// sequences and one thread, syncing every record, and returns once it has
+// written records lines (failing the test after 60 s), with its stderr.
+func startBatch(t *testing.T, m, in, out string, parallel, records int) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(binPath, "batch", "-m", m, "-i", in, "-o", out, "--parallel", strconv.Itoa(parallel), "-t", "1", "--sync-every", "1", "--no-progress")
+	cmd.Env = append(os.Environ(), "FLOWINFER_CACHE="+t.TempDir())
+	errb := &bytes.Buffer{}
+	cmd.Stderr = errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if data, _ := os.ReadFile(out); bytes.Count(data, []byte("\n")) >= records {
+			return cmd, errb
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("no progress:\n%s", errb.String())
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
