@@ -101,10 +101,10 @@ type posRecorder struct {
 	maxPos int32
 }
 
-func (r *posRecorder) Attention(out, q []float32, kv *model.KVCache, layer int, seq, pos []int32, h *model.Hyper, scale float32) {
+func (r *posRecorder) Attention(out, q []float32, kv *model.KVCache, layer int, seq, pos []int32, h *model.Hyper, a model.Attn) {
 	r.starts = append(r.starts, pos[0])
 	r.maxPos = max(r.maxPos, pos[len(pos)-1])
-	r.Backend.Attention(out, q, kv, layer, seq, pos, h, scale)
+	r.Backend.Attention(out, q, kv, layer, seq, pos, h, a)
 }
 
 // belowDepth returns the calls that started below position d.

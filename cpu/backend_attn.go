@@ -135,9 +135,18 @@ type attnTask struct {
 func (a *attnTask) init(workers int) { a.scratch = make([]attnScratch, workers) }
 
 // Attention implements model.Ops.
-func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq, pos []int32, h *model.Hyper, scale float32) {
+func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq, pos []int32, h *model.Hyper, at model.Attn) {
+	if at.Window > 0 || at.Sinks != nil {
+		// sliding windows and sinks: the reference, until the tiled
+		// paths mask them
+		if b.attnRef == nil {
+			b.attnRef = NewRef()
+		}
+		b.attnRef.Attention(out, q, kv, layer, seq, pos, h, at)
+		return
+	}
 	a := &b.attn
-	a.k, a.out, a.q, a.kv, a.layer, a.seq, a.pos, a.h, a.scale = b.k, out, q, kv, layer, seq, pos, h, scale
+	a.k, a.out, a.q, a.kv, a.layer, a.seq, a.pos, a.h, a.scale = b.k, out, q, kv, layer, seq, pos, h, at.Scale
 	a.group = h.NHead / h.NHeadKV
 	G := a.group
 	a.lt = kv.Layer(layer)

@@ -185,7 +185,7 @@ func BenchmarkAttention(b *testing.B) {
 				defer be.Close()
 				c0 := cpuTime()
 				for b.Loop() {
-					be.Attention(out, q, kv, 0, seq, pos, &h, 0.125)
+					be.Attention(out, q, kv, 0, seq, pos, &h, model.Attn{Scale: 0.125})
 				}
 				reportCPU(b, c0)
 				var macs float64
@@ -243,7 +243,7 @@ func BenchmarkAttentionPrefill(b *testing.B) {
 							for i := range k {
 								pos[i] = int32(p0 + i)
 							}
-							be.Attention(out, q, kv, 0, seq[:k], pos[:k], &h, 0.125)
+							be.Attention(out, q, kv, 0, seq[:k], pos[:k], &h, model.Attn{Scale: 0.125})
 						}
 					}
 					cpu := cpuTime() - c0
@@ -453,7 +453,7 @@ func BenchmarkAttentionDecodeDRAM(b *testing.B) {
 			defer be.Close()
 			l := 0
 			for b.Loop() {
-				be.Attention(out, q, kv, l, seq, pos, &h, 0.125)
+				be.Attention(out, q, kv, l, seq, pos, &h, model.Attn{Scale: 0.125})
 				l = (l + 1) % layers
 			}
 			b.ReportMetric(float64(kv.Bytes())/layers*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
@@ -487,7 +487,7 @@ func BenchmarkAttentionDecode(b *testing.B) {
 				defer be.Close()
 				scale := float32(0.125)
 				for b.Loop() {
-					be.Attention(out, q, kv, 0, seq, pos, &h, scale)
+					be.Attention(out, q, kv, 0, seq, pos, &h, model.Attn{Scale: scale})
 				}
 				b.ReportMetric(bytes*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 			})

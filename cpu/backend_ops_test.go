@@ -265,12 +265,12 @@ func TestBackendAttention(t *testing.T) {
 					q := randomF32(n*h.NHead*h.HeadDimK, 17)
 					want := make([]float32, n*h.NHead*h.HeadDimV)
 					scale := float32(1 / math.Sqrt(float64(h.HeadDimK)))
-					cpu.NewRef().Attention(want, q, kv, 0, seq, pos, &h, scale)
+					cpu.NewRef().Attention(want, q, kv, 0, seq, pos, &h, model.Attn{Scale: scale})
 					tol := kvTol[kt]
 					for _, threads := range testThreads {
 						be := cpu.NewBackend(threads, cpu.KernelsFor(isa))
 						got, check := guarded(len(want))
-						be.Attention(got, q, kv, 0, seq, pos, &h, scale)
+						be.Attention(got, q, kv, 0, seq, pos, &h, model.Attn{Scale: scale})
 						be.Close()
 						check(t)
 						if e := nmse(got, want); e > tol {
@@ -281,7 +281,7 @@ func TestBackendAttention(t *testing.T) {
 						// one row alone (the decode path)
 						got1, check1 := guarded(h.NHead * h.HeadDimV)
 						be = cpu.NewBackend(threads, cpu.KernelsFor(isa))
-						be.Attention(got1, q[(n-1)*h.NHead*h.HeadDimK:], kv, 0, seq[n-1:], pos[n-1:], &h, scale)
+						be.Attention(got1, q[(n-1)*h.NHead*h.HeadDimK:], kv, 0, seq[n-1:], pos[n-1:], &h, model.Attn{Scale: scale})
 						be.Close()
 						check1(t)
 						if e := nmse(got1, want[(n-1)*h.NHead*h.HeadDimV:]); e > tol {
@@ -319,11 +319,11 @@ func TestBackendAttentionFloatHeads(t *testing.T) {
 		seq, pos := []int32{0}, []int32{nCtx - 1}
 		scale := float32(0.125)
 		want := make([]float32, h.NHead*h.HeadDimV)
-		cpu.NewRef().Attention(want, q, kv, 0, seq, pos, &h, scale)
+		cpu.NewRef().Attention(want, q, kv, 0, seq, pos, &h, model.Attn{Scale: scale})
 		for _, isa := range cpu.Available() {
 			be := cpu.NewBackend(1, cpu.KernelsFor(isa))
 			got := make([]float32, len(want))
-			be.Attention(got, q, kv, 0, seq, pos, &h, scale)
+			be.Attention(got, q, kv, 0, seq, pos, &h, model.Attn{Scale: scale})
 			be.Close()
 			if e := nmse(got, want); e > kvTol[types.K] {
 				t.Errorf("%s %s: NMSE %.3g > %.0g", isa, types, e, kvTol[types.K])
@@ -368,11 +368,11 @@ func TestBackendAttentionPaged(t *testing.T) {
 	scale := float32(0.125)
 	for _, rows := range []int{len(seq), 1} {
 		want := make([]float32, rows*h.NHead*h.HeadDimV)
-		cpu.NewRef().Attention(want, q, flat, 0, seq[:rows], pos[:rows], &h, scale)
+		cpu.NewRef().Attention(want, q, flat, 0, seq[:rows], pos[:rows], &h, model.Attn{Scale: scale})
 		for _, threads := range testThreads {
 			be := newBackend(t, threads)
 			got, check := guarded(len(want))
-			be.Attention(got, q, paged, 0, seq[:rows], pos[:rows], &h, scale)
+			be.Attention(got, q, paged, 0, seq[:rows], pos[:rows], &h, model.Attn{Scale: scale})
 			check(t)
 			if e := nmse(got, want); e > 1e-11 {
 				t.Errorf("rows=%d threads=%d: NMSE %.3g > 1e-11", rows, threads, e)
@@ -412,9 +412,9 @@ func TestBackendAttentionProtected(t *testing.T) {
 		}
 		for _, rows := range []int{len(seq), 1} {
 			want := make([]float32, rows*h.NHead*h.HeadDimV)
-			cpu.NewRef().Attention(want, q, kv, l, seq[:rows], pos[:rows], &h, 0.125)
+			cpu.NewRef().Attention(want, q, kv, l, seq[:rows], pos[:rows], &h, model.Attn{Scale: 0.125})
 			got, check := guarded(len(want))
-			be.Attention(got, q, kv, l, seq[:rows], pos[:rows], &h, 0.125)
+			be.Attention(got, q, kv, l, seq[:rows], pos[:rows], &h, model.Attn{Scale: 0.125})
 			check(t)
 			if e := nmse(got, want); e > kvTol[kt] {
 				t.Errorf("layer %d (%s), %d rows: NMSE %.3g > %.0g", l, kt, rows, e, kvTol[kt])
@@ -473,10 +473,10 @@ func TestBackendAttentionRecent(t *testing.T) {
 					q := randomF32(n*h.NHead*h.HeadDimK, 17)
 					want := make([]float32, n*h.NHead*h.HeadDimV)
 					scale := float32(0.125)
-					cpu.NewRef().Attention(want, q, kv, 0, seq, pos, &h, scale)
+					cpu.NewRef().Attention(want, q, kv, 0, seq, pos, &h, model.Attn{Scale: scale})
 					if recent >= nCtx+model.RecentAlign {
 						all := make([]float32, len(want))
-						cpu.NewRef().Attention(all, q, f16, 0, seq, pos, &h, scale)
+						cpu.NewRef().Attention(all, q, f16, 0, seq, pos, &h, model.Attn{Scale: scale})
 						if !slices.Equal(all, want) {
 							t.Errorf("a window over the whole context differs from an f16 cache: NMSE %.3g", nmse(want, all))
 						}
@@ -485,14 +485,14 @@ func TestBackendAttentionRecent(t *testing.T) {
 					for _, threads := range []int{1, 2} {
 						be := cpu.NewBackend(threads, cpu.KernelsFor(isa))
 						got, check := guarded(len(want))
-						be.Attention(got, q, kv, 0, seq, pos, &h, scale)
+						be.Attention(got, q, kv, 0, seq, pos, &h, model.Attn{Scale: scale})
 						check(t)
 						if e := nmse(got, want); e > tol {
 							t.Errorf("threads=%d: NMSE %.3g > %.0g", threads, e, tol)
 						}
 						for _, r := range []int{0, 4, n - 40, n - 1} { // decode rows
 							got1, check1 := guarded(h.NHead * h.HeadDimV)
-							be.Attention(got1, q[r*h.NHead*h.HeadDimK:], kv, 0, seq[r:r+1], pos[r:r+1], &h, scale)
+							be.Attention(got1, q[r*h.NHead*h.HeadDimK:], kv, 0, seq[r:r+1], pos[r:r+1], &h, model.Attn{Scale: scale})
 							check1(t)
 							if e := nmse(got1, want[r*h.NHead*h.HeadDimV:][:h.NHead*h.HeadDimV]); e > tol {
 								t.Errorf("threads=%d, row at %d: NMSE %.3g > %.0g", threads, pos[r], e, tol)

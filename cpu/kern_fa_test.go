@@ -64,7 +64,7 @@ func TestAttentionPrefillShapes(t *testing.T) {
 				q[i] *= 4
 			}
 			want := make([]float32, n*h.NHead*h.HeadDimV)
-			cpu.NewRef().Attention(want, q, flat, 0, seq, pos, &h, scale)
+			cpu.NewRef().Attention(want, q, flat, 0, seq, pos, &h, model.Attn{Scale: scale})
 			for _, isa := range cpu.Available() {
 				for _, kv := range []*model.KVCache{flat, paged} {
 					for _, threads := range []int{1, 3} {
@@ -72,7 +72,7 @@ func TestAttentionPrefillShapes(t *testing.T) {
 							sh.nHead, sh.nKV, sh.dk, sh.dv, chunks, isa, kv.Paged(), threads)
 						be := cpu.NewBackend(threads, cpu.KernelsFor(isa))
 						got, check := guarded(len(want))
-						be.Attention(got, q, kv, 0, seq, pos, &h, scale)
+						be.Attention(got, q, kv, 0, seq, pos, &h, model.Attn{Scale: scale})
 						be.Close()
 						check(t)
 						if e := nmse(got, want); !(e <= flashTol) {

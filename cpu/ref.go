@@ -214,8 +214,10 @@ func (r *Ref) Rope(x []float32, pos []int32, n, nHead, headDim int, rp *model.Ro
 // converted to float32 first (KVCache.GetK/GetV: a TurboQuant row is
 // decoded and rotated back), so this is attention on exactly the values the
 // cache holds; rows a query reads exactly (--kv-recent: from
-// KVCache.RecentFrom on) come from their f16 copies.
-func (r *Ref) Attention(out, q []float32, kv *model.KVCache, layer int, seq, pos []int32, h *model.Hyper, scale float32) {
+// KVCache.RecentFrom on) come from their f16 copies. A sliding window
+// leaves out the positions before it (a.Visible); a sink joins each head's
+// maximum and sum as ggml_soft_max_ext's do.
+func (r *Ref) Attention(out, q []float32, kv *model.KVCache, layer int, seq, pos []int32, h *model.Hyper, a model.Attn) {
 	group := h.NHead / h.NHeadKV
 	dk, dv := h.HeadDimK, h.HeadDimV
 	r.krow = grow(r.krow, kv.KDim)
@@ -226,7 +228,11 @@ func (r *Ref) Attention(out, q []float32, kv *model.KVCache, layer int, seq, pos
 		r.scores = grow(r.scores, h.NHead*np)
 		sc := r.scores[:h.NHead*np]
 		lt, e := kv.Layer(layer), kv.RecentFrom(np-1) // rows from e on: --kv-recent's f16 copies
-		for j := range np {
+		j0 := 0                                       // the first visible position (a.Visible)
+		if a.Window > 0 {
+			j0 = max(0, np-a.Window)
+		}
+		for j := j0; j < np; j++ {
 			if lt.RecentK && j >= e {
 				kv.GetRecentK(layer, s, j, r.krow)
 			} else {
@@ -235,14 +241,17 @@ func (r *Ref) Attention(out, q []float32, kv *model.KVCache, layer int, seq, pos
 			for hd := range h.NHead {
 				kh := hd / group
 				qh := q[(t*h.NHead+hd)*dk : (t*h.NHead+hd+1)*dk]
-				sc[hd*np+j] = DotF32(r.krow[kh*dk:(kh+1)*dk], qh) * scale
+				sc[hd*np+j] = DotF32(r.krow[kh*dk:(kh+1)*dk], qh) * a.Scale
 			}
 		}
 		for hd := range h.NHead {
-			row := sc[hd*np : (hd+1)*np]
+			row := sc[hd*np+j0 : (hd+1)*np]
 			mx := float32(math.Inf(-1))
 			for _, v := range row {
 				mx = max(mx, v)
+			}
+			if a.Sinks != nil {
+				mx = max(mx, a.Sinks[hd])
 			}
 			var sum float64
 			for j := range row {
@@ -250,13 +259,16 @@ func (r *Ref) Attention(out, q []float32, kv *model.KVCache, layer int, seq, pos
 				row[j] = e
 				sum += float64(e)
 			}
+			if a.Sinks != nil {
+				sum += math.Exp(float64(a.Sinks[hd] - mx))
+			}
 			inv := float32(1 / sum)
 			for j := range row {
 				row[j] *= inv
 			}
 			clear(out[(t*h.NHead+hd)*dv : (t*h.NHead+hd+1)*dv])
 		}
-		for j := range np {
+		for j := j0; j < np; j++ {
 			if lt.RecentV && j >= e {
 				kv.GetRecentV(layer, s, j, r.vrow)
 			} else {

@@ -98,7 +98,7 @@ func (c *Context) attention(il int, b *Batch) error {
 	att := c.att[:n*h.NHead*h.HeadDimV]
 	scale := float32(1 / math.Sqrt(float64(h.HeadDimK)))
 	c.span("attn_kqv", il, true)
-	ops.Attention(att, q, c.KV, il, b.Seq, b.Pos, h, scale)
+	ops.Attention(att, q, c.KV, il, b.Seq, b.Pos, h, Attn{Scale: scale, Window: h.LayerWindow(il), Sinks: L.Sinks})
 	c.span("attn_kqv", il, false)
 	if lt.RotV > 0 { // the output of rotated values, rotated back
 		c.hadamard(att, lt.RotV)

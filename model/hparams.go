@@ -55,6 +55,18 @@ type Hyper struct {
 	RopeExtFactor  float32
 	RopeAttnFactor float32
 	NCtxOrig       int
+
+	// Window holds each layer's sliding attention window (0: the layer
+	// attends to every position), or is nil when no layer slides.
+	Window []int
+}
+
+// LayerWindow is layer il's sliding window, 0 for full attention.
+func (h *Hyper) LayerWindow(il int) int {
+	if il < len(h.Window) {
+		return h.Window[il]
+	}
+	return 0
 }
 
 // KDim is the width of one token's K row (all KV heads).

@@ -112,8 +112,8 @@ func TestPagedKVCache(t *testing.T) {
 			}
 			a := make([]float32, len(seq)*h.NHead*h.HeadDimV)
 			b := make([]float32, len(a))
-			ref.Attention(a, q, flat, 1, seq, pos, h, 0.35)
-			ref.Attention(b, q, paged, 1, seq, pos, h, 0.35)
+			ref.Attention(a, q, flat, 1, seq, pos, h, model.Attn{Scale: 0.35})
+			ref.Attention(b, q, paged, 1, seq, pos, h, model.Attn{Scale: 0.35})
 			for i := range a {
 				if a[i] != b[i] {
 					t.Fatalf("attention differs at %d: %v vs %v", i, a[i], b[i])

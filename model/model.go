@@ -33,6 +33,26 @@ type Rope struct {
 	Corr       [2]float32 // YaRN's ramp: YarnCorrDims of the original context
 }
 
+// Attn is what one layer's attention adds to the shapes in Hyper.
+type Attn struct {
+	// Scale multiplies q·k before the softmax (1/√HeadDimK for most
+	// families).
+	Scale float32
+	// Window, if positive, is a sliding window as llama.cpp's
+	// LLAMA_SWA_TYPE_STANDARD masks it: the row at position p sees the
+	// positions j with p-Window < j ≤ p.
+	Window int
+	// Sinks, if not nil, holds one logit per query head (gpt-oss's
+	// attn_sinks): it joins the softmax's maximum and sum as a score with
+	// no value, as ggml_soft_max_ext's sinks do.
+	Sinks []float32
+}
+
+// Visible reports whether the row at position p sees the cached position j.
+func (a *Attn) Visible(p, j int) bool {
+	return j <= p && (a.Window <= 0 || p-j < a.Window)
+}
+
 // Ops is what an architecture needs from a compute backend. Activations are
 // row-major float32: n rows (tokens) of a given width.
 type Ops interface {
@@ -47,10 +67,11 @@ type Ops interface {
 	// Rope rotates n rows of nHead heads of headDim in place; pos[t] is
 	// row t's position.
 	Rope(x []float32, pos []int32, n, nHead, headDim int, r *Rope)
-	// Attention computes causal softmax(q·kᵀ·scale)·v for each row of q
-	// against the cache cells of the row's sequence at positions ≤ its own,
-	// with grouped-query heads. out has n rows of nHead*HeadDimV.
-	Attention(out, q []float32, kv *KVCache, layer int, seq, pos []int32, h *Hyper, scale float32)
+	// Attention computes causal softmax(q·kᵀ·a.Scale)·v for each row of q
+	// against the cache cells of the row's sequence at positions ≤ its own
+	// (and, with a.Window, > its own minus the window), with grouped-query
+	// heads and a.Sinks' extra logits. out has n rows of nHead*HeadDimV.
+	Attention(out, q []float32, kv *KVCache, layer int, seq, pos []int32, h *Hyper, a Attn)
 	// SwiGLU sets out = silu(gate)·up elementwise.
 	SwiGLU(out, gate, up []float32)
 	// Add sets dst += src elementwise.
@@ -81,6 +102,7 @@ type Layer struct {
 	QNorm      Vector // qwen3 per-head RMSNorm weights (HeadDimK)
 	KNorm      Vector
 	Wo         *Weight
+	Sinks      Vector // attention sinks, one logit per query head (gpt-oss)
 	FFNNorm    Vector
 	Gate, Up   *Weight // dense SwiGLU FFN
 	Down       *Weight
