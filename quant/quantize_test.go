@@ -193,7 +193,7 @@ func TestQuantizeErrors(t *testing.T) {
 		want error
 	}{
 		{"unknown type", Type(1000), x, make([]byte, 1000), ErrUnknownType},
-		{"unsupported type", IQ2_XXS, x, make([]byte, 1000), ErrUnsupportedType},
+		{"unsupported type", TQ1_0, x, make([]byte, 1000), ErrUnsupportedType},
 		{"not whole blocks", Q4_K, x[:100], make([]byte, 1000), nil},
 		{"short dst", Q4_K, x, make([]byte, 143), nil},
 		{"short dst q8_0", Q8_0, x, make([]byte, 8*34-1), nil},
@@ -222,7 +222,7 @@ func TestDequantizeErrors(t *testing.T) {
 		want error
 	}{
 		{"unknown type", Type(33), make([]byte, 1000), 32, ErrUnknownType},
-		{"unsupported type", IQ3_S, make([]byte, 1000), 256, ErrUnsupportedType},
+		{"unsupported type", TQ1_0, make([]byte, 1000), 256, ErrUnsupportedType},
 		{"not whole blocks", Q4_0, make([]byte, 1000), 33, nil},
 		{"short src", Q6_K, make([]byte, 209), 256, nil},
 		{"short src f16", F16, make([]byte, 7), 4, nil},
