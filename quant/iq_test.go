@@ -333,3 +333,31 @@ func BenchmarkIQDot(b *testing.B) {
 		})
 	}
 }
+
+// TestIQQuantizeAgainstGGML compares our quantizers with ggml's
+// quantize_iq* on the seed's weights and importance matrix (none, all
+// ones, random), block by block.
+func TestIQQuantizeAgainstGGML(t *testing.T) {
+	v := loadIQVectors(t)
+	for i, c := range v.cases {
+		q := iqQuantizeFunc(c.typ)
+		if q == nil {
+			t.Errorf("no quantizer for %s", c.typ)
+			continue
+		}
+		t.Run(c.typ.String(), func(t *testing.T) {
+			xw, qw, _ := iqInputs(c.seed, c.n, c.mode)
+			got := make([]byte, len(c.wq))
+			for j := range got {
+				got[j] = 0xa5 // every byte must be written
+			}
+			q(xw, got, qw)
+			bb := c.typ.BlockBytes()
+			for b := 0; b < c.n/QK_K; b++ {
+				if string(got[b*bb:(b+1)*bb]) != string(c.wq[b*bb:(b+1)*bb]) {
+					t.Errorf("case %d n=%d importance mode %d: block %d = %x, ggml %x", i, c.n, c.mode, b, got[b*bb:(b+1)*bb], c.wq[b*bb:(b+1)*bb])
+				}
+			}
+		})
+	}
+}
