@@ -265,44 +265,52 @@ func QuantizeIQ1_M(src []float32, dst []byte, qw []float32) {
 				continue
 			}
 			iq1Sorted(xb, idx[:])
+			// The terms each sorted weight j adds at level lv to the sums of
+			// the four shift combinations k (0: +,+; 1: +,-; 2: -,+; 3: -,-
+			// for the first and second 8).
+			var tx, t2 [3][bs][4]float32
+			for j := range bs {
+				i := idx[j]
+				w, x := weight[i], xb[i]
+				for lv := range 3 {
+					p, m := iq1XP[lv], iq1XM[lv]
+					wpx, wmx := float32(float32(w*p)*x), float32(float32(w*m)*x)
+					wpp, wmm := float32(float32(w*p)*p), float32(float32(w*m)*m)
+					if i < bs/2 {
+						tx[lv][j], t2[lv][j] = [4]float32{wpx, wpx, wmx, wmx}, [4]float32{wpp, wpp, wmm, wmm}
+					} else {
+						tx[lv][j], t2[lv][j] = [4]float32{wpx, wmx, wpx, wmx}, [4]float32{wpp, wmm, wpp, wmm}
+					}
+				}
+			}
+			// ggml sums, for every split (i1, i2), the terms of j = 0..bs-1
+			// in order from zero; the sums of j < i1 (level 0) and of
+			// i1 <= j < i2 (level 1) are running prefixes of that same
+			// sequence, so only the level-2 tail is summed per split: the
+			// same additions in the same order.
 			bestScore, scale := float32(-math.MaxFloat32), mx
 			besti1, besti2, bestK := -1, -1, -1
+			var p0x, p0q [4]float32
 			for i1 := 0; i1 <= bs; i1++ {
+				if i1 > 0 {
+					for k := range 4 {
+						p0x[k] += tx[0][i1-1][k]
+						p0q[k] += t2[0][i1-1][k]
+					}
+				}
+				s1x, s1q := p0x, p0q
 				for i2 := i1; i2 <= bs; i2++ {
-					var sumqx, sumq2 [4]float32
-					for j := range bs {
-						lv := 2
-						if j < i1 {
-							lv = 0
-						} else if j < i2 {
-							lv = 1
+					if i2 > i1 {
+						for k := range 4 {
+							s1x[k] += tx[1][i2-1][k]
+							s1q[k] += t2[1][i2-1][k]
 						}
-						i := idx[j]
-						w, x := weight[i], xb[i]
-						p, m := iq1XP[lv], iq1XM[lv]
-						wpx := float32(float32(w*p) * x)
-						wmx := float32(float32(w*m) * x)
-						wpp := float32(float32(w*p) * p)
-						wmm := float32(float32(w*m) * m)
-						// combination k uses x_p or x_m for this weight's half
-						if i < bs/2 {
-							sumqx[0] += wpx
-							sumqx[1] += wpx
-							sumqx[2] += wmx
-							sumqx[3] += wmx
-							sumq2[0] += wpp
-							sumq2[1] += wpp
-							sumq2[2] += wmm
-							sumq2[3] += wmm
-						} else {
-							sumqx[0] += wpx
-							sumqx[2] += wpx
-							sumqx[1] += wmx
-							sumqx[3] += wmx
-							sumq2[0] += wpp
-							sumq2[2] += wpp
-							sumq2[1] += wmm
-							sumq2[3] += wmm
+					}
+					sumqx, sumq2 := s1x, s1q
+					for j := i2; j < bs; j++ {
+						for k := range 4 {
+							sumqx[k] += tx[2][j][k]
+							sumq2[k] += t2[2][j][k]
 						}
 					}
 					for k := range 4 {
