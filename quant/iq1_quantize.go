@@ -11,9 +11,10 @@
 // 2048-point grid take the neighbour of least weighted error, and the
 // scale is refit.
 //
-// The sort must order equal values as ggml's does: glibc's qsort (a merge
-// sort for arrays this small) keeps equal elements in index order, and so
-// does sort.SliceStable here.
+// ggml sorts with C qsort, which leaves the order of equal values
+// unspecified; sort.SliceStable keeps them in index order, as glibc's merge
+// sort does for arrays this small. The best split never separates equal
+// values, so their order only changes the rounding of the running sums.
 
 package quant
 

@@ -20,8 +20,9 @@ import (
 // uint64[512] iq2xs_grid, uint64[1024] iq2s_grid, uint32[256]
 // iq3xxs_grid, uint32[512] iq3s_grid, uint64[2048] iq1s_grid, float32
 // IQ1S_DELTA and IQ1M_DELTA; a uint32 case count; per case: uint32 ggml
-// type, uint32 n, uint64 seed, uint32 importance mode (0: no importance
-// matrix, 1: all ones, 2: random), the row ggml's quantizer made of the
+// type, uint32 n, uint64 seed, uint32 mode (low byte, the importance
+// matrix: 0 none, 1 all ones, 2 random; bit 8: the weights truncated to
+// multiples of 1/4, so sub-blocks hold many equal values), the row ggml's quantizer made of the
 // seed's weights xw with that importance matrix, a row of random blocks
 // (random bytes, then a random finite fp16 scale), float32[n] ggml's
 // dequantization of the random row, the seed's activations xa quantized to
@@ -29,10 +30,11 @@ import (
 //
 // The float inputs are not stored: iqInputs regenerates them from the seed
 // with the same splitmix64 sequence and exact float arithmetic as the C
-// program. Rows are 1, 3, 8 and 2 blocks per type; in the 8-block rows
+// program. Rows are 1, 3, 8, 2 and 2 blocks per type; in the 8-block rows
 // block 5 is all zeros and block 6 is scaled by 2^-70 (below every
-// GROUP_MAX_EPS). Modes: 0, 2, 0, 1 for the types whose importance matrix
-// is optional, 1, 2, 1, 2 for IQ2_XXS, IQ2_XS and IQ1_S, which require one.
+// GROUP_MAX_EPS). Modes: 0, 2, 0, 1, 0x102 for the types whose importance
+// matrix is optional, 1, 2, 1, 2, 0x102 for IQ2_XXS, IQ2_XS and IQ1_S,
+// which require one.
 type iqVectors struct {
 	kmask                [8]byte
 	ksigns               [128]byte
@@ -153,20 +155,23 @@ func iqInputs(seed uint64, n, mode int) (xw, qw, xa []float32) {
 			if nb == 8 && b == 6 {
 				v *= 0x1p-70
 			}
+			if mode&0x100 != 0 {
+				v = float32(int32(v*4)) / 4 // C's (int) truncates toward zero
+			}
 			xw[b*QK_K+j] = v
 		}
 	}
 	for j := range qw {
 		u := s.next()
 		qw[j] = 1
-		if mode == 2 {
+		if mode&0xff == 2 {
 			qw[j] = float32(u>>40+1) * 0x1p-22
 		}
 	}
 	for j := range xa {
 		xa[j] = unif(s.next())
 	}
-	if mode == 0 {
+	if mode&0xff == 0 {
 		qw = nil
 	}
 	return xw, qw, xa
@@ -336,7 +341,8 @@ func BenchmarkIQDot(b *testing.B) {
 
 // TestIQQuantizeAgainstGGML compares our quantizers with ggml's
 // quantize_iq* on the seed's weights and importance matrix (none, all
-// ones, random), block by block.
+// ones, random), block by block, including weights with many equal values
+// (the IQ1 quantizers sort them).
 func TestIQQuantizeAgainstGGML(t *testing.T) {
 	v := loadIQVectors(t)
 	for i, c := range v.cases {
@@ -355,7 +361,7 @@ func TestIQQuantizeAgainstGGML(t *testing.T) {
 			bb := c.typ.BlockBytes()
 			for b := 0; b < c.n/QK_K; b++ {
 				if string(got[b*bb:(b+1)*bb]) != string(c.wq[b*bb:(b+1)*bb]) {
-					t.Errorf("case %d n=%d importance mode %d: block %d = %x, ggml %x", i, c.n, c.mode, b, got[b*bb:(b+1)*bb], c.wq[b*bb:(b+1)*bb])
+					t.Errorf("case %d n=%d mode %#x: block %d = %x, ggml %x", i, c.n, c.mode, b, got[b*bb:(b+1)*bb], c.wq[b*bb:(b+1)*bb])
 				}
 			}
 		})
