@@ -13,8 +13,8 @@
 //
 // ggml sorts with C qsort, which leaves the order of equal values
 // unspecified; sort.SliceStable keeps them in index order, as glibc's merge
-// sort does for arrays this small. The best split never separates equal
-// values, so their order only changes the rounding of the running sums.
+// sort does for arrays this small. The order matters only where the best
+// split falls between equal values (see NUMERICS.md).
 
 package quant
 
