@@ -33,11 +33,12 @@ type iqLattice struct {
 // smallest distances as neighbours (ggml: nwant).
 func buildLattice(kgrid []uint16, bits uint, dim, nwant int) *iqLattice {
 	mask := uint16(1)<<bits - 1
-	kmapSize := 0 // largest key + 1: the keys of coordinates 0..2 (2-bit) or 0..7 (3-bit)
+	// ggml's kmap_size: the 2-bit grids use levels 0..2 only, so every
+	// key is at most 0xAAAA (43690); ggml maps keys up to 43691 (lower
+	// keys with a level 3 included) and so do we. 3-bit: all 4096 keys.
+	kmapSize := 4096
 	if bits == 2 {
-		kmapSize = 43692 // ggml's kmap_size: every key up to 0xAAAA (all coordinates 2), +1 rounding
-	} else {
-		kmapSize = 4096
+		kmapSize = 43692
 	}
 	lat := &iqLattice{dim: dim, bits: bits, q: make([]int8, dim*len(kgrid)), kmap: make([]int32, kmapSize)}
 	for k, p := range kgrid {
