@@ -65,6 +65,9 @@ func newRig(t *testing.T) *rig {
 	if errors.Is(err, vk.ErrNoLoader) || errors.Is(err, vk.ErrNoCgo) {
 		t.Skipf("no Vulkan loader (install libvulkan1 and mesa-vulkan-drivers for lavapipe): %v", err)
 	}
+	if errors.Is(err, vk.ErrNoDevice) {
+		t.Skipf("no Vulkan device (install mesa-vulkan-drivers for lavapipe): %v", err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

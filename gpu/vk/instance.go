@@ -69,6 +69,9 @@ func NewInstance(cfg Config) (*Instance, error) {
 	defer C.free(unsafe.Pointer(capp))
 	if err := check("vkCreateInstance", Result(C.fi_create_instance(i.l, i.in, api, capp, validation))); err != nil {
 		i.free()
+		if err.(*Error).Result == -9 { // VK_ERROR_INCOMPATIBLE_DRIVER: the loader found no driver
+			return nil, fmt.Errorf("%w: the loader found no driver (%w)", ErrNoDevice, err)
+		}
 		return nil, err
 	}
 	if err := i.enumerate(); err != nil {

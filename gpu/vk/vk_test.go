@@ -23,6 +23,9 @@ func openTestDevice(t *testing.T, cfg DeviceConfig) *Device {
 	if errors.Is(err, ErrNoLoader) {
 		t.Skipf("no Vulkan loader (install libvulkan1 and mesa-vulkan-drivers for lavapipe): %v", err)
 	}
+	if errors.Is(err, ErrNoDevice) {
+		t.Skipf("no Vulkan device (install mesa-vulkan-drivers for lavapipe): %v", err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
