@@ -17,7 +17,9 @@ import (
 // CommandBuffer is a primary command buffer for one queue. Record it once
 // (Begin, commands, End) and submit it as often as needed; recording again
 // resets it. Recording commands report no error themselves: the first
-// misuse is kept and returned by End.
+// misuse is kept and returned by End. Vulkan requires that one goroutine
+// at a time records into the command buffers of one queue (they share a
+// command pool); Submit may be called from any goroutine.
 type CommandBuffer struct {
 	dev       *Device
 	q         *queue
