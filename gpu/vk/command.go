@@ -45,6 +45,7 @@ func (d *Device) NewCommandBuffer(k QueueKind) (*CommandBuffer, error) {
 		return nil, err
 	}
 	c.push = C.malloc(256)
+	d.track(c, c.Free)
 	return c, nil
 }
 
@@ -53,6 +54,7 @@ func (c *CommandBuffer) Free() {
 	if c.h == nil || c.dev.d == nil {
 		return
 	}
+	c.dev.untrack(c)
 	c.q.poolMu.Lock()
 	C.fi_free_command_buffer(c.dev.d, c.q.pool, c.h)
 	c.q.poolMu.Unlock()
@@ -269,6 +271,7 @@ func (d *Device) NewFence() (*Fence, error) {
 	if err := check("vkCreateFence", Result(C.fi_create_fence(d.d, &f.h))); err != nil {
 		return nil, err
 	}
+	d.track(f, f.Destroy)
 	return f, nil
 }
 
@@ -284,6 +287,7 @@ func (f *Fence) Reset() error { return check("vkResetFences", Result(C.fi_reset_
 // Destroy frees the fence.
 func (f *Fence) Destroy() {
 	if f.h != 0 && f.dev.d != nil {
+		f.dev.untrack(f)
 		C.fi_destroy_fence(f.dev.d, f.h)
 	}
 	f.h = 0
@@ -309,6 +313,7 @@ func (d *Device) NewTimeline(initial uint64) (*Timeline, error) {
 	if err := check("vkCreateSemaphore", Result(C.fi_create_timeline(d.d, C.uint64_t(initial), &t.h))); err != nil {
 		return nil, err
 	}
+	d.track(t, t.Destroy)
 	return t, nil
 }
 
@@ -327,6 +332,7 @@ func (t *Timeline) Value() (uint64, error) {
 // Destroy frees the semaphore; no submission may still use it.
 func (t *Timeline) Destroy() {
 	if t.h != 0 && t.dev.d != nil {
+		t.dev.untrack(t)
 		C.fi_destroy_semaphore(t.dev.d, t.h)
 	}
 	t.h = 0
@@ -351,6 +357,7 @@ func (d *Device) NewQueryPool(n uint32) (*QueryPool, error) {
 	if err := check("vkCreateQueryPool", Result(C.fi_create_query_pool(d.d, C.uint32_t(n), &q.h))); err != nil {
 		return nil, err
 	}
+	d.track(q, q.Destroy)
 	return q, nil
 }
 
@@ -386,6 +393,7 @@ func (d *Device) Elapsed(k QueueKind, a, b uint64) time.Duration {
 // Destroy frees the query pool.
 func (q *QueryPool) Destroy() {
 	if q.h != 0 && q.dev.d != nil {
+		q.dev.untrack(q)
 		C.fi_destroy_query_pool(q.dev.d, q.h)
 	}
 	q.h = 0

@@ -61,6 +61,9 @@ type Device struct {
 
 	compute, transfer *queue
 
+	liveMu sync.Mutex
+	live   map[any]func() // objects made from the device: Close destroys what is left
+
 	memMu   sync.Mutex
 	heaps   [numKinds]*heap
 	budget  uint64
@@ -95,6 +98,7 @@ func (i *Instance) OpenDevice(index int, cfg DeviceConfig) (*Device, error) {
 		mem:    i.mem[index],
 		budget: cfg.Budget,
 		chunk:  cfg.ChunkBytes,
+		live:   map[any]func(){},
 	}
 	if d.budget == 0 {
 		d.budget = info.DeviceLocalBytes()
@@ -224,6 +228,16 @@ func (d *Device) Close() {
 	}
 	if d.d.h != nil {
 		C.fi_device_wait_idle(d.d)
+		// Vulkan requires every child object destroyed before the device.
+		d.liveMu.Lock()
+		left := make([]func(), 0, len(d.live))
+		for _, destroy := range d.live {
+			left = append(left, destroy)
+		}
+		d.liveMu.Unlock()
+		for _, destroy := range left {
+			destroy()
+		}
 		for _, q := range d.queues() {
 			if q != nil && q.pool != 0 {
 				C.fi_destroy_command_pool(d.d, q.pool)
@@ -234,4 +248,18 @@ func (d *Device) Close() {
 	}
 	C.free(unsafe.Pointer(d.d))
 	d.d = nil
+}
+
+// track records an object Close must destroy if its owner did not.
+func (d *Device) track(o any, destroy func()) {
+	d.liveMu.Lock()
+	d.live[o] = destroy
+	d.liveMu.Unlock()
+}
+
+// untrack forgets an object destroyed by its owner.
+func (d *Device) untrack(o any) {
+	d.liveMu.Lock()
+	delete(d.live, o)
+	d.liveMu.Unlock()
 }

@@ -130,6 +130,7 @@ func (d *Device) NewBuffer(size uint64, kind MemoryKind) (*Buffer, error) {
 	if b.chunk.mapped != nil {
 		b.host = unsafe.Slice((*byte)(unsafe.Add(b.chunk.mapped, b.off)), size)
 	}
+	d.track(b, b.Free)
 	return b, nil
 }
 
@@ -235,6 +236,7 @@ func (b *Buffer) Free() {
 	if b.h == 0 || d.d == nil {
 		return
 	}
+	d.untrack(b)
 	C.fi_destroy_buffer(d.d, b.h)
 	b.h = 0
 	b.host = nil

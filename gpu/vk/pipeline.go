@@ -76,6 +76,7 @@ func (d *Device) NewPipeline(s PipelineSpec) (*Pipeline, error) {
 		C.fi_destroy_pipeline(d.d, p.dsl, p.layout, p.pipe)
 		return nil, fmt.Errorf("pipeline %s: %w", s.Name, check("vkCreateComputePipelines", r))
 	}
+	d.track(p, p.Destroy)
 	return p, nil
 }
 
@@ -87,6 +88,7 @@ func (p *Pipeline) Destroy() {
 	if p.pipe == 0 || p.dev.d == nil {
 		return
 	}
+	p.dev.untrack(p)
 	for _, pool := range p.pools {
 		C.fi_destroy_descriptor_pool(p.dev.d, pool)
 	}
