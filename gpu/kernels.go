@@ -38,6 +38,7 @@ type Kernels struct {
 	mu    sync.Mutex
 	pipes map[variant]*vk.Pipeline
 	sets  map[setKey]*vk.DescriptorSet
+	mv    map[quant.Type][2]uint32 // mat-vec variants set by SetMatVecVariant
 }
 
 type variant struct {
@@ -52,7 +53,7 @@ type setKey struct {
 
 // NewKernels returns the kernels of dev. Close destroys their pipelines.
 func NewKernels(dev *vk.Device) *Kernels {
-	return &Kernels{dev: dev, pipes: map[variant]*vk.Pipeline{}, sets: map[setKey]*vk.DescriptorSet{}}
+	return &Kernels{dev: dev, pipes: map[variant]*vk.Pipeline{}, sets: map[setKey]*vk.DescriptorSet{}, mv: map[quant.Type][2]uint32{}}
 }
 
 // Close destroys the pipelines and their descriptor sets.
@@ -150,6 +151,27 @@ var matVecShaders = map[quant.Type]struct {
 // SupportsMatVec reports whether MatVec handles weights of type t.
 func SupportsMatVec(t quant.Type) bool { _, ok := matVecShaders[t]; return ok }
 
+// SetMatVecVariant makes later MatVec calls on type t run threads
+// invocations per workgroup (a power of two, within the device's limits)
+// each workgroup making rows outputs (1 to 64); the pipeline of each
+// variant is built once.
+func (k *Kernels) SetMatVecVariant(t quant.Type, threads, rows int) error {
+	if _, ok := matVecShaders[t]; !ok {
+		return fmt.Errorf("gpu: SetMatVecVariant: %w: weights of type %s", vk.ErrUnsupported, t)
+	}
+	lim := k.dev.Info().Limits
+	if threads < 1 || threads&(threads-1) != 0 || uint32(threads) > lim.MaxComputeWorkGroupSize[0] || uint32(threads) > lim.MaxComputeWorkGroupInvocations {
+		return fmt.Errorf("gpu: SetMatVecVariant: %d threads (a power of two up to %d)", threads, min(lim.MaxComputeWorkGroupSize[0], lim.MaxComputeWorkGroupInvocations))
+	}
+	if rows < 1 || rows > 64 || uint32(4*threads*rows) > lim.MaxComputeSharedMemorySize {
+		return fmt.Errorf("gpu: SetMatVecVariant: %d rows per workgroup (1 to 64, %d·%d floats of shared memory)", rows, threads, rows)
+	}
+	k.mu.Lock()
+	k.mv[t] = [2]uint32{uint32(threads), uint32(rows)}
+	k.mu.Unlock()
+	return nil
+}
+
 // MatVec records y[t·Rows + r] = W[r]·x[t·Cols : (t+1)·Cols] for t < n
 // (model.Ops.MatMul's layout), in float32 against dequantized weights.
 func (k *Kernels) MatVec(cb *vk.CommandBuffer, y F32, w Weight, x F32, n int) error {
@@ -181,11 +203,17 @@ func (k *Kernels) MatVec(cb *vk.CommandBuffer, y F32, w Weight, x F32, n int) er
 	if n > int(k.dev.Info().Limits.MaxComputeWorkGroupCount[2]) {
 		return fmt.Errorf("gpu: MatVec: %d vectors exceed the device's z workgroup limit", n)
 	}
-	p, set, err := k.bind(sh.name, 24, sh.spec, w.Buf, x.Buf, y.Buf)
+	spec := sh.spec
+	k.mu.Lock()
+	if v, ok := k.mv[w.Type]; ok {
+		spec = v[:]
+	}
+	k.mu.Unlock()
+	p, set, err := k.bind(sh.name, 24, spec, w.Buf, x.Buf, y.Buf)
 	if err != nil {
 		return err
 	}
-	rows := int(sh.spec[1])
+	rows := int(spec[1])
 	gx, gy, err := k.grid((w.Rows + rows - 1) / rows)
 	if err != nil {
 		return err

@@ -288,32 +288,65 @@ func TestMatVec(t *testing.T) {
 			}
 			t.Run(fmt.Sprintf("type=%s/rows=%d/cols=%d/n=%d", typ, s.rows, s.cols, s.n), func(t *testing.T) {
 				r.t = t
-				wb := quantize(t, typ, r.floats(s.rows*s.cols), s.rows, s.cols)
-				x := r.floats(s.n * s.cols)
-				// The weights start 16 bytes into their buffer and x 5
-				// floats in, so the offsets are exercised.
-				w := Weight{Buf: r.buffer(append(make([]byte, 16), wb...)), Off: 16, Type: typ, Rows: s.rows, Cols: s.cols}
-				xb := F32{Buf: r.buffer(f32bytes(append(make([]float32, 5), x...))), Off: 5}
-				y := r.guarded(s.n * s.rows)
-				dt := r.run(func(cb *vk.CommandBuffer) error { return r.k.MatVec(cb, y, w, xb, s.n) })
-				got := r.read(y, s.n*s.rows)
-
-				mw := &model.Weight{Name: "w", Type: typ, Rows: s.rows, Cols: s.cols, RowBytes: len(wb) / s.rows, Data: wb}
-				want := make([]float32, s.n*s.rows)
-				cpu.NewRef().MatMul(want, mw, x, s.n)
-				exact := make([]float32, s.n*s.rows)
-				ref := cpu.NewRef()
-				ref.Exact = true
-				ref.MatMul(exact, mw, x, s.n)
-				e, ee := nmse(got, want), nmse(got, exact)
-				if len(want) >= minNMSEOutputs && e > nmseMatVec {
-					t.Errorf("NMSE against cpu.Ref %.3g > %.0e", e, nmseMatVec)
-				}
-				if ee > nmseMatVecExact {
-					t.Errorf("NMSE against cpu.Ref (Exact) %.3g > %.0e", ee, nmseMatVecExact)
-				}
-				t.Logf("NMSE %.2e (exact %.2e), %v on device", e, ee, dt)
+				r.checkMatVec(typ, s.rows, s.cols, s.n)
 			})
+		}
+	}
+}
+
+// checkMatVec runs one mat-vec on random inputs and compares it with
+// cpu.Ref, natively and with Exact set.
+func (r *rig) checkMatVec(typ quant.Type, rows, cols, n int) {
+	t := r.t
+	wb := quantize(t, typ, r.floats(rows*cols), rows, cols)
+	x := r.floats(n * cols)
+	// The weights start 16 bytes into their buffer and x 5 floats in, so
+	// the offsets are exercised.
+	w := Weight{Buf: r.buffer(append(make([]byte, 16), wb...)), Off: 16, Type: typ, Rows: rows, Cols: cols}
+	xb := F32{Buf: r.buffer(f32bytes(append(make([]float32, 5), x...))), Off: 5}
+	y := r.guarded(n * rows)
+	dt := r.run(func(cb *vk.CommandBuffer) error { return r.k.MatVec(cb, y, w, xb, n) })
+	got := r.read(y, n*rows)
+
+	mw := &model.Weight{Name: "w", Type: typ, Rows: rows, Cols: cols, RowBytes: len(wb) / rows, Data: wb}
+	want := make([]float32, n*rows)
+	cpu.NewRef().MatMul(want, mw, x, n)
+	exact := make([]float32, n*rows)
+	ref := cpu.NewRef()
+	ref.Exact = true
+	ref.MatMul(exact, mw, x, n)
+	e, ee := nmse(got, want), nmse(got, exact)
+	if len(want) >= minNMSEOutputs && e > nmseMatVec {
+		t.Errorf("NMSE against cpu.Ref %.3g > %.0e", e, nmseMatVec)
+	}
+	if ee > nmseMatVecExact {
+		t.Errorf("NMSE against cpu.Ref (Exact) %.3g > %.0e", ee, nmseMatVecExact)
+	}
+	t.Logf("NMSE %.2e (exact %.2e), %v on device", e, ee, dt)
+}
+
+// TestMatVecVariants runs each mat-vec shader with other threads and rows
+// per workgroup (specialization constants): a last workgroup with fewer
+// rows than it makes, threads beyond the blocks of a row.
+func TestMatVecVariants(t *testing.T) {
+	r := newRig(t)
+	for _, typ := range []quant.Type{quant.F32, quant.F16, quant.Q8_0, quant.Q4_K} {
+		for _, v := range [][2]int{{16, 3}, {128, 2}, {32, 8}} {
+			for _, rows := range []int{7, 65} {
+				cols := 2048 + 256
+				t.Run(fmt.Sprintf("type=%s/threads=%d/rows_per_group=%d/rows=%d", typ, v[0], v[1], rows), func(t *testing.T) {
+					r.t = t
+					if err := r.k.SetMatVecVariant(typ, v[0], v[1]); err != nil {
+						t.Fatal(err)
+					}
+					r.checkMatVec(typ, rows, cols, 2)
+				})
+			}
+		}
+	}
+	for _, bad := range [][2]int{{0, 1}, {24, 1}, {32, 0}, {32, 65}} {
+		if err := r.k.SetMatVecVariant(quant.F32, bad[0], bad[1]); err == nil {
+			t.Errorf("variant %v accepted", bad)
 		}
 	}
 }
