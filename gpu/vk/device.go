@@ -165,29 +165,12 @@ func pickQueues(fams []QueueFamily) (compute, transfer uint32, ok bool) {
 	return uint32(c), uint32(t), true
 }
 
-// missingFuncs names the first required device function the driver did not
-// give (the timeline-semaphore calls are checked where they are used).
+// missingFuncs names the first Vulkan 1.0 device function the driver did
+// not give (the 1.2 timeline-semaphore calls are checked where they are
+// used).
 func (d *Device) missingFuncs() string {
-	f := d.d
-	for _, p := range []struct {
-		name string
-		p    unsafe.Pointer
-	}{
-		{"vkGetDeviceQueue", unsafe.Pointer(f.vkGetDeviceQueue)},
-		{"vkQueueSubmit", unsafe.Pointer(f.vkQueueSubmit)},
-		{"vkCreateBuffer", unsafe.Pointer(f.vkCreateBuffer)},
-		{"vkAllocateMemory", unsafe.Pointer(f.vkAllocateMemory)},
-		{"vkMapMemory", unsafe.Pointer(f.vkMapMemory)},
-		{"vkCreateComputePipelines", unsafe.Pointer(f.vkCreateComputePipelines)},
-		{"vkCreateDescriptorPool", unsafe.Pointer(f.vkCreateDescriptorPool)},
-		{"vkCreateCommandPool", unsafe.Pointer(f.vkCreateCommandPool)},
-		{"vkCmdDispatch", unsafe.Pointer(f.vkCmdDispatch)},
-		{"vkCreateFence", unsafe.Pointer(f.vkCreateFence)},
-		{"vkCreateQueryPool", unsafe.Pointer(f.vkCreateQueryPool)},
-	} {
-		if p.p == nil {
-			return p.name
-		}
+	if p := C.fi_missing_device_func(d.d); p != nil {
+		return C.GoString(p)
 	}
 	return ""
 }

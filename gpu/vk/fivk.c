@@ -153,6 +153,15 @@ VkResult fi_create_device(fiInstance *in, VkPhysicalDevice pd, fiDevice *d, uint
 	return VK_SUCCESS;
 }
 
+// fi_missing_device_func names the first Vulkan 1.0 device function the
+// driver did not give, or returns NULL.
+const char *fi_missing_device_func(fiDevice *d) {
+#define FI_CHECK(fn) if (!d->fn) return #fn;
+	FI_DEVICE_FUNCS_10(FI_CHECK)
+#undef FI_CHECK
+	return NULL;
+}
+
 void fi_destroy_device(fiDevice *d) {
 	if (d->h && d->vkDestroyDevice) d->vkDestroyDevice(d->h, NULL);
 	d->h = NULL;

@@ -32,7 +32,17 @@
 	X(vkCreateDevice) \
 	X(vkGetDeviceProcAddr)
 
+// FI_DEVICE_FUNCS are Vulkan 1.0 core; FI_DEVICE_FUNCS_12 are 1.2 core
+// (timeline semaphores) and may be NULL on older drivers.
 #define FI_DEVICE_FUNCS(X) \
+	FI_DEVICE_FUNCS_10(X) \
+	FI_DEVICE_FUNCS_12(X)
+
+#define FI_DEVICE_FUNCS_12(X) \
+	X(vkWaitSemaphores) \
+	X(vkGetSemaphoreCounterValue)
+
+#define FI_DEVICE_FUNCS_10(X) \
 	X(vkDestroyDevice) \
 	X(vkGetDeviceQueue) \
 	X(vkDeviceWaitIdle) \
@@ -82,9 +92,7 @@
 	X(vkWaitForFences) \
 	X(vkResetFences) \
 	X(vkCreateSemaphore) \
-	X(vkDestroySemaphore) \
-	X(vkWaitSemaphores) \
-	X(vkGetSemaphoreCounterValue)
+	X(vkDestroySemaphore)
 
 #define FI_DECL(name) PFN_##name name;
 
@@ -130,6 +138,7 @@ void fi_props(fiInstance *in, VkPhysicalDevice pd, fiProps *out);
 int fi_has_layer(fiLoader *l, const char *name);
 VkResult fi_create_device(fiInstance *in, VkPhysicalDevice pd, fiDevice *d, uint32_t computeFamily, uint32_t transferFamily, int timeline);
 void fi_destroy_device(fiDevice *d);
+const char *fi_missing_device_func(fiDevice *d);
 VkResult fi_submit(fiDevice *d, VkQueue q, VkCommandBuffer cb,
 	uint32_t nWait, const VkSemaphore *waitSems, const uint64_t *waitValues,
 	uint32_t nSignal, const VkSemaphore *signalSems, const uint64_t *signalValues,
