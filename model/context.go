@@ -167,8 +167,30 @@ func (c *Context) matmuls(name string, layer int, x []float32, n int, ps ...mm) 
 
 func (c *Context) eval(name string, layer int, x []float32, n, dim int) {
 	if c.hooks.Eval != nil {
+		if c.toHost(x) != nil {
+			return // the step's error comes back from Decode's next toHost
+		}
 		c.hooks.Eval(name, layer, x[:n*dim], n, dim)
 	}
+}
+
+// HostSync is implemented by Ops that keep activations in device memory
+// between operations (package gpu): the host slices passed to the Ops
+// name the activations, and their contents are current only after
+// ToHost. The Context calls ToHost(x) before it reads or writes x itself,
+// where x is any slice of the buffer concerned; ToHost also returns the
+// first error of the ops since its last call (Ops methods have none).
+type HostSync interface {
+	ToHost(x []float32) error
+}
+
+// toHost makes x's buffer current on the host (HostSync), if the Ops keep
+// it elsewhere.
+func (c *Context) toHost(x []float32) error {
+	if s, ok := c.Ops.(HostSync); ok {
+		return s.ToHost(x)
+	}
+	return nil
 }
 
 // Decode runs one forward step and returns the logits of the rows marked in
@@ -207,8 +229,15 @@ func (c *Context) Decode(b *Batch) ([]float32, error) {
 		c.KV.flush() // the step failed anyway: its error is the one to report
 		return nil, err
 	}
-	c.embeddings(b)
-	out := c.output(b)
+	if err := c.embeddings(b); err != nil {
+		c.KV.flush()
+		return nil, err
+	}
+	out, err := c.output(b)
+	if err != nil {
+		c.KV.flush()
+		return nil, err
+	}
 	if err := c.KV.flush(); err != nil { // the deferred rows (Hooks.KVDefer)
 		return nil, err
 	}
@@ -225,11 +254,17 @@ func (c *Context) ExpertRuns() int64 { return c.expertRuns }
 func (c *Context) Embeddings() []float32 { return c.embd[:c.nEmbd*c.M.NEmbd] }
 
 // embeddings applies the final norm to the rows that want embeddings.
-func (c *Context) embeddings(b *Batch) {
+func (c *Context) embeddings(b *Batch) error {
 	if b.Embd == nil {
-		return
+		return nil
 	}
 	h := &c.M.Hyper
+	if err := c.toHost(c.x); err != nil {
+		return err
+	}
+	if err := c.toHost(c.embd); err != nil {
+		return err
+	}
 	rows := 0
 	for i, want := range b.Embd {
 		if want {
@@ -238,19 +273,29 @@ func (c *Context) embeddings(b *Batch) {
 		}
 	}
 	if rows == 0 {
-		return
+		return nil
 	}
 	c.span("output", -1, true)
 	c.Ops.RMSNorm(c.embd, c.embd[:rows*h.NEmbd], c.M.OutputNorm, rows, h.NEmbd, h.RMSEps)
 	c.span("output", -1, false)
+	if err := c.toHost(c.embd); err != nil {
+		return err
+	}
 	c.nEmbd = rows
+	return nil
 }
 
 // output applies the final norm and the output projection to the rows that
 // want logits.
-func (c *Context) output(b *Batch) []float32 {
+func (c *Context) output(b *Batch) ([]float32, error) {
 	h := &c.M.Hyper
 	n := b.Len()
+	if err := c.toHost(c.x); err != nil {
+		return nil, err
+	}
+	if err := c.toHost(c.outRows); err != nil {
+		return nil, err
+	}
 	rows := 0
 	for i := range n {
 		if b.Logits == nil || b.Logits[i] {
@@ -259,7 +304,7 @@ func (c *Context) output(b *Batch) []float32 {
 		}
 	}
 	if rows == 0 {
-		return c.logits[:0]
+		return c.logits[:0], nil
 	}
 	c.span("output", -1, true)
 	c.Ops.RMSNorm(c.outRows, c.outRows[:rows*h.NEmbd], c.M.OutputNorm, rows, h.NEmbd, h.RMSEps)
@@ -268,5 +313,5 @@ func (c *Context) output(b *Batch) []float32 {
 	c.matmul("output_proj", -1, out, c.M.Output, c.outRows[:rows*h.NEmbd], rows)
 	c.eval("result_output", -1, out, rows, h.NVocab)
 	c.span("output", -1, false)
-	return out
+	return out, c.toHost(out)
 }

@@ -259,6 +259,9 @@ func (c *KVCache) TurboV(l, kh int) *quant.Turbo {
 	return c.tv[l][kh]
 }
 
+// NSeq returns the number of sequences the cache holds.
+func (c *KVCache) NSeq() int { return c.nSeq }
+
 // NHeadKV returns the KV heads of a row.
 func (c *KVCache) NHeadKV() int { return c.nHead }
 
