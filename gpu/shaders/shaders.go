@@ -23,6 +23,10 @@ const (
 	RMSNorm       = "rms_norm"
 	SwiGLU        = "swiglu"
 	Add           = "add"
+	AddRows       = "add_rows"
+	Rope          = "rope"
+	Softmax       = "softmax"
+	AttnF32       = "attn_f32"
 	Noop          = "noop"
 )
 
