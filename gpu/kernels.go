@@ -48,7 +48,7 @@ type variant struct {
 
 type setKey struct {
 	p    *vk.Pipeline
-	bufs [3]*vk.Buffer
+	bufs [6]*vk.Buffer
 }
 
 // NewKernels returns the kernels of dev. Close destroys their pipelines.

@@ -1,0 +1,345 @@
+//go:build cgo
+
+package gpu
+
+// backend_ops.go: Backend's model.Ops methods. Each looks up its operands'
+// device copies (backend.go), records one kernel and a barrier, and keeps
+// its first failure for ToHost to return (Ops methods have no error).
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/flowinfer/flowinfer/gpu/vk"
+	"github.com/flowinfer/flowinfer/model"
+	"github.com/flowinfer/flowinfer/quant"
+)
+
+var (
+	_ model.Ops      = (*Backend)(nil)
+	_ model.KVStorer = (*Backend)(nil)
+	_ model.HostSync = (*Backend)(nil)
+)
+
+// Supports implements model.Ops: the types with a mat-vec shader.
+func (b *Backend) Supports(t quant.Type) bool { return SupportsMatVec(t) }
+
+// run records one op unless an earlier one failed, then a barrier.
+func (b *Backend) run(op func() error) {
+	if b.err != nil {
+		return
+	}
+	if err := b.record(); err != nil {
+		b.fail(err)
+		return
+	}
+	if err := op(); err != nil {
+		b.fail(err)
+		return
+	}
+	if err := b.record(); err != nil { // op may have submitted (a full ring)
+		b.fail(err)
+		return
+	}
+	b.cb.Barrier()
+}
+
+// MatMul implements model.Ops.
+func (b *Backend) MatMul(out []float32, w *model.Weight, x []float32, n int) {
+	b.run(func() error {
+		dw, ok := b.weights[w]
+		if !ok {
+			return fmt.Errorf("gpu: MatMul: weight %q is not on the device", w.Name)
+		}
+		xi, err := b.in(x[:n*w.Cols])
+		if err != nil {
+			return err
+		}
+		y, err := b.out(out[:n*w.Rows])
+		if err != nil {
+			return err
+		}
+		return b.k.MatVec(b.cb, y, dw, xi, n)
+	})
+}
+
+// Embed implements model.Ops: the rows are dequantized on the host from
+// the file's bytes (any type quant reads) into the staging ring and copied
+// into out's device copy: the table is read by row, never uploaded whole.
+func (b *Backend) Embed(out []float32, w *model.Weight, ids []int32) {
+	b.run(func() error {
+		y, err := b.out(out[:len(ids)*w.Cols])
+		if err != nil {
+			return err
+		}
+		for t, id := range ids {
+			if id < 0 || int(id) >= w.Rows {
+				return fmt.Errorf("gpu: Embed: row %d of %q (%d rows)", id, w.Name, w.Rows)
+			}
+			off, err := b.stage(4 * w.Cols)
+			if err != nil {
+				return err
+			}
+			row := w.Data[int(id)*w.RowBytes : (int(id)+1)*w.RowBytes]
+			dst := f32s(b.ring.Bytes()[off : off+4*w.Cols])
+			if err := quant.DequantizeRow(w.Type, row, dst); err != nil {
+				return fmt.Errorf("gpu: Embed %q: %w", w.Name, err)
+			}
+			b.cb.Copy(y.Buf, uint64(4*(y.Off+t*w.Cols)), b.ring, uint64(off), uint64(4*w.Cols))
+		}
+		return nil
+	})
+}
+
+// RMSNorm implements model.Ops.
+func (b *Backend) RMSNorm(out, x []float32, weight model.Vector, n, dim int, eps float32) {
+	b.run(func() error {
+		xi, err := b.in(x[:n*dim])
+		if err != nil {
+			return err
+		}
+		var g F32
+		if weight != nil {
+			if g, err = b.vector(weight); err != nil {
+				return err
+			}
+		}
+		y, err := b.out(out[:n*dim])
+		if err != nil {
+			return err
+		}
+		return b.k.RMSNorm(b.cb, y, xi, g, n, dim, eps)
+	})
+}
+
+// Rope implements model.Ops: the angle table of each row is computed on
+// the host (ropeTable) and rotates x on the device.
+func (b *Backend) Rope(x []float32, pos []int32, n, nHead, headDim int, rp *model.Rope) {
+	b.run(func() error {
+		half := rp.Dim / 2
+		if rp.Type != model.RopeNorm && rp.Type != model.RopeNeox {
+			return fmt.Errorf("gpu: Rope: %w: rope type %v", vk.ErrUnsupported, rp.Type)
+		}
+		xi, err := b.in(x[:n*nHead*headDim])
+		if err != nil {
+			return err
+		}
+		if _, err := b.out(x[:n*nHead*headDim]); err != nil {
+			return err
+		}
+		off, err := b.stage(4 * n * 4 * half)
+		if err != nil {
+			return err
+		}
+		cs := f32s(b.ring.Bytes()[off : off+4*n*4*half])
+		for t := range n {
+			ropeTable(cs[t*4*half:(t+1)*4*half], pos[t], rp)
+		}
+		return b.k.Rope(b.cb, xi, F32{Buf: b.ring, Off: off / 4}, n, nHead, headDim, half, rp.Type == model.RopeNeox)
+	})
+}
+
+// SwiGLU implements model.Ops.
+func (b *Backend) SwiGLU(out, gate, up []float32) {
+	b.run(func() error {
+		n := len(gate)
+		g, err := b.in(gate)
+		if err != nil {
+			return err
+		}
+		u, err := b.in(up[:n])
+		if err != nil {
+			return err
+		}
+		y, err := b.out(out[:n])
+		if err != nil {
+			return err
+		}
+		return b.k.SwiGLU(b.cb, y, g, u, n)
+	})
+}
+
+// Add implements model.Ops.
+func (b *Backend) Add(dst, src []float32) {
+	b.run(func() error {
+		s, err := b.in(src[:len(dst)])
+		if err != nil {
+			return err
+		}
+		if _, err := b.in(dst); err != nil {
+			return err
+		}
+		d, err := b.out(dst)
+		if err != nil {
+			return err
+		}
+		return b.k.Add(b.cb, d, s, len(dst))
+	})
+}
+
+// AddRows implements model.Ops.
+func (b *Backend) AddRows(x []float32, bias model.Vector) {
+	b.run(func() error {
+		n := len(x) / len(bias) * len(bias)
+		bv, err := b.vector(bias)
+		if err != nil {
+			return err
+		}
+		if _, err := b.in(x[:n]); err != nil {
+			return err
+		}
+		d, err := b.out(x[:n])
+		if err != nil {
+			return err
+		}
+		return b.k.AddRows(b.cb, d, bv, n, len(bias))
+	})
+}
+
+// Softmax implements model.Ops.
+func (b *Backend) Softmax(x []float32, n, dim int) {
+	b.run(func() error {
+		if _, err := b.in(x[:n*dim]); err != nil {
+			return err
+		}
+		d, err := b.out(x[:n*dim])
+		if err != nil {
+			return err
+		}
+		return b.k.Softmax(b.cb, d, n, dim)
+	})
+}
+
+// devKV returns kv's device cache, made on first use; a cache the shaders
+// cannot read is an error naming what.
+func (b *Backend) devKV(kv *model.KVCache, layer int) (*devKV, error) {
+	if d := b.kvs[kv]; d != nil {
+		return d, nil
+	}
+	if kv.Paged() {
+		return nil, fmt.Errorf("gpu: %w: a paged KV cache", vk.ErrUnsupported)
+	}
+	if kv.HasRecent() {
+		return nil, fmt.Errorf("gpu: %w: --kv-recent rows", vk.ErrUnsupported)
+	}
+	for l := range kv.NLayer {
+		if lt := kv.Layer(l); lt.K != model.KVF32 || lt.V != model.KVF32 || lt.RotK > 0 || lt.RotV > 0 {
+			return nil, fmt.Errorf("gpu: %w: KV cache of types %s/%s in layer %d (supported: f32)", vk.ErrUnsupported, lt.K, lt.V, l)
+		}
+	}
+	d := &devKV{}
+	cells := uint64(kv.NSeq()) * uint64(kv.NCtx)
+	for range kv.NLayer {
+		k, err := b.dev.NewBuffer(4*cells*uint64(kv.KDim), vk.DeviceLocal)
+		if err != nil {
+			return nil, fmt.Errorf("gpu: KV cache: %w", err)
+		}
+		d.k = append(d.k, k)
+		v, err := b.dev.NewBuffer(4*cells*uint64(kv.VDim), vk.DeviceLocal)
+		if err != nil {
+			return nil, fmt.Errorf("gpu: KV cache: %w", err)
+		}
+		d.v = append(d.v, v)
+	}
+	b.kvs[kv] = d
+	return d, nil
+}
+
+// StoreKV implements model.KVStorer: rows are copied into the device
+// cache (consecutive cells in one copy); the host cache is left as it was.
+func (b *Backend) StoreKV(kv *model.KVCache, layer int, seq, pos []int32, k, v []float32) {
+	b.run(func() error {
+		d, err := b.devKV(kv, layer)
+		if err != nil {
+			return err
+		}
+		n := len(seq)
+		for _, c := range []struct {
+			dst *vk.Buffer
+			src []float32
+			dim int
+		}{{d.k[layer], k[:n*kv.KDim], kv.KDim}, {d.v[layer], v[:n*kv.VDim], kv.VDim}} {
+			s, err := b.in(c.src)
+			if err != nil {
+				return err
+			}
+			for t0 := 0; t0 < n; {
+				t1 := t0 + 1
+				for t1 < n && seq[t1] == seq[t0] && pos[t1] == pos[t1-1]+1 {
+					t1++
+				}
+				cell := uint64(seq[t0])*uint64(kv.NCtx) + uint64(pos[t0])
+				b.cb.Copy(c.dst, 4*cell*uint64(c.dim), s.Buf, uint64(4*(s.Off+t0*c.dim)), uint64(4*(t1-t0)*c.dim))
+				t0 = t1
+			}
+		}
+		return nil
+	})
+}
+
+// Attention implements model.Ops against the device cache StoreKV fills.
+func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq, pos []int32, h *model.Hyper, a model.Attn) {
+	b.run(func() error {
+		d, err := b.devKV(kv, layer)
+		if err != nil {
+			return err
+		}
+		n := len(seq)
+		qi, err := b.in(q[:n*h.NHead*h.HeadDimK])
+		if err != nil {
+			return err
+		}
+		var sinks F32
+		if a.Sinks != nil {
+			if sinks, err = b.vector(a.Sinks); err != nil {
+				return err
+			}
+		}
+		o, err := b.out(out[:n*h.NHead*h.HeadDimV])
+		if err != nil {
+			return err
+		}
+		off, err := b.stage(8 * n)
+		if err != nil {
+			return err
+		}
+		idx := i32s(b.ring.Bytes()[off : off+8*n])
+		for t := range n {
+			idx[2*t], idx[2*t+1] = seq[t], pos[t]
+		}
+		s := AttnShape{NHead: h.NHead, NHeadKV: h.NHeadKV, DK: h.HeadDimK, DV: h.HeadDimV, NCtx: kv.NCtx, Scale: a.Scale, Window: max(a.Window, 0)}
+		return b.k.Attention(b.cb, o, qi, F32{Buf: d.k[layer]}, F32{Buf: d.v[layer]}, F32{Buf: b.ring, Off: off / 4}, sinks, n, s)
+	})
+}
+
+// ropeTable writes the 4·half floats of the rope shader's table for
+// position p: package cpu's angle table (its ropeTable), so both backends
+// rotate by the same float32 values: ggml's float32 recurrence theta *=
+// base^(-2/dim), llama3 factors, YaRN's mix when rp.ExtFactor != 0, cos
+// and sin in float64 rounded to float32, times rp.MScale().
+func ropeTable(cs []float32, p int32, rp *model.Rope) {
+	thetaScale := float32(math.Pow(float64(rp.Base), float64(-2/float32(rp.Dim))))
+	half := rp.Dim / 2
+	c, s := cs[:2*half], cs[2*half:4*half]
+	mscale := rp.MScale()
+	theta := float32(p)
+	for i := range half {
+		extrap := theta
+		if rp.Factors != nil {
+			extrap /= rp.Factors[i]
+		}
+		th := rp.Scale * extrap
+		if rp.ExtFactor != 0 {
+			mix := model.YarnRamp(rp.Corr[0], rp.Corr[1], i) * rp.ExtFactor
+			th = float32(th*(1-mix)) + float32(extrap*mix)
+		}
+		sin64, cos64 := math.Sincos(float64(th))
+		cos, sin := float32(cos64)*mscale, float32(sin64)*mscale
+		if rp.Type == model.RopeNeox {
+			c[i], s[i] = cos, sin
+		} else {
+			c[2*i], c[2*i+1], s[2*i], s[2*i+1] = cos, cos, -sin, sin
+		}
+		theta *= thetaScale
+	}
+}

@@ -1,0 +1,160 @@
+//go:build cgo
+
+package gpu
+
+// kernels_model.go: the operations a model step needs beyond the products
+// and element-wise ops of kernels.go: RoPE by a host-computed angle table,
+// bias rows, softmax, and causal attention against an F32 KV cache.
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/flowinfer/flowinfer/gpu/shaders"
+	"github.com/flowinfer/flowinfer/gpu/vk"
+)
+
+// Rope records the rotation of the first 2·half values of each of nHead
+// heads of headDim in n rows of x, by the table cs (4·half floats per row,
+// ropeTable's layout); neox selects the NeoX pairing.
+func (k *Kernels) Rope(cb *vk.CommandBuffer, x, cs F32, n, nHead, headDim, half int, neox bool) error {
+	if n <= 0 || nHead <= 0 || half <= 0 || 2*half > headDim {
+		return fmt.Errorf("gpu: Rope: %d rows of %d heads of %d, %d pairs", n, nHead, headDim, half)
+	}
+	lim := k.dev.Info().Limits.MaxComputeWorkGroupCount
+	if uint32(nHead) > lim[0] || uint32(n) > lim[1] {
+		return fmt.Errorf("gpu: Rope: %d heads x %d rows exceed the device's workgroup limits", nHead, n)
+	}
+	xo, err := floats("Rope x", x, n*nHead*headDim)
+	if err != nil {
+		return err
+	}
+	co, err := floats("Rope table", cs, n*4*half)
+	if err != nil {
+		return err
+	}
+	p, set, err := k.bind(shaders.Rope, 24, []uint32{64}, x.Buf, cs.Buf)
+	if err != nil {
+		return err
+	}
+	nx := uint32(0)
+	if neox {
+		nx = 1
+	}
+	cb.Dispatch(p, set, push(xo, co, uint32(nHead), uint32(headDim), uint32(half), nx), uint32(nHead), uint32(n), 1)
+	return nil
+}
+
+// AddRows records x[i] += b[i mod dim] over n floats of x (n a multiple
+// of dim).
+func (k *Kernels) AddRows(cb *vk.CommandBuffer, x, b F32, n, dim int) error {
+	if dim <= 0 || n <= 0 || n%dim != 0 || n > math.MaxUint32 {
+		return fmt.Errorf("gpu: AddRows: %d floats in rows of %d", n, dim)
+	}
+	xo, err := floats("AddRows x", x, n)
+	if err != nil {
+		return err
+	}
+	bo, err := floats("AddRows bias", b, dim)
+	if err != nil {
+		return err
+	}
+	p, set, err := k.bind(shaders.AddRows, 16, []uint32{ewThreads}, x.Buf, b.Buf)
+	if err != nil {
+		return err
+	}
+	gx, gy, err := k.grid((n + ewThreads - 1) / ewThreads)
+	if err != nil {
+		return err
+	}
+	cb.Dispatch(p, set, push(uint32(n), xo, bo, uint32(dim)), gx, gy, 1)
+	return nil
+}
+
+// Softmax records the softmax of each of n rows of dim floats in place.
+func (k *Kernels) Softmax(cb *vk.CommandBuffer, x F32, n, dim int) error {
+	if n <= 0 || dim <= 0 {
+		return fmt.Errorf("gpu: Softmax: %d rows of %d", n, dim)
+	}
+	xo, err := floats("Softmax x", x, n*dim)
+	if err != nil {
+		return err
+	}
+	p, set, err := k.bind(shaders.Softmax, 12, []uint32{normThreads}, x.Buf)
+	if err != nil {
+		return err
+	}
+	gx, gy, err := k.grid(n)
+	if err != nil {
+		return err
+	}
+	cb.Dispatch(p, set, push(uint32(dim), xo, uint32(n)), gx, gy, 1)
+	return nil
+}
+
+// AttnShape is what Attention needs besides its buffers.
+type AttnShape struct {
+	NHead, NHeadKV int
+	DK, DV         int
+	NCtx           int // cache rows per sequence: cell (seq, j) is row seq·NCtx + j
+	Scale          float32
+	Window         int // 0: none
+}
+
+const attnThreads = 64
+
+// maxAttnDV is attn_f32.comp's MAX_DV.
+const maxAttnDV = 512
+
+// Attention records out = softmax(q·kᵀ·Scale)·v for n query rows (row t of
+// q holds NHead heads of DK; idx holds its sequence and position as two
+// int32 at 2t, 2t+1 from idx.Off) against F32 caches k and v (NHeadKV
+// heads of DK and DV per cell), with sinks (one logit per head) when
+// sinks.Buf is not nil.
+func (k *Kernels) Attention(cb *vk.CommandBuffer, out, q, kc, vc, idx, sinks F32, n int, s AttnShape) error {
+	switch {
+	case n <= 0 || s.NHead <= 0 || s.NHeadKV <= 0 || s.NHead%s.NHeadKV != 0 || s.DK <= 0 || s.DV <= 0 || s.NCtx <= 0 || s.Window < 0:
+		return fmt.Errorf("gpu: Attention: %d rows, shape %+v", n, s)
+	case s.DV > maxAttnDV:
+		return fmt.Errorf("gpu: Attention: %w: value heads of %d (at most %d)", vk.ErrUnsupported, s.DV, maxAttnDV)
+	}
+	lim := k.dev.Info().Limits.MaxComputeWorkGroupCount
+	if uint32(s.NHead) > lim[0] || uint32(n) > lim[1] {
+		return fmt.Errorf("gpu: Attention: %d heads x %d rows exceed the device's workgroup limits", s.NHead, n)
+	}
+	qo, err := floats("Attention q", q, n*s.NHead*s.DK)
+	if err != nil {
+		return err
+	}
+	oo, err := floats("Attention out", out, n*s.NHead*s.DV)
+	if err != nil {
+		return err
+	}
+	io, err := floats("Attention positions", idx, 2*n)
+	if err != nil {
+		return err
+	}
+	if _, err := floats("Attention K", kc, s.NCtx*s.NHeadKV*s.DK); err != nil {
+		return err
+	}
+	if _, err := floats("Attention V", vc, s.NCtx*s.NHeadKV*s.DV); err != nil {
+		return err
+	}
+	if kc.Off != 0 || vc.Off != 0 {
+		return fmt.Errorf("gpu: Attention: K and V caches must start their buffers")
+	}
+	hasS, sb, so := uint32(0), q.Buf, uint32(0)
+	if sinks.Buf != nil {
+		if so, err = floats("Attention sinks", sinks, s.NHead); err != nil {
+			return err
+		}
+		hasS, sb = 1, sinks.Buf
+	}
+	p, set, err := k.bind(shaders.AttnF32, 48, []uint32{attnThreads}, q.Buf, kc.Buf, vc.Buf, idx.Buf, sb, out.Buf)
+	if err != nil {
+		return err
+	}
+	cb.Dispatch(p, set, push(qo, oo, io, uint32(s.NHead), uint32(s.NHeadKV), uint32(s.DK), uint32(s.DV),
+		uint32(s.NCtx), math.Float32bits(s.Scale), uint32(s.Window), hasS, so), uint32(s.NHead), uint32(n), 1)
+	return nil
+}
