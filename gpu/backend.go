@@ -19,7 +19,7 @@ package gpu
 // which model/context.go does.
 //
 // Not done here yet: routed experts (NewBackend refuses MoE models),
-// quantized, TurboQuant or --kv-recent KV caches (StoreKV fails naming the
+// quantized, TurboQuant or --kv-recent KV caches (f32 and f16 are done) (StoreKV fails naming the
 // type), paged caches, weights that do not fit the device budget (an error
 // naming the tensor), matrix-matrix shaders (prefill runs the mat-vec
 // shader once per token row).
@@ -70,10 +70,11 @@ type mirror struct {
 	lo, hi int
 }
 
-// devKV is a KV cache on the device: per layer, F32 K and V rows, cell
-// (seq, pos) at row seq·NCtx + pos.
+// devKV is a KV cache on the device: per layer, K and V rows of F32 or
+// F16 values, cell (seq, pos) at row seq·NCtx + pos.
 type devKV struct {
 	k, v []*vk.Buffer
+	f16  bool
 }
 
 // NewBackend opens the backend on dev for model m: its matrices and

@@ -222,20 +222,30 @@ func (b *Backend) devKV(kv *model.KVCache, layer int) (*devKV, error) {
 	if kv.HasRecent() {
 		return nil, fmt.Errorf("gpu: %w: --kv-recent rows", vk.ErrUnsupported)
 	}
+	lt0 := kv.Layer(0)
 	for l := range kv.NLayer {
-		if lt := kv.Layer(l); lt.K != model.KVF32 || lt.V != model.KVF32 || lt.RotK > 0 || lt.RotV > 0 {
-			return nil, fmt.Errorf("gpu: %w: KV cache of types %s/%s in layer %d (supported: f32)", vk.ErrUnsupported, lt.K, lt.V, l)
+		lt := kv.Layer(l)
+		ok := func(t model.KVType) bool { return t == model.KVF32 || t == model.KVF16 }
+		if !ok(lt.K) || !ok(lt.V) || lt.RotK > 0 || lt.RotV > 0 {
+			return nil, fmt.Errorf("gpu: %w: KV cache of types %s/%s in layer %d (supported: f32, f16)", vk.ErrUnsupported, lt.K, lt.V, l)
+		}
+		if lt.K != lt.V || lt.K != lt0.K {
+			return nil, fmt.Errorf("gpu: %w: KV cache of types %s/%s in layer %d and %s/%s in layer 0 (one type for K, V and every layer)", vk.ErrUnsupported, lt.K, lt.V, l, lt0.K, lt0.V)
 		}
 	}
-	d := &devKV{}
+	d := &devKV{f16: lt0.K == model.KVF16}
 	cells := uint64(kv.NSeq()) * uint64(kv.NCtx)
+	el := uint64(4)
+	if d.f16 {
+		el = 2
+	}
 	for range kv.NLayer {
-		k, err := b.dev.NewBuffer(4*cells*uint64(kv.KDim), vk.DeviceLocal)
+		k, err := b.dev.NewBuffer(el*cells*uint64(kv.KDim), vk.DeviceLocal)
 		if err != nil {
 			return nil, fmt.Errorf("gpu: KV cache: %w", err)
 		}
 		d.k = append(d.k, k)
-		v, err := b.dev.NewBuffer(4*cells*uint64(kv.VDim), vk.DeviceLocal)
+		v, err := b.dev.NewBuffer(el*cells*uint64(kv.VDim), vk.DeviceLocal)
 		if err != nil {
 			return nil, fmt.Errorf("gpu: KV cache: %w", err)
 		}
@@ -245,8 +255,9 @@ func (b *Backend) devKV(kv *model.KVCache, layer int) (*devKV, error) {
 	return d, nil
 }
 
-// StoreKV implements model.KVStorer: rows are copied into the device
-// cache (consecutive cells in one copy); the host cache is left as it was.
+// StoreKV implements model.KVStorer: rows are copied into an F32 device
+// cache (consecutive cells in one copy) or converted into an F16 one; the
+// host cache is left as it was.
 func (b *Backend) StoreKV(kv *model.KVCache, layer int, seq, pos []int32, k, v []float32) {
 	b.run(func() error {
 		d, err := b.devKV(kv, layer)
@@ -254,6 +265,24 @@ func (b *Backend) StoreKV(kv *model.KVCache, layer int, seq, pos []int32, k, v [
 			return err
 		}
 		n := len(seq)
+		if d.f16 {
+			ki, err := b.in(k[:n*kv.KDim])
+			if err != nil {
+				return err
+			}
+			vi, err := b.in(v[:n*kv.VDim])
+			if err != nil {
+				return err
+			}
+			idx, err := b.positions(seq, pos)
+			if err != nil {
+				return err
+			}
+			if err := b.k.KVStoreF16(b.cb, F32{Buf: d.k[layer]}, ki, idx, n, kv.KDim, kv.NCtx); err != nil {
+				return err
+			}
+			return b.k.KVStoreF16(b.cb, F32{Buf: d.v[layer]}, vi, idx, n, kv.VDim, kv.NCtx)
+		}
 		for _, c := range []struct {
 			dst *vk.Buffer
 			src []float32
@@ -299,17 +328,27 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 		if err != nil {
 			return err
 		}
-		off, err := b.stage(8 * n)
+		idx, err := b.positions(seq, pos)
 		if err != nil {
 			return err
 		}
-		idx := i32s(b.ring.Bytes()[off : off+8*n])
-		for t := range n {
-			idx[2*t], idx[2*t+1] = seq[t], pos[t]
-		}
-		s := AttnShape{NHead: h.NHead, NHeadKV: h.NHeadKV, DK: h.HeadDimK, DV: h.HeadDimV, NCtx: kv.NCtx, Scale: a.Scale, Window: max(a.Window, 0)}
-		return b.k.Attention(b.cb, o, qi, F32{Buf: d.k[layer]}, F32{Buf: d.v[layer]}, F32{Buf: b.ring, Off: off / 4}, sinks, n, s)
+		s := AttnShape{NHead: h.NHead, NHeadKV: h.NHeadKV, DK: h.HeadDimK, DV: h.HeadDimV, NCtx: kv.NCtx, Scale: a.Scale, Window: max(a.Window, 0), F16: d.f16}
+		return b.k.Attention(b.cb, o, qi, F32{Buf: d.k[layer]}, F32{Buf: d.v[layer]}, idx, sinks, n, s)
 	})
+}
+
+// positions stages the rows' (seq, pos) pairs, two int32 per row.
+func (b *Backend) positions(seq, pos []int32) (F32, error) {
+	n := len(seq)
+	off, err := b.stage(8 * n)
+	if err != nil {
+		return F32{}, err
+	}
+	idx := i32s(b.ring.Bytes()[off : off+8*n])
+	for t := range n {
+		idx[2*t], idx[2*t+1] = seq[t], pos[t]
+	}
+	return F32{Buf: b.ring, Off: off / 4}, nil
 }
 
 // ropeTable writes the 4·half floats of the rope shader's table for

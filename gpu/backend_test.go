@@ -67,41 +67,47 @@ func argmax(x []float32) int {
 
 // TestBackendGreedyStories: stories260K on the Vulkan backend (prompt as
 // one batch of 5 rows, then 40 single-token steps) gives the CPU
-// backend's greedy tokens, and the prompt's logits agree to 1e-3.
+// backend's greedy tokens with the same KV cache types (f32, f16), and
+// the prompt's logits agree to 1e-3.
 func TestBackendGreedyStories(t *testing.T) {
 	r := newRig(t)
 	m := loadGolden(t, "models/stories260K.gguf")
 	prompt := []int32{1, 403, 407, 261, 378} // "Once upon a time" (golden README)
 	const n = 40
-	cc, err := m.NewContext(cpu.NewBackend(1, nil), 128, 1, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, wantL := greedy(t, cc, prompt, n)
 	be, err := NewBackend(r.d, m)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(be.Close)
-	gc, err := m.NewContext(be, 128, 1, 8)
-	if err != nil {
-		t.Fatal(err)
+	for _, kt := range []model.KVType{model.KVF32, model.KVF16} {
+		t.Run("kv="+kt.String(), func(t *testing.T) {
+			types := model.KVTypes{K: kt, V: kt}
+			cc, err := m.NewContextOf(cpu.NewBackend(1, nil), types, 128, 1, 8)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, wantL := greedy(t, cc, prompt, n)
+			gc, err := m.NewContextOf(be, types, 128, 1, 8)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, gotL := greedy(t, gc, prompt, n)
+			if !slices.Equal(got, want) {
+				t.Errorf("greedy tokens on the GPU\n%v\nCPU\n%v", got, want)
+			}
+			var maxd float64
+			for i := range wantL {
+				if math.IsNaN(float64(gotL[i])) || math.IsInf(float64(gotL[i]), 0) {
+					t.Fatalf("logit %d is %v", i, gotL[i])
+				}
+				maxd = max(maxd, math.Abs(float64(gotL[i]-wantL[i])))
+			}
+			if maxd > 1e-3 {
+				t.Errorf("prompt logits: max |Δ| %.3g against the CPU's", maxd)
+			}
+			t.Logf("prompt logits: max |Δ| %.3g; %d greedy tokens equal", maxd, n)
+		})
 	}
-	got, gotL := greedy(t, gc, prompt, n)
-	if !slices.Equal(got, want) {
-		t.Errorf("greedy tokens on the GPU\n%v\nCPU\n%v", got, want)
-	}
-	var maxd float64
-	for i := range wantL {
-		if math.IsNaN(float64(gotL[i])) || math.IsInf(float64(gotL[i]), 0) {
-			t.Fatalf("logit %d is %v", i, gotL[i])
-		}
-		maxd = max(maxd, math.Abs(float64(gotL[i]-wantL[i])))
-	}
-	if maxd > 1e-3 {
-		t.Errorf("prompt logits: max |Δ| %.3g against the CPU's", maxd)
-	}
-	t.Logf("prompt logits: max |Δ| %.3g; %d greedy tokens equal", maxd, n)
 }
 
 // TestBackendRefuses: a KV cache type without a shader fails the step
@@ -114,13 +120,13 @@ func TestBackendRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(be.Close)
-	c, err := m.NewContextOf(be, model.KVTypes{K: model.KVF16, V: model.KVF16}, 64, 1, 4)
+	c, err := m.NewContextOf(be, model.KVTypes{K: model.KVBF16, V: model.KVBF16}, 64, 1, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = c.Decode(&model.Batch{Tokens: []int32{1}, Pos: []int32{0}, Seq: []int32{0}})
 	if !errors.Is(err, vk.ErrUnsupported) {
-		t.Fatalf("f16 KV cache: got %v, want ErrUnsupported naming f16", err)
+		t.Fatalf("bf16 KV cache: got %v, want ErrUnsupported naming bf16", err)
 	}
 	t.Log(err)
 	c2, err := m.NewContext(be, 64, 1, 4)

@@ -98,7 +98,8 @@ type AttnShape struct {
 	DK, DV         int
 	NCtx           int // cache rows per sequence: cell (seq, j) is row seq·NCtx + j
 	Scale          float32
-	Window         int // 0: none
+	Window         int  // 0: none
+	F16            bool // the cache holds float16 values (else float32)
 }
 
 const attnThreads = 64
@@ -108,9 +109,9 @@ const maxAttnDV = 512
 
 // Attention records out = softmax(q·kᵀ·Scale)·v for n query rows (row t of
 // q holds NHead heads of DK; idx holds its sequence and position as two
-// int32 at 2t, 2t+1 from idx.Off) against F32 caches k and v (NHeadKV
-// heads of DK and DV per cell), with sinks (one logit per head) when
-// sinks.Buf is not nil.
+// int32 at 2t, 2t+1 from idx.Off) against caches k and v of F32 or (s.F16)
+// F16 values (NHeadKV heads of DK and DV per cell), with sinks (one logit
+// per head) when sinks.Buf is not nil.
 func (k *Kernels) Attention(cb *vk.CommandBuffer, out, q, kc, vc, idx, sinks F32, n int, s AttnShape) error {
 	switch {
 	case n <= 0 || s.NHead <= 0 || s.NHeadKV <= 0 || s.NHead%s.NHeadKV != 0 || s.DK <= 0 || s.DV <= 0 || s.NCtx <= 0 || s.Window < 0:
@@ -134,10 +135,17 @@ func (k *Kernels) Attention(cb *vk.CommandBuffer, out, q, kc, vc, idx, sinks F32
 	if err != nil {
 		return err
 	}
-	if _, err := floats("Attention K", kc, s.NCtx*s.NHeadKV*s.DK); err != nil {
+	name, per := shaders.AttnF32, 1
+	if s.F16 {
+		if s.DK%2 != 0 || s.DV%2 != 0 {
+			return fmt.Errorf("gpu: Attention: F16 cache with odd heads %d/%d", s.DK, s.DV)
+		}
+		name, per = shaders.AttnF16, 2
+	}
+	if _, err := floats("Attention K", kc, s.NCtx*s.NHeadKV*s.DK/per); err != nil {
 		return err
 	}
-	if _, err := floats("Attention V", vc, s.NCtx*s.NHeadKV*s.DV); err != nil {
+	if _, err := floats("Attention V", vc, s.NCtx*s.NHeadKV*s.DV/per); err != nil {
 		return err
 	}
 	if kc.Off != 0 || vc.Off != 0 {
@@ -150,11 +158,40 @@ func (k *Kernels) Attention(cb *vk.CommandBuffer, out, q, kc, vc, idx, sinks F32
 		}
 		hasS, sb = 1, sinks.Buf
 	}
-	p, set, err := k.bind(shaders.AttnF32, 48, []uint32{attnThreads}, q.Buf, kc.Buf, vc.Buf, idx.Buf, sb, out.Buf)
+	p, set, err := k.bind(name, 48, []uint32{attnThreads}, q.Buf, kc.Buf, vc.Buf, idx.Buf, sb, out.Buf)
 	if err != nil {
 		return err
 	}
 	cb.Dispatch(p, set, push(qo, oo, io, uint32(s.NHead), uint32(s.NHeadKV), uint32(s.DK), uint32(s.DV),
 		uint32(s.NCtx), math.Float32bits(s.Scale), uint32(s.Window), hasS, so), uint32(s.NHead), uint32(n), 1)
+	return nil
+}
+
+// KVStoreF16 records the conversion of n rows of dim float32 values of src
+// to float16 into the cache dst at the cells idx lists (seq, pos as two
+// int32 per row): cell (seq, pos) is row seq·nCtx + pos.
+func (k *Kernels) KVStoreF16(cb *vk.CommandBuffer, dst, src, idx F32, n, dim, nCtx int) error {
+	if n <= 0 || dim <= 0 || dim%2 != 0 || nCtx <= 0 {
+		return fmt.Errorf("gpu: KVStoreF16: %d rows of %d (even), context %d", n, dim, nCtx)
+	}
+	if uint32(n) > k.dev.Info().Limits.MaxComputeWorkGroupCount[1] {
+		return fmt.Errorf("gpu: KVStoreF16: %d rows exceed the device's workgroup limit", n)
+	}
+	so, err := floats("KVStoreF16 src", src, n*dim)
+	if err != nil {
+		return err
+	}
+	io, err := floats("KVStoreF16 positions", idx, 2*n)
+	if err != nil {
+		return err
+	}
+	if dst.Buf == nil || dst.Off != 0 {
+		return fmt.Errorf("gpu: KVStoreF16: the cache must start its buffer")
+	}
+	p, set, err := k.bind(shaders.KVStoreF16, 16, []uint32{64}, src.Buf, idx.Buf, dst.Buf)
+	if err != nil {
+		return err
+	}
+	cb.Dispatch(p, set, push(so, io, uint32(dim), uint32(nCtx)), uint32((dim/2+63)/64), uint32(n), 1)
 	return nil
 }

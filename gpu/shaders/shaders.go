@@ -27,6 +27,8 @@ const (
 	Rope          = "rope"
 	Softmax       = "softmax"
 	AttnF32       = "attn_f32"
+	AttnF16       = "attn_f16"
+	KVStoreF16    = "kv_store_f16"
 	Noop          = "noop"
 )
 
