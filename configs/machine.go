@@ -6,7 +6,7 @@
 // the default thread count, hardware.logical_cpus bounds the threads,
 // hardware.ram bounds pipeline.ram_pool, hardware.isa lists extensions
 // the CPU must have. So a claim beyond what this machine has is refused
-// (CheckHost), as is any GPU: this build has no GPU backend to use one.
+// (CheckHost), as is any GPU: profiles' GPUs are not matched to Vulkan devices yet.
 
 package configs
 
@@ -46,8 +46,8 @@ func DetectHost(procDir string) (Hardware, error) {
 // CheckHost reports every hardware key of c that claims more than host
 // (DetectHost's description of this machine) has, each with the profile's
 // value and this machine's: more physical cores, logical CPUs or RAM, an
-// ISA extension the CPU lacks, and any GPU (this build has no GPU backend,
-// so the profile's GPUs would be unused). A figure host does not know (0)
+// ISA extension the CPU lacks, and any GPU (a profile's GPUs are not
+// matched to this machine's Vulkan devices yet). A figure host does not know (0)
 // is not compared. The error is Problems, matching ErrInvalid.
 func (c *Config) CheckHost(host Hardware) error {
 	h := &c.Hardware
@@ -82,7 +82,7 @@ func (c *Config) CheckHost(host Hardware) error {
 		for i, g := range h.GPUs {
 			names[i] = fmt.Sprintf("%q (%s)", g.Name, g.VRAM.exact())
 		}
-		v.bad("hardware.gpus", strings.Join(names, ", "), "this build has no GPU backend, so a GPU would be unused (remove hardware.gpus to run on this machine)")
+		v.bad("hardware.gpus", strings.Join(names, ", "), "profiles' GPUs are not matched to this machine's Vulkan devices yet (remove hardware.gpus to run on this machine; --backend vulkan picks a device itself)")
 	}
 	if len(v.ps) == 0 {
 		return nil

@@ -168,19 +168,17 @@ func (v *validation) pipeline(p *Pipeline, h *Hardware, run bool) {
 }
 
 // backend checks pipeline.backend and pipeline.vram: against the GPUs a
-// profile describes, or (run) against this build, which has no GPU
-// backend.
+// profile describes, or (run) against this build: vulkan computes on a
+// Vulkan device (vram 0: the device's device-local heaps), auto on the
+// CPU unless a discrete or integrated GPU is present, cpu uses no VRAM.
 func (v *validation) backend(p *Pipeline, h *Hardware, run bool) {
 	if run {
-		switch p.Backend {
-		case "cpu", "auto":
-		case "vulkan":
-			v.bad("pipeline.backend", "vulkan", "this build has no Vulkan backend yet (supported: cpu; auto computes on the CPU)")
-		default:
-			v.oneOf("pipeline.backend", p.Backend, "unknown", []string{"auto", "cpu"}, false)
-		}
-		if p.VRAM < 0 || p.VRAM > 0 && p.Backend != "auto" {
-			v.bad("pipeline.vram", p.VRAM.String(), "only a GPU backend uses VRAM and this build has none (supported: 0)")
+		v.oneOf("pipeline.backend", p.Backend, "unknown", Backends(), false)
+		switch {
+		case p.VRAM < 0:
+			v.bad("pipeline.vram", p.VRAM.String(), "must not be negative")
+		case p.VRAM > 0 && p.Backend == "cpu":
+			v.bad("pipeline.vram", p.VRAM.String(), "only a GPU backend uses VRAM (backend vulkan or auto)")
 		}
 		return
 	}

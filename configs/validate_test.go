@@ -38,17 +38,15 @@ func TestValidate(t *testing.T) {
 		{"gpu machine", func(c *Config) {
 			c.Hardware.GPUs = []GPU{{Name: "g", VRAM: 8 * GiB}}
 			c.Pipeline.Backend, c.Pipeline.VRAM = "vulkan", 8*GiB
-		}, nil, []Problem{
-			{Key: "pipeline.backend", Value: "vulkan", Msg: "this build has no Vulkan backend yet (supported: cpu; auto computes on the CPU)"},
-			{Key: "pipeline.vram", Value: "8GiB", Msg: "only a GPU backend uses VRAM and this build has none (supported: 0)"},
-		}},
+		}, nil, nil},
 		{"vulkan without vram", func(c *Config) { c.Pipeline.Backend = "vulkan" },
-			[]Problem{{Key: "pipeline.vram", Msg: "the vulkan backend needs a VRAM budget"}},
-			[]Problem{{Key: "pipeline.backend", Value: "vulkan", Msg: "this build has no Vulkan backend yet (supported: cpu; auto computes on the CPU)"}}},
+			[]Problem{{Key: "pipeline.vram", Msg: "the vulkan backend needs a VRAM budget"}}, nil},
+		{"cpu with vram", func(c *Config) { c.Pipeline.Backend, c.Pipeline.VRAM = "cpu", GiB }, nil,
+			[]Problem{{Key: "pipeline.vram", Value: "1GiB", Msg: "only a GPU backend uses VRAM (backend vulkan or auto)"}}},
 		{"auto leaves vram unused", func(c *Config) { c.Pipeline.VRAM = GiB }, nil, nil},
 		{"unknown backend", func(c *Config) { c.Pipeline.Backend = "gpu" },
 			[]Problem{{Key: "pipeline.backend", Value: `"gpu"`, Msg: "unknown", Known: Backends()}},
-			[]Problem{{Key: "pipeline.backend", Value: `"gpu"`, Msg: "unknown", Known: []string{"auto", "cpu"}}}},
+			[]Problem{{Key: "pipeline.backend", Value: `"gpu"`, Msg: "unknown", Known: Backends()}}},
 		{"ram pool beyond the machine", func(c *Config) { c.Hardware.RAM, c.Pipeline.RAMPool = 8*GiB, 9*GiB },
 			[]Problem{{Key: "pipeline.ram_pool", Value: "9GiB", Msg: "exceeds the machine's RAM (8GiB)"}}, asValidate},
 		{"threads beyond the logical cpus", func(c *Config) { c.Hardware.LogicalCPUs, c.Pipeline.Threads = 4, 5 },
@@ -133,7 +131,7 @@ func TestCheckHost(t *testing.T) {
 			{Key: "hardware.isa", Value: "avx512f, amx_tile", Msg: "this CPU lacks it (it has: sse4_2, avx, avx2, fma)"},
 		}},
 		{"a gpu", Hardware{GPUs: []GPU{{Name: "g", VRAM: 12 * GiB}}}, host, []Problem{
-			{Key: "hardware.gpus", Value: `"g" (12GiB)`, Msg: "this build has no GPU backend, so a GPU would be unused (remove hardware.gpus to run on this machine)"},
+			{Key: "hardware.gpus", Value: `"g" (12GiB)`, Msg: "profiles' GPUs are not matched to this machine's Vulkan devices yet (remove hardware.gpus to run on this machine; --backend vulkan picks a device itself)"},
 		}},
 		{"unknown machine", Hardware{Cores: 64, RAM: TiB}, Hardware{}, nil},
 	}

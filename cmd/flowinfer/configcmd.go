@@ -78,7 +78,7 @@ func (c *ConfigShowCmd) plan(p *configs.Pipeline) error {
 	defer l.Close()
 	wf := c.WeightFlags
 	wf.DryRun = true
-	_, err = newRig(l, p, &wf, stages.EngineFootprint(oneSequenceConfig(p, ctxSize(l, p.KVCache.CtxSize, log))), log)
+	_, err = newRig(l, p, &wf, stages.EngineFootprint(oneSequenceConfig(p, ctxSize(l, p.KVCache.CtxSize, log))), false, log)
 	return err
 }
 
@@ -189,7 +189,7 @@ func (c *ConfigDetectCmd) Run(g *Globals) error {
 		for i, g := range h.GPUs {
 			names[i] = fmt.Sprintf("%s (%v)", g.Name, g.VRAM)
 		}
-		notes = append(notes, fmt.Sprintf("GPU(s) found, not written (backend cpu): %s; this build has no GPU backend yet", strings.Join(names, ", ")))
+		notes = append(notes, fmt.Sprintf("GPU(s) found, not written (backend cpu): %s; profiles' GPUs are not matched to Vulkan devices yet (run and chat take --backend vulkan)", strings.Join(names, ", ")))
 	}
 	for _, n := range notes {
 		fmt.Fprintln(os.Stderr, "flowinfer: note:", n)

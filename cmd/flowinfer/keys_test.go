@@ -100,7 +100,7 @@ func hardwareEffects(lacking string) map[string][]effect {
 		"hardware.isa": {
 			{"hardware: {isa: [avx3]}\n", show, `hardware.isa: "avx3" is not one of sse4_2`, true},
 		},
-		"hardware.gpus":        {{gpu, run, `hardware.gpus "test-gpu" (1GiB): this build has no GPU backend`, true}},
+		"hardware.gpus":        {{gpu, run, `hardware.gpus "test-gpu" (1GiB): profiles' GPUs are not matched to this machine's Vulkan devices yet`, true}},
 		"hardware.gpus[].name": {{"hardware:\n  gpus: [{vram: 1GiB}]\n", show, "hardware.gpus[0].name: must be set", true}},
 		"hardware.gpus[].type": {{"hardware:\n  gpus: [{name: g, type: tpu}]\n", show, `hardware.gpus[0].type: "tpu" is not one of discrete`, true}},
 		"hardware.gpus[].vram": {{gpu + "pipeline: {vram: 2GiB}\n", show, "pipeline.vram: exceeds the GPUs' VRAM (1GiB), got 2GiB", true}},
@@ -286,8 +286,7 @@ func parseFlag(t *testing.T, profile string, args []string, flag string) (string
 func TestRefusedSettings(t *testing.T) {
 	model, _ := goldenModel(t, "stories260K.gguf")
 	cases := []struct{ profile, want string }{
-		{"pipeline:\n  backend: vulkan\n  vram: 1GiB\n", `pipeline.backend / --backend vulkan: this build has no Vulkan backend yet (supported: cpu`},
-		{"pipeline:\n  backend: cpu\n  vram: 1GiB\n", `pipeline.vram / --vram 1GiB: only a GPU backend uses VRAM and this build has none (supported: 0)`},
+		{"pipeline:\n  backend: cpu\n  vram: 1GiB\n", `pipeline.vram / --vram 1GiB: only a GPU backend uses VRAM (backend vulkan or auto)`},
 		{"pipeline:\n  kv_cache:\n    type: q8_0\n", `pipeline.kv_cache.type was replaced by type_k and type_v`},
 		{"pipeline:\n  kv_cache:\n    type_v: q4_1\n", `pipeline.kv_cache.type_v: "q4_1" is not one of f32, f16, bf16, q8_0, q4_0, tq4, tq3`},
 	}
@@ -305,9 +304,9 @@ func TestRefusedSettings(t *testing.T) {
 		}
 	}
 	// the same values as flags
-	_, stderr, err := flowinfer(t, "run", "-m", model, "-p", "x", "--backend", "vulkan", "-ctk", "q4_1")
-	if err == nil || !strings.Contains(stderr, "--backend vulkan") || !strings.Contains(stderr, `--cache-type-k (-ctk) "q4_1": not supported`) {
-		t.Errorf("run --backend vulkan -ctk q4_1: err %v, stderr %q", err, stderr)
+	_, stderr, err := flowinfer(t, "run", "-m", model, "-p", "x", "--backend", "cpu", "--vram", "1GiB", "-ctk", "q4_1")
+	if err == nil || !strings.Contains(stderr, "--vram 1GiB") || !strings.Contains(stderr, `--cache-type-k (-ctk) "q4_1": not supported`) {
+		t.Errorf("run --backend cpu --vram 1GiB -ctk q4_1: err %v, stderr %q", err, stderr)
 	}
 	// a block type the model's heads cannot hold (stories260K's are 8 wide)
 	_, stderr, err = flowinfer(t, "run", "-m", model, "-p", "x", "-ctv=q8_0")
@@ -321,10 +320,11 @@ func TestRefusedSettings(t *testing.T) {
 	}
 }
 
-// TestBuiltinProfiles: on this CPU-only build every built-in profile either
-// runs or names the key it cannot honour: the GPU ones pipeline.backend
-// (config show too), and those describing a bigger machine than this one
-// the hardware key that exceeds it (config show shows them, with a note).
+// TestBuiltinProfiles: every built-in profile either runs or names the
+// key it cannot honour: the GPU ones hardware.gpus (profiles' GPUs are not
+// matched to Vulkan devices yet; config show shows them), and those
+// describing a bigger machine than this one the hardware key that exceeds
+// it (config show shows them, with a note).
 func TestBuiltinProfiles(t *testing.T) {
 	model, _ := goldenModel(t, "stories260K.gguf")
 	host, err := configs.DetectHost("")
@@ -343,8 +343,10 @@ func TestBuiltinProfiles(t *testing.T) {
 			out, stderr, err := flowinfer(t, append([]string{"--config", "builtin:" + name}, args...)...)
 			run := args[0] == "run"
 			switch {
-			case gpu && (err == nil || !strings.Contains(stderr, "pipeline.backend / --backend vulkan")):
-				t.Errorf("%s %v: err %v, stderr %q: want the vulkan backend refused", name, args, err, stderr)
+			case gpu && run && (err == nil || !strings.Contains(stderr, "hardware.gpus")):
+				t.Errorf("%s %v: err %v, stderr %q: want the profile's GPUs refused", name, args, err, stderr)
+			case gpu && !run && (err != nil || out == ""):
+				t.Errorf("%s %v: err %v, stderr %q", name, args, err, stderr)
 			case run && len(bigger) > 0 && err == nil:
 				t.Errorf("%s %v: ran on a machine smaller than it describes (%v)", name, args, bigger)
 			case run && len(bigger) > 0:

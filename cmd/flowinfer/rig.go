@@ -15,22 +15,39 @@ import (
 	"github.com/flowinfer/flowinfer/configs"
 	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/graph"
+	"github.com/flowinfer/flowinfer/model"
 	"github.com/flowinfer/flowinfer/serve"
 	"github.com/flowinfer/flowinfer/stages"
 )
 
 // rig is a loaded model ready to compute: the CPU backend and the weight
-// path (plan printed, resident weights packed).
+// path (plan printed, resident weights packed), or the Vulkan backend
+// (gpu: weights uploaded to the device, no weight path).
 type rig struct {
 	*loaded
-	be *cpu.Backend
-	wp *stages.WeightPath
+	be       *cpu.Backend
+	wp       *stages.WeightPath // nil on the GPU
+	gpu      model.Ops          // nil on the CPU
+	gpuClose func()
 }
 
 // newRig makes the CPU backend of p's threads and opens l's weight path
 // for a run of footprint fp; the time counts as loading. With --dry-run it
-// prints the plan and returns errDryRun.
-func newRig(l *loaded, p *configs.Pipeline, wf *WeightFlags, fp stages.Footprint, log *zap.Logger) (*rig, error) {
+// prints the plan and returns errDryRun. When gpuOK (the command computes
+// on a GPU) and p.Backend asks for one (openGPU), the Vulkan backend
+// computes instead, with every weight uploaded to the device.
+func newRig(l *loaded, p *configs.Pipeline, wf *WeightFlags, fp stages.Footprint, gpuOK bool, log *zap.Logger) (*rig, error) {
+	if gpuOK && !wf.DryRun {
+		t0 := time.Now()
+		ops, closeGPU, err := openGPU(l, p, log)
+		l.loadTime += time.Since(t0)
+		if err != nil {
+			return nil, err
+		}
+		if ops != nil {
+			return &rig{loaded: l, be: cpu.NewBackend(p.Threads, nil), gpu: ops, gpuClose: closeGPU}, nil
+		}
+	}
 	be := cpu.NewBackend(p.Threads, nil)
 	t0 := time.Now()
 	wp, err := openWeights(l, be, p, wf, fp, log)
@@ -44,14 +61,22 @@ func newRig(l *loaded, p *configs.Pipeline, wf *WeightFlags, fp stages.Footprint
 
 // Close releases the weight path and the backend (not the model).
 func (r *rig) Close() {
-	r.wp.Close()
+	if r.wp != nil {
+		r.wp.Close()
+	}
+	if r.gpuClose != nil {
+		r.gpuClose()
+	}
 	r.be.Close()
 }
 
+// streaming reports whether the weight path streams weights.
+func (r *rig) streaming() bool { return r.wp != nil && r.wp.Plan().Streaming() }
+
 // newEngine opens the rig of an engine of config sc (newRig) and makes
 // the engine.
-func newEngine(l *loaded, p *configs.Pipeline, wf *WeightFlags, sc stages.Config, rec *graph.Recorder, log *zap.Logger) (*rig, *stages.Engine, error) {
-	r, err := newRig(l, p, wf, stages.EngineFootprint(sc), log)
+func newEngine(l *loaded, p *configs.Pipeline, wf *WeightFlags, sc stages.Config, rec *graph.Recorder, gpuOK bool, log *zap.Logger) (*rig, *stages.Engine, error) {
+	r, err := newRig(l, p, wf, stages.EngineFootprint(sc), gpuOK, log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -65,6 +90,9 @@ func newEngine(l *loaded, p *configs.Pipeline, wf *WeightFlags, sc stages.Config
 
 // engine makes the stage engine of sc over the rig's weights.
 func (r *rig) engine(sc stages.Config, rec *graph.Recorder) (*stages.Engine, error) {
+	if r.gpu != nil {
+		return stages.NewEngine(r.Model, r.Tokenizer, r.gpu, sc, rec)
+	}
 	sc.Weights = r.wp
 	return stages.NewEngine(r.Model, r.Tokenizer, r.be, sc, rec)
 }
@@ -93,4 +121,13 @@ func backend(e *stages.Engine, r *rig, rec *graph.Recorder, path string, run *ru
 		size = st.Size()
 	}
 	return &serve.Backend{Engine: e, Bundle: r.Bundle, Recorder: rec, Path: path, Size: size, Done: run.done}
+}
+
+// cpuFallback says that backend auto computes on the CPU, and why.
+func cpuFallback(p *configs.Pipeline, log *zap.Logger, why string) {
+	if p.VRAM > 0 {
+		log.Warn("backend auto: computing on the CPU; the VRAM budget is unused", zap.String("why", why), zap.String("vram", p.VRAM.String()))
+		return
+	}
+	log.Debug("backend auto: computing on the CPU", zap.String("why", why))
 }

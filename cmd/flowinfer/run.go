@@ -131,7 +131,7 @@ func (r *RunCmd) Run(g *Globals) error {
 	defer l.Close()
 	p := &g.Config.Pipeline
 	rec := graph.NewRecorder(0)
-	rg, e, err := newEngine(l, p, &r.WeightFlags, oneSequenceConfig(p, ctxSize(l, p.KVCache.CtxSize, g.Log)), rec, g.Log)
+	rg, e, err := newEngine(l, p, &r.WeightFlags, oneSequenceConfig(p, ctxSize(l, p.KVCache.CtxSize, g.Log)), rec, true, g.Log)
 	if err != nil {
 		return err
 	}
@@ -141,7 +141,7 @@ func (r *RunCmd) Run(g *Globals) error {
 		return err
 	}
 	printPerf(os.Stderr, l.loadTime, *final, rec.Summary())
-	if rg.wp.Plan().Streaming() {
+	if rg.streaming() {
 		printWeightStats(rg.wp)
 	}
 	return nil

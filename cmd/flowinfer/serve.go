@@ -164,7 +164,7 @@ func (c *ServeCmd) load(ctx context.Context, g *Globals, rec *graph.Recorder, ob
 		l.Close()
 		return nil, nil, err
 	}
-	r, e, err := newEngine(l, p, &c.WeightFlags, sc, rec, g.Log)
+	r, e, err := newEngine(l, p, &c.WeightFlags, sc, rec, false, g.Log)
 	if err != nil {
 		l.Close()
 		return nil, nil, err

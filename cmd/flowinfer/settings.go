@@ -81,10 +81,12 @@ func settle(kctx *kong.Context, profile ProfileFlag, log *zap.Logger) (configs.L
 	if len(ps) > 0 {
 		return l, named(ps)
 	}
-	if p := &l.Pipeline; p.Backend == "auto" && p.VRAM > 0 {
-		log.Warn("backend auto: this build has no GPU backend, computing on the CPU; the VRAM budget is unused", zap.String("vram", p.VRAM.String()))
-	} else if p.Backend == "auto" {
-		log.Debug("backend auto: computing on the CPU (this build has no GPU backend)")
+	if _, show := cmd.(*ConfigShowCmd); !show && l.Pipeline.Backend != "cpu" && !gpuCommand(cmd) {
+		p := &l.Pipeline
+		if p.Backend == "vulkan" {
+			return l, fmt.Errorf("pipeline.backend / --backend vulkan: only run and chat compute on the GPU yet")
+		}
+		cpuFallback(p, log, "only run and chat compute on the GPU yet")
 	}
 	return l, nil
 }
@@ -194,4 +196,14 @@ func engineConfig(p *configs.Pipeline, nCtx int) stages.Config {
 // (run, chat: parallel and queue do not apply, the engine's defaults do).
 func oneSequenceConfig(p *configs.Pipeline, nCtx int) stages.Config {
 	return stages.Config{NCtx: nCtx, MaxBatch: p.BatchSize, EdgeCap: p.Edges.Tokens, KVTypes: kvTypes(p)}
+}
+
+// gpuCommand reports whether cmd can compute on the Vulkan backend (newRig
+// with gpuOK).
+func gpuCommand(cmd computer) bool {
+	switch cmd.(type) {
+	case *RunCmd, *ChatCmd:
+		return true
+	}
+	return false
 }

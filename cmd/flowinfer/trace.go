@@ -67,7 +67,7 @@ func (c *TraceCmd) Run(g *Globals) error {
 	defer l.Close()
 	p := &cfg.Pipeline
 	sc := engineConfig(p, ctxSize(l, p.KVCache.CtxSize, g.Log))
-	rg, err := newRig(l, p, &c.WeightFlags, stages.EngineFootprint(sc), g.Log)
+	rg, err := newRig(l, p, &c.WeightFlags, stages.EngineFootprint(sc), false, g.Log)
 	if err != nil {
 		return err
 	}

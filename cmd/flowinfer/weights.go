@@ -43,8 +43,8 @@ type WeightFlags struct {
 // types. This build computes on the CPU: any other backend is refused by
 // name (configs.ValidateRun, before anything loads), never ignored.
 type ComputeFlags struct {
-	Backend string           `name:"backend" default:"auto" env:"FLOWINFER_BACKEND" help:"Compute backend: cpu, or auto (a GPU backend when there is one, else the CPU; this build has only the CPU). vulkan is refused: the Vulkan backend is not implemented yet."`
-	VRAM    configs.ByteSize `name:"vram" default:"0" env:"FLOWINFER_VRAM" help:"VRAM budget for a GPU backend. This build has none: 0, or unused (with a warning) under --backend auto."`
+	Backend string           `name:"backend" default:"auto" env:"FLOWINFER_BACKEND" help:"Compute backend: cpu; vulkan (run and chat: the first discrete or integrated Vulkan GPU, else the first device, such as lavapipe; dense models, f32/f16 KV cache); auto (vulkan on a discrete or integrated GPU that runs the model, else the CPU)."`
+	VRAM    configs.ByteSize `name:"vram" default:"0" env:"FLOWINFER_VRAM" help:"Device-memory budget of the vulkan backend (0 = its device-local heaps); a weight beyond it is an error naming it. Unused (with a warning) when auto computes on the CPU."`
 	// -ctk and -ctv (llama.cpp's spelling) are rewritten to these by
 	// main (kong's short flags are one letter).
 	CacheTypeK string `name:"cache-type-k" default:"f16" env:"FLOWINFER_CACHE_TYPE_K" help:"KV cache type for K (-ctk): f32, f16, bf16, q8_0, q4_0 (block types need heads of a multiple of 32), or the TurboQuant types tq4 and tq3 (a seeded rotation per layer and head, then 4 or 3 bits per coordinate)."`

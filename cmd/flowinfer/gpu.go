@@ -1,0 +1,76 @@
+//go:build cgo
+
+package main
+
+// gpu.go: choosing and opening the Vulkan backend (pipeline.backend /
+// --backend): vulkan asks for it (a CPU-type device such as lavapipe only
+// then), auto takes a discrete or integrated GPU when there is one and the
+// model runs on it, else the CPU.
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"go.uber.org/zap"
+
+	"github.com/flowinfer/flowinfer/configs"
+	"github.com/flowinfer/flowinfer/gpu"
+	"github.com/flowinfer/flowinfer/gpu/vk"
+	"github.com/flowinfer/flowinfer/model"
+)
+
+// openGPU returns the Vulkan backend of l's model and what releases it, or
+// nil ops when the CPU computes (backend cpu, or auto without a GPU).
+func openGPU(l *loaded, p *configs.Pipeline, log *zap.Logger) (model.Ops, func(), error) {
+	if p.Backend == "cpu" {
+		return nil, nil, nil
+	}
+	auto := p.Backend == "auto"
+	in, err := vk.NewInstance(vk.Config{})
+	if err != nil {
+		if auto {
+			cpuFallback(p, log, err.Error())
+			return nil, nil, nil
+		}
+		return nil, nil, fmt.Errorf("--backend vulkan: %w", err)
+	}
+	pick := -1
+	for _, d := range in.Devices() {
+		gpuType := d.Type.String() == "discrete-gpu" || d.Type.String() == "integrated-gpu"
+		if gpuType || !auto && pick < 0 {
+			pick = d.Index
+			if gpuType {
+				break
+			}
+		}
+	}
+	if pick < 0 {
+		in.Close()
+		if auto {
+			cpuFallback(p, log, "no discrete or integrated Vulkan GPU")
+			return nil, nil, nil
+		}
+		return nil, nil, fmt.Errorf("--backend vulkan: %w", vk.ErrNoDevice)
+	}
+	dev, err := in.OpenDevice(pick, vk.DeviceConfig{Budget: uint64(p.VRAM)})
+	if err != nil {
+		in.Close()
+		return nil, nil, fmt.Errorf("--backend %s: %w", p.Backend, err)
+	}
+	be, err := gpu.NewBackend(dev, l.Model)
+	if err != nil {
+		dev.Close()
+		in.Close()
+		if auto && errors.Is(err, vk.ErrUnsupported) {
+			cpuFallback(p, log, err.Error())
+			return nil, nil, nil
+		}
+		return nil, nil, fmt.Errorf("--backend %s: %w", p.Backend, err)
+	}
+	info := dev.Info()
+	used, budget := dev.MemoryUsed()
+	fmt.Fprintf(os.Stderr, "flowinfer: vulkan: computing on GPU%d %s (type %s); device memory %v of a budget of %v\n",
+		info.Index, info.Name, info.Type, configs.ByteSize(used), configs.ByteSize(budget))
+	return be, func() { be.Close(); dev.Close(); in.Close() }, nil
+}

@@ -1,0 +1,24 @@
+//go:build !cgo
+
+package main
+
+import (
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/flowinfer/flowinfer/configs"
+	"github.com/flowinfer/flowinfer/gpu/vk"
+	"github.com/flowinfer/flowinfer/model"
+)
+
+// openGPU: a build without cgo has no Vulkan; auto computes on the CPU.
+func openGPU(l *loaded, p *configs.Pipeline, log *zap.Logger) (model.Ops, func(), error) {
+	switch p.Backend {
+	case "vulkan":
+		return nil, nil, fmt.Errorf("--backend vulkan: %w", vk.ErrNoCgo)
+	case "auto":
+		cpuFallback(p, log, vk.ErrNoCgo.Error())
+	}
+	return nil, nil, nil
+}

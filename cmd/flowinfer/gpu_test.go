@@ -1,0 +1,46 @@
+//go:build cgo
+
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/flowinfer/flowinfer/gpu/vk"
+)
+
+// TestRunVulkan: run --backend vulkan (lavapipe here) prints the CPU's
+// greedy text for stories260K with the default f16 KV cache, and says
+// which device computed; commands without a GPU path refuse vulkan, and a
+// KV type without a shader is refused by name.
+func TestRunVulkan(t *testing.T) {
+	in, err := vk.NewInstance(vk.Config{})
+	if err != nil || len(in.Devices()) == 0 {
+		t.Skipf("no Vulkan device: %v", err)
+	}
+	in.Close()
+	model, _ := goldenModel(t, "stories260K.gguf")
+	args := []string{"run", "-m", model, "-p", "Once upon a time", "-n", "40", "--temp", "0"}
+	want, _, err := flowinfer(t, append(args, "--backend", "cpu")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, stderr, err := flowinfer(t, append(args, "--backend", "vulkan")...)
+	if err != nil {
+		t.Fatalf("%v: %s", err, stderr)
+	}
+	if got != want || len(want) < 60 {
+		t.Errorf("vulkan printed %q, cpu %q", got, want)
+	}
+	if !strings.Contains(stderr, "flowinfer: vulkan: computing on GPU") {
+		t.Errorf("stderr does not name the device: %q", stderr)
+	}
+	_, stderr, err = flowinfer(t, append(args, "--backend", "vulkan", "-ctk", "bf16", "-ctv", "bf16")...)
+	if err == nil || !strings.Contains(stderr, "KV cache of types bf16/bf16") {
+		t.Errorf("bf16 KV on vulkan: err %v, stderr %q", err, stderr)
+	}
+	_, stderr, err = flowinfer(t, "perplexity", "-m", model, "-f", "main.go", "--backend", "vulkan")
+	if err == nil || !strings.Contains(stderr, "--backend vulkan: only run and chat compute on the GPU yet") {
+		t.Errorf("perplexity --backend vulkan: err %v, stderr %q", err, stderr)
+	}
+}
