@@ -85,19 +85,8 @@ func NewBackend(dev *vk.Device, m *model.Model) (*Backend, error) {
 	if m.NExpert > 0 {
 		return nil, fmt.Errorf("gpu: %w: routed experts (model with %d experts); use the cpu backend", vk.ErrUnsupported, m.NExpert)
 	}
-	b := &Backend{dev: dev, k: NewKernels(dev), mirrors: map[uintptr]*mirror{}, weights: map[*model.Weight]Weight{},
-		vecs: map[*float32]F32{}, kvs: map[*model.KVCache]*devKV{}}
-	var err error
-	if b.cb, err = dev.NewCommandBuffer(vk.Compute); err != nil {
-		b.Close()
-		return nil, err
-	}
-	if b.fence, err = dev.NewFence(); err != nil {
-		b.Close()
-		return nil, err
-	}
-	if b.ring, err = dev.NewBuffer(ringBytes, vk.Upload); err != nil {
-		b.Close()
+	b, err := newBackend(dev)
+	if err != nil {
 		return nil, err
 	}
 	ws := []*model.Weight{m.Output}
@@ -126,6 +115,26 @@ func NewBackend(dev *vk.Device, m *model.Model) (*Backend, error) {
 		}
 	}
 	if err := b.flush(); err != nil {
+		b.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// newBackend makes a backend with no weights yet.
+func newBackend(dev *vk.Device) (*Backend, error) {
+	b := &Backend{dev: dev, k: NewKernels(dev), mirrors: map[uintptr]*mirror{}, weights: map[*model.Weight]Weight{},
+		vecs: map[*float32]F32{}, kvs: map[*model.KVCache]*devKV{}}
+	var err error
+	if b.cb, err = dev.NewCommandBuffer(vk.Compute); err != nil {
+		b.Close()
+		return nil, err
+	}
+	if b.fence, err = dev.NewFence(); err != nil {
+		b.Close()
+		return nil, err
+	}
+	if b.ring, err = dev.NewBuffer(ringBytes, vk.Upload); err != nil {
 		b.Close()
 		return nil, err
 	}
