@@ -146,6 +146,8 @@ var matVecShaders = map[quant.Type]struct {
 	quant.F16:  {shaders.MulMatVecF16, []uint32{64, 1}},
 	quant.Q8_0: {shaders.MulMatVecQ8_0, []uint32{32, 1}},
 	quant.Q4_K: {shaders.MulMatVecQ4_K, []uint32{32, 1}},
+	quant.Q5_K: {shaders.MulMatVecQ5_K, []uint32{32, 1}},
+	quant.Q6_K: {shaders.MulMatVecQ6_K, []uint32{32, 1}},
 }
 
 // SupportsMatVec reports whether MatVec handles weights of type t.

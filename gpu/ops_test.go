@@ -281,7 +281,7 @@ func TestMatVec(t *testing.T) {
 	// More rows than one grid dimension holds (a vocabulary): the rows
 	// continue in workgroup y.
 	shapes = append(shapes, shape{65536 + 3, 32, 1, []quant.Type{quant.F32}})
-	for _, typ := range []quant.Type{quant.F32, quant.F16, quant.Q8_0, quant.Q4_K} {
+	for _, typ := range []quant.Type{quant.F32, quant.F16, quant.Q8_0, quant.Q4_K, quant.Q5_K, quant.Q6_K} {
 		for _, s := range shapes {
 			if s.cols%typ.BlockSize() != 0 || (s.only != nil && !slices.Contains(s.only, typ)) {
 				continue
@@ -330,7 +330,7 @@ func (r *rig) checkMatVec(typ quant.Type, rows, cols, n int) {
 // rows than it makes, threads beyond the blocks of a row.
 func TestMatVecVariants(t *testing.T) {
 	r := newRig(t)
-	for _, typ := range []quant.Type{quant.F32, quant.F16, quant.Q8_0, quant.Q4_K} {
+	for _, typ := range []quant.Type{quant.F32, quant.F16, quant.Q8_0, quant.Q4_K, quant.Q5_K, quant.Q6_K} {
 		for _, v := range [][2]int{{16, 3}, {128, 2}, {32, 8}} {
 			for _, rows := range []int{7, 65} {
 				cols := 2048 + 256

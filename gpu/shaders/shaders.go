@@ -20,6 +20,8 @@ const (
 	MulMatVecF16  = "mul_mat_vec_f16"
 	MulMatVecQ8_0 = "mul_mat_vec_q8_0"
 	MulMatVecQ4_K = "mul_mat_vec_q4_k"
+	MulMatVecQ5_K = "mul_mat_vec_q5_k"
+	MulMatVecQ6_K = "mul_mat_vec_q6_k"
 	RMSNorm       = "rms_norm"
 	SwiGLU        = "swiglu"
 	Add           = "add"
