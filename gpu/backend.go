@@ -26,6 +26,7 @@ package gpu
 
 import (
 	"fmt"
+	"slices"
 	"time"
 	"unsafe"
 
@@ -45,6 +46,7 @@ const submitTimeout = 10 * time.Minute
 type Backend struct {
 	dev       *vk.Device
 	k         *Kernels
+	ownK      bool // Close closes k
 	cb        *vk.CommandBuffer
 	fence     *vk.Fence
 	recording bool
@@ -58,8 +60,7 @@ type Backend struct {
 	vecs    map[*float32]F32
 	kvs     map[*model.KVCache]*devKV
 	owned   []*vk.Buffer // freed by Close: no descriptor set may outlive its buffer
-	ropeCS  []float32
-	err     error // first failure of an op since the last ToHost
+	err     error        // first failure of an op since the last ToHost
 }
 
 // mirror is the device copy of one host allocation of floats.
@@ -85,7 +86,17 @@ func NewBackend(dev *vk.Device, m *model.Model) (*Backend, error) {
 	if m.NExpert > 0 {
 		return nil, fmt.Errorf("gpu: %w: routed experts (model with %d experts); use the cpu backend", vk.ErrUnsupported, m.NExpert)
 	}
-	b, err := newBackend(dev)
+	return newBackendOf(dev, m, nil)
+}
+
+// newBackendOf is NewBackend on the kernels k (nil: its own), whose
+// pipelines it shares and does not close: tests running many models keep
+// the driver's shader compilations.
+func newBackendOf(dev *vk.Device, m *model.Model, k *Kernels) (*Backend, error) {
+	if m.NExpert > 0 {
+		return nil, fmt.Errorf("gpu: %w: routed experts (model with %d experts); use the cpu backend", vk.ErrUnsupported, m.NExpert)
+	}
+	b, err := newBackend(dev, k)
 	if err != nil {
 		return nil, err
 	}
@@ -121,9 +132,14 @@ func NewBackend(dev *vk.Device, m *model.Model) (*Backend, error) {
 	return b, nil
 }
 
-// newBackend makes a backend with no weights yet.
-func newBackend(dev *vk.Device) (*Backend, error) {
-	b := &Backend{dev: dev, k: NewKernels(dev), mirrors: map[uintptr]*mirror{}, weights: map[*model.Weight]Weight{},
+// newBackend makes a backend with no weights yet on the kernels k (nil:
+// its own).
+func newBackend(dev *vk.Device, k *Kernels) (*Backend, error) {
+	own := k == nil
+	if own {
+		k = NewKernels(dev)
+	}
+	b := &Backend{dev: dev, k: k, ownK: own, mirrors: map[uintptr]*mirror{}, weights: map[*model.Weight]Weight{},
 		vecs: map[*float32]F32{}, kvs: map[*model.KVCache]*devKV{}}
 	var err error
 	if b.cb, err = dev.NewCommandBuffer(vk.Compute); err != nil {
@@ -152,29 +168,31 @@ func (b *Backend) Close() {
 		b.recording = false
 	}
 	b.dev.WaitIdle()
-	b.k.Close()
-	for _, buf := range b.owned {
-		buf.Free()
-	}
+	bufs := slices.Clone(b.owned)
 	for _, kv := range b.kvs {
-		for l := range kv.k {
-			kv.k[l].Free()
-			kv.v[l].Free()
-		}
+		bufs = append(append(bufs, kv.k...), kv.v...)
 	}
 	for _, m := range b.mirrors {
-		m.buf.Free()
+		bufs = append(bufs, m.buf)
 	}
 	for _, w := range b.weights {
-		w.Buf.Free()
+		bufs = append(bufs, w.Buf)
 	}
 	for _, v := range b.vecs {
-		v.Buf.Free()
+		bufs = append(bufs, v.Buf)
 	}
 	for _, buf := range []*vk.Buffer{b.ring, b.down} {
 		if buf != nil {
-			buf.Free()
+			bufs = append(bufs, buf)
 		}
+	}
+	if b.ownK {
+		b.k.Close()
+	} else {
+		b.k.Forget(bufs...)
+	}
+	for _, buf := range bufs {
+		buf.Free()
 	}
 	if b.cb != nil {
 		b.cb.Free()

@@ -239,17 +239,21 @@ func (b *Backend) devKV(kv *model.KVCache, layer int) (*devKV, error) {
 	if d.f16 {
 		el = 2
 	}
-	for range kv.NLayer {
+	for l := range kv.NLayer {
 		k, err := b.dev.NewBuffer(el*cells*uint64(kv.KDim), vk.DeviceLocal)
-		if err != nil {
-			return nil, fmt.Errorf("gpu: KV cache: %w", err)
+		if err == nil {
+			d.k = append(d.k, k)
+			var v *vk.Buffer
+			if v, err = b.dev.NewBuffer(el*cells*uint64(kv.VDim), vk.DeviceLocal); err == nil {
+				d.v = append(d.v, v)
+			}
 		}
-		d.k = append(d.k, k)
-		v, err := b.dev.NewBuffer(el*cells*uint64(kv.VDim), vk.DeviceLocal)
 		if err != nil {
-			return nil, fmt.Errorf("gpu: KV cache: %w", err)
+			for _, buf := range append(d.k, d.v...) {
+				buf.Free() // never bound: no descriptor set names them
+			}
+			return nil, fmt.Errorf("gpu: KV cache layer %d: %w", l, err)
 		}
-		d.v = append(d.v, v)
 	}
 	b.kvs[kv] = d
 	return d, nil

@@ -20,7 +20,7 @@ import (
 
 func newOpsBackend(t *testing.T) (*rig, *Backend) {
 	r := newRig(t)
-	be, err := newBackend(r.d)
+	be, err := newBackend(r.d, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/flowinfer/flowinfer/gpu/shaders"
@@ -65,6 +66,23 @@ func (k *Kernels) Close() {
 	}
 	k.pipes = map[variant]*vk.Pipeline{}
 	k.sets = map[setKey]*vk.DescriptorSet{}
+}
+
+// Forget drops the descriptor sets that bind any of bufs, before the
+// buffers are freed: a later buffer at the same address must not find a
+// set bound to a destroyed one. (The sets' pool slots stay allocated until
+// the pipelines are destroyed.)
+func (k *Kernels) Forget(bufs ...*vk.Buffer) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for sk := range k.sets {
+		for _, b := range sk.bufs {
+			if b != nil && slices.Contains(bufs, b) {
+				delete(k.sets, sk)
+				break
+			}
+		}
+	}
 }
 
 // bind returns the pipeline of a shader variant (built once) and a
