@@ -4,6 +4,7 @@ package gpu
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"path/filepath"
 	"slices"
@@ -135,5 +136,62 @@ func TestBackendRefuses(t *testing.T) {
 	}
 	if _, err := c2.Decode(&model.Batch{Tokens: []int32{1}, Pos: []int32{0}, Seq: []int32{0}}); err != nil {
 		t.Fatalf("after a refused step: %v", err)
+	}
+}
+
+// TestBackendHostPaths: the paths where the Context touches activations on
+// the host (HostSync): every named intermediate an eval hook sees, and the
+// embeddings of Batch.Embd, equal the CPU backend's, on a prompt batch and
+// the decode step after it.
+func TestBackendHostPaths(t *testing.T) {
+	r := newRig(t)
+	m := loadGolden(t, "models/stories260K.gguf")
+	be, err := NewBackend(r.d, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(be.Close)
+	type dump struct {
+		names []string
+		vals  [][]float32
+		embd  [][]float32
+	}
+	run := func(ops model.Ops) *dump {
+		c, err := m.NewContext(ops, 32, 1, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := &dump{}
+		c.SetHooks(model.Hooks{Eval: func(name string, layer int, x []float32, n, dim int) {
+			d.names = append(d.names, fmt.Sprintf("%s-%d", name, layer))
+			d.vals = append(d.vals, slices.Clone(x))
+		}})
+		for _, b := range []*model.Batch{
+			{Tokens: []int32{1, 403, 407}, Pos: []int32{0, 1, 2}, Seq: []int32{0, 0, 0}, Embd: []bool{true, false, true}},
+			{Tokens: []int32{261}, Pos: []int32{3}, Seq: []int32{0}, Embd: []bool{true}},
+		} {
+			if _, err := c.Decode(b); err != nil {
+				t.Fatal(err)
+			}
+			d.embd = append(d.embd, slices.Clone(c.Embeddings()))
+		}
+		return d
+	}
+	want, got := run(cpu.NewBackend(1, nil)), run(be)
+	if !slices.Equal(got.names, want.names) || len(want.names) < 20 {
+		t.Fatalf("intermediates %v, want %v", got.names, want.names)
+	}
+	for i, name := range want.names {
+		if e := nmse(got.vals[i], want.vals[i]); e > 1e-9 {
+			t.Errorf("%s (call %d): NMSE %.3g", name, i, e)
+		}
+	}
+	for i := range want.embd {
+		if len(got.embd[i]) != len(want.embd[i]) || len(want.embd[i]) == 0 {
+			t.Fatalf("step %d: %d embedding floats, want %d", i, len(got.embd[i]), len(want.embd[i]))
+		}
+		if e := nmse(got.embd[i], want.embd[i]); e > 1e-9 {
+			t.Errorf("step %d embeddings: NMSE %.3g", i, e)
+		}
 	}
 }
