@@ -163,6 +163,7 @@ var matVecShaders = map[quant.Type]struct {
 	quant.F32:  {shaders.MulMatVecF32, []uint32{64, 1}},
 	quant.F16:  {shaders.MulMatVecF16, []uint32{64, 1}},
 	quant.Q8_0: {shaders.MulMatVecQ8_0, []uint32{32, 1}},
+	quant.Q4_0: {shaders.MulMatVecQ4_0, []uint32{32, 1}},
 	quant.Q4_K: {shaders.MulMatVecQ4_K, []uint32{32, 1}},
 	quant.Q5_K: {shaders.MulMatVecQ5_K, []uint32{32, 1}},
 	quant.Q6_K: {shaders.MulMatVecQ6_K, []uint32{32, 1}},

@@ -281,7 +281,7 @@ func TestMatVec(t *testing.T) {
 	// More rows than one grid dimension holds (a vocabulary): the rows
 	// continue in workgroup y.
 	shapes = append(shapes, shape{65536 + 3, 32, 1, []quant.Type{quant.F32}})
-	for _, typ := range []quant.Type{quant.F32, quant.F16, quant.Q8_0, quant.Q4_K, quant.Q5_K, quant.Q6_K} {
+	for _, typ := range []quant.Type{quant.F32, quant.F16, quant.Q8_0, quant.Q4_0, quant.Q4_K, quant.Q5_K, quant.Q6_K} {
 		for _, s := range shapes {
 			if s.cols%typ.BlockSize() != 0 || (s.only != nil && !slices.Contains(s.only, typ)) {
 				continue
@@ -330,7 +330,7 @@ func (r *rig) checkMatVec(typ quant.Type, rows, cols, n int) {
 // rows than it makes, threads beyond the blocks of a row.
 func TestMatVecVariants(t *testing.T) {
 	r := newRig(t)
-	for _, typ := range []quant.Type{quant.F32, quant.F16, quant.Q8_0, quant.Q4_K, quant.Q5_K, quant.Q6_K} {
+	for _, typ := range []quant.Type{quant.F32, quant.F16, quant.Q8_0, quant.Q4_0, quant.Q4_K, quant.Q5_K, quant.Q6_K} {
 		for _, v := range [][2]int{{16, 3}, {128, 2}, {32, 8}} {
 			for _, rows := range []int{7, 65} {
 				cols := 2048 + 256
@@ -440,9 +440,9 @@ func TestBadArgs(t *testing.T) {
 	if err := r.k.MatVec(r.cb, F32{Buf: buf}, w, F32{Buf: buf}, 1); err == nil {
 		t.Error("weights overrunning their buffer accepted")
 	}
-	w = Weight{Buf: buf, Type: quant.Q4_0, Rows: 1, Cols: 256}
+	w = Weight{Buf: buf, Type: quant.Q4_1, Rows: 1, Cols: 256}
 	if err := r.k.MatVec(r.cb, F32{Buf: buf}, w, F32{Buf: buf}, 1); !errors.Is(err, vk.ErrUnsupported) {
-		t.Errorf("Q4_0 mat-vec: %v, want ErrUnsupported", err)
+		t.Errorf("Q4_1 mat-vec: %v, want ErrUnsupported", err)
 	}
 	w = Weight{Buf: buf, Type: quant.Q8_0, Rows: 1, Cols: 33}
 	if err := r.k.MatVec(r.cb, F32{Buf: buf}, w, F32{Buf: buf}, 1); err == nil {

@@ -19,6 +19,7 @@ const (
 	MulMatVecF32  = "mul_mat_vec_f32"
 	MulMatVecF16  = "mul_mat_vec_f16"
 	MulMatVecQ8_0 = "mul_mat_vec_q8_0"
+	MulMatVecQ4_0 = "mul_mat_vec_q4_0"
 	MulMatVecQ4_K = "mul_mat_vec_q4_k"
 	MulMatVecQ5_K = "mul_mat_vec_q5_k"
 	MulMatVecQ6_K = "mul_mat_vec_q6_k"
