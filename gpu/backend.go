@@ -152,7 +152,7 @@ func newBackend(dev *vk.Device, k *Kernels) (*Backend, error) {
 	}
 	if b.ring, err = dev.NewBuffer(ringBytes, vk.Upload); err != nil {
 		b.Close()
-		return nil, err
+		return nil, fmt.Errorf("gpu: staging ring of %d bytes: %w", ringBytes, err)
 	}
 	return b, nil
 }
