@@ -44,7 +44,7 @@ type Kernels struct {
 
 type variant struct {
 	name string
-	spec [2]uint32
+	spec [3]uint32
 }
 
 type setKey struct {
@@ -221,16 +221,26 @@ func (k *Kernels) MatVec(cb *vk.CommandBuffer, y F32, w Weight, x F32, n int) er
 	if err != nil {
 		return err
 	}
-	if n > int(k.dev.Info().Limits.MaxComputeWorkGroupCount[2]) {
-		return fmt.Errorf("gpu: MatVec: %d vectors exceed the device's z workgroup limit", n)
-	}
 	spec := sh.spec
 	k.mu.Lock()
 	if v, ok := k.mv[w.Type]; ok {
 		spec = v[:]
 	}
 	k.mu.Unlock()
-	p, set, err := k.bind(sh.name, 24, spec, w.Buf, x.Buf, y.Buf)
+	// A batch of vectors goes matVecCols at a time through each
+	// workgroup, which decodes each weight once for all of them.
+	cols := 1
+	if n > 1 {
+		cols = matVecCols
+	}
+	groupsZ := (n + cols - 1) / cols
+	if groupsZ > int(k.dev.Info().Limits.MaxComputeWorkGroupCount[2]) {
+		return fmt.Errorf("gpu: MatVec: %d vectors exceed the device's z workgroup limit", n)
+	}
+	if uint32(4*int(spec[0])*int(spec[1])*cols) > k.dev.Info().Limits.MaxComputeSharedMemorySize {
+		return fmt.Errorf("gpu: MatVec: %d threads x %d rows x %d vectors of shared memory", spec[0], spec[1], cols)
+	}
+	p, set, err := k.bind(sh.name, 28, []uint32{spec[0], spec[1], uint32(cols)}, w.Buf, x.Buf, y.Buf)
 	if err != nil {
 		return err
 	}
@@ -239,9 +249,13 @@ func (k *Kernels) MatVec(cb *vk.CommandBuffer, y F32, w Weight, x F32, n int) er
 	if err != nil {
 		return err
 	}
-	cb.Dispatch(p, set, push(uint32(w.Rows), uint32(w.Cols), uint32(rb), uint32(w.Off), xo, yo), gx, gy, uint32(n))
+	cb.Dispatch(p, set, push(uint32(w.Rows), uint32(w.Cols), uint32(rb), uint32(w.Off), xo, yo, uint32(n)), gx, gy, uint32(groupsZ))
 	return nil
 }
+
+// matVecCols is how many activation vectors one mat-vec workgroup takes
+// when there are several (the shaders' NUM_COLS).
+const matVecCols = 8
 
 const normThreads = 256
 

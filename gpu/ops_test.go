@@ -277,7 +277,8 @@ func TestMatVec(t *testing.T) {
 			shapes = append(shapes, shape{rows, cols, 1, nil})
 		}
 	}
-	shapes = append(shapes, shape{7, 256, 3, nil}) // several vectors (workgroup z)
+	shapes = append(shapes, shape{7, 256, 3, nil})  // several vectors in one workgroup
+	shapes = append(shapes, shape{5, 256, 11, nil}) // more than one workgroup of vectors (z), the last partial
 	// More rows than one grid dimension holds (a vocabulary): the rows
 	// continue in workgroup y.
 	shapes = append(shapes, shape{65536 + 3, 32, 1, []quant.Type{quant.F32}})

@@ -6,18 +6,22 @@
 // row_dot: thread tid takes column pairs tid, tid+BLOCK, ... when the row
 // starts on a word and has an even length (one word = two halves), else
 // single columns.
-float row_dot(uint rb, uint xb, uint tid) {
-	float s = 0.0;
+void row_dot(uint rb, uint xb, uint tid) {
 	if ((rb & 3u) == 0u && (p.cols & 1u) == 0u) {
 		const uint wb = rb >> 2;
 		for (uint i = tid; i < p.cols / 2; i += BLOCK) {
 			const vec2 h = unpackHalf2x16(w[wb + i]);
-			s = fma(h.x, x[xb + 2 * i], fma(h.y, x[xb + 2 * i + 1], s));
+			for (uint c = 0; c < nc; c++) {
+				const uint xi = xb + c * p.cols + 2 * i;
+				acc[c] = fma(h.x, x[xi], fma(h.y, x[xi + 1], acc[c]));
+			}
 		}
-		return s;
+		return;
 	}
 	for (uint i = tid; i < p.cols; i += BLOCK) {
-		s = fma(w_f16(rb + 2 * i), x[xb + i], s);
+		const float wv = w_f16(rb + 2 * i);
+		for (uint c = 0; c < nc; c++) {
+			acc[c] = fma(wv, x[xb + c * p.cols + i], acc[c]);
+		}
 	}
-	return s;
 }

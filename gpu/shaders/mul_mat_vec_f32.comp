@@ -4,11 +4,12 @@
 #include "mul_mat_vec_head.glsl"
 
 // row_dot: thread tid takes columns tid, tid+BLOCK, ... (rb is 4-aligned).
-float row_dot(uint rb, uint xb, uint tid) {
+void row_dot(uint rb, uint xb, uint tid) {
 	const uint wb = rb >> 2;
-	float s = 0.0;
 	for (uint i = tid; i < p.cols; i += BLOCK) {
-		s = fma(uintBitsToFloat(w[wb + i]), x[xb + i], s);
+		const float wv = uintBitsToFloat(w[wb + i]);
+		for (uint c = 0; c < nc; c++) {
+			acc[c] = fma(wv, x[xb + c * p.cols + i], acc[c]);
+		}
 	}
-	return s;
 }

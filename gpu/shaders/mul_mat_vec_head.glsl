@@ -7,11 +7,15 @@
 //
 // Workgroup (x, y, z): rows first = NUM_ROWS·(y·numGroups.x + x) (two
 // dimensions so that large vocabularies stay under the 65535-group limit),
-// z is the activation vector.
+// z the group of NUM_COLS activation vectors: each weight is decoded once
+// and multiplied by every vector of the group (a prompt's rows), as
+// ggml-vulkan's mul_mat_vec does with its NUM_COLS. row_dot adds each
+// vector c < nc's partial dot product to acc[c].
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint BLOCK = 32;   // threads, a power of two
 layout(constant_id = 1) const uint NUM_ROWS = 1; // rows per workgroup
+layout(constant_id = 2) const uint NUM_COLS = 1; // vectors per workgroup
 
 // The weights as 32-bit words: block layouts are read byte by byte so no
 // 8- or 16-bit storage feature is needed.
@@ -26,6 +30,7 @@ layout(push_constant) uniform Push {
 	uint w_off;     // byte offset of row 0 in W
 	uint x_off;     // float offset of vector 0 in X (vector t at x_off + t·cols)
 	uint y_off;     // float offset of output 0 in Y (vector t at y_off + t·rows)
+	uint n_vec;     // activation vectors
 } p;
 
 // Byte-addressed reads of W; b is a byte offset.
@@ -33,9 +38,14 @@ uint w_u8(uint b) { return (w[b >> 2] >> ((b & 3u) * 8u)) & 0xFFu; }
 uint w_u16(uint b) { return (w[b >> 2] >> ((b & 2u) * 8u)) & 0xFFFFu; } // b even
 float w_f16(uint b) { return unpackHalf2x16(w_u16(b)).x; }
 
-shared float red[BLOCK * NUM_ROWS];
+shared float red[BLOCK * NUM_ROWS * NUM_COLS];
 
-float row_dot(uint rb, uint xb, uint tid);
+// The invocation's partial sums of the current row, one per vector, and
+// how many vectors this workgroup has (≤ NUM_COLS).
+float acc[NUM_COLS];
+uint nc;
+
+void row_dot(uint rb, uint xb, uint tid);
 
 void main() {
 	const uint first = NUM_ROWS * (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x);
@@ -43,23 +53,35 @@ void main() {
 		return; // the whole workgroup leaves: no barrier is skipped by part of it
 	}
 	const uint tid = gl_LocalInvocationID.x;
-	const uint xb = p.x_off + gl_WorkGroupID.z * p.cols;
+	const uint c0 = gl_WorkGroupID.z * NUM_COLS;
+	nc = min(NUM_COLS, p.n_vec - c0);
+	const uint xb = p.x_off + c0 * p.cols;
 	for (uint r = 0; r < NUM_ROWS; r++) {
 		const uint row = first + r;
-		red[r * BLOCK + tid] = row < p.rows ? row_dot(p.w_off + row * p.row_bytes, xb, tid) : 0.0;
+		for (uint c = 0; c < NUM_COLS; c++) {
+			acc[c] = 0.0;
+		}
+		if (row < p.rows) {
+			row_dot(p.w_off + row * p.row_bytes, xb, tid);
+		}
+		for (uint c = 0; c < NUM_COLS; c++) {
+			red[(r * NUM_COLS + c) * BLOCK + tid] = acc[c];
+		}
 	}
 	barrier();
 	for (uint s = BLOCK / 2; s > 0; s >>= 1) {
 		if (tid < s) {
-			for (uint r = 0; r < NUM_ROWS; r++) {
-				red[r * BLOCK + tid] += red[r * BLOCK + tid + s];
+			for (uint i = 0; i < NUM_ROWS * NUM_COLS; i++) {
+				red[i * BLOCK + tid] += red[i * BLOCK + tid + s];
 			}
 		}
 		barrier();
 	}
 	if (tid == 0) {
 		for (uint r = 0; r < NUM_ROWS && first + r < p.rows; r++) {
-			y[p.y_off + gl_WorkGroupID.z * p.rows + first + r] = red[r * BLOCK];
+			for (uint c = 0; c < nc; c++) {
+				y[p.y_off + (c0 + c) * p.rows + first + r] = red[(r * NUM_COLS + c) * BLOCK];
+			}
 		}
 	}
 }

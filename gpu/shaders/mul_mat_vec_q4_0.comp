@@ -8,23 +8,31 @@
 #include "mul_mat_vec_head.glsl"
 
 // row_dot: thread tid takes blocks tid, tid+BLOCK, ...
-float row_dot(uint rb, uint xb, uint tid) {
-	float s = 0.0;
+void row_dot(uint rb, uint xb, uint tid) {
 	const uint nb = p.cols / 32;
 	for (uint b = tid; b < nb; b += BLOCK) {
 		const uint bb = rb + 18 * b;
-		const uint xi = xb + 32 * b;
-		float sb = 0.0;
+		const float d = w_f16(bb);
+		float sb[NUM_COLS];
+		for (uint c = 0; c < nc; c++) {
+			sb[c] = 0.0;
+		}
 		for (uint j = 0; j < 8; j++) {
 			const uint v = w_u16(bb + 2 + 2 * j);
 			const float q0 = float(int(v & 0xFu) - 8), q1 = float(int((v >> 8) & 0xFu) - 8);
 			const float q2 = float(int((v >> 4) & 0xFu) - 8), q3 = float(int((v >> 12) & 0xFu) - 8);
-			sb = fma(q0, x[xi + 2 * j], sb);
-			sb = fma(q1, x[xi + 2 * j + 1], sb);
-			sb = fma(q2, x[xi + 16 + 2 * j], sb);
-			sb = fma(q3, x[xi + 16 + 2 * j + 1], sb);
+			for (uint c = 0; c < nc; c++) {
+				const uint xi = xb + c * p.cols + 32 * b + 2 * j;
+				float t = sb[c];
+				t = fma(q0, x[xi], t);
+				t = fma(q1, x[xi + 1], t);
+				t = fma(q2, x[xi + 16], t);
+				t = fma(q3, x[xi + 17], t);
+				sb[c] = t;
+			}
 		}
-		s = fma(w_f16(bb), sb, s);
+		for (uint c = 0; c < nc; c++) {
+			acc[c] = fma(d, sb[c], acc[c]);
+		}
 	}
-	return s;
 }

@@ -19,8 +19,7 @@ uvec2 scale_min(uint sb, uint s) {
 
 // row_dot: thread tid takes sub-blocks tid, tid+BLOCK, ... of the row
 // (rows are whole super-blocks, so rb is 4-aligned).
-float row_dot(uint rb, uint xb, uint tid) {
-	float s = 0.0;
+void row_dot(uint rb, uint xb, uint tid) {
 	const uint nsub = (p.cols / 256) * 8;
 	for (uint k = tid; k < nsub; k += BLOCK) {
 		const uint bb = rb + 176u * (k >> 3);
@@ -30,19 +29,25 @@ float row_dot(uint rb, uint xb, uint tid) {
 		const uint qw = (bb + 48u + 32u * (sub >> 1)) >> 2; // first word of the chunk
 		const uint hw = (bb + 16u) >> 2;                    // first word of qh
 		const uint shift = (sub & 1u) * 4u;
-		const uint xi = xb + 32u * k;
-		float sqx = 0.0, sx = 0.0;
+		uint qv[8], hq[8]; // the sub-block's words, read once for every vector
 		for (uint j = 0; j < 8; j++) {
-			const uint v = w[qw + j] >> shift;
-			const uint hv = w[hw + j] >> sub;
-			for (uint b = 0; b < 4; b++) {
-				const float xv = x[xi + 4 * j + b];
-				const uint q = ((v >> (8 * b)) & 0xFu) | (((hv >> (8 * b)) & 1u) << 4);
-				sqx = fma(float(q), xv, sqx);
-				sx += xv;
-			}
+			qv[j] = w[qw + j] >> shift;
+			hq[j] = w[hw + j] >> sub;
 		}
-		s += dm.x * float(sm.x) * sqx - dm.y * float(sm.y) * sx;
+		for (uint c = 0; c < nc; c++) {
+			const uint xi = xb + c * p.cols + 32u * k;
+			float sqx = 0.0, sx = 0.0;
+			for (uint j = 0; j < 8; j++) {
+				const uint v = qv[j];
+				const uint hv = hq[j];
+				for (uint b = 0; b < 4; b++) {
+					const float xv = x[xi + 4 * j + b];
+					const uint q = ((v >> (8 * b)) & 0xFu) | (((hv >> (8 * b)) & 1u) << 4);
+					sqx = fma(float(q), xv, sqx);
+					sx += xv;
+				}
+			}
+			acc[c] += dm.x * float(sm.x) * sqx - dm.y * float(sm.y) * sx;
+		}
 	}
-	return s;
 }

@@ -13,8 +13,7 @@
 int w_i8(uint b) { return int(w_u8(b) << 24) >> 24; }
 
 // row_dot: thread tid takes groups of 32 weights tid, tid+BLOCK, ...
-float row_dot(uint rb, uint xb, uint tid) {
-	float s = 0.0;
+void row_dot(uint rb, uint xb, uint tid) {
 	const uint ngroups = (p.cols / 256) * 8;
 	for (uint k = tid; k < ngroups; k += BLOCK) {
 		const uint bb = rb + 210u * (k >> 3);
@@ -22,16 +21,24 @@ float row_dot(uint rb, uint xb, uint tid) {
 		const uint qlb = bb + h * 64u + (g & 1u) * 32u;
 		const uint qhb = bb + 128u + h * 32u;
 		const uint lshift = (g >> 1) * 4u, hshift = 2u * g;
-		const uint xi = xb + 32u * k;
-		float s0 = 0.0, s1 = 0.0;
-		for (uint l = 0; l < 16; l++) {
-			const int q0 = int(((w_u8(qlb + l) >> lshift) & 0xFu) | (((w_u8(qhb + l) >> hshift) & 3u) << 4)) - 32;
-			const int q1 = int(((w_u8(qlb + l + 16u) >> lshift) & 0xFu) | (((w_u8(qhb + l + 16u) >> hshift) & 3u) << 4)) - 32;
-			s0 = fma(float(q0), x[xi + l], s0);
-			s1 = fma(float(q1), x[xi + l + 16u], s1);
-		}
 		const uint scb = bb + 192u + h * 8u + g * 2u;
-		s = fma(w_f16(bb + 208u), float(w_i8(scb)) * s0 + float(w_i8(scb + 1u)) * s1, s);
+		const float d = w_f16(bb + 208u), sc0 = float(w_i8(scb)), sc1 = float(w_i8(scb + 1u));
+		float s0[NUM_COLS], s1[NUM_COLS];
+		for (uint c = 0; c < nc; c++) {
+			s0[c] = 0.0;
+			s1[c] = 0.0;
+		}
+		for (uint l = 0; l < 16; l++) {
+			const float q0 = float(int(((w_u8(qlb + l) >> lshift) & 0xFu) | (((w_u8(qhb + l) >> hshift) & 3u) << 4)) - 32);
+			const float q1 = float(int(((w_u8(qlb + l + 16u) >> lshift) & 0xFu) | (((w_u8(qhb + l + 16u) >> hshift) & 3u) << 4)) - 32);
+			for (uint c = 0; c < nc; c++) {
+				const uint xi = xb + c * p.cols + 32u * k + l;
+				s0[c] = fma(q0, x[xi], s0[c]);
+				s1[c] = fma(q1, x[xi + 16u], s1[c]);
+			}
+		}
+		for (uint c = 0; c < nc; c++) {
+			acc[c] = fma(d, sc0 * s0[c] + sc1 * s1[c], acc[c]);
+		}
 	}
-	return s;
 }

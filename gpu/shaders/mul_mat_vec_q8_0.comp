@@ -6,20 +6,26 @@
 #include "mul_mat_vec_head.glsl"
 
 // row_dot: thread tid takes blocks tid, tid+BLOCK, ...
-float row_dot(uint rb, uint xb, uint tid) {
-	float s = 0.0;
+void row_dot(uint rb, uint xb, uint tid) {
 	const uint nb = p.cols / 32;
 	for (uint b = tid; b < nb; b += BLOCK) {
 		const uint bb = rb + 34 * b;
-		const uint xi = xb + 32 * b;
-		float sb = 0.0;
+		const float d = w_f16(bb);
+		float sb[NUM_COLS];
+		for (uint c = 0; c < nc; c++) {
+			sb[c] = 0.0;
+		}
 		for (uint j = 0; j < 16; j++) {
 			const uint v = w_u16(bb + 2 + 2 * j);
-			const int q0 = int(v << 24) >> 24; // low byte, sign-extended
-			const int q1 = int(v << 16) >> 24; // high byte
-			sb = fma(float(q0), x[xi + 2 * j], fma(float(q1), x[xi + 2 * j + 1], sb));
+			const float q0 = float(int(v << 24) >> 24); // low byte, sign-extended
+			const float q1 = float(int(v << 16) >> 24); // high byte
+			for (uint c = 0; c < nc; c++) {
+				const uint xi = xb + c * p.cols + 32 * b + 2 * j;
+				sb[c] = fma(q0, x[xi], fma(q1, x[xi + 1], sb[c]));
+			}
 		}
-		s = fma(w_f16(bb), sb, s);
+		for (uint c = 0; c < nc; c++) {
+			acc[c] = fma(d, sb[c], acc[c]);
+		}
 	}
-	return s;
 }
