@@ -8,6 +8,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/flowinfer/flowinfer/cpu"
@@ -126,10 +127,20 @@ func TestBackendRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.Decode(&model.Batch{Tokens: []int32{1}, Pos: []int32{0}, Seq: []int32{0}})
-	if !errors.Is(err, vk.ErrUnsupported) {
+	if !errors.Is(err, vk.ErrUnsupported) || !strings.Contains(err.Error(), "bf16") {
 		t.Fatalf("bf16 KV cache: got %v, want ErrUnsupported naming bf16", err)
 	}
 	t.Log(err)
+	// the same with an eval hook, whose ToHost calls meet the error first
+	hooked := 0
+	c.SetHooks(model.Hooks{Eval: func(string, int, []float32, int, int) { hooked++ }})
+	_, err = c.Decode(&model.Batch{Tokens: []int32{1}, Pos: []int32{0}, Seq: []int32{0}})
+	if !errors.Is(err, vk.ErrUnsupported) || !strings.Contains(err.Error(), "bf16") {
+		t.Fatalf("bf16 KV cache with an eval hook: got %v, want ErrUnsupported naming bf16", err)
+	}
+	if hooked == 0 {
+		t.Error("the eval hook never ran before the failing op")
+	}
 	c2, err := m.NewContext(be, 64, 1, 4)
 	if err != nil {
 		t.Fatal(err)

@@ -65,6 +65,7 @@ type Context struct {
 	logits                   []float32    // MaxBatch × NVocab
 	mmOuts                   [3][]float32 // matmuls' arguments
 	mmWs                     [3]*Weight
+	hostErr                  error // the first HostSync error of an eval hook in this step
 }
 
 // NewContext allocates a context with a contiguous f32 cache of nCtx
@@ -167,8 +168,11 @@ func (c *Context) matmuls(name string, layer int, x []float32, n int, ps ...mm) 
 
 func (c *Context) eval(name string, layer int, x []float32, n, dim int) {
 	if c.hooks.Eval != nil {
-		if c.toHost(x) != nil {
-			return // the step's error comes back from Decode's next toHost
+		if err := c.toHost(x); err != nil {
+			if c.hostErr == nil {
+				c.hostErr = err // Decode returns it at the end of the forward pass
+			}
+			return
 		}
 		c.hooks.Eval(name, layer, x[:n*dim], n, dim)
 	}
@@ -224,9 +228,14 @@ func (c *Context) Decode(b *Batch) ([]float32, error) {
 	if err := c.KV.PrepareRecent(b.Seq, b.Pos); err != nil {
 		return nil, err
 	}
-	c.nEmbd = 0
+	c.nEmbd, c.hostErr = 0, nil
 	if err := c.M.forward(c, b); err != nil {
 		c.KV.flush() // the step failed anyway: its error is the one to report
+		return nil, err
+	}
+	if err := c.hostErr; err != nil { // an eval hook's HostSync failure
+		c.hostErr = nil
+		c.KV.flush()
 		return nil, err
 	}
 	if err := c.embeddings(b); err != nil {
