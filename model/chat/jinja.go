@@ -175,6 +175,9 @@ func newEnvironment() (*exec.Environment, error) {
 		if !ok {
 			continue
 		}
+		if name == "items" || name == "dictsort" {
+			fn = orderedDictFilter(name, fn)
+		}
 		if err := filters.Replace(name, listifyFilter(fn)); err != nil {
 			return nil, err
 		}
@@ -238,6 +241,35 @@ func newEnvironment() (*exec.Environment, error) {
 var listFilters = [...]string{
 	"batch", "dictsort", "groupby", "items", "list", "map", "reject",
 	"rejectattr", "reverse", "select", "selectattr", "slice", "sort", "unique",
+}
+
+// orderedDictFilter makes the items and dictsort filters see an ordered
+// dict (a JSON object from tools.go): gonja's read only Go maps, so
+// `for k, v in arguments|items` (Qwen3.5, Nemotron 3) or `|dictsort`
+// (Gemma 4) would loop over nothing. items keeps insertion order, as
+// Python's dict.items() does; dictsort gets a map and sorts it itself.
+func orderedDictFilter(name string, fn exec.FilterFunction) exec.FilterFunction {
+	return func(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
+		d, ok := in.Interface().(*exec.Dict)
+		if !ok {
+			return fn(e, in, params)
+		}
+		if name == "items" {
+			if err := params.Take(); err != nil {
+				return exec.AsValue(exec.ErrInvalidCall(err))
+			}
+			out := make(pyList, len(d.Pairs))
+			for i, p := range d.Pairs {
+				out[i] = pyList{p.Key.Interface(), p.Value.Interface()}
+			}
+			return exec.AsValue(out)
+		}
+		m := make(map[string]any, len(d.Pairs))
+		for _, p := range d.Pairs {
+			m[p.Key.String()] = p.Value.Interface()
+		}
+		return fn(e, exec.AsValue(m), params)
+	}
 }
 
 func listifyFilter(fn exec.FilterFunction) exec.FilterFunction {
