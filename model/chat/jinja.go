@@ -36,6 +36,8 @@ type jinjaVars struct {
 	addGenerationPrompt bool
 	now                 time.Time
 	tools               []Tool // passed only when there are some
+	opts                RenderOptions
+	harmony             bool // gpt-oss's template (jinjaMessage)
 }
 
 // raisedError is what the template's raise_exception produced.
@@ -94,12 +96,12 @@ func (j *jinjaTemplate) render(v jinjaVars) (out string, err error) {
 	input := len(v.bosToken) + len(v.eosToken)
 	for i, m := range v.messages {
 		// An ordered dict, so that tojson keeps role before content as Python does.
-		d, err := jinjaMessage(m)
+		d, err := jinjaMessage(m, v.harmony)
 		if err != nil {
 			return "", err
 		}
 		msgs[i] = d
-		input += len(m.Role) + len(m.Content)
+		input += len(m.Role) + len(m.Content) + len(m.Reasoning)
 		for _, c := range m.ToolCalls {
 			input += len(c.ID) + len(c.Name) + len(c.Arguments)
 		}
@@ -124,7 +126,7 @@ func (j *jinjaTemplate) render(v jinjaVars) (out string, err error) {
 		"add_generation_prompt": v.addGenerationPrompt,
 		// llama-server always passes enable_thinking (true by default) and
 		// the date variables of common_chat_extra_context.
-		"enable_thinking": true,
+		"enable_thinking": v.opts.Thinking == nil || *v.opts.Thinking,
 		"date_string":     strftime("%d %b %Y", v.now),
 		"datetime":        strftime("%b %d %Y", v.now),
 		"raise_exception": func(args *exec.VarArgs) (string, error) {
@@ -143,6 +145,9 @@ func (j *jinjaTemplate) render(v jinjaVars) (out string, err error) {
 		},
 	} {
 		vars[k] = val
+	}
+	if v.opts.ReasoningEffort != "" {
+		vars["reasoning_effort"] = v.opts.ReasoningEffort
 	}
 	ctx := exec.NewContext(vars)
 	if err = j.tpl.Execute(b, ctx); err != nil {

@@ -70,11 +70,16 @@ func hasToolTurns(msgs []Message) bool {
 }
 
 // jinjaMessage is the template's view of a message.
-func jinjaMessage(m Message) (*exec.Dict, error) {
+// harmony: the template is gpt-oss's, which reads reasoning as "thinking"
+// and refuses content beside thinking in a tool-call turn (llama.cpp's
+// common_chat_params_init_gpt_oss drops the content then).
+func jinjaMessage(m Message, harmony bool) (*exec.Dict, error) {
 	d := &exec.Dict{Pairs: []*exec.Pair{
 		{Key: exec.AsValue("role"), Value: exec.AsValue(m.Role)},
-		{Key: exec.AsValue("content"), Value: exec.AsValue(m.Content)},
 	}}
+	if !(harmony && m.Reasoning != "" && len(m.ToolCalls) > 0) {
+		d.Pairs = append(d.Pairs, &exec.Pair{Key: exec.AsValue("content"), Value: exec.AsValue(m.Content)})
+	}
 	add := func(k string, v any) {
 		d.Pairs = append(d.Pairs, &exec.Pair{Key: exec.AsValue(k), Value: exec.AsValue(v)})
 	}
@@ -98,6 +103,12 @@ func jinjaMessage(m Message) (*exec.Dict, error) {
 	}
 	if m.ToolCallID != "" {
 		add("tool_call_id", m.ToolCallID)
+	}
+	if m.Reasoning != "" {
+		add("reasoning_content", m.Reasoning)
+		if harmony {
+			add("thinking", m.Reasoning)
+		}
 	}
 	if m.Name != "" {
 		add("name", m.Name)
