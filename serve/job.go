@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flowinfer/flowinfer/model/toolcall"
 	"github.com/flowinfer/flowinfer/stages"
 )
 
@@ -45,9 +46,13 @@ type job struct {
 	// logprobs of the tokens not yet taken, when the request asked for them
 	lps []stages.TokenLogprob
 
-	// tools parses the reply into content and calls when the request
-	// offered tools (tools.go); nil otherwise. Used by the HTTP side only.
-	tools *toolState
+	// tools holds the calls when the request offered tools (tools.go);
+	// parse splits the reply into reasoning, content and calls when it
+	// has reasoning or tools (reasoning.go); reasoning is the reasoning of
+	// a reply that is not streamed. Nil otherwise. HTTP side only.
+	tools     *toolState
+	parse     *toolcall.Output
+	reasoning strings.Builder
 }
 
 func newJob(parent context.Context, id, model, endpoint string, prompt []int32) *job {
