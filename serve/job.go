@@ -34,6 +34,7 @@ type job struct {
 
 	mu      sync.Mutex
 	text    strings.Builder // not yet taken
+	pieces  []int           // the lengths of the texts of its events
 	usage   stages.Usage    // latest
 	events  int             // events received
 	final   *stages.Event
@@ -53,6 +54,30 @@ type job struct {
 	tools     *toolState
 	parse     *toolcall.Output
 	reasoning strings.Builder
+	// taken: the piece lengths of the text take (or wait) returned last;
+	// thinking: the tokens generated inside the reasoning so far (those
+	// after whose text the reply is inside it), HTTP side only.
+	taken    []int
+	thinking int
+}
+
+// push passes text (with the piece lengths of its tokens, j.taken) to the
+// job's parser a token at a time, counting the reasoning tokens.
+func (j *job) push(text string) []toolcall.Event {
+	var evs []toolcall.Event
+	for _, n := range j.taken {
+		n = min(n, len(text))
+		evs = append(evs, j.parse.Push(text[:n])...)
+		if j.parse.InReasoning() {
+			j.thinking++
+		}
+		text = text[n:]
+	}
+	if text != "" {
+		evs = append(evs, j.parse.Push(text)...)
+	}
+	j.taken = j.taken[:0]
+	return evs
 }
 
 func newJob(parent context.Context, id, model, endpoint string, prompt []int32) *job {
@@ -71,6 +96,9 @@ func (j *job) emit(ev stages.Event) error {
 		return errClientGone
 	}
 	j.text.WriteString(ev.Text)
+	if ev.Text != "" {
+		j.pieces = append(j.pieces, len(ev.Text))
+	}
 	if ev.Logprob != nil {
 		j.lps = append(j.lps, *ev.Logprob)
 	}
@@ -104,13 +132,16 @@ func (j *job) emit(ev stages.Event) error {
 	return nil
 }
 
-// take returns the text accumulated since the last take, the usage so far,
+// take returns the text accumulated since the last take (and the lengths
+// of its events' pieces, one per token, in j.taken), the usage so far,
 // whether any event has arrived, and the final event once there is one.
 func (j *job) take() (text string, usage stages.Usage, started bool, final *stages.Event) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	text = j.text.String()
 	j.text.Reset()
+	j.taken = append(j.taken[:0], j.pieces...)
+	j.pieces = j.pieces[:0]
 	return text, j.usage, j.events > 0, j.final
 }
 
@@ -145,9 +176,12 @@ func (j *job) abandon() {
 // if none).
 func (j *job) wait(engineDone, stop <-chan struct{}) (string, *stages.Event) {
 	var all strings.Builder
+	var pieces []int
+	defer func() { j.taken = pieces }()
 	for {
 		text, _, _, final := j.take()
 		all.WriteString(text)
+		pieces = append(pieces, j.taken...)
 		if final != nil {
 			return all.String(), final
 		}

@@ -221,6 +221,20 @@ func TestReasoningAPIs(t *testing.T) {
 					if strings.Contains(string(r.body), "think>") {
 						t.Errorf("%s %s stream=%v: a think tag in the answer: %s", tc.template, a.api, stream, r.body)
 					}
+					if a.api == "responses" && tc.template == "Qwen3.5-4B" {
+						// the tokens before the one that completes </think>
+						want := (strings.Index(tc.reply, "</think>") + len("</think>") - 1) / size
+						var usage any
+						if stream {
+							evs := parseSSE(t, r.body)
+							usage = path(decodeJSON(t, evs[len(evs)-1].data), "response.usage")
+						} else {
+							usage = path(decodeJSON(t, string(r.body)), "usage")
+						}
+						if got := num(path(usage, "output_tokens_details.reasoning_tokens")); got != want {
+							t.Errorf("stream=%v pieces %d: reasoning_tokens %d, want %d", stream, size, got, want)
+						}
+					}
 				}
 			}
 		}
@@ -291,6 +305,10 @@ func TestReasoningRefused(t *testing.T) {
 		{"openai-gpt-oss-120b", "/api/chat", `{"model":"stories260K","messages":[{"role":"user","content":"x"}],"think":false}`, "think"},
 		{"openai-gpt-oss-120b", "/v1/responses", `{"input":"x","reasoning":{"effort":"none"}}`, "reasoning.effort"},
 		{"openai-gpt-oss-120b", "/v1/responses", `{"input":"x","reasoning":{"summary":"auto"}}`, "reasoning.summary"},
+		// no grammar of a forced call in these formats
+		{"Qwen3.5-4B", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"tools":[` + weatherTool + `],"tool_choice":"required"}`, "tool_choice"},
+		{"google-gemma-4-31B-it", "/v1/messages", `{"model":"stories260K","max_tokens":10,"messages":[{"role":"user","content":"x"}],"tools":[{"name":"get_weather","input_schema":{"type":"object"}}],"tool_choice":{"type":"any"}}`, "tool_choice"},
+		{"openai-gpt-oss-120b", "/v1/responses", `{"input":"x","tools":[` + respWeatherTool + `],"tool_choice":"required"}`, "tool_choice"},
 	} {
 		ts.bundle.Template = chat.Default()
 		if c.template != "" {

@@ -294,9 +294,11 @@ func (r *respEncoder) toolCall(w *bufio.Writer, _ *job, c *outCall) {
 	r.event(w, "response.output_item.done", map[string]any{"output_index": idx, "item": item})
 }
 
-// finish fills the final status, output and usage of o.
-func finishObject(o *respObject, ev *stages.Event, output []any) {
+// finish fills the final status, output and usage of o (reasoning tokens:
+// those after which the reply was inside its reasoning, job.push).
+func finishObject(o *respObject, j *job, ev *stages.Event, output []any) {
 	o.Status, o.Output, o.Usage = "completed", output, newRespUsage(ev.Usage)
+	o.Usage.OutputTokensDetails.ReasoningTokens = j.thinking
 	if ev.Finish == stages.FinishLength {
 		o.Status, o.IncompleteDetails = "incomplete", &respIncomplete{Reason: "max_output_tokens"}
 	}
@@ -313,7 +315,7 @@ func (r *respEncoder) end(w *bufio.Writer, j *job, ev *stages.Event) {
 	}
 	r.closeMessage(w, status)
 	o := r.object(j, "")
-	finishObject(&o, ev, r.output)
+	finishObject(&o, j, ev, r.output)
 	r.event(w, "response."+o.Status, map[string]any{"response": o})
 }
 
@@ -361,6 +363,6 @@ func (r *respEncoder) result(j *job, text string, ev *stages.Event) any {
 		}
 	}
 	o := r.object(j, "")
-	finishObject(&o, ev, output)
+	finishObject(&o, j, ev, output)
 	return o
 }

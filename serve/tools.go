@@ -194,7 +194,7 @@ func streamText(w *bufio.Writer, j *job, enc encoder, text string, end *stages.E
 		}
 		return
 	}
-	evs := p.Push(text)
+	evs := j.push(text)
 	if final {
 		evs = append(evs, endParser(p, end)...)
 	}
@@ -227,7 +227,7 @@ func splitCalls(j *job, text string, end *stages.Event) string {
 		return text
 	}
 	var content strings.Builder
-	for _, evs := range [][]toolcall.Event{p.Push(text), endParser(p, end)} {
+	for _, evs := range [][]toolcall.Event{j.push(text), endParser(p, end)} {
 		for _, e := range evs {
 			switch {
 			case e.Reasoning != "":

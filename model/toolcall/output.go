@@ -59,6 +59,10 @@ func (o *Output) Cut() []Event {
 	return evs
 }
 
+// InReasoning reports whether the reply is inside its reasoning so far
+// (Splitter.InReasoning).
+func (o *Output) InReasoning() bool { return o.split.InReasoning() }
+
 // Calls is the number of calls parsed so far.
 func (o *Output) Calls() int {
 	if o.tools == nil {

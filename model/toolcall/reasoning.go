@@ -206,6 +206,13 @@ func (s *Splitter) Push(text string) []Segment {
 	return s.out
 }
 
+// InReasoning reports whether the text pushed so far leaves the reply
+// inside its reasoning (an opened reasoning block, or harmony's analysis
+// message, not closed yet).
+func (s *Splitter) InReasoning() bool {
+	return s.mode == splitThink || s.mode == splitBody && s.kind == msgReasoning
+}
+
 // Finish ends the reply: held text is decided (an open reasoning is
 // reasoning; an open harmony call whose arguments parse is a call).
 func (s *Splitter) Finish() []Segment { return s.end(false) }
