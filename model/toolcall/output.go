@@ -12,8 +12,9 @@ type OutputConfig struct {
 	Reasoning   Reasoning
 	InReasoning bool
 	Inline      bool
-	// Tools: whether tools were offered; Format and Names as NewParser's.
-	// Without tools, harmony calls are content (their raw markup).
+	// Tools: whether tools were offered; Format (the template's, offered
+	// or not) and Names as NewParser's. Without tools, harmony calls are
+	// content (their raw markup).
 	Tools  bool
 	Format Format
 	Names  []string
@@ -31,6 +32,9 @@ type Output struct {
 // NewOutput returns the parser of a reply.
 func NewOutput(c OutputConfig) *Output {
 	o := &Output{split: NewSplitter(c.Reasoning, c.InReasoning, c.Inline)}
+	// Qwen3.5 and Nemotron 3 may start a call without closing their
+	// reasoning (llama.cpp's qwen3_coder parser ends it at <tool_call>)
+	o.split.toolEnds = c.Reasoning == Think && c.Format == XML
 	if c.Tools {
 		o.tools = NewParser(c.Format, c.Names)
 		o.tools.SetStringParams(c.StringParam)

@@ -6,8 +6,9 @@
 //     3). Templates that open <think> in the generation prompt leave the
 //     output inside reasoning from its first token
 //     (common_chat_params_init_qwen3_coder, and the auto-parser for Qwen3,
-//     parse the generation prompt and the output together); a <tool_call>
-//     also ends the reasoning (Qwen3.5, as qwen3_coder's thinking_end_tags).
+//     parse the generation prompt and the output together); with the XML
+//     tool-call format a <tool_call> also ends the reasoning (Qwen3.5,
+//     Nemotron 3: qwen3_coder's thinking_end_tags).
 //   - MistralThink: [THINK]...[/THINK] at the start of the reply (Ministral
 //     3, Magistral; common_chat_params_init_ministral_3).
 //   - Gemma4: <|channel>thought ... <channel|> blocks, possibly several,
@@ -94,8 +95,7 @@ func (r Reasoning) Markers() []string {
 func (r Reasoning) tags() (open string, closes []string) {
 	switch r {
 	case Think:
-		// A tool call ends the reasoning too (Qwen3.5): it is not consumed.
-		return "<think>", []string{"</think>", hermesOpen}
+		return "<think>", []string{"</think>"}
 	case MistralThink:
 		return "[THINK]", []string{"[/THINK]"}
 	case Gemma4:
@@ -161,6 +161,9 @@ type Splitter struct {
 	ws     string // trailing whitespace of the reasoning, held
 	trim   bool   // drop the leading whitespace of what comes next
 	out    []Segment
+
+	// toolEnds: a <tool_call> ends the reasoning too (not consumed)
+	toolEnds bool
 
 	// harmony: the current message's kind and recipient
 	kind      msgKind
@@ -305,6 +308,9 @@ func (s *Splitter) step(final, cut bool) {
 			s.mode = splitText
 		case splitThink:
 			_, closes := s.f.tags()
+			if s.toolEnds {
+				closes = append(closes[:len(closes):len(closes)], hermesOpen)
+			}
 			i, tag := firstOf(s.buf, closes)
 			if i < 0 {
 				keep := 0

@@ -37,6 +37,7 @@ var splitCases = []splitCase{
 	{"think/inline-opened", Think, true, true, Generic, "hmm\n</think>\n\nok", "", "hmm\n</think>\n\nok", nil},
 	{"think/tool-call-ends", Think, true, false, XML, "I need the weather.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>",
 		"I need the weather.", "", []Call{weatherCall}},
+	{"think/hermes-tag-inside", Think, false, false, Hermes, "<think>I could write <tool_call> here.</think>ok", "I could write <tool_call> here.", "ok", nil},
 	{"think/then-hermes", Think, false, false, Hermes, "<think>check</think>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
 		"check", "", []Call{weatherCall}},
 	// Ministral 3 / Magistral
@@ -76,9 +77,9 @@ var splitCases = []splitCase{
 }
 
 func (c splitCase) output() *Output {
-	cfg := OutputConfig{Reasoning: c.r, InReasoning: c.inReasoning, Inline: c.inline}
+	cfg := OutputConfig{Reasoning: c.r, InReasoning: c.inReasoning, Inline: c.inline, Format: c.tools}
 	if c.tools != Generic {
-		cfg.Tools, cfg.Format, cfg.Names = true, c.tools, tools
+		cfg.Tools, cfg.Names = true, tools
 	}
 	return NewOutput(cfg)
 }
