@@ -125,8 +125,12 @@ func newOutput(tpl *chat.Template, gr *genRequest, f toolcall.Format) *toolcall.
 			str[[2]string{x.Name, p}] = true
 		}
 	}
+	// A grammar (a response format, a forced call) constrains the reply
+	// from its first token: it does not continue a reasoning the prompt
+	// opened.
+	in := gr.inReasoning && gr.params.Grammar == nil
 	return toolcall.NewOutput(toolcall.OutputConfig{
-		Reasoning: r, InReasoning: gr.inReasoning, Inline: gr.think.inline,
+		Reasoning: r, InReasoning: in, Inline: gr.think.inline,
 		Tools: len(tools) > 0, Format: f, Names: names,
 		StringParam: func(fn, param string) bool { return str[[2]string{fn, param}] },
 	})

@@ -490,3 +490,25 @@ func TestDisconnectMidThought(t *testing.T) {
 		}
 	}
 }
+
+// TestReasoningGrammar: a constrained reply (a response format, a forced
+// call) starts with what the grammar allows, not inside the reasoning the
+// prompt opened: it is content (or the call), not reasoning.
+func TestReasoningGrammar(t *testing.T) {
+	ts := startScripted(t, `{"city": "Paris"}`, 3)
+	useTemplate(t, ts.bundle, "Qwen-QwQ-32B", "", "<|im_end|>")
+	for _, stream := range []bool{false, true} {
+		r := ts.post(t, "/v1/chat/completions", apiReasoning[0].body(stream, `,"response_format":{"type":"json_object"}`))
+		if got := apiReasoning[0].read(t, r.body, stream); got != (split{"", `{"city": "Paris"}`}) {
+			t.Errorf("stream=%v: %+v (%s)", stream, got, r.body)
+		}
+	}
+	ts.mu.Lock()
+	ts.reply = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
+	ts.mu.Unlock()
+	r := ts.post(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"tools":[`+weatherTool+`],"tool_choice":"required"}`)
+	m := r.json(t)
+	if !strings.HasSuffix(ts.lastPrompt(), "<think>\n") || path(m, "choices.0.message.tool_calls.0.function.name") != "get_weather" || path(m, "choices.0.message.reasoning_content") != nil {
+		t.Errorf("forced call: %s", r.body)
+	}
+}
