@@ -337,6 +337,7 @@ func (t *Template) RenderWith(msgs []Message, tools []Tool, addGenerationPrompt 
 		tools:               tools,
 		opts:                opts,
 		harmony:             t.rawRoles,
+		thinkBlocks:         strings.Contains(t.source, "[THINK]") && strings.Contains(t.source, "'thinking'"),
 	})
 	if err == nil {
 		return Rendered{Prompt: out}, nil

@@ -38,6 +38,7 @@ type jinjaVars struct {
 	tools               []Tool // passed only when there are some
 	opts                RenderOptions
 	harmony             bool // gpt-oss's template (jinjaMessage)
+	thinkBlocks         bool // reasoning as a thinking content block (jinjaMessage)
 }
 
 // raisedError is what the template's raise_exception produced.
@@ -96,7 +97,7 @@ func (j *jinjaTemplate) render(v jinjaVars) (out string, err error) {
 	input := len(v.bosToken) + len(v.eosToken)
 	for i, m := range v.messages {
 		// An ordered dict, so that tojson keeps role before content as Python does.
-		d, err := jinjaMessage(m, v.harmony)
+		d, err := jinjaMessage(m, v.harmony, v.thinkBlocks)
 		if err != nil {
 			return "", err
 		}

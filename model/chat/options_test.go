@@ -32,6 +32,8 @@ func TestRenderOptions(t *testing.T) {
 		// the reasoning of a tool-call turn after the last user message is kept
 		{"Qwen3.5-4B", []Message{user[0], {Role: "assistant", Reasoning: "need the tool", ToolCalls: []ToolCall{{ID: "c1", Name: "add", Arguments: `{"a":1}`}}}, {Role: "tool", Content: "2", ToolCallID: "c1"}},
 			RenderOptions{}, "<think>\n", "<think>\nneed the tool\n</think>\n\n<tool_call>", ""},
+		{"mistralai-Ministral-3-14B-Reasoning-2512", []Message{user[0], {Role: "assistant", Content: "4.", Reasoning: "Simple sum."}, {Role: "user", Content: "3+3?"}},
+			RenderOptions{}, "[INST]3+3?[/INST]", "[INST]2+2?[/INST][THINK]Simple sum.[/THINK]4.</s>", ""},
 		{"openai-gpt-oss-120b", []Message{user[0], {Role: "assistant", Content: "ignored", Reasoning: "need the tool", ToolCalls: []ToolCall{{ID: "c1", Name: "add", Arguments: `{"a":1}`}}}, {Role: "tool", Content: "2", ToolCallID: "c1"}},
 			RenderOptions{}, "<|start|>assistant", "<|channel|>analysis<|message|>need the tool<|end|>", "ignored"},
 	} {
@@ -44,7 +46,7 @@ func TestRenderOptions(t *testing.T) {
 			}
 			tpl := newFromFile(t, c, tt)
 			var tools []Tool
-			if len(tc.msgs) > 1 {
+			if len(tc.msgs) > 1 && len(tc.msgs[1].ToolCalls) > 0 {
 				tools = []Tool{{Name: "add", Parameters: []byte(`{"type":"object","properties":{"a":{"type":"number"}}}`)}}
 			}
 			r, err := tpl.RenderWith(tc.msgs, tools, true, tc.opts)
