@@ -34,12 +34,16 @@ type antRequest struct {
 	ToolChoice    *antToolChoice  `json:"tool_choice"`
 	Thinking      *antThinkingReq `json:"thinking"`
 	samplingFields
+	omitThinking bool // thinking.display "omitted"
 }
 
 // antThinkingReq is the request's thinking setting.
 type antThinkingReq struct {
 	Type         string `json:"type"`
 	BudgetTokens *int   `json:"budget_tokens"`
+	// Display: "summarized" (the default; the reasoning comes whole, there
+	// is no summarizer) or "omitted" (thinking blocks without their text)
+	Display string `json:"display"`
 }
 
 // translateThinking decodes thinking: enabled (without a budget) and
@@ -58,6 +62,13 @@ func (r *antRequest) translateThinking(gr *genRequest) *apiError {
 	case "adaptive":
 	default:
 		return badRequest("thinking.type", `thinking.type: %q is not one of "enabled", "disabled", "adaptive"`, t.Type)
+	}
+	switch t.Display {
+	case "", "summarized":
+	case "omitted":
+		r.omitThinking = true
+	default:
+		return badRequest("thinking.display", `thinking.display: %q is not one of "summarized", "omitted"`, t.Display)
 	}
 	if t.BudgetTokens != nil && t.Type != "disabled" {
 		return badRequest("thinking.budget_tokens", "thinking.budget_tokens: a thinking budget cannot be enforced by this server (it would need the sampler to end the thinking when the budget is spent); omit it, or use thinking type \"adaptive\"")
@@ -274,7 +285,7 @@ func (s *Server) handleMessages(ctx *fasthttp.RequestCtx) {
 	if gr == nil {
 		return
 	}
-	s.generate(ctx, b, gr, "msg_", "/v1/messages", "messages", &antEncoder{stops: req.StopSequences})
+	s.generate(ctx, b, gr, "msg_", "/v1/messages", "messages", &antEncoder{stops: req.StopSequences, omitThinking: req.omitThinking})
 }
 
 // translateChat fills gr's model, conversation and tools: what a message
@@ -369,6 +380,8 @@ type antMessageOut struct {
 // antEncoder writes Messages API responses.
 type antEncoder struct {
 	stops []string // the request's stop_sequences
+	// omitThinking: thinking blocks carry no text (thinking.display omitted)
+	omitThinking bool
 	// stream state: the open content block (-1: none), its type, and the
 	// next index
 	open, next int
@@ -481,6 +494,9 @@ func (a *antEncoder) reasoning(w *bufio.Writer, _ *job, text string) {
 		a.stopBlock(w)
 		a.startBlock(w, antThinking{Type: "thinking"})
 	}
+	if a.omitThinking {
+		return
+	}
 	sse(w, "content_block_delta", struct {
 		Type  string `json:"type"`
 		Index int    `json:"index"`
@@ -526,6 +542,9 @@ func (a *antEncoder) result(j *job, text string, ev *stages.Event) any {
 	reason, seq := a.stopReason(j, ev)
 	content := []any{}
 	if r := j.reasoning.String(); r != "" {
+		if a.omitThinking {
+			r = ""
+		}
 		content = append(content, antThinking{Type: "thinking", Thinking: r})
 	}
 	if text != "" || !j.hasCalls() {

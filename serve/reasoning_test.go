@@ -299,6 +299,7 @@ func TestReasoningRefused(t *testing.T) {
 		{"", "/v1/responses", `{"input":"x","reasoning":{"effort":"low"}}`, "reasoning.effort"},
 		{"Qwen3.5-4B", "/v1/messages", `{"model":"stories260K","max_tokens":2000,"messages":[{"role":"user","content":"x"}],"thinking":{"type":"enabled","budget_tokens":1024}}`, "thinking.budget_tokens"},
 		{"Qwen3.5-4B", "/v1/messages", `{"model":"stories260K","max_tokens":2000,"messages":[{"role":"user","content":"x"}],"thinking":{"type":"sometimes"}}`, "thinking.type"},
+		{"Qwen3.5-4B", "/v1/messages", `{"model":"stories260K","max_tokens":2000,"messages":[{"role":"user","content":"x"}],"thinking":{"type":"adaptive","display":"verbose"}}`, "thinking.display"},
 		{"Qwen3.5-4B", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"reasoning_effort":"high"}`, "reasoning_effort"},
 		{"Qwen3.5-4B", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x","reasoning_content":"no"}]}`, "messages[0].reasoning_content"},
 		{"mistralai-Ministral-3-14B-Reasoning-2512", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"enable_thinking":false}}`, "chat_template_kwargs.enable_thinking"},
@@ -510,5 +511,19 @@ func TestReasoningGrammar(t *testing.T) {
 	m := r.json(t)
 	if !strings.HasSuffix(ts.lastPrompt(), "<think>\n") || path(m, "choices.0.message.tool_calls.0.function.name") != "get_weather" || path(m, "choices.0.message.reasoning_content") != nil {
 		t.Errorf("forced call: %s", r.body)
+	}
+}
+
+// TestAnthropicThinkingOmitted: thinking.display "omitted" keeps the
+// thinking block and drops its text.
+func TestAnthropicThinkingOmitted(t *testing.T) {
+	ts := startScripted(t, "Secret plan.\n</think>\n\nParis.", 3)
+	useTemplate(t, ts.bundle, "Qwen3.5-4B", "", "<|im_end|>")
+	for _, stream := range []bool{false, true} {
+		r := ts.post(t, "/v1/messages", apiReasoning[3].body(stream, `,"thinking":{"type":"adaptive","display":"omitted"}`))
+		body := string(r.body)
+		if r.status != 200 || strings.Contains(body, "Secr") || !strings.Contains(body, `"type":"thinking"`) || apiReasoning[3].read(t, r.body, stream) != (split{"", "Paris."}) {
+			t.Errorf("stream=%v: %d %s", stream, r.status, body)
+		}
 	}
 }
