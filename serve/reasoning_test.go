@@ -527,3 +527,38 @@ func TestAnthropicThinkingOmitted(t *testing.T) {
 		}
 	}
 }
+
+// TestReasoningChoices: with n choices, each one's reasoning is separated
+// by its own parser, streamed (with its index) and not.
+func TestReasoningChoices(t *testing.T) {
+	ts := startScripted(t, "Hmm.\n</think>\n\nParis.", 2)
+	useTemplate(t, ts.bundle, "Qwen3.5-4B", "", "<|im_end|>")
+	r := ts.post(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"n":2}`)
+	m := r.json(t)
+	for i := range 2 {
+		if path(m, fmt.Sprintf("choices.%d.message.reasoning_content", i)) != "Hmm." || path(m, fmt.Sprintf("choices.%d.message.content", i)) != "Paris." {
+			t.Errorf("choice %d: %s", i, r.body)
+		}
+	}
+	r = ts.post(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"n":2,"stream":true}`)
+	got := map[int]*split{0: {}, 1: {}}
+	for _, ev := range parseSSE(t, r.body) {
+		if ev.data == "[DONE]" {
+			continue
+		}
+		d := decodeJSON(t, ev.data)
+		if _, ok := path(d, "choices.0").(map[string]any); !ok {
+			continue
+		}
+		s := got[num(path(d, "choices.0.index"))]
+		rs, _ := path(d, "choices.0.delta.reasoning_content").(string)
+		c, _ := path(d, "choices.0.delta.content").(string)
+		s.reasoning += rs
+		s.content += c
+	}
+	for i, s := range got {
+		if *s != (split{"Hmm.", "Paris."}) {
+			t.Errorf("streamed choice %d: %+v", i, *s)
+		}
+	}
+}
