@@ -165,6 +165,12 @@ type Splitter struct {
 	// toolEnds: a <tool_call> ends the reasoning too (not consumed)
 	toolEnds bool
 
+	// harmony: a call's body is appended to pend (pending), and only the
+	// new text with the tail before it is searched for the end marker, so
+	// that a long call costs linear time
+	pend    []byte
+	pending bool
+
 	// harmony: the current message's kind and recipient
 	kind      msgKind
 	recipient string
@@ -204,10 +210,37 @@ func (s *Splitter) Push(text string) []Segment {
 		s.content(text)
 		return s.out
 	}
+	if s.mode == splitBody && (s.kind == msgCall || s.kind == msgOther) {
+		if !s.pending {
+			s.pend, s.pending = append(s.pend[:0], s.buf...), true
+			s.buf = ""
+		}
+		from := max(0, len(s.pend)-maxEnd+1)
+		s.pend = append(s.pend, text...)
+		if i, _ := firstOf(string(s.pend[from:]), harmonyEnds); i < 0 {
+			return nil
+		}
+		s.takePending()
+		s.step(false, false)
+		return s.out
+	}
 	s.buf += text
 	s.step(false, false)
 	return s.out
 }
+
+// takePending moves a call body's pending text into buf.
+func (s *Splitter) takePending() {
+	if s.pending {
+		s.buf = string(s.pend) + s.buf
+		s.pend, s.pending = s.pend[:0], false
+	}
+}
+
+// harmonyEnds end a harmony message; maxEnd is the longest.
+var harmonyEnds = []string{harmonyEnd, harmonyCall, harmonyReturn, harmonyStart}
+
+const maxEnd = len(harmonyReturn)
 
 // InReasoning reports whether the text pushed so far leaves the reply
 // inside its reasoning (an opened reasoning block, or harmony's analysis
@@ -226,6 +259,7 @@ func (s *Splitter) Cut() []Segment { return s.end(true) }
 
 func (s *Splitter) end(cut bool) []Segment {
 	s.out = nil
+	s.takePending()
 	s.step(true, cut)
 	return s.out
 }
@@ -434,7 +468,7 @@ func (s *Splitter) harmonyHeader(final bool) bool {
 // harmonyBody reads a message body up to its end marker. It returns true
 // when the mode changed.
 func (s *Splitter) harmonyBody(final, cut bool) bool {
-	ends := []string{harmonyEnd, harmonyCall, harmonyReturn, harmonyStart}
+	ends := harmonyEnds
 	i, tag := firstOf(s.buf, ends)
 	if s.kind == msgCall || s.kind == msgOther {
 		if i < 0 && !final {

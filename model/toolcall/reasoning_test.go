@@ -251,3 +251,41 @@ func FuzzSplit(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkSplitterLong: 64 KiB of reasoning, and a harmony call with 64
+// KiB of arguments, streamed in 4-byte pieces (about a token each): the
+// cost must stay linear in the text.
+func BenchmarkSplitterLong(b *testing.B) {
+	long := strings.Repeat("x", 64<<10)
+	for _, c := range []struct {
+		name  string
+		r     Reasoning
+		in    bool
+		text  string
+		calls int
+	}{
+		{"think", Think, true, long + "</think>answer", 0},
+		{"harmony-call", Harmony, false, "<|channel|>commentary to=functions.add<|message|>{\"a\": \"" + long + "\"}<|call|>", 1},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				o := NewOutput(OutputConfig{Reasoning: c.r, InReasoning: c.in, Tools: true, Format: HarmonyCalls, Names: tools})
+				n := 0
+				count := func(evs []Event) {
+					for _, e := range evs {
+						if e.Call != nil {
+							n++
+						}
+					}
+				}
+				for s := c.text; s != ""; s = s[min(4, len(s)):] {
+					count(o.Push(s[:min(4, len(s))]))
+				}
+				count(o.Finish())
+				if n != c.calls {
+					b.Fatalf("%d calls", n)
+				}
+			}
+		})
+	}
+}
