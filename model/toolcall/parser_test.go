@@ -330,11 +330,16 @@ func FuzzParser(f *testing.F) {
 // BenchmarkParserLongCall: a call with 64 KiB of arguments streamed in
 // 4-byte pieces (about a token each).
 func BenchmarkParserLongCall(b *testing.B) {
-	for _, f := range []Format{Hermes, Llama3} {
+	for _, f := range []Format{Hermes, Llama3, XML, Gemma4Calls} {
 		arg := strings.Repeat("x", 64<<10)
 		text := `{"name": "add", "arguments": {"a": "` + arg + `"}}`
-		if f == Hermes {
+		switch f {
+		case Hermes:
 			text = "<tool_call>\n" + text + "\n</tool_call>"
+		case XML:
+			text = "<tool_call>\n<function=add>\n<parameter=a>\n" + arg + "\n</parameter>\n</function>\n</tool_call>"
+		case Gemma4Calls:
+			text = "<|tool_call>call:add{a:<|\"|>" + arg + "<|\"|>}<tool_call|>"
 		}
 		b.Run(f.String(), func(b *testing.B) {
 			for b.Loop() {
