@@ -562,3 +562,25 @@ func TestReasoningChoices(t *testing.T) {
 		}
 	}
 }
+
+// TestOllamaShowThinking: /api/show lists "thinking" among the
+// capabilities of a model whose template has a reasoning format.
+func TestOllamaShowThinking(t *testing.T) {
+	ts := startScripted(t, "x", 3)
+	has := func() bool {
+		caps, _ := path(ts.post(t, "/api/show", map[string]any{"model": "stories260K"}).json(t), "capabilities").([]any)
+		for _, c := range caps {
+			if c == "thinking" {
+				return true
+			}
+		}
+		return false
+	}
+	if has() {
+		t.Error("thinking listed for ChatML")
+	}
+	useTemplate(t, ts.bundle, "Qwen3.5-4B", "", "<|im_end|>")
+	if !has() {
+		t.Error("thinking not listed for Qwen3.5's template")
+	}
+}
