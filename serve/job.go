@@ -62,19 +62,37 @@ type job struct {
 }
 
 // push passes text (with the piece lengths of its tokens, j.taken) to the
-// job's parser a token at a time, counting the reasoning tokens.
+// job's parser a token at a time, counting the reasoning tokens; the
+// events of consecutive tokens are joined (one delta per kind, as when
+// the text is parsed at once).
 func (j *job) push(text string) []toolcall.Event {
 	var evs []toolcall.Event
+	add := func(new []toolcall.Event) {
+		for _, e := range new {
+			if n := len(evs); n > 0 && e.Call == nil && evs[n-1].Call == nil {
+				last := &evs[n-1]
+				switch {
+				case e.Reasoning != "" && last.Reasoning != "":
+					last.Reasoning += e.Reasoning
+					continue
+				case e.Content != "" && last.Content != "":
+					last.Content += e.Content
+					continue
+				}
+			}
+			evs = append(evs, e)
+		}
+	}
 	for _, n := range j.taken {
 		n = min(n, len(text))
-		evs = append(evs, j.parse.Push(text[:n])...)
+		add(j.parse.Push(text[:n]))
 		if j.parse.InReasoning() {
 			j.thinking++
 		}
 		text = text[n:]
 	}
 	if text != "" {
-		evs = append(evs, j.parse.Push(text)...)
+		add(j.parse.Push(text))
 	}
 	j.taken = j.taken[:0]
 	return evs
