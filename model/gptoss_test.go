@@ -2,6 +2,7 @@ package model_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"github.com/flowinfer/flowinfer/bench"
 	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/internal/golden"
+	"github.com/flowinfer/flowinfer/io/gguf"
 	"github.com/flowinfer/flowinfer/model"
 	"github.com/flowinfer/flowinfer/model/synth"
 	"github.com/flowinfer/flowinfer/quant"
@@ -330,3 +332,80 @@ func parseRunningPPL(t *testing.T, s string) []float64 {
 	}
 	return r
 }
+
+// TestGptOssLoadErrors: a gpt-oss file missing what llama.cpp requires, or
+// using what we do not implement, is refused with an error naming it; a
+// backend without the clamped SwiGLU is refused when the context is made.
+func TestGptOssLoadErrors(t *testing.T) {
+	spec := synth.Spec{Arch: "gpt-oss", NEmbd: 64, NLayer: 2, NHead: 4, NHeadKV: 2, HeadDim: 16, NFF: 64, NExpert: 4,
+		NExpertUsed: 2, NFFExp: 64, RopeBase: 150000, RMSEps: 1e-5, SlidingWindow: 8, RopeScaling: "yarn", RopeFactor: 32, RopeOrigCtx: 4096}
+	var buf bytes.Buffer
+	if err := synth.Write(&buf, spec, synth.Options{Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	base, err := gguf.Parse(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := cpu.NewRef()
+	if _, err := model.Load(base, ref.Supports); err != nil {
+		t.Fatalf("the unedited file: %v", err)
+	}
+	pattern, err := gguf.Array(gguf.TypeUint32, []gguf.Value{gguf.Uint32(2), gguf.Uint32(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		drop string                // a tensor left out
+		set  map[string]gguf.Value // keys set
+		want string
+	}{
+		{"no sinks", "blk.1.attn_sinks.weight", nil, `missing required tensor "blk.1.attn_sinks.weight"`},
+		{"no output", "output.weight", nil, `"output.weight"`},
+		{"no expert bias", "blk.0.ffn_down_exps.bias", nil, `missing required tensor "blk.0.ffn_down_exps.bias"`},
+		{"no router bias", "blk.0.ffn_gate_inp.bias", nil, `"blk.0.ffn_gate_inp.bias"`},
+		{"no post-attention norm", "blk.0.post_attention_norm.weight", nil, `"blk.0.post_attention_norm.weight"`},
+		{"no window", "", map[string]gguf.Value{"gpt-oss.attention.sliding_window": gguf.Uint32(0)}, "sliding_window is 0"},
+		{"swa base", "", map[string]gguf.Value{"gpt-oss.rope.freq_base_swa": gguf.Float32(10000)}, "freq_base_swa"},
+		{"pattern array", "", map[string]gguf.Value{"gpt-oss.attention.sliding_window_pattern": pattern}, "per-layer array"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := gguf.NewWriter()
+			w.CopyKVs(base, nil)
+			for k, v := range c.set {
+				w.Set(k, v)
+			}
+			for _, tn := range base.Tensors {
+				if tn.Name == c.drop {
+					continue
+				}
+				if err := w.AddTensor(tn.Name, tn.Type, tn.Dims, append([]byte(nil), tn.Data...)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var out bytes.Buffer
+			if _, err := w.WriteTo(&out); err != nil {
+				t.Fatal(err)
+			}
+			f, err := gguf.Parse(out.Bytes())
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = model.Load(f, ref.Supports)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want one containing %q", err, c.want)
+			}
+		})
+	}
+	m, err := model.Load(base, ref.Supports)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.NewContext(plainOps{ref}, 16, 1, 4); err == nil || !strings.Contains(err.Error(), "swiglu_oai") {
+		t.Errorf("a backend without SwiGLUOAI: error %v", err)
+	}
+}
+
+// plainOps hides every method of its Ops but model.Ops's.
+type plainOps struct{ model.Ops }
