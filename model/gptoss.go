@@ -51,6 +51,11 @@ func loadGptOss(l *loader, m *Model) {
 		l.fail(fmt.Errorf("model: gpt-oss needs expert_count, expert_used_count and expert_feed_forward_length"))
 		return
 	}
+	if m.RopeDim != m.HeadDimK || m.HeadDimV != m.HeadDimK {
+		// llama.cpp sizes q, k, v and the attention scale by n_rot
+		l.fail(fmt.Errorf("model: gpt-oss: rope.dimension_count %d, key_length %d and value_length %d must be equal", m.RopeDim, m.HeadDimK, m.HeadDimV))
+		return
+	}
 	k := &keyReader{f: l.f, arch: m.Arch}
 	window := k.uint("attention.sliding_window", 0, true)
 	period := k.uint("attention.sliding_window_pattern", 2, false)

@@ -372,34 +372,28 @@ func TestGptOssLoadErrors(t *testing.T) {
 		{"no window", "", map[string]gguf.Value{"gpt-oss.attention.sliding_window": gguf.Uint32(0)}, "sliding_window is 0"},
 		{"swa base", "", map[string]gguf.Value{"gpt-oss.rope.freq_base_swa": gguf.Float32(10000)}, "freq_base_swa"},
 		{"pattern array", "", map[string]gguf.Value{"gpt-oss.attention.sliding_window_pattern": pattern}, "per-layer array"},
+		{"partial rope", "", map[string]gguf.Value{"gpt-oss.rope.dimension_count": gguf.Uint32(8)}, "must be equal"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			w := gguf.NewWriter()
-			w.CopyKVs(base, nil)
-			for k, v := range c.set {
-				w.Set(k, v)
-			}
-			for _, tn := range base.Tensors {
-				if tn.Name == c.drop {
-					continue
-				}
-				if err := w.AddTensor(tn.Name, tn.Type, tn.Dims, append([]byte(nil), tn.Data...)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			var out bytes.Buffer
-			if _, err := w.WriteTo(&out); err != nil {
-				t.Fatal(err)
-			}
-			f, err := gguf.Parse(out.Bytes())
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, err = model.Load(f, ref.Supports)
+			_, err = model.Load(edited(t, base, c.drop, c.set), ref.Supports)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("error %v, want one containing %q", err, c.want)
 			}
 		})
+	}
+	// llama_hparams::set_swa_pattern: period 3 slides layers 0 and 1 of
+	// each 3, period 1 none, period 0 all
+	for _, c := range []struct {
+		period uint32
+		want   [2]int
+	}{{3, [2]int{8, 8}}, {1, [2]int{0, 0}}, {0, [2]int{8, 8}}, {2, [2]int{8, 0}}} {
+		m, err := model.Load(edited(t, base, "", map[string]gguf.Value{"gpt-oss.attention.sliding_window_pattern": gguf.Uint32(c.period)}), ref.Supports)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := [2]int{m.LayerWindow(0), m.LayerWindow(1)}; got != c.want {
+			t.Errorf("pattern %d: windows %v, want %v", c.period, got, c.want)
+		}
 	}
 	m, err := model.Load(base, ref.Supports)
 	if err != nil {
@@ -408,6 +402,33 @@ func TestGptOssLoadErrors(t *testing.T) {
 	if _, err := m.NewContext(plainOps{ref}, 16, 1, 4); err == nil || !strings.Contains(err.Error(), "swiglu_oai") {
 		t.Errorf("a backend without SwiGLUOAI: error %v", err)
 	}
+}
+
+// edited returns f without the tensor drop and with the keys set.
+func edited(t *testing.T, f *gguf.File, drop string, set map[string]gguf.Value) *gguf.File {
+	t.Helper()
+	w := gguf.NewWriter()
+	w.CopyKVs(f, nil)
+	for k, v := range set {
+		w.Set(k, v)
+	}
+	for _, tn := range f.Tensors {
+		if tn.Name == drop {
+			continue
+		}
+		if err := w.AddTensor(tn.Name, tn.Type, tn.Dims, append([]byte(nil), tn.Data...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out bytes.Buffer
+	if _, err := w.WriteTo(&out); err != nil {
+		t.Fatal(err)
+	}
+	g, err := gguf.Parse(out.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
 }
 
 // plainOps hides every method of its Ops but model.Ops's.
