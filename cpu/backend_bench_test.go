@@ -401,7 +401,7 @@ func BenchmarkFlashTile(b *testing.B) {
 				}
 				c0 := cpuTime()
 				for b.Loop() {
-					k.FlashTile(qt, rp, rp, dk, dv, kp, vp, L, L, 0, pos, false, m, l, acc, scratch)
+					k.FlashTile(qt, rp, rp, dk, dv, kp, vp, L, L, 0, pos, false, 0, m, l, acc, scratch)
 				}
 				flops := 2 * float64(rp*L*(dk+dv)) * float64(b.N)
 				b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
