@@ -80,13 +80,18 @@ type kvBlocks struct {
 	nLRU       int
 
 	used int // blocks with ref > 0
+
+	// Sliding-window layers (model.KVCache.Ring): per sequence slot, the
+	// tokens whose rows its rings hold, from the last sequence released
+	// from it (nil: none); see swaSource.
+	swaToks [][]int32
 }
 
 func newKVBlocks(kv *model.KVCache, paged bool, nSeq int) *kvBlocks {
 	n := kv.NBlocks
 	kb := &kvBlocks{kv: kv, size: kv.BlockSize, paged: paged, perSeq: n / nSeq,
 		ref: make([]int32, n), key: make([]uint64, n), parent: make([]uint64, n), fill: make([]int32, n), toks: make([]int32, n*kv.BlockSize),
-		byKey: map[uint64]int32{}, byParent: map[uint64][]int32{}}
+		byKey: map[uint64]int32{}, byParent: map[uint64][]int32{}, swaToks: make([][]int32, nSeq)}
 	if paged {
 		kb.prev, kb.next = make([]int32, n+1), make([]int32, n+1)
 		kb.prev[n], kb.next[n] = int32(n), int32(n)
@@ -432,6 +437,7 @@ func (kb *kvBlocks) publish(q *seq) {
 // now).
 func (kb *kvBlocks) release(q *seq) {
 	kb.publish(q)
+	kb.swaToks[q.slot] = append(kb.swaToks[q.slot][:0], q.toks[:q.fed]...)
 	for i, b := range q.blocks {
 		parent := hashSeed
 		if i > 0 && i-1 < len(q.keys) {
@@ -451,4 +457,24 @@ func (kb *kvBlocks) release(q *seq) {
 	if kb.paged {
 		kb.kv.Tables[q.slot] = nil
 	}
+}
+
+// swaRings reports whether the cache has sliding-window rings, which
+// sequences do not share through blocks.
+func (kb *kvBlocks) swaRings() bool {
+	for l := range kb.kv.NLayer {
+		if kb.kv.Ring(l) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// commonPrefix returns how many leading tokens a and b share.
+func commonPrefix(a, b []int32) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
 }
