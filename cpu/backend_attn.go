@@ -336,5 +336,6 @@ func (a *attnTask) visible(p int) int {
 func (a *attnTask) lowest(p int) int { return p + 1 - a.visible(p) }
 
 // span returns how many positions from j on (at most n) sit in
-// consecutive cache rows of sequence s.
-func (a *attnTask) span(s, j, n int) int { return min(n, a.kv.Run(s, j)) }
+// consecutive cache rows of sequence s in the layer (a sliding-window
+// layer's ring wraps: KVCache.LayerRun).
+func (a *attnTask) span(s, j, n int) int { return min(n, a.kv.LayerRun(a.layer, s, j)) }
