@@ -312,23 +312,33 @@ func (kb *kvBlocks) match(toks []int32) prefix {
 // a sequence in slot can reuse when the cache keeps f16 copies of recent
 // rows (--kv-recent): its next queries read the copies of the positions
 // just before it, so it stops where those are no longer all kept. Only
-// blocks shared as they are keep their copies (a partial block is copied,
-// and so is a full block in the fixed layout unless it is the slot's own).
+// blocks shared as they are keep their copies: attach shares the whole
+// blocks of the prefix it reuses and copies the partial last one (and, in
+// the fixed layout, every block that is not the slot's own), so the blocks
+// that count depend on the length tried, which is cut until it holds.
 func (kb *kvBlocks) recentHit(slot int, m prefix, cached int) int {
-	if !kb.kv.HasRecent() || cached == 0 {
+	if !kb.kv.HasRecent() {
 		return cached
 	}
-	blocks := make([]int32, 0, len(m.full)+1)
-	for i, b := range m.full {
-		if !kb.paged && int(b) != slot*kb.perSeq+i {
-			b = -1
+	for cached > 0 {
+		nFull := min(cached/kb.size, len(m.full))
+		blocks := make([]int32, 0, nFull+1)
+		for i, b := range m.full[:nFull] {
+			if !kb.paged && int(b) != slot*kb.perSeq+i {
+				b = -1
+			}
+			blocks = append(blocks, b)
 		}
-		blocks = append(blocks, b)
+		if cached > nFull*kb.size {
+			blocks = append(blocks, -1)
+		}
+		n := kb.kv.RecentHit(blocks, cached)
+		if n == cached {
+			return n
+		}
+		cached = n
 	}
-	if m.part >= 0 {
-		blocks = append(blocks, -1)
-	}
-	return kb.kv.RecentHit(blocks, cached)
+	return 0
 }
 
 // attach gives q (resident in slot) the cached prefix m of its tokens, at

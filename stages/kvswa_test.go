@@ -2,11 +2,13 @@ package stages_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/flowinfer/flowinfer/model"
 	"github.com/flowinfer/flowinfer/stages"
 )
 
@@ -28,26 +30,30 @@ func loadSWA(t *testing.T) fixture {
 	return fx
 }
 
-// TestSWAConcurrentMatchesSolo: with sliding-window layers kept in rings,
-// concurrent greedy streams (both layouts; a pool so small that sequences
-// are preempted and resume into rings others have overwritten) each give
-// the text of the request run alone.
+// TestSWAConcurrentMatchesSolo: with sliding-window layers kept in rings
+// (steps of 24: rings of 48 rows), concurrent greedy streams (both
+// layouts; a pool so small that sequences are preempted and resume into
+// rings others have overwritten; f32 KV, and tq4/tq3 with --kv-recent 8)
+// each give the text of the request run alone on an engine whose steps of
+// 512 leave the window layers full (a ring would hold the whole context).
 func TestSWAConcurrentMatchesSolo(t *testing.T) {
 	fx := loadSWA(t)
 	prompts := prompts32()[:12]
 	n := 30
-	solo := soloTexts(t, fx, prompts, n)
-	cfg := stages.Config{NCtx: 128, NSeq: 6, MaxBatch: 24, BlockSize: 8}
-	for _, lay := range layouts {
-		for _, pool := range []int{0, 128} {
-			if lay.name == "fixed" && pool > 0 {
-				continue
+	for _, kv := range []model.KVTypes{{}, {K: model.KVTQ4, V: model.KVTQ3, Recent: 8}} {
+		solo := soloTextsKV(t, fx, prompts, n, kv)
+		cfg := stages.Config{NCtx: 128, NSeq: 6, MaxBatch: 24, BlockSize: 8, KVTypes: kv}
+		for _, lay := range layouts {
+			for _, pool := range []int{0, 128} {
+				if lay.name == "fixed" && pool > 0 {
+					continue
+				}
+				t.Run(fmt.Sprintf("%s/%s/pool=%d", kv, lay.name, pool), func(t *testing.T) {
+					c := cfg
+					c.KVTokens = pool
+					runConcurrent(t, fx, lay.ops(), c, prompts, n, solo)
+				})
 			}
-			t.Run(lay.name, func(t *testing.T) {
-				c := cfg
-				c.KVTokens = pool
-				runConcurrent(t, fx, lay.ops(), c, prompts, n, solo)
-			})
 		}
 	}
 }

@@ -294,10 +294,16 @@ func (s *scheduler) resume() {
 		if slot2 := s.slotFor(m); slot2 >= 0 {
 			slot = slot2
 		}
-		cached := s.blocks.recentHit(slot, m, min(m.tokens(s.blocks.size), q.limit()))
+		cached := min(m.tokens(s.blocks.size), q.limit())
 		src := -1 // the sequence whose sliding-window rings the cached prefix needs
 		if s.blocks.swaRings() {
 			slot, src, cached = s.swaSource(slot, q, cached, s.slotFor(m) >= 0)
+		}
+		// --kv-recent's copies may cut the prefix shorter, and the rings
+		// may not hold the window of a shorter one
+		cached = s.blocks.recentHit(slot, m, cached)
+		if src >= 0 && !s.blocks.kv.SWAHolds(src, cached) {
+			cached = 0
 		}
 		need := (len(q.toks)+s.blocks.size-1)/s.blocks.size - cached/s.blocks.size
 		if s.blocks.available() < need+1 && len(s.running) > 0 {
