@@ -218,10 +218,10 @@ func fillWindowKV(t *testing.T, kv *model.KVCache, nCtx int) {
 // two sequences at different positions (lone rows and a prefill chunk whose
 // rows' windows start at different positions), then some of its rows alone
 // (decode), on every ISA, for every KV type, --kv-recent and a paged cache,
-// with the tolerances of TestBackendAttention.
+// for aligned and odd head widths, with the tolerances of
+// TestBackendAttention.
 func TestBackendAttentionWindow(t *testing.T) {
 	const nCtx = 300
-	h := model.Hyper{NHead: 8, NHeadKV: 2, HeadDimK: 64, HeadDimV: 64, NLayer: 1}
 	type kvCase struct {
 		types model.KVTypes
 		paged bool
@@ -238,52 +238,63 @@ func TestBackendAttentionWindow(t *testing.T) {
 	}
 	seq, pos := windowRows(171, nCtx)
 	n := len(seq)
-	q := randomF32(n*h.NHead*h.HeadDimK, 17)
-	scale := float32(0.125)
-	for _, c := range cases {
-		var kv *model.KVCache
-		var err error
-		if c.paged {
-			kv, err = model.NewPagedKVCache(&h, c.types, 16, 2*nCtx/16+2, 2, nCtx)
-			for s := range 2 {
-				for i := range nCtx / 16 { // scattered pairs of blocks
-					kv.Tables[s] = append(kv.Tables[s], int32(s*(nCtx/16+1)+(i/2*7)%9*2+i%2))
-				}
-				kv.Tables[s] = append(kv.Tables[s], int32(s*(nCtx/16+1)+18))
+	// aligned heads, and odd ones (V narrower than a column block of 16;
+	// 20 wide, which the SIMD tiles leave to Go) on float caches
+	for _, h := range []model.Hyper{
+		{NHead: 8, NHeadKV: 2, HeadDimK: 64, HeadDimV: 64, NLayer: 1},
+		{NHead: 6, NHeadKV: 3, HeadDimK: 40, HeadDimV: 40, NLayer: 1},
+		{NHead: 5, NHeadKV: 5, HeadDimK: 20, HeadDimV: 20, NLayer: 1},
+	} {
+		q := randomF32(n*h.NHead*h.HeadDimK, 17)
+		scale := float32(0.125)
+		for _, c := range cases {
+			if h.HeadDimK%32 != 0 && c.types.K != model.KVF32 && c.types.K != model.KVF16 {
+				continue // block and TurboQuant rows need whole blocks of 32
 			}
-		} else {
-			kv, err = model.NewKVCacheOf(&h, c.types, nCtx, 2)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		fillWindowKV(t, kv, nCtx)
-		tol := max(kvTol[c.types.K], kvTol[c.types.V])
-		for _, w := range []int{1, 5, 40, 96, 129, nCtx, 1000} {
-			for _, sinks := range [][]float32{nil, randomSinks(h.NHead, uint64(w))} {
-				a := model.Attn{Scale: scale, Window: w, Sinks: sinks}
-				want := make([]float32, n*h.NHead*h.HeadDimV)
-				cpu.NewRef().Attention(want, q, kv, 0, seq, pos, &h, a)
-				for _, isa := range cpu.Available() {
-					name := fmt.Sprintf("%s/paged=%v/window=%d/sinks=%v/isa=%s", c.types, c.paged, w, sinks != nil, isa)
-					for _, threads := range []int{1, 2} {
-						be := cpu.NewBackend(threads, cpu.KernelsFor(isa))
-						got, check := guarded(len(want))
-						be.Attention(got, q, kv, 0, seq, pos, &h, a)
-						check(t)
-						if e := nmse(got, want); !(e <= tol) {
-							t.Errorf("%s/threads=%d: batch NMSE %.3g > %.0g", name, threads, e, tol)
-						}
-						for _, r := range []int{2, 5, 40, n - 1} { // lone rows (decode)
-							d := h.NHead * h.HeadDimV
-							got1, check1 := guarded(d)
-							be.Attention(got1, q[r*h.NHead*h.HeadDimK:], kv, 0, seq[r:r+1], pos[r:r+1], &h, a)
-							check1(t)
-							if e := nmse(got1, want[r*d:(r+1)*d]); !(e <= tol) {
-								t.Errorf("%s/threads=%d: row at %d alone: NMSE %.3g > %.0g", name, threads, pos[r], e, tol)
+			var kv *model.KVCache
+			var err error
+			if c.paged {
+				kv, err = model.NewPagedKVCache(&h, c.types, 16, 2*nCtx/16+2, 2, nCtx)
+				for s := range 2 {
+					for i := range nCtx / 16 { // scattered pairs of blocks
+						kv.Tables[s] = append(kv.Tables[s], int32(s*(nCtx/16+1)+(i/2*7)%9*2+i%2))
+					}
+					kv.Tables[s] = append(kv.Tables[s], int32(s*(nCtx/16+1)+18))
+				}
+			} else {
+				kv, err = model.NewKVCacheOf(&h, c.types, nCtx, 2)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			fillWindowKV(t, kv, nCtx)
+			tol := max(kvTol[c.types.K], kvTol[c.types.V])
+			for _, w := range []int{1, 5, 40, 96, 129, nCtx, 1000} {
+				for _, sinks := range [][]float32{nil, randomSinks(h.NHead, uint64(w))} {
+					a := model.Attn{Scale: scale, Window: w, Sinks: sinks}
+					want := make([]float32, n*h.NHead*h.HeadDimV)
+					cpu.NewRef().Attention(want, q, kv, 0, seq, pos, &h, a)
+					for _, isa := range cpu.Available() {
+						name := fmt.Sprintf("heads=%d/%d/dim=%d/%s/paged=%v/window=%d/sinks=%v/isa=%s", h.NHead, h.NHeadKV, h.HeadDimK, c.types, c.paged, w, sinks != nil, isa)
+						for _, threads := range []int{1, 2} {
+							be := cpu.NewBackend(threads, cpu.KernelsFor(isa))
+							got, check := guarded(len(want))
+							be.Attention(got, q, kv, 0, seq, pos, &h, a)
+							check(t)
+							if e := nmse(got, want); !(e <= tol) {
+								t.Errorf("%s/threads=%d: batch NMSE %.3g > %.0g", name, threads, e, tol)
 							}
+							for _, r := range []int{2, 5, 40, n - 1} { // lone rows (decode)
+								d := h.NHead * h.HeadDimV
+								got1, check1 := guarded(d)
+								be.Attention(got1, q[r*h.NHead*h.HeadDimK:], kv, 0, seq[r:r+1], pos[r:r+1], &h, a)
+								check1(t)
+								if e := nmse(got1, want[r*d:(r+1)*d]); !(e <= tol) {
+									t.Errorf("%s/threads=%d: row at %d alone: NMSE %.3g > %.0g", name, threads, pos[r], e, tol)
+								}
+							}
+							be.Close()
 						}
-						be.Close()
 					}
 				}
 			}
