@@ -495,9 +495,9 @@ func BenchmarkAttentionDecode(b *testing.B) {
 	}
 }
 
-// BenchmarkAttentionDecodeWindow measures one decode row's attention with
-// a sliding window of 1024 (Gemma 3's) at depth 8192, against full
-// attention at depth 1024, with Gemma-3-4B's heads (8 query heads, 4 KV
+// BenchmarkAttentionDecodeWindow measures one decode row's attention (and
+// a prefill chunk's of 128 rows) with a sliding window of 1024 (Gemma 3's)
+// at depth 8192, against full attention at depth 1024, with Gemma-3-4B's heads (8 query heads, 4 KV
 // heads of 256), f16 KV: the window's row reads only the 1024 positions
 // it sees, so both should cost about the same. "ring" keeps the window
 // layer in its ring (model.KVCache.Ring: 1535 rows for steps of 512), "full"
@@ -533,17 +533,25 @@ func BenchmarkAttentionDecodeWindow(b *testing.B) {
 			b.Fatalf("%s: ring %d", c.name, kv.Ring(0))
 		}
 		fill(kv, c.depth)
-		q := randomF32(h.NHead*h.HeadDimK, 3)
-		out := make([]float32, h.NHead*h.HeadDimV)
-		seq, pos := []int32{0}, []int32{int32(c.depth - 1)}
-		for _, threads := range []int{1, 2} {
-			b.Run(fmt.Sprintf("%s/threads=%d", c.name, threads), func(b *testing.B) {
-				be := cpu.NewBackend(threads, nil)
-				defer be.Close()
-				for b.Loop() {
-					be.Attention(out, q, kv, 0, seq, pos, &hc, model.Attn{Scale: 0.0625, Window: c.window})
-				}
-			})
+		// one decode row at the last position, and a prefill chunk of the
+		// last 128 positions
+		const chunk = 128
+		q := randomF32(chunk*h.NHead*h.HeadDimK, 3)
+		out := make([]float32, chunk*h.NHead*h.HeadDimV)
+		seq, pos := make([]int32, chunk), make([]int32, chunk)
+		for i := range pos {
+			pos[i] = int32(c.depth - chunk + i)
+		}
+		for _, rows := range []int{1, chunk} {
+			for _, threads := range []int{1, 2} {
+				b.Run(fmt.Sprintf("%s/rows=%d/threads=%d", c.name, rows, threads), func(b *testing.B) {
+					be := cpu.NewBackend(threads, nil)
+					defer be.Close()
+					for b.Loop() {
+						be.Attention(out, q, kv, 0, seq[chunk-rows:], pos[chunk-rows:], &hc, model.Attn{Scale: 0.0625, Window: c.window})
+					}
+				})
+			}
 		}
 	}
 }
