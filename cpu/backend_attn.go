@@ -29,6 +29,13 @@ package cpu
 //     worker is bounded by the block and tile sizes, whatever the context
 //     length.
 //
+// A sliding window (model.Attn.Window) narrows both forms to the positions
+// a row sees: the row form scores and sums only them, the block form packs
+// only the positions some row of the run sees and masks the tiles that
+// cross a row's window edge as it masks the diagonal's. Sinks
+// (model.Attn.Sinks) join each query head's softmax: an extra score in the
+// row form's, a rescaling of the final sum in the block form's.
+//
 // Workers claim units from a counter, most expensive (latest positions)
 // first. Both forms compute Ref's result up to float rounding: the row form
 // in Ref's order, the block form with float32 sums per tile (FlashTile).
