@@ -61,6 +61,7 @@ type KVCache struct {
 	deferrer           KVDeferrer       // Store's deferrer (Context.SetHooks; nil: none)
 	recent             *recentRows      // --kv-recent's f16 rows (nil: none)
 	swa                *swaRings        // the sliding-window layers' rings (nil: none; kvswa.go)
+	swaSaved           *swaSaved        // SaveSWA's copy of one sequence's rings
 	win                []int            // per layer: its sliding window (0: none)
 	cells              int              // rows of a layer without a ring
 }

@@ -312,3 +312,66 @@ func SWAFullBytesPerToken(h *Hyper, t KVTypes, nCtx, maxBatch int) (int, error) 
 	}
 	return n, err
 }
+
+// swaSaved is a copy of one sequence's rings (SaveSWA).
+type swaSaved struct {
+	seq  int
+	k, v [][]byte // per layer: the sequence's ring, nil for a layer without one
+	lo   []int32  // per layer: what the ring held from
+	hi   int32
+}
+
+// SaveSWA keeps a copy of sequence seq's rings in the cache, as
+// llama-bench keeps the state of its depth (llama_state_seq_get_data):
+// after RestoreSWA the rings hold what they held now, so a test can run
+// again from the same depth although its rows overwrote the window.
+// It is an error with --kv-recent's f16 rows, which it does not copy.
+// A cache without rings saves nothing.
+func (c *KVCache) SaveSWA(seq int) error {
+	r := c.swa
+	if r == nil {
+		return nil
+	}
+	if c.recent != nil {
+		return fmt.Errorf("KV cache: saving a sliding-window sequence with --kv-recent rows is not supported")
+	}
+	s := c.swaSaved
+	if s == nil {
+		s = &swaSaved{k: make([][]byte, len(r.rows)), v: make([][]byte, len(r.rows)), lo: make([]int32, len(r.rows))}
+		c.swaSaved = s
+	}
+	s.seq, s.hi = seq, r.hi[seq]
+	for l, rows := range r.rows {
+		if rows == 0 {
+			continue
+		}
+		kb, vb := rows*c.nHead*c.layers[l].KHead, rows*c.nHead*c.layers[l].VHead
+		s.k[l] = append(s.k[l][:0], c.K[l][seq*kb:(seq+1)*kb]...)
+		s.v[l] = append(s.v[l][:0], c.V[l][seq*vb:(seq+1)*vb]...)
+		s.lo[l] = r.lo[l][seq]
+	}
+	return nil
+}
+
+// RestoreSWA puts back the rings SaveSWA saved for seq; it reports false
+// (and changes nothing) when the cache has rings but none saved for seq.
+func (c *KVCache) RestoreSWA(seq int) bool {
+	r, s := c.swa, c.swaSaved
+	if r == nil {
+		return true
+	}
+	if s == nil || s.seq != seq {
+		return false
+	}
+	for l, rows := range r.rows {
+		if rows == 0 {
+			continue
+		}
+		kb, vb := rows*c.nHead*c.layers[l].KHead, rows*c.nHead*c.layers[l].VHead
+		copy(c.K[l][seq*kb:(seq+1)*kb], s.k[l])
+		copy(c.V[l][seq*vb:(seq+1)*vb], s.v[l])
+		r.lo[l][seq] = s.lo[l]
+	}
+	r.hi[seq] = s.hi
+	return true
+}

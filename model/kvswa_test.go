@@ -219,3 +219,55 @@ func TestGemma3KVBytes(t *testing.T) {
 // quantWholeTiles is nCtx rounded up to a whole tile of 16 rows: a
 // contiguous cache's rows per sequence.
 func quantWholeTiles(n int) int { return (n + 15) / 16 * 16 }
+
+// TestSWASaveRestore: after RestoreSWA the rings hold what they held at
+// SaveSWA, so a step from the saved position gives the logits it gave the
+// first time, although the steps between overwrote the whole ring.
+func TestSWASaveRestore(t *testing.T) {
+	m := loadWindowed(t, 20)
+	ctx, err := m.NewContextOf(cpu.NewRef(), model.KVTypes{}, 256, 1, 8) // rings of 32
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := func(p0, n int) ([]float32, error) {
+		var b model.Batch
+		for p := p0; p < p0+n; p++ {
+			b.Tokens, b.Pos, b.Seq = append(b.Tokens, int32(p%m.NVocab)), append(b.Pos, int32(p)), append(b.Seq, 0)
+		}
+		out, err := ctx.Decode(&b)
+		return slices.Clone(out), err
+	}
+	for p := 0; p < 64; p += 8 {
+		if _, err := dec(p, 8); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ctx.KV.SaveSWA(0); err != nil {
+		t.Fatal(err)
+	}
+	first, err := dec(64, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := 64; p < 128; p += 8 { // overwrites every row of the rings
+		if _, err := dec(p, 8); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := dec(64, 1); !errors.Is(err, model.ErrBatch) {
+		t.Fatalf("a rewind to 64 without the saved rings: err %v", err)
+	}
+	if ctx.KV.RestoreSWA(1) {
+		t.Error("RestoreSWA of a sequence never saved reported true")
+	}
+	if !ctx.KV.RestoreSWA(0) {
+		t.Fatal("RestoreSWA(0) reported false")
+	}
+	again, err := dec(64, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first) == 0 || !slices.Equal(first, again) {
+		t.Error("the logits after RestoreSWA differ from those at SaveSWA")
+	}
+}
