@@ -109,7 +109,7 @@ func newBackendOf(dev *vk.Device, m *model.Model, k *Kernels) (*Backend, error) 
 				ws = append(ws, *w)
 			}
 		}
-		vs = append(vs, L.AttnNorm, L.Bq, L.Bk, L.Bv, L.QNorm, L.KNorm, L.Sinks, L.FFNNorm)
+		vs = append(vs, L.AttnNorm, L.Bq, L.Bk, L.Bv, L.Bo, L.QNorm, L.KNorm, L.Sinks, L.FFNNorm)
 	}
 	for _, w := range ws {
 		if err := b.uploadWeight(w); err != nil {

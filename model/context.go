@@ -100,9 +100,13 @@ func (m *Model) NewContextKV(ops Ops, kv *KVCache, maxBatch int) (*Context, erro
 	case kv.Paged() && !SupportsPagedKV(ops):
 		return nil, fmt.Errorf("model: the backend does not support a paged KV cache")
 	}
+	if err := checkOps(m, ops); err != nil {
+		return nil, err
+	}
 	c := &Context{M: m, Ops: ops, KV: kv, MaxBatch: maxBatch}
 	kv.storer, _ = ops.(KVStorer)
 	kv.ReserveRecent(maxBatch)
+	kv.ReserveSWA(maxBatch)
 	n := maxBatch
 	c.x = make([]float32, n*h.NEmbd)
 	c.xn = make([]float32, n*h.NEmbd)
@@ -226,6 +230,9 @@ func (c *Context) Decode(b *Batch) ([]float32, error) {
 		}
 	}
 	if err := c.KV.PrepareRecent(b.Seq, b.Pos); err != nil {
+		return nil, err
+	}
+	if err := c.KV.PrepareSWA(b.Seq, b.Pos); err != nil {
 		return nil, err
 	}
 	c.nEmbd, c.hostErr = 0, nil

@@ -146,9 +146,15 @@ func plan(s Spec, o Options) ([]Tensor, uint32, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	ftype, err := gptOssFileType(s, o, q.ftype)
+	if err != nil {
+		return nil, 0, err
+	}
 	for i := range ts {
 		t := &ts[i]
-		if t.Type, err = q.typeOf(t); err != nil {
+		if typ, ok := gptOssType(s, t); ok {
+			t.Type = typ
+		} else if t.Type, err = q.typeOf(t); err != nil {
 			return nil, 0, err
 		}
 		rb, err := quant.RowBytes(t.Type, int(t.Dims[0]))
@@ -160,13 +166,16 @@ func plan(s Spec, o Options) ([]Tensor, uint32, error) {
 			t.Bytes *= d
 		}
 	}
-	return ts, q.ftype, nil
+	return ts, ftype, nil
 }
 
 // tensorList returns s's tensors (types not yet set) in llama-quantize's
 // order: tensors outside the blocks first, then block by block, each group
 // sorted by name (llama_model_loader's weight_name_comparer).
 func tensorList(s Spec) []Tensor {
+	if s.Arch == "gpt-oss" {
+		return gptOssTensors(s)
+	}
 	var ts []Tensor
 	add := func(layer int, name string, r role, std float64, dims ...int) {
 		d := make([]uint64, len(dims))

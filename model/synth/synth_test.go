@@ -455,7 +455,11 @@ func TestPresets(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		plan, err := synth.Plan(s, synth.Options{Mix: "Q4_K_M"})
+		opts, label := synth.Options{Mix: "Q4_K_M"}, "Q4_K_M"
+		if s.Arch == "gpt-oss" { // MXFP4 experts, one type for the rest
+			opts, label = synth.Options{Type: quant.Q8_0}, "MXFP4+Q8_0"
+		}
+		plan, err := synth.Plan(s, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -468,7 +472,7 @@ func TestPresets(t *testing.T) {
 			params += n
 			bytes += p.Bytes
 		}
-		t.Logf("%s (built-in vocab): %d tensors, %.1fM parameters, Q4_K_M %.1f MB", name, len(plan), float64(params)/1e6, float64(bytes)/1e6)
+		t.Logf("%s (built-in vocab): %d tensors, %.1fM parameters, %s %.1f MB", name, len(plan), float64(params)/1e6, label, float64(bytes)/1e6)
 	}
 }
 
