@@ -68,9 +68,8 @@ func (ps Problems) Is(target error) bool { return target == ErrInvalid }
 func (c *Config) Validate() error { return c.validate(false) }
 
 // ValidateRun is Validate for a configuration about to run: it also
-// refuses what this build cannot honour. This build computes on the CPU:
-// backend vulkan is refused (auto computes on the CPU), and so is a VRAM
-// budget except under auto, where it is unused.
+// refuses what this build cannot honour: an unknown backend, and a VRAM
+// budget for the cpu backend.
 func (c *Config) ValidateRun() error { return c.validate(true) }
 
 func (c *Config) validate(run bool) error {
