@@ -9,11 +9,12 @@
 // becomes the levels with one pshufb against the table broadcast to both
 // 128-bit halves (the algorithm of ggml's ggml_vec_dot_iq4_nl_q8_0). The
 // levels are signed (IQ4_NL's reach -127), so each product with int8
-// activations is pmaddubsw(|w|, sign(y, w)): |w| comes from a second table
-// of magnitudes (one pshufb, as cheap as an abs). A pmaddubsw pair is at
-// most 2·127·127 = 32258 for IQ4_NL/IQ4_XS, so their pairs are widened to
-// int32 at once; MXFP4's levels are at most 12, so its pairs can be summed
-// in int16 over a whole block (8 steps · 2 · 12 · 127 = 24384 < 32767).
+// activations is pmaddubsw(|w|, sign(y, w)) (row-wise and prefill, where
+// |w| serves several activation rows) or pmaddubsw(|y|, sign(w, y)) (packed
+// decode, where |y| serves every row). A pmaddubsw pair is at most
+// 2·127·127 = 32258 for IQ4_NL/IQ4_XS, so their pairs are widened to int32
+// at once; MXFP4's levels are at most 12, so its pairs can be summed in
+// int16 over a whole block (8 steps · 2 · 12 · 127 = 24384 < 32767).
 
 #ifndef FLOWINFER_KERN_AVX2_IQ_H
 #define FLOWINFER_KERN_AVX2_IQ_H

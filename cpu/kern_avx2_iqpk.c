@@ -20,7 +20,7 @@
 //
 // Decode (one activation row) looks the levels up per step (4 codes of 8
 // rows; kern_avx2_iq.h), multiplies them with 4 broadcast activation
-// bytes, and adds each block's exact int32 sum times d_w·d_a into a float
+// bytes (the sign trick turned around: below), and adds each block's exact int32 sum times d_w·d_a into a float
 // lane per row with one FMA. Prefill expands packed groups into the records
 // of kern_avx2_rp.h with the levels already looked up (IQ4_NL and MXFP4
 // into Q8_0's record: int8 levels and float scales; IQ4_XS into a record of
@@ -85,25 +85,58 @@ static void pack_iq4_xs(const uint8_t *w, int64_t ws, int64_t rows, int64_t nb, 
 }
 
 // ---- matrix-vector products (one activation row) ---------------------------
+//
+// Per step, the rows' levels w (one pshufb) meet 4 activation bytes y
+// broadcast to every row as pmaddubsw(|y|, sign(w, y)) = w·y: |y| is the
+// same for all rows and groups, so it is taken once per call (abs_codes)
+// rather than |w| once per step and row group. A pmaddubsw pair is then at
+// most 2·127·127 = 32258 (IQ4_NL, IQ4_XS: widened to int32 at once) or
+// 2·127·12 (MXFP4: a block's 8 steps summed in int16, 24384 at most).
 
-// iq_step returns pmaddubsw of the levels of the codes idx (0..15 per
-// byte; tbl the levels, atbl their magnitudes) with the 4 activation bytes
-// at y broadcast to every row: per row, two int16 sums of two products.
-FI_INLINE __m256i iq_step(__m256i tbl, __m256i atbl, __m256i idx, const uint8_t *y) {
-	return _mm256_maddubs_epi16(_mm256_shuffle_epi8(atbl, idx),
-	                            _mm256_sign_epi8(bcast32(y), _mm256_shuffle_epi8(tbl, idx)));
+// AY_BYTES: the |y| buffer on the stack; longer rows are taken in parts
+// (the output lanes carry the float sums over, unchanged).
+#define AY_BYTES 16384
+
+// abs_codes writes |y| of the n codes at a + off of each of nblk
+// activation blocks, stride bytes apart, to dst (n bytes per block).
+static void abs_codes(const uint8_t *a, int64_t nblk, int64_t stride, int off, int n, uint8_t *dst) {
+	for (int64_t i = 0; i < nblk; i++) {
+		for (int o = 0; o < n; o += 32) {
+			_mm256_storeu_si256((__m256i *)(dst + n * i + o), _mm256_abs_epi8(ld256(a + stride * i + off + o)));
+		}
+	}
 }
 
-// gemv_iq4_nl writes out[8g + r] for groups [g0, g1). Its pairs reach
-// 32258: each step is widened to int32 at once.
-static void gemv_iq4_nl(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, const uint8_t *a, float *out) {
-	const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
-	const __m256i tbl = iq_table(fi_kv_iq4nl), atbl = _mm256_abs_epi8(tbl);
+// iq_step returns pmaddubsw(|y|, sign(w, y)) for the levels w of the codes
+// idx (0..15 per byte) and the 4 activation bytes at y (|y| at ay)
+// broadcast to every row: per row, two int16 sums of two products.
+FI_INLINE __m256i iq_step(__m256i tbl, __m256i idx, const uint8_t *y, const uint8_t *ay) {
+	return _mm256_maddubs_epi16(bcast32(ay), _mm256_sign_epi8(_mm256_shuffle_epi8(tbl, idx), bcast32(y)));
+}
+
+// FI_IQ_GEMV(name, blocks, BLK, ABLK, QOFF) defines the decode driver name
+// of the kernel blocks(pk, nb, i0, i1, g0, g1, a, ay, out, add), which
+// adds blocks [i0, i1) of groups [g0, g1) to out (add 0: sets them): |y|
+// of BLK codes per ABLK-byte activation block (codes at QOFF), in parts.
+#define FI_IQ_GEMV(name, blocks, BLK, ABLK, QOFF)                                                       \
+	static void name(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, const uint8_t *a, float *out) { \
+		uint8_t ay[AY_BYTES];                                                                          \
+		const int64_t part = AY_BYTES / (BLK);                                                         \
+		for (int64_t i0 = 0; i0 < nb; i0 += part) {                                                    \
+			const int64_t i1 = i0 + part < nb ? i0 + part : nb;                                        \
+			abs_codes(a + (ABLK) * i0, i1 - i0, ABLK, QOFF, BLK, ay);                                  \
+			blocks(pk, nb, i0, i1, g0, g1, a, ay, out, i0 > 0);                                        \
+		}                                                                                              \
+	}
+
+static void gemv_iq4_nl_blocks(const uint8_t *pk, int64_t nb, int64_t i0, int64_t i1, int64_t g0, int64_t g1,
+                               const uint8_t *a, const uint8_t *ay, float *out, int add) {
+	const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), tbl = iq_table(fi_kv_iq4nl);
 	for (int64_t g = g0; g < g1; g++) {
-		__m256 acc = _mm256_setzero_ps();
-		for (int64_t i = 0; i < nb; i++) {
+		__m256 acc = add ? _mm256_loadu_ps(out + 8 * g) : _mm256_setzero_ps();
+		for (int64_t i = i0; i < i1; i++) {
 			const uint8_t *p = pk + (g * nb + i) * PK_IQ4NL;
-			const uint8_t *y = a + 34 * i;
+			const uint8_t *y = a + 34 * i, *yq = ay + 32 * (i - i0);
 			FI_MCA_BEGIN("avx2_iq4_nl", 1);
 			prefetch_rec(p, PK_IQ4NL);
 			__m256i isum = _mm256_setzero_si256();
@@ -111,8 +144,8 @@ static void gemv_iq4_nl(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, c
 			for (int c = 0; c < 4; c++) {
 				const __m256i v = ld256(p + 32 * c);
 				const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-				isum = _mm256_add_epi32(isum, _mm256_madd_epi16(iq_step(tbl, atbl, lo, y + 2 + 4 * c), ones));
-				isum = _mm256_add_epi32(isum, _mm256_madd_epi16(iq_step(tbl, atbl, hi, y + 18 + 4 * c), ones));
+				isum = _mm256_add_epi32(isum, _mm256_madd_epi16(iq_step(tbl, lo, y + 2 + 4 * c, yq + 4 * c), ones));
+				isum = _mm256_add_epi32(isum, _mm256_madd_epi16(iq_step(tbl, hi, y + 18 + 4 * c, yq + 16 + 4 * c), ones));
 				FI_KEEP(isum);
 			}
 			const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(ld128(p + 128)), _mm256_set1_ps(ld_f16(y)));
@@ -124,16 +157,14 @@ static void gemv_iq4_nl(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, c
 	}
 }
 
-// gemv_mxfp4 is gemv_iq4_nl for MXFP4: levels of at most 12 let a block's
-// 8 steps sum in int16 (24384 at most), widened once.
-static void gemv_mxfp4(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, const uint8_t *a, float *out) {
-	const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
-	const __m256i tbl = iq_table(fi_kv_mxfp4), atbl = _mm256_abs_epi8(tbl);
+static void gemv_mxfp4_blocks(const uint8_t *pk, int64_t nb, int64_t i0, int64_t i1, int64_t g0, int64_t g1,
+                              const uint8_t *a, const uint8_t *ay, float *out, int add) {
+	const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), tbl = iq_table(fi_kv_mxfp4);
 	for (int64_t g = g0; g < g1; g++) {
-		__m256 acc = _mm256_setzero_ps();
-		for (int64_t i = 0; i < nb; i++) {
+		__m256 acc = add ? _mm256_loadu_ps(out + 8 * g) : _mm256_setzero_ps();
+		for (int64_t i = i0; i < i1; i++) {
 			const uint8_t *p = pk + (g * nb + i) * PK_MXFP4;
-			const uint8_t *y = a + 34 * i;
+			const uint8_t *y = a + 34 * i, *yq = ay + 32 * (i - i0);
 			FI_MCA_BEGIN("avx2_mxfp4", 1);
 			prefetch_rec(p, PK_MXFP4);
 			__m256i s = _mm256_setzero_si256();
@@ -141,8 +172,8 @@ static void gemv_mxfp4(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, co
 			for (int c = 0; c < 4; c++) {
 				const __m256i v = ld256(p + 32 * c);
 				const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-				s = _mm256_add_epi16(s, iq_step(tbl, atbl, lo, y + 2 + 4 * c));
-				s = _mm256_add_epi16(s, iq_step(tbl, atbl, hi, y + 18 + 4 * c));
+				s = _mm256_add_epi16(s, iq_step(tbl, lo, y + 2 + 4 * c, yq + 4 * c));
+				s = _mm256_add_epi16(s, iq_step(tbl, hi, y + 18 + 4 * c, yq + 16 + 4 * c));
 			}
 			const __m256 d = _mm256_mul_ps(e8m0_half8(p + 128), _mm256_set1_ps(ld_f16(y)));
 			acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(_mm256_madd_epi16(s, ones)), acc);
@@ -153,17 +184,17 @@ static void gemv_mxfp4(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, co
 	}
 }
 
-// gemv_iq4_xs: each step's pairs times the rows' sub-block scales
+// gemv_iq4_xs_blocks: each step's pairs times the rows' sub-block scales
 // (pmaddwd with (ls_r, ls_r) per row), summed in int32 over the
 // super-block.
-static void gemv_iq4_xs(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, const uint8_t *a, float *out) {
-	const __m256i m4 = _mm256_set1_epi8(0x0f);
-	const __m256i tbl = iq_table(fi_kv_iq4nl), atbl = _mm256_abs_epi8(tbl);
+static void gemv_iq4_xs_blocks(const uint8_t *pk, int64_t nb, int64_t i0, int64_t i1, int64_t g0, int64_t g1,
+                               const uint8_t *a, const uint8_t *ay, float *out, int add) {
+	const __m256i m4 = _mm256_set1_epi8(0x0f), tbl = iq_table(fi_kv_iq4nl);
 	for (int64_t g = g0; g < g1; g++) {
-		__m256 acc = _mm256_setzero_ps();
-		for (int64_t i = 0; i < nb; i++) {
+		__m256 acc = add ? _mm256_loadu_ps(out + 8 * g) : _mm256_setzero_ps();
+		for (int64_t i = i0; i < i1; i++) {
 			const uint8_t *p = pk + (g * nb + i) * PK_IQ4XS;
-			const uint8_t *y = a + Q8K * i;
+			const uint8_t *y = a + Q8K * i, *yq = ay + 256 * (i - i0);
 			FI_MCA_BEGIN("avx2_iq4_xs", 1);
 			prefetch_rec(p, PK_IQ4XS);
 			__m256i isum = _mm256_setzero_si256();
@@ -175,9 +206,9 @@ static void gemv_iq4_xs(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, c
 				for (int c = 0; c < 4; c++) {
 					const __m256i v = ld256(p + 128 * j + 32 * c);
 					const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-					const uint8_t *yj = y + 4 + 32 * j + 4 * c;
-					isum = _mm256_add_epi32(isum, _mm256_madd_epi16(iq_step(tbl, atbl, lo, yj), sc));
-					isum = _mm256_add_epi32(isum, _mm256_madd_epi16(iq_step(tbl, atbl, hi, yj + 16), sc));
+					const int o = 32 * j + 4 * c;
+					isum = _mm256_add_epi32(isum, _mm256_madd_epi16(iq_step(tbl, lo, y + 4 + o, yq + o), sc));
+					isum = _mm256_add_epi32(isum, _mm256_madd_epi16(iq_step(tbl, hi, y + 20 + o, yq + 16 + o), sc));
 					FI_KEEP(isum);
 				}
 			}
@@ -189,6 +220,10 @@ static void gemv_iq4_xs(const uint8_t *pk, int64_t nb, int64_t g0, int64_t g1, c
 		_mm256_storeu_ps(out + 8 * g, acc);
 	}
 }
+
+FI_IQ_GEMV(gemv_iq4_nl, gemv_iq4_nl_blocks, 32, 34, 2)
+FI_IQ_GEMV(gemv_mxfp4, gemv_mxfp4_blocks, 32, 34, 2)
+FI_IQ_GEMV(gemv_iq4_xs, gemv_iq4_xs_blocks, 256, Q8K, 4)
 
 // ---- GEMM: packed groups expanded into records -----------------------------
 
