@@ -37,6 +37,8 @@ enum {
 	FI_Q5_K = 13,
 	FI_Q6_K = 14,
 	FI_Q8_K = 15,
+	FI_IQ2_XXS = 16,
+	FI_IQ3_XXS = 18,
 	FI_IQ4_NL = 20,
 	FI_IQ4_XS = 23,
 	FI_BF16 = 30,
@@ -102,6 +104,12 @@ void fi_q6_perm(const uint8_t *a, int64_t nb, uint8_t *dst);
 // values at x (n a power of two, at least 8; else -1 and nothing done),
 // with the same bits.
 int fi_hadamard_avx2(float *x, int64_t n, int64_t count);
+
+// fi_iql_set_grid copies the n bytes of quant.LatticeGrid(wt) into the
+// lattice kernels' table of wt (kern_avx2_iql.c); 0, or -1 if wt has no
+// kernel or n is not its grid's size. Called once, as the package loads,
+// before any product; a type whose grid was not set has no C kernel.
+int fi_iql_set_grid(int wt, const int8_t *g, int64_t n);
 
 // fi_softmax_avx2 sets row[i] = exp(s·row[i] - m) / Σ_j exp(s·row[j] - m)
 // (s = scale, m the largest s·row[j]): softmax, its exp in float32 (within
