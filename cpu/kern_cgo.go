@@ -29,7 +29,7 @@ const (
 // The lattice kernels look grid points up in quant's grids, copied into C
 // once (fi_iql_set_grid) so both read the same table.
 func init() {
-	for _, t := range []quant.Type{quant.IQ2_XXS, quant.IQ3_XXS} {
+	for _, t := range []quant.Type{quant.IQ2_XXS, quant.IQ3_XXS, quant.IQ3_S, quant.IQ2_XS, quant.IQ2_S} {
 		g := quant.LatticeGrid(t)
 		if C.fi_iql_set_grid(C.int(t), (*C.int8_t)(ptr(g)), C.int64_t(len(g))) != 0 {
 			panic(fmt.Sprintf("cpu: the %s kernel does not take quant's grid of %d bytes", t, len(g)))

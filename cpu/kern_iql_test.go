@@ -32,7 +32,8 @@ var iqlTypes = []struct {
 	typ quant.Type
 	ref func(n int, w, a []byte) float32
 }{
-	{quant.IQ2_XXS, quant.DotIQ2_XXS}, {quant.IQ3_XXS, quant.DotIQ3_XXS},
+	{quant.IQ2_XXS, quant.DotIQ2_XXS}, {quant.IQ3_XXS, quant.DotIQ3_XXS}, {quant.IQ3_S, quant.DotIQ3_S},
+	{quant.IQ2_XS, quant.DotIQ2_XS}, {quant.IQ2_S, quant.DotIQ2_S},
 }
 
 func TestIQLatticeKernels(t *testing.T) {
