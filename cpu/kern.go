@@ -15,15 +15,17 @@
 //     vector lanes are rows (kern_avx2_rp.c); other types and small batches
 //     use the DotRows tiles.
 //   - DotRowsPacked / GemmRowsPacked (kern_pack.go): on weights packed once
-//     at load time (Q4_0, Q4_K, Q5_K, Q6_K, Q8_0): 1.25-2.7x DotRows per
-//     core; their prefill expands packed groups into the scratch layout.
+//     at load time (Q4_0, Q4_K, Q5_K, Q6_K, Q8_0, IQ4_NL, IQ4_XS, MXFP4):
+//     1.25-2.7x DotRows per core; their prefill expands packed groups into
+//     the scratch layout.
 //
 // Besides the products: SwiGLU, softmax's exp, attention's weighted V sum
 // (AddWeighted), RMSNorm and RoPE's rotation, each bit-identical to its Go
 // loop (kern_avx2_exp.c, kern_avx2_norm.c, kern_avx2_f.c).
 //
 // Paths: AVX2 (kern_avx2_*.c) has every kernel. AVX-512 (kern_avx512.c:
-// F, BW, VL, DQ and VNNI) has its own packed products, on the same packed
+// F, BW, VL, DQ and VNNI) has its own packed products (but for IQ4_NL,
+// IQ4_XS and MXFP4, whose packed products are AVX2's), on the same packed
 // layouts, F32/F16 products, the Q8_0/Q8_1/Q8_K quantizers, and BF16
 // products where the CPU has AVX512_BF16; for everything else it runs the
 // AVX2 code. Its packed products equal AVX2's bit for bit, its quantizers
@@ -69,7 +71,7 @@ const (
 	// ISAAVX2 is C with AVX2, FMA and F16C intrinsics (x86-64-v3).
 	ISAAVX2
 	// ISAAVX512 is C with AVX-512 (F, BW, VL, DQ, VNNI) intrinsics for the
-	// packed products (Q4_0, Q4_K, Q5_K, Q6_K, Q8_0) and, where the CPU has
+	// packed products of Q4_0, Q4_K, Q5_K, Q6_K, Q8_0 and, where the CPU has
 	// AVX512_BF16, BF16 weights; the rest of it is ISAAVX2's code.
 	ISAAVX512
 )
@@ -140,8 +142,9 @@ func (k *Kernels) ISA() ISA { return k.isa }
 // F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K ... Q6_K, IQ4_NL,
 // IQ4_XS, MXFP4 and the lattice types IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS,
 // IQ2_S, IQ1_S, IQ1_M, on every path. The activations are of type
-// quant.VecDotType(wt). IQ4_NL, IQ4_XS, MXFP4 and the lattice types have
-// no C kernels: every path runs quant's Go dot product for them
+// quant.VecDotType(wt). Of the lattice types, IQ2_XXS, IQ3_XXS, IQ3_S,
+// IQ2_XS and IQ2_S have AVX2 kernels (kern_avx2_iql.c, also run by the AVX-512 path) and no
+// packed layout; for the others every path runs quant's Go dot product
 // (GemmRows's fallback).
 func (k *Kernels) Supports(wt quant.Type) bool {
 	_, _, ok := dotLayout(wt)

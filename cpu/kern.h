@@ -37,7 +37,15 @@ enum {
 	FI_Q5_K = 13,
 	FI_Q6_K = 14,
 	FI_Q8_K = 15,
+	FI_IQ2_XXS = 16,
+	FI_IQ2_XS = 17,
+	FI_IQ3_XXS = 18,
+	FI_IQ3_S = 21,
+	FI_IQ2_S = 22,
+	FI_IQ4_NL = 20,
+	FI_IQ4_XS = 23,
 	FI_BF16 = 30,
+	FI_MXFP4 = 39,
 };
 
 // fi_cpu_features returns the FI_* bits the CPU and OS support (asked once;
@@ -68,7 +76,8 @@ uint16_t fi_f16_avx2(float f);
 int fi_gemm_avx2(int wt, const uint8_t *w, int64_t w_stride, int64_t cols, int64_t r0, int64_t r1,
                  const uint8_t *a, int64_t a_stride, int64_t nact, float *out, int64_t out_stride);
 
-// Packed weights (kern_avx2_pk.c): rows in groups of 8 in a kernel layout.
+// Packed weights (kern_avx2_pk.c; IQ4_NL, IQ4_XS and MXFP4 in
+// kern_avx2_iqpk.c): rows in groups of 8 in a kernel layout.
 // fi_packed_size_avx2 returns the bytes of a packed rows x cols matrix of
 // type wt, or -1 if wt (or a rows count that is not a multiple of 8) has no
 // packed form. fi_pack_avx2 writes it (weight row r at w + r*w_stride);
@@ -80,7 +89,8 @@ int fi_gemm_packed_avx2(int wt, const uint8_t *pk, int64_t cols, int64_t r0, int
                         int64_t a_stride, int64_t nact, float *out, int64_t out_stride);
 
 // AVX-512 (kern_avx512.c), on the packed layouts of fi_pack_avx2:
-// fi_gemm_packed_avx512 is fi_gemm_packed_avx2 with 512-bit VNNI kernels;
+// fi_gemm_packed_avx512 is fi_gemm_packed_avx2 with 512-bit VNNI kernels
+// (IQ4_NL, IQ4_XS and MXFP4: fi_gemm_packed_avx2 itself);
 // fi_gemm_avx512 runs F32 and F16 weights with 512-bit FMAs, BF16 weights
 // with vdpbf16ps when the CPU has AVX512_BF16, and every other type as
 // fi_gemm_avx2 does.
@@ -97,6 +107,12 @@ void fi_q6_perm(const uint8_t *a, int64_t nb, uint8_t *dst);
 // values at x (n a power of two, at least 8; else -1 and nothing done),
 // with the same bits.
 int fi_hadamard_avx2(float *x, int64_t n, int64_t count);
+
+// fi_iql_set_grid copies the n bytes of quant.LatticeGrid(wt) into the
+// lattice kernels' table of wt (kern_avx2_iql.c); 0, or -1 if wt has no
+// kernel or n is not its grid's size. Called once, as the package loads,
+// before any product; a type whose grid was not set has no C kernel.
+int fi_iql_set_grid(int wt, const int8_t *g, int64_t n);
 
 // fi_softmax_avx2 sets row[i] = exp(s·row[i] - m) / Σ_j exp(s·row[j] - m)
 // (s = scale, m the largest s·row[j]): softmax, its exp in float32 (within

@@ -183,6 +183,16 @@ typedef void (*fi_gemm_fn)(const uint8_t *w, int64_t ws, int64_t cols, int64_t r
 fi_gemm_fn fi_avx2_gemm_q(int wt);  // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (kern_avx2_q.c)
 fi_gemm_fn fi_avx2_gemm_k(int wt);  // Q2_K ... Q6_K (kern_avx2_k.c)
 fi_gemm_fn fi_avx2_gemm_f(int wt);  // F32, F16, BF16 (kern_avx2_f.c)
+fi_gemm_fn fi_avx2_gemm_iq(int wt); // IQ4_NL, IQ4_XS, MXFP4 (kern_avx2_iq.c)
+fi_gemm_fn fi_avx2_gemm_iql(int wt); // IQ2_XXS, IQ3_XXS, IQ3_S, IQ2_XS, IQ2_S (kern_avx2_iql.c)
+
+// The packed IQ4_NL, IQ4_XS and MXFP4 products (kern_avx2_iqpk.c):
+// fi_packed_size_avx2, fi_pack_avx2 and fi_gemm_packed_avx2 for those
+// types (rows a multiple of 8), -1 for any other.
+int64_t fi_avx2_iq_packed_size(int wt, int64_t rows, int64_t cols);
+int fi_avx2_iq_pack(int wt, const uint8_t *w, int64_t ws, int64_t rows, int64_t cols, uint8_t *dst);
+int fi_avx2_iq_gemm_packed(int wt, const uint8_t *pk, int64_t cols, int64_t r0, int64_t r1, const uint8_t *a,
+                           int64_t as, int64_t nact, float *out, int64_t os);
 
 // fi_avx2_gemm_rp (kern_avx2_rp.c) computes rows [r0, r0+n) with weights
 // repacked on the fly, n a multiple of 8 it returns (0: type not handled).

@@ -669,5 +669,7 @@ int fi_gemm_packed_avx512(int wt, const uint8_t *pk, int64_t cols, int64_t r0, i
 	case FI_Q6_K: gemm_q6_K(pk, cols / 256, r0 / 8, r1 / 8, a, as, nact, out, os); return 0;
 	case FI_Q8_0: gemm_q8_0(pk, cols / 32, r0 / 8, r1 / 8, a, as, nact, out, os); return 0;
 	}
-	return -1;
+	// IQ4_NL, IQ4_XS, MXFP4: no 512-bit kernels; the AVX2 ones read the
+	// same packed layout (-1 for a type without one)
+	return fi_gemm_packed_avx2(wt, pk, cols, r0, r1, a, as, nact, out, os);
 }

@@ -10,7 +10,7 @@ package cpu_test
 //   - QuantizeRows: GB/s of float32 input.
 //
 // layout=file multiplies the weights as stored in GGUF files; layout=packed
-// the copy Kernels.Pack makes (Q4_K, Q8_0 on AVX2).
+// the copy Kernels.Pack makes (Q4_K, Q6_K, Q8_0 and the IQ4 types on AVX2).
 //
 // Each also reports the rate per second of the benchmark thread's CPU time
 // (GB/s-cpu, GOP/s-cpu): on a shared machine this is the figure that holds
@@ -61,7 +61,7 @@ func (c *cpuClock) report(b *testing.B, amount float64, unit string) {
 	}
 }
 
-var benchTypes = []quant.Type{quant.Q4_K, quant.Q6_K, quant.Q8_0}
+var benchTypes = []quant.Type{quant.Q4_K, quant.Q6_K, quant.Q8_0, quant.IQ4_XS, quant.IQ4_NL, quant.MXFP4, quant.IQ2_XXS, quant.IQ3_XXS, quant.IQ3_S, quant.IQ2_XS, quant.IQ2_S}
 
 const benchCols = 2048
 

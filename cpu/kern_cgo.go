@@ -14,6 +14,7 @@ package cpu
 import "C"
 
 import (
+	"fmt"
 	"sync"
 
 	"github.com/flowinfer/flowinfer/quant"
@@ -24,6 +25,17 @@ const (
 	featAVX512 = C.FI_AVX512
 	featAMD    = C.FI_AMD
 )
+
+// The lattice kernels look grid points up in quant's grids, copied into C
+// once (fi_iql_set_grid) so both read the same table.
+func init() {
+	for _, t := range []quant.Type{quant.IQ2_XXS, quant.IQ3_XXS, quant.IQ3_S, quant.IQ2_XS, quant.IQ2_S} {
+		g := quant.LatticeGrid(t)
+		if C.fi_iql_set_grid(C.int(t), (*C.int8_t)(ptr(g)), C.int64_t(len(g))) != 0 {
+			panic(fmt.Sprintf("cpu: the %s kernel does not take quant's grid of %d bytes", t, len(g)))
+		}
+	}
+}
 
 // cgoKernels reports whether the C kernels are built in.
 const cgoKernels = true

@@ -1,12 +1,14 @@
 // Weights packed at load time: a copy of a weight matrix in a layout only
 // these kernels read, for the types and paths where that makes decode
-// faster (Q4_0, Q4_K, Q5_K, Q6_K and Q8_0 on AVX2 and AVX-512: rows
-// interleaved in groups of 8, so vector lanes are rows; a third to a half
-// of the instructions per weight byte; AVX-512 takes two groups per
-// vector). The file's bytes are not changed and the packed products no
-// longer read them; the copy has the file's size (Q4_0, Q6_K, Q8_0) or 4
-// bytes more per 256 weights (Q4_K 148 instead of 144, Q5_K 180 instead of
-// 176). llama.cpp's CPU_REPACK buffers do the same for Q4_0, Q4_K and Q2_K.
+// faster (Q4_0, Q4_K, Q5_K, Q6_K, Q8_0, IQ4_NL, IQ4_XS and MXFP4 on AVX2 and
+// AVX-512: rows interleaved in groups of 8, so vector lanes are rows; a
+// third to a half of the instructions per weight byte; AVX-512 takes two
+// groups per vector, but for the last three, whose products are AVX2's on
+// both paths). The file's bytes are not changed and the packed products no
+// longer read them; the copy has the file's size (Q4_0, Q6_K, Q8_0,
+// IQ4_NL, MXFP4) or 2-4 bytes more per 256 weights (Q4_K 148 instead of
+// 144, Q5_K 180 instead of 176, IQ4_XS 138 instead of 136). llama.cpp's
+// CPU_REPACK buffers do the same for Q4_0, Q4_K, Q2_K, IQ4_NL and MXFP4.
 //
 // A matrix whose rows are not a multiple of PackRows (an output matrix of
 // 32001 or 50257 rows) is packed but for its last rows, which the packed

@@ -121,7 +121,7 @@ func TestPackErrors(t *testing.T) {
 			for _, c := range []struct {
 				typ        quant.Type
 				rows, cols int
-			}{{quant.Q4_K, 16, 200}, {quant.IQ4_NL, 16, 256}, {quant.Q4_K, 0, 256}} {
+			}{{quant.Q4_K, 16, 200}, {quant.Q4_1, 16, 256}, {quant.Q4_K, 0, 256}} {
 				if k.CanPack(c.typ, c.rows, c.cols) {
 					t.Errorf("CanPack(%s, %d, %d)", c.typ, c.rows, c.cols)
 				}
@@ -174,7 +174,7 @@ func TestPackedPathsAgree(t *testing.T) {
 		t.Skipf("one SIMD path here (%v); go test -tags fi_simde runs AVX-512 under emulation", cpu.Available())
 	}
 	r := rand.New(rand.NewPCG(15, 16))
-	for _, typ := range []quant.Type{quant.Q4_0, quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.Q8_0} {
+	for _, typ := range []quant.Type{quant.Q4_0, quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.Q8_0, quant.IQ4_NL, quant.IQ4_XS, quant.MXFP4} {
 		for _, shape := range [][3]int{{24, 512, 1}, {40, 70 * 256, 1}, {40, 2048, 3}, {56, 1024, 9}, {16, 256, 40}} {
 			rows, cols, nAct := shape[0], shape[1], shape[2]
 			t.Run(fmt.Sprintf("type=%s/rows=%d/cols=%d/acts=%d", typ, rows, cols, nAct), func(t *testing.T) {

@@ -604,3 +604,37 @@ func DotIQ1_M(n int, w, a []byte) float32 {
 	}
 	return sumf
 }
+
+// LatticeGrid returns a copy of the expanded grid of a lattice type, for
+// SIMD kernels that look grid points up themselves (package cpu): the
+// points in index order, each as its 8 (IQ2_*, IQ1_*) or 4 (IQ3_*) signed
+// levels, so point k is bytes [8k, 8k+8) or [4k, 4k+4). IQ1_S and IQ1_M
+// share one grid. It returns nil for any other type.
+func LatticeGrid(t Type) []int8 {
+	var g8 [][8]int8
+	var g4 [][4]int8
+	switch t {
+	case IQ2_XXS:
+		g8 = gridIQ2XXS
+	case IQ2_XS:
+		g8 = gridIQ2XS
+	case IQ2_S:
+		g8 = gridIQ2S
+	case IQ1_S, IQ1_M:
+		g8 = gridIQ1S
+	case IQ3_XXS:
+		g4 = gridIQ3XXS
+	case IQ3_S:
+		g4 = gridIQ3S
+	default:
+		return nil
+	}
+	out := make([]int8, 0, 8*len(g8)+4*len(g4))
+	for _, p := range g8 {
+		out = append(out, p[:]...)
+	}
+	for _, p := range g4 {
+		out = append(out, p[:]...)
+	}
+	return out
+}
