@@ -38,7 +38,7 @@ import (
 // RMSEps 1e-5 (llama) or 1e-6 (qwen), Name "synth-<arch>", NVocab the
 // vocabulary's token count.
 type Spec struct {
-	Arch        string // llama, qwen2, qwen3 or qwen3moe
+	Arch        string // llama, qwen2, qwen3, qwen3moe or gemma3
 	NVocab      int    // 0: from the vocabulary; otherwise must match it
 	NCtx        int    // <arch>.context_length
 	NEmbd       int
@@ -71,6 +71,8 @@ type Spec struct {
 	// token's own embedding carries weight against the context average
 	// (choices that vary from token to token but still correlate).
 	RouterSigma, EmbdStd, AttnOutStd float64
+	// Window is gemma3's attention.sliding_window (0: every layer global).
+	Window int
 	// KOutliers > 0 plants outlier channels in K, as real Qwen and Llama
 	// K caches have (a few channels orders of magnitude larger than the
 	// rest): kOutlierChannels of every head's dimensions, chosen per
@@ -114,6 +116,9 @@ const kOutlierChannels = 4
 // sizes its cache by the training context should not allocate for 128K) and
 // leave NVocab to the vocabulary (flowinfer gen --vocab).
 func Preset(name string) (Spec, error) {
+	if s, ok := gemma3Preset(name); ok { // gemma3.go
+		return s, nil
+	}
 	switch name {
 	case "demo":
 		return Spec{Arch: "llama", Name: "flowinfer-demo", NCtx: 2048, NEmbd: 256, NLayer: 4, NHead: 8, NHeadKV: 4,
@@ -137,7 +142,7 @@ func Preset(name string) (Spec, error) {
 
 // Presets returns the preset names.
 func Presets() []string {
-	return []string{"demo", "llama-1b", "llama-8b", "qwen3moe-small", "qwen3-30b-a3b"}
+	return append([]string{"demo", "llama-1b", "llama-8b", "qwen3moe-small", "qwen3-30b-a3b"}, gemma3Presets()...)
 }
 
 // Options select the weight types, the seed and the vocabulary.
@@ -168,10 +173,13 @@ func (s Spec) normalize() (Spec, error) {
 	qwen := false
 	switch s.Arch {
 	case "llama":
-	case "qwen2", "qwen3", "qwen3moe":
-		qwen = true
+	case "qwen2", "qwen3", "qwen3moe", "gemma3":
+		qwen = true // gemma3 shares qwen's defaults: rope base 1e6, rms eps 1e-6
 	default:
-		return s, fmt.Errorf("synth: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe)", s.Arch)
+		return s, fmt.Errorf("synth: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3)", s.Arch)
+	}
+	if s.Window < 0 || s.Window > maxDim || s.Window > 0 && s.Arch != "gemma3" {
+		return s, fmt.Errorf("synth: Window %d: a sliding window is for gemma3 only, in [0, %d]", s.Window, maxDim)
 	}
 	for _, f := range []struct {
 		name string
@@ -353,6 +361,12 @@ func setMetadata(gw *gguf.Writer, s Spec, o Options, vocab []gguf.KV, ftype uint
 	gw.Set("general.architecture", gguf.String(s.Arch))
 	gw.Set("general.name", gguf.String(s.Name))
 	gw.Set("general.description", gguf.String(Description(o.Seed)))
+	if s.Arch == "gemma3" { // gemma3.go: the converter's keys and order
+		gemma3Metadata(s, u, func(k string, v float32) { gw.Set(a+k, gguf.Float32(v)) },
+			func(k, v string) { gw.Set(a+k, gguf.String(v)) })
+		setVocab(gw, vocab, ftype)
+		return
+	}
 	u("context_length", s.NCtx)
 	u("embedding_length", s.NEmbd)
 	u("block_count", s.NLayer)
@@ -388,6 +402,12 @@ func setMetadata(gw *gguf.Writer, s Spec, o Options, vocab []gguf.KV, ftype uint
 		u("expert_used_count", s.NExpertUsed)
 		u("expert_feed_forward_length", s.NFFExp)
 	}
+	setVocab(gw, vocab, ftype)
+}
+
+// setVocab sets the vocabulary's keys, then llama-quantize's
+// general.quantization_version and general.file_type.
+func setVocab(gw *gguf.Writer, vocab []gguf.KV, ftype uint32) {
 	for _, kv := range vocab {
 		gw.Set(kv.Key, kv.Value)
 	}
