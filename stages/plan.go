@@ -533,7 +533,7 @@ func residentBytes(m *model.Model, pk model.Packer) int64 {
 		for _, w := range L.Matrices() {
 			mat(*w)
 		}
-		for _, v := range []model.Vector{L.AttnNorm, L.Bq, L.Bk, L.Bv, L.QNorm, L.KNorm, L.FFNNorm} {
+		for _, v := range []model.Vector{L.AttnNorm, L.Bq, L.Bk, L.Bv, L.QNorm, L.KNorm, L.FFNNorm, L.AttnPostNorm, L.FFNPostNorm} {
 			vec(v)
 		}
 	}
