@@ -110,6 +110,13 @@ func sizeLabel(f *gguf.File, arch string) string {
 		case 94:
 			return "235B.A22B"
 		}
+	case "gpt-oss":
+		switch nl {
+		case 24:
+			return "20B"
+		case 36:
+			return "120B"
+		}
 	}
 	return "?B"
 }
@@ -120,7 +127,7 @@ func fileTypeName(ft uint64) string {
 		0: "all F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1",
 		10: "Q2_K - Medium", 11: "Q3_K - Small", 12: "Q3_K - Medium", 13: "Q3_K - Large",
 		14: "Q4_K - Small", 15: "Q4_K - Medium", 16: "Q5_K - Small", 17: "Q5_K - Medium",
-		18: "Q6_K", 21: "Q2_K - Small", 32: "BF16",
+		18: "Q6_K", 21: "Q2_K - Small", 25: "IQ4_NL - 4.5 bpw", 30: "IQ4_XS - 4.25 bpw", 32: "BF16", 38: "MXFP4 MoE",
 	}
 	if n, ok := names[ft]; ok {
 		return n

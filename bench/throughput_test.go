@@ -14,6 +14,7 @@ import (
 	"github.com/flowinfer/flowinfer/bench"
 	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/internal/golden"
+	"github.com/flowinfer/flowinfer/io/gguf"
 	"github.com/flowinfer/flowinfer/model"
 )
 
@@ -212,6 +213,27 @@ func TestDescribeModel(t *testing.T) {
 	// 2 layers: llama.cpp has no size label for it
 	if mi.Type != "llama ?B Q4_K - Medium" || mi.Size == 0 || mi.NParams == 0 {
 		t.Errorf("%+v", mi)
+	}
+	// gpt-oss: llama.cpp's labels by layer count, MXFP4_MOE's file type
+	for _, c := range []struct {
+		layers, ftype uint32
+		want          string
+	}{{24, 38, "gpt-oss 20B MXFP4 MoE"}, {36, 0, "gpt-oss 120B all F32"}, {4, 38, "gpt-oss ?B MXFP4 MoE"}} {
+		w := gguf.NewWriter()
+		w.Set("general.architecture", gguf.String("gpt-oss"))
+		w.Set("gpt-oss.block_count", gguf.Uint32(c.layers))
+		w.Set("general.file_type", gguf.Uint32(c.ftype))
+		var buf bytes.Buffer
+		if _, err := w.WriteTo(&buf); err != nil {
+			t.Fatal(err)
+		}
+		f, err := gguf.Parse(buf.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := bench.DescribeModel("x.gguf", f).Type; got != c.want {
+			t.Errorf("gpt-oss, %d layers, file type %d: %q, want %q", c.layers, c.ftype, got, c.want)
+		}
 	}
 }
 

@@ -283,3 +283,25 @@ func TestMeasure(t *testing.T) {
 		t.Errorf("cancelled memory measurement: %v", err)
 	}
 }
+
+// TestDetectGPUs: a GPUs lister replaces vulkaninfo; its error becomes a
+// note, its devices the hardware's GPUs.
+func TestDetectGPUs(t *testing.T) {
+	noRun := func(context.Context) ([]byte, error) { return nil, errors.New("vulkaninfo must not run") }
+	h, notes, err := Detect(context.Background(), DetectOptions{
+		ProcDir:    "testdata/proc-ht",
+		VulkanInfo: noRun,
+		GPUs:       func() ([]GPU, error) { return []GPU{{Name: "gpu0", Type: "discrete", VRAM: 8 << 30}}, nil },
+	})
+	if err != nil || len(notes) != 0 || len(h.GPUs) != 1 || h.GPUs[0].Name != "gpu0" {
+		t.Errorf("with a device: %+v %v %v", h.GPUs, notes, err)
+	}
+	h, notes, err = Detect(context.Background(), DetectOptions{
+		ProcDir:    "testdata/proc-ht",
+		VulkanInfo: noRun,
+		GPUs:       func() ([]GPU, error) { return nil, errors.New("vk: no Vulkan loader: libvulkan.so.1: cannot open") },
+	})
+	if err != nil || len(h.GPUs) != 0 || len(notes) != 1 || !strings.Contains(notes[0], "no Vulkan loader") {
+		t.Errorf("without a loader: %+v %v %v", h.GPUs, notes, err)
+	}
+}

@@ -25,6 +25,9 @@ type DetectOptions struct {
 	// VulkanInfo returns the full text output of vulkaninfo; nil runs
 	// vulkaninfo from PATH (if present) with a 10 s timeout.
 	VulkanInfo func(ctx context.Context) ([]byte, error)
+	// GPUs lists the Vulkan devices directly (cmd passes the gpu/vk
+	// binding's enumeration); when set, vulkaninfo is not run.
+	GPUs func() ([]GPU, error)
 	// Measure runs the memory and disk bandwidth measurements.
 	Measure bool
 	Mem     MemOptions
@@ -42,17 +45,29 @@ func Detect(ctx context.Context, o DetectOptions) (h Hardware, notes []string, e
 		notes = append(notes, "RAM size unknown (no MemTotal in meminfo)")
 	}
 
-	run := o.VulkanInfo
-	if run == nil {
-		run = runVulkanInfo
-	}
-	switch out, err := run(ctx); {
-	case err != nil:
-		notes = append(notes, "no Vulkan devices: "+err.Error())
-	default:
-		h.GPUs = ParseVulkanInfo(out)
-		if len(h.GPUs) == 0 {
-			notes = append(notes, "vulkaninfo lists no devices")
+	if o.GPUs != nil {
+		switch gpus, err := o.GPUs(); {
+		case err != nil:
+			notes = append(notes, "no Vulkan devices: "+err.Error())
+		default:
+			h.GPUs = gpus
+			if len(h.GPUs) == 0 {
+				notes = append(notes, "the Vulkan loader lists no devices")
+			}
+		}
+	} else {
+		run := o.VulkanInfo
+		if run == nil {
+			run = runVulkanInfo
+		}
+		switch out, err := run(ctx); {
+		case err != nil:
+			notes = append(notes, "no Vulkan devices: "+err.Error())
+		default:
+			h.GPUs = ParseVulkanInfo(out)
+			if len(h.GPUs) == 0 {
+				notes = append(notes, "vulkaninfo lists no devices")
+			}
 		}
 	}
 

@@ -24,6 +24,7 @@ const (
 	ewRope
 	ewGeGLU
 	ewScale
+	ewSwiGLUOAI
 )
 
 // parallelMin is the number of float32s below which an elementwise
@@ -39,6 +40,7 @@ type ewTask struct {
 	weight       []float32
 	dim          int
 	eps          float32
+	alpha, limit float32 // SwiGLUOAI
 	pos          []int32
 	nHead        int
 	rope         *model.Rope
@@ -67,6 +69,8 @@ func (e *ewTask) do(r0, r1 int) {
 		e.k.RMSNorm(e.out[r0*e.dim:r1*e.dim], e.x[r0*e.dim:r1*e.dim], e.weight, e.dim, e.eps)
 	case ewSwiGLU:
 		e.k.SwiGLU(e.out[r0:r1], e.x[r0:r1], e.y[r0:r1])
+	case ewSwiGLUOAI:
+		swigluOAI(e.out[r0:r1], e.x[r0:r1], e.y[r0:r1], e.alpha, e.limit)
 	case ewAdd:
 		add(e.out[r0:r1], e.x[r0:r1])
 	case ewGeGLU:
@@ -252,6 +256,34 @@ func (b *Backend) Scale(x []float32, s float32) {
 func scale(x []float32, s float32) {
 	for i := range x {
 		x[i] *= s
+	}
+}
+
+// SwiGLUOAI implements model.ClampedSwiGLU (gpt-oss's experts): Ref's
+// formula with expPoly for the exp, split across the workers. There is no
+// C kernel for it yet.
+func (b *Backend) SwiGLUOAI(out, gate, up []float32, alpha, limit float32) {
+	e := &b.ew
+	e.kind, e.out, e.x, e.y, e.alpha, e.limit = ewSwiGLUOAI, out, gate, up, alpha, limit
+	b.runEW(e, len(gate), expCost)
+}
+
+// swigluOAI is SwiGLUOAI on a range (expf's body with expPoly inlined, as
+// swiglu).
+func swigluOAI(out, gate, up []float32, alpha, limit float32) {
+	up = up[:len(gate)]
+	out = out[:len(gate)]
+	for i, g := range gate {
+		x := min(g, limit)
+		y := min(max(up[i], -limit), limit)
+		a := alpha * (-x)
+		var ex float32
+		if a > -87 && a < 88 {
+			ex = float32(expPoly(float64(a)))
+		} else {
+			ex = expfSlow(a)
+		}
+		out[i] = x / (1 + ex) * (y + 1)
 	}
 }
 

@@ -80,7 +80,8 @@ var testThreads = []int{1, 2, 3}
 // (row counts that do not divide into the workers' blocks, one to many
 // tokens) on every kernel path, with guard values around the output.
 func TestBackendMatMul(t *testing.T) {
-	types := []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q5_1, quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.IQ4_NL, quant.IQ4_XS, quant.MXFP4}
+	types := []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q5_1, quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.IQ4_NL, quant.IQ4_XS, quant.MXFP4,
+		quant.IQ3_XXS, quant.IQ3_S, quant.IQ2_XXS, quant.IQ2_XS, quant.IQ2_S, quant.IQ1_S, quant.IQ1_M}
 	for _, isa := range cpu.Available() {
 		for _, wt := range types {
 			for _, sh := range []struct{ rows, cols, n int }{{1, 256, 1}, {7, 256, 3}, {13, 512, 1}, {130, 256, 65}, {1000, 256, 2}, {33, 768, 130}, {256, 512, 1}, {64, 256, 70}} {

@@ -138,9 +138,11 @@ func (k *Kernels) ISA() ISA { return k.isa }
 
 // Supports reports whether DotRows and GemmRows take weights of type wt:
 // F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K ... Q6_K, IQ4_NL,
-// IQ4_XS and MXFP4, on every path. The activations are of type
-// quant.VecDotType(wt). IQ4_NL, IQ4_XS and MXFP4 have no C kernels: every
-// path runs quant's Go dot product for them (GemmRows's fallback).
+// IQ4_XS, MXFP4 and the lattice types IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS,
+// IQ2_S, IQ1_S, IQ1_M, on every path. The activations are of type
+// quant.VecDotType(wt). IQ4_NL, IQ4_XS, MXFP4 and the lattice types have
+// no C kernels: every path runs quant's Go dot product for them
+// (GemmRows's fallback).
 func (k *Kernels) Supports(wt quant.Type) bool {
 	_, _, ok := dotLayout(wt)
 	return ok
@@ -180,6 +182,20 @@ func dotLayout(t quant.Type) (bs, bb int, ok bool) {
 		return 32, 17, true
 	case quant.IQ4_XS:
 		return 256, 136, true
+	case quant.IQ2_XXS:
+		return 256, 66, true
+	case quant.IQ2_XS:
+		return 256, 74, true
+	case quant.IQ2_S:
+		return 256, 82, true
+	case quant.IQ3_XXS:
+		return 256, 98, true
+	case quant.IQ3_S:
+		return 256, 110, true
+	case quant.IQ1_S:
+		return 256, 50, true
+	case quant.IQ1_M:
+		return 256, 56, true
 	}
 	return 0, 0, false
 }

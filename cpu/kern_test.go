@@ -64,6 +64,8 @@ var dotTypes = []struct {
 	// No C kernels: every path runs quant's Go loop, so the results are
 	// identical (the tolerance is never used up).
 	{quant.IQ4_NL, 1e-6}, {quant.IQ4_XS, 1e-6}, {quant.MXFP4, 1e-6},
+	{quant.IQ3_XXS, 1e-6}, {quant.IQ3_S, 1e-6}, {quant.IQ2_XXS, 1e-6}, {quant.IQ2_XS, 1e-6},
+	{quant.IQ2_S, 1e-6}, {quant.IQ1_S, 1e-6}, {quant.IQ1_M, 1e-6},
 }
 
 // maxNMSE bounds Σ(got-want)²/Σwant² over a whole output matrix of at
@@ -437,7 +439,7 @@ func TestKernelPanics(t *testing.T) {
 		{"small stride", "stride", func(k *cpu.Kernels) { k.DotRows(quant.Q4_K, w, 100, 256, 0, 4, a, out) }},
 		{"bad range", "range", func(k *cpu.Kernels) { k.DotRows(quant.Q4_K, w, 144, 256, 3, 2, a, out) }},
 		{"partial block", "whole number", func(k *cpu.Kernels) { k.DotRows(quant.Q4_K, w, 144, 200, 0, 4, a, out) }},
-		{"unsupported", "not supported", func(k *cpu.Kernels) { k.DotRows(quant.IQ3_S, w, 144, 256, 0, 4, a, out) }},
+		{"unsupported", "not supported", func(k *cpu.Kernels) { k.DotRows(quant.TQ1_0, w, 144, 256, 0, 4, a, out) }},
 		{"gemm stride", "stride", func(k *cpu.Kernels) {
 			k.GemmRows(quant.Q4_K, w, 144, 256, 0, 4, make([]byte, 2*292), 2, make([]float32, 8), 3)
 		}},

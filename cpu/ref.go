@@ -314,6 +314,18 @@ func (r *Ref) Scale(x []float32, s float32) {
 	}
 }
 
+// SwiGLUOAI implements model.ClampedSwiGLU as
+// ggml_compute_forward_swiglu_oai_f32: x = min(gate, limit), y = up
+// clamped to ±limit, out = x/(1+e^(alpha·-x))·(y+1).
+func (r *Ref) SwiGLUOAI(out, gate, up []float32, alpha, limit float32) {
+	for i, g := range gate {
+		x := min(g, limit)
+		y := min(max(up[i], -limit), limit)
+		glu := x / (1 + float32(math.Exp(float64(alpha*(-x)))))
+		out[i] = glu * (y + 1)
+	}
+}
+
 // Add implements model.Ops.
 func (r *Ref) Add(dst, src []float32) {
 	for i := range dst {

@@ -62,9 +62,13 @@ func (c *Context) attention(il int, b *Batch) error {
 	// q, k, v projections (n × QDim, n × KDim, n × VDim)
 	q, k, v := c.q[:n*h.QDim()], c.k[:n*h.KDim()], c.v[:n*h.VDim()]
 	c.matmuls("attn_qkv", il, c.xn, n, mm{"attn_q", q, L.Wq}, mm{"attn_k", k, L.Wk}, mm{"attn_v", v, L.Wv})
-	if L.Bq != nil { // qwen2 biases
+	if L.Bq != nil { // qwen2 and gpt-oss biases
 		ops.AddRows(q, L.Bq)
+	}
+	if L.Bk != nil {
 		ops.AddRows(k, L.Bk)
+	}
+	if L.Bv != nil {
 		ops.AddRows(v, L.Bv)
 	}
 	if L.QNorm != nil { // qwen3: per-head RMSNorm of q and k before RoPE
@@ -110,6 +114,9 @@ func (c *Context) attention(il int, b *Batch) error {
 	c.eval("kqv_out", il, att, n, h.NHead*h.HeadDimV)
 	// output projection and residual
 	c.matmul("attn_output", il, c.tmp[:n*h.NEmbd], L.Wo, att, n)
+	if L.Bo != nil { // gpt-oss
+		ops.AddRows(c.tmp[:n*h.NEmbd], L.Bo)
+	}
 	c.eval("attn_out", il, c.tmp, n, h.NEmbd)
 	if L.AttnPostNorm != nil { // gemma3: the output normalised before the residual
 		ops.RMSNorm(c.tmp, c.tmp[:n*h.NEmbd], L.AttnPostNorm, n, h.NEmbd, h.RMSEps)

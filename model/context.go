@@ -99,6 +99,9 @@ func (m *Model) NewContextKV(ops Ops, kv *KVCache, maxBatch int) (*Context, erro
 	case kv.Paged() && !SupportsPagedKV(ops):
 		return nil, fmt.Errorf("model: the backend does not support a paged KV cache")
 	}
+	if err := checkOps(m, ops); err != nil {
+		return nil, err
+	}
 	c := &Context{M: m, Ops: ops, KV: kv, MaxBatch: maxBatch}
 	kv.storer, _ = ops.(KVStorer)
 	kv.ReserveRecent(maxBatch)

@@ -56,6 +56,13 @@ type Hyper struct {
 	RopeAttnFactor float32
 	NCtxOrig       int
 
+	// gpt-oss (gptoss.go): the router's weights are the softmax of the
+	// chosen experts' logits only (llama.cpp's
+	// LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT), and the experts'
+	// activation is the clamped SwiGLU (ggml_swiglu_oai).
+	GatingSoftmaxWeight bool
+	SwiGLUOAI           bool
+
 	// Window holds each layer's sliding attention window (0: the layer
 	// attends to every position), or is nil when no layer slides.
 	Window []int

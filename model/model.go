@@ -1,5 +1,5 @@
 // Package model holds the transformer architectures flowinfer runs (one file
-// per family: llama.go, qwen2.go, qwen3.go, qwen3moe.go, gemma3.go), their
+// per family: llama.go, qwen2.go, qwen3.go, qwen3moe.go, gptoss.go, gemma3.go), their
 // hyperparameters and weight tables read from GGUF, the KV cache, and the
 // small Ops interface a compute backend (package cpu, later gpu) implements.
 //
@@ -108,6 +108,7 @@ type Layer struct {
 	QNorm      Vector // qwen3 per-head RMSNorm weights (HeadDimK)
 	KNorm      Vector
 	Wo         *Weight
+	Bo         Vector // attn_output bias (gpt-oss)
 	Sinks      Vector // attention sinks, one logit per query head (gpt-oss)
 	FFNNorm    Vector
 	Gate, Up   *Weight // dense SwiGLU FFN
@@ -116,6 +117,12 @@ type Layer struct {
 	GateExps   []Weight // per-expert views
 	UpExps     []Weight
 	DownExps   []Weight
+	// gpt-oss's router and expert biases: RouterB has NExpert logits;
+	// expert e's gate, up and down biases are rows e of GateExpsB,
+	// UpExpsB (NFFExp wide) and DownExpsB (NEmbd wide). They stay
+	// resident when the experts stream (gptoss.go says why).
+	RouterB                       Vector
+	GateExpsB, UpExpsB, DownExpsB Vector
 
 	// AttnPostNorm and FFNPostNorm (gemma3) normalise a sub-layer's output
 	// before it joins the residual stream.
@@ -206,11 +213,11 @@ func Load(f *gguf.File, supports func(quant.Type) bool) (*Model, error) {
 	}
 	families := map[string]func(*loader, *Model){
 		"llama": loadLlama, "qwen2": loadQwen2, "qwen3": loadQwen3, "qwen3moe": loadQwen3MoE,
-		"gemma3": loadGemma3,
+		"gpt-oss": loadGptOss, "gemma3": loadGemma3,
 	}
 	loadFamily, ok := families[arch]
 	if !ok {
-		return nil, fmt.Errorf("model: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3)", arch)
+		return nil, fmt.Errorf("model: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3)", arch)
 	}
 	h, err := ReadHyper(f, arch)
 	if err != nil {

@@ -95,13 +95,21 @@ func (c *Context) moe(il int, b *Batch) error {
 	// router probabilities (n × NExpert)
 	probs := c.probs[:n*h.NExpert]
 	c.matmul("ffn_gate_inp", il, probs, L.Router, c.xn, n)
-	ops.Softmax(probs, n, h.NExpert)
+	if L.RouterB != nil { // gpt-oss
+		ops.AddRows(probs, L.RouterB)
+	}
+	if !h.GatingSoftmaxWeight { // gpt-oss: the chosen logits' softmax, below
+		ops.Softmax(probs, n, h.NExpert)
+	}
 	c.eval("ffn_moe_probs", il, probs, n, h.NExpert)
 	// each token's top-K experts and weights
 	clear(s.start)
 	for t := range n {
 		sel, w := s.sel[t*K:(t+1)*K], s.w[t*K:(t+1)*K]
 		topK(probs[t*h.NExpert:(t+1)*h.NExpert], sel, w)
+		if h.GatingSoftmaxWeight {
+			ops.Softmax(w, 1, K)
+		}
 		if h.NormTopK {
 			var sum float32
 			for _, x := range w {
@@ -209,11 +217,14 @@ func (c *Context) guessNext(il int) []int {
 	ops.RMSNorm(xn, c.x[:n*d], L.FFNNorm, n, d, h.RMSEps)
 	probs := s.pprobs[:n*h.NExpert]
 	ops.MatMul(probs, L.Router, xn, n)
+	if L.RouterB != nil {
+		ops.AddRows(probs, L.RouterB)
+	}
 	clear(s.pmark)
 	s.punion = s.punion[:0]
 	for t := range n {
 		// softmax keeps the order: the top K logits are the top K
-		// probabilities
+		// probabilities (gpt-oss chooses on the logits anyway)
 		topK(probs[t*h.NExpert:(t+1)*h.NExpert], s.psel, s.pw)
 		for _, e := range s.psel {
 			if !s.pmark[e] {
@@ -228,7 +239,7 @@ func (c *Context) guessNext(il int) []int {
 // expert runs expert e on the tokens routed to it and writes each token's
 // weighted output into its slot of c.moeS.out.
 func (c *Context) expert(il, e int, gateW, upW, downW *Weight) {
-	h, s, ops := &c.M.Hyper, &c.moeS, c.Ops
+	h, s := &c.M.Hyper, &c.moeS
 	K, d, f := h.NExpertUsed, h.NEmbd, h.NFFExp
 	entries := s.idx[s.start[e]:s.start[e+1]]
 	m := len(entries)
@@ -240,8 +251,12 @@ func (c *Context) expert(il, e int, gateW, upW, downW *Weight) {
 	}
 	gate, up := c.gate[:m*f], c.up[:m*f]
 	c.matmuls("ffn_gate_up_exps", il, xg, m, mm{"ffn_gate_exps", gate, gateW}, mm{"ffn_up_exps", up, upW})
-	ops.SwiGLU(gate, gate, up)
+	L := c.layer(il) // gpt-oss's expert biases: resident, by expert id
+	c.addExpertBias(up, L.UpExpsB, e, f)
+	c.addExpertBias(gate, L.GateExpsB, e, f)
+	c.expertGLU(gate, up)
 	c.matmul("ffn_down_exps", il, yg, downW, gate, m)
+	c.addExpertBias(yg, L.DownExpsB, e, d)
 	for i, v := range entries {
 		wt := s.w[v]
 		o, y := s.out[int(v)*d:(int(v)+1)*d], yg[i*d:(i+1)*d]

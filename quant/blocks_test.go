@@ -28,6 +28,13 @@ func TestBlockSizes(t *testing.T) {
 		{IQ4_NL, unsafe.Sizeof(blockIQ4_NL{}), 18},
 		{IQ4_XS, unsafe.Sizeof(blockIQ4_XS{}), 136},
 		{MXFP4, unsafe.Sizeof(blockMXFP4{}), 17},
+		{IQ2_XXS, unsafe.Sizeof(blockIQ2_XXS{}), 66},
+		{IQ2_XS, unsafe.Sizeof(blockIQ2_XS{}), 74},
+		{IQ2_S, unsafe.Sizeof(blockIQ2_S{}), 82},
+		{IQ3_XXS, unsafe.Sizeof(blockIQ3_XXS{}), 98},
+		{IQ3_S, unsafe.Sizeof(blockIQ3_S{}), 110},
+		{IQ1_S, unsafe.Sizeof(blockIQ1_S{}), 50},
+		{IQ1_M, unsafe.Sizeof(blockIQ1_M{}), 56},
 	}
 	for _, c := range cases {
 		t.Run(c.typ.String(), func(t *testing.T) {
@@ -60,6 +67,13 @@ func TestBlockOffsets(t *testing.T) {
 		{"iq4_nl.qs", offIQ4_NLQs, 2},
 		{"iq4_xs.scales_h", offIQ4_XSScalesH, 2}, {"iq4_xs.scales_l", offIQ4_XSScalesL, 4}, {"iq4_xs.qs", offIQ4_XSQs, 8},
 		{"mxfp4.qs", offMXFP4Qs, 1},
+		{"iq2_xxs.qs", offIQ2_XXSQs, 2},
+		{"iq2_xs.qs", offIQ2_XSQs, 2}, {"iq2_xs.scales", offIQ2_XSScales, 66},
+		{"iq2_s.qs", offIQ2_SQs, 2}, {"iq2_s.qh", offIQ2_SQh, 66}, {"iq2_s.scales", offIQ2_SScales, 74},
+		{"iq3_xxs.qs", offIQ3_XXSQs, 2},
+		{"iq3_s.qs", offIQ3_SQs, 2}, {"iq3_s.qh", offIQ3_SQh, 66}, {"iq3_s.signs", offIQ3_SSigns, 74}, {"iq3_s.scales", offIQ3_SScales, 106},
+		{"iq1_s.qs", offIQ1_SQs, 2}, {"iq1_s.qh", offIQ1_SQh, 34},
+		{"iq1_m.qh", offIQ1_MQh, 32}, {"iq1_m.scales", offIQ1_MScales, 48},
 	}
 	for _, c := range cases {
 		if c.got != c.want {
@@ -69,12 +83,12 @@ func TestBlockOffsets(t *testing.T) {
 }
 
 func TestSupported(t *testing.T) {
-	for _, typ := range []Type{F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS, MXFP4} {
+	for _, typ := range []Type{F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, IQ4_NL, IQ4_XS, MXFP4, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M} {
 		if !typ.Supported() {
 			t.Errorf("%s not supported", typ)
 		}
 	}
-	for _, typ := range []Type{IQ2_XXS, IQ3_S, TQ1_0, NVFP4, I8, F64, Type(4), Type(1000)} {
+	for _, typ := range []Type{TQ1_0, TQ2_0, NVFP4, Q1_0, I8, F64, Type(4), Type(1000)} {
 		if typ.Supported() {
 			t.Errorf("%s supported", typ)
 		}

@@ -63,6 +63,20 @@ func dequantizeFunc(t Type) func(src []byte, dst []float32) {
 		return DequantizeRowIQ4_XS
 	case MXFP4:
 		return DequantizeRowMXFP4
+	case IQ2_XXS:
+		return DequantizeRowIQ2_XXS
+	case IQ2_XS:
+		return DequantizeRowIQ2_XS
+	case IQ2_S:
+		return DequantizeRowIQ2_S
+	case IQ3_XXS:
+		return DequantizeRowIQ3_XXS
+	case IQ3_S:
+		return DequantizeRowIQ3_S
+	case IQ1_S:
+		return DequantizeRowIQ1_S
+	case IQ1_M:
+		return DequantizeRowIQ1_M
 	}
 	return nil
 }

@@ -74,6 +74,20 @@ func DotFunc(wt Type) func(n int, w, a []byte) float32 {
 		return DotIQ4_XS
 	case MXFP4:
 		return DotMXFP4
+	case IQ2_XXS:
+		return DotIQ2_XXS
+	case IQ2_XS:
+		return DotIQ2_XS
+	case IQ2_S:
+		return DotIQ2_S
+	case IQ3_XXS:
+		return DotIQ3_XXS
+	case IQ3_S:
+		return DotIQ3_S
+	case IQ1_S:
+		return DotIQ1_S
+	case IQ1_M:
+		return DotIQ1_M
 	}
 	return nil
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-var weightTypes = []Type{F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4}
+var weightTypes = []Type{F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M}
 
 func TestVecDotType(t *testing.T) {
 	want := map[Type]Type{
@@ -28,7 +28,7 @@ func TestVecDotType(t *testing.T) {
 			t.Errorf("no DotFunc for %s", typ)
 		}
 	}
-	for _, typ := range []Type{Q8_1, Q8_K, IQ3_S, NVFP4, I32} {
+	for _, typ := range []Type{Q8_1, Q8_K, TQ1_0, NVFP4, I32} {
 		if DotFunc(typ) != nil {
 			t.Errorf("DotFunc for %s", typ)
 		}
@@ -125,7 +125,7 @@ func TestVecDotErrors(t *testing.T) {
 	}{
 		{"unknown", Type(99), 32, w, a, ErrUnknownType},
 		{"activation type", Q8_K, 256, w, a, ErrUnsupportedType},
-		{"unsupported", IQ2_XS, 256, w, a, ErrUnsupportedType},
+		{"unsupported", TQ2_0, 256, w, a, ErrUnsupportedType},
 		{"odd n", Q4_0, 48, w, a, nil},
 		{"short weights", Q4_K, 512, w[:287], a, nil},
 		{"short activations", Q4_K, 512, w, a[:583], nil},

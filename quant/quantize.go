@@ -78,6 +78,8 @@ func QuantizeRefFunc(t Type) func(src []float32, dst []byte) {
 		return QuantizeRowIQ4_XS
 	case MXFP4:
 		return QuantizeRowMXFP4
+	case IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M:
+		return iqRefFunc(t)
 	}
 	return nil
 }
@@ -91,7 +93,9 @@ func QuantizeRow(t Type, src []float32, dst []byte) error {
 }
 
 // QuantizeRowRef converts len(src) float32s to type t as llama-quantize does
-// without an importance matrix.
+// without an importance matrix. IQ2_XXS, IQ2_XS and IQ1_S, which ggml
+// refuses to quantize without one, get an importance matrix of all ones
+// (see iq_quantize.go).
 func QuantizeRowRef(t Type, src []float32, dst []byte) error {
 	return quantizeChecked("quantize (ref)", t, QuantizeRefFunc(t), src, dst)
 }

@@ -54,6 +54,7 @@ func TestRoundTrip(t *testing.T) {
 		{IQ4_NL, 0.13},
 		{IQ4_XS, 0.13},
 		{MXFP4, 0.195},
+		{IQ3_XXS, 0.29}, {IQ3_S, 0.21}, {IQ2_XXS, 0.51}, {IQ2_XS, 0.41}, {IQ2_S, 0.45}, {IQ1_S, 0.62}, {IQ1_M, 0.62},
 	}
 	r := rand.New(rand.NewPCG(7, 7))
 	const n = 4096
@@ -95,7 +96,7 @@ func TestRoundTrip(t *testing.T) {
 
 // TestQuantizeZeros: an all-zero row quantizes to zeros for every type.
 func TestQuantizeZeros(t *testing.T) {
-	for _, typ := range []Type{F16, BF16, Q8_0, Q8_1, Q8_K, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4} {
+	for _, typ := range []Type{F16, BF16, Q8_0, Q8_1, Q8_K, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M} {
 		for _, ref := range []bool{false, true} {
 			x := make([]float32, 512)
 			q := rowBytes(t, typ, 512)
@@ -193,7 +194,7 @@ func TestQuantizeErrors(t *testing.T) {
 		want error
 	}{
 		{"unknown type", Type(1000), x, make([]byte, 1000), ErrUnknownType},
-		{"unsupported type", IQ2_XXS, x, make([]byte, 1000), ErrUnsupportedType},
+		{"unsupported type", TQ1_0, x, make([]byte, 1000), ErrUnsupportedType},
 		{"not whole blocks", Q4_K, x[:100], make([]byte, 1000), nil},
 		{"short dst", Q4_K, x, make([]byte, 143), nil},
 		{"short dst q8_0", Q8_0, x, make([]byte, 8*34-1), nil},
@@ -222,7 +223,7 @@ func TestDequantizeErrors(t *testing.T) {
 		want error
 	}{
 		{"unknown type", Type(33), make([]byte, 1000), 32, ErrUnknownType},
-		{"unsupported type", IQ3_S, make([]byte, 1000), 256, ErrUnsupportedType},
+		{"unsupported type", TQ1_0, make([]byte, 1000), 256, ErrUnsupportedType},
 		{"not whole blocks", Q4_0, make([]byte, 1000), 33, nil},
 		{"short src", Q6_K, make([]byte, 209), 256, nil},
 		{"short src f16", F16, make([]byte, 7), 4, nil},
@@ -392,7 +393,7 @@ func TestRoundSat8(t *testing.T) {
 func TestNonFiniteInputs(t *testing.T) {
 	r := rand.New(rand.NewPCG(4, 4))
 	special := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), 3e38, -3e38, 1e-45}
-	for _, typ := range []Type{F16, BF16, Q8_0, Q8_1, Q8_K, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4} {
+	for _, typ := range []Type{F16, BF16, Q8_0, Q8_1, Q8_K, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M} {
 		for k := range special {
 			x := randRow(r, 512, false)
 			for i := k; i < len(x); i += 37 {

@@ -32,7 +32,48 @@ type antRequest struct {
 	Stream        bool            `json:"stream"`
 	Tools         []antTool       `json:"tools"`
 	ToolChoice    *antToolChoice  `json:"tool_choice"`
+	Thinking      *antThinkingReq `json:"thinking"`
 	samplingFields
+	omitThinking bool // thinking.display "omitted"
+}
+
+// antThinkingReq is the request's thinking setting.
+type antThinkingReq struct {
+	Type         string `json:"type"`
+	BudgetTokens *int   `json:"budget_tokens"`
+	// Display: "summarized" (the default; the reasoning comes whole, there
+	// is no summarizer) or "omitted" (thinking blocks without their text)
+	Display string `json:"display"`
+}
+
+// translateThinking decodes thinking: enabled (without a budget) and
+// disabled switch thinking on and off; adaptive leaves it to the model
+// (the template's default). A budget cannot be enforced (reasoning.go).
+func (r *antRequest) translateThinking(gr *genRequest) *apiError {
+	t := r.Thinking
+	if t == nil {
+		return nil
+	}
+	switch t.Type {
+	case "enabled":
+		gr.think.setOn(true, "thinking")
+	case "disabled":
+		gr.think.setOn(false, "thinking")
+	case "adaptive":
+	default:
+		return badRequest("thinking.type", `thinking.type: %q is not one of "enabled", "disabled", "adaptive"`, t.Type)
+	}
+	switch t.Display {
+	case "", "summarized":
+	case "omitted":
+		r.omitThinking = true
+	default:
+		return badRequest("thinking.display", `thinking.display: %q is not one of "summarized", "omitted"`, t.Display)
+	}
+	if t.BudgetTokens != nil && t.Type != "disabled" {
+		return badRequest("thinking.budget_tokens", "thinking.budget_tokens: a thinking budget cannot be enforced by this server (it would need the sampler to end the thinking when the budget is spent); omit it, or use thinking type \"adaptive\"")
+	}
+	return nil
 }
 
 // antTool is a client tool (a server tool has a versioned type, such as
@@ -103,6 +144,7 @@ type antBlock struct {
 	ID        string          `json:"id"`          // tool_use
 	Name      string          `json:"name"`        // tool_use
 	Input     json.RawMessage `json:"input"`       // tool_use
+	Thinking  string          `json:"thinking"`    // thinking
 	ToolUseID string          `json:"tool_use_id"` // tool_result
 	Content   json.RawMessage `json:"content"`     // tool_result: a string or text blocks
 	IsError   bool            `json:"is_error"`    // tool_result
@@ -128,6 +170,9 @@ func antTurn(m antMessage, field string, names map[string]string) ([]chat.Messag
 		switch {
 		case b.Type == "text":
 			text = append(text, b.Text)
+		case b.Type == "thinking" && m.Role == "assistant":
+			// the template keeps or drops it, as the model was trained
+			msg.Reasoning += b.Thinking
 		case b.Type == "tool_use" && m.Role == "assistant":
 			if b.Name == "" {
 				return nil, badRequest(bf+".name", "%s.name: field required", bf)
@@ -153,11 +198,11 @@ func antTurn(m antMessage, field string, names map[string]string) ([]chat.Messag
 		case b.Type == "":
 			return nil, badRequest(bf, "%s: content block without a type", bf)
 		default:
-			return nil, badRequest(bf, "%s: content block type %q is not supported in a %s message (text, tool_use in assistant messages, tool_result in user messages)", bf, b.Type, m.Role)
+			return nil, badRequest(bf, "%s: content block type %q is not supported in a %s message (text; tool_use and thinking in assistant messages; tool_result in user messages)", bf, b.Type, m.Role)
 		}
 	}
 	msg.Content = strings.Join(text, "\n")
-	if len(text) > 0 || len(msg.ToolCalls) > 0 || len(out) == 0 {
+	if len(text) > 0 || len(msg.ToolCalls) > 0 || msg.Reasoning != "" || len(out) == 0 {
 		out = append(out, msg)
 	}
 	return out, nil
@@ -240,7 +285,7 @@ func (s *Server) handleMessages(ctx *fasthttp.RequestCtx) {
 	if gr == nil {
 		return
 	}
-	s.generate(ctx, b, gr, "msg_", "/v1/messages", "messages", &antEncoder{stops: req.StopSequences})
+	s.generate(ctx, b, gr, "msg_", "/v1/messages", "messages", &antEncoder{stops: req.StopSequences, omitThinking: req.omitThinking})
 }
 
 // translateChat fills gr's model, conversation and tools: what a message
@@ -251,6 +296,9 @@ func (r *antRequest) translateChat(s *Server, b *Backend, gr *genRequest) *apiEr
 		return e
 	}
 	if gr.messages, e = r.conversation(); e != nil {
+		return e
+	}
+	if e := r.translateThinking(gr); e != nil {
 		return e
 	}
 	return r.translateTools(gr)
@@ -302,6 +350,14 @@ type antText struct {
 	Text string `json:"text"`
 }
 
+// antThinking is a thinking content block. Its signature is empty: this
+// server does not sign reasoning (and ignores thinking blocks sent back).
+type antThinking struct {
+	Type      string `json:"type"`
+	Thinking  string `json:"thinking"`
+	Signature string `json:"signature"`
+}
+
 // antToolUse is a tool_use content block of a response.
 type antToolUse struct {
 	Type  string          `json:"type"`
@@ -324,8 +380,12 @@ type antMessageOut struct {
 // antEncoder writes Messages API responses.
 type antEncoder struct {
 	stops []string // the request's stop_sequences
-	// stream state: the open content block (-1: none) and the next index
+	// omitThinking: thinking blocks carry no text (thinking.display omitted)
+	omitThinking bool
+	// stream state: the open content block (-1: none), its type, and the
+	// next index
 	open, next int
+	openType   string
 }
 
 func (a *antEncoder) dialect() dialect   { return dialectAnthropic }
@@ -355,8 +415,8 @@ func (a *antEncoder) begin(w *bufio.Writer, j *job, u stages.Usage) {
 		Message antMessageOut `json:"message"`
 	}{"message_start", msg})
 	a.open = -1
-	if j.tools == nil {
-		// without tools the reply is one text block: open it now
+	if j.parse == nil {
+		// without tools or reasoning the reply is one text block: open it now
 		a.startBlock(w, antText{Type: "text"})
 	}
 	sse(w, "ping", struct {
@@ -368,6 +428,14 @@ func (a *antEncoder) begin(w *bufio.Writer, j *job, u stages.Usage) {
 func (a *antEncoder) startBlock(w *bufio.Writer, block any) {
 	a.open = a.next
 	a.next++
+	switch b := block.(type) {
+	case antText:
+		a.openType = b.Type
+	case antThinking:
+		a.openType = b.Type
+	case antToolUse:
+		a.openType = b.Type
+	}
 	sse(w, "content_block_start", struct {
 		Type         string `json:"type"`
 		Index        int    `json:"index"`
@@ -413,10 +481,33 @@ type antDelta struct {
 }
 
 func (a *antEncoder) delta(w *bufio.Writer, _ *job, text string) {
-	if a.open < 0 {
+	if a.open < 0 || a.openType != "text" {
+		a.stopBlock(w)
 		a.startBlock(w, antText{Type: "text"})
 	}
 	sse(w, "content_block_delta", antDelta{"content_block_delta", a.open, antText{"text_delta", text}})
+}
+
+// reasoning writes reasoning as thinking_delta events of a thinking block.
+func (a *antEncoder) reasoning(w *bufio.Writer, _ *job, text string) {
+	if a.open < 0 || a.openType != "thinking" {
+		a.stopBlock(w)
+		a.startBlock(w, antThinking{Type: "thinking"})
+	}
+	if a.omitThinking {
+		return
+	}
+	sse(w, "content_block_delta", struct {
+		Type  string `json:"type"`
+		Index int    `json:"index"`
+		Delta struct {
+			Type     string `json:"type"`
+			Thinking string `json:"thinking"`
+		} `json:"delta"`
+	}{Type: "content_block_delta", Index: a.open, Delta: struct {
+		Type     string `json:"type"`
+		Thinking string `json:"thinking"`
+	}{"thinking_delta", text}})
 }
 
 func (a *antEncoder) end(w *bufio.Writer, j *job, ev *stages.Event) {
@@ -450,6 +541,12 @@ func (a *antEncoder) heartbeat(w *bufio.Writer) bool { return ssePing(w) }
 func (a *antEncoder) result(j *job, text string, ev *stages.Event) any {
 	reason, seq := a.stopReason(j, ev)
 	content := []any{}
+	if r := j.reasoning.String(); r != "" {
+		if a.omitThinking {
+			r = ""
+		}
+		content = append(content, antThinking{Type: "thinking", Thinking: r})
+	}
 	if text != "" || !j.hasCalls() {
 		content = append(content, antText{Type: "text", Text: text})
 	}

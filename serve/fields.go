@@ -67,7 +67,6 @@ func empty(raw json.RawMessage) bool {
 const (
 	noFunctions = "the deprecated functions API is not supported: send tools and tool_choice"
 	noAudio     = "flowinfer generates text only"
-	noThinking  = "reasoning controls are not implemented"
 	localServer = "a local server has no accounts, storage or tiers: nothing to do"
 )
 
@@ -78,7 +77,6 @@ var oaiChatFields = map[string]fieldRule{
 	"prediction":             refused("predicted outputs are not implemented"),
 	"functions":              refused(noFunctions),
 	"function_call":          refused(noFunctions, `"none"`, `"auto"`),
-	"reasoning_effort":       refused(noThinking),
 	"verbosity":              refused("verbosity control is not implemented", `"medium"`),
 	"web_search_options":     refused("web search is not available"),
 	"store":                  refused("stored completions are not available"),
@@ -98,7 +96,6 @@ var oaiCompletionFields = map[string]fieldRule{
 
 // antFields: Anthropic's create message request (also count_tokens).
 var antFields = map[string]fieldRule{
-	"thinking":           refused(noThinking, `{"type":"disabled"}`),
 	"container":          refused("containers are not available"),
 	"context_management": refused("context management is not implemented"),
 	"mcp_servers":        refused("MCP servers are not available"),
@@ -109,11 +106,8 @@ var antFields = map[string]fieldRule{
 // ollamaChatFields and ollamaGenerateFields: Ollama's /api/chat and
 // /api/generate.
 var (
-	ollamaChatFields = map[string]fieldRule{
-		"think": refused(noThinking),
-	}
+	ollamaChatFields     = map[string]fieldRule{}
 	ollamaGenerateFields = map[string]fieldRule{
-		"think":    refused(noThinking),
 		"template": refused("a request template is not supported: the model's chat template is used"),
 		"context":  refused("the context parameter (deprecated) is not supported: send the conversation to /api/chat"),
 	}

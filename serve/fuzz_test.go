@@ -382,6 +382,7 @@ func openAIChatSeeds(f *testing.F) []string {
 		`{"messages":[{"role":"user","content":"hi"}],"max_tokens":3,"stop":["x","y"],"seed":1,"top_p":0.5,"logit_bias":{"5":-100},"n":1}`,
 		`{"messages":[{"role":"user","content":"hi"}],"max_tokens":2,"logprobs":true,"top_logprobs":2,"response_format":{"type":"text"}}`,
 		`{"messages":[{"role":"user","content":"w?"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},{"role":"tool","tool_call_id":"c1","content":"ok"}],"tools":[{"type":"function","function":{"name":"f","description":"d","parameters":{"type":"object","properties":{"a":{"type":"number"}}}}}],"tool_choice":"auto","parallel_tool_calls":false,"max_tokens":2,"stream":true}`,
+		`{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"a","reasoning_content":"r"},{"role":"user","content":"b"}],"max_tokens":2,"reasoning_format":"none","chat_template_kwargs":{"enable_thinking":false},"reasoning_effort":"none","stream":true}`,
 	}
 }
 
@@ -398,6 +399,7 @@ func openAIResponsesSeeds(f *testing.F) []string {
 		`{"model":"stories260K","instructions":"Be brief.","input":"Once upon a time","max_output_tokens":4,"temperature":0}`,
 		`{"input":[{"role":"user","content":[{"type":"input_text","text":"hi"}]}],"max_output_tokens":2,"stream":true,"store":false,"metadata":{"a":"b"}}`,
 		`{"input":"hi","max_output_tokens":3,"top_p":0.5,"seed":1,"text":{"format":{"type":"json_object"}}}`,
+		`{"input":[{"role":"user","content":"a"},{"type":"reasoning","summary":[],"content":[{"type":"reasoning_text","text":"r"}]},{"role":"assistant","content":"b"},{"role":"user","content":"c"}],"reasoning":{"effort":"none"},"max_output_tokens":2,"stream":true}`,
 		`{"input":[{"role":"user","content":"w?"},{"type":"function_call","call_id":"c1","name":"f","arguments":"{\"a\":1}"},{"type":"function_call_output","call_id":"c1","output":"ok"}],"tools":[{"type":"function","name":"f","description":"d","parameters":{"type":"object","properties":{"a":{"type":"number"}}}}],"tool_choice":"auto","parallel_tool_calls":false,"max_output_tokens":2,"stream":true}`,
 	}
 }
@@ -407,6 +409,7 @@ func anthropicMessagesSeeds(f *testing.F) []string {
 		`{"model":"stories260K","max_tokens":4,"messages":[{"role":"user","content":"Once upon a time"}]}`,
 		`{"model":"stories260K","max_tokens":2,"system":"Be brief.","stream":true,"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"stop_sequences":["x"],"temperature":0,"top_k":5}`,
 		`{"model":"stories260K","max_tokens":2,"system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"user","content":"c"}],"metadata":{"user_id":"u"}}`,
+		`{"model":"stories260K","max_tokens":2,"thinking":{"type":"disabled"},"stream":true,"messages":[{"role":"user","content":"a"},{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":""},{"type":"text","text":"b"}]},{"role":"user","content":"c"}]}`,
 		`{"model":"stories260K","max_tokens":2,"tools":[{"name":"f","input_schema":{"type":"object"}}],"tool_choice":{"type":"auto","disable_parallel_tool_use":true},"messages":[{"role":"user","content":"w?"},{"role":"assistant","content":[{"type":"text","text":"t"},{"type":"tool_use","id":"t1","name":"f","input":{"a":1}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"ok"}],"is_error":true},{"type":"text","text":"go on"}]}]}`,
 	}
 }
@@ -415,11 +418,13 @@ func ollamaChatSeeds(f *testing.F) []string {
 	return append(ollamaSeeds(f, "/v1/chat/completions", "messages"),
 		`{"model":"stories260K","messages":[{"role":"user","content":"Once upon a time"}],"stream":false,"options":{"num_predict":4,"temperature":0}}`,
 		`{"model":"stories260K","messages":[{"role":"system","content":"s"},{"role":"user","content":"hi"}],"options":{"num_predict":2,"seed":1,"top_k":3,"stop":["x"]},"keep_alive":"5m"}`,
+		`{"model":"stories260K","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"a","thinking":"t"},{"role":"user","content":"b"}],"think":"low","options":{"num_predict":2}}`,
 		`{"model":"stories260K","tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"messages":[{"role":"user","content":"w?"},{"role":"assistant","content":"","tool_calls":[{"function":{"name":"f","arguments":{"a":1}}}]},{"role":"tool","tool_name":"f","content":"ok"}],"options":{"num_predict":2}}`)
 }
 
 func ollamaGenerateSeeds(f *testing.F) []string {
 	return append(ollamaSeeds(f, "/v1/completions", "prompt"),
 		`{"model":"stories260K","prompt":"Once upon a time","stream":false,"options":{"num_predict":4,"temperature":0}}`,
-		`{"model":"stories260K","prompt":"hi","raw":true,"system":"s","options":{"num_predict":2,"repeat_penalty":1.1}}`)
+		`{"model":"stories260K","prompt":"hi","raw":true,"system":"s","options":{"num_predict":2,"repeat_penalty":1.1}}`,
+		`{"model":"stories260K","prompt":"hi","think":false,"options":{"num_predict":2}}`)
 }

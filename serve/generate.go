@@ -103,10 +103,15 @@ func (s *Server) tokenizeAny(b *Backend, gr *genRequest, param string) ([]int32,
 		if t == nil {
 			return nil, badRequest(param, "the model's chat template is not supported; use a raw prompt endpoint (/v1/completions, /api/generate with raw)")
 		}
-		r, err := t.RenderTools(gr.messages, gr.toolList(), true)
+		opts, e := gr.think.checkThinking(t)
+		if e != nil {
+			return nil, e
+		}
+		r, err := t.RenderWith(gr.messages, gr.toolList(), true, opts)
 		if err != nil {
 			return nil, renderError(err, param)
 		}
+		gr.inReasoning = templateReasoning(t).InReasoning(r.Prompt)
 		prompt = tok.Encode(t.TrimForTokenizer(r.Prompt, tok.AddBOS(), tok.AddEOS()), true, true)
 	case gr.tokens != nil:
 		for i, id := range gr.tokens {
@@ -155,12 +160,20 @@ func (s *Server) newJob(b *Backend, gr *genRequest, id, endpoint string, prompt 
 		j.req.Stops = append(j.req.Stops, b.Bundle.Template.StopStrings()...)
 	}
 	j.onToken = s.metrics.token
-	if tools := gr.toolList(); len(tools) > 0 && b.Bundle.Template != nil {
-		t := b.Bundle.Template
-		f := toolcall.Detect(t.Source(), t.Family() == chat.ChatML)
-		j.tools = newToolState(gr.tools, f)
-		j.req.Preserve = markerTokens(b, f)
+	t := b.Bundle.Template
+	if t == nil || !gr.chat {
+		return j
 	}
+	var markers []string
+	f := toolcall.Detect(t.Source(), t.Family() == chat.ChatML)
+	if len(gr.toolList()) > 0 {
+		j.tools = newToolState(gr.tools, f)
+		markers = f.Markers()
+	}
+	if j.parse = newOutput(t, gr, f); j.parse != nil {
+		markers = append(markers, templateReasoning(t).Markers()...)
+	}
+	j.req.Preserve = markerTokens(b, markers)
 	return j
 }
 

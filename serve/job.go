@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flowinfer/flowinfer/model/toolcall"
 	"github.com/flowinfer/flowinfer/stages"
 )
 
@@ -33,6 +34,7 @@ type job struct {
 
 	mu      sync.Mutex
 	text    strings.Builder // not yet taken
+	pieces  []int           // the lengths of the texts of its events
 	usage   stages.Usage    // latest
 	events  int             // events received
 	final   *stages.Event
@@ -45,9 +47,55 @@ type job struct {
 	// logprobs of the tokens not yet taken, when the request asked for them
 	lps []stages.TokenLogprob
 
-	// tools parses the reply into content and calls when the request
-	// offered tools (tools.go); nil otherwise. Used by the HTTP side only.
-	tools *toolState
+	// tools holds the calls when the request offered tools (tools.go);
+	// parse splits the reply into reasoning, content and calls when it
+	// has reasoning or tools (reasoning.go); reasoning is the reasoning of
+	// a reply that is not streamed. Nil otherwise. HTTP side only.
+	tools     *toolState
+	parse     *toolcall.Output
+	reasoning strings.Builder
+	// taken: the piece lengths of the text take (or wait) returned last;
+	// thinking: the tokens generated inside the reasoning so far (those
+	// after whose text the reply is inside it), HTTP side only.
+	taken    []int
+	thinking int
+}
+
+// push passes text (with the piece lengths of its tokens, j.taken) to the
+// job's parser a token at a time, counting the reasoning tokens; the
+// events of consecutive tokens are joined (one delta per kind, as when
+// the text is parsed at once).
+func (j *job) push(text string) []toolcall.Event {
+	var evs []toolcall.Event
+	add := func(new []toolcall.Event) {
+		for _, e := range new {
+			if n := len(evs); n > 0 && e.Call == nil && evs[n-1].Call == nil {
+				last := &evs[n-1]
+				switch {
+				case e.Reasoning != "" && last.Reasoning != "":
+					last.Reasoning += e.Reasoning
+					continue
+				case e.Content != "" && last.Content != "":
+					last.Content += e.Content
+					continue
+				}
+			}
+			evs = append(evs, e)
+		}
+	}
+	for _, n := range j.taken {
+		n = min(n, len(text))
+		add(j.parse.Push(text[:n]))
+		if j.parse.InReasoning() {
+			j.thinking++
+		}
+		text = text[n:]
+	}
+	if text != "" {
+		add(j.parse.Push(text))
+	}
+	j.taken = j.taken[:0]
+	return evs
 }
 
 func newJob(parent context.Context, id, model, endpoint string, prompt []int32) *job {
@@ -66,6 +114,9 @@ func (j *job) emit(ev stages.Event) error {
 		return errClientGone
 	}
 	j.text.WriteString(ev.Text)
+	if ev.Text != "" {
+		j.pieces = append(j.pieces, len(ev.Text))
+	}
 	if ev.Logprob != nil {
 		j.lps = append(j.lps, *ev.Logprob)
 	}
@@ -99,13 +150,16 @@ func (j *job) emit(ev stages.Event) error {
 	return nil
 }
 
-// take returns the text accumulated since the last take, the usage so far,
+// take returns the text accumulated since the last take (and the lengths
+// of its events' pieces, one per token, in j.taken), the usage so far,
 // whether any event has arrived, and the final event once there is one.
 func (j *job) take() (text string, usage stages.Usage, started bool, final *stages.Event) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	text = j.text.String()
 	j.text.Reset()
+	j.taken = append(j.taken[:0], j.pieces...)
+	j.pieces = j.pieces[:0]
 	return text, j.usage, j.events > 0, j.final
 }
 
@@ -140,9 +194,12 @@ func (j *job) abandon() {
 // if none).
 func (j *job) wait(engineDone, stop <-chan struct{}) (string, *stages.Event) {
 	var all strings.Builder
+	var pieces []int
+	defer func() { j.taken = pieces }()
 	for {
 		text, _, _, final := j.take()
 		all.WriteString(text)
+		pieces = append(pieces, j.taken...)
 		if final != nil {
 			return all.String(), final
 		}

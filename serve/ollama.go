@@ -32,6 +32,33 @@ type ollamaCommon struct {
 	Options   *ollamaOptions  `json:"options"`
 	Format    json.RawMessage `json:"format"`
 	KeepAlive json.RawMessage `json:"keep_alive"` // accepted, ignored
+	// Think: true or false turns thinking on or off; "low", "medium" or
+	// "high" are gpt-oss's effort levels.
+	Think json.RawMessage `json:"think"`
+}
+
+// think decodes the think field into gr.
+func (c *ollamaCommon) think(gr *genRequest) *apiError {
+	if isNull(c.Think) {
+		return nil
+	}
+	var on bool
+	var level string
+	switch {
+	case json.Unmarshal(c.Think, &on) == nil:
+		gr.think.setOn(on, "think")
+	case json.Unmarshal(c.Think, &level) == nil:
+		if level == "none" {
+			return badRequest("think", `think: %q is not a level (use false, or "low", "medium", "high")`, level)
+		}
+		if e := gr.think.effortLevel(level, "think"); e != nil {
+			return e
+		}
+		gr.think.setOn(true, "think")
+	default:
+		return badRequest("think", `think: expected true, false, "low", "medium" or "high", got %s`, c.Think)
+	}
+	return nil
 }
 
 func (c *ollamaCommon) translate(s *Server, b *Backend, gr *genRequest) *apiError {
@@ -68,12 +95,13 @@ func (c *ollamaCommon) translate(s *Server, b *Backend, gr *genRequest) *apiErro
 	if gr.params.Grammar, e = ollamaFormat(c.Format); e != nil {
 		return e
 	}
-	return nil
+	return c.think(gr)
 }
 
 type ollamaMessage struct {
 	Role       string           `json:"role"`
 	Content    string           `json:"content"`
+	Thinking   string           `json:"thinking,omitempty"`
 	Images     []string         `json:"images,omitempty"`
 	ToolCalls  []ollamaToolCall `json:"tool_calls,omitempty"`
 	ToolName   string           `json:"tool_name,omitempty"`    // tool: the function that answered
@@ -157,7 +185,10 @@ func (r *ollamaChatRequest) translate(s *Server, b *Backend) (*genRequest, *apiE
 // ollamaTurn translates a message: an assistant's tool_calls (arguments
 // an object), a tool result's tool_name.
 func ollamaTurn(m ollamaMessage, field string) (chat.Message, *apiError) {
-	msg := chat.Message{Role: m.Role, Content: m.Content, Name: m.ToolName, ToolCallID: m.ToolCallID}
+	msg := chat.Message{Role: m.Role, Content: m.Content, Name: m.ToolName, ToolCallID: m.ToolCallID, Reasoning: m.Thinking}
+	if m.Thinking != "" && m.Role != "assistant" {
+		return msg, badRequest(field+".thinking", "%s.thinking: only an assistant message has thinking", field)
+	}
 	if len(m.ToolCalls) > 0 && m.Role != "assistant" {
 		return msg, badRequest(field+".tool_calls", "%s.tool_calls: only an assistant message makes tool calls", field)
 	}
@@ -206,6 +237,9 @@ func (r *ollamaGenerateRequest) translate(s *Server, b *Backend) (*genRequest, *
 		return nil, badRequest("images", "images are not supported")
 	case r.empty():
 	case r.Raw:
+		if !isNull(r.Think) {
+			return nil, badRequest("think", "think: a raw prompt is not rendered with the chat template, which is what switches thinking, and its reply is not parsed")
+		}
 		gr.prompt = r.Prompt
 	default:
 		gr.chat = true
@@ -227,6 +261,7 @@ type ollamaChunk struct {
 	CreatedAt          string         `json:"created_at"`
 	Message            *ollamaMessage `json:"message,omitempty"`
 	Response           *string        `json:"response,omitempty"`
+	Thinking           string         `json:"thinking,omitempty"` // /api/generate's reasoning
 	Done               bool           `json:"done"`
 	DoneReason         string         `json:"done_reason,omitempty"`
 	TotalDuration      int64          `json:"total_duration,omitempty"`
@@ -258,6 +293,23 @@ func (o *ollamaEncoder) chunk(j *job, text string) ollamaChunk {
 func (o *ollamaEncoder) begin(*bufio.Writer, *job, stages.Usage) {}
 
 func (o *ollamaEncoder) delta(w *bufio.Writer, j *job, text string) { ndjson(w, o.chunk(j, text)) }
+
+// reasoning writes a chunk of reasoning: message.thinking (/api/chat) or
+// thinking (/api/generate), as Ollama streams it.
+func (o *ollamaEncoder) reasoning(w *bufio.Writer, j *job, text string) {
+	c := o.chunk(j, "")
+	o.think(&c, text)
+	ndjson(w, c)
+}
+
+// think puts reasoning text into c.
+func (o *ollamaEncoder) think(c *ollamaChunk, text string) {
+	if o.chat {
+		c.Message.Thinking = text
+	} else {
+		c.Thinking = text
+	}
+}
 
 // ollamaCall is c in Ollama's shape.
 func ollamaCall(c *outCall) ollamaToolCall {
@@ -304,6 +356,7 @@ func (o *ollamaEncoder) heartbeat(*bufio.Writer) bool { return false }
 
 func (o *ollamaEncoder) result(j *job, text string, ev *stages.Event) any {
 	c := o.chunk(j, text)
+	o.think(&c, j.reasoning.String())
 	if j.hasCalls() {
 		for i := range j.tools.calls {
 			c.Message.ToolCalls = append(c.Message.ToolCalls, ollamaCall(&j.tools.calls[i]))

@@ -20,6 +20,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/flowinfer/flowinfer/model"
+	"github.com/flowinfer/flowinfer/model/toolcall"
 )
 
 // ollamaDetails is the "details" object of /api/tags, /api/show and
@@ -149,6 +150,9 @@ func (s *Server) handleOllamaShow(ctx *fasthttp.RequestCtx) {
 	resp.Capabilities = []string{"completion"}
 	if _, e := s.pooling(b); e == nil {
 		resp.Capabilities = append(resp.Capabilities, "embedding")
+	}
+	if templateReasoning(b.Bundle.Template) != toolcall.NoReasoning {
+		resp.Capabilities = append(resp.Capabilities, "thinking") // think works
 	}
 	writeJSON(ctx, resp)
 }

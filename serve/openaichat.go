@@ -8,6 +8,7 @@ package serve
 
 import (
 	"encoding/json"
+	"slices"
 
 	"github.com/valyala/fasthttp"
 
@@ -15,11 +16,14 @@ import (
 )
 
 type oaiMessage struct {
-	Role       string          `json:"role"`
-	Content    json.RawMessage `json:"content"`
-	ToolCalls  []oaiToolCall   `json:"tool_calls"`   // assistant
-	ToolCallID string          `json:"tool_call_id"` // tool
-	Name       string          `json:"name"`
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+	// ReasoningContent is an assistant turn's reasoning (llama-server's
+	// field, as its responses carry it)
+	ReasoningContent string        `json:"reasoning_content"`
+	ToolCalls        []oaiToolCall `json:"tool_calls"`   // assistant
+	ToolCallID       string        `json:"tool_call_id"` // tool
+	Name             string        `json:"name"`
 }
 
 type oaiChatRequest struct {
@@ -27,6 +31,11 @@ type oaiChatRequest struct {
 	Tools             []oaiTool       `json:"tools"`
 	ToolChoice        json.RawMessage `json:"tool_choice"`
 	ParallelToolCalls *bool           `json:"parallel_tool_calls"`
+	// reasoning: OpenAI's reasoning_effort; llama-server's reasoning_format
+	// and chat_template_kwargs (enable_thinking, reasoning_effort)
+	ReasoningEffort    *string                    `json:"reasoning_effort"`
+	ReasoningFormat    string                     `json:"reasoning_format"`
+	ChatTemplateKwargs map[string]json.RawMessage `json:"chat_template_kwargs"`
 	oaiCommon
 }
 
@@ -56,6 +65,10 @@ func (r *oaiChatRequest) translate(s *Server, b *Backend) (*genRequest, *apiErro
 		}
 		msg := chat.Message{Role: m.Role, Content: text}
 		switch {
+		case m.ReasoningContent != "" && m.Role != "assistant":
+			return nil, badRequest(field+".reasoning_content", "%s.reasoning_content: only an assistant message has reasoning", field)
+		case m.ReasoningContent != "":
+			msg.Reasoning = m.ReasoningContent
 		case len(m.ToolCalls) > 0 && m.Role != "assistant":
 			return nil, badRequest(field+".tool_calls", "%s.tool_calls: only an assistant message makes tool calls", field)
 		case m.Role == "tool":
@@ -82,6 +95,9 @@ func (r *oaiChatRequest) translate(s *Server, b *Backend) (*genRequest, *apiErro
 		gr.messages = append(gr.messages, msg)
 	}
 	if e := r.translateTools(gr); e != nil {
+		return nil, e
+	}
+	if e := r.translateThinking(gr); e != nil {
 		return nil, e
 	}
 	if e := r.oaiCommon.translate(s, b, gr); e != nil {
@@ -120,4 +136,45 @@ func (r *oaiChatRequest) translateTools(gr *genRequest) *apiError {
 	var e *apiError
 	gr.tools, e = offerTools(choice, named, len(r.Tools), spec, ts, "tool_choice.function.name")
 	return e
+}
+
+// translateThinking decodes reasoning_effort, reasoning_format and
+// chat_template_kwargs. Of the template variables only enable_thinking and
+// reasoning_effort are taken: any other would be dropped, so it is refused.
+func (r *oaiChatRequest) translateThinking(gr *genRequest) *apiError {
+	if e := gr.think.reasoningFormat(r.ReasoningFormat); e != nil {
+		return e
+	}
+	if r.ReasoningEffort != nil {
+		if e := gr.think.effortLevel(*r.ReasoningEffort, "reasoning_effort"); e != nil {
+			return e
+		}
+	}
+	keys := make([]string, 0, len(r.ChatTemplateKwargs))
+	for k := range r.ChatTemplateKwargs {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		v, field := r.ChatTemplateKwargs[k], "chat_template_kwargs."+k
+		switch k {
+		case "enable_thinking":
+			var on bool
+			if json.Unmarshal(v, &on) != nil {
+				return badRequest(field, "%s: expected a boolean, got %s", field, v)
+			}
+			gr.think.setOn(on, field)
+		case "reasoning_effort":
+			var effort string
+			if json.Unmarshal(v, &effort) != nil {
+				return badRequest(field, "%s: expected a string, got %s", field, v)
+			}
+			if e := gr.think.effortLevel(effort, field); e != nil {
+				return e
+			}
+		default:
+			return badRequest(field, "%s: template variable %q is not supported (enable_thinking and reasoning_effort are)", field, k)
+		}
+	}
+	return nil
 }

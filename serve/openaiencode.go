@@ -63,9 +63,12 @@ func newTimings(ev *stages.Event) *oaiTimings {
 }
 
 type oaiOutMessage struct {
-	Role      string        `json:"role"`
-	Content   *string       `json:"content"` // null when the reply is only tool calls
-	ToolCalls []oaiToolCall `json:"tool_calls,omitempty"`
+	Role    string  `json:"role"`
+	Content *string `json:"content"` // null when the reply is only tool calls
+	// ReasoningContent is the reply's reasoning, separated from the
+	// content (llama-server's field; absent when there is none)
+	ReasoningContent string        `json:"reasoning_content,omitempty"`
+	ToolCalls        []oaiToolCall `json:"tool_calls,omitempty"`
 }
 
 // oaiChoice is a choice of a response or a chunk: Message (chat), Delta
@@ -270,6 +273,16 @@ func (o *oaiEncoder) delta(w *bufio.Writer, j *job, text string) {
 	o.send(w, r)
 }
 
+// reasoning writes a chunk of reasoning: delta.reasoning_content, as
+// llama-server streams it.
+func (o *oaiEncoder) reasoning(w *bufio.Writer, j *job, text string) {
+	r := o.frame(j)
+	r.Choices = []oaiChoice{{Delta: struct {
+		ReasoningContent string `json:"reasoning_content"`
+	}{text}}}
+	o.send(w, r)
+}
+
 func (o *oaiEncoder) end(w *bufio.Writer, j *job, ev *stages.Event) {
 	r := o.frame(j)
 	if o.chat {
@@ -304,7 +317,7 @@ func (o *oaiEncoder) result(j *job, text string, ev *stages.Event) any {
 	r := o.frame(j)
 	if o.chat {
 		r.Object = "chat.completion"
-		m := &oaiOutMessage{Role: "assistant", Content: &text}
+		m := &oaiOutMessage{Role: "assistant", Content: &text, ReasoningContent: j.reasoning.String()}
 		if j.hasCalls() {
 			if text == "" {
 				m.Content = nil

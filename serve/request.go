@@ -42,6 +42,11 @@ type genRequest struct {
 	// tools: the functions the model may call (nil: none offered, the
 	// reply is all content); tools.go.
 	tools *toolSettings
+	// think: what the request asks of reasoning (reasoning.go);
+	// inReasoning: the rendered prompt leaves the model inside its
+	// reasoning (the template opened it).
+	think       thinkSettings
+	inReasoning bool
 }
 
 // toolList is the tools to render with the conversation.

@@ -33,6 +33,7 @@ type respRequest struct {
 	Stream            bool            `json:"stream"`
 	Metadata          json.RawMessage `json:"metadata"`
 	User              *string         `json:"user"`
+	Reasoning         *respReasoning  `json:"reasoning"`
 	samplingFields
 }
 
@@ -69,6 +70,7 @@ type respItem struct {
 	Name      string          `json:"name"`
 	Arguments string          `json:"arguments"`
 	Output    json.RawMessage `json:"output"`
+	Summary   json.RawMessage `json:"summary"` // reasoning
 }
 
 const noStorage = "responses are not stored by this server: send the whole conversation in input"
@@ -82,7 +84,6 @@ var respFields = map[string]fieldRule{
 	"include":                refused("none of the additional outputs (include) are available"),
 	"max_tool_calls":         refused("max_tool_calls is not implemented: parallel_tool_calls false allows one call"),
 	"prompt":                 refused("prompt templates are not available"),
-	"reasoning":              refused(noThinking),
 	"top_logprobs":           refused("logprobs are not implemented on /v1/responses"),
 	"truncation":             refused("truncation is not implemented: a prompt that does not fit is an error", `"disabled"`),
 	"stream_options":         accepted("include_obfuscation pads events against length side channels on the internet: a local server sends none"),
@@ -128,6 +129,16 @@ func (r *respRequest) translate(s *Server, b *Backend) (*genRequest, *apiError) 
 	if e := r.translateTools(gr); e != nil {
 		return nil, e
 	}
+	if rs := r.Reasoning; rs != nil {
+		if rs.Summary != nil && *rs.Summary != "" {
+			return nil, badRequest("reasoning.summary", "reasoning.summary: %q: reasoning summaries are not generated (the reasoning comes whole, as a reasoning item's reasoning_text)", *rs.Summary)
+		}
+		if rs.Effort != nil {
+			if e := gr.think.effortLevel(*rs.Effort, "reasoning.effort"); e != nil {
+				return nil, e
+			}
+		}
+	}
 	if gr.maxTokens, e = maxTokens(r.MaxOutputTokens, s.cfg.MaxTokens, "max_output_tokens"); e != nil {
 		return nil, e
 	}
@@ -159,9 +170,20 @@ func respInput(raw json.RawMessage) ([]chat.Message, *apiError) {
 	}
 	var msgs []chat.Message
 	callNames := map[string]string{} // call_id -> function name
+	reasoning := ""                  // of the assistant turn that follows
+	assistant := func(m chat.Message) chat.Message {
+		m.Reasoning, reasoning = reasoning, ""
+		return m
+	}
 	for i, it := range items {
 		field := "input[" + itoa(i) + "]"
 		switch it.Type {
+		case "reasoning":
+			text, e := reasoningText(it, field)
+			if e != nil {
+				return nil, e
+			}
+			reasoning += text
 		case "message", "":
 			if e := checkRole(it.Role, field+".role", "user", "system", "developer", "assistant"); e != nil {
 				return nil, e
@@ -170,7 +192,11 @@ func respInput(raw json.RawMessage) ([]chat.Message, *apiError) {
 			if e != nil {
 				return nil, e
 			}
-			msgs = append(msgs, chat.Message{Role: it.Role, Content: text})
+			m := chat.Message{Role: it.Role, Content: text}
+			if it.Role == "assistant" {
+				m = assistant(m)
+			}
+			msgs = append(msgs, m)
 		case "function_call":
 			if it.Name == "" {
 				return nil, badRequest(field+".name", "%s.name is required", field)
@@ -189,7 +215,7 @@ func respInput(raw json.RawMessage) ([]chat.Message, *apiError) {
 				msgs[n-1].ToolCalls = append(msgs[n-1].ToolCalls, call)
 				continue
 			}
-			msgs = append(msgs, chat.Message{Role: "assistant", ToolCalls: []chat.ToolCall{call}})
+			msgs = append(msgs, assistant(chat.Message{Role: "assistant", ToolCalls: []chat.ToolCall{call}}))
 		case "function_call_output":
 			if it.CallID == "" {
 				return nil, badRequest(field+".call_id", "%s.call_id is required", field)
@@ -203,10 +229,31 @@ func respInput(raw json.RawMessage) ([]chat.Message, *apiError) {
 			}
 			msgs = append(msgs, chat.Message{Role: "tool", Content: out, ToolCallID: it.CallID, Name: callNames[it.CallID]})
 		default:
-			return nil, badRequest(field+".type", "%s.type: %q is not supported (message, function_call and function_call_output are)", field, it.Type)
+			return nil, badRequest(field+".type", "%s.type: %q is not supported (message, reasoning, function_call and function_call_output are)", field, it.Type)
 		}
 	}
 	return msgs, nil
+}
+
+// reasoningText is the text of a reasoning input item: its reasoning_text
+// parts, else its summary_text parts (joined with newlines).
+func reasoningText(it respItem, field string) (string, *apiError) {
+	var parts []contentPart
+	if !isNull(it.Content) {
+		if json.Unmarshal(it.Content, &parts) != nil {
+			return "", badRequest(field+".content", "%s.content: expected a list of reasoning_text parts", field)
+		}
+		if len(parts) > 0 {
+			return joinParts(parts, field+".content", "reasoning_text")
+		}
+	}
+	if isNull(it.Summary) {
+		return "", nil
+	}
+	if json.Unmarshal(it.Summary, &parts) != nil {
+		return "", badRequest(field+".summary", "%s.summary: expected a list of summary_text parts", field)
+	}
+	return joinParts(parts, field+".summary", "summary_text")
 }
 
 // respContent decodes a message's content or a call's output: a string or

@@ -28,6 +28,7 @@ type respEcho struct {
 	Text              json.RawMessage `json:"text"`
 	MaxOutputTokens   *int            `json:"max_output_tokens"`
 	User              *string         `json:"user"`
+	Reasoning         respReasoning   `json:"reasoning"`
 }
 
 func (r *respRequest) echo(gr *genRequest) respEcho {
@@ -35,6 +36,9 @@ func (r *respRequest) echo(gr *genRequest) respEcho {
 		Temperature: gr.params.Temperature, TopP: gr.params.TopP, ToolChoice: r.ToolChoice, MaxOutputTokens: r.MaxOutputTokens, User: r.User}
 	if isNull(e.Metadata) {
 		e.Metadata = json.RawMessage("{}")
+	}
+	if r.Reasoning != nil {
+		e.Reasoning = *r.Reasoning
 	}
 	if isNull(e.ToolChoice) {
 		e.ToolChoice = json.RawMessage(`"auto"`)
@@ -100,6 +104,22 @@ type respFunctionCall struct {
 	Status    string `json:"status"`
 }
 
+// respReasoningItem is a reasoning output item: the model's reasoning as
+// one reasoning_text part (no summary: this server does not summarize).
+type respReasoningItem struct {
+	Type    string              `json:"type"`
+	ID      string              `json:"id"`
+	Status  string              `json:"status"`
+	Summary []any               `json:"summary"`
+	Content []respReasoningText `json:"content"`
+}
+
+type respReasoningText struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+// respReasoning is the reasoning setting: in the request, and echoed.
 type respReasoning struct {
 	Effort  *string `json:"effort"`
 	Summary *string `json:"summary"`
@@ -128,7 +148,6 @@ type respObject struct {
 	PreviousResponseID *string         `json:"previous_response_id"`
 	MaxToolCalls       *int            `json:"max_tool_calls"`
 	TopLogprobs        int             `json:"top_logprobs"`
-	Reasoning          respReasoning   `json:"reasoning"`
 	ServiceTier        string          `json:"service_tier"`
 	Store              bool            `json:"store"`
 	Truncation         string          `json:"truncation"`
@@ -146,6 +165,42 @@ type respEncoder struct {
 	msg    int    // index in output of the open message (-1: none)
 	msgID  string // its id
 	text   []byte // its text so far
+	// the open reasoning item: rsOpen, its index in output, id and text
+	rsOpen bool
+	rs     int
+	rsID   string
+	rsText []byte
+}
+
+// reasoning writes reasoning text: a reasoning item (opened at its first
+// text) with one reasoning_text part, streamed as
+// response.reasoning_text.delta events.
+func (r *respEncoder) reasoning(w *bufio.Writer, _ *job, text string) {
+	r.closeMessage(w, "completed")
+	if !r.rsOpen {
+		r.rsOpen, r.rs, r.rsID, r.rsText = true, len(r.output), newID("rs_"), r.rsText[:0]
+		item := respReasoningItem{Type: "reasoning", ID: r.rsID, Status: "in_progress", Summary: []any{}, Content: []respReasoningText{}}
+		r.output = append(r.output, item)
+		r.event(w, "response.output_item.added", map[string]any{"output_index": r.rs, "item": item})
+		r.event(w, "response.content_part.added", map[string]any{"item_id": r.rsID, "output_index": r.rs, "content_index": 0, "part": respReasoningText{Type: "reasoning_text"}})
+	}
+	r.rsText = append(r.rsText, text...)
+	r.event(w, "response.reasoning_text.delta", map[string]any{"item_id": r.rsID, "output_index": r.rs, "content_index": 0, "delta": text})
+}
+
+// closeReasoning ends the open reasoning item, if any.
+func (r *respEncoder) closeReasoning(w *bufio.Writer, status string) {
+	if !r.rsOpen {
+		return
+	}
+	text := string(r.rsText)
+	part := respReasoningText{Type: "reasoning_text", Text: text}
+	r.event(w, "response.reasoning_text.done", map[string]any{"item_id": r.rsID, "output_index": r.rs, "content_index": 0, "text": text})
+	r.event(w, "response.content_part.done", map[string]any{"item_id": r.rsID, "output_index": r.rs, "content_index": 0, "part": part})
+	item := respReasoningItem{Type: "reasoning", ID: r.rsID, Status: status, Summary: []any{}, Content: []respReasoningText{part}}
+	r.output[r.rs] = item
+	r.event(w, "response.output_item.done", map[string]any{"output_index": r.rs, "item": item})
+	r.rsOpen = false
 }
 
 func (r *respEncoder) dialect() dialect   { return dialectOpenAI }
@@ -200,6 +255,7 @@ func (r *respEncoder) delta(w *bufio.Writer, _ *job, text string) {
 	if text == "" {
 		return
 	}
+	r.closeReasoning(w, "completed")
 	if r.msg < 0 {
 		r.openMessage(w)
 	}
@@ -225,6 +281,7 @@ var noLogprobs = []any{}
 // toolCall writes a function_call item: added with empty arguments, the
 // arguments as one delta, done.
 func (r *respEncoder) toolCall(w *bufio.Writer, _ *job, c *outCall) {
+	r.closeReasoning(w, "completed")
 	r.closeMessage(w, "completed")
 	idx := len(r.output)
 	item := respFunctionCall{Type: "function_call", ID: "fc_" + rand.Text(), CallID: c.id, Name: c.name, Status: "in_progress"}
@@ -237,9 +294,11 @@ func (r *respEncoder) toolCall(w *bufio.Writer, _ *job, c *outCall) {
 	r.event(w, "response.output_item.done", map[string]any{"output_index": idx, "item": item})
 }
 
-// finish fills the final status, output and usage of o.
-func finishObject(o *respObject, ev *stages.Event, output []any) {
+// finish fills the final status, output and usage of o (reasoning tokens:
+// those after which the reply was inside its reasoning, job.push).
+func finishObject(o *respObject, j *job, ev *stages.Event, output []any) {
 	o.Status, o.Output, o.Usage = "completed", output, newRespUsage(ev.Usage)
+	o.Usage.OutputTokensDetails.ReasoningTokens = j.thinking
 	if ev.Finish == stages.FinishLength {
 		o.Status, o.IncompleteDetails = "incomplete", &respIncomplete{Reason: "max_output_tokens"}
 	}
@@ -250,12 +309,13 @@ func (r *respEncoder) end(w *bufio.Writer, j *job, ev *stages.Event) {
 	if ev.Finish == stages.FinishLength {
 		status = "incomplete"
 	}
+	r.closeReasoning(w, status)
 	if len(r.output) == 0 { // an empty reply is an empty message
 		r.openMessage(w)
 	}
 	r.closeMessage(w, status)
 	o := r.object(j, "")
-	finishObject(&o, ev, r.output)
+	finishObject(&o, j, ev, r.output)
 	r.event(w, "response."+o.Status, map[string]any{"response": o})
 }
 
@@ -290,6 +350,10 @@ func (r *respEncoder) result(j *job, text string, ev *stages.Event) any {
 		status = "incomplete"
 	}
 	var output []any
+	if rs := j.reasoning.String(); rs != "" {
+		output = append(output, respReasoningItem{Type: "reasoning", ID: newID("rs_"), Status: status, Summary: []any{},
+			Content: []respReasoningText{{Type: "reasoning_text", Text: rs}}})
+	}
 	if text != "" || !j.hasCalls() {
 		output = append(output, respMessage{Type: "message", ID: newID("msg_"), Status: status, Role: "assistant", Content: []respOutputText{outputText(text)}})
 	}
@@ -299,6 +363,6 @@ func (r *respEncoder) result(j *job, text string, ev *stages.Event) any {
 		}
 	}
 	o := r.object(j, "")
-	finishObject(&o, ev, output)
+	finishObject(&o, j, ev, output)
 	return o
 }

@@ -47,13 +47,19 @@ func scriptReply(prompt string) []string {
 // calling tests (tools.test.mjs), which runs it with
 // FLOWINFER_SCRIPTED_SERVER=1: stories260K loaded, with replies scripted
 // by the prompt (the last "script:" followed by the base64 of the reply),
-// since the model never calls a tool by itself. It prints its URL and
-// serves until its stdin closes.
+// since the model never calls a tool by itself. With
+// FLOWINFER_SCRIPTED_TEMPLATE set to the name of a template in
+// model/chat/testdata/templates (reasoning.test.mjs: Qwen3.5-4B), that
+// template replaces the model's. It prints its URL and serves until its
+// stdin closes.
 func TestScriptedServer(t *testing.T) {
 	if os.Getenv("FLOWINFER_SCRIPTED_SERVER") == "" {
 		t.Skip("the server of serve/sdktest's tool tests; runs with FLOWINFER_SCRIPTED_SERVER=1")
 	}
 	ts := start(t, serve.Config{}, stages.Config{NCtx: 2048, NSeq: 2})
+	if name := os.Getenv("FLOWINFER_SCRIPTED_TEMPLATE"); name != "" {
+		useTemplate(t, ts.bundle, name, "", "")
+	}
 	serve.SetScript(ts.srv, func(prompt []int32) []string {
 		return scriptReply(ts.bundle.Tokenizer.Decode(prompt, true))
 	})

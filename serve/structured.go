@@ -162,6 +162,12 @@ var ruleName = regexp.MustCompile(`(?m)^([a-zA-Z0-9-]+) ::=`)
 // grammar returns the GBNF of the calls in format f's syntax: each call's
 // arguments follow its function's parameters schema.
 func (fc *forcedCall) grammar(f toolcall.Format) (*grammar.Grammar, *apiError) {
+	switch f {
+	case toolcall.XML, toolcall.Gemma4Calls, toolcall.HarmonyCalls:
+		// their arguments are not a JSON value (XML parameters, Gemma 4's
+		// own syntax) or sit behind channel tokens: no grammar is built
+		return nil, badRequest("tool_choice", "tool_choice: forcing a call is not implemented for this model's tool-call format (%s); use \"auto\"", f)
+	}
 	var b strings.Builder
 	var alts []string
 	for i, t := range fc.tools {

@@ -146,21 +146,17 @@ type outCall struct {
 	args  string // JSON object text
 }
 
-// toolState is a job's tool calling.
+// toolState is a job's tool calling: the calls parsed (by the job's
+// parser, job.parse) and how they are numbered.
 type toolState struct {
 	format   toolcall.Format
-	parser   *toolcall.Parser
 	single   bool
 	idPrefix string
 	calls    []outCall
 }
 
 func newToolState(t *toolSettings, f toolcall.Format) *toolState {
-	names := make([]string, len(t.tools))
-	for i, x := range t.tools {
-		names[i] = x.Name
-	}
-	return &toolState{format: f, parser: toolcall.NewParser(f, names), single: t.single, idPrefix: t.idPrefix}
+	return &toolState{format: f, single: t.single, idPrefix: t.idPrefix}
 }
 
 // add records a parsed call and returns it, or nil when it is dropped.
@@ -186,30 +182,35 @@ type toolEncoder interface {
 }
 
 // streamText passes text the engine emitted to enc: straight to delta
-// without tools, else through the parser (content to delta, calls to
-// toolCall). end, once the reply has ended (not failed), finishes it
-// (endParser).
+// without tools or reasoning, else through the job's parser (content to
+// delta, reasoning to reasoning, calls to toolCall). end, once the reply
+// has ended (not failed), finishes it (endParser).
 func streamText(w *bufio.Writer, j *job, enc encoder, text string, end *stages.Event) {
-	ts := j.tools
+	p := j.parse
 	final := end != nil
-	if ts == nil {
+	if p == nil {
 		if text != "" || j.hasLogprobs() {
 			enc.delta(w, j, text)
 		}
 		return
 	}
-	evs := ts.parser.Push(text)
+	evs := j.push(text)
 	if final {
-		evs = append(evs, endParser(ts.parser, end)...)
+		evs = append(evs, endParser(p, end)...)
 	}
 	for _, e := range evs {
-		if e.Call == nil {
+		switch {
+		case e.Reasoning != "":
+			if re, ok := enc.(reasoningEncoder); ok {
+				re.reasoning(w, j, e.Reasoning)
+			}
+		case e.Call == nil:
 			enc.delta(w, j, e.Content)
-			continue
-		}
-		if c := ts.add(e.Call); c != nil {
-			if te, ok := enc.(toolEncoder); ok {
-				te.toolCall(w, j, c)
+		case j.tools != nil:
+			if c := j.tools.add(e.Call); c != nil {
+				if te, ok := enc.(toolEncoder); ok {
+					te.toolCall(w, j, c)
+				}
 			}
 		}
 	}
@@ -219,18 +220,21 @@ func streamText(w *bufio.Writer, j *job, enc encoder, text string, end *stages.E
 }
 
 // splitCalls parses a whole reply (non-streamed) that ended with end: the
-// content and, in j.tools, the calls.
+// content, the reasoning in j.reasoning and the calls in j.tools.
 func splitCalls(j *job, text string, end *stages.Event) string {
-	if j.tools == nil {
+	p := j.parse
+	if p == nil {
 		return text
 	}
-	p := j.tools.parser
 	var content strings.Builder
-	for _, evs := range [][]toolcall.Event{p.Push(text), endParser(p, end)} {
+	for _, evs := range [][]toolcall.Event{j.push(text), endParser(p, end)} {
 		for _, e := range evs {
-			if e.Call == nil {
+			switch {
+			case e.Reasoning != "":
+				j.reasoning.WriteString(e.Reasoning)
+			case e.Call == nil:
 				content.WriteString(e.Content)
-			} else {
+			case j.tools != nil:
 				j.tools.add(e.Call)
 			}
 		}
@@ -244,7 +248,7 @@ func splitCalls(j *job, text string, end *stages.Event) string {
 // cut call is neither a call (its arguments are incomplete) nor content
 // (raw markup the client would show as text); the answer's finish reason
 // (length, max_tokens, incomplete: max_output_tokens) says what happened.
-func endParser(p *toolcall.Parser, end *stages.Event) []toolcall.Event {
+func endParser(p *toolcall.Output, end *stages.Event) []toolcall.Event {
 	if end.Finish == stages.FinishLength {
 		return p.Cut()
 	}
@@ -254,12 +258,13 @@ func endParser(p *toolcall.Parser, end *stages.Event) []toolcall.Event {
 // hasCalls reports whether the job's reply made tool calls.
 func (j *job) hasCalls() bool { return j.tools != nil && len(j.tools.calls) > 0 }
 
-// markerTokens are the control tokens the format's calls are marked with,
-// which the engine must render as text (tokenizer.Decoder.Preserve).
-func markerTokens(b *Backend, f toolcall.Format) []int32 {
+// markerTokens are the control tokens among markers (the texts a
+// format's calls and reasoning are marked with), which the engine must
+// render as text (tokenizer.Decoder.Preserve).
+func markerTokens(b *Backend, markers []string) []int32 {
 	tok := b.Bundle.Tokenizer
 	var ids []int32
-	for _, m := range f.Markers() {
+	for _, m := range markers {
 		if id, ok := tok.Lookup(m); ok && tok.IsControl(id) {
 			ids = append(ids, id)
 		}

@@ -20,7 +20,9 @@ import (
 	"github.com/flowinfer/flowinfer/io/gguf"
 	"github.com/flowinfer/flowinfer/io/nvme"
 	"github.com/flowinfer/flowinfer/model"
+	"github.com/flowinfer/flowinfer/model/synth"
 	"github.com/flowinfer/flowinfer/model/tokenizer"
+	"github.com/flowinfer/flowinfer/quant"
 	"github.com/flowinfer/flowinfer/stages"
 )
 
@@ -137,15 +139,37 @@ func sameLogits(t *testing.T, got, want [][]float32, nVocab int) {
 	}
 }
 
+// gptOssFile writes the gpt-oss-small preset (seed 1) with MXFP4 experts
+// and the other weights of type typ into a temporary directory.
+func gptOssFile(t *testing.T, typ quant.Type) string {
+	t.Helper()
+	spec, err := synth.Preset("gpt-oss-small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), fmt.Sprintf("gpt-oss-small-%s.gguf", typ))
+	if err := synth.WriteFile(path, spec, synth.Options{Type: typ, Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // TestStreamedExpertsBitIdentical: with routed experts read from disk into
 // an expert cache (packed by the uploader), logits are bit-identical to the
 // fully resident run, at budgets from "one token's experts" (every step
 // evicts) to unlimited, for prefill in one step and in chunks, with three
-// sequences decoding together.
+// sequences decoding together: qwen3moe's golden files, and gpt-oss files
+// (MXFP4 experts whose biases stay resident, the other weights F32 or
+// Q8_0) generated here.
 func TestStreamedExpertsBitIdentical(t *testing.T) {
 	dir, _ := golden.Load(t)
+	var paths []string
 	for _, name := range []string{"synth-qwen3moe-Q8_0.gguf", "synth-qwen3moe-Q4_K_M.gguf", "synth-qwen3moe-F32.gguf"} {
-		path := filepath.Join(dir, "models", name)
+		paths = append(paths, filepath.Join(dir, "models", name))
+	}
+	paths = append(paths, gptOssFile(t, quant.F32), gptOssFile(t, quant.Q8_0))
+	for _, path := range paths {
+		name := filepath.Base(path)
 		m, tok := openModel(t, path)
 		ref := residentRef(t, m)
 		for _, maxBatch := range []int{64, 5} {

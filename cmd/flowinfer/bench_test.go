@@ -90,15 +90,17 @@ func TestBench(t *testing.T) {
 	}
 }
 
-// TestGen writes the demo preset in two types and checks the files load
-// in bench.
+// TestGen writes the demo preset in several types and checks the files
+// load in bench.
 func TestGen(t *testing.T) {
 	dir := t.TempDir()
 	for _, c := range []struct {
 		typ   string
 		pure  bool
 		ftype uint64
-	}{{"Q4_K_M", false, 15}, {"Q8_0", true, 7}, {"IQ4_NL", true, 25}, {"IQ4_XS", true, 30}, {"MXFP4", true, 38}} {
+	}{{"Q4_K_M", false, 15}, {"Q8_0", true, 7}, {"IQ4_NL", true, 25}, {"IQ4_XS", true, 30}, {"MXFP4", true, 38},
+		{"IQ3_XXS", true, 23}, {"IQ3_S", true, 26}, {"IQ2_XXS", true, 19}, {"IQ2_XS", true, 20},
+		{"IQ2_S", true, 29}, {"IQ1_S", true, 24}, {"IQ1_M", true, 31}} {
 		t.Run(c.typ, func(t *testing.T) {
 			out := filepath.Join(dir, c.typ+".gguf")
 			args := []string{"gen", "--preset", "demo", "--type", c.typ, "-o", out, "--seed", "5"}
@@ -132,6 +134,10 @@ func TestGen(t *testing.T) {
 	if _, stderr, err := flowinfer(t, "gen", "--preset", "demo", "--type", "IQ4_XS", "-o", filepath.Join(dir, "x.gguf")); err == nil ||
 		!strings.Contains(err.Error()+stderr, "--pure") {
 		t.Errorf("IQ4_XS mixture: %v %s, want an error pointing to --pure", err, stderr)
+	}
+	if _, stderr, err := flowinfer(t, "gen", "--preset", "demo", "--type", "IQ2_XXS", "-o", filepath.Join(dir, "x.gguf")); err == nil ||
+		!strings.Contains(err.Error()+stderr, "--pure") {
+		t.Errorf("IQ2_XXS mixture: %v %s, want an error pointing to --pure", err, stderr)
 	}
 	// RoPE scaling and context overrides (the rope-scaling golden's models).
 	out := filepath.Join(dir, "yarn.gguf")

@@ -157,6 +157,10 @@ func TestConfigDetect(t *testing.T) {
 	if l.Hardware.Cores < 1 || l.Hardware.RAM <= 0 || l.Pipeline.Threads != l.Hardware.Cores {
 		t.Errorf("detected %+v", l.Hardware)
 	}
+	// Vulkan devices are listed through gpu/vk, or the note says why none.
+	if !strings.Contains(errOut, "flowinfer: vulkan: GPU0: ") && !strings.Contains(errOut, "no Vulkan devices: vk: ") {
+		t.Errorf("no Vulkan device line nor a reason for none:\n%s", errOut)
+	}
 	out, _, err := runEnv(t, nil, "config", "list")
 	if err != nil || !strings.Contains(out, "builtin:laptop-8gb") {
 		t.Errorf("config list: %v\n%s", err, out)

@@ -179,6 +179,7 @@ func (c *ConfigDetectCmd) Run(g *Globals) error {
 		Measure: !c.NoMeasure,
 		Mem:     configs.MemOptions{Bytes: int64(c.MemSize), Duration: time.Second},
 		Disk:    configs.DiskOptions{Dir: dir, File: c.DiskFile, Bytes: int64(c.DiskSize), Duration: 3 * time.Second},
+		GPUs:    func() ([]configs.GPU, error) { return vulkanGPUs(os.Stderr) },
 	})
 	if err != nil {
 		return err

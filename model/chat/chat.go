@@ -59,6 +59,20 @@ type Message struct {
 	// this id, to the function Name (either may be empty).
 	ToolCallID string
 	Name       string
+	// Reasoning is an assistant turn's reasoning, passed to the template as
+	// reasoning_content (and as thinking to gpt-oss's), as llama-server
+	// passes it; templates drop it from earlier turns or keep it as they
+	// were trained to.
+	Reasoning string
+}
+
+// RenderOptions are the per-request variables of a render.
+type RenderOptions struct {
+	// Thinking is enable_thinking (nil: true, as llama-server passes it).
+	Thinking *bool
+	// ReasoningEffort is reasoning_effort (gpt-oss's template: low, medium
+	// or high in the harmony system message); "": not passed.
+	ReasoningEffort string
 }
 
 // Family is the prompt format a template belongs to.
@@ -286,6 +300,12 @@ func (t *Template) RenderDetailed(msgs []Message, addGenerationPrompt bool) (Ren
 // hold assistant tool calls and tool results (tools.go). A template that
 // cannot render them gives ErrNoToolSupport.
 func (t *Template) RenderTools(msgs []Message, tools []Tool, addGenerationPrompt bool) (Rendered, error) {
+	return t.RenderWith(msgs, tools, addGenerationPrompt, RenderOptions{})
+}
+
+// RenderWith is RenderTools with per-request variables. The built-in
+// renderers have no variables: a fallback render ignores opts.
+func (t *Template) RenderWith(msgs []Message, tools []Tool, addGenerationPrompt bool, opts RenderOptions) (Rendered, error) {
 	if len(msgs) == 0 {
 		return Rendered{}, ErrNoMessages
 	}
@@ -315,6 +335,9 @@ func (t *Template) RenderTools(msgs []Message, tools []Tool, addGenerationPrompt
 		addGenerationPrompt: addGenerationPrompt,
 		now:                 t.now(),
 		tools:               tools,
+		opts:                opts,
+		harmony:             t.rawRoles,
+		thinkBlocks:         strings.Contains(t.source, "[THINK]") && strings.Contains(t.source, "'thinking'"),
 	})
 	if err == nil {
 		return Rendered{Prompt: out}, nil

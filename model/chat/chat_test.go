@@ -144,6 +144,21 @@ var builtinDiffers = map[string]map[string]string{
 	"Qwen-QwQ-32B": {
 		"*": "the generation prompt opens a <think> block and history reasoning is dropped",
 	},
+	"Qwen3.5-4B": {
+		"*": "the generation prompt opens a <think> block and history reasoning is dropped",
+	},
+	"NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": {
+		"*": "the generation prompt opens a <think> block and answers get an empty <think></think>",
+	},
+	"mistralai-Ministral-3-14B-Reasoning-2512": {
+		"*": "the template inserts its long default system prompt (thinking instructions)",
+	},
+	"openai-gpt-oss-120b": {
+		"*": "harmony format: no built-in renderer",
+	},
+	"google-gemma-4-31B-it": {
+		"*": "Gemma 4's <|turn> format: no built-in renderer",
+	},
 	"Mistral-Small-3.2-24B-Instruct-2506": {
 		"no_system": "the template inserts its long default system prompt",
 		"single":    "the template inserts its long default system prompt",

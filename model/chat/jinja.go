@@ -36,6 +36,9 @@ type jinjaVars struct {
 	addGenerationPrompt bool
 	now                 time.Time
 	tools               []Tool // passed only when there are some
+	opts                RenderOptions
+	harmony             bool // gpt-oss's template (jinjaMessage)
+	thinkBlocks         bool // reasoning as a thinking content block (jinjaMessage)
 }
 
 // raisedError is what the template's raise_exception produced.
@@ -94,12 +97,12 @@ func (j *jinjaTemplate) render(v jinjaVars) (out string, err error) {
 	input := len(v.bosToken) + len(v.eosToken)
 	for i, m := range v.messages {
 		// An ordered dict, so that tojson keeps role before content as Python does.
-		d, err := jinjaMessage(m)
+		d, err := jinjaMessage(m, v.harmony, v.thinkBlocks)
 		if err != nil {
 			return "", err
 		}
 		msgs[i] = d
-		input += len(m.Role) + len(m.Content)
+		input += len(m.Role) + len(m.Content) + len(m.Reasoning)
 		for _, c := range m.ToolCalls {
 			input += len(c.ID) + len(c.Name) + len(c.Arguments)
 		}
@@ -124,7 +127,7 @@ func (j *jinjaTemplate) render(v jinjaVars) (out string, err error) {
 		"add_generation_prompt": v.addGenerationPrompt,
 		// llama-server always passes enable_thinking (true by default) and
 		// the date variables of common_chat_extra_context.
-		"enable_thinking": true,
+		"enable_thinking": v.opts.Thinking == nil || *v.opts.Thinking,
 		"date_string":     strftime("%d %b %Y", v.now),
 		"datetime":        strftime("%b %d %Y", v.now),
 		"raise_exception": func(args *exec.VarArgs) (string, error) {
@@ -143,6 +146,9 @@ func (j *jinjaTemplate) render(v jinjaVars) (out string, err error) {
 		},
 	} {
 		vars[k] = val
+	}
+	if v.opts.ReasoningEffort != "" {
+		vars["reasoning_effort"] = v.opts.ReasoningEffort
 	}
 	ctx := exec.NewContext(vars)
 	if err = j.tpl.Execute(b, ctx); err != nil {
@@ -174,6 +180,9 @@ func newEnvironment() (*exec.Environment, error) {
 		fn, ok := filters.Get(name)
 		if !ok {
 			continue
+		}
+		if name == "items" || name == "dictsort" {
+			fn = orderedDictFilter(name, fn)
 		}
 		if err := filters.Replace(name, listifyFilter(fn)); err != nil {
 			return nil, err
@@ -238,6 +247,35 @@ func newEnvironment() (*exec.Environment, error) {
 var listFilters = [...]string{
 	"batch", "dictsort", "groupby", "items", "list", "map", "reject",
 	"rejectattr", "reverse", "select", "selectattr", "slice", "sort", "unique",
+}
+
+// orderedDictFilter makes the items and dictsort filters see an ordered
+// dict (a JSON object from tools.go): gonja's read only Go maps, so
+// `for k, v in arguments|items` (Qwen3.5, Nemotron 3) or `|dictsort`
+// (Gemma 4) would loop over nothing. items keeps insertion order, as
+// Python's dict.items() does; dictsort gets a map and sorts it itself.
+func orderedDictFilter(name string, fn exec.FilterFunction) exec.FilterFunction {
+	return func(e *exec.Evaluator, in *exec.Value, params *exec.VarArgs) *exec.Value {
+		d, ok := in.Interface().(*exec.Dict)
+		if !ok {
+			return fn(e, in, params)
+		}
+		if name == "items" {
+			if err := params.Take(); err != nil {
+				return exec.AsValue(exec.ErrInvalidCall(err))
+			}
+			out := make(pyList, len(d.Pairs))
+			for i, p := range d.Pairs {
+				out[i] = pyList{p.Key.Interface(), p.Value.Interface()}
+			}
+			return exec.AsValue(out)
+		}
+		m := make(map[string]any, len(d.Pairs))
+		for _, p := range d.Pairs {
+			m[p.Key.String()] = p.Value.Interface()
+		}
+		return fn(e, exec.AsValue(m), params)
+	}
 }
 
 func listifyFilter(fn exec.FilterFunction) exec.FilterFunction {

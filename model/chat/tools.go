@@ -70,11 +70,32 @@ func hasToolTurns(msgs []Message) bool {
 }
 
 // jinjaMessage is the template's view of a message.
-func jinjaMessage(m Message) (*exec.Dict, error) {
+// harmony: the template is gpt-oss's, which reads reasoning as "thinking"
+// and refuses content beside thinking in a tool-call turn (llama.cpp's
+// common_chat_params_init_gpt_oss drops the content then). thinkBlocks:
+// the template reads reasoning as a {"type": "thinking"} block of the
+// content (Ministral 3, as common_chat_params_init_ministral_3 passes it).
+func jinjaMessage(m Message, harmony, thinkBlocks bool) (*exec.Dict, error) {
 	d := &exec.Dict{Pairs: []*exec.Pair{
 		{Key: exec.AsValue("role"), Value: exec.AsValue(m.Role)},
-		{Key: exec.AsValue("content"), Value: exec.AsValue(m.Content)},
 	}}
+	switch {
+	case harmony && m.Reasoning != "" && len(m.ToolCalls) > 0:
+	case thinkBlocks && m.Reasoning != "":
+		block := func(typ, key, text string) *exec.Dict {
+			return &exec.Dict{Pairs: []*exec.Pair{
+				{Key: exec.AsValue("type"), Value: exec.AsValue(typ)},
+				{Key: exec.AsValue(key), Value: exec.AsValue(text)},
+			}}
+		}
+		blocks := pyList{block("thinking", "thinking", m.Reasoning)}
+		if m.Content != "" {
+			blocks = append(blocks, block("text", "text", m.Content))
+		}
+		d.Pairs = append(d.Pairs, &exec.Pair{Key: exec.AsValue("content"), Value: exec.AsValue(blocks)})
+	default:
+		d.Pairs = append(d.Pairs, &exec.Pair{Key: exec.AsValue("content"), Value: exec.AsValue(m.Content)})
+	}
 	add := func(k string, v any) {
 		d.Pairs = append(d.Pairs, &exec.Pair{Key: exec.AsValue(k), Value: exec.AsValue(v)})
 	}
@@ -98,6 +119,12 @@ func jinjaMessage(m Message) (*exec.Dict, error) {
 	}
 	if m.ToolCallID != "" {
 		add("tool_call_id", m.ToolCallID)
+	}
+	if m.Reasoning != "" {
+		add("reasoning_content", m.Reasoning)
+		if harmony {
+			add("thinking", m.Reasoning)
+		}
 	}
 	if m.Name != "" {
 		add("name", m.Name)

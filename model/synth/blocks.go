@@ -24,11 +24,13 @@
 // expressions round explicitly so no fused multiply-add can change them: a
 // seed gives the same bytes on every platform.
 //
-// IQ4_NL, IQ4_XS and MXFP4 are the exception: their codes index non-linear
-// tables, so random codes would not give a calibrated distribution; their
-// blocks are quantized (quant.QuantizeRefFunc, llama-quantize's quantizer
-// without an importance matrix) from random float32 values drawn as for
-// F32. That costs the quantizer's time per weight, and the dequantized
+// IQ4_NL, IQ4_XS, MXFP4 and the lattice types IQ3_XXS, IQ3_S, IQ2_XXS,
+// IQ2_XS, IQ2_S, IQ1_S, IQ1_M are the exception: their codes index
+// non-linear tables or grids, so random codes would not give a calibrated
+// distribution; their blocks are quantized (quant.QuantizeRefFunc,
+// llama-quantize's quantizer without an importance matrix; an importance
+// matrix of all ones for IQ2_XXS, IQ2_XS and IQ1_S, which ggml refuses to
+// quantize without one) from random float32 values drawn as for F32. That costs the quantizer's time per weight, and the dequantized
 // standard deviation is the requested one less the quantization error's
 // share (a few per cent).
 //
@@ -182,7 +184,8 @@ func (c *gens) get(t quant.Type, std float64) (*blockGen, error) {
 		bits, center, subScaled, g.fill = 5, 16, true, fillQ5_K
 	case quant.Q6_K:
 		bits, center, subScaled, g.fill = 6, 32, true, fillQ6_K
-	case quant.IQ4_NL, quant.IQ4_XS, quant.MXFP4:
+	case quant.IQ4_NL, quant.IQ4_XS, quant.MXFP4,
+		quant.IQ3_XXS, quant.IQ3_S, quant.IQ2_XXS, quant.IQ2_XS, quant.IQ2_S, quant.IQ1_S, quant.IQ1_M:
 		g.quantize, g.fill = quant.QuantizeRefFunc(t), fillQuantized
 	default:
 		return nil, fmt.Errorf("synth: cannot write tensors of type %s (supported: %s)", t, supportedTypes)
@@ -270,7 +273,7 @@ func fillF32(g *blockGen, r *rand.PCG, dst []byte) {
 }
 
 // supportedTypes lists the types Write can produce, for error messages.
-const supportedTypes = "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, mxfp4"
+const supportedTypes = "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, mxfp4, iq3_xxs, iq3_s, iq2_xxs, iq2_xs, iq2_s, iq1_s, iq1_m"
 
 // fillQuantized writes whole blocks of g.typ quantized from random float32
 // values (the F32 table), one block at a time.

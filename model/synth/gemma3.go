@@ -33,10 +33,10 @@ func gemma3Preset(name string) (Spec, bool) {
 	switch name {
 	case "gemma3-small":
 		return Spec{Arch: "gemma3", Name: "synth-gemma3-small", NCtx: 4096, NEmbd: 256, NLayer: 6, NHead: 4, NHeadKV: 2,
-			HeadDim: 128, NFF: 1024, RopeBase: 1e6, RMSEps: 1e-6, Tied: true, Window: 128}, true
+			HeadDim: 128, NFF: 1024, RopeBase: 1e6, RMSEps: 1e-6, Tied: true, SlidingWindow: 128}, true
 	case "gemma-3-4b":
 		return Spec{Arch: "gemma3", Name: "synth-gemma-3-4b", NCtx: 8192, NEmbd: 2560, NLayer: 34, NHead: 8, NHeadKV: 4,
-			HeadDim: 256, NFF: 10240, RopeBase: 1e6, RMSEps: 1e-6, Tied: true, Window: 1024,
+			HeadDim: 256, NFF: 10240, RopeBase: 1e6, RMSEps: 1e-6, Tied: true, SlidingWindow: 1024,
 			RopeScaling: "linear", RopeFactor: 8}, true
 	}
 	return Spec{}, false
@@ -67,8 +67,8 @@ func gemma3Metadata(s Spec, u func(k string, v int), f func(k string, v float32)
 	u("attention.key_length", s.HeadDim)
 	u("attention.value_length", s.HeadDim)
 	f("rope.freq_base", s.RopeBase)
-	if s.Window > 0 {
-		u("attention.sliding_window", s.Window)
+	if s.SlidingWindow > 0 {
+		u("attention.sliding_window", s.SlidingWindow)
 	}
 	u("attention.head_count_kv", s.NHeadKV)
 	if s.RopeScaling != "" {

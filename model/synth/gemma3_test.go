@@ -91,7 +91,7 @@ func TestGemma3Metadata(t *testing.T) {
 	if _, ok := f.Get("gemma3.attention.sliding_window_pattern"); ok {
 		t.Error("sliding_window_pattern written; the converter does not write it")
 	}
-	if _, err := synth.Plan(synth.Spec{Arch: "llama", NEmbd: 64, NLayer: 1, NHead: 2, NFF: 64, Window: 16}, synth.Options{}); err == nil {
+	if _, err := synth.Plan(synth.Spec{Arch: "llama", NEmbd: 64, NLayer: 1, NHead: 2, NFF: 64, SlidingWindow: 16}, synth.Options{}); err == nil {
 		t.Error("a window on llama accepted")
 	}
 }

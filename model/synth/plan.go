@@ -78,6 +78,20 @@ func pureFileType(t quant.Type) (uint32, bool) {
 		return 30, true
 	case quant.MXFP4: // LLAMA_FTYPE_MOSTLY_MXFP4_MOE
 		return 38, true
+	case quant.IQ2_XXS: // LLAMA_FTYPE_MOSTLY_IQ2_XXS (the lattice types: --pure only too)
+		return 19, true
+	case quant.IQ2_XS: // LLAMA_FTYPE_MOSTLY_IQ2_XS
+		return 20, true
+	case quant.IQ3_XXS: // LLAMA_FTYPE_MOSTLY_IQ3_XXS
+		return 23, true
+	case quant.IQ1_S: // LLAMA_FTYPE_MOSTLY_IQ1_S
+		return 24, true
+	case quant.IQ3_S: // LLAMA_FTYPE_MOSTLY_IQ3_S
+		return 26, true
+	case quant.IQ2_S: // LLAMA_FTYPE_MOSTLY_IQ2_M: its base type is IQ2_S (LLAMA_FTYPE_MOSTLY_IQ2_S's is IQ2_XS)
+		return 29, true
+	case quant.IQ1_M: // LLAMA_FTYPE_MOSTLY_IQ1_M
+		return 31, true
 	}
 	for _, m := range mixTable() {
 		if m.def == t {
@@ -132,9 +146,15 @@ func plan(s Spec, o Options) ([]Tensor, uint32, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	ftype, err := gptOssFileType(s, o, q.ftype)
+	if err != nil {
+		return nil, 0, err
+	}
 	for i := range ts {
 		t := &ts[i]
-		if t.Type, err = q.typeOf(t); err != nil {
+		if typ, ok := gptOssType(s, t); ok {
+			t.Type = typ
+		} else if t.Type, err = q.typeOf(t); err != nil {
 			return nil, 0, err
 		}
 		rb, err := quant.RowBytes(t.Type, int(t.Dims[0]))
@@ -146,13 +166,16 @@ func plan(s Spec, o Options) ([]Tensor, uint32, error) {
 			t.Bytes *= d
 		}
 	}
-	return ts, q.ftype, nil
+	return ts, ftype, nil
 }
 
 // tensorList returns s's tensors (types not yet set) in llama-quantize's
 // order: tensors outside the blocks first, then block by block, each group
 // sorted by name (llama_model_loader's weight_name_comparer).
 func tensorList(s Spec) []Tensor {
+	if s.Arch == "gpt-oss" {
+		return gptOssTensors(s)
+	}
 	var ts []Tensor
 	add := func(layer int, name string, r role, std float64, dims ...int) {
 		d := make([]uint64, len(dims))
@@ -367,7 +390,7 @@ func fallback(t *Tensor, nt quant.Type) (quant.Type, error) {
 		fb = quant.Q5_1
 	case quant.Q6_K:
 		fb = quant.Q8_0
-	case quant.IQ4_XS:
+	case quant.IQ4_XS, quant.IQ3_XXS, quant.IQ3_S, quant.IQ2_XXS, quant.IQ2_XS, quant.IQ2_S, quant.IQ1_S, quant.IQ1_M:
 		fb = quant.IQ4_NL
 	default:
 		return 0, fmt.Errorf("synth: tensor %q: rows of %d are not a whole number of %s blocks of %d, and llama.cpp has no fallback type for %s", t.Name, cols, nt, nt.BlockSize(), nt)

@@ -38,7 +38,7 @@ import (
 // RMSEps 1e-5 (llama) or 1e-6 (qwen), Name "synth-<arch>", NVocab the
 // vocabulary's token count.
 type Spec struct {
-	Arch        string // llama, qwen2, qwen3, qwen3moe or gemma3
+	Arch        string // llama, qwen2, qwen3, qwen3moe, gpt-oss (gptoss.go) or gemma3 (gemma3.go)
 	NVocab      int    // 0: from the vocabulary; otherwise must match it
 	NCtx        int    // <arch>.context_length
 	NEmbd       int
@@ -71,14 +71,15 @@ type Spec struct {
 	// token's own embedding carries weight against the context average
 	// (choices that vary from token to token but still correlate).
 	RouterSigma, EmbdStd, AttnOutStd float64
-	// Window is gemma3's attention.sliding_window (0: every layer global).
-	Window int
 	// KOutliers > 0 plants outlier channels in K, as real Qwen and Llama
 	// K caches have (a few channels orders of magnitude larger than the
 	// rest): kOutlierChannels of every head's dimensions, chosen per
 	// layer, get their attn_k_norm weight multiplied by KOutliers (qwen3
 	// and qwen3moe, whose K is normalized per head before RoPE).
 	KOutliers float64
+	// SlidingWindow is gpt-oss's and gemma3's attention.sliding_window
+	// (gptoss.go, gemma3.go).
+	SlidingWindow int
 }
 
 // kOutlierChannels is how many of a head's K dimensions KOutliers scales.
@@ -137,12 +138,15 @@ func Preset(name string) (Spec, error) {
 		return Spec{Arch: "qwen3moe", Name: "synth-qwen3moe-small", NCtx: 8192, NEmbd: 1024, NLayer: 12, NHead: 16,
 			NHeadKV: 2, HeadDim: 128, NFF: 3072, NExpert: 32, NExpertUsed: 4, NFFExp: 512, RopeBase: 1e6, RMSEps: 1e-6}, nil
 	}
+	if s, ok := gptOssPreset(name); ok {
+		return s, nil
+	}
 	return Spec{}, fmt.Errorf("synth: unknown preset %q (known: %s)", name, strings.Join(Presets(), ", "))
 }
 
 // Presets returns the preset names.
 func Presets() []string {
-	return append([]string{"demo", "llama-1b", "llama-8b", "qwen3moe-small", "qwen3-30b-a3b"}, gemma3Presets()...)
+	return append(append([]string{"demo", "llama-1b", "llama-8b", "qwen3moe-small", "qwen3-30b-a3b"}, gptOssPresets...), gemma3Presets()...)
 }
 
 // Options select the weight types, the seed and the vocabulary.
@@ -172,14 +176,11 @@ const maxDim = 1 << 24
 func (s Spec) normalize() (Spec, error) {
 	qwen := false
 	switch s.Arch {
-	case "llama":
+	case "llama", "gpt-oss":
 	case "qwen2", "qwen3", "qwen3moe", "gemma3":
 		qwen = true // gemma3 shares qwen's defaults: rope base 1e6, rms eps 1e-6
 	default:
-		return s, fmt.Errorf("synth: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3)", s.Arch)
-	}
-	if s.Window < 0 || s.Window > maxDim || s.Window > 0 && s.Arch != "gemma3" {
-		return s, fmt.Errorf("synth: Window %d: a sliding window is for gemma3 only, in [0, %d]", s.Window, maxDim)
+		return s, fmt.Errorf("synth: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3)", s.Arch)
 	}
 	for _, f := range []struct {
 		name string
@@ -227,7 +228,7 @@ func (s Spec) normalize() (Spec, error) {
 			s.RMSEps = 1e-6
 		}
 	}
-	if s.KOutliers != 0 && (!(s.KOutliers > 0) || math.IsInf(s.KOutliers, 0) || !qwen || s.Arch == "qwen2") {
+	if s.KOutliers != 0 && (!(s.KOutliers > 0) || math.IsInf(s.KOutliers, 0) || !qwen || s.Arch == "qwen2" || s.Arch == "gemma3") {
 		return s, fmt.Errorf("synth: K outliers %g: need a finite factor > 0 and a qwen3 or qwen3moe model (K normalized per head); %s has none", s.KOutliers, s.Arch)
 	}
 	if !(s.RopeBase > 0) || !(s.RMSEps > 0) {
@@ -236,10 +237,13 @@ func (s Spec) normalize() (Spec, error) {
 	if err := s.checkRopeScaling(); err != nil {
 		return s, err
 	}
-	if s.Arch == "qwen3moe" {
+	if err := s.checkGptOss(); err != nil {
+		return s, err
+	}
+	if s.Arch == "qwen3moe" || s.Arch == "gpt-oss" {
 		if s.NExpert == 0 || s.NExpertUsed == 0 || s.NExpertUsed > s.NExpert || s.NFFExp == 0 {
-			return s, fmt.Errorf("synth: qwen3moe needs NExpert > 0, NExpertUsed in [1, NExpert] and NFFExp > 0 (have %d, %d, %d)",
-				s.NExpert, s.NExpertUsed, s.NFFExp)
+			return s, fmt.Errorf("synth: %s needs NExpert > 0, NExpertUsed in [1, NExpert] and NFFExp > 0 (have %d, %d, %d)",
+				s.Arch, s.NExpert, s.NExpertUsed, s.NFFExp)
 		}
 	} else {
 		if s.NExpert != 0 || s.NExpertUsed != 0 || s.NFFExp != 0 {
@@ -393,9 +397,12 @@ func setMetadata(gw *gguf.Writer, s Spec, o Options, vocab []gguf.KV, ftype uint
 	if s.Arch == "llama" {
 		u("rope.dimension_count", s.HeadDim)
 	}
-	if s.Arch == "qwen3" || s.Arch == "qwen3moe" || s.HeadDim != s.NEmbd/s.NHead {
+	if s.Arch == "qwen3" || s.Arch == "qwen3moe" || s.Arch == "gpt-oss" || s.HeadDim != s.NEmbd/s.NHead {
 		u("attention.key_length", s.HeadDim)
 		u("attention.value_length", s.HeadDim)
+	}
+	if s.SlidingWindow > 0 {
+		u("attention.sliding_window", s.SlidingWindow)
 	}
 	if s.NExpert > 0 {
 		u("expert_count", s.NExpert)

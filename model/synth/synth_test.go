@@ -208,6 +208,8 @@ func TestTypes(t *testing.T) {
 		{Mix: "Q4_K_S"}, {Mix: "Q5_K_S"}, {Mix: "Q5_K_M"},
 		{Type: quant.F16}, {Type: quant.Q8_0}, {Type: quant.Q4_K}, {Type: quant.Q5_K}, {Type: quant.Q6_K},
 		{Type: quant.IQ4_NL}, {Type: quant.IQ4_XS}, {Type: quant.MXFP4},
+		{Type: quant.IQ3_XXS}, {Type: quant.IQ3_S}, {Type: quant.IQ2_XXS}, {Type: quant.IQ2_XS},
+		{Type: quant.IQ2_S}, {Type: quant.IQ1_S}, {Type: quant.IQ1_M},
 	}
 	for _, o := range cases {
 		name := o.Mix
@@ -453,7 +455,11 @@ func TestPresets(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		plan, err := synth.Plan(s, synth.Options{Mix: "Q4_K_M"})
+		opts, label := synth.Options{Mix: "Q4_K_M"}, "Q4_K_M"
+		if s.Arch == "gpt-oss" { // MXFP4 experts, one type for the rest
+			opts, label = synth.Options{Type: quant.Q8_0}, "MXFP4+Q8_0"
+		}
+		plan, err := synth.Plan(s, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -466,7 +472,7 @@ func TestPresets(t *testing.T) {
 			params += n
 			bytes += p.Bytes
 		}
-		t.Logf("%s (built-in vocab): %d tensors, %.1fM parameters, Q4_K_M %.1f MB", name, len(plan), float64(params)/1e6, float64(bytes)/1e6)
+		t.Logf("%s (built-in vocab): %d tensors, %.1fM parameters, %s %.1f MB", name, len(plan), float64(params)/1e6, label, float64(bytes)/1e6)
 	}
 }
 
@@ -545,6 +551,51 @@ func TestIQ4Pure(t *testing.T) {
 		_, err := synth.Plan(small(), synth.Options{Mix: mix})
 		if err == nil || !strings.Contains(err.Error(), "--pure") {
 			t.Errorf("mixture %s: error %v, want one pointing to --pure", mix, err)
+		}
+	}
+}
+
+// TestIQLatticePure: --pure with a lattice type (IQ3_XXS ... IQ1_M) falls
+// back to IQ4_NL for rows that are not a whole number of 256-blocks
+// (llama-quant.cpp's tensor_type_fallback), the file type is the one whose
+// base type it is, and the names as mixtures are refused pointing to
+// --pure.
+func TestIQLatticePure(t *testing.T) {
+	s := synth.Spec{Arch: "llama", NEmbd: 288, NLayer: 1, NHead: 8, NHeadKV: 4, NFF: 512}
+	ftypes := map[quant.Type]uint32{
+		quant.IQ2_XXS: 19, quant.IQ2_XS: 20, quant.IQ3_XXS: 23, quant.IQ1_S: 24,
+		quant.IQ3_S: 26, quant.IQ2_S: 29, quant.IQ1_M: 31,
+	}
+	for typ, ft := range ftypes {
+		plan, err := synth.Plan(s, synth.Options{Type: typ})
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts := map[quant.Type]int{}
+		for _, p := range plan {
+			counts[p.Type]++
+			if len(p.Dims) < 2 {
+				continue
+			}
+			want := typ
+			if p.Dims[0]%256 != 0 {
+				want = quant.IQ4_NL
+			}
+			if p.Type != want {
+				t.Errorf("%s: %s with rows of %d: %s, want %s", typ, p.Name, p.Dims[0], p.Type, want)
+			}
+		}
+		if counts[typ] == 0 || counts[quant.IQ4_NL] == 0 {
+			t.Errorf("%s: types %v: want both %s and iq4_nl", typ, counts, typ)
+		}
+		tiny := synth.Spec{Arch: "llama", NEmbd: 256, NLayer: 1, NHead: 4, NHeadKV: 2, NFF: 256}
+		f, _ := write(t, tiny, synth.Options{Type: typ, Seed: 1})
+		if got, _ := f.GetUint("general.file_type"); got != uint64(ft) {
+			t.Errorf("%s: general.file_type = %d, want %d", typ, got, ft)
+		}
+		_, err = synth.Plan(small(), synth.Options{Mix: typ.String()})
+		if err == nil || !strings.Contains(err.Error(), "--pure") {
+			t.Errorf("mixture %s: error %v, want one pointing to --pure", typ, err)
 		}
 	}
 }

@@ -29,6 +29,9 @@ const (
 	hermesClose = "</tool_call>"
 	pythonTag   = "<|python_tag|>"
 	mistralTag  = "[TOOL_CALLS]"
+	gemmaOpen   = "<|tool_call>"
+	gemmaClose  = "<tool_call|>"
+	gemmaQuote  = `<|"|>`
 )
 
 // Parser splits a reply into content and calls as it is generated. It is
@@ -55,7 +58,16 @@ type Parser struct {
 	pending strings.Builder
 	tagTail string   // modeTag: the last bytes seen, for a split close tag
 	js      jsonScan // modeJSON: the leading value scanned so far
+
+	// strParam reports the parameters whose schema type is string (XML:
+	// their values are text, not JSON); nil: decide by the value.
+	strParam func(fn, param string) bool
 }
+
+// SetStringParams tells an XML parser which parameters are strings (from
+// the functions' schemas): their values are taken as text even when they
+// read as JSON ("42" stays "42").
+func (p *Parser) SetStringParams(f func(fn, param string) bool) { p.strParam = f }
 
 // jsonScan follows a JSON value's nesting, skipping strings.
 type jsonScan struct {
@@ -110,8 +122,9 @@ func (p *Parser) Push(text string) []Event {
 		return nil
 	case modeTag:
 		w := p.tagTail + text
-		p.tagTail = w[max(0, len(w)-len(hermesClose)+1):]
-		if !strings.Contains(w, hermesClose) {
+		closeTag := p.closeTag()
+		p.tagTail = w[max(0, len(w)-len(closeTag)+1):]
+		if !strings.Contains(w, closeTag) {
 			p.pending.WriteString(text)
 			return nil
 		}
@@ -140,7 +153,7 @@ func (p *Parser) take() {
 func (p *Parser) prime() {
 	switch p.mode {
 	case modeTag:
-		p.tagTail = p.buf[max(0, len(p.buf)-len(hermesClose)+1):]
+		p.tagTail = p.buf[max(0, len(p.buf)-len(p.closeTag())+1):]
 	case modeJSON:
 		p.js = jsonScan{}
 		p.js.feed(p.buf)
@@ -177,8 +190,22 @@ func (p *Parser) marker() string {
 		return pythonTag
 	case Mistral:
 		return mistralTag
+	case Gemma4Calls:
+		return gemmaOpen
 	}
 	return hermesOpen
+}
+
+// tagged reports a format whose calls are enclosed in an open and a close tag.
+func (p *Parser) tagged() bool {
+	return p.f == Hermes || p.f == Generic || p.f == XML || p.f == Gemma4Calls
+}
+
+func (p *Parser) closeTag() string {
+	if p.f == Gemma4Calls {
+		return gemmaClose
+	}
+	return hermesClose
 }
 
 func (p *Parser) step(final bool) []Event {
@@ -240,11 +267,16 @@ func (p *Parser) step(final bool) []Event {
 				p.buf, p.mode = rest, modeText
 			}
 		case modeText:
+			if p.f == HarmonyCalls { // calls come from the Splitter
+				p.content(p.buf)
+				p.buf = ""
+				return p.out
+			}
 			m := p.marker()
 			if i := strings.Index(p.buf, m); i >= 0 {
 				p.content(p.buf[:i])
 				p.buf = p.buf[i+len(m):]
-				if m == hermesOpen {
+				if p.tagged() {
 					p.mode = modeTag
 				} else {
 					p.mode = modeTail
@@ -262,23 +294,28 @@ func (p *Parser) step(final bool) []Event {
 			}
 			return p.out
 		case modeTag:
-			body, rest, closed := strings.Cut(p.buf, hermesClose)
+			body, rest, closed := strings.Cut(p.buf, p.closeTag())
 			if !closed && !final {
 				return p.out
 			}
 			var calls []Call
 			ok := false
-			if p.f == Generic {
+			switch p.f {
+			case Generic:
 				calls, ok = decodeGeneric([]byte(body))
-			} else {
+			case XML:
+				calls, ok = decodeXML(body, p.strParam)
+			case Gemma4Calls:
+				calls, ok = decodeGemma4(body)
+			default:
 				calls, ok = decodeCalls([]byte(body))
 			}
 			if ok {
 				p.emit(calls)
 			} else if closed || !p.cut {
-				raw := hermesOpen + body
+				raw := p.marker() + body
 				if closed {
-					raw += hermesClose
+					raw += p.closeTag()
 				}
 				p.content(raw)
 			}
@@ -357,6 +394,14 @@ func (p *Parser) content(s string) {
 		p.out = append(p.out, Event{Content: t})
 		p.afterCall = false
 	}
+}
+
+// external emits a call another parser found (harmony's, by the Splitter),
+// as if this parser had: the whitespace around it is dropped likewise.
+func (p *Parser) external(c Call) []Event {
+	p.out = p.out[:0:0]
+	p.emit([]Call{c})
+	return p.out
 }
 
 func (p *Parser) emit(calls []Call) {

@@ -77,6 +77,34 @@ var parseCases = []parseCase{
 	{"mistral/truncated", Mistral, "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": ",
 		"[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": ", nil},
 	{"mistral/plain", Mistral, "Use [brackets] freely [TOOL", "Use [brackets] freely [TOOL", nil},
+	// Ministral 3 / Magistral (v11+): name[ARGS]{...}, no id
+	{"mistral/ministral", Mistral, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"unit\": \"celsius\"}",
+		"", []Call{{Name: "get_weather", Arguments: `{"city":"Paris","unit":"celsius"}`}}},
+	{"mistral/ministral-bad-args", Mistral, "[TOOL_CALLS]get_weather[ARGS]{\"city\": ",
+		"[TOOL_CALLS]get_weather[ARGS]{\"city\": ", nil},
+	// XML (Qwen3.5, Nemotron 3)
+	{"xml/one", XML, "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=unit>\ncelsius\n</parameter>\n</function>\n</tool_call>",
+		"", []Call{{Name: "get_weather", Arguments: `{"city":"Paris","unit":"celsius"}`}}},
+	{"xml/json-values", XML, "Let me add.\n\n<tool_call>\n<function=add>\n<parameter=a>\n2\n</parameter>\n<parameter=b>\n3.5\n</parameter>\n<parameter=opts>\n{\"exact\": true}\n</parameter>\n</function>\n</tool_call>",
+		"Let me add.", []Call{{Name: "add", Arguments: `{"a":2,"b":3.5,"opts":{"exact":true}}`}}},
+	{"xml/multiline", XML, "<tool_call>\n<function=write>\n<parameter=text>\nline one\n  line <two>\n</parameter>\n</function>\n</tool_call>",
+		"", []Call{{Name: "write", Arguments: `{"text":"line one\n  line <two>"}`}}},
+	{"xml/two", XML, "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n</parameter>\n</function>\n</tool_call>",
+		"", []Call{{Name: "get_weather", Arguments: `{"city":"Paris"}`}, {Name: "get_weather", Arguments: `{"city":"Rome"}`}}},
+	{"xml/no-params", XML, "<tool_call>\n<function=get_time>\n</function>\n</tool_call>", "", []Call{{Name: "get_time", Arguments: `{}`}}},
+	{"xml/malformed", XML, "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</function>\n</tool_call>",
+		"<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</function>\n</tool_call>", nil},
+	{"xml/json-body", XML, "<tool_call>{\"name\": \"add\"}</tool_call>", "<tool_call>{\"name\": \"add\"}</tool_call>", nil},
+	// Gemma 4
+	{"gemma4/one", Gemma4Calls, "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,unit:<|\"|>celsius<|\"|>}<tool_call|>",
+		"", []Call{{Name: "get_weather", Arguments: `{"city":"Paris","unit":"celsius"}`}}},
+	{"gemma4/values", Gemma4Calls, "Adding.<|tool_call>call:add{a:2,b:-3.5e1,flags:[true,null,<|\"|>x, y}<|\"|>],opts:{deep:{k:false}}}<tool_call|>",
+		"Adding.", []Call{{Name: "add", Arguments: `{"a":2,"b":-3.5e1,"flags":[true,null,"x, y}"],"opts":{"deep":{"k":false}}}`}}},
+	{"gemma4/empty", Gemma4Calls, "<|tool_call>call:get_time{}<tool_call|>", "", []Call{{Name: "get_time", Arguments: `{}`}}},
+	{"gemma4/two", Gemma4Calls, "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|><|tool_call>call:get_weather{city:<|\"|>Rome<|\"|>}<tool_call|>",
+		"", []Call{{Name: "get_weather", Arguments: `{"city":"Paris"}`}, {Name: "get_weather", Arguments: `{"city":"Rome"}`}}},
+	{"gemma4/malformed", Gemma4Calls, "<|tool_call>call:add{a:}<tool_call|>", "<|tool_call>call:add{a:}<tool_call|>", nil},
+	{"gemma4/unquoted-string", Gemma4Calls, "<|tool_call>call:get_weather{city:Paris}<tool_call|>", "<|tool_call>call:get_weather{city:Paris}<tool_call|>", nil},
 	// Generic
 	{"generic/tool_call", Generic, "{\"tool_call\": {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}}",
 		"", []Call{{Name: "get_weather", Arguments: `{"city":"Paris"}`}}},
@@ -119,7 +147,7 @@ func TestParseStreaming(t *testing.T) {
 						case e.Content == "":
 							t.Fatal("empty content event")
 						default:
-							if len(c.calls) > 0 && (strings.Contains(e.Content, "<tool_call>") || strings.Contains(e.Content, "[TOOL_CALLS]") || strings.Contains(e.Content, "<|python_tag|>")) {
+							if len(c.calls) > 0 && (strings.Contains(e.Content, "<tool_call>") || strings.Contains(e.Content, "[TOOL_CALLS]") || strings.Contains(e.Content, "<|python_tag|>") || strings.Contains(e.Content, "<|tool_call>")) {
 								t.Fatalf("content event %q shows a call marker", e.Content)
 							}
 							content.WriteString(e.Content)
@@ -218,6 +246,26 @@ func TestCut(t *testing.T) {
 	}
 }
 
+// TestXMLStringParams: with the schemas' string parameters known, a value
+// that reads as JSON stays text; without, it is the JSON value.
+func TestXMLStringParams(t *testing.T) {
+	text := "<tool_call>\n<function=set>\n<parameter=code>\n42\n</parameter>\n<parameter=n>\n42\n</parameter>\n</function>\n</tool_call>"
+	for _, c := range []struct {
+		str  func(fn, param string) bool
+		want string
+	}{
+		{nil, `{"code":42,"n":42}`},
+		{func(fn, param string) bool { return fn == "set" && param == "code" }, `{"code":"42","n":42}`},
+	} {
+		p := NewParser(XML, nil)
+		p.SetStringParams(c.str)
+		evs := append(p.Push(text), p.Finish()...)
+		if len(evs) != 1 || evs[0].Call == nil || evs[0].Call.Arguments != c.want {
+			t.Errorf("events %+v, want arguments %s", evs, c.want)
+		}
+	}
+}
+
 func TestDetect(t *testing.T) {
 	for _, c := range []struct {
 		src    string
@@ -230,6 +278,9 @@ func TestDetect(t *testing.T) {
 		{"{{'<|im_start|>' + message.role}}", true, Hermes},
 		{"{% if tools %}<|im_start|> ... <|tool_call|>", true, Generic},
 		{"{% if tools %}<start_of_turn>", false, Generic},
+		{"<tool_call>\n<function=' + name + '>\n<parameter=", true, XML},
+		{"{{- '<|tool_call>call:' + function['name'] }}", false, Gemma4Calls},
+		{"<|start|>assistant<|channel|>commentary to=functions.", false, HarmonyCalls},
 	} {
 		if got := Detect(c.src, c.chatML); got != c.want {
 			t.Errorf("Detect(%q) = %v, want %v", c.src, got, c.want)
@@ -248,7 +299,7 @@ func FuzzParser(f *testing.F) {
 		f.Add(int(c.f), c.text, 3)
 	}
 	f.Fuzz(func(t *testing.T, format int, text string, step int) {
-		fm := Format(uint(format) % 4)
+		fm := Format(uint(format) % uint(len(formatNames)))
 		whole, calls := Parse(fm, tools, text)
 		p := NewParser(fm, tools)
 		var b strings.Builder
@@ -279,11 +330,16 @@ func FuzzParser(f *testing.F) {
 // BenchmarkParserLongCall: a call with 64 KiB of arguments streamed in
 // 4-byte pieces (about a token each).
 func BenchmarkParserLongCall(b *testing.B) {
-	for _, f := range []Format{Hermes, Llama3} {
+	for _, f := range []Format{Hermes, Llama3, XML, Gemma4Calls} {
 		arg := strings.Repeat("x", 64<<10)
 		text := `{"name": "add", "arguments": {"a": "` + arg + `"}}`
-		if f == Hermes {
+		switch f {
+		case Hermes:
 			text = "<tool_call>\n" + text + "\n</tool_call>"
+		case XML:
+			text = "<tool_call>\n<function=add>\n<parameter=a>\n" + arg + "\n</parameter>\n</function>\n</tool_call>"
+		case Gemma4Calls:
+			text = "<|tool_call>call:add{a:<|\"|>" + arg + "<|\"|>}<tool_call|>"
 		}
 		b.Run(f.String(), func(b *testing.B) {
 			for b.Loop() {
@@ -307,15 +363,20 @@ func BenchmarkParserLongCall(b *testing.B) {
 // model/chat/testdata.
 func TestDetectRealTemplates(t *testing.T) {
 	for name, want := range map[string]Format{
-		"Qwen-Qwen2.5-7B-Instruct":             Hermes,
-		"Qwen-Qwen3-0.6B":                      Hermes,
-		"Qwen-QwQ-32B":                         Hermes,
-		"meta-llama-Llama-3.1-8B-Instruct":     Llama3,
-		"meta-llama-Llama-3.2-3B-Instruct":     Llama3,
-		"meta-llama-Llama-3.3-70B-Instruct":    Llama3,
-		"mistralai-Mistral-Nemo-Instruct-2407": Mistral,
-		"Mistral-Small-3.2-24B-Instruct-2506":  Mistral,
-		"LFM2-8B-A1B":                          Generic, // <|tool_call_start|>[f(x=1)]: not parsed
+		"Qwen-Qwen2.5-7B-Instruct":                 Hermes,
+		"Qwen-Qwen3-0.6B":                          Hermes,
+		"Qwen-QwQ-32B":                             Hermes,
+		"meta-llama-Llama-3.1-8B-Instruct":         Llama3,
+		"meta-llama-Llama-3.2-3B-Instruct":         Llama3,
+		"meta-llama-Llama-3.3-70B-Instruct":        Llama3,
+		"mistralai-Mistral-Nemo-Instruct-2407":     Mistral,
+		"Mistral-Small-3.2-24B-Instruct-2506":      Mistral,
+		"LFM2-8B-A1B":                              Generic, // <|tool_call_start|>[f(x=1)]: not parsed
+		"openai-gpt-oss-120b":                      HarmonyCalls,
+		"google-gemma-4-31B-it":                    Gemma4Calls,
+		"mistralai-Ministral-3-14B-Reasoning-2512": Mistral,
+		"Qwen3.5-4B":                               XML,
+		"NVIDIA-Nemotron-3-Nano-30B-A3B-BF16":      XML,
 	} {
 		src, err := os.ReadFile(filepath.Join("..", "chat", "testdata", "templates", name+".jinja"))
 		if err != nil {

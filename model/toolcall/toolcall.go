@@ -12,7 +12,17 @@
 //     Magistral);
 //   - Generic: a reply that is one JSON object {"tool_call": {...}},
 //     {"tool_calls": [...]} or {"name": ..., "arguments": ...}, and
-//     <tool_call> tags.
+//     <tool_call> tags;
+//   - XML (Qwen3.5, Qwen3-Coder, Nemotron 3): <tool_call>\n<function=NAME>
+//     \n<parameter=P>\nVALUE\n</parameter>\n...</function>\n</tool_call>,
+//     a value being a JSON value unless the function's schema makes the
+//     parameter a string (common_chat_params_init_qwen3_coder);
+//   - Gemma4: <|tool_call>call:NAME{key:VALUE,...}<tool_call|>, strings
+//     quoted with <|"|> and keys bare (common_chat_params_init_gemma4,
+//     gemma4_to_json);
+//   - Harmony (gpt-oss): a message to functions.NAME whose body is the JSON
+//     arguments; those are parsed with the reasoning, by Splitter
+//     (reasoning.go), and Output joins the two.
 //
 // A Parser is fed text as it is generated and says which text is content
 // and which calls are complete, holding back text that may be the start of
@@ -41,9 +51,12 @@ const (
 	Hermes
 	Llama3
 	Mistral
+	XML
+	Gemma4Calls
+	HarmonyCalls
 )
 
-var formatNames = [...]string{"generic", "hermes", "llama3", "mistral"}
+var formatNames = [...]string{"generic", "hermes", "llama3", "mistral", "xml", "gemma4", "harmony"}
 
 func (f Format) String() string {
 	if f < 0 || int(f) >= len(formatNames) {
@@ -59,6 +72,12 @@ func (f Format) String() string {
 func Detect(source string, chatML bool) Format {
 	has := func(s string) bool { return strings.Contains(source, s) }
 	switch {
+	case has("<|channel|>"):
+		return HarmonyCalls
+	case has("<|tool_call>"):
+		return Gemma4Calls
+	case has("<tool_call>") && has("<function=") && has("<parameter="):
+		return XML
 	case has("<tool_call>"):
 		return Hermes
 	case has("[TOOL_CALLS]"):
@@ -76,8 +95,12 @@ func Detect(source string, chatML bool) Format {
 // Mistral vocabularies, dropped from the text otherwise).
 func (f Format) Markers() []string {
 	switch f {
-	case Hermes, Generic:
+	case Hermes, Generic, XML:
 		return []string{"<tool_call>", "</tool_call>"}
+	case Gemma4Calls:
+		return []string{gemmaOpen, gemmaClose, gemmaQuote}
+	case HarmonyCalls:
+		return Harmony.Markers()
 	case Llama3:
 		return []string{"<|python_tag|>"}
 	case Mistral:
@@ -95,10 +118,11 @@ type Call struct {
 	Arguments string
 }
 
-// Event is a piece of content or a complete call.
+// Event is a piece of content, of reasoning (Output only) or a complete call.
 type Event struct {
-	Content string
-	Call    *Call
+	Content   string
+	Reasoning string
+	Call      *Call
 }
 
 // NewID returns a fresh call id in the format's style: Mistral templates

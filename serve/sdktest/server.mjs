@@ -79,12 +79,13 @@ export async function metric(url, key, name) {
 // test binary): the model's replies are the base64 text after the last
 // "script:" in the prompt, since stories260K never calls a tool by itself.
 // Resolves to { url, stop } once it listens; it stops when its stdin
-// closes.
-export function startScriptedServer() {
+// closes. template: the name of a chat template in
+// model/chat/testdata/templates to use instead of the model's.
+export function startScriptedServer(template = '') {
   const bin = join(mkdtempSync(join(tmpdir(), 'flowinfer-sdk-')), 'serve.test');
   execFileSync('go', ['test', '-c', '-o', bin, './serve'], { cwd: repo, stdio: 'inherit' });
   const proc = spawn(bin, ['-test.run', '^TestScriptedServer$', '-test.v'], {
-    cwd: join(repo, 'serve'), env: { ...process.env, FLOWINFER_SCRIPTED_SERVER: '1' }, stdio: ['pipe', 'pipe', 'pipe'],
+    cwd: join(repo, 'serve'), env: { ...process.env, FLOWINFER_SCRIPTED_SERVER: '1', FLOWINFER_SCRIPTED_TEMPLATE: template }, stdio: ['pipe', 'pipe', 'pipe'],
   });
   let log = '';
   return new Promise((ok, fail) => {
