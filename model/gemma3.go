@@ -23,7 +23,9 @@ import (
 //     scaling on sliding ones; the rope.scaling.* keys apply to global
 //     layers only;
 //   - q·k scaled by 1/√HeadDimK, or 1/√(NEmbd/NHead) for the 62-layer
-//     model (llama.cpp's LLM_TYPE_27B: query_pre_attn_scalar).
+//     model (llama.cpp's LLM_TYPE_27B: query_pre_attn_scalar); llama.cpp
+//     scales q before the product, we scale the product (Attn.Scale), a
+//     difference of float rounding.
 //
 // Every norm weight is used as stored: llama.cpp's converter already added
 // the 1 of Gemma3RMSNorm's (1 + w). The output is tied to the embeddings
