@@ -152,11 +152,33 @@ func Throughput(ctx context.Context, mctx *model.Context, cfg ThroughputConfig) 
 	r.alloc()
 	// the tests from position d (the depth's cells, written once below)
 	d := cfg.NDepth
-	prompt := func(n int) error { return r.prompt(d, n) }
-	gen := func(n int) error { return r.gen(d, n) }
+	// a sliding-window model's rings lose the depth's window to each
+	// test's rows: they are saved after the depth and put back before
+	// every run, as llama-bench restores its depth's state
+	restore := func() error {
+		if d > 0 && !mctx.KV.RestoreSWA(0) {
+			return fmt.Errorf("bench: no saved sliding-window state at depth %d", d)
+		}
+		return nil
+	}
+	prompt := func(n int) error {
+		if err := restore(); err != nil {
+			return err
+		}
+		return r.prompt(d, n)
+	}
+	gen := func(n int) error {
+		if err := restore(); err != nil {
+			return err
+		}
+		return r.gen(d, n)
+	}
 	if !cfg.DepthReady {
 		if err := r.prompt(0, d); err != nil {
 			return nil, err
+		}
+		if err := mctx.KV.SaveSWA(0); err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
 		}
 	}
 	var out []Test

@@ -82,6 +82,25 @@ func TestThroughput(t *testing.T) {
 			}
 		})
 	}
+	// a sliding window on layer 0: its ring loses the depth's window to
+	// each test, and the repetitions still start from the depth
+	win := *b.Model
+	win.Hyper.Window = make([]int, len(win.Layers))
+	win.Hyper.Window[0] = 8
+	wctx, err := win.NewContext(be, 37+40, 1, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wctx.KV.Ring(0) == 0 {
+		t.Fatal("layer 0 has no ring")
+	}
+	for i := range 2 { // the second call finds the depth ready
+		if _, err := bench.Throughput(context.Background(), wctx, bench.ThroughputConfig{
+			NPrompt: 40, NGen: 4, NDepth: 37, Reps: 3, Seed: 1, BOS: b.Tokenizer.BOS(), DepthReady: i > 0,
+		}); err != nil {
+			t.Fatalf("sliding window at a depth: %v", err)
+		}
+	}
 	dctx, _ := b.Model.NewContext(be, 40, 1, 16)
 	if _, err := bench.Throughput(context.Background(), dctx, bench.ThroughputConfig{NPrompt: 8, NDepth: 33, Reps: 1}); err == nil {
 		t.Error("a prompt at a depth beyond the context was accepted")

@@ -48,16 +48,15 @@ type Backend struct {
 	DropPacked bool
 	packed     map[packKey]*Packed // nil value: not packable
 
-	mat     matTask
-	one     [1]*model.Weight // MatMul's argument to MatMuls
-	oneOut  [1][]float32
-	quant   quantTask
-	ew      ewTask
-	ropeCS  []float32 // Rope's angle tables (4·Dim/2 floats per row)
-	attn    attnTask
-	attnRef *Ref // Attention with a sliding window or sinks (until the tiled paths take them)
-	store   kvStoreTask
-	rot     rotTask
+	mat    matTask
+	one    [1]*model.Weight // MatMul's argument to MatMuls
+	oneOut [1][]float32
+	quant  quantTask
+	ew     ewTask
+	ropeCS []float32 // Rope's angle tables (4·Dim/2 floats per row)
+	attn   attnTask
+	store  kvStoreTask
+	rot    rotTask
 }
 
 var (

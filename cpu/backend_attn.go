@@ -29,6 +29,13 @@ package cpu
 //     worker is bounded by the block and tile sizes, whatever the context
 //     length.
 //
+// A sliding window (model.Attn.Window) narrows both forms to the positions
+// a row sees: the row form scores and sums only them, the block form packs
+// only the positions some row of the run sees and masks the tiles that
+// cross a row's window edge as it masks the diagonal's. Sinks
+// (model.Attn.Sinks) join each query head's softmax: an extra score in the
+// row form's, a rescaling of the final sum in the block form's.
+//
 // Workers claim units from a counter, most expensive (latest positions)
 // first. Both forms compute Ref's result up to float rounding: the row form
 // in Ref's order, the block form with float32 sums per tile (FlashTile).
@@ -71,15 +78,18 @@ type attnUnit struct {
 	t0, t1, kh, reg int32
 }
 
-// kvRegion is the K and V of one sequence, positions [0, n), packed once
-// per call for all its blocks in FlashTile's layouts (by all workers, in
-// pieces of packPiece positions of one KV head): head kh's K rows at
-// k + kh*n*dk (rows of dk), its V at v + kh*n*dv (FlashPackV's layout).
-// With --kv-recent, the f16 copies of positions [rFrom, n) are packed too
-// (halves that keep them), at rk + kh*(n-rFrom)*HeadDimK and rv +
-// kh*(n-rFrom)*HeadDimV, position j as row j-rFrom.
+// kvRegion is the K and V of one sequence, positions [base, base+n) (base
+// 0 unless a sliding window hides the earlier ones from every row of the
+// run), packed once per call for all its blocks in FlashTile's layouts (by
+// all workers, in pieces of packPiece positions of one KV head): head kh's
+// K rows at k + kh*n*dk (rows of dk, position j as row j-base), its V at v
+// + kh*n*dv (FlashPackV's layout). With --kv-recent, the f16 copies of
+// positions [rFrom, base+n) are packed too (halves that keep them), at rk +
+// kh*(base+n-rFrom)*HeadDimK and rv + kh*(base+n-rFrom)*HeadDimV, position
+// j as row j-rFrom.
 type kvRegion struct {
 	k, v, n int
+	base    int
 	rk, rv  int
 	rFrom   int
 	s       int32 // the sequence
@@ -118,6 +128,8 @@ type attnTask struct {
 	seq, pos []int32
 	h        *model.Hyper
 	scale    float32
+	win      int       // sliding window (0: none)
+	sinks    []float32 // a sink logit per query head (nil: none)
 	group    int
 	block    int // batch rows per prefill unit
 	units    []attnUnit
@@ -136,17 +148,9 @@ func (a *attnTask) init(workers int) { a.scratch = make([]attnScratch, workers) 
 
 // Attention implements model.Ops.
 func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq, pos []int32, h *model.Hyper, at model.Attn) {
-	if at.Window > 0 || at.Sinks != nil {
-		// sliding windows and sinks: the reference, until the tiled
-		// paths mask them
-		if b.attnRef == nil {
-			b.attnRef = NewRef()
-		}
-		b.attnRef.Attention(out, q, kv, layer, seq, pos, h, at)
-		return
-	}
 	a := &b.attn
 	a.k, a.out, a.q, a.kv, a.layer, a.seq, a.pos, a.h, a.scale = b.k, out, q, kv, layer, seq, pos, h, at.Scale
+	a.win, a.sinks = max(at.Window, 0), at.Sinks
 	a.group = h.NHead / h.NHeadKV
 	G := a.group
 	a.lt = kv.Layer(layer)
@@ -175,10 +179,20 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 		reg, block := int32(-1), 1
 		if r1-r0 >= attnMinRun {
 			reg, block = int32(len(a.regions)), a.block
-			r := kvRegion{k: packed, v: packed + h.NHeadKV*np*dk, n: np, s: seq[r0], rFrom: np}
-			packed += h.NHeadKV * np * (dk + dv)
+			// a window leaves out the positions before the lowest row's
+			base := 0
+			if a.win > 0 {
+				pmin := int(pos[r0])
+				for t := r0; t < r1; t++ {
+					pmin = min(pmin, int(pos[t]))
+				}
+				base = max(0, pmin-a.win+1)
+			}
+			n := np - base
+			r := kvRegion{k: packed, v: packed + h.NHeadKV*n*dk, n: n, base: base, s: seq[r0], rFrom: np}
+			packed += h.NHeadKV * n * (dk + dv)
 			if a.recent {
-				r.rFrom = kv.RecentFrom(int(pos[r0])) // the run's first (lowest) position
+				r.rFrom = max(kv.RecentFrom(int(pos[r0])), base) // the run's first (lowest) position
 				rn := np - r.rFrom
 				if a.lt.RecentK {
 					r.rk = packed
@@ -202,7 +216,7 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 			}
 		}
 		for t := r0; t < r1; t++ {
-			work += int(pos[t]+1) * h.NHead * (dk + dv)
+			work += a.visible(int(pos[t])) * h.NHead * (dk + dv)
 		}
 		r0 = r1
 	}
@@ -212,7 +226,7 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 	rp := (R + FlashRowBlock - 1) / FlashRowBlock * FlashRowBlock
 	for w := range a.scratch {
 		s := &a.scratch[w]
-		n := G * kv.NCtx
+		n := G * (kv.NCtx + 1) // lone rows: a sink's slot after each head's scores
 		if blocks {
 			n = max(n, FlashScratch(rp, attnTile))
 			s.q = grow(s.q, rp*dk)
@@ -249,8 +263,8 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 		a.packs = a.packs[:0]
 		for ri, reg := range a.regions {
 			for kh := range h.NHeadKV {
-				for j0 := 0; j0 < reg.n; j0 += packPiece {
-					a.packs = append(a.packs, packUnit{int32(ri), int32(kh), int32(j0), int32(min(j0+packPiece, reg.n))})
+				for j0 := reg.base; j0 < reg.base+reg.n; j0 += packPiece {
+					a.packs = append(a.packs, packUnit{int32(ri), int32(kh), int32(j0), int32(min(j0+packPiece, reg.base+reg.n))})
 				}
 			}
 		}
@@ -317,6 +331,18 @@ func IntegerKV(t model.KVType, v bool) bool {
 // KVCache.Run, KHeadTiles and VHeadRows, so it works on a paged cache.
 func (b *Backend) PagedKV() bool { return true }
 
+// visible returns how many cached positions the row at position p sees.
+func (a *attnTask) visible(p int) int {
+	if a.win > 0 {
+		return min(p+1, a.win)
+	}
+	return p + 1
+}
+
+// lowest returns the first cached position the row at position p sees.
+func (a *attnTask) lowest(p int) int { return p + 1 - a.visible(p) }
+
 // span returns how many positions from j on (at most n) sit in
-// consecutive cache rows of sequence s.
-func (a *attnTask) span(s, j, n int) int { return min(n, a.kv.Run(s, j)) }
+// consecutive cache rows of sequence s in the layer (a sliding-window
+// layer's ring wraps: KVCache.LayerRun).
+func (a *attnTask) span(s, j, n int) int { return min(n, a.kv.LayerRun(a.layer, s, j)) }

@@ -22,7 +22,8 @@ const packPiece = 1024
 type packUnit struct{ reg, kh, j0, j1 int32 }
 
 // pack fills a piece of a region: the K and V rows of its sequence at
-// positions [j0, j1) of one KV head, as float32 in FlashTile's layouts
+// positions [j0, j1) of one KV head (position j as the region's row
+// j-base), as float32 in FlashTile's layouts
 // (TurboQuant rows stay in the rotated domain: flash rotates the queries
 // and rotates the outputs back). Pieces write disjoint parts of the
 // region.
@@ -30,25 +31,25 @@ func (a *attnTask) pack(sc *attnScratch, u packUnit) {
 	h, kv := a.h, a.kv
 	dk, dv := a.dkp, a.dvp
 	reg, kh := &a.regions[u.reg], int(u.kh)
-	s, n := int(reg.s), reg.n
+	s, n, b := int(reg.s), reg.n, reg.base
 	vp := a.packed[reg.v+kh*n*dv:][:n*dv]
 	for j0, j1 := int(u.j0), int(u.j1); j0 < j1; {
 		L := min(a.span(s, j0, j1-j0), kvChunk)
 		kt, r0 := kv.KHeadTiles(a.layer, kh, s, j0, L)
 		kr, vr := sc.krows[:L*a.lt.KHead], kv.VHeadRows(a.layer, kh, s, j0, L)
 		a.k.Untile(kt, a.lt.KHead, a.lt.KUnit, r0, L, kr)
-		kd := a.packed[reg.k+(kh*n+j0)*dk:][:L*dk]
+		kd := a.packed[reg.k+(kh*n+j0-b)*dk:][:L*dk]
 		a.toF32(a.lt.K, kv.TurboK(a.layer, kh), kr, a.lt.KHead, L, h.HeadDimK, kd, dk)
 		if a.lt.V == model.KVF32 {
-			FlashPackV(vp, n, j0, bytesF32(vr), dv, dv, L)
+			FlashPackV(vp, n, j0-b, bytesF32(vr), dv, dv, L)
 		} else {
 			a.toF32(a.lt.V, kv.TurboV(a.layer, kh), vr, a.lt.VHead, L, h.HeadDimV, sc.dec, dv)
-			FlashPackV(vp, n, j0, sc.dec, dv, dv, L)
+			FlashPackV(vp, n, j0-b, sc.dec, dv, dv, L)
 		}
 		j0 += L
 	}
 	// --kv-recent's f16 rows of the piece's positions from rFrom on
-	rn, dk0, dv0 := n-reg.rFrom, h.HeadDimK, h.HeadDimV
+	rn, dk0, dv0 := b+n-reg.rFrom, h.HeadDimK, h.HeadDimV
 	for j0, j1 := max(int(u.j0), reg.rFrom), int(u.j1); j0 < j1; {
 		L := min(kv.RecentRun(s, j0, j1-j0), kvChunk)
 		if a.lt.RecentK {
@@ -76,21 +77,32 @@ func (a *attnTask) toF32(t model.KVType, tq *quant.Turbo, src []byte, stride, n,
 }
 
 // flash computes KV head kh's query heads for batch rows [t0, t1) of one
-// sequence, tile by tile over the cached positions up to the block's last
-// (FlashTile), from the sequence's packed K and V (reg).
+// sequence, tile by tile over the cached positions the block's rows see
+// (from the first row's window on, up to the last row: FlashTile), from
+// the sequence's packed K and V (reg). Tiles that cross a row's diagonal or
+// a row's window edge are masked; a sink (a.sinks) joins each row's
+// maximum and sum at the end.
 func (a *attnTask) flash(sc *attnScratch, t0, t1, kh int, reg *kvRegion) {
 	h := a.h
 	dk, dv, G := a.dkp, a.dvp, a.group
 	tk, tv := a.kv.TurboK(a.layer, kh), a.kv.TurboV(a.layer, kh)
 	R := (t1 - t0) * G // query rows: (row t, head g) at (t-t0)*G + g
 	rp := (R + FlashRowBlock - 1) / FlashRowBlock * FlashRowBlock
-	np, pmin := 0, int(a.pos[t0])
+	np, pmin, pmax := 0, int(a.pos[t0]), 0
 	for t := t0; t < t1; t++ {
-		np, pmin = max(np, int(a.pos[t])+1), min(pmin, int(a.pos[t]))
+		np, pmin, pmax = max(np, int(a.pos[t])+1), min(pmin, int(a.pos[t])), max(pmax, int(a.pos[t]))
 	}
+	js, win, b := 0, a.win, reg.base // the first position a row sees; the region's first
+	if win > 0 {
+		js = max(0, pmin-win+1)
+	}
+	// masked: a tile [j0, j0+L) past some row's position or reaching below
+	// some row's window
+	masked := func(j0, L int) bool { return j0+L-1 > pmin || win > 0 && j0 <= pmax-win }
 	// the block's query rows times the scale (so the scores come out
 	// scaled), transposed into blocks of FlashRowBlock rows; padding rows
-	// are zero and at position pmin
+	// are zero and at position pmin. Positions are counted from the
+	// region's first (b) for FlashTile.
 	qt, ps := sc.q[:rp*dk], sc.pos[:rp]
 	// --kv-recent: positions [e, np) are read from their f16 copies (e is
 	// the same for every row of the block: Attention cuts blocks at
@@ -115,11 +127,11 @@ func (a *attnTask) flash(sc *attnScratch, t0, t1, kh int, reg *kvRegion) {
 					q2[r/B*dk0*B+d*B+i] = 0
 				}
 			}
-			ps[r] = int32(pmin)
+			ps[r] = int32(pmin - b)
 			continue
 		}
 		t, g := t0+r/G, r%G
-		ps[r] = a.pos[t]
+		ps[r] = a.pos[t] - int32(b)
 		src := a.q[(t*h.NHead+kh*G+g)*h.HeadDimK:][:h.HeadDimK]
 		if q2 != nil {
 			for d, v := range src {
@@ -140,16 +152,15 @@ func (a *attnTask) flash(sc *attnScratch, t0, t1, kh int, reg *kvRegion) {
 	for i := range m {
 		m[i] = float32(math.Inf(-1))
 	}
-	// tiles of up to attnTile positions, masked only where they cross the
-	// diagonal of some row
-	kp, vp := a.packed[reg.k+kh*reg.n*dk:][:np*dk], a.packed[reg.v+kh*reg.n*dv:][:reg.n*dv]
-	for j0 := 0; j0 < e; j0 += attnTile {
+	// tiles of up to attnTile positions
+	kp, vp := a.packed[reg.k+kh*reg.n*dk:][:reg.n*dk], a.packed[reg.v+kh*reg.n*dv:][:reg.n*dv]
+	for j0 := js; j0 < e; j0 += attnTile {
 		L := min(attnTile, e-j0)
-		a.k.FlashTile(qt, rp, R, dk, dv, kp[j0*dk:], vp, reg.n, L, j0, ps, j0+L-1 > pmin, m, l, acc, sc.scores)
+		a.k.FlashTile(qt, rp, R, dk, dv, kp[(j0-b)*dk:], vp, reg.n, L, j0-b, ps, masked(j0, L), win, m, l, acc, sc.scores)
 	}
 	var acc2 []float32 // the f16 copies' V sums of a TurboQuant V
 	if e < np {
-		rn := reg.n - reg.rFrom
+		rn := b + reg.n - reg.rFrom
 		xq, xdk := qt, dk
 		if q2 != nil {
 			xq, xdk = q2, dk0
@@ -163,26 +174,30 @@ func (a *attnTask) flash(sc *attnScratch, t0, t1, kh int, reg *kvRegion) {
 			clear(acc2)
 			xacc, xdv = acc2, dv0
 		}
-		xv, vn, off := vp, reg.n, 0
+		xv, vn, off := vp, reg.n, b
 		if a.lt.RecentV { // FlashTile reads V by position: shift positions to the copies' rows
 			xv, vn, off = a.packed[reg.rv+kh*rn*dv0:][:rn*dv0], rn, reg.rFrom
 			for r := range ps {
-				ps[r] -= int32(off)
+				ps[r] -= int32(off - b)
 			}
 		}
-		for j0 := e; j0 < np; j0 += attnTile {
+		for j0 := max(e, js); j0 < np; j0 += attnTile {
 			L := min(attnTile, np-j0)
-			kt := kp[j0*dk:]
+			kt := kp[(j0-b)*dk:]
 			if a.lt.RecentK {
 				kt = a.packed[reg.rk+(kh*rn+j0-reg.rFrom)*dk0:][:L*dk0]
 			}
-			a.k.FlashTile(xq, rp, R, xdk, xdv, kt, xv, vn, L, j0-off, ps, j0+L-1 > pmin, m, l, xacc, sc.scores)
+			a.k.FlashTile(xq, rp, R, xdk, xdv, kt, xv, vn, L, j0-off, ps, masked(j0, L), win, m, l, xacc, sc.scores)
 		}
 	}
-	// out = acc / l
+	// out = acc / l, or with a sink s: acc·f / (l·f + e^(s-M)), M =
+	// max(m, s), f = e^(m-M) (ggml_soft_max_ext's sinks)
 	for r := range R {
 		t, g := t0+r/G, r%G
 		inv := float32(1 / l[r])
+		if a.sinks != nil {
+			inv = sinkScale(m[r], l[r], a.sinks[kh*G+g])
+		}
 		o := a.out[(t*h.NHead+kh*G+g)*h.HeadDimV:][:h.HeadDimV]
 		if tv != nil { // the sum is rotated: rotate it back
 			y, c := sc.vacc[:dv], inv
@@ -204,4 +219,13 @@ func (a *attnTask) flash(sc *attnScratch, t0, t1, kh int, reg *kvRegion) {
 			o[d] = v * inv
 		}
 	}
+}
+
+// sinkScale returns what a row's V sum, accumulated at maximum m with
+// softmax sum l, is multiplied by when a sink logit s joins the softmax:
+// f/(l·f + e^(s-M)), M = max(m, s), f = e^(m-M), in float64.
+func sinkScale(m float32, l float64, s float32) float32 {
+	mx := max(float64(m), float64(s))
+	f := math.Exp(float64(m) - mx)
+	return float32(f / (l*f + math.Exp(float64(s)-mx)))
 }

@@ -29,8 +29,17 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 	h, kv := a.h, a.kv
 	dk, dv, G := h.HeadDimK, h.HeadDimV, a.group
 	s, np := int(a.seq[t]), int(a.pos[t])+1
-	sco := sc.scores[:G*np]
-	// scores: sco[g*np + j] = K_j · q_g, run by run of consecutive rows
+	// the row sees positions [lo, np) (a sliding window from lo on):
+	// position j's score is sco[g*ns + j-lo], and with sinks slot n of
+	// each head holds the sink, so that the softmax takes it in
+	lo := a.lowest(np - 1)
+	n := np - lo
+	ns := n
+	if a.sinks != nil {
+		ns++
+	}
+	sco := sc.scores[:G*ns]
+	// scores: sco[g*ns + j-lo] = K_j · q_g, run by run of consecutive rows
 	qBase := (t*h.NHead + kh*G) * dk
 	qg := a.q[qBase : qBase+G*dk]
 	tk := kv.TurboK(a.layer, kh)
@@ -42,7 +51,7 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 		}
 		qf = sc.qrot[:G*kw]
 	}
-	e := kv.RecentFrom(np - 1) // --kv-recent: rows from e on read as f16 copies
+	e := max(kv.RecentFrom(np-1), lo) // --kv-recent: rows from e on read as f16 copies
 	ek, ev := np, np
 	if a.lt.RecentK {
 		ek = e
@@ -51,25 +60,29 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 		ev = e
 	}
 	kq := quantOf(a.lt.K)
-	xq := qintKind(kq, tk) && ek > 0 && sc.qint.Round(kq, tk, qf, G, kw) // rounded once for every run
-	for j := 0; j < ek; {
-		n := a.span(s, j, ek-j)
-		kt, r0 := kv.KHeadTiles(a.layer, kh, s, j, n)
+	xq := qintKind(kq, tk) && ek > lo && sc.qint.Round(kq, tk, qf, G, kw) // rounded once for every run
+	for j := lo; j < ek; {
+		m := a.span(s, j, ek-j)
+		kt, r0 := kv.KHeadTiles(a.layer, kh, s, j, m)
 		if xq {
-			a.k.AttnScoresTilesQ(kq, tk, kt, a.lt.KUnit, r0, n, &sc.qint, sco[j:], np)
+			a.k.AttnScoresTilesQ(kq, tk, kt, a.lt.KUnit, r0, m, &sc.qint, sco[j-lo:], ns)
 		} else {
-			a.k.attnScoresTiles(kq, tk, kt, a.lt.KUnit, r0, n, kw, qf, G, sco[j:], np, false)
+			a.k.attnScoresTiles(kq, tk, kt, a.lt.KUnit, r0, m, kw, qf, G, sco[j-lo:], ns, false)
 		}
-		j += n
+		j += m
 	}
 	for j := ek; j < np; { // the f16 copies meet the unrotated queries
-		n := kv.RecentRun(s, j, np-j)
-		a.k.AttnScores(quant.F16, nil, kv.RecentKHeadRows(a.layer, kh, s, j, n), 2*dk, n, dk, qg, G, sco[j:], np)
-		j += n
+		m := kv.RecentRun(s, j, np-j)
+		a.k.AttnScores(quant.F16, nil, kv.RecentKHeadRows(a.layer, kh, s, j, m), 2*dk, m, dk, qg, G, sco[j-lo:], ns)
+		j += m
 	}
-	// softmax per query head (float64 sums)
+	// softmax per query head (float64 sums); Softmax scales the row, so
+	// a sink goes in divided by the scale
 	for g := range G {
-		a.k.Softmax(sco[g*np:(g+1)*np], a.scale)
+		if a.sinks != nil {
+			sco[g*ns+n] = a.sinks[kh*G+g] / a.scale
+		}
+		a.k.Softmax(sco[g*ns:(g+1)*ns], a.scale)
 	}
 	// out_g = Σ_j w_gj · V_j
 	oBase := (t*h.NHead + kh*G) * dv
@@ -81,14 +94,14 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 		acc = sc.vacc[:G*ad]
 	}
 	vq := quantOf(a.lt.V)
-	if !(wintKind(vq, tv) && ev > 0 && a.sumQ(sc, vq, tv, t, kh, ev, ad, sco, np, acc)) {
+	if !(wintKind(vq, tv) && ev > lo && a.sumQ(sc, vq, tv, t, kh, lo, ev, ad, sco, ns, acc)) {
 		clear(acc)
-		for j0 := 0; j0 < ev; {
-			n := a.span(s, j0, ev-j0)
-			vr := kv.VHeadRows(a.layer, kh, s, j0, n)
+		for j0 := lo; j0 < ev; {
+			m := a.span(s, j0, ev-j0)
+			vr := kv.VHeadRows(a.layer, kh, s, j0, m)
 			// each V row once for the whole group, positions in order (as Ref)
-			a.k.AttnSum(vq, tv, vr, a.lt.VHead, n, ad, sco[j0:], np, G, acc)
-			j0 += n
+			a.k.AttnSum(vq, tv, vr, a.lt.VHead, m, ad, sco[j0-lo:], ns, G, acc)
+			j0 += m
 		}
 	}
 	if tv != nil {
@@ -97,23 +110,24 @@ func (a *attnTask) row(sc *attnScratch, t, kh int) {
 		}
 	}
 	for j0 := ev; j0 < np; { // the f16 copies, summed unrotated
-		n := kv.RecentRun(s, j0, np-j0)
-		a.k.AttnSum(quant.F16, nil, kv.RecentVHeadRows(a.layer, kh, s, j0, n), 2*dv, n, dv, sco[j0:], np, G, out)
-		j0 += n
+		m := kv.RecentRun(s, j0, np-j0)
+		a.k.AttnSum(quant.F16, nil, kv.RecentVHeadRows(a.layer, kh, s, j0, m), 2*dv, m, dv, sco[j0-lo:], ns, G, out)
+		j0 += m
 	}
 }
 
 // sumQ sets acc to the V sums of the lone batch row t's group of query
-// heads (KV head kh) over the quantized rows [0, ev) of type vq (tv:
-// TurboQuant), in integers (kern_wint.go), chunk by chunk of WIntChunk
-// positions; false, acc untouched, when RoundWeights refuses a chunk's
-// weights (the caller sums in float32).
-func (a *attnTask) sumQ(sc *attnScratch, vq quant.Type, tv *quant.Turbo, t, kh, ev, dim int, w []float32, lw int, acc []float32) bool {
+// heads (KV head kh) over the quantized rows [lo, ev) of type vq (tv:
+// TurboQuant; position j's weights at w[j-lo:], heads lw apart), in
+// integers (kern_wint.go), chunk by chunk of WIntChunk positions; false,
+// acc untouched, when RoundWeights refuses a chunk's weights (the caller
+// sums in float32).
+func (a *attnTask) sumQ(sc *attnScratch, vq quant.Type, tv *quant.Turbo, t, kh, lo, ev, dim int, w []float32, lw int, acc []float32) bool {
 	kv, s, x := a.kv, int(a.seq[t]), &sc.wint
 	x.Begin(vq, tv, a.group, dim)
-	for c0 := 0; c0 < ev; c0 += WIntChunk {
+	for c0 := lo; c0 < ev; c0 += WIntChunk {
 		c1 := min(c0+WIntChunk, ev)
-		wc := w[c0:]
+		wc := w[c0-lo:]
 		if a.span(s, c0, c1-c0) == c1-c0 { // one run: one call
 			var next []byte // the next chunk's first run, prefetched
 			if c1 < ev {

@@ -401,7 +401,7 @@ func BenchmarkFlashTile(b *testing.B) {
 				}
 				c0 := cpuTime()
 				for b.Loop() {
-					k.FlashTile(qt, rp, rp, dk, dv, kp, vp, L, L, 0, pos, false, m, l, acc, scratch)
+					k.FlashTile(qt, rp, rp, dk, dv, kp, vp, L, L, 0, pos, false, 0, m, l, acc, scratch)
 				}
 				flops := 2 * float64(rp*L*(dk+dv)) * float64(b.N)
 				b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
@@ -491,6 +491,67 @@ func BenchmarkAttentionDecode(b *testing.B) {
 				}
 				b.ReportMetric(bytes*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
 			})
+		}
+	}
+}
+
+// BenchmarkAttentionDecodeWindow measures one decode row's attention (and
+// a prefill chunk's of 128 rows) with a sliding window of 1024 (Gemma 3's)
+// at depth 8192, against full attention at depth 1024, with Gemma-3-4B's heads (8 query heads, 4 KV
+// heads of 256), f16 KV: the window's row reads only the 1024 positions
+// it sees, so both should cost about the same. "ring" keeps the window
+// layer in its ring (model.KVCache.Ring: 1535 rows for steps of 512), "full"
+// in a cache of every position; "depth=1024" is full attention at 1024.
+func BenchmarkAttentionDecodeWindow(b *testing.B) {
+	h := model.Hyper{NHead: 8, NHeadKV: 4, HeadDimK: 256, HeadDimV: 256, NLayer: 1}
+	f16 := model.KVTypes{K: model.KVF16, V: model.KVF16}
+	fill := func(kv *model.KVCache, n int) { // positions [0, n), in order
+		k, v := randomF32(kv.KDim, 1), randomF32(kv.VDim, 2)
+		for p := range n {
+			k[0], v[0] = float32(p%7), float32(p%5)
+			kv.SetK(0, 0, p, k)
+			kv.SetV(0, 0, p, v)
+		}
+	}
+	type tc struct {
+		name   string
+		depth  int
+		window int
+		ring   bool
+	}
+	for _, c := range []tc{{"depth=1024", 1024, 0, false}, {"depth=8192/window=1024/full", 8192, 1024, false}, {"depth=8192/window=1024/ring", 8192, 1024, true}} {
+		hc := h
+		if c.ring {
+			hc.Window = []int{c.window}
+		}
+		kv, err := model.NewKVCacheOf(&hc, f16, c.depth, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		kv.ReserveSWA(512)
+		if c.ring != (kv.Ring(0) > 0) {
+			b.Fatalf("%s: ring %d", c.name, kv.Ring(0))
+		}
+		fill(kv, c.depth)
+		// one decode row at the last position, and a prefill chunk of the
+		// last 128 positions
+		const chunk = 128
+		q := randomF32(chunk*h.NHead*h.HeadDimK, 3)
+		out := make([]float32, chunk*h.NHead*h.HeadDimV)
+		seq, pos := make([]int32, chunk), make([]int32, chunk)
+		for i := range pos {
+			pos[i] = int32(c.depth - chunk + i)
+		}
+		for _, rows := range []int{1, chunk} {
+			for _, threads := range []int{1, 2} {
+				b.Run(fmt.Sprintf("%s/rows=%d/threads=%d", c.name, rows, threads), func(b *testing.B) {
+					be := cpu.NewBackend(threads, nil)
+					defer be.Close()
+					for b.Loop() {
+						be.Attention(out, q, kv, 0, seq[chunk-rows:], pos[chunk-rows:], &hc, model.Attn{Scale: 0.0625, Window: c.window})
+					}
+				})
+			}
 		}
 	}
 }

@@ -282,14 +282,16 @@ void fi_rope_avx2(float *x, const float *cs, int64_t rows, int64_t nhead, int64_
 // kp + j*dk and whose V is vp in cpu.FlashPackV's layout for vn positions.
 // qt holds the pre-scaled query rows as rp/16 blocks of dk x 16 floats
 // (row r, element d at qt[(r/16*dk + d)*16 + r%16]); pos[r] is row r's
-// position (with mask != 0, positions j0+j > pos[r] are left out). m (rp
-// floats) and l (rp doubles) are the running max and sum, updated; acc (R
+// position (with mask != 0, positions j0+j > pos[r] are left out, and with
+// win > 0 also those j0+j <= pos[r]-win: a sliding window). m (rp
+// floats) and l (rp doubles) are the running max and sum, updated (m stays
+// -inf for a row with nothing unmasked yet); acc (R
 // rows of dv) becomes acc*exp(m_old-m_new) + P*V. scratch holds
 // L*(rp+16) + rp floats. Returns 0, or -1 when dv is not a multiple of 8
 // or rp of 16 (nothing written then).
 int fi_fa_tile_avx2(const float *qt, int64_t rp, int64_t R, int64_t dk, int64_t dv, const float *kp, const float *vp,
-                    int64_t vn, int64_t L, int64_t j0, const int32_t *pos, int mask, float *m, double *l, float *acc,
-                    float *scratch);
+                    int64_t vn, int64_t L, int64_t j0, const int32_t *pos, int mask, int64_t win, float *m, double *l,
+                    float *acc, float *scratch);
 
 // fi_fma_peak_avx2 and fi_fma_peak_avx512 run n steps of 12 (24) independent
 // 8-lane (16-lane) FMAs: 192·n (768·n) flops, for measuring the F32 FMA

@@ -12,7 +12,8 @@
 //      register tile is 6 keys x 16 query rows (12 accumulators), a K
 //      element broadcast per key, two Q vectors per step.
 //   2. Per query row (8 columns of S at a time): keys beyond the row's
-//      position are masked on the diagonal tiles, the new max (on the
+//      position, or before its sliding window, are masked on the tiles
+//      that cross the diagonal or a window's edge, the new max (on the
 //      other tiles, kept by step 1 from its register tiles), the
 //      rescale factor c = exp(m_old - m_new), P = exp(S - m_new) in place,
 //      l = l·c + Σ P (the tile's sum in float32, l in float64).
@@ -109,8 +110,8 @@ static void fa_pv_rows(float *acc, int64_t dv, const float *cs, const float *s, 
 
 // fi_fa_tile_avx2: see kern.h.
 int fi_fa_tile_avx2(const float *qt, int64_t rp, int64_t R, int64_t dk, int64_t dv, const float *kp, const float *vp,
-                    int64_t vn, int64_t L, int64_t j0, const int32_t *pos, int mask, float *m, double *l, float *acc,
-                    float *scratch) {
+                    int64_t vn, int64_t L, int64_t j0, const int32_t *pos, int mask, int64_t win, float *m, double *l,
+                    float *acc, float *scratch) {
 	if (dv % 8 != 0 || rp % 16 != 0) return -1;
 	const int64_t ss = rp + 16;
 	float *s = scratch, *cs = s + L * ss;
@@ -135,10 +136,15 @@ int fi_fa_tile_avx2(const float *qt, int64_t rp, int64_t R, int64_t dk, int64_t 
 		const __m256 mold = _mm256_loadu_ps(m + r);
 		__m256 mx = mold;
 		if (mask) {
+			// left out: positions past the row's (jv > pv) and, with a
+			// window, those at or before pv - win (not jv > lo)
 			const __m256i pv = _mm256_loadu_si256((const __m256i *)(pos + r));
+			const __m256i lo = win > 0 ? _mm256_sub_epi32(pv, _mm256_set1_epi32((int32_t)win)) : _mm256_set1_epi32(INT32_MIN);
+			const __m256i ones = _mm256_set1_epi32(-1);
 			for (int64_t j = 0; j < L; j++) {
 				const __m256i jv = _mm256_set1_epi32((int32_t)(j0 + j));
-				const __m256 out = _mm256_castsi256_ps(_mm256_cmpgt_epi32(jv, pv));
+				const __m256i o = _mm256_or_si256(_mm256_cmpgt_epi32(jv, pv), _mm256_xor_si256(_mm256_cmpgt_epi32(jv, lo), ones));
+				const __m256 out = _mm256_castsi256_ps(o);
 				const __m256 x = _mm256_blendv_ps(_mm256_loadu_ps(s + j * ss + r), ninf, out);
 				_mm256_storeu_ps(s + j * ss + r, x);
 				mx = _mm256_max_ps(mx, x);
@@ -146,13 +152,15 @@ int fi_fa_tile_avx2(const float *qt, int64_t rp, int64_t R, int64_t dk, int64_t 
 		} else {
 			mx = _mm256_loadu_ps(cs + r);
 		}
-		// a row with nothing unmasked yet keeps a max of -inf: use 0 there
-		// so that no -inf - -inf appears (its P and c are 0 either way)
-		mx = _mm256_blendv_ps(mx, _mm256_setzero_ps(), _mm256_cmp_ps(mx, ninf, _CMP_EQ_OQ));
-		const __m256 c = fa_exp8(_mm256_sub_ps(mold, mx));
+		// a row with nothing unmasked yet keeps a max of -inf, but its
+		// exponents are taken from 0 so that no -inf - -inf appears (its P
+		// and c are 0 either way); a later tile then starts from its own
+		// max (a window can hide a row's first tiles)
+		const __m256 mxe = _mm256_blendv_ps(mx, _mm256_setzero_ps(), _mm256_cmp_ps(mx, ninf, _CMP_EQ_OQ));
+		const __m256 c = fa_exp8(_mm256_sub_ps(mold, mxe));
 		__m256 sum = _mm256_setzero_ps();
 		for (int64_t j = 0; j < L; j++) {
-			const __m256 p = fa_exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j * ss + r), mx));
+			const __m256 p = fa_exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j * ss + r), mxe));
 			_mm256_storeu_ps(s + j * ss + r, p);
 			sum = _mm256_add_ps(sum, p);
 		}

@@ -154,7 +154,7 @@ func ropeC(isa ISA, x, cs []float32, rows, nHead, headDim, half int, neox bool) 
 
 // flashTileC runs the C attention tile of isa; false if it has none for
 // these shapes.
-func flashTileC(isa ISA, qt []float32, rp, R, dk, dv int, kp, vp []float32, vn, L, j0 int, pos []int32, mask bool,
+func flashTileC(isa ISA, qt []float32, rp, R, dk, dv int, kp, vp []float32, vn, L, j0 int, pos []int32, mask bool, win int,
 	m []float32, l []float64, acc, scratch []float32) bool {
 	if isa != ISAAVX2 && isa != ISAAVX512 {
 		return false
@@ -165,7 +165,7 @@ func flashTileC(isa ISA, qt []float32, rp, R, dk, dv int, kp, vp []float32, vn, 
 	}
 	return C.fi_fa_tile_avx2((*C.float)(ptr(qt)), C.int64_t(rp), C.int64_t(R), C.int64_t(dk), C.int64_t(dv),
 		(*C.float)(ptr(kp)), (*C.float)(ptr(vp)), C.int64_t(vn), C.int64_t(L), C.int64_t(j0),
-		(*C.int32_t)(ptr(pos)), mk, (*C.float)(ptr(m)), (*C.double)(ptr(l)), (*C.float)(ptr(acc)),
+		(*C.int32_t)(ptr(pos)), mk, C.int64_t(win), (*C.float)(ptr(m)), (*C.double)(ptr(l)), (*C.float)(ptr(acc)),
 		(*C.float)(ptr(scratch))) == 0
 }
 

@@ -44,7 +44,9 @@ func FlashPackV(dst []float32, rows, j0 int, v []float32, vs, dv, n int) {
 //     kp[j*dk:][:dk]; q_r, already multiplied by the softmax scale, is
 //     qt[(r/16*dk + d)*16 + r%16] (rp/16 blocks of dk × 16 floats, rp a
 //     multiple of FlashRowBlock, R ≤ rp, padding rows zero);
-//   - with mask, positions j0+j > pos[r] are left out (causal diagonal);
+//   - with mask, positions j0+j > pos[r] are left out (causal diagonal),
+//     and with win > 0 also positions j0+j ≤ pos[r]-win (a sliding
+//     window, model.Attn.Window);
 //   - m[r] becomes max(m[r], max_j S[r][j]), c = exp(m_old - m_new),
 //     l[r] = l[r]·c + Σ_j exp(S[r][j] - m_new), and
 //     acc[r*dv:][:dv] = acc·c + Σ_j exp(S[r][j] - m_new)·V_j, V row j0+j
@@ -53,12 +55,13 @@ func FlashPackV(dst []float32, rows, j0 int, v []float32, vs, dv, n int) {
 //
 // m starts at -Inf and l, acc at zero; after the last tile, row r of the
 // attention is acc_r / l[r]. A row none of whose positions has been
-// unmasked yet keeps m = 0 (not -Inf) and l = 0. m and l of padding rows
+// unmasked yet keeps m = -Inf and l = 0 (a window may hide a row's first
+// tiles). m and l of padding rows
 // (R ≤ r < rp) are unspecified. Scratch holds FlashScratch(rp, L) floats.
 // The SIMD paths use a float32 exp within 2 ulp and float32 sums of each
 // tile; the Go path float64 exp rounded to float32. Every path differs from
 // the plain softmax only in rounding.
-func (k *Kernels) FlashTile(qt []float32, rp, R, dk, dv int, kp, vp []float32, vn, L, j0 int, pos []int32, mask bool,
+func (k *Kernels) FlashTile(qt []float32, rp, R, dk, dv int, kp, vp []float32, vn, L, j0 int, pos []int32, mask bool, win int,
 	m []float32, l []float64, acc, scratch []float32) {
 	const op = "FlashTile"
 	switch {
@@ -74,14 +77,14 @@ func (k *Kernels) FlashTile(qt []float32, rp, R, dk, dv int, kp, vp []float32, v
 	case len(scratch) < FlashScratch(rp, L):
 		panic(fmt.Sprintf("cpu: %s: scratch needs %d floats, has %d", op, FlashScratch(rp, L), len(scratch)))
 	}
-	if k.isa != ISAScalarGo && flashTileC(k.isa, qt, rp, R, dk, dv, kp, vp, vn, L, j0, pos, mask, m, l, acc, scratch) {
+	if k.isa != ISAScalarGo && flashTileC(k.isa, qt, rp, R, dk, dv, kp, vp, vn, L, j0, pos, mask, max(win, 0), m, l, acc, scratch) {
 		return
 	}
-	flashTileGo(qt, R, dk, dv, kp, vp, vn, L, j0, pos, mask, m, l, acc, scratch)
+	flashTileGo(qt, R, dk, dv, kp, vp, vn, L, j0, pos, mask, max(win, 0), m, l, acc, scratch)
 }
 
 // flashTileGo is FlashTile in Go, one query row at a time.
-func flashTileGo(qt []float32, R, dk, dv int, kp, vp []float32, vn, L, j0 int, pos []int32, mask bool,
+func flashTileGo(qt []float32, R, dk, dv int, kp, vp []float32, vn, L, j0 int, pos []int32, mask bool, win int,
 	m []float32, l []float64, acc, s []float32) {
 	s = s[:L]
 	ninf := float32(math.Inf(-1))
@@ -90,7 +93,7 @@ func flashTileGo(qt []float32, R, dk, dv int, kp, vp []float32, vn, L, j0 int, p
 		mx := m[r]
 		for j := range L {
 			var d float32
-			if !mask || j0+j <= int(pos[r]) {
+			if p := int(pos[r]); !mask || j0+j <= p && (win == 0 || j0+j > p-win) {
 				for e, x := range kp[j*dk : (j+1)*dk] {
 					d += x * qb[e*FlashRowBlock+i]
 				}
@@ -100,13 +103,14 @@ func flashTileGo(qt []float32, R, dk, dv int, kp, vp []float32, vn, L, j0 int, p
 			s[j] = d
 			mx = max(mx, d)
 		}
+		mxe := mx // the exponents' origin: 0 while nothing is unmasked
 		if mx == ninf {
-			mx = 0
+			mxe = 0
 		}
-		c := expf(m[r] - mx)
+		c := expf(m[r] - mxe)
 		var sum float32
 		for j, x := range s {
-			p := expf(x - mx)
+			p := expf(x - mxe)
 			s[j] = p
 			sum += p
 		}

@@ -86,7 +86,7 @@ func TestAttentionPrefillShapes(t *testing.T) {
 }
 
 // TestFlashTileMask runs FlashTile on a tile where some query rows see no
-// position yet (m stays finite, nothing NaN) and where the max grows by
+// position yet (m stays -Inf, nothing NaN) and where the max grows by
 // more than exp's range between tiles (the old sum and accumulator scale
 // to zero), per path, against float64 arithmetic.
 func TestFlashTileMask(t *testing.T) {
@@ -118,13 +118,13 @@ func TestFlashTileMask(t *testing.T) {
 		}
 		scratch := make([]float32, cpu.FlashScratch(rp, L))
 		// a tile [4, 8) first: rows at 1 and 2 see none of it
-		k.FlashTile(qt, rp, R, dk, dv, kp[L*dk:], vp, 2*L, L, L, pos, true, m, l, acc, scratch)
+		k.FlashTile(qt, rp, R, dk, dv, kp[L*dk:], vp, 2*L, L, L, pos, true, 0, m, l, acc, scratch)
 		for r := range 2 {
-			if m[r] != 0 || l[r] != 0 || acc[r*dv] != 0 {
+			if !math.IsInf(float64(m[r]), -1) || l[r] != 0 || acc[r*dv] != 0 {
 				t.Errorf("isa=%s: row %d with nothing visible: m %g, l %g, acc %g", isa, r, m[r], l[r], acc[r*dv])
 			}
 		}
-		k.FlashTile(qt, rp, R, dk, dv, kp, vp, 2*L, L, 0, pos, true, m, l, acc, scratch)
+		k.FlashTile(qt, rp, R, dk, dv, kp, vp, 2*L, L, 0, pos, true, 0, m, l, acc, scratch)
 		for r := range R {
 			var sum, w float64
 			wv := make([]float64, dv)

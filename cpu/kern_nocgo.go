@@ -42,7 +42,7 @@ func rmsNormC(ISA, []float32, []float32, []float32, int, int, float32) bool { re
 
 func ropeC(ISA, []float32, []float32, int, int, int, int, bool) bool { return false }
 
-func flashTileC(ISA, []float32, int, int, int, int, []float32, []float32, int, int, int, []int32, bool,
+func flashTileC(ISA, []float32, int, int, int, int, []float32, []float32, int, int, int, []int32, bool, int,
 	[]float32, []float64, []float32, []float32) bool {
 	return false
 }

@@ -105,6 +105,7 @@ func (m *Model) NewContextKV(ops Ops, kv *KVCache, maxBatch int) (*Context, erro
 	c := &Context{M: m, Ops: ops, KV: kv, MaxBatch: maxBatch}
 	kv.storer, _ = ops.(KVStorer)
 	kv.ReserveRecent(maxBatch)
+	kv.ReserveSWA(maxBatch)
 	n := maxBatch
 	c.x = make([]float32, n*h.NEmbd)
 	c.xn = make([]float32, n*h.NEmbd)
@@ -203,6 +204,9 @@ func (c *Context) Decode(b *Batch) ([]float32, error) {
 		}
 	}
 	if err := c.KV.PrepareRecent(b.Seq, b.Pos); err != nil {
+		return nil, err
+	}
+	if err := c.KV.PrepareSWA(b.Seq, b.Pos); err != nil {
 		return nil, err
 	}
 	c.nEmbd = 0

@@ -60,6 +60,10 @@ type KVCache struct {
 	storer             KVStorer         // Store's backend (NewContextKV; nil: SetK and SetV)
 	deferrer           KVDeferrer       // Store's deferrer (Context.SetHooks; nil: none)
 	recent             *recentRows      // --kv-recent's f16 rows (nil: none)
+	swa                *swaRings        // the sliding-window layers' rings (nil: none; kvswa.go)
+	swaSaved           *swaSaved        // SaveSWA's copy of one sequence's rings
+	win                []int            // per layer: its sliding window (0: none)
+	cells              int              // rows of a layer without a ring
 }
 
 // PagedKV is implemented by backends whose Attention reads the cache only
@@ -112,6 +116,7 @@ func newKV(h *Hyper, t KVTypes, nCtx, nSeq int) (*KVCache, error) {
 		return nil, err
 	}
 	c.scratch = make([]float32, c.StoreScratch())
+	c.newSWA(h, DefaultSWABatch)
 	return c, nil
 }
 
@@ -149,17 +154,24 @@ func turboCodecs(h *Hyper, ls []KVLayer, k bool, dim int) ([][]*quant.Turbo, err
 // Layer returns layer l's K and V types and bytes per head.
 func (c *KVCache) Layer(l int) KVLayer { return c.layers[l] }
 
+// alloc allocates rows rows per layer (a sliding-window layer's rings
+// instead: kvswa.go).
 func (c *KVCache) alloc(rows int) {
+	c.cells = rows
 	c.K = make([][]byte, c.NLayer)
 	c.V = make([][]byte, c.NLayer)
 	for l := range c.K {
-		c.K[l] = make([]byte, rows*c.nHead*c.layers[l].KHead)
-		c.V[l] = make([]byte, rows*c.nHead*c.layers[l].VHead)
+		n := rows
+		if r := c.ring(l); r > 0 {
+			n = c.nSeq * r
+		}
+		c.K[l] = make([]byte, n*c.nHead*c.layers[l].KHead)
+		c.V[l] = make([]byte, n*c.nHead*c.layers[l].VHead)
 	}
 }
 
 // Bytes returns the cache's storage in bytes (--kv-recent's f16 rows
-// included).
+// and the sliding-window layers' rings included).
 func (c *KVCache) Bytes() int64 {
 	n := c.recentBytes()
 	for l := range c.K {
@@ -211,32 +223,48 @@ func NewPagedKVCache(h *Hyper, t KVTypes, blockSize, nBlocks, nSeq, nCtx int) (*
 // Paged reports whether the cache is paged (has block tables).
 func (c *KVCache) Paged() bool { return c.Tables != nil }
 
-// row returns the row index of (seq, pos).
-func (c *KVCache) row(seq, pos int) int {
+// cell returns the row index of (seq, pos) in the cache's addressing
+// (contiguous or paged): its row in every layer but a sliding-window
+// layer's ring.
+func (c *KVCache) cell(seq, pos int) int {
 	if c.Tables == nil {
 		return seq*c.lb + pos
 	}
 	return int(c.Tables[seq][pos>>c.shift])<<c.shift | pos&(c.BlockSize-1)
 }
 
-// off returns the byte offset of head kh of row r, for heads of hb bytes.
-func (c *KVCache) off(r, kh, hb int) int {
-	b := r / c.lb
-	return ((b*c.nHead+kh)*c.lb + r - b*c.lb) * hb
+// row returns the row index of (seq, pos) in layer l: a sliding-window
+// layer's ring row (kvswa.go), else cell.
+func (c *KVCache) row(l, seq, pos int) int {
+	if r := c.ring(l); r > 0 {
+		return seq*r + pos%r
+	}
+	return c.cell(seq, pos)
+}
+
+// off returns the byte offset of head kh of row r of layer l, for heads of
+// hb bytes (layout blocks of lb rows; a ring layer's are its rings).
+func (c *KVCache) off(l, r, kh, hb int) int {
+	lb := c.lb
+	if rr := c.ring(l); rr > 0 {
+		lb = rr
+	}
+	b := r / lb
+	return ((b*c.nHead+kh)*lb + r - b*lb) * hb
 }
 
 // ktile returns the transposed tile of K[l] holding head kh of row r,
 // and r's row in it.
 func (c *KVCache) ktile(l, r, kh int) ([]byte, int) {
 	hb := c.layers[l].KHead
-	i := c.off(r&^(quant.TileRows-1), kh, hb)
+	i := c.off(l, r&^(quant.TileRows-1), kh, hb)
 	return c.K[l][i : i+quant.TileRows*hb], r & (quant.TileRows - 1)
 }
 
 // KHeadRow copies the stored K head kh of (seq, pos) in layer l
 // (Layer(l).KHead bytes, untransposed) to dst and returns it.
 func (c *KVCache) KHeadRow(dst []byte, l, seq, pos, kh int) []byte {
-	t, r := c.ktile(l, c.row(seq, pos), kh)
+	t, r := c.ktile(l, c.row(l, seq, pos), kh)
 	dst = dst[:c.layers[l].KHead]
 	quant.TileRow(dst, t, r, c.layers[l].KUnit)
 	return dst
@@ -326,9 +354,9 @@ const pagedLayoutRows = 256
 // must not exceed Run(seq, pos).
 func (c *KVCache) KHeadTiles(l, kh, seq, pos, n int) ([]byte, int) {
 	hb := c.layers[l].KHead
-	r := c.row(seq, pos)
+	r := c.row(l, seq, pos)
 	r0 := r & (quant.TileRows - 1)
-	i := c.off(r-r0, kh, hb)
+	i := c.off(l, r-r0, kh, hb)
 	return c.K[l][i : i+quant.WholeTiles(r0+n)*hb], r0
 }
 
@@ -337,12 +365,13 @@ func (c *KVCache) KHeadTiles(l, kh, seq, pos, n int) ([]byte, int) {
 // exceed Run(seq, pos).
 func (c *KVCache) VHeadRows(l, kh, seq, pos, n int) []byte {
 	hb := c.layers[l].VHead
-	i := c.off(c.row(seq, pos), kh, hb)
+	i := c.off(l, c.row(l, seq, pos), kh, hb)
 	return c.V[l][i : i+n*hb]
 }
 
 // CopyRows copies the first n rows of block src to block dst in every
-// layer (a block-addressed cache: paged, or from NewBlockKVCache).
+// layer but the sliding-window layers' rings (a block-addressed cache:
+// paged, or from NewBlockKVCache).
 func (c *KVCache) CopyRows(dst, src, n int) {
 	if dst == src || n <= 0 {
 		return
@@ -353,15 +382,18 @@ func (c *KVCache) CopyRows(dst, src, n int) {
 	d, s := dst*c.BlockSize, src*c.BlockSize
 	var buf [512]byte
 	for l := range c.K {
+		if c.ring(l) > 0 {
+			continue // its rows are a sequence's ring, not blocks (CopySWA)
+		}
 		kb, vb := c.layers[l].KHead, c.layers[l].VHead
 		for kh := range c.nHead {
-			copy(c.V[l][c.off(d, kh, vb):][:n*vb], c.V[l][c.off(s, kh, vb):][:n*vb])
+			copy(c.V[l][c.off(l, d, kh, vb):][:n*vb], c.V[l][c.off(l, s, kh, vb):][:n*vb])
 			if c.BlockSize%quant.TileRows == 0 {
 				// whole tiles: the rows past n in the last one are rows
 				// of dst not written yet, which its owner writes before
 				// reading
 				m := quant.WholeTiles(n) * kb
-				copy(c.K[l][c.off(d, kh, kb):][:m], c.K[l][c.off(s, kh, kb):][:m])
+				copy(c.K[l][c.off(l, d, kh, kb):][:m], c.K[l][c.off(l, s, kh, kb):][:m])
 				continue
 			}
 			b := buf[:]

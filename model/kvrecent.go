@@ -132,7 +132,7 @@ func (c *KVCache) newRecent() {
 // key returns the block whose slot holds (seq, pos)'s copy.
 func (c *KVCache) key(seq, pos int) int {
 	if c.recent.blocked {
-		return c.row(seq, pos) >> c.shift
+		return c.cell(seq, pos) >> c.shift
 	}
 	return seq*c.recent.perSeq + pos/RecentAlign
 }

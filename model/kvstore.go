@@ -98,7 +98,7 @@ type KVStorer interface {
 // converted to the cache's K type. SetK and SetV share scratch: calls on
 // one cache must not run concurrently.
 func (c *KVCache) SetK(l, seq, pos int, x []float32) {
-	r := c.row(seq, pos)
+	r := c.row(l, seq, pos)
 	for kh := range c.nHead {
 		c.storeK(l, r, kh, x[kh*c.headK:(kh+1)*c.headK], c.scratch)
 	}
@@ -106,9 +106,9 @@ func (c *KVCache) SetK(l, seq, pos int, x []float32) {
 
 // SetV stores x (VDim values) as the V row of (seq, pos) in layer l.
 func (c *KVCache) SetV(l, seq, pos int, x []float32) {
-	r, lt := c.row(seq, pos), &c.layers[l]
+	r, lt := c.row(l, seq, pos), &c.layers[l]
 	for kh := range c.nHead {
-		i := c.off(r, kh, lt.VHead)
+		i := c.off(l, r, kh, lt.VHead)
 		c.store(c.V[l][i:i+lt.VHead], lt.V, c.TurboV(l, kh), x[kh*c.headV:(kh+1)*c.headV])
 	}
 }
@@ -132,9 +132,9 @@ func (c *KVCache) StoreScratch() int {
 // SetV stores for it. scratch (StoreScratch floats) is the caller's, so
 // calls for different heads or rows may run concurrently.
 func (c *KVCache) StoreHead(l, seq, pos, kh int, v bool, x, scratch []float32) {
-	r, lt := c.row(seq, pos), &c.layers[l]
+	r, lt := c.row(l, seq, pos), &c.layers[l]
 	if v {
-		i := c.off(r, kh, lt.VHead)
+		i := c.off(l, r, kh, lt.VHead)
 		c.storeWith(c.V[l][i:i+lt.VHead], lt.V, c.TurboV(l, kh), x[kh*c.headV:(kh+1)*c.headV], scratch)
 		return
 	}

@@ -31,13 +31,16 @@ type Footprint struct {
 	// BlockSize is the KV cache's block size; 0: a contiguous cache (a
 	// model.Context of one's own, as bench's).
 	BlockSize int
+	// NCtx is one sequence's context: with Running and MaxBatch it sizes
+	// the rings of sliding-window layers (model.KVCacheBytes; 0: Cells).
+	NCtx int
 }
 
 // EngineFootprint is the footprint of an engine of config c, with
 // NewEngine's defaults (one sequence, blocks of defaultBlockSize, a KV
 // cache of NSeq × NCtx cells unless KVTokens says otherwise).
 func EngineFootprint(c Config) Footprint {
-	f := Footprint{Cells: c.KVTokens, Running: max(c.NSeq, 1), MaxBatch: c.MaxBatch, BlockSize: c.BlockSize}
+	f := Footprint{Cells: c.KVTokens, Running: max(c.NSeq, 1), MaxBatch: c.MaxBatch, BlockSize: c.BlockSize, NCtx: c.NCtx}
 	if f.Cells <= 0 {
 		f.Cells = f.Running * c.NCtx
 	}
@@ -52,7 +55,7 @@ func EngineFootprint(c Config) Footprint {
 // for a model of hyperparameters h and a run of footprint f; zero or less
 // when nothing does.
 func WeightBudget(limit int64, h *model.Hyper, kv model.KVTypes, f Footprint) int64 {
-	return limit - KVBytes(h, kv, f.Cells) -
+	return limit - footprintKVBytes(h, kv, f) -
 		model.KVRecentReserve(h, kv, max(f.Running, 1), f.MaxBatch, f.BlockSize, f.Cells) -
 		ActBytes(h, f.MaxBatch) - Headroom
 }
@@ -68,6 +71,21 @@ func KVBytes(h *model.Hyper, kv model.KVTypes, cells int) int64 {
 	return int64(cells) * int64(per)
 }
 
+// footprintKVBytes is the KV cache of footprint f in types kv: its cells
+// in the full layers and the sliding-window layers' rings
+// (model.KVCacheBytes), or KVBytes when the heads do not fit kv.
+func footprintKVBytes(h *model.Hyper, kv model.KVTypes, f Footprint) int64 {
+	nCtx := f.NCtx
+	if nCtx <= 0 {
+		nCtx = f.Cells
+	}
+	n, err := model.KVCacheBytes(h, kv, f.Cells, max(f.Running, 1), nCtx, max(f.MaxBatch, 1))
+	if err != nil {
+		return KVBytes(h, kv, f.Cells)
+	}
+	return n
+}
+
 // ActBytes estimates a context's scratch for batches of maxBatch tokens:
 // the logits and the per-layer activations, in f32.
 func ActBytes(h *model.Hyper, maxBatch int) int64 {
@@ -78,19 +96,28 @@ func ActBytes(h *model.Hyper, maxBatch int) int64 {
 // KVCapacity is what a byte budget for the KV cache holds (serve --kv-budget).
 type KVCapacity struct {
 	Tokens   int   // cells that fit
-	PerToken int   // bytes of one cell, all layers
+	PerToken int   // bytes of one cell, all layers without a sliding-window ring
 	Windows  int64 // bytes of the recent f16 windows, taken first
+	Rings    int64 // bytes of the sliding-window layers' rings, taken first too
 }
 
 // KVCapacityFor returns what budget bytes of KV cache hold in types kv, for nSeq
-// sequences at once, batches of maxBatch and blocks of blockSize: the
-// recent windows first (sized for as many cells as the whole budget
-// would hold), then as many cells as the rest holds.
-func KVCapacityFor(h *model.Hyper, kv model.KVTypes, budget int64, nSeq, maxBatch, blockSize int) (KVCapacity, error) {
-	per, err := model.KVBytesPerToken(h, kv)
+// sequences of nCtx positions at once, batches of maxBatch and blocks of
+// blockSize: the recent windows and the sliding-window layers' rings
+// first (the windows sized for as many cells as the whole budget would
+// hold), then as many cells as the rest holds.
+func KVCapacityFor(h *model.Hyper, kv model.KVTypes, budget int64, nSeq, nCtx, maxBatch, blockSize int) (KVCapacity, error) {
+	per, err := model.SWAFullBytesPerToken(h, kv, nCtx, maxBatch)
 	if err != nil {
 		return KVCapacity{}, err
 	}
+	rings, err := model.KVCacheBytes(h, kv, 0, nSeq, nCtx, maxBatch)
+	if err != nil {
+		return KVCapacity{}, err
+	}
+	if per == 0 { // every layer is a ring: cells cost nothing more
+		return KVCapacity{Tokens: nSeq * nCtx, Rings: rings}, nil
+	}
 	win := model.KVRecentReserve(h, kv, nSeq, maxBatch, blockSize, int(budget/int64(per)))
-	return KVCapacity{Tokens: int(max(budget-win, 0) / int64(per)), PerToken: per, Windows: win}, nil
+	return KVCapacity{Tokens: int(max(budget-win-rings, 0) / int64(per)), PerToken: per, Windows: win, Rings: rings}, nil
 }

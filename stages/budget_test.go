@@ -71,9 +71,9 @@ func TestEngineFootprint(t *testing.T) {
 		c    stages.Config
 		want stages.Footprint
 	}{
-		{stages.Config{NCtx: 512, MaxBatch: 64}, stages.Footprint{Cells: 512, Running: 1, MaxBatch: 64, BlockSize: 16}},
-		{stages.Config{NCtx: 512, NSeq: 4, MaxBatch: 64}, stages.Footprint{Cells: 2048, Running: 4, MaxBatch: 64, BlockSize: 16}},
-		{stages.Config{NCtx: 512, NSeq: 4, MaxBatch: 64, KVTokens: 1000, BlockSize: 32}, stages.Footprint{Cells: 1000, Running: 4, MaxBatch: 64, BlockSize: 32}},
+		{stages.Config{NCtx: 512, MaxBatch: 64}, stages.Footprint{Cells: 512, Running: 1, MaxBatch: 64, BlockSize: 16, NCtx: 512}},
+		{stages.Config{NCtx: 512, NSeq: 4, MaxBatch: 64}, stages.Footprint{Cells: 2048, Running: 4, MaxBatch: 64, BlockSize: 16, NCtx: 512}},
+		{stages.Config{NCtx: 512, NSeq: 4, MaxBatch: 64, KVTokens: 1000, BlockSize: 32}, stages.Footprint{Cells: 1000, Running: 4, MaxBatch: 64, BlockSize: 32, NCtx: 512}},
 	}
 	for _, tc := range tests {
 		if got := stages.EngineFootprint(tc.c); got != tc.want {
@@ -85,17 +85,50 @@ func TestEngineFootprint(t *testing.T) {
 // TestKVCapacityFor: a KV byte budget holds whole cells after the windows.
 func TestKVCapacityFor(t *testing.T) {
 	h := budgetHyper(32, false)
-	p, err := stages.KVCapacityFor(h, model.KVTypes{K: model.KVF16, V: model.KVF16}, 1<<20+100, 4, 512, 16)
+	p, err := stages.KVCapacityFor(h, model.KVTypes{K: model.KVF16, V: model.KVF16}, 1<<20+100, 4, 4096, 512, 16)
 	if err != nil || p != (stages.KVCapacity{Tokens: 2048, PerToken: 512}) {
 		t.Errorf("f16: %+v, %v", p, err)
 	}
 	tq4 := model.KVTypes{K: model.KVTQ4, V: model.KVTQ4, Recent: model.DefaultKVRecent}
-	p, err = stages.KVCapacityFor(h, tq4, 1<<20, 4, 512, 16)
+	p, err = stages.KVCapacityFor(h, tq4, 1<<20, 4, 4096, 512, 16)
 	per, _ := model.KVBytesPerToken(h, tq4)
 	if err != nil || p.Windows <= 0 || p.PerToken != per || p.Tokens != int((1<<20-p.Windows)/int64(per)) {
 		t.Errorf("tq4 with recent windows: %+v, %v", p, err)
 	}
-	if _, err := stages.KVCapacityFor(budgetHyper(8, false), model.KVTypes{K: model.KVQ8_0, V: model.KVF16}, 1<<20, 1, 1, 16); err == nil {
+	if _, err := stages.KVCapacityFor(budgetHyper(8, false), model.KVTypes{K: model.KVQ8_0, V: model.KVF16}, 1<<20, 1, 4096, 1, 16); err == nil {
 		t.Error("q8_0 on heads of 8: no error")
+	}
+}
+
+// TestSWABudget: a model with sliding-window layers counts their rings,
+// not a cell per token, in the weights' budget and in a KV byte budget,
+// exactly as model.KVCacheBytes sizes them.
+func TestSWABudget(t *testing.T) {
+	h := budgetHyper(32, false)
+	h.Window = make([]int, h.NLayer)
+	for l := range h.NLayer {
+		if l%2 == 0 {
+			h.Window[l] = 256
+		}
+	}
+	f16 := model.KVTypes{K: model.KVF16, V: model.KVF16}
+	const nCtx, nSeq, batch = 4096, 2, 64
+	ring := model.SWARingRows(256, batch, nCtx)
+	if ring != 320 {
+		t.Fatalf("ring of window 256, batch 64: %d rows, want 320", ring)
+	}
+	full, _ := model.KVBytesPerToken(h, f16)
+	perLayer := int64(full / h.NLayer)
+	nFull, nRing := int64(h.NLayer-h.NLayer/2-h.NLayer%2), int64(h.NLayer/2+h.NLayer%2)
+	want := nFull*perLayer*nSeq*nCtx + nRing*perLayer*nSeq*int64(ring)
+	f := stages.Footprint{Cells: nSeq * nCtx, Running: nSeq, MaxBatch: batch, BlockSize: 16, NCtx: nCtx}
+	denseAct := stages.ActBytes(h, batch)
+	const gib = 1 << 30
+	if got := stages.WeightBudget(gib, h, f16, f); got != gib-want-denseAct-stages.Headroom {
+		t.Errorf("weight budget %d, want %d (KV %d)", got, gib-want-denseAct-stages.Headroom, want)
+	}
+	p, err := stages.KVCapacityFor(h, f16, want, nSeq, nCtx, batch, 16)
+	if err != nil || p.Rings != nRing*perLayer*nSeq*int64(ring) || p.PerToken != int(nFull*perLayer) || p.Tokens != nSeq*nCtx {
+		t.Errorf("capacity of %d bytes: %+v, %v; want %d tokens of %d bytes after %d of rings", want, p, err, nSeq*nCtx, nFull*perLayer, nRing*perLayer*nSeq*int64(ring))
 	}
 }

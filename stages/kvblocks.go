@@ -80,13 +80,18 @@ type kvBlocks struct {
 	nLRU       int
 
 	used int // blocks with ref > 0
+
+	// Sliding-window layers (model.KVCache.Ring): per sequence slot, the
+	// tokens whose rows its rings hold, from the last sequence released
+	// from it (nil: none); see swaSource.
+	swaToks [][]int32
 }
 
 func newKVBlocks(kv *model.KVCache, paged bool, nSeq int) *kvBlocks {
 	n := kv.NBlocks
 	kb := &kvBlocks{kv: kv, size: kv.BlockSize, paged: paged, perSeq: n / nSeq,
 		ref: make([]int32, n), key: make([]uint64, n), parent: make([]uint64, n), fill: make([]int32, n), toks: make([]int32, n*kv.BlockSize),
-		byKey: map[uint64]int32{}, byParent: map[uint64][]int32{}}
+		byKey: map[uint64]int32{}, byParent: map[uint64][]int32{}, swaToks: make([][]int32, nSeq)}
 	if paged {
 		kb.prev, kb.next = make([]int32, n+1), make([]int32, n+1)
 		kb.prev[n], kb.next[n] = int32(n), int32(n)
@@ -307,23 +312,33 @@ func (kb *kvBlocks) match(toks []int32) prefix {
 // a sequence in slot can reuse when the cache keeps f16 copies of recent
 // rows (--kv-recent): its next queries read the copies of the positions
 // just before it, so it stops where those are no longer all kept. Only
-// blocks shared as they are keep their copies (a partial block is copied,
-// and so is a full block in the fixed layout unless it is the slot's own).
+// blocks shared as they are keep their copies: attach shares the whole
+// blocks of the prefix it reuses and copies the partial last one (and, in
+// the fixed layout, every block that is not the slot's own), so the blocks
+// that count depend on the length tried, which is cut until it holds.
 func (kb *kvBlocks) recentHit(slot int, m prefix, cached int) int {
-	if !kb.kv.HasRecent() || cached == 0 {
+	if !kb.kv.HasRecent() {
 		return cached
 	}
-	blocks := make([]int32, 0, len(m.full)+1)
-	for i, b := range m.full {
-		if !kb.paged && int(b) != slot*kb.perSeq+i {
-			b = -1
+	for cached > 0 {
+		nFull := min(cached/kb.size, len(m.full))
+		blocks := make([]int32, 0, nFull+1)
+		for i, b := range m.full[:nFull] {
+			if !kb.paged && int(b) != slot*kb.perSeq+i {
+				b = -1
+			}
+			blocks = append(blocks, b)
 		}
-		blocks = append(blocks, b)
+		if cached > nFull*kb.size {
+			blocks = append(blocks, -1)
+		}
+		n := kb.kv.RecentHit(blocks, cached)
+		if n == cached {
+			return n
+		}
+		cached = n
 	}
-	if m.part >= 0 {
-		blocks = append(blocks, -1)
-	}
-	return kb.kv.RecentHit(blocks, cached)
+	return 0
 }
 
 // attach gives q (resident in slot) the cached prefix m of its tokens, at
@@ -432,6 +447,7 @@ func (kb *kvBlocks) publish(q *seq) {
 // now).
 func (kb *kvBlocks) release(q *seq) {
 	kb.publish(q)
+	kb.swaToks[q.slot] = append(kb.swaToks[q.slot][:0], q.toks[:q.fed]...)
 	for i, b := range q.blocks {
 		parent := hashSeed
 		if i > 0 && i-1 < len(q.keys) {
@@ -451,4 +467,24 @@ func (kb *kvBlocks) release(q *seq) {
 	if kb.paged {
 		kb.kv.Tables[q.slot] = nil
 	}
+}
+
+// swaRings reports whether the cache has sliding-window rings, which
+// sequences do not share through blocks.
+func (kb *kvBlocks) swaRings() bool {
+	for l := range kb.kv.NLayer {
+		if kb.kv.Ring(l) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// commonPrefix returns how many leading tokens a and b share.
+func commonPrefix(a, b []int32) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
 }

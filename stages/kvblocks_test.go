@@ -276,3 +276,43 @@ func TestAbortedLeaveNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestPrefixWholeBlocksKVRecent: with --kv-recent, a prompt that is
+// exactly whole cached blocks reuses all but its last token, so the last
+// block is copied (partly), not shared, and its f16 copies do not come
+// with it: the reuse must stop where they are missing, and the request
+// gives its text alone (an error "no longer kept" otherwise).
+func TestPrefixWholeBlocksKVRecent(t *testing.T) {
+	fx := load(t, "stories260K.gguf")
+	kv := model.KVTypes{K: model.KVTQ4, V: model.KVTQ3, Recent: 8}
+	long := fx.tok.Encode("Once upon a time, there was a little girl named Lily. She loved to play outside.", true, true)
+	if len(long) < 24 {
+		t.Fatalf("prompt of %d tokens", len(long))
+	}
+	short := long[:16] // two whole blocks of 8
+	e, err := stages.NewEngine(fx.m, fx.tok, cpu.NewRef(), stages.Config{NCtx: 128, KVTypes: kv}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	solo := newCollector()
+	if err := runEngine(t, e, &stages.Request{Prompt: short, Params: greedy(), MaxTokens: 6, IgnoreEOG: true, Emit: solo.emit}); err != nil {
+		t.Fatal(err)
+	}
+	alone := solo.text.String()
+	for _, lay := range layouts {
+		e, err := stages.NewEngine(fx.m, fx.tok, lay.ops(), stages.Config{NCtx: 128, BlockSize: 8, KVTypes: kv}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := newCollector(), newCollector()
+		if err := runEngine(t, e,
+			&stages.Request{Prompt: long, Params: greedy(), MaxTokens: 4, IgnoreEOG: true, Emit: a.emit},
+			&stages.Request{Prompt: short, Params: greedy(), MaxTokens: 6, IgnoreEOG: true, Emit: b.emit}); err != nil {
+			t.Fatalf("%s: %v", lay.name, err)
+		}
+		if b.text.String() != alone {
+			t.Errorf("%s: %q after the longer prompt, alone %q", lay.name, b.text.String(), alone)
+		}
+		t.Logf("%s: reused %d of %d tokens", lay.name, b.final.Usage.CachedTokens, len(short))
+	}
+}

@@ -294,7 +294,17 @@ func (s *scheduler) resume() {
 		if slot2 := s.slotFor(m); slot2 >= 0 {
 			slot = slot2
 		}
-		cached := s.blocks.recentHit(slot, m, min(m.tokens(s.blocks.size), q.limit()))
+		cached := min(m.tokens(s.blocks.size), q.limit())
+		src := -1 // the sequence whose sliding-window rings the cached prefix needs
+		if s.blocks.swaRings() {
+			slot, src, cached = s.swaSource(slot, q, cached, s.slotFor(m) >= 0)
+		}
+		// --kv-recent's copies may cut the prefix shorter, and the rings
+		// may not hold the window of a shorter one
+		cached = s.blocks.recentHit(slot, m, cached)
+		if src >= 0 && !s.blocks.kv.SWAHolds(src, cached) {
+			cached = 0
+		}
 		need := (len(q.toks)+s.blocks.size-1)/s.blocks.size - cached/s.blocks.size
 		if s.blocks.available() < need+1 && len(s.running) > 0 {
 			return // wait for blocks (alone, it always fits)
@@ -303,6 +313,16 @@ func (s *scheduler) resume() {
 		s.free[slot] = false
 		s.lastUsed[slot] = q.order
 		got := s.blocks.attach(q, m, cached)
+		if src >= 0 && got < cached && !s.blocks.kv.SWAHolds(src, got) {
+			// fewer blocks than planned (none free for the partial one),
+			// and the rings do not hold the shorter prefix: compute it all
+			s.blocks.release(q)
+			got = s.blocks.attach(q, prefix{part: -1}, 0)
+		}
+		if src >= 0 && got > 0 {
+			s.blocks.kv.CopySWA(q.slot, src)
+		}
+		s.blocks.kv.SWAAttach(q.slot, got)
 		s.blocks.kv.RecentAttach(q.slot, got)
 		q.fed = got
 		q.long = s.long < 0 || len(q.toks)-got > s.long
@@ -332,6 +352,42 @@ func cmpOrder(a, b uint64) int {
 		return 1
 	}
 	return 0
+}
+
+// swaSource limits a cached prefix of q (cached tokens, for slot) to what
+// some sequence's sliding-window rings still hold: the rows of the window
+// before the prefix's end (model.KVCache.SWAHolds), computed from the same
+// tokens. Candidates are the rings of the free slots (what the sequence
+// released from each computed) and of the running sequences (a fork, n > 1,
+// from a request still running). It returns the slot to use (a free slot
+// whose rings hold the longest prefix, unless keep: the fixed layout's
+// slot already holding the prefix's blocks), the slot whose rings to copy
+// (-1: none, the prefix is empty; slot itself: nothing to copy), and the
+// prefix it can reuse: the whole prefix, or nothing when no ring holds
+// its window (llama-server then reprocesses the prompt too, short of a
+// context checkpoint).
+func (s *scheduler) swaSource(slot int, q *seq, cached int, keep bool) (int, int, int) {
+	kv := s.blocks.kv
+	best, src := 0, -1
+	try := func(from int, toks []int32) {
+		c := min(cached, commonPrefix(toks, q.toks))
+		if c > best && kv.SWAHolds(from, c) {
+			best, src = c, from
+		}
+	}
+	try(slot, s.blocks.swaToks[slot]) // the chosen slot first: no copy on a tie
+	for i, f := range s.free {
+		if f && i != slot {
+			try(i, s.blocks.swaToks[i])
+		}
+	}
+	for _, r := range s.running {
+		try(r.slot, r.toks[:r.fed])
+	}
+	if src >= 0 && src != slot && !keep && s.free[src] && (s.blocks.paged || !kv.HasRecent()) {
+		slot = src // its own rings: nothing to copy
+	}
+	return slot, src, best
 }
 
 // slotFor prefers, in the fixed layout, the free KV sequence that already

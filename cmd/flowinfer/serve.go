@@ -181,13 +181,13 @@ func (c *ServeCmd) kvTokens(h *model.Hyper, sc stages.Config) (int, error) {
 	if c.KVTokens > 0 {
 		return 0, fmt.Errorf("--kv-tokens %d and --kv-budget %v both size the KV cache: set one", c.KVTokens, c.KVBudget)
 	}
-	kc, err := stages.KVCapacityFor(h, sc.KVTypes, int64(c.KVBudget), sc.NSeq, sc.MaxBatch, sc.BlockSize)
+	kc, err := stages.KVCapacityFor(h, sc.KVTypes, int64(c.KVBudget), sc.NSeq, sc.NCtx, sc.MaxBatch, sc.BlockSize)
 	if err != nil {
 		return 0, err
 	}
 	if kc.Tokens < sc.NCtx {
-		return 0, fmt.Errorf("--kv-budget %v holds %d tokens of %s KV (%d bytes each, after %d bytes of f16 windows); one context needs %d",
-			c.KVBudget, kc.Tokens, sc.KVTypes, kc.PerToken, kc.Windows, sc.NCtx)
+		return 0, fmt.Errorf("--kv-budget %v holds %d tokens of %s KV (%d bytes each, after %d bytes of f16 windows and %d of sliding-window rings); one context needs %d",
+			c.KVBudget, kc.Tokens, sc.KVTypes, kc.PerToken, kc.Windows, kc.Rings, sc.NCtx)
 	}
 	return kc.Tokens, nil
 }
