@@ -88,6 +88,21 @@ func sizeLabel(f *gguf.File, arch string) string {
 			}
 			return "8B"
 		}
+	case "gemma3":
+		switch nl {
+		case 18:
+			return "270M"
+		case 26:
+			return "1B"
+		case 32:
+			return "8B"
+		case 34:
+			return "4B"
+		case 48:
+			return "12B"
+		case 62:
+			return "27B"
+		}
 	case "qwen3moe":
 		switch nl {
 		case 48:

@@ -1,7 +1,7 @@
 package cpu
 
 // backend_ew.go: the Backend's elementwise and row-wise operations
-// (RMSNorm, RoPE, SwiGLU, Add, softmax): one ewTask split by rows across
+// (RMSNorm, RoPE, SwiGLU, GeGLU, Add, Scale, softmax): one ewTask split by rows across
 // the workers when the work pays for a dispatch, and the Go loops the
 // kernels fall back on (rmsNormRows, rotate, swiglu). It holds no matrix
 // product (backend_matmul.go) and no attention (backend_attn.go).
@@ -22,6 +22,8 @@ const (
 	ewAdd
 	ewSoftmax
 	ewRope
+	ewGeGLU
+	ewScale
 	ewSwiGLUOAI
 )
 
@@ -42,7 +44,9 @@ type ewTask struct {
 	pos          []int32
 	nHead        int
 	rope         *model.Rope
-	n            int // rows (or elements for SwiGLU/Add)
+	gelu         *[1 << 16]float32 // GeGLU's table
+	s            float32           // Scale's factor
+	n            int               // rows (or elements for SwiGLU/Add)
 	chunks, size int
 	next         atomic.Int64
 }
@@ -69,6 +73,10 @@ func (e *ewTask) do(r0, r1 int) {
 		swigluOAI(e.out[r0:r1], e.x[r0:r1], e.y[r0:r1], e.alpha, e.limit)
 	case ewAdd:
 		add(e.out[r0:r1], e.x[r0:r1])
+	case ewGeGLU:
+		geglu(e.gelu, e.out[r0:r1], e.x[r0:r1], e.y[r0:r1])
+	case ewScale:
+		scale(e.out[r0:r1], e.s)
 	case ewSoftmax:
 		for t := r0; t < r1; t++ {
 			softmaxRow(e.k, e.out[t*e.dim:(t+1)*e.dim])
@@ -227,6 +235,27 @@ func swiglu(out, gate, up []float32) {
 			e = expfSlow(x)
 		}
 		out[i] = g / (1 + e) * up[i]
+	}
+}
+
+// GeGLU implements model.Ops: ggml's table lookup (gelu.go), split by
+// elements.
+func (b *Backend) GeGLU(out, gate, up []float32) {
+	e := &b.ew
+	e.kind, e.out, e.x, e.y, e.gelu = ewGeGLU, out, gate, up, geluTable()
+	b.runEW(e, len(gate), 4)
+}
+
+// Scale implements model.Ops.
+func (b *Backend) Scale(x []float32, s float32) {
+	e := &b.ew
+	e.kind, e.out, e.s = ewScale, x, s
+	b.runEW(e, len(x), 1)
+}
+
+func scale(x []float32, s float32) {
+	for i := range x {
+		x[i] *= s
 	}
 }
 

@@ -294,6 +294,26 @@ func (r *Ref) SwiGLU(out, gate, up []float32) {
 	}
 }
 
+// GeGLU implements model.Ops: out = gelu(gate)·up, gelu by ggml's float16
+// table (gelu.go).
+func (r *Ref) GeGLU(out, gate, up []float32) {
+	t := geluTable()
+	for i, g := range gate {
+		if g <= -10 {
+			out[i] = 0 // not 0·up: ggml writes +0
+			continue
+		}
+		out[i] = gelu(t, g) * up[i]
+	}
+}
+
+// Scale implements model.Ops (ggml_scale without bias).
+func (r *Ref) Scale(x []float32, s float32) {
+	for i := range x {
+		x[i] *= s
+	}
+}
+
 // SwiGLUOAI implements model.ClampedSwiGLU as
 // ggml_compute_forward_swiglu_oai_f32: x = min(gate, limit), y = up
 // clamped to ±limit, out = x/(1+e^(alpha·-x))·(y+1).

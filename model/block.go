@@ -75,9 +75,10 @@ func (c *Context) attention(il int, b *Batch) error {
 		ops.RMSNorm(q, q, L.QNorm, n*h.NHead, h.HeadDimK, h.RMSEps)
 		ops.RMSNorm(k, k, L.KNorm, n*h.NHeadKV, h.HeadDimK, h.RMSEps)
 	}
-	// rotary position embedding
-	ops.Rope(q, b.Pos, n, h.NHead, h.HeadDimK, &m.Rope)
-	ops.Rope(k, b.Pos, n, h.NHeadKV, h.HeadDimK, &m.Rope)
+	// rotary position embedding (gemma3: its own base in sliding-window layers)
+	rope := m.LayerRope(il)
+	ops.Rope(q, b.Pos, n, h.NHead, h.HeadDimK, rope)
+	ops.Rope(k, b.Pos, n, h.NHeadKV, h.HeadDimK, rope)
 	c.eval("Qcur", il, q, n, h.QDim())
 	c.eval("Kcur", il, k, n, h.KDim())
 	c.eval("Vcur", il, v, n, h.VDim())
@@ -100,7 +101,10 @@ func (c *Context) attention(il int, b *Batch) error {
 	}
 	// softmax(q·kᵀ/√d)·v over the cached positions
 	att := c.att[:n*h.NHead*h.HeadDimV]
-	scale := float32(1 / math.Sqrt(float64(h.HeadDimK)))
+	scale := m.AttnScale
+	if scale == 0 {
+		scale = float32(1 / math.Sqrt(float64(h.HeadDimK)))
+	}
 	c.span("attn_kqv", il, true)
 	ops.Attention(att, q, c.KV, il, b.Seq, b.Pos, h, Attn{Scale: scale, Window: h.LayerWindow(il), Sinks: L.Sinks})
 	c.span("attn_kqv", il, false)
@@ -114,12 +118,18 @@ func (c *Context) attention(il int, b *Batch) error {
 		ops.AddRows(c.tmp[:n*h.NEmbd], L.Bo)
 	}
 	c.eval("attn_out", il, c.tmp, n, h.NEmbd)
+	if L.AttnPostNorm != nil { // gemma3: the output normalised before the residual
+		ops.RMSNorm(c.tmp, c.tmp[:n*h.NEmbd], L.AttnPostNorm, n, h.NEmbd, h.RMSEps)
+		c.eval("attn_post_norm", il, c.tmp, n, h.NEmbd)
+	}
 	ops.Add(c.x[:n*h.NEmbd], c.tmp[:n*h.NEmbd])
 	c.eval("ffn_inp", il, c.x, n, h.NEmbd)
 	return nil
 }
 
-// ffn runs a dense SwiGLU FFN sub-layer: x += Wdown·(silu(Wgate·norm(x)) ⊙ Wup·norm(x)).
+// ffn runs a dense gated FFN sub-layer: x += Wdown·(act(Wgate·norm(x)) ⊙ Wup·norm(x)),
+// act silu (SwiGLU) or gelu (GeGLU, gemma3, whose output is normalised
+// again before the residual).
 func (c *Context) ffn(il int, b *Batch) {
 	m, L, ops := c.M, c.layer(il), c.Ops
 	n := b.Len()
@@ -130,9 +140,17 @@ func (c *Context) ffn(il int, b *Batch) {
 	c.eval("ffn_norm", il, c.xn, n, h.NEmbd)
 	gate, up := c.gate[:n*h.NFF], c.up[:n*h.NFF]
 	c.matmuls("ffn_gate_up", il, c.xn, n, mm{"ffn_gate", gate, L.Gate}, mm{"ffn_up", up, L.Up})
-	ops.SwiGLU(gate, gate, up)
+	if m.FFNAct == ActGELU {
+		ops.GeGLU(gate, gate, up)
+	} else {
+		ops.SwiGLU(gate, gate, up)
+	}
 	c.matmul("ffn_down", il, c.tmp[:n*h.NEmbd], L.Down, gate, n)
 	c.eval("ffn_out", il, c.tmp, n, h.NEmbd)
+	if L.FFNPostNorm != nil {
+		ops.RMSNorm(c.tmp, c.tmp[:n*h.NEmbd], L.FFNPostNorm, n, h.NEmbd, h.RMSEps)
+		c.eval("ffn_post_norm", il, c.tmp, n, h.NEmbd)
+	}
 	ops.Add(c.x[:n*h.NEmbd], c.tmp[:n*h.NEmbd])
 	c.eval("l_out", il, c.x, n, h.NEmbd)
 }

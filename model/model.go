@@ -1,5 +1,5 @@
 // Package model holds the transformer architectures flowinfer runs (one file
-// per family: llama.go, qwen2.go, qwen3.go, qwen3moe.go, gptoss.go), their
+// per family: llama.go, qwen2.go, qwen3.go, qwen3moe.go, gptoss.go, gemma3.go), their
 // hyperparameters and weight tables read from GGUF, the KV cache, and the
 // small Ops interface a compute backend (package cpu, later gpu) implements.
 //
@@ -74,6 +74,12 @@ type Ops interface {
 	Attention(out, q []float32, kv *KVCache, layer int, seq, pos []int32, h *Hyper, a Attn)
 	// SwiGLU sets out = silu(gate)·up elementwise.
 	SwiGLU(out, gate, up []float32)
+	// GeGLU sets out = gelu(gate)·up elementwise, gelu by its tanh
+	// approximation read from a table of float16 values as ggml's CPU
+	// backend (GGML_GELU_FP16) computes it.
+	GeGLU(out, gate, up []float32)
+	// Scale sets x *= s elementwise.
+	Scale(x []float32, s float32)
 	// Add sets dst += src elementwise.
 	Add(dst, src []float32)
 	// AddRows adds the vector b to each row of x (a bias).
@@ -117,6 +123,10 @@ type Layer struct {
 	// resident when the experts stream (gptoss.go says why).
 	RouterB                       Vector
 	GateExpsB, UpExpsB, DownExpsB Vector
+
+	// AttnPostNorm and FFNPostNorm (gemma3) normalise a sub-layer's output
+	// before it joins the residual stream.
+	AttnPostNorm, FFNPostNorm Vector
 }
 
 // Matrix names, in the order of Layer.Matrices: the GGUF tensor of layer
@@ -164,6 +174,33 @@ type Model struct {
 	Rope       Rope
 	Layers     []Layer
 	forward    func(c *Context, b *Batch) error
+
+	// SWARope, if not nil, is the RoPE of the sliding-window layers
+	// (gemma3: its own base, no scaling); nil: Rope for every layer.
+	SWARope *Rope
+	// AttnScale multiplies q·k before the softmax; 0 means 1/√HeadDimK.
+	AttnScale float32
+	// FFNAct is the gate activation of the dense FFN.
+	FFNAct Activation
+}
+
+// Activation is the gate activation of a gated FFN.
+type Activation int
+
+const (
+	// ActSiLU is SwiGLU: silu(gate)·up (llama, qwen).
+	ActSiLU Activation = iota
+	// ActGELU is GeGLU: gelu(gate)·up, gelu's tanh approximation (gemma).
+	ActGELU
+)
+
+// LayerRope returns the RoPE of layer il: SWARope for a sliding-window
+// layer when the model has one, else Rope.
+func (m *Model) LayerRope(il int) *Rope {
+	if m.SWARope != nil && m.LayerWindow(il) > 0 {
+		return m.SWARope
+	}
+	return &m.Rope
 }
 
 // Load builds the model described by f's general.architecture. supports
@@ -176,11 +213,11 @@ func Load(f *gguf.File, supports func(quant.Type) bool) (*Model, error) {
 	}
 	families := map[string]func(*loader, *Model){
 		"llama": loadLlama, "qwen2": loadQwen2, "qwen3": loadQwen3, "qwen3moe": loadQwen3MoE,
-		"gpt-oss": loadGptOss,
+		"gpt-oss": loadGptOss, "gemma3": loadGemma3,
 	}
 	loadFamily, ok := families[arch]
 	if !ok {
-		return nil, fmt.Errorf("model: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss)", arch)
+		return nil, fmt.Errorf("model: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3)", arch)
 	}
 	h, err := ReadHyper(f, arch)
 	if err != nil {

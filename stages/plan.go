@@ -533,7 +533,7 @@ func residentBytes(m *model.Model, pk model.Packer) int64 {
 		for _, w := range L.Matrices() {
 			mat(*w)
 		}
-		for _, v := range []model.Vector{L.AttnNorm, L.Bq, L.Bk, L.Bv, L.QNorm, L.KNorm, L.Bo, L.Sinks, L.FFNNorm,
+		for _, v := range []model.Vector{L.AttnNorm, L.Bq, L.Bk, L.Bv, L.QNorm, L.KNorm, L.Bo, L.Sinks, L.FFNNorm, L.AttnPostNorm, L.FFNPostNorm,
 			L.RouterB, L.GateExpsB, L.UpExpsB, L.DownExpsB} { // gpt-oss's expert biases stay resident (model/gptoss.go)
 			vec(v)
 		}

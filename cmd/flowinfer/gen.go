@@ -15,7 +15,7 @@ import (
 
 // GenCmd writes a random-weight model.
 type GenCmd struct {
-	Preset string `name:"preset" required:"" help:"Shape: demo, llama-1b, llama-8b, qwen3moe-small, qwen3-30b-a3b, gpt-oss-small, gpt-oss-20b or gpt-oss-120b (gpt-oss: MXFP4 experts, --pure --type for the rest)."`
+	Preset string `name:"preset" required:"" help:"Shape: demo, llama-1b, llama-8b, qwen3moe-small, qwen3-30b-a3b, gpt-oss-small, gpt-oss-20b, gpt-oss-120b (gpt-oss: MXFP4 experts, --pure --type for the rest), gemma3-small or gemma-3-4b."`
 	Type   string `name:"type" default:"Q8_0" help:"Weight types, as llama-quantize names them: F32, F16, BF16, Q8_0, Q6_K, Q5_K_M, Q5_K_S, Q4_K_M, Q4_K_S, Q5_0, Q5_1, Q4_0, Q4_1 (a mixture like llama-quantize's; with --pure one type, e.g. Q4_K, or IQ4_NL, IQ4_XS, MXFP4, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M, which have no mixture; IQ2_XXS, IQ2_XS, IQ1_S are quantized with an importance matrix of all ones)."`
 	Pure   bool   `name:"pure" help:"Every 2-D weight of --type (as llama-quantize --pure)."`
 	Vocab  string `name:"vocab" help:"GGUF whose tokenizer to copy (e.g. a llama.cpp vocab file); default: the built-in 1024-token vocabulary." type:"existingfile"`
@@ -26,7 +26,7 @@ type GenCmd struct {
 	PlainRouter bool `name:"plain-router" help:"MoE presets: the golden models' router (a few experts take almost every token) instead of the realistic one."`
 	// Context and RoPE scaling overrides (long-context tests).
 	Ctx            int     `name:"ctx" help:"<arch>.context_length instead of the preset's."`
-	RopeScaling    string  `name:"rope-scaling" enum:",none,linear,yarn" default:"" help:"Write rope.scaling.type: none, linear or yarn (default: the preset's; only gpt-oss presets have scaling keys)."`
+	RopeScaling    string  `name:"rope-scaling" enum:",none,linear,yarn" default:"" help:"Write rope.scaling.type: none, linear or yarn (default: the preset's; gpt-oss presets have YaRN, gemma-3-4b linear 8)."`
 	RopeFactor     float32 `name:"rope-factor" help:"rope.scaling.factor (with --rope-scaling)."`
 	RopeOrigCtx    int     `name:"rope-orig-ctx" help:"rope.scaling.original_context_length (with --rope-scaling)."`
 	RopeAttnFactor float32 `name:"rope-attn-factor" help:"rope.scaling.attn_factor (with --rope-scaling)."`
@@ -48,7 +48,7 @@ func (c *GenCmd) Run(g *Globals) error {
 		spec.NCtx = c.Ctx
 	}
 	if c.RopeScaling != "" || c.RopeFactor != 0 || c.RopeOrigCtx != 0 || c.RopeAttnFactor != 0 {
-		// the flags replace the preset's scaling (gpt-oss presets have YaRN)
+		// the flags replace the preset's scaling (gpt-oss's YaRN, gemma-3-4b's linear 8)
 		spec.RopeScaling, spec.RopeFactor, spec.RopeOrigCtx, spec.RopeAttnFactor = c.RopeScaling, c.RopeFactor, c.RopeOrigCtx, c.RopeAttnFactor
 	}
 	spec.KOutliers = c.KOutliers

@@ -221,6 +221,8 @@ func tensorList(s Spec) []Tensor {
 			add(i, "attn_q_norm.weight", roleNorm, 0.1, s.HeadDim)
 			add(i, "attn_k_norm.weight", roleNorm, 0.1, s.HeadDim)
 			ts[len(ts)-1].boost = s.KOutliers
+		case "gemma3":
+			gemma3Tensors(s, i, add) // gemma3.go
 		}
 		add(i, "ffn_norm.weight", roleNorm, 0.1, e)
 		if s.NExpert > 0 {

@@ -38,7 +38,7 @@ import (
 // RMSEps 1e-5 (llama) or 1e-6 (qwen), Name "synth-<arch>", NVocab the
 // vocabulary's token count.
 type Spec struct {
-	Arch        string // llama, qwen2, qwen3, qwen3moe or gpt-oss (gptoss.go)
+	Arch        string // llama, qwen2, qwen3, qwen3moe, gpt-oss (gptoss.go) or gemma3 (gemma3.go)
 	NVocab      int    // 0: from the vocabulary; otherwise must match it
 	NCtx        int    // <arch>.context_length
 	NEmbd       int
@@ -77,7 +77,8 @@ type Spec struct {
 	// layer, get their attn_k_norm weight multiplied by KOutliers (qwen3
 	// and qwen3moe, whose K is normalized per head before RoPE).
 	KOutliers float64
-	// SlidingWindow is gpt-oss's attention.sliding_window (gptoss.go).
+	// SlidingWindow is gpt-oss's and gemma3's attention.sliding_window
+	// (gptoss.go, gemma3.go).
 	SlidingWindow int
 }
 
@@ -116,6 +117,9 @@ const kOutlierChannels = 4
 // sizes its cache by the training context should not allocate for 128K) and
 // leave NVocab to the vocabulary (flowinfer gen --vocab).
 func Preset(name string) (Spec, error) {
+	if s, ok := gemma3Preset(name); ok { // gemma3.go
+		return s, nil
+	}
 	switch name {
 	case "demo":
 		return Spec{Arch: "llama", Name: "flowinfer-demo", NCtx: 2048, NEmbd: 256, NLayer: 4, NHead: 8, NHeadKV: 4,
@@ -142,7 +146,7 @@ func Preset(name string) (Spec, error) {
 
 // Presets returns the preset names.
 func Presets() []string {
-	return append([]string{"demo", "llama-1b", "llama-8b", "qwen3moe-small", "qwen3-30b-a3b"}, gptOssPresets...)
+	return append(append([]string{"demo", "llama-1b", "llama-8b", "qwen3moe-small", "qwen3-30b-a3b"}, gptOssPresets...), gemma3Presets()...)
 }
 
 // Options select the weight types, the seed and the vocabulary.
@@ -173,10 +177,10 @@ func (s Spec) normalize() (Spec, error) {
 	qwen := false
 	switch s.Arch {
 	case "llama", "gpt-oss":
-	case "qwen2", "qwen3", "qwen3moe":
-		qwen = true
+	case "qwen2", "qwen3", "qwen3moe", "gemma3":
+		qwen = true // gemma3 shares qwen's defaults: rope base 1e6, rms eps 1e-6
 	default:
-		return s, fmt.Errorf("synth: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss)", s.Arch)
+		return s, fmt.Errorf("synth: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3)", s.Arch)
 	}
 	for _, f := range []struct {
 		name string
@@ -224,7 +228,7 @@ func (s Spec) normalize() (Spec, error) {
 			s.RMSEps = 1e-6
 		}
 	}
-	if s.KOutliers != 0 && (!(s.KOutliers > 0) || math.IsInf(s.KOutliers, 0) || !qwen || s.Arch == "qwen2") {
+	if s.KOutliers != 0 && (!(s.KOutliers > 0) || math.IsInf(s.KOutliers, 0) || !qwen || s.Arch == "qwen2" || s.Arch == "gemma3") {
 		return s, fmt.Errorf("synth: K outliers %g: need a finite factor > 0 and a qwen3 or qwen3moe model (K normalized per head); %s has none", s.KOutliers, s.Arch)
 	}
 	if !(s.RopeBase > 0) || !(s.RMSEps > 0) {
@@ -361,6 +365,12 @@ func setMetadata(gw *gguf.Writer, s Spec, o Options, vocab []gguf.KV, ftype uint
 	gw.Set("general.architecture", gguf.String(s.Arch))
 	gw.Set("general.name", gguf.String(s.Name))
 	gw.Set("general.description", gguf.String(Description(o.Seed)))
+	if s.Arch == "gemma3" { // gemma3.go: the converter's keys and order
+		gemma3Metadata(s, u, func(k string, v float32) { gw.Set(a+k, gguf.Float32(v)) },
+			func(k, v string) { gw.Set(a+k, gguf.String(v)) })
+		setVocab(gw, vocab, ftype)
+		return
+	}
 	u("context_length", s.NCtx)
 	u("embedding_length", s.NEmbd)
 	u("block_count", s.NLayer)
@@ -399,6 +409,12 @@ func setMetadata(gw *gguf.Writer, s Spec, o Options, vocab []gguf.KV, ftype uint
 		u("expert_used_count", s.NExpertUsed)
 		u("expert_feed_forward_length", s.NFFExp)
 	}
+	setVocab(gw, vocab, ftype)
+}
+
+// setVocab sets the vocabulary's keys, then llama-quantize's
+// general.quantization_version and general.file_type.
+func setVocab(gw *gguf.Writer, vocab []gguf.KV, ftype uint32) {
 	for _, kv := range vocab {
 		gw.Set(kv.Key, kv.Value)
 	}
