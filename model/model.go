@@ -1,5 +1,5 @@
 // Package model holds the transformer architectures flowinfer runs (one file
-// per family: llama.go, qwen2.go, qwen3.go, qwen3moe.go), their
+// per family: llama.go, qwen2.go, qwen3.go, qwen3moe.go, mistral3.go), their
 // hyperparameters and weight tables read from GGUF, the KV cache, and the
 // small Ops interface a compute backend (package cpu, later gpu) implements.
 //
@@ -169,10 +169,11 @@ func Load(f *gguf.File, supports func(quant.Type) bool) (*Model, error) {
 	}
 	families := map[string]func(*loader, *Model){
 		"llama": loadLlama, "qwen2": loadQwen2, "qwen3": loadQwen3, "qwen3moe": loadQwen3MoE,
+		"mistral3": loadMistral3,
 	}
 	loadFamily, ok := families[arch]
 	if !ok {
-		return nil, fmt.Errorf("model: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe)", arch)
+		return nil, fmt.Errorf("model: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, mistral3)", arch)
 	}
 	h, err := ReadHyper(f, arch)
 	if err != nil {
@@ -196,7 +197,7 @@ func loadCommon(l *loader, m *Model) {
 		m.Output = m.TokEmbd
 	}
 	m.Rope = Rope{Dim: m.RopeDim, Base: m.RopeBase, Scale: m.RopeScale, ExtFactor: m.RopeExtFactor,
-		AttnFactor: m.RopeAttnFactor, Corr: YarnCorrDims(m.RopeDim, m.NCtxOrig, m.RopeBase, yarnBetaFast, yarnBetaSlow)}
+		AttnFactor: m.RopeAttnFactor, Corr: YarnCorrDims(m.RopeDim, m.NCtxOrig, m.RopeBase, m.YarnBetaFast, m.YarnBetaSlow)}
 	m.Layers = make([]Layer, m.NLayer)
 }
 
