@@ -95,6 +95,15 @@ func sizeLabel(f *gguf.File, arch string) string {
 		case 94:
 			return "235B.A22B"
 		}
+	case "mistral3":
+		switch nl {
+		case 26:
+			return "3B"
+		case 34:
+			return "8B"
+		case 40:
+			return "14B"
+		}
 	}
 	return "?B"
 }
