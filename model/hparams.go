@@ -214,5 +214,6 @@ func ReadHyper(f *gguf.File, arch string) (Hyper, error) {
 // rounded to float32). It is 1 for p below AttnTempFloor.
 func (h *Hyper) AttnTempFactor(p int32) float32 {
 	q := float32(math.Floor(float64(float32(p) / float32(h.AttnTempFloor))))
-	return float32(math.Log(float64(q)+1)*float64(h.AttnTempScale) + 1)
+	// the conversion forbids a fused multiply-add, as the C++ has none
+	return float32(float64(math.Log(float64(q)+1)*float64(h.AttnTempScale)) + 1)
 }
