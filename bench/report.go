@@ -117,6 +117,15 @@ func sizeLabel(f *gguf.File, arch string) string {
 		case 36:
 			return "120B"
 		}
+	case "mistral3":
+		switch nl {
+		case 26:
+			return "3B"
+		case 34:
+			return "8B"
+		case 40:
+			return "14B"
+		}
 	}
 	return "?B"
 }

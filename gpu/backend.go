@@ -89,12 +89,20 @@ func NewBackend(dev *vk.Device, m *model.Model) (*Backend, error) {
 	return newBackendOf(dev, m, nil)
 }
 
+// gpuArchs are the architectures whose every op runs on the device.
+var gpuArchs = map[string]bool{"llama": true, "qwen2": true, "qwen3": true}
+
 // newBackendOf is NewBackend on the kernels k (nil: its own), whose
 // pipelines it shares and does not close: tests running many models keep
 // the driver's shader compilations.
 func newBackendOf(dev *vk.Device, m *model.Model, k *Kernels) (*Backend, error) {
 	if m.NExpert > 0 {
 		return nil, fmt.Errorf("gpu: %w: routed experts (model with %d experts); use the cpu backend", vk.ErrUnsupported, m.NExpert)
+	}
+	if !gpuArchs[m.Arch] {
+		// gemma3's GeGLU, mistral3's temperature on Q (applied on the
+		// host), qwen35's recurrent layers have no device form yet
+		return nil, fmt.Errorf("gpu: %w: architecture %s (supported: llama, qwen2, qwen3); use the cpu backend", vk.ErrUnsupported, m.Arch)
 	}
 	b, err := newBackend(dev, k)
 	if err != nil {

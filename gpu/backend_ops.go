@@ -159,6 +159,18 @@ func (b *Backend) SwiGLU(out, gate, up []float32) {
 	})
 }
 
+// GeGLU implements model.Ops: no shader yet (NewBackend refuses gemma3,
+// its one user).
+func (b *Backend) GeGLU(out, gate, up []float32) {
+	b.run(func() error { return fmt.Errorf("gpu: %w: GeGLU has no shader", vk.ErrUnsupported) })
+}
+
+// Scale implements model.Ops: no shader yet (NewBackend refuses gemma3,
+// its one user).
+func (b *Backend) Scale(x []float32, s float32) {
+	b.run(func() error { return fmt.Errorf("gpu: %w: Scale has no shader", vk.ErrUnsupported) })
+}
+
 // Add implements model.Ops.
 func (b *Backend) Add(dst, src []float32) {
 	b.run(func() error {

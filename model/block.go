@@ -82,6 +82,16 @@ func (c *Context) attention(il int, b *Batch) error {
 	c.eval("Qcur", il, q, n, h.QDim())
 	c.eval("Kcur", il, k, n, h.KDim())
 	c.eval("Vcur", il, v, n, h.VDim())
+	if h.AttnTempScale != 0 { // mistral3: attention temperature, q ·= factor(pos) per row
+		for t := range n {
+			f := h.AttnTempFactor(b.Pos[t])
+			row := q[t*h.QDim() : (t+1)*h.QDim()]
+			for i := range row {
+				row[i] *= f // one float32 product, as ggml_mul
+			}
+		}
+		c.eval("Qcur_attn_temp_scaled", il, q, n, h.QDim())
+	}
 	// llama.cpp's rotation of block-quantized K and V (KVLayer.RotK/RotV)
 	lt := c.KV.Layer(il)
 	if lt.RotK > 0 {

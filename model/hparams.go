@@ -55,6 +55,19 @@ type Hyper struct {
 	RopeExtFactor  float32
 	RopeAttnFactor float32
 	NCtxOrig       int
+	// YaRN's ramp bounds (rope.scaling.yarn_beta_fast and yarn_beta_slow,
+	// llama.cpp's defaults 32 and 1 where the family does not read them)
+	// and yarn_log_multiplier (HF's mscale_all_dim; 0: none), which
+	// changes RopeAttnFactor; see rope.go.
+	YarnBetaFast, YarnBetaSlow float32
+	YarnLogMul                 float32
+
+	// Attention temperature (mistral3's attention.temperature_scale; 0:
+	// none): every query row at position p is multiplied by
+	// AttnTempFactor(p), which grows with p in steps of AttnTempFloor
+	// positions (the original YaRN context).
+	AttnTempScale float32
+	AttnTempFloor int
 
 	// gpt-oss (gptoss.go): the router's weights are the softmax of the
 	// chosen experts' logits only (llama.cpp's
@@ -140,6 +153,9 @@ func ReadHyper(f *gguf.File, arch string) (Hyper, error) {
 	h.NEmbd = k.uint("embedding_length", 0, true)
 	h.NLayer = k.uint("block_count", 0, true)
 	h.NFF = k.uint("feed_forward_length", 0, arch != "qwen3moe")
+	if arch == "mistral3" {
+		h.AttnTempScale = k.float("attention.temperature_scale", 0)
+	}
 	h.NHead = k.uint("attention.head_count", 0, true)
 	h.NHeadKV = k.uint("attention.head_count_kv", h.NHead, false)
 	if k.err != nil {
@@ -184,6 +200,27 @@ func ReadHyper(f *gguf.File, arch string) (Hyper, error) {
 		return h, fmt.Errorf("model: rms epsilon %g and rope base %g must be positive", h.RMSEps, h.RopeBase)
 	case h.NExpert > 0 && (h.NExpertUsed == 0 || h.NExpertUsed > h.NExpert):
 		return h, fmt.Errorf("model: expert_used_count %d must be in [1, expert_count %d]", h.NExpertUsed, h.NExpert)
+	case math.IsNaN(float64(h.AttnTempScale)) || math.IsInf(float64(h.AttnTempScale), 0):
+		return h, fmt.Errorf("model: key %q = %g: want a finite number", arch+".attention.temperature_scale", h.AttnTempScale)
+	}
+	if h.AttnTempScale != 0 {
+		// llama.cpp (llama_model_mistral3::load_arch_hparams) steps the
+		// temperature at the original YaRN context.
+		h.AttnTempFloor = h.NCtxOrig
+		if h.AttnTempFloor == 0 {
+			return h, fmt.Errorf("model: %s.attention.temperature_scale needs a positive original context (rope.scaling.original_context_length or context_length)", arch)
+		}
 	}
 	return h, nil
+}
+
+// AttnTempFactor is what the attention temperature multiplies the query
+// at position p by: log(⌊p/AttnTempFloor⌋ + 1)·AttnTempScale + 1, computed as
+// llama.cpp's llm_graph_input_attn_temp::set_input does (position, division
+// and floor in float32, the logarithm and the rest in double, the result
+// rounded to float32). It is 1 for p below AttnTempFloor.
+func (h *Hyper) AttnTempFactor(p int32) float32 {
+	q := float32(math.Floor(float64(float32(p) / float32(h.AttnTempFloor))))
+	// the conversion forbids a fused multiply-add, as the C++ has none
+	return float32(float64(math.Log(float64(q)+1)*float64(h.AttnTempScale)) + 1)
 }

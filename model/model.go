@@ -1,5 +1,5 @@
 // Package model holds the transformer architectures flowinfer runs (one file
-// per family: llama.go, qwen2.go, qwen3.go, qwen3moe.go, gptoss.go, gemma3.go), their
+// per family: llama.go, qwen2.go, qwen3.go, qwen3moe.go, gptoss.go, gemma3.go, mistral3.go), their
 // hyperparameters and weight tables read from GGUF, the KV cache, and the
 // small Ops interface a compute backend (package cpu, later gpu) implements.
 //
@@ -213,11 +213,11 @@ func Load(f *gguf.File, supports func(quant.Type) bool) (*Model, error) {
 	}
 	families := map[string]func(*loader, *Model){
 		"llama": loadLlama, "qwen2": loadQwen2, "qwen3": loadQwen3, "qwen3moe": loadQwen3MoE,
-		"gpt-oss": loadGptOss, "gemma3": loadGemma3,
+		"gpt-oss": loadGptOss, "gemma3": loadGemma3, "mistral3": loadMistral3,
 	}
 	loadFamily, ok := families[arch]
 	if !ok {
-		return nil, fmt.Errorf("model: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3)", arch)
+		return nil, fmt.Errorf("model: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, mistral3)", arch)
 	}
 	h, err := ReadHyper(f, arch)
 	if err != nil {
@@ -241,7 +241,7 @@ func loadCommon(l *loader, m *Model) {
 		m.Output = m.TokEmbd
 	}
 	m.Rope = Rope{Dim: m.RopeDim, Base: m.RopeBase, Scale: m.RopeScale, ExtFactor: m.RopeExtFactor,
-		AttnFactor: m.RopeAttnFactor, Corr: YarnCorrDims(m.RopeDim, m.NCtxOrig, m.RopeBase, yarnBetaFast, yarnBetaSlow)}
+		AttnFactor: m.RopeAttnFactor, Corr: YarnCorrDims(m.RopeDim, m.NCtxOrig, m.RopeBase, m.YarnBetaFast, m.YarnBetaSlow)}
 	m.Layers = make([]Layer, m.NLayer)
 }
 

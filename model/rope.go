@@ -4,8 +4,10 @@ package model
 // resolves it (llama_model::load_hparams, the llama_context constructor,
 // ggml_rope_yarn_corr_dims): rope.scaling.type none, linear or yarn, with
 // rope.scaling.factor, rope.scaling.original_context_length and
-// rope.scaling.attn_factor. It does not do longrope (per-context factor
-// tensors), deepseek2's yarn_log_multiplier, or hunyuan's NTK alpha; files
+// rope.scaling.attn_factor, and for the families whose llama.cpp loader
+// reads them (mistral3) yarn_beta_fast, yarn_beta_slow and
+// yarn_log_multiplier. It does not do longrope (per-context factor
+// tensors), deepseek2's mscale special case, or hunyuan's NTK alpha; files
 // that ask for them are refused by name.
 
 import (
@@ -102,6 +104,15 @@ func readRopeScaling(k *keyReader, h *Hyper) error {
 			return fmt.Errorf("model: key %q is 0; want a positive context length", p+"scaling.original_context_length")
 		}
 	}
+	// The YaRN keys the family's loader reads (llama_model_<arch>::
+	// load_arch_hparams): mistral3 reads the ramp bounds and the log
+	// multiplier.
+	h.YarnBetaFast, h.YarnBetaSlow = yarnBetaFast, yarnBetaSlow
+	reads := map[string]*float32{}
+	if h.Arch == "mistral3" {
+		reads = map[string]*float32{"scaling.yarn_beta_fast": &h.YarnBetaFast, "scaling.yarn_beta_slow": &h.YarnBetaSlow,
+			"scaling.yarn_log_multiplier": &h.YarnLogMul}
+	}
 	// Keys llama.cpp's converter may write but its loader ignores for these
 	// architectures: accepted at llama.cpp's defaults, refused otherwise
 	// rather than silently computing something else.
@@ -114,6 +125,20 @@ func readRopeScaling(k *keyReader, h *Hyper) error {
 	} {
 		v, ok := k.f.Get(p + d.key)
 		if !ok {
+			continue
+		}
+		if dst, read := reads[d.key]; read {
+			x, err := finiteKey(k.f, p+d.key)
+			if err != nil {
+				return err
+			}
+			// ggml_rope_yarn_corr_dims takes the log of the context over
+			// the bounds, and get_mscale's log multiplier is a weight:
+			// bounds must be positive, the multiplier not negative.
+			if x < 0 || x == 0 && d.key != "scaling.yarn_log_multiplier" {
+				return fmt.Errorf("model: key %q = %g: want a positive number (a non-negative one for the log multiplier)", p+d.key, x)
+			}
+			*dst = x
 			continue
 		}
 		if x, ok := v.Float(); !ok || float32(x) != d.def {
@@ -133,15 +158,40 @@ func readRopeScaling(k *keyReader, h *Hyper) error {
 	if typ == "yarn" {
 		h.RopeExtFactor = 1
 		f := 1 / h.RopeScale
-		a := float32(1)
-		if f > 1 {
-			a = 0.1*logf(f) + 1
+		// get_mscale(factor, 1), divided by get_mscale(factor,
+		// mscale_all_dims) when the file has a log multiplier
+		a := getMScale(f, 1)
+		if h.YarnLogMul != 0 {
+			a = getMScale(f, 1) / getMScale(f, h.YarnLogMul)
 		}
 		a *= 1 / (1 + 0.1*logf(f))
 		h.RopeAttnFactor = a
 	}
 	h.RopeAttnFactor *= attn
 	return nil
+}
+
+// getMScale is the llama_context constructor's get_mscale, in float32 with
+// its order of operations: 1 for scale ≤ 1, else (0.1·mscale)·ln(scale) + 1.
+func getMScale(scale, mscale float32) float32 {
+	if scale <= 1 {
+		return 1
+	}
+	m := 0.1 * mscale
+	return float32(m*logf(scale)) + 1 // the conversion forbids a fused multiply-add
+}
+
+// finiteKey reads a float key that is present and must be finite.
+func finiteKey(f *gguf.File, key string) (float32, error) {
+	v, _ := f.Get(key)
+	x, ok := v.Float()
+	if !ok {
+		return 0, fmt.Errorf("model: key %q: want a number, got %s", key, v)
+	}
+	if fx := float32(x); !math.IsNaN(float64(fx)) && !math.IsInf(float64(fx), 0) {
+		return fx, nil
+	}
+	return 0, fmt.Errorf("model: key %q = %s: want a finite number", key, v)
 }
 
 // positiveKey reads an optional float key that must be finite and

@@ -157,6 +157,25 @@ func TestGen(t *testing.T) {
 	if typ != "yarn" || fac != 4 || orig != 256 || ctx != 1024 {
 		t.Errorf("rope scaling keys: type %q factor %g original context %d context %d", typ, fac, orig, ctx)
 	}
+	// A preset with its own YaRN (mistral3) keeps it when no --rope flag is
+	// given, and the file runs.
+	out = filepath.Join(dir, "mistral3.gguf")
+	if _, stderr, err := flowinfer(t, "gen", "--preset", "mistral3-small", "--type", "Q4_K_M", "-o", out); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	m3, err := gguf.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	typ, _ = m3.GetString("mistral3.rope.scaling.type")
+	temp, _ := m3.GetFloat("mistral3.attention.temperature_scale")
+	m3.Close()
+	if typ != "yarn" || float32(temp) != 0.1 {
+		t.Errorf("mistral3-small: rope scaling %q, temperature %g; want the preset's yarn and 0.1", typ, temp)
+	}
+	if _, stderr, err := flowinfer(t, "bench", "-m", out, "-p", "8", "-n", "2", "-r", "1"); err != nil {
+		t.Fatalf("bench on mistral3-small: %v\n%s", err, stderr)
+	}
 	for _, args := range [][]string{
 		{"--rope-factor", "4"}, // no --rope-scaling
 		{"--rope-scaling", "longrope"},

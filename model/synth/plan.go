@@ -189,7 +189,7 @@ func tensorList(s Spec) []Tensor {
 	}
 	const std = 0.02
 	qkStd := std
-	if s.Arch == "llama" || s.Arch == "qwen2" {
+	if s.Arch == "llama" || s.Arch == "qwen2" || s.Arch == "mistral3" {
 		qkStd = 0.08 // as the golden synthetic models: attention not near-uniform
 	}
 	e, v := s.NEmbd, s.NVocab

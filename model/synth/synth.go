@@ -5,7 +5,7 @@
 //
 // The same Spec, Options and seed give a byte-identical file. Files carry
 // the metadata llama.cpp's converter and llama-quantize write for the
-// architecture (llama, qwen2, qwen3, qwen3moe), a general.description
+// architecture (llama, qwen2, qwen3, qwen3moe, mistral3), a general.description
 // saying the weights are random, and tensors in llama-quantize's order with
 // the types llama-quantize would choose for the mixture (Options.Mix) or one
 // type for every weight (Options.Type, like llama-quantize --pure). Weights
@@ -38,7 +38,7 @@ import (
 // RMSEps 1e-5 (llama) or 1e-6 (qwen), Name "synth-<arch>", NVocab the
 // vocabulary's token count.
 type Spec struct {
-	Arch        string // llama, qwen2, qwen3, qwen3moe, gpt-oss (gptoss.go) or gemma3 (gemma3.go)
+	Arch        string // llama, qwen2, qwen3, qwen3moe, gpt-oss (gptoss.go), gemma3 (gemma3.go) or mistral3 (mistral3.go)
 	NVocab      int    // 0: from the vocabulary; otherwise must match it
 	NCtx        int    // <arch>.context_length
 	NEmbd       int
@@ -61,6 +61,10 @@ type Spec struct {
 	RopeFactor     float32
 	RopeOrigCtx    int
 	RopeAttnFactor float32
+	// mistral3 only (mistral3.go): rope.scaling.yarn_beta_fast,
+	// yarn_beta_slow and yarn_log_multiplier (with RopeScaling yarn) and
+	// attention.temperature_scale, each written when non-zero.
+	YarnBetaFast, YarnBetaSlow, YarnLogMul, AttnTempScale float32
 	// Routing realism (qwen3moe; zero values keep the golden recipe). A
 	// random model's residual stream is dominated by the attention's
 	// average over the context, the same for every token, so its router
@@ -138,6 +142,9 @@ func Preset(name string) (Spec, error) {
 		return Spec{Arch: "qwen3moe", Name: "synth-qwen3moe-small", NCtx: 8192, NEmbd: 1024, NLayer: 12, NHead: 16,
 			NHeadKV: 2, HeadDim: 128, NFF: 3072, NExpert: 32, NExpertUsed: 4, NFFExp: 512, RopeBase: 1e6, RMSEps: 1e-6}, nil
 	}
+	if s, ok := mistral3Preset(name); ok {
+		return s, nil
+	}
 	if s, ok := gptOssPreset(name); ok {
 		return s, nil
 	}
@@ -146,7 +153,7 @@ func Preset(name string) (Spec, error) {
 
 // Presets returns the preset names.
 func Presets() []string {
-	return append(append([]string{"demo", "llama-1b", "llama-8b", "qwen3moe-small", "qwen3-30b-a3b"}, gptOssPresets...), gemma3Presets()...)
+	return append(append(append([]string{"demo", "llama-1b", "llama-8b", "qwen3moe-small", "qwen3-30b-a3b"}, gptOssPresets...), gemma3Presets()...), mistral3Presets...)
 }
 
 // Options select the weight types, the seed and the vocabulary.
@@ -176,11 +183,11 @@ const maxDim = 1 << 24
 func (s Spec) normalize() (Spec, error) {
 	qwen := false
 	switch s.Arch {
-	case "llama", "gpt-oss":
+	case "llama", "gpt-oss", "mistral3":
 	case "qwen2", "qwen3", "qwen3moe", "gemma3":
 		qwen = true // gemma3 shares qwen's defaults: rope base 1e6, rms eps 1e-6
 	default:
-		return s, fmt.Errorf("synth: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3)", s.Arch)
+		return s, fmt.Errorf("synth: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, mistral3)", s.Arch)
 	}
 	for _, f := range []struct {
 		name string
@@ -238,6 +245,9 @@ func (s Spec) normalize() (Spec, error) {
 		return s, err
 	}
 	if err := s.checkGptOss(); err != nil {
+		return s, err
+	}
+	if err := s.checkMistral3(); err != nil {
 		return s, err
 	}
 	if s.Arch == "qwen3moe" || s.Arch == "gpt-oss" {
@@ -394,8 +404,11 @@ func setMetadata(gw *gguf.Writer, s Spec, o Options, vocab []gguf.KV, ftype uint
 			gw.Set(a+"rope.scaling.attn_factor", gguf.Float32(s.RopeAttnFactor))
 		}
 	}
-	if s.Arch == "llama" {
+	if s.Arch == "llama" || s.Arch == "mistral3" {
 		u("rope.dimension_count", s.HeadDim)
+	}
+	if s.Arch == "mistral3" {
+		mistral3Metadata(gw, s)
 	}
 	if s.Arch == "qwen3" || s.Arch == "qwen3moe" || s.Arch == "gpt-oss" || s.HeadDim != s.NEmbd/s.NHead {
 		u("attention.key_length", s.HeadDim)
