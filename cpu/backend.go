@@ -58,6 +58,7 @@ type Backend struct {
 	attnRef *Ref // Attention with a sliding window or sinks (until the tiled paths take them)
 	store   kvStoreTask
 	rot     rotTask
+	dn      dnTask // the DeltaNet ops (backend_deltanet.go)
 }
 
 var (

@@ -60,6 +60,9 @@ type KVCache struct {
 	storer             KVStorer         // Store's backend (NewContextKV; nil: SetK and SetV)
 	deferrer           KVDeferrer       // Store's deferrer (Context.SetHooks; nil: none)
 	recent             *recentRows      // --kv-recent's f16 rows (nil: none)
+	// State is the recurrent layers' per-sequence state of a hybrid
+	// model (recurrent.go), nil for the others.
+	State *RecurrentState
 }
 
 // PagedKV is implemented by backends whose Attention reads the cache only
@@ -112,6 +115,7 @@ func newKV(h *Hyper, t KVTypes, nCtx, nSeq int) (*KVCache, error) {
 		return nil, err
 	}
 	c.scratch = make([]float32, c.StoreScratch())
+	c.State = newRecurrentState(h, nSeq)
 	return c, nil
 }
 
@@ -158,10 +162,10 @@ func (c *KVCache) alloc(rows int) {
 	}
 }
 
-// Bytes returns the cache's storage in bytes (--kv-recent's f16 rows
-// included).
+// Bytes returns the cache's storage in bytes (--kv-recent's f16 rows and
+// a hybrid model's recurrent state included).
 func (c *KVCache) Bytes() int64 {
-	n := c.recentBytes()
+	n := c.recentBytes() + c.State.Bytes()
 	for l := range c.K {
 		n += int64(len(c.K[l]) + len(c.V[l]))
 	}

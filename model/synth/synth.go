@@ -77,6 +77,8 @@ type Spec struct {
 	// layer, get their attn_k_norm weight multiplied by KOutliers (qwen3
 	// and qwen3moe, whose K is normalized per head before RoPE).
 	KOutliers float64
+	// Hybrid (qwen35) shape: the linear-attention layers (qwen35.go).
+	Hybrid HybridSpec
 }
 
 // kOutlierChannels is how many of a head's K dimensions KOutliers scales.
@@ -128,6 +130,8 @@ func Preset(name string) (Spec, error) {
 		return Spec{Arch: "qwen3moe", Name: "synth-qwen3-30b-a3b", NCtx: 8192, NEmbd: 2048, NLayer: 48, NHead: 32,
 			NHeadKV: 4, HeadDim: 128, NFF: 6144, NExpert: 128, NExpertUsed: 8, NFFExp: 768, RopeBase: 1e6, RMSEps: 1e-6,
 			RouterSigma: 0.25, EmbdStd: 1, AttnOutStd: 0.006}, nil
+	case "qwen35-small", "qwen3.5-9b":
+		return qwen35Preset(name), nil
 	case "qwen3moe-small":
 		return Spec{Arch: "qwen3moe", Name: "synth-qwen3moe-small", NCtx: 8192, NEmbd: 1024, NLayer: 12, NHead: 16,
 			NHeadKV: 2, HeadDim: 128, NFF: 3072, NExpert: 32, NExpertUsed: 4, NFFExp: 512, RopeBase: 1e6, RMSEps: 1e-6}, nil
@@ -137,7 +141,7 @@ func Preset(name string) (Spec, error) {
 
 // Presets returns the preset names.
 func Presets() []string {
-	return []string{"demo", "llama-1b", "llama-8b", "qwen3moe-small", "qwen3-30b-a3b"}
+	return []string{"demo", "llama-1b", "llama-8b", "qwen3moe-small", "qwen3-30b-a3b", "qwen35-small", "qwen3.5-9b"}
 }
 
 // Options select the weight types, the seed and the vocabulary.
@@ -168,10 +172,10 @@ func (s Spec) normalize() (Spec, error) {
 	qwen := false
 	switch s.Arch {
 	case "llama":
-	case "qwen2", "qwen3", "qwen3moe":
+	case "qwen2", "qwen3", "qwen3moe", "qwen35":
 		qwen = true
 	default:
-		return s, fmt.Errorf("synth: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe)", s.Arch)
+		return s, fmt.Errorf("synth: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, qwen35)", s.Arch)
 	}
 	for _, f := range []struct {
 		name string
@@ -240,6 +244,9 @@ func (s Spec) normalize() (Spec, error) {
 		if s.NFF == 0 {
 			return s, fmt.Errorf("synth: NFF must be positive")
 		}
+	}
+	if err := s.checkHybrid(); err != nil {
+		return s, err
 	}
 	if s.Name == "" {
 		s.Name = "synth-" + s.Arch
@@ -379,7 +386,10 @@ func setMetadata(gw *gguf.Writer, s Spec, o Options, vocab []gguf.KV, ftype uint
 	if s.Arch == "llama" {
 		u("rope.dimension_count", s.HeadDim)
 	}
-	if s.Arch == "qwen3" || s.Arch == "qwen3moe" || s.HeadDim != s.NEmbd/s.NHead {
+	if s.Arch == "qwen35" {
+		setQwen35Metadata(gw, s)
+	}
+	if s.Arch == "qwen3" || s.Arch == "qwen3moe" || s.Arch == "qwen35" || s.HeadDim != s.NEmbd/s.NHead {
 		u("attention.key_length", s.HeadDim)
 		u("attention.value_length", s.HeadDim)
 	}
