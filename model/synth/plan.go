@@ -330,10 +330,12 @@ func (q *typer) mixRule(t *Tensor, nt quant.Type) quant.Type {
 		if nt != quant.Q8_0 {
 			return quant.Q6_K
 		}
-	case cat == "attn_v":
-		// counted in file order: one attn_v per layer, so i = layer
+	case cat == "attn_v" || cat == "attn_qkv":
+		// category_is_attn_v: a fused attn_qkv (qwen35's delta net layers)
+		// takes attn_v's rule and counter; counted in file order, one
+		// per layer, so i = layer
 		switch {
-		case (ftype == "Q4_K_M" || ftype == "Q5_K_M") && useMoreBits(q.attnVIndex(t.layer), q.nAttnV()):
+		case (ftype == "Q4_K_M" || ftype == "Q5_K_M") && useMoreBits(t.layer, q.s.NLayer):
 			nt = quant.Q6_K
 		case ftype == "Q4_K_S" && t.layer < 4:
 			nt = quant.Q5_K
@@ -343,13 +345,6 @@ func (q *typer) mixRule(t *Tensor, nt quant.Type) quant.Type {
 		}
 		if nExpert8 {
 			nt = quant.Q8_0
-		}
-	case cat == "attn_qkv":
-		switch ftype {
-		case "Q4_K_M":
-			nt = quant.Q5_K
-		case "Q5_K_M":
-			nt = quant.Q6_K
 		}
 	case cat == "attn_k":
 		if nExpert8 {

@@ -144,23 +144,3 @@ func qwen35Block(s Spec, i int, add func(layer int, name string, r role, std flo
 	add(i, "ffn_up.weight", roleWeight, std, e, s.NFF)
 	add(i, "ffn_down.weight", roleWeight, std, s.NFF, e)
 }
-
-// attnVIndex is llama-quantize's i_attention_wv when it reaches layer
-// il's attn_v: the attn_v tensors before it (one per attention layer).
-func (q *typer) attnVIndex(il int) int {
-	if q.s.Arch != "qwen35" {
-		return il
-	}
-	n := 0
-	for j := range il {
-		if !q.s.recurrent(j) {
-			n++
-		}
-	}
-	return n
-}
-
-// nAttnV is llama-quantize's n_attention_wv: it counts attn_v and
-// attn_qkv tensors (category_is_attn_v), one per layer in qwen35 as in the
-// dense families.
-func (q *typer) nAttnV() int { return q.s.NLayer }
