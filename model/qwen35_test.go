@@ -312,6 +312,9 @@ func TestQwen35ChunkedPrefill(t *testing.T) {
 		return c
 	}
 	one := newCtx()
+	if got, w := one.KV.State.Bytes(), model.RecurrentStateBytes(&m.Hyper, 2); got != w || got == 0 {
+		t.Errorf("recurrent state %d bytes, RecurrentStateBytes %d", got, w)
+	}
 	want := slices.Clone(decodeAll(t, one, ids, 0, 256))
 	wantState := stateOf(one.KV, &m.Hyper, 0)
 	check := func(name string, c *model.Context, logits []float32, seq int) {

@@ -175,3 +175,32 @@ func lastRow(b *Batch, i int, s int32) int {
 	}
 	return -1
 }
+
+// RecurrentStateBytes is the size of the recurrent state a KV cache
+// allocate for nSeq sequences of a model of hyperparameters h (0 unless
+// hybrid): memory budgets count it beside the K/V cells.
+func RecurrentStateBytes(h *Hyper, nSeq int) int64 {
+	var n int64
+	for il := range h.NLayer {
+		if h.IsRecurrent(il) {
+			n += int64(nSeq) * 4 * int64(h.SSM.ConvState()+h.SSM.DeltaState())
+		}
+	}
+	return n
+}
+
+// hybridActFloats is the floats per batch row of a hybrid Context's
+// scratch (qwen35Scratch).
+func hybridActFloats(h *Hyper) int {
+	if !h.Hybrid() {
+		return 0
+	}
+	vd := h.SSM.DtRank * h.SSM.State
+	return 3*h.QDim() + 3*h.SSM.ConvDim() + 3*vd + 4*h.SSM.DtRank
+}
+
+// HybridActBytes is the bytes of a hybrid Context's extra scratch for
+// batches of maxBatch rows (0 for the other families).
+func HybridActBytes(h *Hyper, maxBatch int) int64 {
+	return int64(maxBatch) * 4 * int64(hybridActFloats(h))
+}

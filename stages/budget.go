@@ -49,10 +49,11 @@ func EngineFootprint(c Config) Footprint {
 
 // WeightBudget returns the bytes of weights that fit in limit beside the
 // KV cache of types kv, its recent windows, the activations and Headroom,
-// for a model of hyperparameters h and a run of footprint f; zero or less
-// when nothing does.
+// for a model of hyperparameters h and a run of footprint f (a hybrid
+// model's recurrent state for its sequences included); zero or less when
+// nothing does.
 func WeightBudget(limit int64, h *model.Hyper, kv model.KVTypes, f Footprint) int64 {
-	return limit - KVBytes(h, kv, f.Cells) -
+	return limit - KVBytes(h, kv, f.Cells) - model.RecurrentStateBytes(h, max(f.Running, 1)) -
 		model.KVRecentReserve(h, kv, max(f.Running, 1), f.MaxBatch, f.BlockSize, f.Cells) -
 		ActBytes(h, f.MaxBatch) - Headroom
 }
@@ -72,25 +73,26 @@ func KVBytes(h *model.Hyper, kv model.KVTypes, cells int) int64 {
 // the logits and the per-layer activations, in f32.
 func ActBytes(h *model.Hyper, maxBatch int) int64 {
 	w := int64(h.NVocab) + 12*int64(h.NEmbd) + 2*int64(max(h.NFF, h.NFFExp)) + int64(h.NExpertUsed)*int64(h.NEmbd)
-	return int64(maxBatch) * w * 4
+	return int64(maxBatch)*w*4 + model.HybridActBytes(h, maxBatch)
 }
 
 // KVCapacity is what a byte budget for the KV cache holds (serve --kv-budget).
 type KVCapacity struct {
 	Tokens   int   // cells that fit
 	PerToken int   // bytes of one cell, all layers
-	Windows  int64 // bytes of the recent f16 windows, taken first
+	Windows  int64 // bytes of the recent f16 windows and a hybrid model's recurrent state, taken first
 }
 
 // KVCapacityFor returns what budget bytes of KV cache hold in types kv, for nSeq
 // sequences at once, batches of maxBatch and blocks of blockSize: the
 // recent windows first (sized for as many cells as the whole budget
-// would hold), then as many cells as the rest holds.
+// would hold), then a hybrid model's recurrent state for nSeq sequences
+// (counted in Windows), then as many cells as the rest holds.
 func KVCapacityFor(h *model.Hyper, kv model.KVTypes, budget int64, nSeq, maxBatch, blockSize int) (KVCapacity, error) {
 	per, err := model.KVBytesPerToken(h, kv)
 	if err != nil {
 		return KVCapacity{}, err
 	}
-	win := model.KVRecentReserve(h, kv, nSeq, maxBatch, blockSize, int(budget/int64(per)))
+	win := model.KVRecentReserve(h, kv, nSeq, maxBatch, blockSize, int(budget/int64(per))) + model.RecurrentStateBytes(h, nSeq)
 	return KVCapacity{Tokens: int(max(budget-win, 0) / int64(per)), PerToken: per, Windows: win}, nil
 }
