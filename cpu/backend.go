@@ -57,6 +57,7 @@ type Backend struct {
 	attn   attnTask
 	store  kvStoreTask
 	rot    rotTask
+	dn     dnTask // the DeltaNet ops (backend_deltanet.go)
 }
 
 var (

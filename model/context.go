@@ -55,7 +55,8 @@ type Context struct {
 	gate, up                 []float32 // MaxBatch × max(NFF, NFFExp)
 	probs                    []float32 // MaxBatch × NExpert
 	moeS                     moeScratch
-	cur                      *Layer // the running layer's weights (Hooks.Layers)
+	q35                      qwen35Scratch // hybrid layers' buffers (qwen35)
+	cur                      *Layer        // the running layer's weights (Hooks.Layers)
 	curIL                    int
 	moeRows                  int // tokens of the MoE step running
 	rowIdx                   []int
@@ -99,6 +100,8 @@ func (m *Model) NewContextKV(ops Ops, kv *KVCache, maxBatch int) (*Context, erro
 		return nil, fmt.Errorf("model: KV cache of %d layers × %d/%d does not fit the model (%d × %d/%d)", kv.NLayer, kv.KDim, kv.VDim, h.NLayer, h.KDim(), h.VDim())
 	case kv.Paged() && !SupportsPagedKV(ops):
 		return nil, fmt.Errorf("model: the backend does not support a paged KV cache")
+	case h.Hybrid() && kv.State == nil:
+		return nil, fmt.Errorf("model: the KV cache has no recurrent state for the hybrid model's layers")
 	}
 	if err := checkOps(m, ops); err != nil {
 		return nil, err
@@ -121,6 +124,9 @@ func (m *Model) NewContextKV(ops Ops, kv *KVCache, maxBatch int) (*Context, erro
 	if h.NExpert > 0 {
 		c.probs = make([]float32, n*h.NExpert)
 		c.moeS.alloc(n, h)
+	}
+	if h.Hybrid() {
+		c.q35.alloc(n, h)
 	}
 	c.rowIdx = make([]int, n)
 	c.outRows = make([]float32, n*h.NEmbd)

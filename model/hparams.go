@@ -79,7 +79,22 @@ type Hyper struct {
 	// Window holds each layer's sliding attention window (0: the layer
 	// attends to every position), or is nil when no layer slides.
 	Window []int
+
+	// Hybrid models (qwen35): Recurrent[il] marks the linear-attention
+	// (gated delta net) layers, SSM their shapes, RopeSections the
+	// rope.dimension_sections of the attention layers' M-RoPE; nil and
+	// zero for the other families.
+	Recurrent    []bool
+	SSM          SSMHyper
+	RopeSections [4]int
 }
+
+// IsRecurrent reports whether layer il is a recurrent (linear-attention)
+// layer, whose state is kept per sequence instead of in the KV cache.
+func (h *Hyper) IsRecurrent(il int) bool { return il < len(h.Recurrent) && h.Recurrent[il] }
+
+// Hybrid reports whether some layers are recurrent.
+func (h *Hyper) Hybrid() bool { return len(h.Recurrent) > 0 }
 
 // LayerWindow is layer il's sliding window, 0 for full attention.
 func (h *Hyper) LayerWindow(il int) int {
@@ -186,6 +201,11 @@ func ReadHyper(f *gguf.File, arch string) (Hyper, error) {
 	}
 	if k.err != nil {
 		return h, k.err
+	}
+	if arch == "qwen35" {
+		if err := readQwen35Hyper(k, &h); err != nil {
+			return h, err
+		}
 	}
 	switch {
 	case h.NHeadKV == 0 || h.NHead%h.NHeadKV != 0:

@@ -64,6 +64,9 @@ type KVCache struct {
 	swaSaved           *swaSaved        // SaveSWA's copy of one sequence's rings
 	win                []int            // per layer: its sliding window (0: none)
 	cells              int              // rows of a layer without a ring
+	// State is the recurrent layers' per-sequence state of a hybrid
+	// model (recurrent.go), nil for the others.
+	State *RecurrentState
 }
 
 // PagedKV is implemented by backends whose Attention reads the cache only
@@ -117,6 +120,7 @@ func newKV(h *Hyper, t KVTypes, nCtx, nSeq int) (*KVCache, error) {
 	}
 	c.scratch = make([]float32, c.StoreScratch())
 	c.newSWA(h, DefaultSWABatch)
+	c.State = newRecurrentState(h, nSeq)
 	return c, nil
 }
 
@@ -170,10 +174,11 @@ func (c *KVCache) alloc(rows int) {
 	}
 }
 
-// Bytes returns the cache's storage in bytes (--kv-recent's f16 rows
-// and the sliding-window layers' rings included).
+// Bytes returns the cache's storage in bytes (--kv-recent's f16 rows,
+// the sliding-window layers' rings and a hybrid model's recurrent state
+// included).
 func (c *KVCache) Bytes() int64 {
-	n := c.recentBytes()
+	n := c.recentBytes() + c.State.Bytes()
 	for l := range c.K {
 		n += int64(len(c.K[l]) + len(c.V[l]))
 	}

@@ -278,7 +278,8 @@ func (c *KVCache) PrepareSWA(seq, pos []int32) error {
 // cells (all sequences together) for nSeq sequences of nCtx positions and
 // steps of up to maxBatch rows: cells × a cell's bytes in the layers
 // without a ring, plus the rings of the sliding-window layers (nSeq ×
-// SWARingRows rows each), whatever cells is. It is KVCache.Bytes of such a
+// SWARingRows rows each) and a hybrid model's recurrent state for nSeq
+// sequences, whatever cells is. It is KVCache.Bytes of such a
 // cache, less --kv-recent's copies (KVRecentReserve), when cells is the
 // rows the cache allocates (a contiguous cache: nSeq × nCtx rounded up to a
 // whole tile; a paged one: its blocks' rows rounded up to a layout block of
@@ -296,7 +297,7 @@ func KVCacheBytes(h *Hyper, t KVTypes, cells, nSeq, nCtx, maxBatch int) (int64, 
 		}
 		n += rows * int64((lt.KHead+lt.VHead)*h.NHeadKV)
 	}
-	return n, nil
+	return n + RecurrentStateBytes(h, nSeq), nil
 }
 
 // SWAFullBytesPerToken returns the bytes of one cell in the layers that

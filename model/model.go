@@ -127,11 +127,25 @@ type Layer struct {
 	// AttnPostNorm and FFNPostNorm (gemma3) normalise a sub-layer's output
 	// before it joins the residual stream.
 	AttnPostNorm, FFNPostNorm Vector
+
+	// qwen35's recurrent layers (gated delta net): the joint q/k/v
+	// projection (attn_qkv) and its output gate (attn_gate), the short
+	// convolution's taps (ssm_conv1d, F32: ConvDim rows of SSM.Conv), the
+	// decay's bias and scale (ssm_dt.bias, ssm_a = -exp(A_log)), the
+	// beta and alpha projections, the gated norm's weight (ssm_norm, one
+	// head) and the output projection (ssm_out).
+	Wqkv, WGate    *Weight
+	SSMConv        Vector
+	SSMDt, SSMA    Vector
+	SSMBeta, SSMAl *Weight
+	SSMNorm        Vector
+	SSMOut         *Weight
 }
 
 // Matrix names, in the order of Layer.Matrices: the GGUF tensor of layer
 // il's matrix i is "blk.<il>." + MatrixNames[i] + ".weight".
-var MatrixNames = [...]string{"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "ffn_gate_inp"}
+var MatrixNames = [...]string{"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
+	"attn_qkv", "attn_gate", "ssm_alpha", "ssm_beta", "ssm_out", "ffn_gate_inp"}
 
 // NMatrices is the number of matrix fields of a Layer (Layer.Matrices).
 const NMatrices = len(MatrixNames)
@@ -140,7 +154,7 @@ const NMatrices = len(MatrixNames)
 // path may stream when the budget cannot keep a layer resident. The
 // others (the router) are small and read every step by every token: they
 // always stay resident.
-const NStreamable = 7
+const NStreamable = 12
 
 // Matrices returns pointers to the layer's matrix fields in MatrixNames
 // order, so that a caller can read them or (the weight path's layer slots)
@@ -149,7 +163,8 @@ const NStreamable = 7
 // byte counts all range over it, so an architecture that adds a matrix adds
 // it here.
 func (L *Layer) Matrices() [NMatrices]**Weight {
-	return [NMatrices]**Weight{&L.Wq, &L.Wk, &L.Wv, &L.Wo, &L.Gate, &L.Up, &L.Down, &L.Router}
+	return [NMatrices]**Weight{&L.Wq, &L.Wk, &L.Wv, &L.Wo, &L.Gate, &L.Up, &L.Down,
+		&L.Wqkv, &L.WGate, &L.SSMAl, &L.SSMBeta, &L.SSMOut, &L.Router}
 }
 
 // ExpertNames are the GGUF names of the routed experts' 3-D tensors in the
@@ -213,11 +228,11 @@ func Load(f *gguf.File, supports func(quant.Type) bool) (*Model, error) {
 	}
 	families := map[string]func(*loader, *Model){
 		"llama": loadLlama, "qwen2": loadQwen2, "qwen3": loadQwen3, "qwen3moe": loadQwen3MoE,
-		"gpt-oss": loadGptOss, "gemma3": loadGemma3, "mistral3": loadMistral3,
+		"gpt-oss": loadGptOss, "gemma3": loadGemma3, "mistral3": loadMistral3, "qwen35": loadQwen35,
 	}
 	loadFamily, ok := families[arch]
 	if !ok {
-		return nil, fmt.Errorf("model: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, mistral3)", arch)
+		return nil, fmt.Errorf("model: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, mistral3, qwen35)", arch)
 	}
 	h, err := ReadHyper(f, arch)
 	if err != nil {

@@ -52,8 +52,9 @@ func EngineFootprint(c Config) Footprint {
 
 // WeightBudget returns the bytes of weights that fit in limit beside the
 // KV cache of types kv, its recent windows, the activations and Headroom,
-// for a model of hyperparameters h and a run of footprint f; zero or less
-// when nothing does.
+// for a model of hyperparameters h and a run of footprint f (a hybrid
+// model's recurrent state for its sequences included); zero or less when
+// nothing does.
 func WeightBudget(limit int64, h *model.Hyper, kv model.KVTypes, f Footprint) int64 {
 	return limit - footprintKVBytes(h, kv, f) -
 		model.KVRecentReserve(h, kv, max(f.Running, 1), f.MaxBatch, f.BlockSize, f.Cells) -
@@ -90,7 +91,7 @@ func footprintKVBytes(h *model.Hyper, kv model.KVTypes, f Footprint) int64 {
 // the logits and the per-layer activations, in f32.
 func ActBytes(h *model.Hyper, maxBatch int) int64 {
 	w := int64(h.NVocab) + 12*int64(h.NEmbd) + 2*int64(max(h.NFF, h.NFFExp)) + int64(h.NExpertUsed)*int64(h.NEmbd)
-	return int64(maxBatch) * w * 4
+	return int64(maxBatch)*w*4 + model.HybridActBytes(h, maxBatch)
 }
 
 // KVCapacity is what a byte budget for the KV cache holds (serve --kv-budget).
@@ -98,13 +99,13 @@ type KVCapacity struct {
 	Tokens   int   // cells that fit
 	PerToken int   // bytes of one cell, all layers without a sliding-window ring
 	Windows  int64 // bytes of the recent f16 windows, taken first
-	Rings    int64 // bytes of the sliding-window layers' rings, taken first too
+	Rings    int64 // bytes of the sliding-window layers' rings and a hybrid model's recurrent state, taken first too
 }
 
 // KVCapacityFor returns what budget bytes of KV cache hold in types kv, for nSeq
 // sequences of nCtx positions at once, batches of maxBatch and blocks of
 // blockSize: the recent windows and the sliding-window layers' rings
-// first (the windows sized for as many cells as the whole budget would
+// (and a hybrid model's recurrent state) first (the windows sized for as many cells as the whole budget would
 // hold), then as many cells as the rest holds.
 func KVCapacityFor(h *model.Hyper, kv model.KVTypes, budget int64, nSeq, nCtx, maxBatch, blockSize int) (KVCapacity, error) {
 	per, err := model.SWAFullBytesPerToken(h, kv, nCtx, maxBatch)

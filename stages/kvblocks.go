@@ -280,9 +280,16 @@ type prefix struct {
 
 func (m *prefix) tokens(size int) int { return len(m.full)*size + m.nPart }
 
-// match looks toks up in the index.
+// match looks toks up in the index. A hybrid model's cache (kv.State:
+// recurrent layers) never matches: the recurrent state at the end of a
+// prefix cannot be rebuilt from its K/V rows, and no state checkpoints are
+// kept, so such a model always prefills the whole prompt (a sequence that
+// starts at position 0 resets its state).
 func (kb *kvBlocks) match(toks []int32) prefix {
 	m := prefix{part: -1}
+	if kb.kv.State != nil {
+		return m
+	}
 	h := hashSeed
 	for i := 0; (i+1)*kb.size <= len(toks); i++ {
 		blk := toks[i*kb.size : (i+1)*kb.size]

@@ -105,10 +105,11 @@ func pureFileType(t quant.Type) (uint32, bool) {
 type role int
 
 const (
-	roleWeight role = iota // N(0, std²)
-	roleNorm               // 1 + N(0, 0.1²)
-	roleBias               // N(0, 0.1²)
-	roleRouter             // N(0, 0.02²) times a per-expert scale
+	roleWeight  role = iota // N(0, std²)
+	roleNorm                // 1 + N(0, 0.1²)
+	roleBias                // N(0, 0.1²)
+	roleRouter              // N(0, 0.02²) times a per-expert scale
+	roleNegNorm             // -(1 + N(0, std²)): qwen35's ssm_a = -exp(A_log)
 )
 
 // Tensor is one tensor of a planned model file.
@@ -207,6 +208,10 @@ func tensorList(s Spec) []Tensor {
 		add(-1, "output.weight", roleWeight, std, e, v)
 	}
 	for i := range s.NLayer {
+		if s.Arch == "qwen35" {
+			qwen35Block(s, i, add)
+			continue
+		}
 		add(i, "attn_norm.weight", roleNorm, 0.1, e)
 		add(i, "attn_q.weight", roleWeight, qkStd, e, qDim)
 		add(i, "attn_k.weight", roleWeight, qkStd, e, kvDim)
@@ -295,7 +300,7 @@ func category(name string) string {
 	case name == "token_embd.weight":
 		return "token_embd"
 	}
-	for _, c := range []string{"attn_v.weight", "attn_k.weight", "attn_q.weight", "attn_output.weight", "ffn_up", "ffn_gate", "ffn_down"} {
+	for _, c := range []string{"attn_qkv.weight", "attn_v.weight", "attn_k.weight", "attn_q.weight", "attn_output.weight", "ffn_up", "ffn_gate", "ffn_down"} {
 		if strings.Contains(name, c) {
 			return strings.TrimSuffix(c, ".weight")
 		}
@@ -336,8 +341,10 @@ func (q *typer) mixRule(t *Tensor, nt quant.Type) quant.Type {
 		if nt != quant.Q8_0 {
 			return quant.Q6_K
 		}
-	case cat == "attn_v":
-		// counted in file order: one attn_v per layer, so i = layer
+	case cat == "attn_v" || cat == "attn_qkv":
+		// category_is_attn_v: a fused attn_qkv (qwen35's delta net layers)
+		// takes attn_v's rule and counter; counted in file order, one
+		// per layer, so i = layer
 		switch {
 		case (ftype == "Q4_K_M" || ftype == "Q5_K_M") && useMoreBits(t.layer, q.s.NLayer):
 			nt = quant.Q6_K

@@ -111,6 +111,8 @@ func writeSmall(w io.Writer, t *Tensor, table *[65536]float32, k float32, seed u
 				}
 			case roleRouter:
 				v *= scale[row]
+			case roleNegNorm:
+				v = -(1 + v)
 			}
 			binary.LittleEndian.PutUint32(buf[4*c:], math.Float32bits(v))
 		}

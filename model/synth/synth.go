@@ -84,6 +84,8 @@ type Spec struct {
 	// SlidingWindow is gpt-oss's and gemma3's attention.sliding_window
 	// (gptoss.go, gemma3.go).
 	SlidingWindow int
+	// Hybrid (qwen35) shape: the linear-attention layers (qwen35.go).
+	Hybrid HybridSpec
 }
 
 // kOutlierChannels is how many of a head's K dimensions KOutliers scales.
@@ -138,6 +140,8 @@ func Preset(name string) (Spec, error) {
 		return Spec{Arch: "qwen3moe", Name: "synth-qwen3-30b-a3b", NCtx: 8192, NEmbd: 2048, NLayer: 48, NHead: 32,
 			NHeadKV: 4, HeadDim: 128, NFF: 6144, NExpert: 128, NExpertUsed: 8, NFFExp: 768, RopeBase: 1e6, RMSEps: 1e-6,
 			RouterSigma: 0.25, EmbdStd: 1, AttnOutStd: 0.006}, nil
+	case "qwen35-small", "qwen3.5-9b":
+		return qwen35Preset(name), nil
 	case "qwen3moe-small":
 		return Spec{Arch: "qwen3moe", Name: "synth-qwen3moe-small", NCtx: 8192, NEmbd: 1024, NLayer: 12, NHead: 16,
 			NHeadKV: 2, HeadDim: 128, NFF: 3072, NExpert: 32, NExpertUsed: 4, NFFExp: 512, RopeBase: 1e6, RMSEps: 1e-6}, nil
@@ -153,7 +157,7 @@ func Preset(name string) (Spec, error) {
 
 // Presets returns the preset names.
 func Presets() []string {
-	return append(append(append([]string{"demo", "llama-1b", "llama-8b", "qwen3moe-small", "qwen3-30b-a3b"}, gptOssPresets...), gemma3Presets()...), mistral3Presets...)
+	return append(append(append(append([]string{"demo", "llama-1b", "llama-8b", "qwen3moe-small", "qwen3-30b-a3b"}, gptOssPresets...), gemma3Presets()...), mistral3Presets...), "qwen35-small", "qwen3.5-9b")
 }
 
 // Options select the weight types, the seed and the vocabulary.
@@ -184,10 +188,10 @@ func (s Spec) normalize() (Spec, error) {
 	qwen := false
 	switch s.Arch {
 	case "llama", "gpt-oss", "mistral3":
-	case "qwen2", "qwen3", "qwen3moe", "gemma3":
+	case "qwen2", "qwen3", "qwen3moe", "gemma3", "qwen35":
 		qwen = true // gemma3 shares qwen's defaults: rope base 1e6, rms eps 1e-6
 	default:
-		return s, fmt.Errorf("synth: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, mistral3)", s.Arch)
+		return s, fmt.Errorf("synth: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, mistral3, qwen35)", s.Arch)
 	}
 	for _, f := range []struct {
 		name string
@@ -262,6 +266,9 @@ func (s Spec) normalize() (Spec, error) {
 		if s.NFF == 0 {
 			return s, fmt.Errorf("synth: NFF must be positive")
 		}
+	}
+	if err := s.checkHybrid(); err != nil {
+		return s, err
 	}
 	if s.Name == "" {
 		s.Name = "synth-" + s.Arch
@@ -410,7 +417,10 @@ func setMetadata(gw *gguf.Writer, s Spec, o Options, vocab []gguf.KV, ftype uint
 	if s.Arch == "mistral3" {
 		mistral3Metadata(gw, s)
 	}
-	if s.Arch == "qwen3" || s.Arch == "qwen3moe" || s.Arch == "gpt-oss" || s.HeadDim != s.NEmbd/s.NHead {
+	if s.Arch == "qwen35" {
+		setQwen35Metadata(gw, s)
+	}
+	if s.Arch == "qwen3" || s.Arch == "qwen3moe" || s.Arch == "gpt-oss" || s.Arch == "qwen35" || s.HeadDim != s.NEmbd/s.NHead {
 		u("attention.key_length", s.HeadDim)
 		u("attention.value_length", s.HeadDim)
 	}

@@ -1,0 +1,146 @@
+package synth
+
+// qwen35.go: the hybrid Qwen 3.5 dense architecture (llama.cpp's
+// LLM_ARCH_QWEN35, as its converter writes Qwen3_5ForCausalLM): keys,
+// tensors and presets. Its blocks are either gated delta net layers
+// (attn_qkv, attn_gate, ssm_*) or, every FullAttnInterval-th, gated full
+// attention (attn_q holding each head's query and output gate); all have
+// attn_norm, post_attention_norm and a SwiGLU FFN.
+
+import (
+	"fmt"
+
+	"github.com/flowinfer/flowinfer/io/gguf"
+)
+
+// HybridSpec is the shape of qwen35's linear-attention layers and of its
+// partial, sectioned RoPE. Zero values take Qwen 3.5's: Conv 4,
+// FullAttnInterval 4, RopeDim HeadDim/4, RopeSections [11, 11, 10, 0]
+// scaled to RopeDim/2 pairs.
+type HybridSpec struct {
+	Conv             int    // ssm.conv_kernel
+	State            int    // ssm.state_size: head dimension of q, k, v
+	KHeads           int    // ssm.group_count
+	VHeads           int    // ssm.time_step_rank
+	FullAttnInterval int    // full_attention_interval
+	RopeDim          int    // rope.dimension_count
+	RopeSections     [4]int // rope.dimension_sections
+}
+
+// qwen35Preset returns the qwen35 presets:
+//
+//   - "qwen35-small": hidden 256, 4 layers (three gated delta net layers,
+//     then full attention), 4 heads / 2 KV heads of 64 (16 rotated
+//     dimensions), delta net of 2 key heads and 4 value heads of 32 with a
+//     4-tap convolution, FFN 768, untied, the built-in vocabulary.
+//   - "qwen3.5-9b": Qwen3.5-9B's shape, as its GGUF metadata gives it
+//     (qwen35.*: 32 layers, embedding 4096, FFN 12288, 16 heads / 4 KV
+//     heads of 256, rope dimension 64 with sections [11, 11, 10, 0], base
+//     1e7, rms eps 1e-6; ssm state 128, conv 4, time_step_rank 32, group
+//     count 16, full attention every 4th layer; 8.95B parameters with its
+//     248,320-token vocabulary and untied output). Figures: the model's
+//     published metadata (e.g. lzwjava.github.io/qwen3-5-9b-hybrid-review-en,
+//     "Layers: 32, Embed dim: 4096, FFN: 12288 ... d_state=128, d_conv=4,
+//     dt_rank=32, 16 groups, full attention every 4 layers ... freq_base=10M,
+//     64 rope dimensions") and paiml's aprender notes (head_dim 256, 16
+//     heads, 4 KV heads). NCtx 8192 as the other large presets.
+func qwen35Preset(name string) Spec {
+	if name == "qwen35-small" {
+		return Spec{Arch: "qwen35", Name: "synth-qwen35-small", NCtx: 4096, NEmbd: 256, NLayer: 4, NHead: 4, NHeadKV: 2,
+			HeadDim: 64, NFF: 768, RopeBase: 1e7, RMSEps: 1e-6,
+			Hybrid: HybridSpec{Conv: 4, State: 32, KHeads: 2, VHeads: 4, FullAttnInterval: 4, RopeDim: 16, RopeSections: [4]int{3, 3, 2, 0}}}
+	}
+	return Spec{Arch: "qwen35", Name: "synth-qwen3.5-9b", NCtx: 8192, NEmbd: 4096, NLayer: 32, NHead: 16, NHeadKV: 4,
+		HeadDim: 256, NFF: 12288, RopeBase: 1e7, RMSEps: 1e-6,
+		Hybrid: HybridSpec{Conv: 4, State: 128, KHeads: 16, VHeads: 32, FullAttnInterval: 4, RopeDim: 64, RopeSections: [4]int{11, 11, 10, 0}}}
+}
+
+// checkHybrid checks and completes s.Hybrid (qwen35 only).
+func (s *Spec) checkHybrid() error {
+	h := &s.Hybrid
+	if s.Arch != "qwen35" {
+		if *h != (HybridSpec{}) {
+			return fmt.Errorf("synth: %s is not hybrid; Hybrid must be empty", s.Arch)
+		}
+		return nil
+	}
+	if h.Conv == 0 {
+		h.Conv = 4
+	}
+	if h.FullAttnInterval == 0 {
+		h.FullAttnInterval = 4
+	}
+	if h.RopeDim == 0 {
+		h.RopeDim = s.HeadDim / 4
+	}
+	if h.RopeSections == [4]int{} {
+		p := h.RopeDim / 2 // Qwen 3.5's 11:11:10 split of the pairs
+		h.RopeSections = [4]int{p * 11 / 32, p * 11 / 32, p - 2*(p*11/32), 0}
+	}
+	sum := h.RopeSections[0] + h.RopeSections[1] + h.RopeSections[2] + h.RopeSections[3]
+	switch {
+	case h.Conv < 2 || h.Conv > 16:
+		return fmt.Errorf("synth: qwen35 conv kernel %d must be in [2, 16]", h.Conv)
+	case h.State <= 0 || h.KHeads <= 0 || h.VHeads <= 0 || h.VHeads%h.KHeads != 0:
+		return fmt.Errorf("synth: qwen35 state %d, key heads %d and value heads %d (a multiple of the key heads) must be positive", h.State, h.KHeads, h.VHeads)
+	case h.RopeDim <= 0 || h.RopeDim%2 != 0 || h.RopeDim > s.HeadDim || sum == 0 || 2*sum > s.HeadDim:
+		return fmt.Errorf("synth: qwen35 rope dimension %d (even, at most the head %d) and sections %v", h.RopeDim, s.HeadDim, h.RopeSections)
+	case h.FullAttnInterval < 1:
+		return fmt.Errorf("synth: qwen35 full attention interval %d", h.FullAttnInterval)
+	case s.KOutliers != 0:
+		return fmt.Errorf("synth: K outliers are not implemented for qwen35")
+	}
+	return nil
+}
+
+// recurrent reports whether layer il of a qwen35 spec is a delta net layer.
+func (s *Spec) recurrent(il int) bool { return (il+1)%s.Hybrid.FullAttnInterval != 0 }
+
+// setQwen35Metadata writes the hybrid's keys.
+func setQwen35Metadata(gw *gguf.Writer, s Spec) {
+	a, h := s.Arch+".", s.Hybrid
+	u := func(k string, v int) { gw.Set(a+k, gguf.Uint32(uint32(v))) }
+	u("ssm.conv_kernel", h.Conv)
+	u("ssm.state_size", h.State)
+	u("ssm.group_count", h.KHeads)
+	u("ssm.time_step_rank", h.VHeads)
+	u("ssm.inner_size", h.VHeads*h.State)
+	u("full_attention_interval", h.FullAttnInterval)
+	u("rope.dimension_count", h.RopeDim)
+	secs := make([]int32, 4)
+	for i, x := range h.RopeSections {
+		secs[i] = int32(x)
+	}
+	gw.Set(a+"rope.dimension_sections", gguf.Int32s(secs))
+}
+
+// qwen35Block adds layer i's tensors (sorted later).
+func qwen35Block(s Spec, i int, add func(layer int, name string, r role, std float64, dims ...int)) {
+	const std = 0.02
+	e, h := s.NEmbd, s.Hybrid
+	add(i, "attn_norm.weight", roleNorm, 0.1, e)
+	add(i, "post_attention_norm.weight", roleNorm, 0.1, e)
+	if s.recurrent(i) {
+		kd, vd := h.KHeads*h.State, h.VHeads*h.State
+		add(i, "attn_qkv.weight", roleWeight, std, e, 2*kd+vd)
+		add(i, "attn_gate.weight", roleWeight, std, e, vd)
+		add(i, "ssm_conv1d.weight", roleBias, 0.3, h.Conv, 2*kd+vd) // F32: llama-quantize keeps it
+		add(i, "ssm_dt.bias", roleBias, 0.5, h.VHeads)
+		add(i, "ssm_a", roleNegNorm, 0.1, h.VHeads)
+		add(i, "ssm_beta.weight", roleWeight, 0.08, e, h.VHeads)
+		add(i, "ssm_alpha.weight", roleWeight, 0.08, e, h.VHeads)
+		add(i, "ssm_norm.weight", roleNorm, 0.1, h.State)
+		add(i, "ssm_out.weight", roleWeight, std, vd, e)
+	} else {
+		qDim, kvDim := s.NHead*s.HeadDim, s.NHeadKV*s.HeadDim
+		add(i, "attn_q.weight", roleWeight, std, e, 2*qDim)
+		add(i, "attn_k.weight", roleWeight, std, e, kvDim)
+		add(i, "attn_v.weight", roleWeight, std, e, kvDim)
+		add(i, "attn_output.weight", roleWeight, std, qDim, e)
+		add(i, "attn_q_norm.weight", roleNorm, 0.1, s.HeadDim)
+		add(i, "attn_k_norm.weight", roleNorm, 0.1, s.HeadDim)
+	}
+	add(i, "ffn_gate.weight", roleWeight, std, e, s.NFF)
+	add(i, "ffn_up.weight", roleWeight, std, e, s.NFF)
+	add(i, "ffn_down.weight", roleWeight, std, s.NFF, e)
+}
