@@ -11,6 +11,7 @@ import (
 
 	"github.com/flowinfer/flowinfer/bench"
 	"github.com/flowinfer/flowinfer/cpu"
+	"github.com/flowinfer/flowinfer/internal/golden"
 	"github.com/flowinfer/flowinfer/model"
 	"github.com/flowinfer/flowinfer/model/synth"
 	"github.com/flowinfer/flowinfer/quant"
@@ -52,7 +53,7 @@ func kvrotSpec(t *testing.T) synth.Spec {
 func TestKVRotationGolden(t *testing.T) {
 	var want map[string]string
 	if *kvrotWrite == "" {
-		want = readGolden(t, filepath.Join("testdata", "kvrot", "llama.txt"))
+		want = golden.ReadQuoted(t, filepath.Join("testdata", "kvrot", "llama.txt"))
 	}
 	text := ropeScaleText()
 	dir := t.TempDir()

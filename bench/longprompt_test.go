@@ -72,7 +72,7 @@ func longText(n int) string {
 func TestLongPromptGolden(t *testing.T) {
 	var want map[string]string
 	if *longWrite == "" {
-		want = readGolden(t, filepath.Join("testdata", "longprompt", "llama.txt"))
+		want = golden.ReadQuoted(t, filepath.Join("testdata", "longprompt", "llama.txt"))
 	}
 	dir := t.TempDir()
 	if *longWrite != "" {
@@ -140,7 +140,7 @@ func TestLongPromptGolden(t *testing.T) {
 			}
 			lo, hi := math.Inf(1), math.Inf(-1)
 			for _, k := range c.keys {
-				w := parseRunning(t, want[k])
+				w := golden.ParseRunning(t, want[k])
 				if len(w) != 1 || len(r.Running) != 1 {
 					t.Fatalf("%d chunks, llama.cpp %d", len(r.Running), len(w))
 				}

@@ -1,7 +1,6 @@
 package bench_test
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -87,7 +86,7 @@ func ropeScalePrompt() string {
 func TestRopeScalingGolden(t *testing.T) {
 	var want map[string]string
 	if *yarnWrite == "" {
-		want = readGolden(t, filepath.Join("testdata", "ropescale", "llama.txt"))
+		want = golden.ReadQuoted(t, filepath.Join("testdata", "ropescale", "llama.txt"))
 	}
 	text, prompt := ropeScaleText(), ropeScalePrompt()
 	dir := t.TempDir()
@@ -134,7 +133,7 @@ func TestRopeScalingGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantPPL := parseRunning(t, want[c.name+".ppl"])
+			wantPPL := golden.ParseRunning(t, want[c.name+".ppl"])
 			var got strings.Builder
 			for i, p := range r.Running {
 				fmt.Fprintf(&got, "[%d]%.4f,", i+1, p)
@@ -177,52 +176,4 @@ func TestRopeScalingGolden(t *testing.T) {
 			}
 		})
 	}
-}
-
-// parseRunning parses llama-perplexity's "[1]x,[2]y,..." line.
-func parseRunning(t *testing.T, s string) []float64 {
-	t.Helper()
-	var r []float64
-	for f := range strings.SplitSeq(strings.TrimSuffix(s, ","), ",") {
-		var i int
-		var p float64
-		if _, err := fmt.Sscanf(f, "[%d]%f", &i, &p); err != nil || i != len(r)+1 {
-			t.Fatalf("llama.txt: bad running value %q", f)
-		}
-		r = append(r, p)
-	}
-	return r
-}
-
-// readGolden reads a llama.txt golden (testdata/ropescale,
-// testdata/longprompt): "key: value" lines (values are Go-quoted strings),
-// # comments.
-func readGolden(t *testing.T, path string) map[string]string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	m := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		k, v, ok := strings.Cut(line, ": ")
-		if !ok {
-			t.Fatalf("llama.txt: bad line %q", line)
-		}
-		var s string
-		if _, err := fmt.Sscanf(v, "%q", &s); err != nil {
-			t.Fatalf("llama.txt: %s: %v", k, err)
-		}
-		m[k] = s
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return m
 }

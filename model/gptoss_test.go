@@ -1,7 +1,6 @@
 package model_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"flag"
@@ -120,7 +119,7 @@ func TestGptOssGolden(t *testing.T) {
 				}
 				t.Skipf("wrote %s: prompt %d tokens", dir, len(ids))
 			}
-			want := readGptOssGolden(t, filepath.Join("testdata", "gptoss", v.name+".txt"))
+			want := golden.ReadQuoted(t, filepath.Join("testdata", "gptoss", v.name+".txt"))
 			if got := fmt.Sprint(ids); got != "["+want["tokens"]+"]" {
 				t.Fatalf("prompt tokens differ from llama.cpp's (%d tokens)", len(ids))
 			}
@@ -177,7 +176,7 @@ func TestGptOssGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantPPL := parseRunningPPL(t, want["ppl"])
+			wantPPL := golden.ParseRunning(t, want["ppl"])
 			if len(r.Running) != len(wantPPL) {
 				t.Fatalf("%d perplexity chunks, llama.cpp %d", len(r.Running), len(wantPPL))
 			}
@@ -267,38 +266,6 @@ func TestGptOssChunked(t *testing.T) {
 	}
 }
 
-// readGptOssGolden reads "key: value" lines (values Go-quoted), # comments.
-func readGptOssGolden(t *testing.T, path string) map[string]string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	m := map[string]string{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		k, v, ok := strings.Cut(line, ": ")
-		if !ok {
-			t.Fatalf("%s: bad line %q", path, line)
-		}
-		s, err := strconv.Unquote(v)
-		if err != nil {
-			t.Fatalf("%s: %s: %v", path, k, err)
-		}
-		m[k] = s
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
 // readFloats reads one float per line (# comments).
 func readFloats(t *testing.T, path string) []float32 {
 	t.Helper()
@@ -319,21 +286,6 @@ func readFloats(t *testing.T, path string) []float32 {
 		out = append(out, float32(x))
 	}
 	return out
-}
-
-// parseRunningPPL parses llama-perplexity's "[1]x,[2]y,..." line.
-func parseRunningPPL(t *testing.T, s string) []float64 {
-	t.Helper()
-	var r []float64
-	for f := range strings.SplitSeq(strings.TrimSuffix(s, ","), ",") {
-		var i int
-		var p float64
-		if _, err := fmt.Sscanf(f, "[%d]%f", &i, &p); err != nil || i != len(r)+1 {
-			t.Fatalf("bad running value %q", f)
-		}
-		r = append(r, p)
-	}
-	return r
 }
 
 // TestGptOssLoadErrors: a gpt-oss file missing what llama.cpp requires, or

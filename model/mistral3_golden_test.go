@@ -1,7 +1,6 @@
 package model_test
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -76,7 +75,7 @@ func TestMistral3Golden(t *testing.T) {
 			t.Fatal(err)
 		}
 	} else {
-		want = readLlamaTxt(t, filepath.Join("testdata", "mistral3", "llama.txt"))
+		want = golden.ReadQuoted(t, filepath.Join("testdata", "mistral3", "llama.txt"))
 	}
 	spec, err := synth.Preset("mistral3-small")
 	if err != nil {
@@ -183,7 +182,7 @@ func TestMistral3Golden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantPPL := runningValues(t, want[c.name+".ppl"])
+			wantPPL := golden.ParseRunning(t, want[c.name+".ppl"])
 			if c.chunks > 0 {
 				wantPPL = wantPPL[:c.chunks]
 			}
@@ -212,51 +211,4 @@ func fields[T int32 | float64](t *testing.T, s string) []T {
 		out = append(out, x)
 	}
 	return out
-}
-
-// runningValues parses llama-perplexity's "[1]x,[2]y,..." line.
-func runningValues(t *testing.T, s string) []float64 {
-	t.Helper()
-	var r []float64
-	for f := range strings.SplitSeq(strings.TrimSuffix(s, ","), ",") {
-		var i int
-		var p float64
-		if _, err := fmt.Sscanf(f, "[%d]%f", &i, &p); err != nil || i != len(r)+1 {
-			t.Fatalf("llama.txt: bad running value %q", f)
-		}
-		r = append(r, p)
-	}
-	return r
-}
-
-// readLlamaTxt reads "key: value" lines (values Go-quoted), # comments.
-func readLlamaTxt(t *testing.T, path string) map[string]string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	m := map[string]string{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		k, v, ok := strings.Cut(line, ": ")
-		if !ok {
-			t.Fatalf("llama.txt: bad line %q", line)
-		}
-		var s string
-		if _, err := fmt.Sscanf(v, "%q", &s); err != nil {
-			t.Fatalf("llama.txt: %s: %v", k, err)
-		}
-		m[k] = s
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return m
 }

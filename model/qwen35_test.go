@@ -244,16 +244,7 @@ func readRunning(t *testing.T, path string) []float64 {
 		if !strings.HasPrefix(line, "[1]") {
 			continue
 		}
-		var r []float64
-		for f := range strings.SplitSeq(strings.TrimSuffix(strings.TrimSpace(line), ","), ",") {
-			var i int
-			var p float64
-			if _, err := fmt.Sscanf(f, "[%d]%f", &i, &p); err != nil || i != len(r)+1 {
-				t.Fatalf("%s: bad running value %q", path, f)
-			}
-			r = append(r, p)
-		}
-		return r
+		return golden.ParseRunning(t, line)
 	}
 	t.Fatalf("%s: no running values", path)
 	return nil

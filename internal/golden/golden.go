@@ -13,6 +13,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -217,4 +219,46 @@ func Argmax(x []float32) int {
 		}
 	}
 	return best
+}
+
+// ReadQuoted reads a golden text file of "key: value" lines whose values
+// are Go-quoted strings, skipping blank lines and # comments (the llama.txt
+// files of bench/testdata and model/testdata).
+func ReadQuoted(tb testing.TB, path string) map[string]string {
+	tb.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	m := map[string]string{}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, ": ")
+		if !ok {
+			tb.Fatalf("%s: bad line %q", path, line)
+		}
+		s, err := strconv.Unquote(v)
+		if err != nil {
+			tb.Fatalf("%s: %s: %v", path, k, err)
+		}
+		m[k] = s
+	}
+	return m
+}
+
+// ParseRunning parses llama-perplexity's running values, "[1]x,[2]y,...".
+func ParseRunning(tb testing.TB, s string) []float64 {
+	tb.Helper()
+	var r []float64
+	for f := range strings.SplitSeq(strings.TrimSuffix(strings.TrimSpace(s), ","), ",") {
+		var i int
+		var p float64
+		if _, err := fmt.Sscanf(f, "[%d]%f", &i, &p); err != nil || i != len(r)+1 {
+			tb.Fatalf("bad running perplexity value %q", f)
+		}
+		r = append(r, p)
+	}
+	return r
 }
