@@ -175,15 +175,7 @@ func TestGemma3Golden(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				batch := &model.Batch{Tokens: ids, Pos: make([]int32, len(ids)), Seq: make([]int32, len(ids)), Logits: make([]bool, len(ids))}
-				for i := range ids {
-					batch.Pos[i] = int32(i)
-				}
-				batch.Logits[len(ids)-1] = true
-				logits, err := mctx.Decode(batch)
-				if err != nil {
-					t.Fatal(err)
-				}
+				logits := promptLogits(t, mctx, ids)
 				if len(wantLogits) != V {
 					t.Fatalf("%d golden logits, vocabulary %d", len(wantLogits), V)
 				}

@@ -112,15 +112,7 @@ func TestMistral3Golden(t *testing.T) {
 			if len(ids) != 1521 {
 				t.Fatalf("prompt is %d tokens, llama.cpp's 1521", len(ids))
 			}
-			batch := &model.Batch{Tokens: ids, Pos: make([]int32, len(ids)), Seq: make([]int32, len(ids)), Logits: make([]bool, len(ids))}
-			for i := range ids {
-				batch.Pos[i] = int32(i)
-			}
-			batch.Logits[len(ids)-1] = true
-			logits, err := mctx.Decode(batch)
-			if err != nil {
-				t.Fatal(err)
-			}
+			logits := promptLogits(t, mctx, ids)
 			ref, err := golden.ReadF32(filepath.Join("testdata", "mistral3", "logits-"+c.name+".f32"))
 			if err != nil {
 				t.Fatal(err)
