@@ -85,7 +85,7 @@ func (e *ewTask) do(r0, r1 int) {
 		half, row := e.rope.Dim/2, e.nHead*e.dim
 		cs := e.y[r0*4*half : r1*4*half]
 		for t := r0; t < r1; t++ {
-			ropeTable(cs[(t-r0)*4*half:(t-r0+1)*4*half], e.pos[t], e.rope)
+			e.rope.Table(cs[(t-r0)*4*half:(t-r0+1)*4*half], e.pos[t])
 		}
 		e.k.Rope(e.out[r0*row:r1*row], cs, r1-r0, e.nHead, e.dim, half, e.rope.Type == model.RopeNeox)
 	}
@@ -148,7 +148,7 @@ func rmsNormRows(out, x, weight []float32, dim int, eps float32) {
 	}
 }
 
-// Rope implements model.Ops: the angle tables of each row (ropeTable),
+// Rope implements model.Ops: the angle tables of each row (model.Rope.Table),
 // then the rotation (Kernels.Rope), split by rows.
 func (b *Backend) Rope(x []float32, pos []int32, n, nHead, headDim int, rp *model.Rope) {
 	if need := n * 4 * (rp.Dim / 2); len(b.ropeCS) < need {
@@ -157,38 +157,6 @@ func (b *Backend) Rope(x []float32, pos []int32, n, nHead, headDim int, rp *mode
 	e := &b.ew
 	e.kind, e.out, e.y, e.pos, e.nHead, e.dim, e.rope = ewRope, x, b.ropeCS, pos, nHead, headDim, rp
 	b.runEW(e, n, nHead*headDim)
-}
-
-// ropeTable writes the 4·half floats of Kernels.Rope's angle table for
-// position p, as Ref.Rope computes the angles: ggml's float32 recurrence
-// theta *= base^(-2/dim), YaRN's mix of the extrapolated and interpolated
-// angle when rp.ExtFactor != 0, cos and sin in float64 rounded to float32,
-// times rp.MScale().
-func ropeTable(cs []float32, p int32, rp *model.Rope) {
-	thetaScale := float32(math.Pow(float64(rp.Base), float64(-2/float32(rp.Dim))))
-	half := rp.Dim / 2
-	c, s := cs[:2*half], cs[2*half:4*half]
-	mscale := rp.MScale()
-	theta := float32(p)
-	for i := range half {
-		extrap := theta
-		if rp.Factors != nil {
-			extrap /= rp.Factors[i]
-		}
-		th := rp.Scale * extrap
-		if rp.ExtFactor != 0 {
-			mix := model.YarnRamp(rp.Corr[0], rp.Corr[1], i) * rp.ExtFactor
-			th = float32(th*(1-mix)) + float32(extrap*mix)
-		}
-		sin64, cos64 := math.Sincos(float64(th))
-		cos, sin := float32(cos64)*mscale, float32(sin64)*mscale
-		if rp.Type == model.RopeNeox {
-			c[i], s[i] = cos, sin
-		} else {
-			c[2*i], c[2*i+1], s[2*i], s[2*i+1] = cos, cos, -sin, sin
-		}
-		theta *= thetaScale
-	}
 }
 
 // rotate is Kernels.Rope in Go.

@@ -231,7 +231,7 @@ func TestKernelsNormRope(t *testing.T) {
 				}
 				cs := make([]float32, rows*4*sh.half)
 				for t := range rows {
-					ropeTable(cs[t*4*sh.half:], int32(37*t+5), rp)
+					rp.Table(cs[t*4*sh.half:], int32(37*t+5))
 				}
 				x := randn(rows*sh.nHead*sh.headDim, 2)
 				want := append([]float32(nil), x...)

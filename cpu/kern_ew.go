@@ -54,7 +54,7 @@ func (k *Kernels) RMSNorm(out, x, weight []float32, dim int, eps float32) {
 
 // Rope rotates, in each of rows rows of nHead heads of headDim floats, the
 // first half pairs of every head by the angles in cs, 4·half floats per row
-// as ropeTable (backend_ew.go) writes them (neox: pairs (v[i], v[i+half]); otherwise pairs
+// as model.Rope.Table writes them (neox: pairs (v[i], v[i+half]); otherwise pairs
 // (v[2i], v[2i+1])). Every path gives the Go loop's result bit for bit.
 func (k *Kernels) Rope(x, cs []float32, rows, nHead, headDim, half int, neox bool) {
 	if half < 0 || 2*half > headDim || len(x) < rows*nHead*headDim || len(cs) < rows*4*half {

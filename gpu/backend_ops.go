@@ -8,7 +8,6 @@ package gpu
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/flowinfer/flowinfer/gpu/vk"
 	"github.com/flowinfer/flowinfer/model"
@@ -113,7 +112,7 @@ func (b *Backend) RMSNorm(out, x []float32, weight model.Vector, n, dim int, eps
 }
 
 // Rope implements model.Ops: the angle table of each row is computed on
-// the host (ropeTable) and rotates x on the device.
+// the host (model.Rope.Table) and rotates x on the device.
 func (b *Backend) Rope(x []float32, pos []int32, n, nHead, headDim int, rp *model.Rope) {
 	b.run(func() error {
 		half := rp.Dim / 2
@@ -133,7 +132,7 @@ func (b *Backend) Rope(x []float32, pos []int32, n, nHead, headDim int, rp *mode
 		}
 		cs := f32s(b.ring.Bytes()[off : off+4*n*4*half])
 		for t := range n {
-			ropeTable(cs[t*4*half:(t+1)*4*half], pos[t], rp)
+			rp.Table(cs[t*4*half:(t+1)*4*half], pos[t])
 		}
 		return b.k.Rope(b.cb, xi, F32{Buf: b.ring, Off: off / 4}, n, nHead, headDim, half, rp.Type == model.RopeNeox)
 	})
@@ -365,36 +364,4 @@ func (b *Backend) positions(seq, pos []int32) (F32, error) {
 		idx[2*t], idx[2*t+1] = seq[t], pos[t]
 	}
 	return F32{Buf: b.ring, Off: off / 4}, nil
-}
-
-// ropeTable writes the 4·half floats of the rope shader's table for
-// position p: package cpu's angle table (its ropeTable), so both backends
-// rotate by the same float32 values: ggml's float32 recurrence theta *=
-// base^(-2/dim), llama3 factors, YaRN's mix when rp.ExtFactor != 0, cos
-// and sin in float64 rounded to float32, times rp.MScale().
-func ropeTable(cs []float32, p int32, rp *model.Rope) {
-	thetaScale := float32(math.Pow(float64(rp.Base), float64(-2/float32(rp.Dim))))
-	half := rp.Dim / 2
-	c, s := cs[:2*half], cs[2*half:4*half]
-	mscale := rp.MScale()
-	theta := float32(p)
-	for i := range half {
-		extrap := theta
-		if rp.Factors != nil {
-			extrap /= rp.Factors[i]
-		}
-		th := rp.Scale * extrap
-		if rp.ExtFactor != 0 {
-			mix := model.YarnRamp(rp.Corr[0], rp.Corr[1], i) * rp.ExtFactor
-			th = float32(th*(1-mix)) + float32(extrap*mix)
-		}
-		sin64, cos64 := math.Sincos(float64(th))
-		cos, sin := float32(cos64)*mscale, float32(sin64)*mscale
-		if rp.Type == model.RopeNeox {
-			c[i], s[i] = cos, sin
-		} else {
-			c[2*i], c[2*i+1], s[2*i], s[2*i+1] = cos, cos, -sin, sin
-		}
-		theta *= thetaScale
-	}
 }

@@ -16,7 +16,7 @@ import (
 
 // Rope records the rotation of the first 2·half values of each of nHead
 // heads of headDim in n rows of x, by the table cs (4·half floats per row,
-// ropeTable's layout); neox selects the NeoX pairing.
+// model.Rope.Table's layout); neox selects the NeoX pairing.
 func (k *Kernels) Rope(cb *vk.CommandBuffer, x, cs F32, n, nHead, headDim, half int, neox bool) error {
 	if n <= 0 || nHead <= 0 || half <= 0 || 2*half > headDim {
 		return fmt.Errorf("gpu: Rope: %d rows of %d heads of %d, %d pairs", n, nHead, headDim, half)

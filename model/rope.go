@@ -210,3 +210,38 @@ func positiveKey(f *gguf.File, key string, def float32) (float32, error) {
 	}
 	return def, fmt.Errorf("model: key %q = %s: want a positive finite number", key, v)
 }
+
+// Table writes the angle table of position p into cs (4·Dim/2 floats:
+// cos then sin, each Dim/2 values for NEOX and Dim values, pairs
+// repeated and sin negated in the first of each pair, for adjacent-pair
+// RoPE) as ggml_rope_ext computes the angles: the float32 recurrence
+// theta *= Base^(-2/Dim), the llama3 Factors, YaRN's mix of the
+// extrapolated and interpolated angle when ExtFactor != 0, cos and sin in
+// float64 rounded to float32, times MScale(). The CPU kernels and the GPU's
+// rope shader both rotate by it, so both backends use the same values.
+func (rp *Rope) Table(cs []float32, p int32) {
+	thetaScale := float32(math.Pow(float64(rp.Base), float64(-2/float32(rp.Dim))))
+	half := rp.Dim / 2
+	c, s := cs[:2*half], cs[2*half:4*half]
+	mscale := rp.MScale()
+	theta := float32(p)
+	for i := range half {
+		extrap := theta
+		if rp.Factors != nil {
+			extrap /= rp.Factors[i]
+		}
+		th := rp.Scale * extrap
+		if rp.ExtFactor != 0 {
+			mix := YarnRamp(rp.Corr[0], rp.Corr[1], i) * rp.ExtFactor
+			th = float32(th*(1-mix)) + float32(extrap*mix)
+		}
+		sin64, cos64 := math.Sincos(float64(th))
+		cos, sin := float32(cos64)*mscale, float32(sin64)*mscale
+		if rp.Type == RopeNeox {
+			c[i], s[i] = cos, sin
+		} else {
+			c[2*i], c[2*i+1], s[2*i], s[2*i+1] = cos, cos, -sin, sin
+		}
+		theta *= thetaScale
+	}
+}
