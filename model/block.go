@@ -83,12 +83,8 @@ func (c *Context) attention(il int, b *Batch) error {
 	c.eval("Kcur", il, k, n, h.KDim())
 	c.eval("Vcur", il, v, n, h.VDim())
 	if h.AttnTempScale != 0 { // mistral3: attention temperature, q ·= factor(pos) per row
-		for t := range n {
-			f := h.AttnTempFactor(b.Pos[t])
-			row := q[t*h.QDim() : (t+1)*h.QDim()]
-			for i := range row {
-				row[i] *= f // one float32 product, as ggml_mul
-			}
+		for t := range n { // one float32 product per value, as ggml_mul
+			ops.Scale(q[t*h.QDim():(t+1)*h.QDim()], h.AttnTempFactor(b.Pos[t]))
 		}
 		c.eval("Qcur_attn_temp_scaled", il, q, n, h.QDim())
 	}
