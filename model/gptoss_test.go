@@ -215,21 +215,7 @@ func TestGptOssChunked(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var all []float32
-		at := 0
-		for _, c := range chunks {
-			bt := &model.Batch{Tokens: ids[at : at+c], Pos: make([]int32, c), Seq: make([]int32, c)}
-			for i := range c {
-				bt.Pos[i] = int32(at + i)
-			}
-			out, err := mctx.Decode(bt)
-			if err != nil {
-				t.Fatal(err)
-			}
-			all = append(all, out...)
-			at += c
-		}
-		return all
+		return chunkLogits(t, mctx, ids, chunks)
 	}
 	split := func(first, size int) []int {
 		var cs []int
