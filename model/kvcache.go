@@ -136,7 +136,7 @@ func turboCodecs(h *Hyper, ls []KVLayer, k bool, dim int) ([][]*quant.Turbo, err
 			t, half = lt.K, 'K'
 		}
 		b := t.Turbo()
-		if b == 0 {
+		if b == 0 || lt.Recurrent {
 			continue
 		}
 		if cs == nil {
@@ -159,12 +159,16 @@ func turboCodecs(h *Hyper, ls []KVLayer, k bool, dim int) ([][]*quant.Turbo, err
 func (c *KVCache) Layer(l int) KVLayer { return c.layers[l] }
 
 // alloc allocates rows rows per layer (a sliding-window layer's rings
-// instead: kvswa.go).
+// instead: kvswa.go; none for a recurrent layer, whose K[l] and V[l] stay
+// nil).
 func (c *KVCache) alloc(rows int) {
 	c.cells = rows
 	c.K = make([][]byte, c.NLayer)
 	c.V = make([][]byte, c.NLayer)
 	for l := range c.K {
+		if c.layers[l].Recurrent {
+			continue
+		}
 		n := rows
 		if r := c.ring(l); r > 0 {
 			n = c.nSeq * r
@@ -176,7 +180,7 @@ func (c *KVCache) alloc(rows int) {
 
 // Bytes returns the cache's storage in bytes (--kv-recent's f16 rows,
 // the sliding-window layers' rings and a hybrid model's recurrent state
-// included).
+// and its checkpoints included; a recurrent layer has no rows).
 func (c *KVCache) Bytes() int64 {
 	n := c.recentBytes() + c.State.Bytes()
 	for l := range c.K {
@@ -390,8 +394,8 @@ func (c *KVCache) CopyRows(dst, src, n int) {
 	d, s := dst*c.BlockSize, src*c.BlockSize
 	var buf [512]byte
 	for l := range c.K {
-		if c.ring(l) > 0 {
-			continue // its rows are a sequence's ring, not blocks (CopySWA)
+		if c.ring(l) > 0 || c.layers[l].Recurrent {
+			continue // a sequence's ring, not blocks (CopySWA); or no rows
 		}
 		kb, vb := c.layers[l].KHead, c.layers[l].VHead
 		for kh := range c.nHead {

@@ -156,12 +156,19 @@ func (t KVTypes) ForLayer(l, n int) (k, v KVType) {
 //
 // RecentK and RecentV report whether the layer keeps f16 copies of its
 // recent K or V rows (KVTypes.Recent, for a quantized half).
+//
+// Recurrent marks a hybrid model's recurrent layer (Hyper.IsRecurrent),
+// which attends to no cache: it has no K/V rows (KHead and VHead are 0, so
+// every byte count skips it; its per-sequence state is KVCache.State), as
+// llama.cpp's llama_memory_hybrid gives its KV cache only the layers that
+// are not recurrent.
 type KVLayer struct {
 	K, V             KVType
 	KHead, VHead     int
 	KUnit            int // the unit K heads are transposed in (quant.TileUnit)
 	RotK, RotV       int
 	RecentK, RecentV bool
+	Recurrent        bool
 }
 
 // blockRotated reports whether llama.cpp rotates rows of type t (the
@@ -189,6 +196,10 @@ func KVLayers(h *Hyper, t KVTypes) ([]KVLayer, error) {
 		hv, err := v.HeadBytes(h.HeadDimV)
 		if err != nil {
 			return nil, fmt.Errorf("-ctv: %w", err)
+		}
+		if h.IsRecurrent(l) {
+			ls[l] = KVLayer{K: k, V: v, KUnit: 1, Recurrent: true}
+			continue
 		}
 		ls[l] = KVLayer{K: k, V: v, KHead: hk, VHead: hv, KUnit: 1, RecentK: t.Recent > 0 && k.quantized(), RecentV: t.Recent > 0 && v.quantized()}
 		if qt, _ := k.Quant(); k.Turbo() == 0 {
@@ -241,7 +252,8 @@ func KVRecentBytes(h *Hyper, t KVTypes, pos int) (int64, error) {
 }
 
 // KVBytesPerToken returns the bytes one token's K and V take over all
-// layers in a cache of types t (for sizing caches and admission).
+// layers that keep rows (not a hybrid model's recurrent layers) in a cache
+// of types t (for sizing caches and admission).
 func KVBytesPerToken(h *Hyper, t KVTypes) (int, error) {
 	ls, err := KVLayers(h, t)
 	n := 0

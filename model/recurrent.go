@@ -10,6 +10,15 @@ package model
 // tokens: a sequence's state is only valid at the position it has reached
 // (RecurrentState.Next), and Context.Decode refuses a batch that does not
 // continue a sequence from there or start it at position 0.
+//
+// To reuse a cached prompt prefix anyway, the state keeps a bounded pool of
+// checkpoints (ReserveCheckpoints): Save copies one sequence's whole state
+// (every recurrent layer's buffers, whatever their shapes) with the
+// position it has reached, Restore copies it back into any sequence, which
+// then continues from that position on K/V rows of the same tokens. The
+// pool is allocated with the state and counted in its Bytes. Which
+// positions to checkpoint, and which checkpoint a prompt may use, is the
+// scheduler's (stages' kvblocks.go): the state does not know tokens.
 
 import (
 	"fmt"
@@ -71,6 +80,10 @@ type RecurrentState struct {
 	// Next[s] is the position sequence s's state has reached: the next
 	// token it can take (0: empty).
 	Next []int32
+	// ckpt is the checkpoint pool: ckpt[i] holds one sequence's state,
+	// layer by layer (conv then delta), saved at position ckptPos[i].
+	ckpt    [][]float32
+	ckptPos []int32
 }
 
 // newRecurrentState allocates the state of h's recurrent layers for nSeq
@@ -91,7 +104,7 @@ func newRecurrentState(h *Hyper, nSeq int) *RecurrentState {
 	return r
 }
 
-// Bytes is the state's storage.
+// Bytes is the state's storage, its checkpoint pool included.
 func (r *RecurrentState) Bytes() int64 {
 	if r == nil {
 		return 0
@@ -100,7 +113,68 @@ func (r *RecurrentState) Bytes() int64 {
 	for i := range r.conv {
 		n += 4 * int64(len(r.conv[i])+len(r.delta[i]))
 	}
-	return n
+	return n + int64(len(r.ckpt))*r.SeqBytes()
+}
+
+// seqFloats is the floats of one sequence's state over all recurrent
+// layers.
+func (r *RecurrentState) seqFloats() int {
+	return len(r.conv) * (r.h.ConvState() + r.h.DeltaState())
+}
+
+// SeqBytes is the bytes of one sequence's state (of one checkpoint).
+func (r *RecurrentState) SeqBytes() int64 {
+	if r == nil {
+		return 0
+	}
+	return 4 * int64(r.seqFloats())
+}
+
+// ReserveCheckpoints makes the checkpoint pool n checkpoints, all empty
+// (what it held is dropped).
+func (r *RecurrentState) ReserveCheckpoints(n int) {
+	r.ckpt, r.ckptPos = make([][]float32, n), make([]int32, n)
+	for i := range r.ckpt {
+		r.ckpt[i] = make([]float32, r.seqFloats())
+	}
+}
+
+// Checkpoints returns the pool's size.
+func (r *RecurrentState) Checkpoints() int {
+	if r == nil {
+		return 0
+	}
+	return len(r.ckpt)
+}
+
+// Save copies sequence seq's state, at position Next[seq], into
+// checkpoint ck (overwriting it) and returns that position.
+func (r *RecurrentState) Save(ck, seq int) int {
+	dst := r.ckpt[ck][:0]
+	for il, s := range r.layers {
+		if s >= 0 {
+			c, d := r.Layer(il, seq)
+			dst = append(append(dst, c...), d...)
+		}
+	}
+	r.ckptPos[ck] = r.Next[seq]
+	return int(r.Next[seq])
+}
+
+// Restore gives sequence seq the state saved in checkpoint ck: the next
+// batch of seq continues from the position it was saved at, which it
+// returns.
+func (r *RecurrentState) Restore(seq, ck int) int {
+	src := r.ckpt[ck]
+	for il, s := range r.layers {
+		if s >= 0 {
+			c, d := r.Layer(il, seq)
+			src = src[copy(c, src):]
+			src = src[copy(d, src):]
+		}
+	}
+	r.Next[seq] = r.ckptPos[ck]
+	return int(r.ckptPos[ck])
 }
 
 // Layer returns sequence seq's convolution and delta-rule state in layer il.
@@ -152,7 +226,7 @@ func (r *RecurrentState) check(b *Batch) error {
 			want = 0
 		}
 		if b.Pos[i] != want {
-			return fmt.Errorf("%w: sequence %d: position %d, but its recurrent state is at position %d (a hybrid model's state cannot start from a cached prefix)", ErrBatch, s, b.Pos[i], want)
+			return fmt.Errorf("%w: sequence %d: position %d, but its recurrent state is at position %d (a hybrid model's state continues only from where it is, or from a restored checkpoint)", ErrBatch, s, b.Pos[i], want)
 		}
 	}
 	for i, s := range b.Seq {
@@ -177,8 +251,9 @@ func lastRow(b *Batch, i int, s int32) int {
 }
 
 // RecurrentStateBytes is the size of the recurrent state a KV cache
-// allocate for nSeq sequences of a model of hyperparameters h (0 unless
-// hybrid): memory budgets count it beside the K/V cells.
+// allocates for nSeq sequences of a model of hyperparameters h (0 unless
+// hybrid): memory budgets count it beside the K/V cells. n checkpoints
+// (RecurrentState.ReserveCheckpoints) take RecurrentStateBytes(h, n).
 func RecurrentStateBytes(h *Hyper, nSeq int) int64 {
 	var n int64
 	for il := range h.NLayer {
