@@ -34,13 +34,17 @@ type Footprint struct {
 	// NCtx is one sequence's context: with Running and MaxBatch it sizes
 	// the rings of sliding-window layers (model.KVCacheBytes; 0: Cells).
 	NCtx int
+	// Checkpoints is Config.StateCheckpoints (0: the default, negative:
+	// none): a hybrid model's recurrent-state checkpoints, each the size of
+	// one sequence's state.
+	Checkpoints int
 }
 
 // EngineFootprint is the footprint of an engine of config c, with
 // NewEngine's defaults (one sequence, blocks of defaultBlockSize, a KV
 // cache of NSeq × NCtx cells unless KVTokens says otherwise).
 func EngineFootprint(c Config) Footprint {
-	f := Footprint{Cells: c.KVTokens, Running: max(c.NSeq, 1), MaxBatch: c.MaxBatch, BlockSize: c.BlockSize, NCtx: c.NCtx}
+	f := Footprint{Cells: c.KVTokens, Running: max(c.NSeq, 1), MaxBatch: c.MaxBatch, BlockSize: c.BlockSize, NCtx: c.NCtx, Checkpoints: c.StateCheckpoints}
 	if f.Cells <= 0 {
 		f.Cells = f.Running * c.NCtx
 	}
@@ -73,18 +77,20 @@ func KVBytes(h *model.Hyper, kv model.KVTypes, cells int) int64 {
 }
 
 // footprintKVBytes is the KV cache of footprint f in types kv: its cells
-// in the full layers and the sliding-window layers' rings
-// (model.KVCacheBytes), or KVBytes when the heads do not fit kv.
+// in the full layers, the sliding-window layers' rings and a hybrid
+// model's recurrent state with its checkpoints (model.KVCacheBytes), or
+// KVBytes when the heads do not fit kv.
 func footprintKVBytes(h *model.Hyper, kv model.KVTypes, f Footprint) int64 {
 	nCtx := f.NCtx
 	if nCtx <= 0 {
 		nCtx = f.Cells
 	}
+	ck := model.RecurrentStateBytes(h, Config{StateCheckpoints: f.Checkpoints}.Checkpoints(h))
 	n, err := model.KVCacheBytes(h, kv, f.Cells, max(f.Running, 1), nCtx, max(f.MaxBatch, 1))
 	if err != nil {
-		return KVBytes(h, kv, f.Cells)
+		return KVBytes(h, kv, f.Cells) + ck
 	}
-	return n
+	return n + ck
 }
 
 // ActBytes estimates a context's scratch for batches of maxBatch tokens:
@@ -99,15 +105,17 @@ type KVCapacity struct {
 	Tokens   int   // cells that fit
 	PerToken int   // bytes of one cell, all layers without a sliding-window ring
 	Windows  int64 // bytes of the recent f16 windows, taken first
-	Rings    int64 // bytes of the sliding-window layers' rings and a hybrid model's recurrent state, taken first too
+	Rings    int64 // bytes of the sliding-window layers' rings and a hybrid model's recurrent state and its checkpoints, taken first too
 }
 
 // KVCapacityFor returns what budget bytes of KV cache hold in types kv, for nSeq
 // sequences of nCtx positions at once, batches of maxBatch and blocks of
 // blockSize: the recent windows and the sliding-window layers' rings
-// (and a hybrid model's recurrent state) first (the windows sized for as many cells as the whole budget would
-// hold), then as many cells as the rest holds.
-func KVCapacityFor(h *model.Hyper, kv model.KVTypes, budget int64, nSeq, nCtx, maxBatch, blockSize int) (KVCapacity, error) {
+// (and a hybrid model's recurrent state and its checkpoints,
+// Config.Checkpoints) first (the windows sized for as many
+// cells as the whole budget would hold), then as many cells as the rest
+// holds.
+func KVCapacityFor(h *model.Hyper, kv model.KVTypes, budget int64, nSeq, nCtx, maxBatch, blockSize, checkpoints int) (KVCapacity, error) {
 	per, err := model.SWAFullBytesPerToken(h, kv, nCtx, maxBatch)
 	if err != nil {
 		return KVCapacity{}, err
@@ -116,6 +124,7 @@ func KVCapacityFor(h *model.Hyper, kv model.KVTypes, budget int64, nSeq, nCtx, m
 	if err != nil {
 		return KVCapacity{}, err
 	}
+	rings += model.RecurrentStateBytes(h, checkpoints)
 	if per == 0 { // every layer is a ring: cells cost nothing more
 		return KVCapacity{Tokens: nSeq * nCtx, Rings: rings}, nil
 	}

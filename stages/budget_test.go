@@ -85,17 +85,17 @@ func TestEngineFootprint(t *testing.T) {
 // TestKVCapacityFor: a KV byte budget holds whole cells after the windows.
 func TestKVCapacityFor(t *testing.T) {
 	h := budgetHyper(32, false)
-	p, err := stages.KVCapacityFor(h, model.KVTypes{K: model.KVF16, V: model.KVF16}, 1<<20+100, 4, 4096, 512, 16)
+	p, err := stages.KVCapacityFor(h, model.KVTypes{K: model.KVF16, V: model.KVF16}, 1<<20+100, 4, 4096, 512, 16, 0)
 	if err != nil || p != (stages.KVCapacity{Tokens: 2048, PerToken: 512}) {
 		t.Errorf("f16: %+v, %v", p, err)
 	}
 	tq4 := model.KVTypes{K: model.KVTQ4, V: model.KVTQ4, Recent: model.DefaultKVRecent}
-	p, err = stages.KVCapacityFor(h, tq4, 1<<20, 4, 4096, 512, 16)
+	p, err = stages.KVCapacityFor(h, tq4, 1<<20, 4, 4096, 512, 16, 0)
 	per, _ := model.KVBytesPerToken(h, tq4)
 	if err != nil || p.Windows <= 0 || p.PerToken != per || p.Tokens != int((1<<20-p.Windows)/int64(per)) {
 		t.Errorf("tq4 with recent windows: %+v, %v", p, err)
 	}
-	if _, err := stages.KVCapacityFor(budgetHyper(8, false), model.KVTypes{K: model.KVQ8_0, V: model.KVF16}, 1<<20, 1, 4096, 1, 16); err == nil {
+	if _, err := stages.KVCapacityFor(budgetHyper(8, false), model.KVTypes{K: model.KVQ8_0, V: model.KVF16}, 1<<20, 1, 4096, 1, 16, 0); err == nil {
 		t.Error("q8_0 on heads of 8: no error")
 	}
 }
@@ -127,7 +127,7 @@ func TestSWABudget(t *testing.T) {
 	if got := stages.WeightBudget(gib, h, f16, f); got != gib-want-denseAct-stages.Headroom {
 		t.Errorf("weight budget %d, want %d (KV %d)", got, gib-want-denseAct-stages.Headroom, want)
 	}
-	p, err := stages.KVCapacityFor(h, f16, want, nSeq, nCtx, batch, 16)
+	p, err := stages.KVCapacityFor(h, f16, want, nSeq, nCtx, batch, 16, 0)
 	if err != nil || p.Rings != nRing*perLayer*nSeq*int64(ring) || p.PerToken != int(nFull*perLayer) || p.Tokens != nSeq*nCtx {
 		t.Errorf("capacity of %d bytes: %+v, %v; want %d tokens of %d bytes after %d of rings", want, p, err, nSeq*nCtx, nFull*perLayer, nRing*perLayer*nSeq*int64(ring))
 	}

@@ -53,6 +53,26 @@ type Config struct {
 	// Observer, when set, receives per-step and per-admission figures
 	// (for metrics), from the scheduler's goroutine.
 	Observer Observer
+	// StateCheckpoints is how many copies of a hybrid model's recurrent
+	// state (every recurrent layer's, one sequence's each) the engine keeps
+	// so that a request can reuse a cached prompt prefix (statecache.go)
+	// [DefaultStateCheckpoints]; negative: none, and a hybrid model then
+	// prefills every prompt whole. Counted in the KV cache's bytes. Other
+	// models ignore it.
+	StateCheckpoints int
+}
+
+// Checkpoints returns the recurrent-state checkpoints an engine of config
+// c keeps for a model of hyperparameters h (StateCheckpoints with its
+// default; 0 unless h is hybrid).
+func (c Config) Checkpoints(h *model.Hyper) int {
+	switch {
+	case !h.Hybrid() || c.StateCheckpoints < 0:
+		return 0
+	case c.StateCheckpoints == 0:
+		return DefaultStateCheckpoints
+	}
+	return c.StateCheckpoints
 }
 
 // Observer receives the scheduler's figures as they happen. Its methods
@@ -154,6 +174,9 @@ type Stats struct {
 	PromptTokens   int64 // prompt tokens of admitted requests
 	CachedTokens   int64 // of which reused from the cache
 	Preemptions    int64 // sequences preempted to free blocks
+	// StateCheckpoints is the recurrent-state checkpoints holding a state
+	// (a hybrid model's, of Config.Checkpoints).
+	StateCheckpoints int
 }
 
 // engineStats is what the scheduler publishes for Stats.
@@ -163,6 +186,7 @@ type engineStats struct {
 	queued                          atomic.Int64
 	waiting, running                atomic.Int64
 	blocksUsed, blocksCached        atomic.Int64
+	checkpoints                     atomic.Int64
 	promptTokens, cachedTokens, pre atomic.Int64
 }
 
@@ -172,7 +196,7 @@ func (e *Engine) Stats() Stats {
 	return Stats{
 		Queued: int(st.queued.Load() + st.waiting.Load()), Running: int(st.running.Load()),
 		BlockSize: e.cfg.BlockSize, KVBlocks: e.cfg.KVTokens / e.cfg.BlockSize,
-		KVBlocksUsed: int(st.blocksUsed.Load()), KVBlocksCached: int(st.blocksCached.Load()),
+		KVBlocksUsed: int(st.blocksUsed.Load()), KVBlocksCached: int(st.blocksCached.Load()), StateCheckpoints: int(st.checkpoints.Load()),
 		PromptTokens: st.promptTokens.Load(), CachedTokens: st.cachedTokens.Load(), Preemptions: st.pre.Load(),
 	}
 }
@@ -216,6 +240,9 @@ func NewEngine(m *model.Model, tok *tokenizer.Tokenizer, ops model.Ops, cfg Conf
 		return nil, err
 	}
 	cfg.KVTokens = kv.NBlocks * bs
+	if n := cfg.Checkpoints(&m.Hyper); n > 0 {
+		kv.State.ReserveCheckpoints(n)
+	}
 	mctx, err := m.NewContextKV(ops, kv, cfg.MaxBatch)
 	if err != nil {
 		return nil, err

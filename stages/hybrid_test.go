@@ -2,9 +2,12 @@ package stages_test
 
 import (
 	"context"
+	"math"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/model"
@@ -13,12 +16,15 @@ import (
 	"github.com/flowinfer/flowinfer/stages"
 )
 
-// TestHybridPrefixNotReused: a hybrid model (qwen35: recurrent layers
-// whose state cannot be rebuilt from cached K/V rows) never takes a
-// prompt prefix from the cache: a repeated prompt, and a prompt extending
-// a previous request's, give the logits of a cold engine at every
-// generated token, with no cached tokens reported. Both cache layouts.
-func TestHybridPrefixNotReused(t *testing.T) {
+// hybridFixture is qwen35-small (f32 weights) and two prompts, the second
+// extending the first.
+type hybridFixture struct {
+	b            *model.Bundle
+	base, longer []int32
+}
+
+func openHybrid(t *testing.T) hybridFixture {
+	t.Helper()
 	s, err := synth.Preset("qwen35-small")
 	if err != nil {
 		t.Fatal(err)
@@ -31,12 +37,82 @@ func TestHybridPrefixNotReused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
-	base := b.Tokenizer.Encode("Once upon a time, there was a little girl named Lily. She liked to play outside in the park.", true, true)
-	longer := b.Tokenizer.Encode("Once upon a time, there was a little girl named Lily. She liked to play outside in the park. One day", true, true)
+	t.Cleanup(func() { b.Close() })
+	return hybridFixture{b: b,
+		base:   b.Tokenizer.Encode("Once upon a time, there was a little girl named Lily. She liked to play outside in the park.", true, true),
+		longer: b.Tokenizer.Encode("Once upon a time, there was a little girl named Lily. She liked to play outside in the park. One day", true, true)}
+}
+
+// hybridRun is one request's outcome.
+type hybridRun struct {
+	rows   [][]float32
+	cached int
+}
+
+// hybridEngine runs requests one after another on one engine.
+type hybridEngine struct {
+	t    *testing.T
+	e    *stages.Engine
+	done chan error
+}
+
+func startHybrid(t *testing.T, fx hybridFixture, ops model.Ops, cfg stages.Config) *hybridEngine {
+	t.Helper()
+	e, err := stages.NewEngine(fx.b.Model, fx.b.Tokenizer, ops, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &hybridEngine{t: t, e: e, done: make(chan error, 1)}
+	go func() { h.done <- e.Run(context.Background()) }()
+	t.Cleanup(func() {
+		e.Close()
+		if err := <-h.done; err != nil {
+			t.Error(err)
+		}
+	})
+	return h
+}
+
+// run submits a greedy request of prompt for 8 tokens and waits for it.
+func (h *hybridEngine) run(prompt []int32) hybridRun {
+	h.t.Helper()
+	var r hybridRun
+	col := newCollector()
+	req := &stages.Request{Prompt: prompt, Params: greedy(), MaxTokens: 8, IgnoreEOG: true, Emit: col.emit,
+		OnLogits: func(row []float32) { r.rows = append(r.rows, slices.Clone(row)) }}
+	if err := h.e.Submit(req); err != nil {
+		h.t.Fatal(err)
+	}
+	select {
+	case <-col.done:
+	case err := <-h.done:
+		h.t.Fatalf("the engine stopped: %v", err)
+	}
+	r.cached = col.final.Usage.CachedTokens
+	return r
+}
+
+// rowsDiff is the largest difference between two runs' logits (+Inf when
+// they differ in length).
+func rowsDiff(a, b [][]float32) float64 {
+	if len(a) != len(b) {
+		return math.Inf(1)
+	}
+	var d float64
+	for i := range a {
+		for j := range a[i] {
+			d = max(d, math.Abs(float64(a[i][j]-b[i][j])))
+		}
+	}
+	return d
+}
+
+// hybridLayouts runs f on both cache layouts: fixed (contiguous, the
+// reference backend) and paged (the CPU backend).
+func hybridLayouts(t *testing.T, f func(t *testing.T, ops func() model.Ops, cfg stages.Config)) {
 	for _, paged := range []bool{false, true} {
 		name := "fixed"
-		var ops func() model.Ops = func() model.Ops { return cpu.NewRef() }
+		ops := func() model.Ops { return cpu.NewRef() }
 		cfg := stages.Config{NCtx: 256, BlockSize: 16}
 		if paged {
 			name = "paged"
@@ -47,60 +123,221 @@ func TestHybridPrefixNotReused(t *testing.T) {
 				return be
 			}
 		}
-		t.Run(name, func(t *testing.T) {
-			request := func(prompt []int32, rows *[][]float32, col *collector) *stages.Request {
-				return &stages.Request{Prompt: prompt, Params: greedy(), MaxTokens: 8, IgnoreEOG: true, Emit: col.emit,
-					OnLogits: func(row []float32) { *rows = append(*rows, slices.Clone(row)) }}
+		t.Run(name, func(t *testing.T) { f(t, ops, cfg) })
+	}
+}
+
+// TestHybridPrefixReused: a hybrid model (qwen35: recurrent layers whose
+// state cannot be rebuilt from cached K/V rows) reuses a cached prompt
+// prefix through a checkpoint of its recurrent state. A repeated prompt
+// restores the checkpoint a block before its end and gives bit for bit the
+// first run's logits at every generated token (the same chunks from the
+// checkpoint on); a prompt extending an earlier one restores the
+// checkpoint at that one's end. Both agree within 1e-4 with an engine
+// without checkpoints, which prefills each prompt in one step. Without
+// checkpoints (StateCheckpoints < 0) nothing is reused. Both cache
+// layouts.
+func TestHybridPrefixReused(t *testing.T) {
+	fx := openHybrid(t)
+	hybridLayouts(t, func(t *testing.T, ops func() model.Ops, cfg stages.Config) {
+		none := cfg
+		none.StateCheckpoints = -1
+		plain := startHybrid(t, fx, ops(), none)
+		coldBase, coldLonger := plain.run(fx.base), plain.run(fx.longer)
+		if again := plain.run(fx.base); again.cached != 0 || rowsDiff(again.rows, coldBase.rows) != 0 {
+			t.Errorf("without checkpoints: %d cached tokens, logits differ by %g", again.cached, rowsDiff(again.rows, coldBase.rows))
+		}
+		if coldBase.cached != 0 || coldLonger.cached != 0 {
+			t.Errorf("without checkpoints: %d and %d cached tokens", coldBase.cached, coldLonger.cached)
+		}
+		e := startHybrid(t, fx, ops(), cfg)
+		first := e.run(fx.base)
+		second := e.run(fx.base)
+		longer := e.run(fx.longer)
+		if first.cached != 0 {
+			t.Errorf("first request: %d cached tokens", first.cached)
+		}
+		if want := (len(fx.base) - 1) / 16 * 16; second.cached != want {
+			t.Errorf("repeated prompt of %d tokens: %d cached tokens, want %d (the last block boundary)", len(fx.base), second.cached, want)
+		}
+		if d := rowsDiff(second.rows, first.rows); d != 0 {
+			t.Errorf("repeated prompt: logits differ from the first run's by %g", d)
+		}
+		if longer.cached < len(fx.base) {
+			t.Errorf("extended prompt: %d cached tokens, want at least the first prompt's %d", longer.cached, len(fx.base))
+		}
+		for name, c := range map[string][2]hybridRun{"first": {first, coldBase}, "repeated": {second, coldBase}, "extended": {longer, coldLonger}} {
+			if d := rowsDiff(c[0].rows, c[1].rows); d > 1e-4 {
+				t.Errorf("%s prompt: logits differ from one-step prefill by %g", name, d)
 			}
-			cold := func(prompt []int32) [][]float32 {
-				var rows [][]float32
-				e, err := stages.NewEngine(b.Model, b.Tokenizer, ops(), cfg, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := runEngine(t, e, request(prompt, &rows, newCollector())); err != nil {
-					t.Fatal(err)
-				}
-				return rows
+		}
+		if st := e.e.Stats(); st.StateCheckpoints == 0 || st.CachedTokens != int64(second.cached+longer.cached) {
+			t.Errorf("stats: %d checkpoints held, %d cached tokens (want %d)", st.StateCheckpoints, st.CachedTokens, second.cached+longer.cached)
+		}
+	})
+}
+
+// TestHybridCheckpointEviction: checkpoints and blocks under pressure. A
+// pool of one checkpoint keeps only the latest state: after a request it
+// is the state where the request left off (its prompt and the tokens fed
+// after it), which a repeated prompt cannot use but a next turn extending
+// it can; another prompt's checkpoint then evicts it, and the next turn
+// recomputes from scratch. With the K/V blocks of a checkpointed prefix
+// evicted (a cache of one context, filled by a longer prompt), the
+// checkpoint is not used. Every answer keeps the logits of an engine
+// without checkpoints.
+func TestHybridCheckpointEviction(t *testing.T) {
+	fx := openHybrid(t)
+	other := fx.b.Tokenizer.Encode("The quick brown fox jumps over the lazy dog, and then it runs far away into the forest.", true, true)
+	var long []int32
+	for len(long) < 240 {
+		long = append(long, other...)
+	}
+	long = long[:240]
+	hybridLayouts(t, func(t *testing.T, ops func() model.Ops, cfg stages.Config) {
+		none := cfg
+		none.StateCheckpoints = -1
+		plain := startHybrid(t, fx, ops(), none)
+		coldBase := plain.run(fx.base)
+		// the next turn: base, the 7 generated tokens fed, then more
+		turn := slices.Clone(fx.base)
+		for _, row := range coldBase.rows[:7] {
+			turn = append(turn, int32(argmax(row)))
+		}
+		turn = append(turn, other[1:10]...)
+		coldTurn, coldOther, coldLong := plain.run(turn), plain.run(other), plain.run(long)
+		check := func(name string, got, want hybridRun, cached int) {
+			t.Helper()
+			if d := rowsDiff(got.rows, want.rows); d > 1e-4 {
+				t.Errorf("%s: logits differ from one-step prefill by %g", name, d)
 			}
-			coldBase, coldLonger := cold(base), cold(longer)
-			e, err := stages.NewEngine(b.Model, b.Tokenizer, ops(), cfg, nil)
-			if err != nil {
-				t.Fatal(err)
+			if got.cached != cached {
+				t.Errorf("%s: %d cached tokens, want %d", name, got.cached, cached)
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			done := make(chan error, 1)
-			go func() { done <- e.Run(ctx) }()
-			for i, prompt := range [][]int32{base, base, longer} {
-				var rows [][]float32
-				col := newCollector()
-				e.Submit(request(prompt, &rows, col))
-				select {
-				case <-col.done:
-				case err := <-done:
-					t.Fatalf("request %d: the engine stopped: %v", i, err)
-				}
-				want := coldBase
-				if i == 2 {
-					want = coldLonger
-				}
-				if col.final.Usage.CachedTokens != 0 {
-					t.Errorf("request %d: %d cached tokens reused", i, col.final.Usage.CachedTokens)
-				}
-				if len(rows) != len(want) {
-					t.Fatalf("request %d: %d logit rows, cold %d", i, len(rows), len(want))
-				}
-				for j := range rows {
-					if !slices.Equal(rows[j], want[j]) {
-						t.Fatalf("request %d: logits of token %d differ from a cold engine's", i, j)
+		}
+		one := cfg
+		one.StateCheckpoints = 1
+		e := startHybrid(t, fx, ops(), one)
+		check("first", e.run(fx.base), coldBase, 0)
+		check("first again", e.run(fx.base), coldBase, 0)
+		check("next turn", e.run(turn), coldTurn, len(fx.base)+7)
+		check("other", e.run(other), coldOther, 0)
+		check("next turn after other", e.run(turn), coldTurn, 0)
+		if st := e.e.Stats(); st.StateCheckpoints != 1 {
+			t.Errorf("pool of one: %d held", st.StateCheckpoints)
+		}
+		if cfg.KVTokens == 0 {
+			return // the fixed layout keeps a slot's blocks until the slot is reused
+		}
+		tight := cfg
+		tight.KVTokens = cfg.NCtx // one context: long's blocks evict base's
+		e = startHybrid(t, fx, ops(), tight)
+		check("base", e.run(fx.base), coldBase, 0)
+		check("long", e.run(long), coldLong, 0)
+		if st := e.e.Stats(); st.StateCheckpoints == 0 {
+			t.Error("no checkpoint held")
+		}
+		check("base after long", e.run(fx.base), coldBase, 0)
+	})
+}
+
+func argmax(row []float32) int {
+	best := 0
+	for i, v := range row {
+		if v > row[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// TestHybridForkAndCancel: a second choice of the same prompt submitted
+// once the first has its first token (as serve does for n > 1) forks the
+// first one's state through its checkpoint a block before the prompt's
+// end and generates what the first does; a request cancelled after its
+// first token leaves no sequence or block held and no checkpoint pinned,
+// and the next request of its prompt reuses the checkpoints it left.
+func TestHybridForkAndCancel(t *testing.T) {
+	fx := openHybrid(t)
+	hybridLayouts(t, func(t *testing.T, ops func() model.Ops, cfg stages.Config) {
+		cfg.NSeq = 2
+		if cfg.KVTokens > 0 {
+			cfg.KVTokens = 2 * cfg.NCtx
+		}
+		h := startHybrid(t, fx, ops(), cfg)
+		boundary := (len(fx.base) - 1) / 16 * 16
+		// fork: b submitted from a's first event
+		var a, b hybridRun
+		colA, colB := newCollector(), newCollector()
+		reqB := &stages.Request{Prompt: fx.base, Params: greedy(), MaxTokens: 8, IgnoreEOG: true, Emit: colB.emit,
+			OnLogits: func(row []float32) { b.rows = append(b.rows, slices.Clone(row)) }}
+		submitted := false
+		reqA := &stages.Request{Prompt: fx.base, Params: greedy(), MaxTokens: 8, IgnoreEOG: true,
+			Emit: func(ev stages.Event) error {
+				if !submitted {
+					submitted = true
+					if err := h.e.Submit(reqB); err != nil {
+						t.Error(err)
 					}
 				}
-			}
-			e.Close()
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
-		})
-	}
+				return colA.emit(ev)
+			},
+			OnLogits: func(row []float32) { a.rows = append(a.rows, slices.Clone(row)) }}
+		if err := h.e.Submit(reqA); err != nil {
+			t.Fatal(err)
+		}
+		<-colA.done
+		<-colB.done
+		if colB.final.Usage.CachedTokens != boundary {
+			t.Errorf("fork: %d cached tokens, want %d", colB.final.Usage.CachedTokens, boundary)
+		}
+		if d := rowsDiff(a.rows, b.rows); d > 1e-5 {
+			t.Errorf("fork: logits differ from the first choice's by %g", d)
+		}
+		// cancel after the first token
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		other := fx.b.Tokenizer.Encode("Tom had a big red ball. He liked to throw it high into the blue sky every morning.", true, true)
+		var first []float32
+		col := newCollector()
+		started, once := make(chan struct{}), sync.Once{}
+		req := &stages.Request{Ctx: ctx, Prompt: other, Params: greedy(), MaxTokens: 64, IgnoreEOG: true,
+			Emit: func(ev stages.Event) error {
+				cancel()
+				once.Do(func() { close(started) })
+				return col.emit(ev)
+			},
+			OnLogits: func(row []float32) {
+				if first == nil {
+					first = slices.Clone(row)
+				}
+			}}
+		if err := h.e.Submit(req); err != nil {
+			t.Fatal(err)
+		}
+		<-started
+		for deadline := time.Now().Add(10 * time.Second); h.e.Stats().Running > 0 && time.Now().Before(deadline); { // until the scheduler retires it
+			time.Sleep(time.Millisecond)
+		}
+		col.mu.Lock()
+		if col.events == 0 || col.events >= 64 {
+			t.Errorf("cancelled request: %d events, want it stopped before its 64 tokens", col.events)
+		}
+		col.mu.Unlock()
+		again := h.run(other)
+		// the last answer ends before the scheduler retires its sequence
+		deadline := time.Now().Add(10 * time.Second)
+		for h.e.Stats().Running > 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if st := h.e.Stats(); st.Running != 0 || st.KVBlocksUsed != 0 {
+			t.Errorf("after the requests: %d running, %d blocks used", st.Running, st.KVBlocksUsed)
+		}
+		if want := (len(other) - 1) / 16 * 16; again.cached != want {
+			t.Errorf("after a cancelled request: %d cached tokens, want %d", again.cached, want)
+		}
+		if !slices.Equal(again.rows[0], first) {
+			t.Errorf("after a cancelled request: first logits differ by %g", rowsDiff(again.rows[:1], [][]float32{first}))
+		}
+	})
 }

@@ -85,13 +85,17 @@ type kvBlocks struct {
 	// tokens whose rows its rings hold, from the last sequence released
 	// from it (nil: none); see swaSource.
 	swaToks [][]int32
+
+	// ckpt is a hybrid model's recurrent-state checkpoints (statecache.go;
+	// nil: not hybrid, or no pool).
+	ckpt *stateCkpts
 }
 
 func newKVBlocks(kv *model.KVCache, paged bool, nSeq int) *kvBlocks {
 	n := kv.NBlocks
 	kb := &kvBlocks{kv: kv, size: kv.BlockSize, paged: paged, perSeq: n / nSeq,
 		ref: make([]int32, n), key: make([]uint64, n), parent: make([]uint64, n), fill: make([]int32, n), toks: make([]int32, n*kv.BlockSize),
-		byKey: map[uint64]int32{}, byParent: map[uint64][]int32{}, swaToks: make([][]int32, nSeq)}
+		byKey: map[uint64]int32{}, byParent: map[uint64][]int32{}, swaToks: make([][]int32, nSeq), ckpt: newStateCkpts(kv)}
 	if paged {
 		kb.prev, kb.next = make([]int32, n+1), make([]int32, n+1)
 		kb.prev[n], kb.next[n] = int32(n), int32(n)
@@ -281,13 +285,14 @@ type prefix struct {
 func (m *prefix) tokens(size int) int { return len(m.full)*size + m.nPart }
 
 // match looks toks up in the index. A hybrid model's cache (kv.State:
-// recurrent layers) never matches: the recurrent state at the end of a
-// prefix cannot be rebuilt from its K/V rows, and no state checkpoints are
-// kept, so such a model always prefills the whole prompt (a sequence that
-// starts at position 0 resets its state).
+// recurrent layers) without state checkpoints never matches: the
+// recurrent state at the end of a prefix cannot be rebuilt from its K/V
+// rows, so such a model prefills the whole prompt (a sequence that starts
+// at position 0 resets its state). With checkpoints, the scheduler cuts
+// the match to a checkpointed prefix (statecache.go).
 func (kb *kvBlocks) match(toks []int32) prefix {
 	m := prefix{part: -1}
-	if kb.kv.State != nil {
+	if kb.kv.State != nil && kb.ckpt == nil {
 		return m
 	}
 	h := hashSeed

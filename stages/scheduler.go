@@ -241,6 +241,7 @@ func (s *scheduler) run(ctx context.Context, admit *graph.In[queued], back *grap
 		for _, q := range s.st.seqs {
 			if q.slot >= 0 {
 				s.blocks.publish(q)
+				s.checkpoint(q)
 			}
 		}
 	}
@@ -305,6 +306,12 @@ func (s *scheduler) resume() {
 		if src >= 0 && !s.blocks.kv.SWAHolds(src, cached) {
 			cached = 0
 		}
+		// a hybrid model reuses only a prefix whose recurrent state is
+		// checkpointed: the longest within the cached blocks
+		ck := -1
+		if ckpt := s.blocks.ckpt; ckpt != nil {
+			ck, cached = ckpt.best(q.toks, cached, func(n int) bool { return s.blocks.recentHit(slot, m, n) == n })
+		}
 		need := (len(q.toks)+s.blocks.size-1)/s.blocks.size - cached/s.blocks.size
 		if s.blocks.available() < need+1 && len(s.running) > 0 {
 			return // wait for blocks (alone, it always fits)
@@ -318,6 +325,18 @@ func (s *scheduler) resume() {
 			// and the rings do not hold the shorter prefix: compute it all
 			s.blocks.release(q)
 			got = s.blocks.attach(q, prefix{part: -1}, 0)
+		}
+		if ck >= 0 && got < cached {
+			// fewer blocks than planned: the checkpoint is not of this
+			// prefix, so compute it all
+			s.blocks.release(q)
+			got = s.blocks.attach(q, prefix{part: -1}, 0)
+		}
+		if ck >= 0 && got > 0 {
+			s.blocks.ckpt.restore(q.slot, ck)
+		}
+		if s.blocks.ckpt != nil {
+			q.ckptAt = planCheckpoints(len(q.toks), got, s.blocks.size)
 		}
 		if src >= 0 && got > 0 {
 			s.blocks.kv.CopySWA(q.slot, src)
@@ -436,8 +455,26 @@ func (s *scheduler) retire() {
 	}
 }
 
-// evict takes q out of the cache: its blocks go back to kvBlocks.
+// checkpoint saves q's recurrent state if q has reached the next position
+// planned for a checkpoint (a hybrid model's; statecache.go).
+func (s *scheduler) checkpoint(q *seq) {
+	for len(q.ckptAt) > 0 && q.ckptAt[0] <= q.fed {
+		if q.ckptAt[0] == q.fed {
+			s.blocks.ckpt.save(q.slot, q.toks[:q.fed])
+		}
+		q.ckptAt = q.ckptAt[1:]
+	}
+}
+
+// evict takes q out of the cache: its blocks go back to kvBlocks, and a
+// hybrid model's recurrent state is checkpointed where q left it (the
+// next turn of a conversation, or q itself after a preemption, continue
+// from there). It runs between steps, when q's state is at q.fed.
 func (s *scheduler) evict(q *seq) {
+	if s.blocks.ckpt != nil {
+		s.blocks.ckpt.save(q.slot, q.toks[:q.fed])
+		q.ckptAt = nil
+	}
 	s.blocks.release(q)
 	s.free[q.slot] = true
 	q.slot, q.fed = -1, 0
@@ -462,6 +499,7 @@ func (s *scheduler) publishStats() {
 	s.stats.running.Store(int64(len(s.running)))
 	s.stats.blocksUsed.Store(int64(s.blocks.used))
 	s.stats.blocksCached.Store(int64(s.blocks.cachedBlocks()))
+	s.stats.checkpoints.Store(int64(s.blocks.ckpt.held()))
 }
 
 // build fills s.st with the next step. It returns false when it had to
@@ -563,7 +601,11 @@ func (s *scheduler) build() bool {
 // free blocks allow, and returns the end of the chunk (q.fed: none).
 func (s *scheduler) fill(q *seq, n int) int {
 	st := &s.st
-	end := s.blocks.grow(q, q.fed+min(len(q.toks)-q.fed, n))
+	want := q.fed + min(len(q.toks)-q.fed, n)
+	if len(q.ckptAt) > 0 && q.ckptAt[0] > q.fed {
+		want = min(want, q.ckptAt[0]) // the state is checkpointed there
+	}
+	end := s.blocks.grow(q, want)
 	if end <= q.fed {
 		return end
 	}

@@ -23,7 +23,10 @@ type seq struct {
 	fed    int      // tokens of toks in the cache once the step in flight is done
 	blocks []int32  // KV blocks by position / block size
 	keys   []uint64 // chain hashes of the full blocks published
-	rows   int      // positions whose logits row has been delivered (not again after a preemption)
+	// ckptAt is the positions, ascending, at which a hybrid model's
+	// recurrent state is checkpointed once fed reaches them (statecache.go).
+	ckptAt []int
+	rows   int // positions whose logits row has been delivered (not again after a preemption)
 
 	cached int   // prompt tokens reused at admission
 	long   bool  // more than Config.LongPrefill tokens to compute when made resident: paced

@@ -54,6 +54,7 @@ type ServeCmd struct {
 	KVTokens     int              `name:"kv-tokens" default:"0" help:"KV cache pool in tokens, shared by all sequences (0 = parallel × ctx-size, or what --kv-budget holds). Smaller pools preempt sequences when full."`
 	KVBudget     configs.ByteSize `name:"kv-budget" default:"0" help:"KV cache pool in bytes (e.g. 2GiB): as many tokens as fit in the K and V types chosen (-ctk/-ctv), so smaller types admit more context. Exclusive with --kv-tokens."`
 	KVBlock      int              `name:"kv-block" default:"16" help:"Tokens per KV cache block (a power of two); prefixes are shared in whole blocks."`
+	Checkpoints  int              `name:"ctx-checkpoints" default:"0" help:"Hybrid models (recurrent layers): copies of the recurrent state kept so that a request reuses a cached prompt prefix, each one sequence's state, counted in the KV cache (0 = 16; negative: none, every prompt is prefilled whole)."`
 	BatchSize    int              `short:"b" name:"batch-size" default:"512" help:"Tokens per forward step (prompt chunks share it with decode tokens)."`
 	Threads      int              `short:"t" default:"0" help:"Compute threads (0 = physical cores)."`
 	Queue        int              `default:"64" help:"Requests waiting for a free sequence before the server answers 429."`
@@ -160,6 +161,7 @@ func (c *ServeCmd) load(ctx context.Context, g *Globals, rec *graph.Recorder, ob
 	sc := engineConfig(p, ctxSize(l, p.KVCache.CtxSize, g.Log))
 	sc.StepFactor, sc.BlockSize = stepFactor(c.StepFactor), c.KVBlock
 	sc.LongPrefill, sc.Observer = longPrefill(c.LongPrefill), obs
+	sc.StateCheckpoints = c.Checkpoints
 	if sc.KVTokens, err = c.kvTokens(&l.Model.Hyper, sc); err != nil {
 		l.Close()
 		return nil, nil, err
@@ -181,7 +183,7 @@ func (c *ServeCmd) kvTokens(h *model.Hyper, sc stages.Config) (int, error) {
 	if c.KVTokens > 0 {
 		return 0, fmt.Errorf("--kv-tokens %d and --kv-budget %v both size the KV cache: set one", c.KVTokens, c.KVBudget)
 	}
-	kc, err := stages.KVCapacityFor(h, sc.KVTypes, int64(c.KVBudget), sc.NSeq, sc.NCtx, sc.MaxBatch, sc.BlockSize)
+	kc, err := stages.KVCapacityFor(h, sc.KVTypes, int64(c.KVBudget), sc.NSeq, sc.NCtx, sc.MaxBatch, sc.BlockSize, sc.Checkpoints(h))
 	if err != nil {
 		return 0, err
 	}

@@ -33,6 +33,11 @@ type HybridSpec struct {
 //     then full attention), 4 heads / 2 KV heads of 64 (16 rotated
 //     dimensions), delta net of 2 key heads and 4 value heads of 32 with a
 //     4-tap convolution, FFN 768, untied, the built-in vocabulary.
+//   - "qwen35-mid": hidden 768, 8 layers (every 4th full attention), 6
+//     heads / 2 KV heads of 128 (32 rotated dimensions), delta net of 4
+//     key heads and 8 value heads of 64, FFN 2048, the built-in
+//     vocabulary: about 56M parameters, whose 2,000-token prompt takes
+//     seconds on a CPU (prefix-cache benchmarks).
 //   - "qwen3.5-9b": Qwen3.5-9B's shape, as its GGUF metadata gives it
 //     (qwen35.*: 32 layers, embedding 4096, FFN 12288, 16 heads / 4 KV
 //     heads of 256, rope dimension 64 with sections [11, 11, 10, 0], base
@@ -45,6 +50,11 @@ type HybridSpec struct {
 //     64 rope dimensions") and paiml's aprender notes (head_dim 256, 16
 //     heads, 4 KV heads). NCtx 8192 as the other large presets.
 func qwen35Preset(name string) Spec {
+	if name == "qwen35-mid" {
+		return Spec{Arch: "qwen35", Name: "synth-qwen35-mid", NCtx: 8192, NEmbd: 768, NLayer: 8, NHead: 6, NHeadKV: 2,
+			HeadDim: 128, NFF: 2048, RopeBase: 1e7, RMSEps: 1e-6,
+			Hybrid: HybridSpec{Conv: 4, State: 64, KHeads: 4, VHeads: 8, FullAttnInterval: 4, RopeDim: 32, RopeSections: [4]int{6, 5, 5, 0}}}
+	}
 	if name == "qwen35-small" {
 		return Spec{Arch: "qwen35", Name: "synth-qwen35-small", NCtx: 4096, NEmbd: 256, NLayer: 4, NHead: 4, NHeadKV: 2,
 			HeadDim: 64, NFF: 768, RopeBase: 1e7, RMSEps: 1e-6,

@@ -140,7 +140,7 @@ func Preset(name string) (Spec, error) {
 		return Spec{Arch: "qwen3moe", Name: "synth-qwen3-30b-a3b", NCtx: 8192, NEmbd: 2048, NLayer: 48, NHead: 32,
 			NHeadKV: 4, HeadDim: 128, NFF: 6144, NExpert: 128, NExpertUsed: 8, NFFExp: 768, RopeBase: 1e6, RMSEps: 1e-6,
 			RouterSigma: 0.25, EmbdStd: 1, AttnOutStd: 0.006}, nil
-	case "qwen35-small", "qwen3.5-9b":
+	case "qwen35-small", "qwen35-mid", "qwen3.5-9b":
 		return qwen35Preset(name), nil
 	case "qwen3moe-small":
 		return Spec{Arch: "qwen3moe", Name: "synth-qwen3moe-small", NCtx: 8192, NEmbd: 1024, NLayer: 12, NHead: 16,
@@ -157,7 +157,7 @@ func Preset(name string) (Spec, error) {
 
 // Presets returns the preset names.
 func Presets() []string {
-	return append(append(append(append([]string{"demo", "llama-1b", "llama-8b", "qwen3moe-small", "qwen3-30b-a3b"}, gptOssPresets...), gemma3Presets()...), mistral3Presets...), "qwen35-small", "qwen3.5-9b")
+	return append(append(append(append([]string{"demo", "llama-1b", "llama-8b", "qwen3moe-small", "qwen3-30b-a3b"}, gptOssPresets...), gemma3Presets()...), mistral3Presets...), "qwen35-small", "qwen35-mid", "qwen3.5-9b")
 }
 
 // Options select the weight types, the seed and the vocabulary.

@@ -1,0 +1,137 @@
+package stages
+
+// statecache.go: prefix reuse for hybrid models. A recurrent layer's state
+// at the end of a prefix cannot be rebuilt from cached K/V rows, so the
+// scheduler keeps copies of it (model.RecurrentState's checkpoint pool) and
+// a request reuses the longest prefix of its prompt for which both exist:
+// a checkpoint of exactly those tokens, and their K/V blocks in the block
+// cache (the attention layers' rows, shared as for any model). It restores
+// the checkpoint into its sequence and computes only the rest.
+//
+// Where checkpoints are taken (planCheckpoints): while a prompt is
+// computed, at block boundaries a geometric distance back from its end
+// (1, 2, 4, 8 ... blocks before the last boundary inside it), at its end,
+// and when a sequence leaves the cache (finished, cancelled or preempted)
+// at the position it reached. A prompt's chunks are cut at those positions
+// (so the state is there after a step); the checkpoints are dense where
+// later prompts tend to leave an earlier one (the user turn after a shared
+// system prompt, a regenerated answer: a few tokens before the end) and
+// cover a conversation's next turn (the previous prompt and answer). A
+// prompt that leaves a cached one d tokens before its end recomputes fewer
+// than 2d + 2 blocks of it. Only copies are made: a restore copies a
+// checkpoint into the sequence at admission and a save copies the state
+// out after a step, so no request holds a checkpoint and none waits for
+// one; when the pool is full the least recently used one is overwritten.
+
+import (
+	"slices"
+
+	"github.com/flowinfer/flowinfer/model"
+)
+
+// DefaultStateCheckpoints is Config.StateCheckpoints' default.
+const DefaultStateCheckpoints = 16
+
+// maxPlanned is the most checkpoints planned inside one prompt (its end
+// and the release checkpoint come on top).
+const maxPlanned = 5
+
+// stateCkpts indexes a hybrid cache's checkpoint pool by the tokens each
+// checkpoint is the state of.
+type stateCkpts struct {
+	st    *model.RecurrentState
+	toks  [][]int32 // per checkpoint: its tokens (nil: empty)
+	used  []uint64  // per checkpoint: when last saved or restored
+	clock uint64
+}
+
+// newStateCkpts returns the index of kv's checkpoint pool (nil when the
+// cache has no recurrent state or no pool).
+func newStateCkpts(kv *model.KVCache) *stateCkpts {
+	n := kv.State.Checkpoints()
+	if n == 0 {
+		return nil
+	}
+	return &stateCkpts{st: kv.State, toks: make([][]int32, n), used: make([]uint64, n)}
+}
+
+// best returns the checkpoint of the longest prefix of toks, of at most
+// limit tokens, for which ok holds (its K/V rows are cached), and that
+// prefix's length; -1 and 0 if none.
+func (c *stateCkpts) best(toks []int32, limit int, ok func(n int) bool) (int, int) {
+	bestCk, bestN := -1, 0
+	for i, t := range c.toks {
+		n := len(t)
+		if n == 0 || n <= bestN || n > limit || !slices.Equal(t, toks[:n]) || !ok(n) {
+			continue
+		}
+		bestCk, bestN = i, n
+	}
+	return bestCk, bestN
+}
+
+// restore gives KV sequence slot the state of checkpoint ck.
+func (c *stateCkpts) restore(slot, ck int) {
+	c.clock++
+	c.used[ck] = c.clock
+	c.st.Restore(slot, ck)
+}
+
+// save checkpoints KV sequence slot's state, which is that of toks (its
+// fed tokens), unless its state is elsewhere (not at len(toks)). A
+// checkpoint of the same tokens is refreshed instead.
+func (c *stateCkpts) save(slot int, toks []int32) {
+	if len(toks) == 0 || int(c.st.Next[slot]) != len(toks) {
+		return
+	}
+	c.clock++
+	ck := -1
+	for i, t := range c.toks {
+		if slices.Equal(t, toks) {
+			c.used[i] = c.clock // the same state: keep it, fresher
+			return
+		}
+		if ck < 0 || c.used[i] < c.used[ck] {
+			ck = i // empty (used 0) or least recently used
+		}
+	}
+	c.st.Save(ck, slot)
+	c.toks[ck] = append(c.toks[ck][:0], toks...)
+	c.used[ck] = c.clock
+}
+
+// held returns how many checkpoints hold a state.
+func (c *stateCkpts) held() int {
+	if c == nil {
+		return 0
+	}
+	n := 0
+	for _, t := range c.toks {
+		if len(t) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// planCheckpoints returns the positions, ascending and above from, at
+// which a sequence of n tokens computed from position from checkpoints its
+// state: n, the last block boundary below n (a few tokens short of the
+// end: a repeated prompt still computes its last row), and boundaries 1,
+// 3, 7, 15... blocks before that one, at most maxPlanned below n.
+func planCheckpoints(n, from, bs int) []int {
+	var at []int
+	if n > from {
+		at = append(at, n)
+	}
+	last := (n - 1) / bs * bs
+	for d := 0; len(at) <= maxPlanned; d = 2*d + bs {
+		p := last - d
+		if p <= from || p <= 0 {
+			break
+		}
+		at = append(at, p)
+	}
+	slices.Reverse(at)
+	return at
+}
