@@ -18,7 +18,8 @@ package stages
 // system prompt, a regenerated answer: a few tokens before the end) and
 // cover a conversation's next turn (the previous prompt and answer). A
 // prompt that leaves a cached one d tokens before its end recomputes fewer
-// than 2d + 2 blocks of it. Only copies are made: a restore copies a
+// than d + one block of the shared tokens (while d is at most 16 blocks, within the planned
+// checkpoints' reach). Only copies are made: a restore copies a
 // checkpoint into the sequence at admission and a save copies the state
 // out after a step, so no request holds a checkpoint and none waits for
 // one; when the pool is full the least recently used one is overwritten.

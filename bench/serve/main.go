@@ -18,6 +18,12 @@
 //
 //	go run ./bench/serve -model llama-1b-q4km.gguf -itl-words 12500 -ctx 16640 -n-predict 256
 //
+// With -prefix-words N it measures instead prefix caching through the chat
+// endpoint: requests sharing a system prompt of N words, one after another,
+// each one's time to first token and cached prompt tokens (prefix.go):
+//
+//	go run ./bench/serve -model qwen35-mid.gguf -prefix-words 580 -ctx 4096 -n-predict 4
+//
 // Everything listens on 127.0.0.1. Results print as a table and, with
 // -json, as JSON.
 package main
@@ -57,6 +63,7 @@ func main() {
 	jsonOut := flag.String("json", "", "write the results as JSON to this file")
 	itlWords := flag.Int("itl-words", 0, "instead of the load levels: one stream's inter-token latency while a prompt of this many words is admitted (2 sequence slots; set -ctx to hold it)")
 	itlIdle := flag.Duration("itl-idle", 20*time.Second, "with -itl-words: how long the stream runs alone first")
+	prefixWords := flag.Int("prefix-words", 0, "instead of the load levels: chat requests sharing a system prompt of this many words, one after another (prefix caching: time to first token, cached tokens)")
 	serveArgs := flag.String("serve-args", "", "extra arguments for flowinfer serve, space-separated (for example \"--step-factor 0\")")
 	flag.Parse()
 	if *model == "" {
@@ -67,7 +74,7 @@ func main() {
 	defer stop()
 	if err := run(ctx, config{model: *model, flowinfer: *flowinfer, llama: *llama, levels: *levels, perLevel: *perLevel,
 		nPredict: *nPredict, words: *words, ctx: *ctxPer, threads: *threads, runBase: *runBase, jsonOut: *jsonOut,
-		itlWords: *itlWords, itlIdle: *itlIdle, serveArgs: strings.Fields(*serveArgs)}); err != nil {
+		itlWords: *itlWords, itlIdle: *itlIdle, prefixWords: *prefixWords, serveArgs: strings.Fields(*serveArgs)}); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/serve:", err)
 		os.Exit(1)
 	}
@@ -77,7 +84,7 @@ type config struct {
 	model, flowinfer, llama, levels, words, jsonOut string
 	perLevel, nPredict, ctx, threads                int
 	runBase                                         bool
-	itlWords                                        int
+	itlWords, prefixWords                           int
 	itlIdle                                         time.Duration
 	serveArgs                                       []string
 }
@@ -115,6 +122,9 @@ func run(ctx context.Context, c config) error {
 	maxC := slices.Max(counts)
 	if c.itlWords > 0 {
 		maxC = 2 // the stream and the long prompt
+	}
+	if c.prefixWords > 0 {
+		maxC = 1 // one request at a time
 	}
 	tmp, err := os.MkdirTemp("", "bench-serve")
 	if err != nil {
@@ -173,6 +183,19 @@ func run(ctx context.Context, c config) error {
 		servers[i] = s
 		// Warm up (page in the weights, JIT-free but caches cold).
 		runLevel(ctx, client, s.url, t.api, prompts(1, lengths[:1], 8, 1000), 1)
+	}
+	if c.prefixWords > 0 {
+		var rs []prefixResult
+		for _, s := range servers {
+			rs = append(rs, runPrefix(ctx, client, s, c.prefixWords, c.nPredict)...)
+			s.stop() // the next server measures alone
+		}
+		printPrefix(os.Stdout, rs)
+		if c.jsonOut != "" {
+			b, _ := json.MarshalIndent(rs, "", "  ")
+			return os.WriteFile(c.jsonOut, append(b, '\n'), 0o644)
+		}
+		return nil
 	}
 	if c.itlWords > 0 {
 		var rs []itlResult
