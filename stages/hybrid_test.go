@@ -341,3 +341,95 @@ func TestHybridForkAndCancel(t *testing.T) {
 		}
 	})
 }
+
+// TestHybridBudget: a hybrid engine's KV cache (the attention layers'
+// cells, no rows for the recurrent layers, one state per sequence and the
+// state checkpoints) is what WeightBudget and KVCapacityFor count.
+func TestHybridBudget(t *testing.T) {
+	fx := openHybrid(t)
+	h := &fx.b.Model.Hyper
+	be := cpu.NewBackend(1, nil)
+	defer be.Close()
+	f16 := model.KVTypes{K: model.KVF16, V: model.KVF16}
+	cfg := stages.Config{NCtx: 256, NSeq: 2, BlockSize: 16, KVTokens: 1024, MaxBatch: 64, KVTypes: f16, StateCheckpoints: 3}
+	e, err := stages.NewEngine(fx.b.Model, fx.b.Tokenizer, be, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	perTok, err := model.KVBytesPerToken(h, f16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attn := 0
+	for l := range h.NLayer {
+		if !h.IsRecurrent(l) {
+			attn++
+		}
+	}
+	if want := attn * h.NHeadKV * (h.HeadDimK + h.HeadDimV) * 2; perTok != want {
+		t.Errorf("KV bytes per token %d, want the %d attention layers' %d", perTok, attn, want)
+	}
+	state := model.RecurrentStateBytes(h, 2+3) // 2 sequences, 3 checkpoints
+	if want := int64(1024*perTok) + state; e.KVBytes() != want {
+		t.Errorf("engine's KV cache %d bytes, want %d", e.KVBytes(), want)
+	}
+	const limit = 1 << 30
+	f := stages.EngineFootprint(cfg)
+	if got, want := stages.WeightBudget(limit, h, f16, f), limit-e.KVBytes()-stages.ActBytes(h, 64)-stages.Headroom; got != want {
+		t.Errorf("weight budget %d, want %d (the engine's KV cache %d)", got, want, e.KVBytes())
+	}
+	c, err := stages.KVCapacityFor(h, f16, e.KVBytes(), 2, 256, 64, 16, cfg.Checkpoints(h))
+	if err != nil || c.Tokens != 1024 || c.PerToken != perTok || c.Rings != state {
+		t.Errorf("capacity of the engine's KV bytes: %+v, %v; want 1024 tokens of %d bytes after %d of state", c, err, perTok, state)
+	}
+	for _, n := range []int{0, -1, 5} {
+		want := map[int]int{0: stages.DefaultStateCheckpoints, -1: 0, 5: 5}[n]
+		if got := (stages.Config{StateCheckpoints: n}).Checkpoints(h); got != want {
+			t.Errorf("StateCheckpoints %d: %d checkpoints, want %d", n, got, want)
+		}
+	}
+	if got := (stages.Config{StateCheckpoints: 5}).Checkpoints(&model.Hyper{NLayer: 2}); got != 0 {
+		t.Errorf("a model without recurrent layers: %d checkpoints", got)
+	}
+}
+
+// TestHybridPreemption: two requests that do not fit the cache together
+// preempt one another; the preempted one resumes from its state's
+// checkpoint (or recomputes) and both keep the logits they have alone on
+// an engine without checkpoints.
+func TestHybridPreemption(t *testing.T) {
+	fx := openHybrid(t)
+	be := cpu.NewBackend(1, nil)
+	defer be.Close()
+	a := fx.base
+	b := fx.b.Tokenizer.Encode("The quick brown fox jumps over the lazy dog, and then it runs far away into the forest.", true, true)
+	run := func(h *hybridEngine, prompts ...[]int32) []hybridRun {
+		out := make([]hybridRun, len(prompts))
+		cols := make([]*collector, len(prompts))
+		for i, p := range prompts {
+			cols[i] = newCollector()
+			r := &out[i]
+			req := &stages.Request{Prompt: p, Params: greedy(), MaxTokens: 100, IgnoreEOG: true, Emit: cols[i].emit,
+				OnLogits: func(row []float32) { r.rows = append(r.rows, slices.Clone(row)) }}
+			if err := h.e.Submit(req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, c := range cols {
+			<-c.done
+		}
+		return out
+	}
+	cold := startHybrid(t, fx, be, stages.Config{NCtx: 256, BlockSize: 16, StateCheckpoints: -1})
+	wantA, wantB := run(cold, a)[0], run(cold, b)[0]
+	h := startHybrid(t, fx, be, stages.Config{NCtx: 256, NSeq: 2, BlockSize: 16, KVTokens: 256})
+	got := run(h, a, b)
+	if h.e.Stats().Preemptions == 0 {
+		t.Error("no preemption: the cache held both")
+	}
+	for i, w := range []hybridRun{wantA, wantB} {
+		if d := rowsDiff(got[i].rows, w.rows); d > 1e-4 {
+			t.Errorf("request %d: logits differ from alone by %g", i, d)
+		}
+	}
+}
