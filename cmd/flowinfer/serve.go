@@ -188,7 +188,7 @@ func (c *ServeCmd) kvTokens(h *model.Hyper, sc stages.Config) (int, error) {
 		return 0, err
 	}
 	if kc.Tokens < sc.NCtx {
-		return 0, fmt.Errorf("--kv-budget %v holds %d tokens of %s KV (%d bytes each, after %d bytes of f16 windows and %d of sliding-window rings); one context needs %d",
+		return 0, fmt.Errorf("--kv-budget %v holds %d tokens of %s KV (%d bytes each, after %d bytes of f16 windows and %d of sliding-window rings and recurrent state); one context needs %d",
 			c.KVBudget, kc.Tokens, sc.KVTypes, kc.PerToken, kc.Windows, kc.Rings, sc.NCtx)
 	}
 	return kc.Tokens, nil
