@@ -56,6 +56,7 @@ type Context struct {
 	probs                    []float32 // MaxBatch × NExpert
 	moeS                     moeScratch
 	q35                      qwen35Scratch // hybrid layers' buffers (qwen35)
+	q3n                      nextScratch   // qwen3next's fused projections (qwen3next.go)
 	cur                      *Layer        // the running layer's weights (Hooks.Layers)
 	curIL                    int
 	moeRows                  int // tokens of the MoE step running
@@ -118,7 +119,7 @@ func (m *Model) NewContextKV(ops Ops, kv *KVCache, maxBatch int) (*Context, erro
 	c.k = make([]float32, n*h.KDim())
 	c.v = make([]float32, n*h.VDim())
 	c.att = make([]float32, n*h.NHead*h.HeadDimV)
-	ff := max(h.NFF, h.NFFExp)
+	ff := h.FFWidth()
 	c.gate = make([]float32, n*ff)
 	c.up = make([]float32, n*ff)
 	if h.NExpert > 0 {
@@ -127,6 +128,9 @@ func (m *Model) NewContextKV(ops Ops, kv *KVCache, maxBatch int) (*Context, erro
 	}
 	if h.Hybrid() {
 		c.q35.alloc(n, h)
+	}
+	if h.Arch == "qwen3next" {
+		c.q3n.alloc(n, h)
 	}
 	c.rowIdx = make([]int, n)
 	c.outRows = make([]float32, n*h.NEmbd)

@@ -45,6 +45,7 @@ type Hyper struct {
 	NExpert     int
 	NExpertUsed int
 	NFFExp      int
+	NFFShexp    int  // the shared expert's width (qwen35moe, qwen3next; 0: none)
 	NormTopK    bool // renormalise the top-k expert weights
 
 	// RoPE scaling (rope.go): the resolved rope.scaling.type (none, linear
@@ -87,7 +88,16 @@ type Hyper struct {
 	Recurrent    []bool
 	SSM          SSMHyper
 	RopeSections [4]int
+	// SSMGroupedHeads: value head h of a recurrent layer reads q/k head
+	// h/(DtRank/Groups), each key head's value heads side by side
+	// (qwen3next's repeat-interleave); false: head h%Groups, the key
+	// heads tiled (qwen35, qwen35moe).
+	SSMGroupedHeads bool
 }
+
+// FFWidth is the widest gated FFN a layer runs: dense, routed expert or
+// shared expert (the width of a Context's gate and up buffers).
+func (h *Hyper) FFWidth() int { return max(h.NFF, h.NFFExp, h.NFFShexp) }
 
 // IsRecurrent reports whether layer il is a recurrent (linear-attention)
 // layer, whose state is kept per sequence instead of in the KV cache.
@@ -167,7 +177,7 @@ func ReadHyper(f *gguf.File, arch string) (Hyper, error) {
 	h.NCtxTrain = k.uint("context_length", 0, true)
 	h.NEmbd = k.uint("embedding_length", 0, true)
 	h.NLayer = k.uint("block_count", 0, true)
-	h.NFF = k.uint("feed_forward_length", 0, arch != "qwen3moe")
+	h.NFF = k.uint("feed_forward_length", 0, arch != "qwen3moe" && arch != "qwen35moe" && arch != "qwen3next")
 	if arch == "mistral3" {
 		h.AttnTempScale = k.float("attention.temperature_scale", 0)
 	}
@@ -202,7 +212,12 @@ func ReadHyper(f *gguf.File, arch string) (Hyper, error) {
 	if k.err != nil {
 		return h, k.err
 	}
-	if arch == "qwen35" {
+	if arch == "qwen35moe" || arch == "qwen3next" {
+		if err := readHybridMoEHyper(k, &h); err != nil {
+			return h, err
+		}
+	}
+	if arch == "qwen35" || arch == "qwen35moe" || arch == "qwen3next" {
 		if err := readQwen35Hyper(k, &h); err != nil {
 			return h, err
 		}

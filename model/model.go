@@ -1,5 +1,6 @@
 // Package model holds the transformer architectures flowinfer runs (one file
-// per family: llama.go, qwen2.go, qwen3.go, qwen3moe.go, gptoss.go, gemma3.go, mistral3.go), their
+// per family: llama.go, qwen2.go, qwen3.go, qwen3moe.go, gptoss.go, gemma3.go, mistral3.go,
+// qwen35.go, qwen35moe.go, qwen3next.go), their
 // hyperparameters and weight tables read from GGUF, the KV cache, and the
 // small Ops interface a compute backend (package cpu, later gpu) implements.
 //
@@ -140,21 +141,33 @@ type Layer struct {
 	SSMBeta, SSMAl *Weight
 	SSMNorm        Vector
 	SSMOut         *Weight
+	// qwen3next's fused projections: ssm_ba (beta and alpha of each key
+	// head's value heads side by side) and, in files from its first
+	// converter, ssm_in (q, k, v and z of each key head side by side) in
+	// place of attn_qkv and attn_gate (qwen3next.go).
+	SSMBA, SSMIn *Weight
+
+	// The shared expert of qwen35moe and qwen3next (a SwiGLU FFN of width
+	// NFFShexp every token runs) and its gate (ffn_gate_inp_shexp: one
+	// row, sigmoid(gate·x) scales the expert's output).
+	GateShexp, UpShexp, DownShexp *Weight
+	ShexpGate                     *Weight
 }
 
 // Matrix names, in the order of Layer.Matrices: the GGUF tensor of layer
 // il's matrix i is "blk.<il>." + MatrixNames[i] + ".weight".
 var MatrixNames = [...]string{"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
-	"attn_qkv", "attn_gate", "ssm_alpha", "ssm_beta", "ssm_out", "ffn_gate_inp"}
+	"attn_qkv", "attn_gate", "ssm_alpha", "ssm_beta", "ssm_out", "ssm_ba", "ssm_in",
+	"ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp", "ffn_gate_inp", "ffn_gate_inp_shexp"}
 
 // NMatrices is the number of matrix fields of a Layer (Layer.Matrices).
 const NMatrices = len(MatrixNames)
 
 // NStreamable is how many of Layer.Matrices, from the first, the weight
 // path may stream when the budget cannot keep a layer resident. The
-// others (the router) are small and read every step by every token: they
+// others (the routers) are small and read every step by every token: they
 // always stay resident.
-const NStreamable = 12
+const NStreamable = 17
 
 // Matrices returns pointers to the layer's matrix fields in MatrixNames
 // order, so that a caller can read them or (the weight path's layer slots)
@@ -164,7 +177,8 @@ const NStreamable = 12
 // it here.
 func (L *Layer) Matrices() [NMatrices]**Weight {
 	return [NMatrices]**Weight{&L.Wq, &L.Wk, &L.Wv, &L.Wo, &L.Gate, &L.Up, &L.Down,
-		&L.Wqkv, &L.WGate, &L.SSMAl, &L.SSMBeta, &L.SSMOut, &L.Router}
+		&L.Wqkv, &L.WGate, &L.SSMAl, &L.SSMBeta, &L.SSMOut, &L.SSMBA, &L.SSMIn,
+		&L.GateShexp, &L.UpShexp, &L.DownShexp, &L.Router, &L.ShexpGate}
 }
 
 // ExpertNames are the GGUF names of the routed experts' 3-D tensors in the
@@ -229,10 +243,11 @@ func Load(f *gguf.File, supports func(quant.Type) bool) (*Model, error) {
 	families := map[string]func(*loader, *Model){
 		"llama": loadLlama, "qwen2": loadQwen2, "qwen3": loadQwen3, "qwen3moe": loadQwen3MoE,
 		"gpt-oss": loadGptOss, "gemma3": loadGemma3, "mistral3": loadMistral3, "qwen35": loadQwen35,
+		"qwen35moe": loadQwen35MoE, "qwen3next": loadQwen3Next,
 	}
 	loadFamily, ok := families[arch]
 	if !ok {
-		return nil, fmt.Errorf("model: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, mistral3, qwen35)", arch)
+		return nil, fmt.Errorf("model: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, mistral3, qwen35, qwen35moe, qwen3next)", arch)
 	}
 	h, err := ReadHyper(f, arch)
 	if err != nil {

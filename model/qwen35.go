@@ -34,10 +34,27 @@ import (
 // and vision positions (text only).
 
 func loadQwen35(l *loader, m *Model) {
+	loadHybrid(l, m)
+	for i := range m.Layers {
+		L := &m.Layers[i]
+		L.Gate = l.matrix(blk(i, "ffn_gate.weight"), m.NEmbd, m.NFF, true)
+		L.Up = l.matrix(blk(i, "ffn_up.weight"), m.NEmbd, m.NFF, true)
+		L.Down = l.matrix(blk(i, "ffn_down.weight"), m.NFF, m.NEmbd, true)
+	}
+	m.forward = forwardQwen35
+}
+
+// loadHybrid loads what qwen35, qwen35moe and qwen3next share: the
+// embeddings and output, the RoPE (M-RoPE's text form but for qwen3next's
+// plain NEOX), and each block's norms and mixer (gated delta net or gated
+// attention). The FFN is the family's.
+func loadHybrid(l *loader, m *Model) {
 	m.RopeType = RopeNeox
 	loadCommon(l, m)
 	m.Rope.Type = RopeNeox
-	m.Rope.Factors = imropeFactors(m.RopeDim, m.RopeSections)
+	if m.Arch != "qwen3next" {
+		m.Rope.Factors = imropeFactors(m.RopeDim, m.RopeSections)
+	}
 	s := &m.SSM
 	for i := range m.Layers {
 		L := &m.Layers[i]
@@ -45,13 +62,17 @@ func loadQwen35(l *loader, m *Model) {
 		L.FFNNorm = l.vector(blk(i, "post_attention_norm.weight"), m.NEmbd, true)
 		if m.IsRecurrent(i) {
 			vDim := s.DtRank * s.State
-			L.Wqkv = l.matrix(blk(i, "attn_qkv.weight"), m.NEmbd, s.ConvDim(), true)
-			L.WGate = l.matrix(blk(i, "attn_gate.weight"), m.NEmbd, vDim, true)
+			if m.Arch == "qwen3next" {
+				loadNextProjections(l, m, i) // qwen3next.go
+			} else {
+				L.Wqkv = l.matrix(blk(i, "attn_qkv.weight"), m.NEmbd, s.ConvDim(), true)
+				L.WGate = l.matrix(blk(i, "attn_gate.weight"), m.NEmbd, vDim, true)
+				L.SSMBeta = l.matrix(blk(i, "ssm_beta.weight"), m.NEmbd, s.DtRank, true)
+				L.SSMAl = l.matrix(blk(i, "ssm_alpha.weight"), m.NEmbd, s.DtRank, true)
+			}
 			L.SSMConv = l.f32matrix(blk(i, "ssm_conv1d.weight"), s.Conv, s.ConvDim())
 			L.SSMDt = l.vector(blk(i, "ssm_dt.bias"), s.DtRank, true)
 			L.SSMA = l.vector(blk(i, "ssm_a"), s.DtRank, true)
-			L.SSMBeta = l.matrix(blk(i, "ssm_beta.weight"), m.NEmbd, s.DtRank, true)
-			L.SSMAl = l.matrix(blk(i, "ssm_alpha.weight"), m.NEmbd, s.DtRank, true)
 			L.SSMNorm = l.vector(blk(i, "ssm_norm.weight"), s.State, true)
 			L.SSMOut = l.matrix(blk(i, "ssm_out.weight"), vDim, m.NEmbd, true)
 		} else {
@@ -61,17 +82,14 @@ func loadQwen35(l *loader, m *Model) {
 			L.Wo = l.matrix(blk(i, "attn_output.weight"), m.QDim(), m.NEmbd, true)
 			loadQKNorm(l, m, i)
 		}
-		L.Gate = l.matrix(blk(i, "ffn_gate.weight"), m.NEmbd, m.NFF, true)
-		L.Up = l.matrix(blk(i, "ffn_up.weight"), m.NEmbd, m.NFF, true)
-		L.Down = l.matrix(blk(i, "ffn_down.weight"), m.NFF, m.NEmbd, true)
 	}
-	m.forward = forwardQwen35
 }
 
 // readQwen35Hyper reads the hybrid's keys (llama_model_qwen35::
-// load_arch_hparams): the ssm.* shapes, which layers are recurrent
-// (attention.recurrent_layers, else every layer but each
-// full_attention_interval-th, default 4) and rope.dimension_sections.
+// load_arch_hparams, the same in qwen35moe's and qwen3next's): the ssm.*
+// shapes, which layers are recurrent (attention.recurrent_layers, else
+// every layer but each full_attention_interval-th, default 4) and, but
+// for qwen3next (plain NEOX RoPE), rope.dimension_sections.
 func readQwen35Hyper(k *keyReader, h *Hyper) error {
 	s := &h.SSM
 	s.Conv = k.uint("ssm.conv_kernel", 0, true)
@@ -80,18 +98,18 @@ func readQwen35Hyper(k *keyReader, h *Hyper) error {
 	s.DtRank = k.uint("ssm.time_step_rank", 0, true)
 	s.Groups = k.uint("ssm.group_count", 0, true)
 	if n := k.uint("nextn_predict_layers", 0, false); n != 0 && k.err == nil {
-		return fmt.Errorf("model: qwen35: nextn_predict_layers %d: the multi-token-prediction block is not supported", n)
+		return fmt.Errorf("model: %s: nextn_predict_layers %d: the multi-token-prediction block is not supported", h.Arch, n)
 	}
 	if k.err != nil {
 		return k.err
 	}
 	switch {
 	case s.Conv < 2 || s.State == 0 || s.DtRank == 0 || s.Groups == 0 || s.DtRank%s.Groups != 0:
-		return fmt.Errorf("model: qwen35: ssm conv_kernel %d (≥ 2), state_size %d, time_step_rank %d and group_count %d (dividing it) must be positive", s.Conv, s.State, s.DtRank, s.Groups)
+		return fmt.Errorf("model: %s: ssm conv_kernel %d (≥ 2), state_size %d, time_step_rank %d and group_count %d (dividing it) must be positive", h.Arch, s.Conv, s.State, s.DtRank, s.Groups)
 	case s.Inner != s.DtRank*s.State:
-		return fmt.Errorf("model: qwen35: ssm.inner_size %d is not time_step_rank %d × state_size %d", s.Inner, s.DtRank, s.State)
+		return fmt.Errorf("model: %s: ssm.inner_size %d is not time_step_rank %d × state_size %d", h.Arch, s.Inner, s.DtRank, s.State)
 	case h.HeadDimK != h.HeadDimV:
-		return fmt.Errorf("model: qwen35: key_length %d and value_length %d differ", h.HeadDimK, h.HeadDimV)
+		return fmt.Errorf("model: %s: key_length %d and value_length %d differ", h.Arch, h.HeadDimK, h.HeadDimV)
 	}
 	h.Recurrent = make([]bool, h.NLayer)
 	key := h.Arch + ".attention.recurrent_layers"
@@ -118,6 +136,9 @@ func readQwen35Hyper(k *keyReader, h *Hyper) error {
 		for i := range h.Recurrent {
 			h.Recurrent[i] = (i+1)%every != 0
 		}
+	}
+	if h.Arch == "qwen3next" {
+		return nil
 	}
 	key = h.Arch + ".rope.dimension_sections"
 	v, ok := k.f.Get(key)
@@ -216,9 +237,12 @@ func (s *qwen35Scratch) alloc(n int, h *Hyper) {
 	s.rows, s.done = make([]int, 0, n), make([]bool, n)
 }
 
+// forwardQwen35 is the forward pass of qwen35, qwen35moe and qwen3next:
+// they differ in their FFN (dense, or routed experts plus a shared one)
+// and, inside the mixers, in what their weights' layout needs.
 func forwardQwen35(c *Context, b *Batch) error {
 	if _, ok := c.Ops.(DeltaNet); !ok {
-		return fmt.Errorf("model: qwen35 needs a backend with the gated delta net ops (model.DeltaNet)")
+		return fmt.Errorf("model: %s needs a backend with the gated delta net ops (model.DeltaNet)", c.M.Arch)
 	}
 	if err := c.KV.State.check(b); err != nil {
 		return err
@@ -229,6 +253,9 @@ func forwardQwen35(c *Context, b *Batch) error {
 			c.deltaNet(il, b) // x += deltanet(norm(x))
 		} else if err := c.gatedAttention(il, b); err != nil { // x += attn(norm(x))·σ(gate)
 			return err
+		}
+		if c.M.NExpert > 0 { // qwen35moe, qwen3next (qwen35moe.go)
+			return c.moe(il, b) // x += moe(norm(x)) + σ(g·norm(x))·shexp(norm(x))
 		}
 		c.ffn(il, b) // x += ffn(norm(x)), norm = post_attention_norm
 		return nil
@@ -263,7 +290,7 @@ func (c *Context) gatedAttention(il int, b *Batch) error {
 	c.eval("Kcur", il, k, n, h.KDim())
 	c.eval("Vcur", il, v, n, h.VDim())
 	if lt := c.KV.Layer(il); lt.RotK > 0 || lt.RotV > 0 {
-		return fmt.Errorf("model: qwen35: rotated K/V cache types are not supported")
+		return fmt.Errorf("model: %s: rotated K/V cache types are not supported", h.Arch)
 	}
 	c.span("kv_store", il, true)
 	err := c.KV.Store(il, b.Seq, b.Pos, k, v)
@@ -300,8 +327,12 @@ func (c *Context) deltaNet(il int, b *Batch) {
 	c.eval("attn_norm", il, c.xn, n, h.NEmbd)
 	// projections: qkv (n × ConvDim), z (n × vd), beta and alpha (n × hv)
 	qkv, z, beta, alpha := s.qkv[:n*cd], s.z[:n*vd], s.bet[:n*hv], s.alpha[:n*hv]
-	c.matmuls("linear_attn_qkvz", il, c.xn, n, mm{"linear_attn_qkv_mixed", qkv, L.Wqkv}, mm{"z", z, L.WGate})
-	c.matmuls("linear_attn_ba", il, c.xn, n, mm{"beta", beta, L.SSMBeta}, mm{"alpha", alpha, L.SSMAl})
+	if L.SSMBA != nil { // qwen3next: fused projections, split (qwen3next.go)
+		c.nextProjections(il, n, qkv, z, beta, alpha)
+	} else {
+		c.matmuls("linear_attn_qkvz", il, c.xn, n, mm{"linear_attn_qkv_mixed", qkv, L.Wqkv}, mm{"z", z, L.WGate})
+		c.matmuls("linear_attn_ba", il, c.xn, n, mm{"beta", beta, L.SSMBeta}, mm{"alpha", alpha, L.SSMAl})
+	}
 	// beta = sigmoid(beta); gate g = softplus(alpha + dt_bias)·ssm_a
 	for t := range n {
 		br, ar := beta[t*hv:(t+1)*hv], alpha[t*hv:(t+1)*hv]
@@ -341,7 +372,11 @@ func (c *Context) deltaNet(il int, b *Batch) {
 		for r := range nr { // q and k heads L2-normalized
 			dn.L2Norm(conv[r*cd:r*cd+2*hk*d], 2*hk, d, h.RMSEps)
 		}
-		dn.GatedDeltaNet(out, conv, g, bt, deltaState, nr, hk, hv, d)
+		qk, nk := conv, hk
+		if h.SSMGroupedHeads && hk != hv { // qwen3next: q/k repeated per value head
+			qk, nk = c.groupHeads(conv, nr), hv
+		}
+		dn.GatedDeltaNet(out, qk, g, bt, deltaState, nr, nk, hv, d)
 		for r, j := range rows {
 			copy(o[j*vd:(j+1)*vd], out[r*vd:(r+1)*vd])
 		}

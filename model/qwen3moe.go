@@ -61,6 +61,7 @@ type moeScratch struct {
 	pw     []float32 // K
 	pmark  []bool    // NExpert
 	punion []int
+	shg    []float32 // n: the shared expert's gate (qwen35moe.go)
 }
 
 func (s *moeScratch) alloc(n int, h *Hyper) {
@@ -73,6 +74,9 @@ func (s *moeScratch) alloc(n int, h *Hyper) {
 	s.cursor = make([]int32, h.NExpert)
 	s.pprobs, s.psel, s.pw = make([]float32, n*h.NExpert), make([]int, k), make([]float32, k)
 	s.pmark, s.punion = make([]bool, h.NExpert), make([]int, 0, h.NExpert)
+	if h.NFFShexp > 0 {
+		s.shg = make([]float32, n)
+	}
 }
 
 // moe runs the mixture-of-experts FFN sub-layer by expert: the router
@@ -157,6 +161,9 @@ func (c *Context) moe(il int, b *Batch) error {
 		}
 	}
 	c.eval("ffn_moe_out", il, c.tmp, n, d)
+	if L.UpShexp != nil { // qwen35moe, qwen3next: the gated shared expert
+		c.sharedExpert(il, n)
+	}
 	ops.Add(c.x[:n*d], c.tmp[:n*d])
 	c.eval("l_out", il, c.x, n, d)
 	return nil

@@ -271,7 +271,7 @@ func hybridActFloats(h *Hyper) int {
 		return 0
 	}
 	vd := h.SSM.DtRank * h.SSM.State
-	return 3*h.QDim() + 3*h.SSM.ConvDim() + 3*vd + 4*h.SSM.DtRank
+	return 3*h.QDim() + 3*h.SSM.ConvDim() + 3*vd + 4*h.SSM.DtRank + hybridMoEActFloats(h)
 }
 
 // HybridActBytes is the bytes of a hybrid Context's extra scratch for
