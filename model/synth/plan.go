@@ -126,6 +126,7 @@ type Tensor struct {
 	sigma float64 // router: lognormal σ of the per-expert scales (0: the golden table)
 	boost float64 // norms: kOutlierChannels channels times this (0: none)
 	layer int     // -1 outside the blocks
+	vIdx  int     // attn_v and attn_qkv: its index among them in file order
 }
 
 // Plan returns the tensors Write writes for s and o, in file order, with
@@ -146,6 +147,14 @@ func plan(s Spec, o Options) ([]Tensor, uint32, error) {
 	q, err := newTyper(s, o)
 	if err != nil {
 		return nil, 0, err
+	}
+	// llama-quantize counts the attn_v-like tensors in file order (one per
+	// layer but in qwen3next's with ssm_in, whose delta-net layers have none)
+	for i := range ts {
+		if c := category(ts[i].Name); c == "attn_v" || c == "attn_qkv" {
+			ts[i].vIdx = q.nAttnV
+			q.nAttnV++
+		}
 	}
 	ftype, err := gptOssFileType(s, o, q.ftype)
 	if err != nil {
@@ -208,7 +217,7 @@ func tensorList(s Spec) []Tensor {
 		add(-1, "output.weight", roleWeight, std, e, v)
 	}
 	for i := range s.NLayer {
-		if s.Arch == "qwen35" {
+		if s.Arch == "qwen35" || hybridMoE(s.Arch) {
 			qwen35Block(s, i, add)
 			continue
 		}
@@ -242,6 +251,11 @@ func tensorList(s Spec) []Tensor {
 			add(i, "ffn_down.weight", roleWeight, std, s.NFF, e)
 		}
 	}
+	for i := range ts { // every router's per-expert scales
+		if ts[i].role == roleRouter {
+			ts[i].sigma = s.RouterSigma
+		}
+	}
 	slices.SortStableFunc(ts, func(a, b Tensor) int {
 		if a.layer != b.layer {
 			return a.layer - b.layer
@@ -253,11 +267,12 @@ func tensorList(s Spec) []Tensor {
 
 // typer picks each tensor's type.
 type typer struct {
-	s     Spec
-	pure  bool
-	mix   mixInfo
-	ftype uint32
-	is70B bool
+	s      Spec
+	pure   bool
+	mix    mixInfo
+	ftype  uint32
+	is70B  bool
+	nAttnV int // attn_v and attn_qkv tensors in the file
 }
 
 func newTyper(s Spec, o Options) (*typer, error) {
@@ -343,12 +358,11 @@ func (q *typer) mixRule(t *Tensor, nt quant.Type) quant.Type {
 		}
 	case cat == "attn_v" || cat == "attn_qkv":
 		// category_is_attn_v: a fused attn_qkv (qwen35's delta net layers)
-		// takes attn_v's rule and counter; counted in file order, one
-		// per layer, so i = layer
+		// takes attn_v's rule and counter, counted in file order
 		switch {
-		case (ftype == "Q4_K_M" || ftype == "Q5_K_M") && useMoreBits(t.layer, q.s.NLayer):
+		case (ftype == "Q4_K_M" || ftype == "Q5_K_M") && useMoreBits(t.vIdx, q.nAttnV):
 			nt = quant.Q6_K
-		case ftype == "Q4_K_S" && t.layer < 4:
+		case ftype == "Q4_K_S" && t.vIdx < 4:
 			nt = quant.Q5_K
 		}
 		if q.is70B && (nt == quant.Q3_K || nt == quant.Q4_K) {

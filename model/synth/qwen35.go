@@ -24,7 +24,11 @@ type HybridSpec struct {
 	VHeads           int    // ssm.time_step_rank
 	FullAttnInterval int    // full_attention_interval
 	RopeDim          int    // rope.dimension_count
-	RopeSections     [4]int // rope.dimension_sections
+	RopeSections     [4]int // rope.dimension_sections (none for qwen3next)
+	// FusedQKVZ (qwen3next only) writes each delta-net layer's q, k, v
+	// and z projections as one ssm_in, as Qwen3-Next's first converter
+	// did, instead of attn_qkv and attn_gate.
+	FusedQKVZ bool
 }
 
 // qwen35Preset returns the qwen35 presets:
@@ -65,10 +69,11 @@ func qwen35Preset(name string) Spec {
 		Hybrid: HybridSpec{Conv: 4, State: 128, KHeads: 16, VHeads: 32, FullAttnInterval: 4, RopeDim: 64, RopeSections: [4]int{11, 11, 10, 0}}}
 }
 
-// checkHybrid checks and completes s.Hybrid (qwen35 only).
+// checkHybrid checks and completes s.Hybrid (qwen35, qwen35moe,
+// qwen3next).
 func (s *Spec) checkHybrid() error {
 	h := &s.Hybrid
-	if s.Arch != "qwen35" {
+	if s.Arch != "qwen35" && !hybridMoE(s.Arch) {
 		if *h != (HybridSpec{}) {
 			return fmt.Errorf("synth: %s is not hybrid; Hybrid must be empty", s.Arch)
 		}
@@ -83,7 +88,8 @@ func (s *Spec) checkHybrid() error {
 	if h.RopeDim == 0 {
 		h.RopeDim = s.HeadDim / 4
 	}
-	if h.RopeSections == [4]int{} {
+	next := s.Arch == "qwen3next" // plain NEOX RoPE: no sections
+	if h.RopeSections == [4]int{} && !next {
 		p := h.RopeDim / 2 // Qwen 3.5's 11:11:10 split of the pairs
 		h.RopeSections = [4]int{p * 11 / 32, p * 11 / 32, p - 2*(p*11/32), 0}
 	}
@@ -93,8 +99,10 @@ func (s *Spec) checkHybrid() error {
 		return fmt.Errorf("synth: qwen35 conv kernel %d must be in [2, 16]", h.Conv)
 	case h.State <= 0 || h.KHeads <= 0 || h.VHeads <= 0 || h.VHeads%h.KHeads != 0:
 		return fmt.Errorf("synth: qwen35 state %d, key heads %d and value heads %d (a multiple of the key heads) must be positive", h.State, h.KHeads, h.VHeads)
-	case h.RopeDim <= 0 || h.RopeDim%2 != 0 || h.RopeDim > s.HeadDim || sum == 0 || 2*sum > s.HeadDim:
-		return fmt.Errorf("synth: qwen35 rope dimension %d (even, at most the head %d) and sections %v", h.RopeDim, s.HeadDim, h.RopeSections)
+	case h.RopeDim <= 0 || h.RopeDim%2 != 0 || h.RopeDim > s.HeadDim || (next != (sum == 0)) || 2*sum > s.HeadDim:
+		return fmt.Errorf("synth: %s rope dimension %d (even, at most the head %d) and sections %v (none for qwen3next)", s.Arch, h.RopeDim, s.HeadDim, h.RopeSections)
+	case h.FusedQKVZ && !next:
+		return fmt.Errorf("synth: FusedQKVZ (ssm_in) is qwen3next's layout, not %s's", s.Arch)
 	case h.FullAttnInterval < 1:
 		return fmt.Errorf("synth: qwen35 full attention interval %d", h.FullAttnInterval)
 	case s.KOutliers != 0:
@@ -117,6 +125,9 @@ func setQwen35Metadata(gw *gguf.Writer, s Spec) {
 	u("ssm.inner_size", h.VHeads*h.State)
 	u("full_attention_interval", h.FullAttnInterval)
 	u("rope.dimension_count", h.RopeDim)
+	if s.Arch == "qwen3next" {
+		return
+	}
 	secs := make([]int32, 4)
 	for i, x := range h.RopeSections {
 		secs[i] = int32(x)
@@ -124,31 +135,50 @@ func setQwen35Metadata(gw *gguf.Writer, s Spec) {
 	gw.Set(a+"rope.dimension_sections", gguf.Int32s(secs))
 }
 
-// qwen35Block adds layer i's tensors (sorted later).
+// qwen35Block adds layer i's tensors (sorted later): qwen35's, and
+// qwen35moe's and qwen3next's (routed and shared experts; qwen3next's
+// fused ssm_ba and, with FusedQKVZ, ssm_in).
 func qwen35Block(s Spec, i int, add func(layer int, name string, r role, std float64, dims ...int)) {
 	const std = 0.02
 	e, h := s.NEmbd, s.Hybrid
+	outStd := std // the mixers' output projections (AttnOutStd: routing realism)
+	if s.AttnOutStd > 0 {
+		outStd = s.AttnOutStd
+	}
 	add(i, "attn_norm.weight", roleNorm, 0.1, e)
 	add(i, "post_attention_norm.weight", roleNorm, 0.1, e)
 	if s.recurrent(i) {
 		kd, vd := h.KHeads*h.State, h.VHeads*h.State
-		add(i, "attn_qkv.weight", roleWeight, std, e, 2*kd+vd)
-		add(i, "attn_gate.weight", roleWeight, std, e, vd)
+		switch {
+		case h.FusedQKVZ:
+			add(i, "ssm_in.weight", roleWeight, std, e, 2*kd+2*vd)
+		default:
+			add(i, "attn_qkv.weight", roleWeight, std, e, 2*kd+vd)
+			add(i, "attn_gate.weight", roleWeight, std, e, vd)
+		}
 		add(i, "ssm_conv1d.weight", roleBias, 0.3, h.Conv, 2*kd+vd) // F32: llama-quantize keeps it
 		add(i, "ssm_dt.bias", roleBias, 0.5, h.VHeads)
 		add(i, "ssm_a", roleNegNorm, 0.1, h.VHeads)
-		add(i, "ssm_beta.weight", roleWeight, 0.08, e, h.VHeads)
-		add(i, "ssm_alpha.weight", roleWeight, 0.08, e, h.VHeads)
+		if s.Arch == "qwen3next" {
+			add(i, "ssm_ba.weight", roleWeight, 0.08, e, 2*h.VHeads)
+		} else {
+			add(i, "ssm_beta.weight", roleWeight, 0.08, e, h.VHeads)
+			add(i, "ssm_alpha.weight", roleWeight, 0.08, e, h.VHeads)
+		}
 		add(i, "ssm_norm.weight", roleNorm, 0.1, h.State)
-		add(i, "ssm_out.weight", roleWeight, std, vd, e)
+		add(i, "ssm_out.weight", roleWeight, outStd, vd, e)
 	} else {
 		qDim, kvDim := s.NHead*s.HeadDim, s.NHeadKV*s.HeadDim
 		add(i, "attn_q.weight", roleWeight, std, e, 2*qDim)
 		add(i, "attn_k.weight", roleWeight, std, e, kvDim)
 		add(i, "attn_v.weight", roleWeight, std, e, kvDim)
-		add(i, "attn_output.weight", roleWeight, std, qDim, e)
+		add(i, "attn_output.weight", roleWeight, outStd, qDim, e)
 		add(i, "attn_q_norm.weight", roleNorm, 0.1, s.HeadDim)
 		add(i, "attn_k_norm.weight", roleNorm, 0.1, s.HeadDim)
+	}
+	if s.NExpert > 0 {
+		hybridMoEFFN(s, i, add) // qwen35moe.go
+		return
 	}
 	add(i, "ffn_gate.weight", roleWeight, std, e, s.NFF)
 	add(i, "ffn_up.weight", roleWeight, std, e, s.NFF)

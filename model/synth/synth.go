@@ -38,7 +38,7 @@ import (
 // RMSEps 1e-5 (llama) or 1e-6 (qwen), Name "synth-<arch>", NVocab the
 // vocabulary's token count.
 type Spec struct {
-	Arch        string // llama, qwen2, qwen3, qwen3moe, gpt-oss (gptoss.go), gemma3 (gemma3.go) or mistral3 (mistral3.go)
+	Arch        string // llama, qwen2, qwen3, qwen3moe, gpt-oss (gptoss.go), gemma3 (gemma3.go), mistral3 (mistral3.go), qwen35 (qwen35.go), qwen35moe or qwen3next (qwen35moe.go)
 	NVocab      int    // 0: from the vocabulary; otherwise must match it
 	NCtx        int    // <arch>.context_length
 	NEmbd       int
@@ -47,9 +47,10 @@ type Spec struct {
 	NHeadKV     int
 	HeadDim     int
 	NFF         int // dense FFN width (qwen3moe: written, unused)
-	NExpert     int // qwen3moe only
+	NExpert     int // qwen3moe, gpt-oss, qwen35moe, qwen3next
 	NExpertUsed int
 	NFFExp      int // expert FFN width
+	NFFShexp    int // shared expert width (qwen35moe, qwen3next)
 	RopeBase    float32
 	RMSEps      float32
 	Tied        bool // no output.weight: the output reuses token_embd
@@ -84,7 +85,8 @@ type Spec struct {
 	// SlidingWindow is gpt-oss's and gemma3's attention.sliding_window
 	// (gptoss.go, gemma3.go).
 	SlidingWindow int
-	// Hybrid (qwen35) shape: the linear-attention layers (qwen35.go).
+	// Hybrid (qwen35, qwen35moe, qwen3next) shape: the linear-attention
+	// layers (qwen35.go).
 	Hybrid HybridSpec
 }
 
@@ -142,6 +144,8 @@ func Preset(name string) (Spec, error) {
 			RouterSigma: 0.25, EmbdStd: 1, AttnOutStd: 0.006}, nil
 	case "qwen35-small", "qwen35-mid", "qwen3.5-9b":
 		return qwen35Preset(name), nil
+	case "qwen35moe-small", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b", "qwen3next-small", "qwen3-next-80b-a3b":
+		return hybridMoEPreset(name), nil // qwen35moe.go
 	case "qwen3moe-small":
 		return Spec{Arch: "qwen3moe", Name: "synth-qwen3moe-small", NCtx: 8192, NEmbd: 1024, NLayer: 12, NHead: 16,
 			NHeadKV: 2, HeadDim: 128, NFF: 3072, NExpert: 32, NExpertUsed: 4, NFFExp: 512, RopeBase: 1e6, RMSEps: 1e-6}, nil
@@ -157,7 +161,8 @@ func Preset(name string) (Spec, error) {
 
 // Presets returns the preset names.
 func Presets() []string {
-	return append(append(append(append([]string{"demo", "llama-1b", "llama-8b", "qwen3moe-small", "qwen3-30b-a3b"}, gptOssPresets...), gemma3Presets()...), mistral3Presets...), "qwen35-small", "qwen35-mid", "qwen3.5-9b")
+	return append(append(append(append([]string{"demo", "llama-1b", "llama-8b", "qwen3moe-small", "qwen3-30b-a3b"}, gptOssPresets...), gemma3Presets()...), mistral3Presets...), "qwen35-small", "qwen35-mid", "qwen3.5-9b",
+		"qwen35moe-small", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b", "qwen3next-small", "qwen3-next-80b-a3b")
 }
 
 // Options select the weight types, the seed and the vocabulary.
@@ -188,17 +193,17 @@ func (s Spec) normalize() (Spec, error) {
 	qwen := false
 	switch s.Arch {
 	case "llama", "gpt-oss", "mistral3":
-	case "qwen2", "qwen3", "qwen3moe", "gemma3", "qwen35":
+	case "qwen2", "qwen3", "qwen3moe", "gemma3", "qwen35", "qwen35moe", "qwen3next":
 		qwen = true // gemma3 shares qwen's defaults: rope base 1e6, rms eps 1e-6
 	default:
-		return s, fmt.Errorf("synth: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, mistral3, qwen35)", s.Arch)
+		return s, fmt.Errorf("synth: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, mistral3, qwen35, qwen35moe, qwen3next)", s.Arch)
 	}
 	for _, f := range []struct {
 		name string
 		v    int
 	}{{"NVocab", s.NVocab}, {"NCtx", s.NCtx}, {"NEmbd", s.NEmbd}, {"NLayer", s.NLayer}, {"NHead", s.NHead},
 		{"NHeadKV", s.NHeadKV}, {"HeadDim", s.HeadDim}, {"NFF", s.NFF}, {"NExpert", s.NExpert},
-		{"NExpertUsed", s.NExpertUsed}, {"NFFExp", s.NFFExp}} {
+		{"NExpertUsed", s.NExpertUsed}, {"NFFExp", s.NFFExp}, {"NFFShexp", s.NFFShexp}} {
 		if f.v < 0 || f.v > maxDim {
 			return s, fmt.Errorf("synth: %s = %d is out of range [0, %d]", f.name, f.v, maxDim)
 		}
@@ -254,7 +259,10 @@ func (s Spec) normalize() (Spec, error) {
 	if err := s.checkMistral3(); err != nil {
 		return s, err
 	}
-	if s.Arch == "qwen3moe" || s.Arch == "gpt-oss" {
+	if err := s.checkSharedExpert(); err != nil { // qwen35moe.go
+		return s, err
+	}
+	if s.Arch == "qwen3moe" || s.Arch == "gpt-oss" || hybridMoE(s.Arch) {
 		if s.NExpert == 0 || s.NExpertUsed == 0 || s.NExpertUsed > s.NExpert || s.NFFExp == 0 {
 			return s, fmt.Errorf("synth: %s needs NExpert > 0, NExpertUsed in [1, NExpert] and NFFExp > 0 (have %d, %d, %d)",
 				s.Arch, s.NExpert, s.NExpertUsed, s.NFFExp)
@@ -417,10 +425,10 @@ func setMetadata(gw *gguf.Writer, s Spec, o Options, vocab []gguf.KV, ftype uint
 	if s.Arch == "mistral3" {
 		mistral3Metadata(gw, s)
 	}
-	if s.Arch == "qwen35" {
+	if s.Arch == "qwen35" || hybridMoE(s.Arch) {
 		setQwen35Metadata(gw, s)
 	}
-	if s.Arch == "qwen3" || s.Arch == "qwen3moe" || s.Arch == "gpt-oss" || s.Arch == "qwen35" || s.HeadDim != s.NEmbd/s.NHead {
+	if s.Arch == "qwen3" || s.Arch == "qwen3moe" || s.Arch == "gpt-oss" || s.Arch == "qwen35" || hybridMoE(s.Arch) || s.HeadDim != s.NEmbd/s.NHead {
 		u("attention.key_length", s.HeadDim)
 		u("attention.value_length", s.HeadDim)
 	}
@@ -431,6 +439,9 @@ func setMetadata(gw *gguf.Writer, s Spec, o Options, vocab []gguf.KV, ftype uint
 		u("expert_count", s.NExpert)
 		u("expert_used_count", s.NExpertUsed)
 		u("expert_feed_forward_length", s.NFFExp)
+	}
+	if s.NFFShexp > 0 {
+		u("expert_shared_feed_forward_length", s.NFFShexp)
 	}
 	setVocab(gw, vocab, ftype)
 }
