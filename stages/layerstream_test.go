@@ -10,6 +10,7 @@ import (
 	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/internal/golden"
 	"github.com/flowinfer/flowinfer/io/nvme"
+	"github.com/flowinfer/flowinfer/model/synth"
 	"github.com/flowinfer/flowinfer/quant"
 	"github.com/flowinfer/flowinfer/stages"
 )
@@ -20,15 +21,20 @@ import (
 // dense families (llama, qwen2 biases, qwen3 QK-norm), packed and unpacked
 // types, and a MoE model whose attention streams along with its experts;
 // budgets from "every layer streams through two slots" up; prefill in one
-// step and in chunks, three sequences decoding together; and a gpt-oss
-// file (attention biases and sinks, MXFP4 experts with resident biases).
+// step and in chunks, three sequences decoding together; a gpt-oss file
+// (attention biases and sinks, MXFP4 experts with resident biases); and
+// qwen35moe and qwen3next files (gated delta net layers' projections,
+// qwen3next's fused ssm_in and ssm_ba, the shared expert stream with
+// their layer; its one-row gate and the router stay resident).
 func TestStreamedLayersBitIdentical(t *testing.T) {
 	dir, _ := golden.Load(t)
 	var paths []string
 	for _, name := range []string{"synth-llama-Q4_K_M.gguf", "synth-qwen2-Q8_0.gguf", "synth-qwen3-F32.gguf", "synth-qwen3moe-Q4_K_M.gguf"} {
 		paths = append(paths, filepath.Join(dir, "models", name))
 	}
-	paths = append(paths, gptOssFile(t, quant.Q8_0))
+	paths = append(paths, gptOssFile(t, quant.Q8_0),
+		presetFile(t, "qwen35moe-small", synth.Options{Mix: "Q4_K_M", Seed: 1}),
+		presetFile(t, "qwen3next-small", synth.Options{Mix: "Q4_K_M", Seed: 1}))
 	for _, path := range paths {
 		name := filepath.Base(path)
 		m, tok := openModel(t, path)

@@ -143,12 +143,23 @@ func sameLogits(t *testing.T, got, want [][]float32, nVocab int) {
 // and the other weights of type typ into a temporary directory.
 func gptOssFile(t *testing.T, typ quant.Type) string {
 	t.Helper()
-	spec, err := synth.Preset("gpt-oss-small")
+	return presetFile(t, "gpt-oss-small", synth.Options{Type: typ, Seed: 1})
+}
+
+// presetFile writes a synth preset with options o into a temporary
+// directory.
+func presetFile(t *testing.T, preset string, o synth.Options) string {
+	t.Helper()
+	spec, err := synth.Preset(preset)
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), fmt.Sprintf("gpt-oss-small-%s.gguf", typ))
-	if err := synth.WriteFile(path, spec, synth.Options{Type: typ, Seed: 1}); err != nil {
+	kind := o.Mix
+	if kind == "" {
+		kind = o.Type.String()
+	}
+	path := filepath.Join(t.TempDir(), fmt.Sprintf("%s-%s.gguf", preset, kind))
+	if err := synth.WriteFile(path, spec, o); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -158,16 +169,21 @@ func gptOssFile(t *testing.T, typ quant.Type) string {
 // an expert cache (packed by the uploader), logits are bit-identical to the
 // fully resident run, at budgets from "one token's experts" (every step
 // evicts) to unlimited, for prefill in one step and in chunks, with three
-// sequences decoding together: qwen3moe's golden files, and gpt-oss files
+// sequences decoding together: qwen3moe's golden files, gpt-oss files
 // (MXFP4 experts whose biases stay resident, the other weights F32 or
-// Q8_0) generated here.
+// Q8_0), and the hybrid MoE files (qwen35moe F32 and Q4_K_M, qwen3next
+// Q4_K_M: recurrent layers, a shared expert beside the streamed ones)
+// generated here.
 func TestStreamedExpertsBitIdentical(t *testing.T) {
 	dir, _ := golden.Load(t)
 	var paths []string
 	for _, name := range []string{"synth-qwen3moe-Q8_0.gguf", "synth-qwen3moe-Q4_K_M.gguf", "synth-qwen3moe-F32.gguf"} {
 		paths = append(paths, filepath.Join(dir, "models", name))
 	}
-	paths = append(paths, gptOssFile(t, quant.F32), gptOssFile(t, quant.Q8_0))
+	paths = append(paths, gptOssFile(t, quant.F32), gptOssFile(t, quant.Q8_0),
+		presetFile(t, "qwen35moe-small", synth.Options{Type: quant.F32, Seed: 1}),
+		presetFile(t, "qwen35moe-small", synth.Options{Mix: "Q4_K_M", Seed: 1}),
+		presetFile(t, "qwen3next-small", synth.Options{Mix: "Q4_K_M", Seed: 1}))
 	for _, path := range paths {
 		name := filepath.Base(path)
 		m, tok := openModel(t, path)
