@@ -86,91 +86,101 @@ func TestQwen35Golden(t *testing.T) {
 	defer be.Close()
 	for _, f := range qwen35Files {
 		t.Run(f.name, func(t *testing.T) {
-			want := filepath.Join("testdata", "qwen35", f.name)
-			b, err := model.Open(writeQwen35(t, dir, f.name, f.o), be.Supports, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer b.Close()
-			ids := b.Tokenizer.Encode(prompt, true, false)
-			wantN, wantLogits := readLogits(t, want+".logits")
-			if len(ids) != wantN {
-				t.Fatalf("prompt is %d tokens, llama.cpp's %d", len(ids), wantN)
-			}
-			V := b.Model.NVocab
-			mctx, err := b.Model.NewContextOf(be, model.KVTypes{K: model.KVF32, V: model.KVF32}, 4096, 1, 2048)
-			if err != nil {
-				t.Fatal(err)
-			}
-			logits := decodeFrom(t, mctx, ids, 0, 2048)
-			var maxAbs, sq float64
-			for i, w := range wantLogits {
-				d := math.Abs(float64(logits[i]) - w)
-				maxAbs = max(maxAbs, d)
-				sq += d * d
-			}
-			rms := math.Sqrt(sq / float64(V))
-			t.Logf("last-position logits: max |Δ| %.3g, rms %.3g", maxAbs, rms)
-			if f.name == "f32" && maxAbs > 1e-4 {
-				t.Errorf("max |Δlogit| %.3g > 1e-4", maxAbs)
-			} else if f.name != "f32" && (maxAbs > 0.1 || rms > 0.02) {
-				t.Errorf("max |Δlogit| %.3g (limit 0.1), rms %.3g (limit 0.02)", maxAbs, rms)
-			}
-			// greedy continuation of the prompt without its final newline
-			// (as llama-completion -f reads it), fed in chunks of 512
-			gctx, err := b.Model.NewContextOf(be, model.KVTypes{K: model.KVF32, V: model.KVF32}, 4096, 1, 512)
-			if err != nil {
-				t.Fatal(err)
-			}
-			gids := b.Tokenizer.Encode(strings.TrimSuffix(prompt, "\n"), true, false)
-			nIDs, wantIDs := readLogits(t, want+".greedy.ids")
-			if len(gids) != nIDs || len(wantIDs) != 64 {
-				t.Fatalf("greedy prompt %d tokens, llama.cpp's %d (%d ids)", len(gids), nIDs, len(wantIDs))
-			}
-			logits = decodeFrom(t, gctx, gids, 0, 512)
-			for i, w := range wantIDs {
-				row := logits[len(logits)-V:]
-				best := int32(golden.Argmax(row))
-				if best != int32(w) {
-					// A quantized file may take the other side of a
-					// near-tie (cpu/golden_test.go: a top-2 margin within
-					// twice the logits' measured deviation); F32 may not.
-					if m := top2Margin(row); f.name == "f32" || m > 2*maxAbs {
-						t.Errorf("greedy step %d: token %d, llama.cpp %d (top-2 margin %.3g)", i, best, int(w), m)
-					} else {
-						t.Logf("greedy: identical for %d tokens, then a near-tie (margin %.3g ≤ 2×%.3g)", i, m, maxAbs)
-					}
-					break
-				}
-				pos := int32(len(gids) + i)
-				if logits, err = gctx.Decode(&model.Batch{Tokens: []int32{best}, Pos: []int32{pos}, Seq: []int32{0}}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			// perplexity
-			toks := b.Tokenizer.Encode(text, true, false)
-			pctx, err := b.Model.NewContextOf(be, model.KVTypes{K: model.KVF32, V: model.KVF32}, 512, 1, 512)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := bench.Perplexity(context.Background(), pctx, toks, bench.PerplexityOptions{NCtx: 512, BOS: b.Tokenizer.BOS()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			wantPPL := readRunning(t, want+".ppl")
-			if len(wantPPL) != len(r.Running) {
-				t.Fatalf("%d chunks, llama.cpp %d", len(r.Running), len(wantPPL))
-			}
-			// F32: one unit of the 4th printed decimal; quantized: 0.5%
-			// (bench/perplexity_test.go's bound for quantized activations)
-			for i, p := range r.Running {
-				if f.name == "f32" && math.Abs(p-wantPPL[i]) > 1.5e-4 || math.Abs(p-wantPPL[i]) > 0.005*wantPPL[i] {
-					t.Errorf("running PPL [%d] %.4f, llama.cpp %.4f", i+1, p, wantPPL[i])
-				}
-			}
-			t.Logf("PPL %v, llama.cpp %v", r.Running, wantPPL)
+			checkHybridGolden(t, be, writeQwen35(t, dir, f.name, f.o), filepath.Join("testdata", "qwen35", f.name), f.name == "f32", prompt, text)
 		})
 	}
+}
+
+// checkHybridGolden compares the model at path with llama.cpp's numbers in
+// want+".logits", ".greedy.ids" and ".ppl" (testdata/qwen35/README.md says
+// how they are made): the last-position logits of prompt (F32: max |Δ| ≤
+// 1e-4; quantized: max |Δ| ≤ 0.1 and rms ≤ 0.02), the 64-token greedy
+// continuation of prompt without its final newline (a quantized file may
+// leave it at a near-tie), and the running perplexity of text at -c 512.
+func checkHybridGolden(t *testing.T, be *cpu.Backend, path, want string, f32 bool, prompt, text string) {
+	t.Helper()
+	b, err := model.Open(path, be.Supports, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ids := b.Tokenizer.Encode(prompt, true, false)
+	wantN, wantLogits := readLogits(t, want+".logits")
+	if len(ids) != wantN {
+		t.Fatalf("prompt is %d tokens, llama.cpp's %d", len(ids), wantN)
+	}
+	V := b.Model.NVocab
+	mctx, err := b.Model.NewContextOf(be, model.KVTypes{K: model.KVF32, V: model.KVF32}, 4096, 1, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logits := decodeFrom(t, mctx, ids, 0, 2048)
+	var maxAbs, sq float64
+	for i, w := range wantLogits {
+		d := math.Abs(float64(logits[i]) - w)
+		maxAbs = max(maxAbs, d)
+		sq += d * d
+	}
+	rms := math.Sqrt(sq / float64(V))
+	t.Logf("last-position logits: max |Δ| %.3g, rms %.3g", maxAbs, rms)
+	if f32 && maxAbs > 1e-4 {
+		t.Errorf("max |Δlogit| %.3g > 1e-4", maxAbs)
+	} else if !f32 && (maxAbs > 0.1 || rms > 0.02) {
+		t.Errorf("max |Δlogit| %.3g (limit 0.1), rms %.3g (limit 0.02)", maxAbs, rms)
+	}
+	// greedy continuation of the prompt without its final newline
+	// (as llama-completion -f reads it), fed in chunks of 512
+	gctx, err := b.Model.NewContextOf(be, model.KVTypes{K: model.KVF32, V: model.KVF32}, 4096, 1, 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gids := b.Tokenizer.Encode(strings.TrimSuffix(prompt, "\n"), true, false)
+	nIDs, wantIDs := readLogits(t, want+".greedy.ids")
+	if len(gids) != nIDs || len(wantIDs) != 64 {
+		t.Fatalf("greedy prompt %d tokens, llama.cpp's %d (%d ids)", len(gids), nIDs, len(wantIDs))
+	}
+	logits = decodeFrom(t, gctx, gids, 0, 512)
+	for i, w := range wantIDs {
+		row := logits[len(logits)-V:]
+		best := int32(golden.Argmax(row))
+		if best != int32(w) {
+			// A quantized file may take the other side of a
+			// near-tie (cpu/golden_test.go: a top-2 margin within
+			// twice the logits' measured deviation); F32 may not.
+			if m := top2Margin(row); f32 || m > 2*maxAbs {
+				t.Errorf("greedy step %d: token %d, llama.cpp %d (top-2 margin %.3g)", i, best, int(w), m)
+			} else {
+				t.Logf("greedy: identical for %d tokens, then a near-tie (margin %.3g ≤ 2×%.3g)", i, m, maxAbs)
+			}
+			break
+		}
+		pos := int32(len(gids) + i)
+		if logits, err = gctx.Decode(&model.Batch{Tokens: []int32{best}, Pos: []int32{pos}, Seq: []int32{0}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// perplexity
+	toks := b.Tokenizer.Encode(text, true, false)
+	pctx, err := b.Model.NewContextOf(be, model.KVTypes{K: model.KVF32, V: model.KVF32}, 512, 1, 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := bench.Perplexity(context.Background(), pctx, toks, bench.PerplexityOptions{NCtx: 512, BOS: b.Tokenizer.BOS()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPPL := readRunning(t, want+".ppl")
+	if len(wantPPL) != len(r.Running) {
+		t.Fatalf("%d chunks, llama.cpp %d", len(r.Running), len(wantPPL))
+	}
+	// F32: one unit of the 4th printed decimal; quantized: 0.5%
+	// (bench/perplexity_test.go's bound for quantized activations)
+	for i, p := range r.Running {
+		if f32 && math.Abs(p-wantPPL[i]) > 1.5e-4 || math.Abs(p-wantPPL[i]) > 0.005*wantPPL[i] {
+			t.Errorf("running PPL [%d] %.4f, llama.cpp %.4f", i+1, p, wantPPL[i])
+		}
+	}
+	t.Logf("PPL %v, llama.cpp %v", r.Running, wantPPL)
 }
 
 // top2Margin is the difference between the two largest values of row.

@@ -1,0 +1,171 @@
+package model_test
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/flowinfer/flowinfer/cpu"
+	"github.com/flowinfer/flowinfer/model"
+	"github.com/flowinfer/flowinfer/model/synth"
+	"github.com/flowinfer/flowinfer/quant"
+)
+
+// hybridMoEWrite, when set, makes TestHybridMoEGolden write its models and
+// prompt to that directory (the inputs of llama.cpp in
+// testdata/qwen35moe/README.md) instead of testing.
+var hybridMoEWrite = flag.String("hybridmoe-write", "", "write the qwen35moe and qwen3next goldens' models and prompt to this directory and skip the test")
+
+// hybridMoEFiles are the goldens' model files: each preset, seed 1, as a
+// file named <preset>-<name>.gguf; testdata/<arch>/<name>.* hold
+// llama.cpp's numbers.
+var hybridMoEFiles = []struct {
+	preset, arch, name string
+	o                  synth.Options
+}{
+	{"qwen35moe-small", "qwen35moe", "f32", synth.Options{Type: quant.F32, Seed: 1}},
+	{"qwen35moe-small", "qwen35moe", "q4km", synth.Options{Mix: "Q4_K_M", Seed: 1}},
+	{"qwen3next-small", "qwen3next", "f32", synth.Options{Type: quant.F32, Seed: 1}},
+	{"qwen3next-small", "qwen3next", "q4km", synth.Options{Mix: "Q4_K_M", Seed: 1}},
+}
+
+// writePreset writes preset with options o as dir/<preset>-<name>.gguf.
+func writePreset(t *testing.T, dir, preset, name string, o synth.Options) string {
+	t.Helper()
+	s, err := synth.Preset(preset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, preset+"-"+name+".gguf")
+	if err := synth.WriteFile(path, s, o); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestHybridMoEGolden: qwen35moe-small and qwen3next-small (F32 and
+// Q4_K_M, regenerated here) give llama.cpp's last-position logits of a
+// 1531-token prompt, its 64-token greedy continuation and
+// llama-perplexity's running values, within TestQwen35Golden's bounds
+// (checkHybridGolden; testdata/qwen35moe/README.md says how the numbers
+// were made).
+func TestHybridMoEGolden(t *testing.T) {
+	prompt, text := qwen35Prompt(t)
+	dir := t.TempDir()
+	if *hybridMoEWrite != "" {
+		dir = *hybridMoEWrite
+		for _, f := range hybridMoEFiles {
+			writePreset(t, dir, f.preset, f.name, f.o)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "prompt.txt"), []byte(prompt), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Skipf("wrote %s", dir)
+	}
+	be := cpu.NewBackend(0, cpu.Best())
+	defer be.Close()
+	for _, f := range hybridMoEFiles {
+		t.Run(f.arch+"/"+f.name, func(t *testing.T) {
+			path := writePreset(t, dir, f.preset, f.name, f.o)
+			checkHybridGolden(t, be, path, filepath.Join("testdata", f.arch, f.name), f.name == "f32", prompt, text)
+		})
+	}
+}
+
+// openPreset writes preset (F32, seed 1) and loads it on be.
+func openPreset(t *testing.T, be model.Ops, preset string) *model.Bundle {
+	t.Helper()
+	b, err := model.Open(writePreset(t, t.TempDir(), preset, "f32", synth.Options{Type: quant.F32, Seed: 1}), be.Supports, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// TestHybridMoEChunkedPrefill: on qwen35moe-small and qwen3next-small, a
+// prompt fed in one batch, in uneven chunks or token by token leaves the
+// same recurrent state and gives the same logits (within 1e-5, as
+// TestQwen35ChunkedPrefill: batch sizes change the products' summation
+// order, not the recurrence or the routing), and the routed experts run
+// once per step, not once per token.
+func TestHybridMoEChunkedPrefill(t *testing.T) {
+	be := cpu.NewBackend(0, cpu.Best())
+	defer be.Close()
+	prompt, _ := qwen35Prompt(t)
+	for _, preset := range []string{"qwen35moe-small", "qwen3next-small"} {
+		t.Run(preset, func(t *testing.T) {
+			b := openPreset(t, be, preset)
+			m := b.Model
+			ids := b.Tokenizer.Encode(prompt, true, false)[:200]
+			newCtx := func() *model.Context {
+				c, err := m.NewContextOf(be, model.KVTypes{K: model.KVF32, V: model.KVF32}, 512, 1, 256)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return c
+			}
+			one := newCtx()
+			want := slices.Clone(decodeFrom(t, one, ids, 0, 256))
+			wantState := stateOf(one.KV, &m.Hyper, 0)
+			if runs, most := one.ExpertRuns(), int64(m.NLayer*m.NExpert); runs == 0 || runs > most {
+				t.Errorf("one batch of %d tokens ran %d experts (at most %d: each chosen expert once per layer)", len(ids), runs, most)
+			}
+			check := func(name string, c *model.Context, logits []float32) {
+				t.Helper()
+				if d := maxDiff(logits, want); d > 1e-5 {
+					t.Errorf("%s: logits differ from one batch by %.3g", name, d)
+				}
+				if d := maxDiff(stateOf(c.KV, &m.Hyper, 0), wantState); d > 1e-5 {
+					t.Errorf("%s: recurrent state differs from one batch by %.3g", name, d)
+				}
+			}
+			c := newCtx()
+			var logits []float32
+			at := 0
+			for _, n := range []int{1, 7, 64, 3, 125} {
+				logits = decodeFrom(t, c, ids[at:at+n], at, n)
+				at += n
+			}
+			check("chunks 1,7,64,3,125", c, logits)
+			c = newCtx()
+			check("token by token", c, decodeFrom(t, c, ids, 0, 1))
+		})
+	}
+}
+
+// TestHybridMoEDecodeAllocs: a decode step of qwen35moe and qwen3next
+// (delta net and attention layers, routed and shared experts, qwen3next's
+// fused projections) allocates nothing once the Context exists.
+func TestHybridMoEDecodeAllocs(t *testing.T) {
+	be := cpu.NewBackend(1, nil)
+	defer be.Close()
+	for _, preset := range []string{"qwen35moe-small", "qwen3next-small"} {
+		t.Run(preset, func(t *testing.T) {
+			m := openPreset(t, be, preset).Model
+			c, err := m.NewContextOf(be, model.KVTypes{}, 128, 1, 8)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Decode(&model.Batch{Tokens: []int32{1, 2, 3, 4, 5, 6, 7, 8}, Pos: []int32{0, 1, 2, 3, 4, 5, 6, 7}, Seq: make([]int32, 8)}); err != nil {
+				t.Fatal(err)
+			}
+			b := &model.Batch{Tokens: []int32{9}, Pos: []int32{8}, Seq: []int32{0}}
+			var derr error
+			allocs := testing.AllocsPerRun(50, func() {
+				if _, err := c.Decode(b); err != nil && derr == nil {
+					derr = err
+				}
+				b.Pos[0]++
+			})
+			if derr != nil {
+				t.Fatal(derr)
+			}
+			if allocs != 0 {
+				t.Errorf("%v allocations per decode step, want 0", allocs)
+			}
+		})
+	}
+}
