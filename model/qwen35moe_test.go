@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/flowinfer/flowinfer/cpu"
@@ -20,23 +21,29 @@ var hybridMoEWrite = flag.String("hybridmoe-write", "", "write the qwen35moe and
 
 // hybridMoEFiles are the goldens' model files: each preset, seed 1, as a
 // file named <preset>-<name>.gguf; testdata/<arch>/<name>.* hold
-// llama.cpp's numbers.
+// llama.cpp's numbers. f32-split is qwen3next-small with attn_qkv and
+// attn_gate in place of its fused ssm_in (llama.cpp's current layout).
 var hybridMoEFiles = []struct {
 	preset, arch, name string
 	o                  synth.Options
 }{
+	{"qwen3next-small", "qwen3next", "f32-split", synth.Options{Type: quant.F32, Seed: 1}},
 	{"qwen35moe-small", "qwen35moe", "f32", synth.Options{Type: quant.F32, Seed: 1}},
 	{"qwen35moe-small", "qwen35moe", "q4km", synth.Options{Mix: "Q4_K_M", Seed: 1}},
 	{"qwen3next-small", "qwen3next", "f32", synth.Options{Type: quant.F32, Seed: 1}},
 	{"qwen3next-small", "qwen3next", "q4km", synth.Options{Mix: "Q4_K_M", Seed: 1}},
 }
 
-// writePreset writes preset with options o as dir/<preset>-<name>.gguf.
+// writePreset writes preset with options o as dir/<preset>-<name>.gguf
+// (a name ending in -split: without FusedQKVZ).
 func writePreset(t *testing.T, dir, preset, name string, o synth.Options) string {
 	t.Helper()
 	s, err := synth.Preset(preset)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if strings.HasSuffix(name, "-split") {
+		s.Hybrid.FusedQKVZ = false
 	}
 	path := filepath.Join(dir, preset+"-"+name+".gguf")
 	if err := synth.WriteFile(path, s, o); err != nil {
