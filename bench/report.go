@@ -117,6 +117,19 @@ func sizeLabel(f *gguf.File, arch string) string {
 		case 36:
 			return "120B"
 		}
+	case "qwen35moe": // llama_model_qwen35moe::load_arch_hparams
+		switch nl {
+		case 40:
+			return "35B.A3B"
+		case 48:
+			return "122B.A10B"
+		case 60:
+			return "397B.A17B"
+		}
+	case "qwen3next":
+		if nl == 48 {
+			return "80B.A3B"
+		}
 	case "mistral3":
 		switch nl {
 		case 26:
