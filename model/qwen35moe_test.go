@@ -1,6 +1,7 @@
 package model_test
 
 import (
+	"bytes"
 	"flag"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/flowinfer/flowinfer/cpu"
+	"github.com/flowinfer/flowinfer/io/gguf"
 	"github.com/flowinfer/flowinfer/model"
 	"github.com/flowinfer/flowinfer/model/synth"
 	"github.com/flowinfer/flowinfer/quant"
@@ -172,6 +174,51 @@ func TestHybridMoEDecodeAllocs(t *testing.T) {
 			}
 			if allocs != 0 {
 				t.Errorf("%v allocations per decode step, want 0", allocs)
+			}
+		})
+	}
+}
+
+// TestHybridMoELoadErrors: a qwen35moe or qwen3next file missing a tensor
+// the family needs, with no delta-net input projection, without experts,
+// or asking for what llama.cpp does not do (unnormalized expert weights)
+// is refused with an error naming what is wrong.
+func TestHybridMoELoadErrors(t *testing.T) {
+	ref := cpu.NewRef()
+	for _, c := range []struct {
+		preset, name, drop string
+		set                map[string]gguf.Value
+		want               string
+	}{
+		{"qwen35moe-small", "no shared gate", "blk.0.ffn_gate_inp_shexp.weight", nil, `missing required tensor "blk.0.ffn_gate_inp_shexp.weight"`},
+		{"qwen35moe-small", "no shared down", "blk.3.ffn_down_shexp.weight", nil, `missing required tensor "blk.3.ffn_down_shexp.weight"`},
+		{"qwen35moe-small", "no gate experts", "blk.1.ffn_gate_exps.weight", nil, `missing required tensor "blk.1.ffn_gate_exps.weight"`},
+		{"qwen35moe-small", "no beta", "blk.2.ssm_beta.weight", nil, `missing required tensor "blk.2.ssm_beta.weight"`},
+		{"qwen35moe-small", "weights not normalized", "", map[string]gguf.Value{"qwen35moe.expert_weights_norm": gguf.Bool(false)}, "expert_weights_norm false"},
+		{"qwen35moe-small", "no shared width", "", map[string]gguf.Value{"qwen35moe.expert_shared_feed_forward_length": gguf.Uint32(0)}, "shared expert width 0"},
+		{"qwen3next-small", "no ssm_in", "blk.0.ssm_in.weight", nil, `has neither "blk.0.attn_qkv.weight"`},
+		{"qwen3next-small", "no ssm_ba", "blk.1.ssm_ba.weight", nil, `missing required tensor "blk.1.ssm_ba.weight"`},
+		{"qwen3next-small", "no experts", "", map[string]gguf.Value{"qwen3next.expert_count": gguf.Uint32(0), "qwen3next.expert_used_count": gguf.Uint32(0)}, "needs expert_count"},
+	} {
+		t.Run(c.preset+"/"+c.name, func(t *testing.T) {
+			s, err := synth.Preset(c.preset)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var buf bytes.Buffer
+			if err := synth.Write(&buf, s, synth.Options{Type: quant.Q8_0, Seed: 1}); err != nil {
+				t.Fatal(err)
+			}
+			base, err := gguf.Parse(buf.Bytes())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := model.Load(base, ref.Supports); err != nil {
+				t.Fatalf("the unedited file: %v", err)
+			}
+			_, err = model.Load(edited(t, base, c.drop, c.set), ref.Supports)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want one containing %q", err, c.want)
 			}
 		})
 	}
