@@ -132,7 +132,7 @@ func (p Plan) String() string {
 		budget = size(p.Budget)
 	}
 	if p.Layers == 0 {
-		fmt.Fprintf(&sb, "weights: budget %s; resident %s (embeddings, attention, norms, routers, dense FFNs, output)", budget, size(p.Resident))
+		fmt.Fprintf(&sb, "weights: budget %s; resident %s (embeddings, attention and recurrent mixers, norms, routers, dense FFNs and shared experts, output)", budget, size(p.Resident))
 	} else {
 		fmt.Fprintf(&sb, "weights: budget %s; resident %s (embeddings, output, norms, routers, %d of %d layers); %d layers (%s) streamed from disk each step through %d slots of %s",
 			budget, size(p.Resident), p.ResidentLayers, p.ResidentLayers+p.Layers, p.Layers, size(p.LayerFile), p.LayerSlots, size(p.LayerSlotBytes))
