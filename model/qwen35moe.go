@@ -89,9 +89,11 @@ func readHybridMoEHyper(k *keyReader, h *Hyper) error {
 	return nil
 }
 
-// sharedExpert adds the shared expert to the routed experts' sum in c.tmp
-// (n rows): tmp += σ(ShexpGate·xn)·Down·(silu(Gate·xn) ⊙ Up·xn), as
-// llama.cpp's build_layer_ffn adds ffn_shexp_gated to ffn_moe_out.
+// sharedExpert computes the gated shared expert of n rows into
+// c.moeS.shy: σ(ShexpGate·xn)·Down·(silu(Gate·xn) ⊙ Up·xn), which
+// Context.moe adds to the routed experts' sum as llama.cpp's
+// build_layer_ffn adds ffn_shexp_gated to ffn_moe_out. It uses the gate
+// and up buffers, so it runs before or after a routed expert, not inside.
 func (c *Context) sharedExpert(il, n int) {
 	L, ops, h := c.layer(il), c.Ops, &c.M.Hyper
 	d, f := h.NEmbd, h.NFFShexp
@@ -100,7 +102,7 @@ func (c *Context) sharedExpert(il, n int) {
 	gate, up := c.gate[:n*f], c.up[:n*f]
 	c.matmuls("ffn_gate_up_shexp", il, c.xn, n, mm{"ffn_gate_shexp", gate, L.GateShexp}, mm{"ffn_up_shexp", up, L.UpShexp})
 	ops.SwiGLU(gate, gate, up)
-	y := c.moeS.yg[:n*d] // free once the routed experts ran
+	y := c.moeS.shy[:n*d]
 	c.matmul("ffn_down_shexp", il, y, L.DownShexp, gate, n)
 	c.eval("ffn_shexp", il, y, n, d)
 	g := c.moeS.shg[:n] // n × 1
@@ -109,17 +111,15 @@ func (c *Context) sharedExpert(il, n int) {
 		ops.Scale(y[t*d:(t+1)*d], 1/(1+expf32(-g[t])))
 	}
 	c.eval("ffn_shexp_gated", il, y, n, d)
-	ops.Add(c.tmp[:n*d], y)
-	c.eval("ffn_out", il, c.tmp, n, d)
 }
 
 // hybridMoEActFloats is the floats per batch row of the scratch
 // qwen35moe and qwen3next add to a hybrid Context's (the shared expert's
-// gate; qwen3next's fused projections).
+// gate and output; qwen3next's fused projections).
 func hybridMoEActFloats(h *Hyper) int {
 	n := 0
 	if h.NFFShexp > 0 {
-		n++
+		n += 1 + h.NEmbd // gate, output
 	}
 	if h.Arch == "qwen3next" {
 		n += nextActFloats(h)

@@ -62,6 +62,7 @@ type moeScratch struct {
 	pmark  []bool    // NExpert
 	punion []int
 	shg    []float32 // n: the shared expert's gate (qwen35moe.go)
+	shy    []float32 // n × NEmbd: the shared expert's gated output
 }
 
 func (s *moeScratch) alloc(n int, h *Hyper) {
@@ -75,7 +76,7 @@ func (s *moeScratch) alloc(n int, h *Hyper) {
 	s.pprobs, s.psel, s.pw = make([]float32, n*h.NExpert), make([]int, k), make([]float32, k)
 	s.pmark, s.punion = make([]bool, h.NExpert), make([]int, 0, h.NExpert)
 	if h.NFFShexp > 0 {
-		s.shg = make([]float32, n)
+		s.shg, s.shy = make([]float32, n), make([]float32, n*h.NEmbd)
 	}
 }
 
@@ -144,12 +145,17 @@ func (c *Context) moe(il int, b *Batch) error {
 		s.idx[next[e]] = int32(i)
 		next[e]++
 	}
-	// run each chosen expert on its tokens
+	// run each chosen expert on its tokens, and the shared expert
+	// (qwen35moe, qwen3next) while the first streamed ones are read
+	shared := L.UpShexp != nil
 	if c.hooks.Experts == nil {
+		if shared {
+			c.sharedExpert(il, n)
+		}
 		for _, e := range s.union {
 			c.expert(il, e, &L.GateExps[e], &L.UpExps[e], &L.DownExps[e])
 		}
-	} else if err := c.streamedExperts(il); err != nil {
+	} else if err := c.streamedExperts(il, shared); err != nil {
 		return err
 	}
 	// x += Σ_j w_j · expert_j(norm(x)), in the router's order
@@ -161,8 +167,9 @@ func (c *Context) moe(il int, b *Batch) error {
 		}
 	}
 	c.eval("ffn_moe_out", il, c.tmp, n, d)
-	if L.UpShexp != nil { // qwen35moe, qwen3next: the gated shared expert
-		c.sharedExpert(il, n)
+	if shared { // + the gated shared expert, as llama.cpp adds it
+		ops.Add(c.tmp[:n*d], s.shy[:n*d])
+		c.eval("ffn_out", il, c.tmp, n, d)
 	}
 	ops.Add(c.x[:n*d], c.tmp[:n*d])
 	c.eval("l_out", il, c.x, n, d)
@@ -181,8 +188,9 @@ func (c *Context) moeNext(nExpert int) []int32 {
 }
 
 // streamedExperts runs the layer's chosen experts as Hooks.Experts
-// delivers them, in groups of at most MaxFetch.
-func (c *Context) streamedExperts(il int) error {
+// delivers them, in groups of at most MaxFetch, and with shared the shared
+// expert once the first group's reads are issued (it needs no read).
+func (c *Context) streamedExperts(il int, shared bool) error {
 	s := &c.moeS
 	src := c.hooks.Experts
 	step := max(1, src.MaxFetch())
@@ -198,6 +206,9 @@ func (c *Context) streamedExperts(il int) error {
 					return err
 				}
 			}
+		}
+		if lo == 0 && shared {
+			c.sharedExpert(il, c.moeRows)
 		}
 		for range ids {
 			e, w, err := src.Next()
