@@ -3,6 +3,7 @@ package model_test
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -147,16 +148,31 @@ func TestHybridMoEChunkedPrefill(t *testing.T) {
 
 // TestHybridMoEDecodeAllocs: a decode step of qwen35moe and qwen3next
 // (delta net and attention layers, routed and shared experts, qwen3next's
-// fused projections) allocates nothing once the Context exists.
+// fused projections) allocates nothing once the Context exists, with the
+// weights resident and F32 K/V, and with every hook installed (the weight
+// path's experts, prefetch and layers, a KV deferrer for a TurboQuant cache
+// keeping recent rows, spans).
 func TestHybridMoEDecodeAllocs(t *testing.T) {
 	be := cpu.NewBackend(1, nil)
 	defer be.Close()
-	for _, preset := range []string{"qwen35moe-small", "qwen3next-small"} {
-		t.Run(preset, func(t *testing.T) {
-			m := openPreset(t, be, preset).Model
-			c, err := m.NewContextOf(be, model.KVTypes{}, 128, 1, 8)
+	for _, tc := range []struct {
+		preset string
+		hooks  bool
+	}{{"qwen35moe-small", false}, {"qwen35moe-small", true}, {"qwen3next-small", false}, {"qwen3next-small", true}} {
+		t.Run(fmt.Sprintf("%s/hooks=%v", tc.preset, tc.hooks), func(t *testing.T) {
+			m := openPreset(t, be, tc.preset).Model
+			types := model.KVTypes{}
+			if tc.hooks { // a quantized cache keeping recent rows: the deferrer gets them
+				types = model.KVTypes{K: model.KVTQ4, V: model.KVTQ4, Recent: 64}
+			}
+			c, err := m.NewContextOf(be, types, 128, 1, 8)
 			if err != nil {
 				t.Fatal(err)
+			}
+			deferrer := &storeNow{kv: c.KV}
+			if tc.hooks {
+				c.SetHooks(model.Hooks{Experts: newMappedExperts(m), PrefetchNext: true, Layers: mappedLayers{m},
+					KVDefer: deferrer, Span: func(string, int, bool) {}})
 			}
 			if _, err := c.Decode(&model.Batch{Tokens: []int32{1, 2, 3, 4, 5, 6, 7, 8}, Pos: []int32{0, 1, 2, 3, 4, 5, 6, 7}, Seq: make([]int32, 8)}); err != nil {
 				t.Fatal(err)
@@ -174,6 +190,9 @@ func TestHybridMoEDecodeAllocs(t *testing.T) {
 			}
 			if allocs != 0 {
 				t.Errorf("%v allocations per decode step, want 0", allocs)
+			}
+			if tc.hooks && deferrer.rows == 0 {
+				t.Error("no row was deferred")
 			}
 		})
 	}
