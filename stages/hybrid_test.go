@@ -16,8 +16,8 @@ import (
 	"github.com/flowinfer/flowinfer/stages"
 )
 
-// hybridFixture is qwen35-small (f32 weights) and two prompts, the second
-// extending the first.
+// hybridFixture is a hybrid preset (qwen35-small unless said, f32
+// weights) and two prompts, the second extending the first.
 type hybridFixture struct {
 	b            *model.Bundle
 	base, longer []int32
@@ -25,11 +25,17 @@ type hybridFixture struct {
 
 func openHybrid(t *testing.T) hybridFixture {
 	t.Helper()
-	s, err := synth.Preset("qwen35-small")
+	return openHybridOf(t, "qwen35-small")
+}
+
+// openHybridOf is openHybrid on another hybrid preset.
+func openHybridOf(t *testing.T, preset string) hybridFixture {
+	t.Helper()
+	s, err := synth.Preset(preset)
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "qwen35.gguf")
+	path := filepath.Join(t.TempDir(), preset+".gguf")
 	if err := synth.WriteFile(path, s, synth.Options{Type: quant.F32, Seed: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -136,9 +142,14 @@ func hybridLayouts(t *testing.T, f func(t *testing.T, ops func() model.Ops, cfg 
 // checkpoint at that one's end. Both agree within 1e-4 with an engine
 // without checkpoints, which prefills each prompt in one step. Without
 // checkpoints (StateCheckpoints < 0) nothing is reused. Both cache
-// layouts.
+// layouts; qwen35, and the hybrid MoE qwen35moe and qwen3next.
 func TestHybridPrefixReused(t *testing.T) {
-	fx := openHybrid(t)
+	for _, preset := range []string{"qwen35-small", "qwen35moe-small", "qwen3next-small"} {
+		t.Run(preset, func(t *testing.T) { hybridPrefixReused(t, openHybridOf(t, preset)) })
+	}
+}
+
+func hybridPrefixReused(t *testing.T, fx hybridFixture) {
 	hybridLayouts(t, func(t *testing.T, ops func() model.Ops, cfg stages.Config) {
 		none := cfg
 		none.StateCheckpoints = -1
