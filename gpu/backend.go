@@ -21,8 +21,8 @@ package gpu
 // Not done here yet: routed experts (NewBackend refuses MoE models),
 // quantized, TurboQuant or --kv-recent KV caches (f32 and f16 are done) (StoreKV fails naming the
 // type), paged caches, weights that do not fit the device budget (an error
-// naming the tensor), matrix-matrix shaders (prefill sends a prompt's
-// rows 8 at a time through the mat-vec shaders), sampling on the device.
+// naming the tensor), sampling on the device. A prompt's products go
+// through the tiled matrix-matrix shaders (matmul.go).
 
 import (
 	"fmt"

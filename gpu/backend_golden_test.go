@@ -28,8 +28,7 @@ import (
 // why (routed experts, a weight type without a shader), and that refusal
 // must be ErrUnsupported.
 //
-// On lavapipe a case takes 3 to 7 s (no matrix-matrix shader yet: the
-// prompt's rows go 8 at a time through the mat-vec shaders), so by default
+// On lavapipe a case takes seconds, so by default
 // only the cases in quick run (one per architecture, the k-quant mixture
 // and Q8_0: every shader but F16 and F32); FLOWINFER_GPU_GOLDEN=all runs
 // them all.

@@ -58,7 +58,7 @@ func (b *Backend) MatMul(out []float32, w *model.Weight, x []float32, n int) {
 		if err != nil {
 			return err
 		}
-		return b.k.MatVec(b.cb, y, dw, xi, n)
+		return b.k.MatMul(b.cb, y, dw, xi, n)
 	})
 }
 
