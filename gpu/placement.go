@@ -199,3 +199,16 @@ func layerRange(a, b int) string {
 	}
 	return fmt.Sprintf("layers %d-%d", a, b)
 }
+
+// Reserve returns the device memory a plan keeps beside weights and KV
+// for a step of up to maxBatch tokens: the staging ring and the device
+// copies of the Context's activations (model.NewContextKV's buffers:
+// x, xn, tmp, q, k, v, att, gate, up, outRows, embd and the logits).
+func Reserve(h *model.Hyper, maxBatch int) int64 {
+	per := 5*h.NEmbd + h.QDim() + h.KDim() + h.VDim() + h.NHead*h.HeadDimV + 2*max(h.NFF, h.NFFExp) + h.NVocab
+	return stagingBytes + 4*int64(maxBatch)*int64(per)
+}
+
+// stagingBytes is the device backend's staging ring (backend.go's
+// ringBytes, which only cgo builds have).
+const stagingBytes = 16 << 20
