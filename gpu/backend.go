@@ -20,8 +20,9 @@ package gpu
 //
 // Not done here yet: routed experts (NewBackend refuses MoE models),
 // quantized, TurboQuant or --kv-recent KV caches (f32 and f16 are done) (StoreKV fails naming the
-// type), paged caches, weights that do not fit the device budget (an error
-// naming the tensor), sampling on the device. A prompt's products go
+// type), paged caches, sampling on the device. A weight that does not fit
+// the device budget is an error naming the tensor; placement.go plans
+// which layers go to the device (the others compute on the CPU). A prompt's products go
 // through the tiled matrix-matrix shaders (matmul.go).
 
 import (

@@ -43,9 +43,13 @@ var defaultTile = [3]uint32{128, 64, 8}
 
 // MatMatMin is the fewest activation vectors MatMul sends through the
 // matrix-matrix shaders; fewer go through the mat-vec ones, whose
-// workgroups take matVecCols vectors each (llama.cpp's Vulkan backend
-// likewise keeps mat-vec up to 8 columns).
-const MatMatMin = matVecCols + 1
+// workgroups take matVecCols vectors each. On lavapipe (BenchmarkMatMul,
+// 2048×2048 Q4_K and Q8_0) mat-vec is 2.4-3.4× faster at 9 vectors and
+// up to 2× at 16, the two are even at 32 and the 128×64 tile is 1.4×
+// faster at 64: a tile's cost hardly depends on how many of its 64
+// vectors are real. (llama.cpp's Vulkan backend switches above 8 columns,
+// for GPUs.)
+const MatMatMin = 32
 
 // SetMatMatMin makes MatMul send products of at least n vectors through
 // the matrix-matrix shaders (0: MatMatMin); a benchmark compares the two

@@ -4,7 +4,9 @@ package gpu
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/flowinfer/flowinfer/gpu/vk"
@@ -80,12 +82,16 @@ func BenchmarkPrefill(b *testing.B) {
 	r.k.SetMatMatMin(0)
 }
 
-// BenchmarkMatMul: one 2048×2048 product of 64 vectors already on the
+// BenchmarkMatMul: one 2048×2048 product of n vectors already on the
 // device, per weight type, through the mat-vec shaders and the
 // matrix-matrix ones (recorded once; each iteration is submit + fence
-// wait), reporting vectors per second.
+// wait), reporting vectors per second. FLOWINFER_BENCH_N sets n (default
+// 64).
 func BenchmarkMatMul(b *testing.B) {
-	const n = 64
+	n := 64
+	if v, err := strconv.Atoi(os.Getenv("FLOWINFER_BENCH_N")); err == nil && v > 0 {
+		n = v
+	}
 	r := benchRig(b)
 	mk := func(size uint64) *vk.Buffer {
 		buf, err := r.d.NewBuffer(size, vk.DeviceLocal)
@@ -102,7 +108,7 @@ func BenchmarkMatMul(b *testing.B) {
 		}
 		// zero bytes are valid blocks of every type (scales 0)
 		w := Weight{Buf: mk(uint64(benchDim * rb)), Type: typ, Rows: benchDim, Cols: benchDim}
-		x, y := F32{Buf: mk(4 * n * benchDim)}, F32{Buf: mk(4 * n * benchDim)}
+		x, y := F32{Buf: mk(uint64(4 * n * benchDim))}, F32{Buf: mk(uint64(4 * n * benchDim))}
 		for _, path := range []string{"matvec", "matmat"} {
 			b.Run(fmt.Sprintf("type=%s/path=%s/n=%d", typ, path, n), func(b *testing.B) {
 				op := r.k.MatVec
