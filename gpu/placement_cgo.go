@@ -5,7 +5,6 @@ package gpu
 import (
 	"fmt"
 
-	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/gpu/vk"
 	"github.com/flowinfer/flowinfer/model"
 )
@@ -30,14 +29,14 @@ func newPlaced(dev *vk.Device, m *model.Model, k *Kernels, plan *Plan) (*Backend
 }
 
 // SplitOps returns the Ops of a step placed by plan: layers and output on
-// be where plan says, on c (the CPU backend) elsewhere; the token
-// embeddings are looked up by c when layer 0 is the CPU's, else by be.
-// With everything on the device it returns be itself (no split).
-func SplitOps(plan *Plan, be *Backend, c *cpu.Backend) model.Ops {
+// be where plan says, on c (the CPU backend, a *cpu.Backend) elsewhere;
+// the token embeddings are looked up by c when layer 0 is the CPU's, else
+// by be. With everything on the device it returns be itself (no split).
+func SplitOps(plan *Plan, be *Backend, c model.Ops) model.Ops {
 	if plan.AllGPU() {
 		return be
 	}
-	s := &model.Split{Input: model.Ops(c), Output: model.Ops(c), Layers: make([]model.Ops, len(plan.GPU))}
+	s := &model.Split{Input: c, Output: c, Layers: make([]model.Ops, len(plan.GPU))}
 	if plan.GPU[0] {
 		s.Input = be
 	}

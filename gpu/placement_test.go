@@ -228,3 +228,63 @@ func runStories(t *testing.T, m *model.Model, ops model.Ops, prompt, start []int
 	}
 	return logits, gen
 }
+
+// TestSplitGoldenExact: the quick exact-F32 golden cases (llama.cpp's
+// logits on F32 files holding the dequantized weights of quantized ones,
+// as TestBackendGoldenExactF32) with the model split at its middle layer,
+// the CPU's layers on cpu.Ref with Exact set (dequantized weights, float32
+// activations, the arithmetic those goldens were made with): within the
+// same 1e-4 max |Δlogit|.
+func TestSplitGoldenExact(t *testing.T) {
+	dir, man := golden.Load(t)
+	r := newRig(t)
+	for _, c := range man.ExactF32 {
+		if c.ID != "synth-llama-Q4_K_M__P2__exact_f32" && c.ID != "synth-qwen2-Q8_0__P2__exact_f32" && c.ID != "synth-qwen3-Q4_K_M__P2__exact_f32" {
+			continue
+		}
+		t.Run(c.ID, func(t *testing.T) {
+			bd, err := model.Open(filepath.Join(dir, c.Model), func(quant.Type) bool { return true }, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer bd.File.Close()
+			m := bd.Model
+			p := PlanLayers(m, m.NLayer/2+1, 0)
+			if p.NGPU() == 0 || p.NGPU() == m.NLayer {
+				t.Fatalf("plan %s does not split", &p)
+			}
+			be, err := newPlaced(r.d, m, r.k, &p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer be.Close()
+			ref := cpu.NewRef()
+			ref.Exact = true
+			n := len(c.PromptTokens)
+			ctx, err := m.NewContext(SplitOps(&p, be, ref), n, 1, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := &model.Batch{Tokens: c.PromptTokens, Pos: make([]int32, n), Seq: make([]int32, n)}
+			for i := range n {
+				b.Pos[i] = int32(i)
+			}
+			got, err := ctx.Decode(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := golden.ReadF32(filepath.Join(dir, c.PromptLogits))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var s golden.Stats
+			for row := 0; row < c.NRows; row++ {
+				s.AddRow(got[(c.FirstRow+row)*c.NVocab:(c.FirstRow+row+1)*c.NVocab], want[row*c.NVocab:(row+1)*c.NVocab])
+			}
+			t.Logf("%s, %d prompt tokens: max |Δlogit| %.2e, RMS %.2e", &p, n, s.MaxAbs, s.RMS())
+			if s.MaxAbs > 1e-4 {
+				t.Errorf("max |Δlogit| %.3g > 1e-4", s.MaxAbs)
+			}
+		})
+	}
+}
