@@ -70,10 +70,28 @@ func (k *Kernels) MatMul(cb *vk.CommandBuffer, y F32, w Weight, x F32, n int) er
 	if least <= 0 {
 		least = MatMatMin
 	}
-	if n >= least && SupportsMatMat(w.Type) {
+	if n >= least && SupportsMatMat(w.Type) && k.tileFits() {
 		return k.MatMat(cb, y, w, x, n)
 	}
 	return k.MatVec(cb, y, w, x, n)
+}
+
+// curTile returns the matrix-matrix tile in use.
+func (k *Kernels) curTile() [3]uint32 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.tile == [3]uint32{} {
+		return defaultTile
+	}
+	return k.tile
+}
+
+// tileFits reports whether the tile's shared memory fits the device (the
+// default tile takes 24 KiB; Vulkan guarantees 16): MatMul takes the
+// mat-vec shaders on a device where it does not.
+func (k *Kernels) tileFits() bool {
+	t := k.curTile()
+	return 4*(t[0]+t[1])*mmK <= k.dev.Info().Limits.MaxComputeSharedMemorySize
 }
 
 // SetMatMatTile makes later MatMat calls use tiles of rows × vectors,
@@ -134,11 +152,9 @@ func (k *Kernels) MatMat(cb *vk.CommandBuffer, y F32, w Weight, x F32, n int) er
 	if err != nil {
 		return err
 	}
-	k.mu.Lock()
-	tile := k.tile
-	k.mu.Unlock()
-	if tile == [3]uint32{} {
-		tile = defaultTile
+	tile := k.curTile()
+	if !k.tileFits() {
+		return fmt.Errorf("gpu: MatMat: %w: a %d×%d tile needs %d bytes of shared memory (the device has %d)", vk.ErrUnsupported, tile[0], tile[1], 4*(tile[0]+tile[1])*mmK, k.dev.Info().Limits.MaxComputeSharedMemorySize)
 	}
 	groupsZ := (n + int(tile[1]) - 1) / int(tile[1])
 	if groupsZ > int(k.dev.Info().Limits.MaxComputeWorkGroupCount[2]) {

@@ -57,6 +57,9 @@ func newRig(l *loaded, p *configs.Pipeline, wf *WeightFlags, fp stages.Footprint
 		if ops != nil {
 			return &rig{loaded: l, be: be, gpu: ops, gpuClose: closeGPU}, nil
 		}
+		if wf.NGL > 0 { // auto found no GPU that runs the model
+			log.Warn("backend auto: computing on the CPU; --n-gpu-layers is unused", zap.Int("n-gpu-layers", wf.NGL))
+		}
 		be.Close()
 	}
 	be := cpu.NewBackend(p.Threads, nil)
