@@ -20,9 +20,10 @@ package gpu
 //
 // Not done here yet: routed experts (NewBackend refuses MoE models),
 // quantized, TurboQuant or --kv-recent KV caches (f32 and f16 are done) (StoreKV fails naming the
-// type), paged caches, weights that do not fit the device budget (an error
-// naming the tensor), matrix-matrix shaders (prefill sends a prompt's
-// rows 8 at a time through the mat-vec shaders), sampling on the device.
+// type), paged caches, sampling on the device. A weight that does not fit
+// the device budget is an error naming the tensor; placement.go plans
+// which layers go to the device (the others compute on the CPU). A prompt's products go
+// through the tiled matrix-matrix shaders (matmul.go).
 
 import (
 	"fmt"
@@ -59,6 +60,7 @@ type Backend struct {
 	weights map[*model.Weight]Weight
 	vecs    map[*float32]F32
 	kvs     map[*model.KVCache]*devKV
+	place   *Plan        // the layers on the device (nil: all); newBackendOn
 	owned   []*vk.Buffer // freed by Close: no descriptor set may outlive its buffer
 	err     error        // first failure of an op since the last ToHost
 }
@@ -89,13 +91,16 @@ func NewBackend(dev *vk.Device, m *model.Model) (*Backend, error) {
 	return newBackendOf(dev, m, nil)
 }
 
-// gpuArchs are the architectures whose every op runs on the device.
-var gpuArchs = map[string]bool{"llama": true, "qwen2": true, "qwen3": true}
-
 // newBackendOf is NewBackend on the kernels k (nil: its own), whose
 // pipelines it shares and does not close: tests running many models keep
 // the driver's shader compilations.
 func newBackendOf(dev *vk.Device, m *model.Model, k *Kernels) (*Backend, error) {
+	return newBackendOn(dev, m, k, nil)
+}
+
+// newBackendOn is newBackendOf holding only the parts of m that plan puts
+// on the device (nil: all of them).
+func newBackendOn(dev *vk.Device, m *model.Model, k *Kernels, plan *Plan) (*Backend, error) {
 	if m.NExpert > 0 {
 		return nil, fmt.Errorf("gpu: %w: routed experts (model with %d experts); use the cpu backend", vk.ErrUnsupported, m.NExpert)
 	}
@@ -108,9 +113,16 @@ func newBackendOf(dev *vk.Device, m *model.Model, k *Kernels) (*Backend, error) 
 	if err != nil {
 		return nil, err
 	}
-	ws := []*model.Weight{m.Output}
-	vs := []model.Vector{m.OutputNorm}
+	b.place = plan
+	var ws []*model.Weight
+	var vs []model.Vector
+	if plan == nil || plan.Output {
+		ws, vs = append(ws, m.Output), append(vs, m.OutputNorm)
+	}
 	for il := range m.Layers {
+		if plan != nil && !plan.GPU[il] {
+			continue // computed by the CPU (placement.go)
+		}
 		L := &m.Layers[il]
 		for _, w := range L.Matrices() {
 			if *w != nil {
@@ -200,7 +212,9 @@ func (b *Backend) Close() {
 		b.k.Forget(bufs...)
 	}
 	for _, buf := range bufs {
-		buf.Free()
+		if buf != nil { // a CPU layer's KV (placement.go)
+			buf.Free()
+		}
 	}
 	if b.cb != nil {
 		b.cb.Free()

@@ -28,10 +28,9 @@ import (
 // why (routed experts, a weight type without a shader), and that refusal
 // must be ErrUnsupported.
 //
-// On lavapipe a case takes 3 to 7 s (no matrix-matrix shader yet: the
-// prompt's rows go 8 at a time through the mat-vec shaders), so by default
-// only the cases in quick run (one per architecture, the k-quant mixture
-// and Q8_0: every shader but F16 and F32); FLOWINFER_GPU_GOLDEN=all runs
+// On lavapipe a case takes seconds, so by default
+// only the cases in quick run (one per architecture, the k-quant mixture,
+// Q8_0 and BF16: every shader but F16 and F32); FLOWINFER_GPU_GOLDEN=all runs
 // them all.
 func TestBackendGoldenExactF32(t *testing.T) {
 	dir, man := golden.Load(t)
@@ -42,7 +41,7 @@ func TestBackendGoldenExactF32(t *testing.T) {
 			cases = append(cases, c)
 		}
 	}
-	quick := []string{"synth-llama-Q4_K_M__P2__exact_f32", "synth-llama-Q5_K_M__P2__exact_f32", "synth-qwen2-Q8_0__P2__exact_f32", "synth-qwen3-Q4_K_M__P2__exact_f32", "synth-qwen3moe-Q8_0__P2__exact_f32"}
+	quick := []string{"synth-llama-Q4_K_M__P2__exact_f32", "synth-llama-Q5_K_M__P2__exact_f32", "synth-qwen2-Q8_0__P2__exact_f32", "synth-qwen3-Q4_K_M__P2__exact_f32", "synth-qwen3moe-Q8_0__P2__exact_f32", "synth-llama-BF16__P2__exact_f32"}
 	all := os.Getenv("FLOWINFER_GPU_GOLDEN") == "all"
 	for _, c := range cases {
 		if !all && !slices.Contains(quick, c.ID) {

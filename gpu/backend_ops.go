@@ -58,7 +58,7 @@ func (b *Backend) MatMul(out []float32, w *model.Weight, x []float32, n int) {
 		if err != nil {
 			return err
 		}
-		return b.k.MatVec(b.cb, y, dw, xi, n)
+		return b.k.MatMul(b.cb, y, dw, xi, n)
 	})
 }
 
@@ -224,6 +224,16 @@ func (b *Backend) Softmax(x []float32, n, dim int) {
 // devKV returns kv's device cache, made on first use; a cache the shaders
 // cannot read is an error naming what.
 func (b *Backend) devKV(kv *model.KVCache, layer int) (*devKV, error) {
+	d, err := b.devKVAll(kv)
+	if err == nil && (layer < 0 || layer >= len(d.k) || d.k[layer] == nil) {
+		return nil, fmt.Errorf("gpu: KV cache layer %d is not on the device (the placement computes it on the CPU)", layer)
+	}
+	return d, err
+}
+
+// devKVAll returns kv's device cache, made on first use (no buffers for
+// the CPU's layers).
+func (b *Backend) devKVAll(kv *model.KVCache) (*devKV, error) {
 	if d := b.kvs[kv]; d != nil {
 		return d, nil
 	}
@@ -251,6 +261,10 @@ func (b *Backend) devKV(kv *model.KVCache, layer int) (*devKV, error) {
 		el = 2
 	}
 	for l := range kv.NLayer {
+		if b.place != nil && !b.place.GPU[l] { // the CPU's layer: no device cache
+			d.k, d.v = append(d.k, nil), append(d.v, nil)
+			continue
+		}
 		k, err := b.dev.NewBuffer(el*cells*uint64(kv.KDim), vk.DeviceLocal)
 		if err == nil {
 			d.k = append(d.k, k)
@@ -261,7 +275,9 @@ func (b *Backend) devKV(kv *model.KVCache, layer int) (*devKV, error) {
 		}
 		if err != nil {
 			for _, buf := range append(d.k, d.v...) {
-				buf.Free() // never bound: no descriptor set names them
+				if buf != nil {
+					buf.Free() // never bound: no descriptor set names them
+				}
 			}
 			return nil, fmt.Errorf("gpu: KV cache layer %d: %w", l, err)
 		}

@@ -40,6 +40,8 @@ type Kernels struct {
 	pipes map[variant]*vk.Pipeline
 	sets  map[setKey]*vk.DescriptorSet
 	mv    map[quant.Type][2]uint32 // mat-vec variants set by SetMatVecVariant
+	tile  [3]uint32                // matrix-matrix tile set by SetMatMatTile (zero: defaultTile)
+	mmMin int                      // SetMatMatMin (0: MatMatMin)
 }
 
 type variant struct {
@@ -167,6 +169,7 @@ var matVecShaders = map[quant.Type]struct {
 	quant.Q4_K: {shaders.MulMatVecQ4_K, []uint32{32, 1}},
 	quant.Q5_K: {shaders.MulMatVecQ5_K, []uint32{32, 1}},
 	quant.Q6_K: {shaders.MulMatVecQ6_K, []uint32{32, 1}},
+	quant.BF16: {shaders.MulMatVecBF16, []uint32{64, 1}},
 }
 
 // SupportsMatVec reports whether MatVec handles weights of type t.

@@ -13,7 +13,26 @@ import (
 // layers runs block(il) for every layer between the weight hooks, and
 // stops at the first block that fails.
 func (c *Context) layers(b *Batch, block func(il int, b *Batch) error) error {
+	if s, ok := c.Ops.(*Split); ok { // each layer on its backend (split.go)
+		defer func() { c.Ops = s }()
+		c.Ops = s.Input // which wrote x (embed)
+		err := c.splitLayers(s, b, block)
+		if err == nil {
+			err = c.switchOps(s.Output)
+		}
+		return err
+	}
+	return c.splitLayers(nil, b, block)
+}
+
+// splitLayers runs the layers, each on s.Layers[il] when s is not nil.
+func (c *Context) splitLayers(s *Split, b *Batch, block func(il int, b *Batch) error) error {
 	for il := range c.M.Layers {
+		if s != nil {
+			if err := c.switchOps(s.Layers[il]); err != nil {
+				return err
+			}
+		}
 		if c.hooks.Layers != nil {
 			L, err := c.hooks.Layers.Acquire(il)
 			if err != nil {

@@ -109,6 +109,9 @@ func (m *Model) NewContextKV(ops Ops, kv *KVCache, maxBatch int) (*Context, erro
 	}
 	c := &Context{M: m, Ops: ops, KV: kv, MaxBatch: maxBatch}
 	kv.storer, _ = ops.(KVStorer)
+	if err := c.placeKV(ops); err != nil { // split.go
+		return nil, err
+	}
 	kv.ReserveRecent(maxBatch)
 	kv.ReserveSWA(maxBatch)
 	n := maxBatch

@@ -397,6 +397,9 @@ func (c *KVCache) CopyRows(dst, src, n int) {
 		if c.ring(l) > 0 || c.layers[l].Recurrent {
 			continue // a sequence's ring, not blocks (CopySWA); or no rows
 		}
+		if !c.HostKV(l) {
+			continue // a device backend's layer (Split): not on the host
+		}
 		kb, vb := c.layers[l].KHead, c.layers[l].VHead
 		for kh := range c.nHead {
 			copy(c.V[l][c.off(l, d, kh, vb):][:n*vb], c.V[l][c.off(l, s, kh, vb):][:n*vb])

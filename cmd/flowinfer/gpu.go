@@ -15,14 +15,19 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flowinfer/flowinfer/configs"
+	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/gpu"
 	"github.com/flowinfer/flowinfer/gpu/vk"
 	"github.com/flowinfer/flowinfer/model"
+	"github.com/flowinfer/flowinfer/stages"
 )
 
 // openGPU returns the Vulkan backend of l's model and what releases it, or
-// nil ops when the CPU computes (backend cpu, or auto without a GPU).
-func openGPU(l *loaded, p *configs.Pipeline, log *zap.Logger) (model.Ops, func(), error) {
+// nil ops when the CPU computes (backend cpu, auto without a GPU, or a
+// placement with nothing on the device). The placement (placement.go:
+// -ngl ngl, --vram, or everything) is printed; the layers it leaves to
+// the CPU compute on cb (a model.Split).
+func openGPU(l *loaded, p *configs.Pipeline, cb *cpu.Backend, ngl int, fp stages.Footprint, log *zap.Logger) (model.Ops, func(), error) {
 	if p.Backend == "cpu" {
 		return nil, nil, nil
 	}
@@ -53,12 +58,30 @@ func openGPU(l *loaded, p *configs.Pipeline, log *zap.Logger) (model.Ops, func()
 		}
 		return nil, nil, fmt.Errorf("--backend vulkan: %w", vk.ErrNoDevice)
 	}
+	if err := gpu.Placeable(l.Model); err != nil {
+		in.Close()
+		if auto {
+			cpuFallback(p, log, err.Error())
+			return nil, nil, nil
+		}
+		return nil, nil, fmt.Errorf("--backend %s: %w", p.Backend, err)
+	}
+	plan, err := gpuPlan(l.Model, p, ngl, fp)
+	if err != nil {
+		in.Close()
+		return nil, nil, err
+	}
+	fmt.Fprintf(os.Stderr, "flowinfer: vulkan: %s\n", &plan)
+	if plan.NoGPU() {
+		in.Close()
+		return nil, nil, nil
+	}
 	dev, err := in.OpenDevice(pick, vk.DeviceConfig{Budget: uint64(p.VRAM)})
 	if err != nil {
 		in.Close()
 		return nil, nil, fmt.Errorf("--backend %s: %w", p.Backend, err)
 	}
-	be, err := gpu.NewBackend(dev, l.Model)
+	be, err := gpu.NewBackendPlaced(dev, l.Model, &plan)
 	if err != nil {
 		dev.Close()
 		in.Close()
@@ -72,5 +95,5 @@ func openGPU(l *loaded, p *configs.Pipeline, log *zap.Logger) (model.Ops, func()
 	used, budget := dev.MemoryUsed()
 	fmt.Fprintf(os.Stderr, "flowinfer: vulkan: computing on GPU%d %s (type %s); device memory %v of a budget of %v\n",
 		info.Index, info.Name, info.Type, configs.ByteSize(used), configs.ByteSize(budget))
-	return be, func() { be.Close(); dev.Close(); in.Close() }, nil
+	return gpu.SplitOps(&plan, be, cb), func() { be.Close(); dev.Close(); in.Close() }, nil
 }

@@ -8,12 +8,14 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/flowinfer/flowinfer/configs"
+	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/gpu/vk"
 	"github.com/flowinfer/flowinfer/model"
+	"github.com/flowinfer/flowinfer/stages"
 )
 
 // openGPU: a build without cgo has no Vulkan; auto computes on the CPU.
-func openGPU(l *loaded, p *configs.Pipeline, log *zap.Logger) (model.Ops, func(), error) {
+func openGPU(l *loaded, p *configs.Pipeline, cb *cpu.Backend, ngl int, fp stages.Footprint, log *zap.Logger) (model.Ops, func(), error) {
 	switch p.Backend {
 	case "vulkan":
 		return nil, nil, fmt.Errorf("--backend vulkan: %w", vk.ErrNoCgo)

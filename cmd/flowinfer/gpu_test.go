@@ -39,10 +39,12 @@ func TestRunVulkan(t *testing.T) {
 	if err == nil || !strings.Contains(stderr, "KV cache of types bf16/bf16") {
 		t.Errorf("bf16 KV on vulkan: err %v, stderr %q", err, stderr)
 	}
-	// a budget that holds the staging ring but not the weights names one
-	_, stderr, err = flowinfer(t, append(args, "--backend", "vulkan", "--vram", "17MiB")...)
+	// with -ngl placing everything, a budget that holds the staging ring
+	// but not the weights names one (without -ngl, --vram plans a split:
+	// TestRunVulkanPlacement)
+	_, stderr, err = flowinfer(t, append(args, "--backend", "vulkan", "--vram", "17MiB", "-ngl", "99")...)
 	if err == nil || !strings.Contains(stderr, `gpu: weight "`) || !strings.Contains(stderr, "budget exceeded") {
-		t.Errorf("vulkan --vram 17MiB: err %v, stderr %q", err, stderr)
+		t.Errorf("vulkan --vram 17MiB -ngl 99: err %v, stderr %q", err, stderr)
 	}
 	_, stderr, err = flowinfer(t, "perplexity", "-m", model, "-f", "main.go", "--backend", "vulkan")
 	if err == nil || !strings.Contains(stderr, "--backend vulkan: only run and chat compute on the GPU yet") {

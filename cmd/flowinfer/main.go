@@ -136,5 +136,5 @@ func llamaFlags(args []string) []string {
 
 // llamaShort maps llama.cpp's multi-letter flags to their long names.
 func llamaShort() map[string]string {
-	return map[string]string{"-ctk": "--cache-type-k", "-ctv": "--cache-type-v"}
+	return map[string]string{"-ctk": "--cache-type-k", "-ctv": "--cache-type-v", "-ngl": "--n-gpu-layers"}
 }

@@ -37,16 +37,30 @@ type rig struct {
 // on a GPU) and p.Backend asks for one (openGPU), the Vulkan backend
 // computes instead, with every weight uploaded to the device.
 func newRig(l *loaded, p *configs.Pipeline, wf *WeightFlags, fp stages.Footprint, gpuOK bool, log *zap.Logger) (*rig, error) {
+	if err := checkNGL(p, wf.NGL, gpuOK); err != nil {
+		return nil, err
+	}
+	if gpuOK && wf.DryRun && p.Backend != "cpu" {
+		if err := printGPUPlan(l, p, wf.NGL, fp); err != nil {
+			return nil, err
+		}
+	}
 	if gpuOK && !wf.DryRun {
 		t0 := time.Now()
-		ops, closeGPU, err := openGPU(l, p, log)
+		be := cpu.NewBackend(p.Threads, nil) // the CPU's layers of a split placement too
+		ops, closeGPU, err := openGPU(l, p, be, wf.NGL, fp, log)
 		l.loadTime += time.Since(t0)
 		if err != nil {
+			be.Close()
 			return nil, err
 		}
 		if ops != nil {
-			return &rig{loaded: l, be: cpu.NewBackend(p.Threads, nil), gpu: ops, gpuClose: closeGPU}, nil
+			return &rig{loaded: l, be: be, gpu: ops, gpuClose: closeGPU}, nil
 		}
+		if wf.NGL > 0 { // auto found no GPU that runs the model
+			log.Warn("backend auto: computing on the CPU; --n-gpu-layers is unused", zap.Int("n-gpu-layers", wf.NGL))
+		}
+		be.Close()
 	}
 	be := cpu.NewBackend(p.Threads, nil)
 	t0 := time.Now()

@@ -1,0 +1,68 @@
+package main
+
+// placement.go: the vulkan backend's placement of a model between the
+// device and the CPU (--n-gpu-layers, --vram), planned from the model's
+// shapes alone: printed at load and by --dry-run.
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/flowinfer/flowinfer/configs"
+	"github.com/flowinfer/flowinfer/gpu"
+	"github.com/flowinfer/flowinfer/model"
+	"github.com/flowinfer/flowinfer/stages"
+)
+
+// gpuPlan returns the placement of m for the run of footprint fp: -ngl
+// ngl when it is given (≥ 0), else fitted to the --vram budget when there
+// is one, else everything on the device.
+func gpuPlan(m *model.Model, p *configs.Pipeline, ngl int, fp stages.Footprint) (gpu.Plan, error) {
+	kv, err := model.KVCacheBytes(&m.Hyper, kvTypes(p), fp.Cells, fp.Running, fp.NCtx, fp.MaxBatch)
+	if err != nil {
+		return gpu.Plan{}, err
+	}
+	kvLayer := kv / int64(max(m.NLayer, 1))
+	switch {
+	case ngl >= 0:
+		return gpu.PlanLayers(m, ngl, kvLayer), nil
+	case p.VRAM > 0:
+		return gpu.PlanVRAM(m, int64(p.VRAM), kvLayer, gpu.Reserve(&m.Hyper, fp.MaxBatch)), nil
+	}
+	plan := gpu.PlanLayers(m, -1, kvLayer)
+	plan.Why = "all"
+	return plan, nil
+}
+
+// checkNGL refuses --n-gpu-layers where no placement happens: the cpu
+// backend, or a command that computes only on the CPU.
+func checkNGL(p *configs.Pipeline, ngl int, gpuOK bool) error {
+	if ngl < 0 {
+		return nil
+	}
+	if p.Backend == "cpu" {
+		return fmt.Errorf("--n-gpu-layers %d: the cpu backend places nothing on a GPU (use --backend vulkan or auto)", ngl)
+	}
+	if !gpuOK {
+		return fmt.Errorf("--n-gpu-layers %d: this command computes on the CPU only (run and chat compute on the vulkan backend)", ngl)
+	}
+	return nil
+}
+
+// printGPUPlan prints the placement --dry-run would make on the device
+// (the model must be one the device runs, in whole or in part).
+func printGPUPlan(l *loaded, p *configs.Pipeline, ngl int, fp stages.Footprint) error {
+	if err := gpu.Placeable(l.Model); err != nil {
+		if p.Backend == "auto" {
+			fmt.Fprintf(os.Stderr, "flowinfer: backend auto: the CPU computes (%v)\n", err)
+			return nil
+		}
+		return fmt.Errorf("--backend %s: %w", p.Backend, err)
+	}
+	plan, err := gpuPlan(l.Model, p, ngl, fp)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "flowinfer: vulkan: %s\n", &plan)
+	return nil
+}
