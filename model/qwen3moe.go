@@ -85,9 +85,7 @@ func (s *moeScratch) alloc(n int, h *Hyper) {
 func (c *Context) moe(il int, b *Batch) error {
 	m, L, ops := c.M, c.layer(il), c.Ops
 	n, h := b.Len(), &m.Hyper
-	K, d := h.NExpertUsed, h.NEmbd
-	s := &c.moeS
-	c.moeRows = n
+	d := h.NEmbd
 	c.span("moe", il, true)
 	defer c.span("moe", il, false)
 	ops.RMSNorm(c.xn, c.x[:n*d], L.FFNNorm, n, d, h.RMSEps)
@@ -102,6 +100,24 @@ func (c *Context) moe(il int, b *Batch) error {
 		ops.Softmax(probs, n, h.NExpert)
 	}
 	c.eval("ffn_moe_probs", il, probs, n, h.NExpert)
+	if err := c.routed(il, n, probs); err != nil {
+		return err
+	}
+	ops.Add(c.x[:n*d], c.tmp[:n*d])
+	c.eval("l_out", il, c.x, n, d)
+	return nil
+}
+
+// routed runs the routed experts of layer il on the n rows of c.xn given
+// the router's probabilities (n × NExpert): each token's top NExpertUsed
+// experts, their weights (renormalised with NormTopK), and c.tmp set to
+// each token's weighted sum of its experts' outputs.
+func (c *Context) routed(il, n int, probs []float32) error {
+	m, L, ops := c.M, c.layer(il), c.Ops
+	h := &m.Hyper
+	K, d := h.NExpertUsed, h.NEmbd
+	s := &c.moeS
+	c.moeRows = n
 	// each token's top-K experts and weights
 	clear(s.start)
 	for t := range n {
@@ -157,8 +173,6 @@ func (c *Context) moe(il int, b *Batch) error {
 		}
 	}
 	c.eval("ffn_moe_out", il, c.tmp, n, d)
-	ops.Add(c.x[:n*d], c.tmp[:n*d])
-	c.eval("l_out", il, c.x, n, d)
 	return nil
 }
 
@@ -214,7 +228,14 @@ func (c *Context) guessNext(il int) []int {
 	L := &c.M.Layers[il+1] // its norm and router: resident even when the layer streams
 	n, d := c.moeRows, h.NEmbd
 	xn := s.yg[:n*d] // scratch: yg is free until the experts run
-	ops.RMSNorm(xn, c.x[:n*d], L.FFNNorm, n, d, h.RMSEps)
+	switch {
+	case L.Router == nil: // a dense layer (gemma4 may mix them): nothing to guess
+		return nil
+	case L.RouterScale != nil: // gemma4's router input
+		c.gemma4RouterInput(xn, c.x[:n*d], L, n)
+	default:
+		ops.RMSNorm(xn, c.x[:n*d], L.FFNNorm, n, d, h.RMSEps)
+	}
 	probs := s.pprobs[:n*h.NExpert]
 	ops.MatMul(probs, L.Router, xn, n)
 	if L.RouterB != nil {

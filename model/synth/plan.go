@@ -105,11 +105,12 @@ func pureFileType(t quant.Type) (uint32, bool) {
 type role int
 
 const (
-	roleWeight  role = iota // N(0, std²)
-	roleNorm                // 1 + N(0, 0.1²)
-	roleBias                // N(0, 0.1²)
-	roleRouter              // N(0, 0.02²) times a per-expert scale
-	roleNegNorm             // -(1 + N(0, std²)): qwen35's ssm_a = -exp(A_log)
+	roleWeight    role = iota // N(0, std²)
+	roleNorm                  // 1 + N(0, 0.1²)
+	roleBias                  // N(0, 0.1²)
+	roleRouter                // N(0, 0.02²) times a per-expert scale
+	roleNegNorm               // -(1 + N(0, std²)): qwen35's ssm_a = -exp(A_log)
+	roleRopeFreqs             // gemma4's rope_freqs: 1 for the first Tensor.rot values, 1e30 after
 )
 
 // Tensor is one tensor of a planned model file.
@@ -126,6 +127,8 @@ type Tensor struct {
 	sigma float64 // router: lognormal σ of the per-expert scales (0: the golden table)
 	boost float64 // norms: kOutlierChannels channels times this (0: none)
 	layer int     // -1 outside the blocks
+	rot   int     // rope_freqs: the pairs that rotate
+	base  float64 // norms: the value they are drawn around (0: 1)
 }
 
 // Plan returns the tensors Write writes for s and o, in file order, with
@@ -176,6 +179,9 @@ func plan(s Spec, o Options) ([]Tensor, uint32, error) {
 func tensorList(s Spec) []Tensor {
 	if s.Arch == "gpt-oss" {
 		return gptOssTensors(s)
+	}
+	if s.Arch == "gemma4" {
+		return gemma4Tensors(s) // gemma4.go
 	}
 	var ts []Tensor
 	add := func(layer int, name string, r role, std float64, dims ...int) {
@@ -297,7 +303,7 @@ func category(name string) string {
 	switch {
 	case name == "output.weight":
 		return "output"
-	case name == "token_embd.weight":
+	case name == "token_embd.weight" || name == "per_layer_token_embd.weight":
 		return "token_embd"
 	}
 	for _, c := range []string{"attn_qkv.weight", "attn_v.weight", "attn_k.weight", "attn_q.weight", "attn_output.weight", "ffn_up", "ffn_gate", "ffn_down"} {
@@ -315,6 +321,9 @@ func (q *typer) typeOf(t *Tensor) (quant.Type, error) {
 	// tensor_allows_quantization: 2-D and 3-D weights except norms and the
 	// MoE router stay F32, as the converter writes them.
 	if len(t.Dims) < 2 || t.role != roleWeight {
+		return quant.F32, nil
+	}
+	if t.Name == "per_layer_model_proj.weight" { // gemma4's: llama-quantize keeps it
 		return quant.F32, nil
 	}
 	nt := q.mix.def
