@@ -35,11 +35,11 @@ const (
 	gemma4F32PPLRel = gemma3F32PPLRel
 )
 
-// readGemma4Golden reads testdata/gemma4/<name>.txt (readGemma3Golden's
+// readGemma4Golden reads testdata/<dir>/<name>.txt (readGemma3Golden's
 // format).
-func readGemma4Golden(t *testing.T, name string) (map[string]string, []float32) {
+func readGemma4Golden(t *testing.T, dir, name string) (map[string]string, []float32) {
 	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", "gemma4", name+".txt"))
+	f, err := os.Open(filepath.Join("testdata", dir, name+".txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,8 +72,10 @@ func readGemma4Golden(t *testing.T, name string) (map[string]string, []float32) 
 // TestGemma4Golden: the gemma4-small preset (per-layer embeddings, two
 // layers reading earlier layers' KV, sliding and global layers with their
 // own RoPE, partial rotation through rope_freqs, a layer output scale,
-// soft-capped logits), F32 and Q4_K_M, against llama.cpp (testdata/gemma4,
-// see its README), as TestGemma3Golden: the last position's logits after
+// soft-capped logits; testdata/gemma4) and the gemma4-moe-small preset
+// (a dense FFN beside 16 routed experts in every layer;
+// testdata/gemma4moe), F32 and Q4_K_M, against llama.cpp (see the
+// READMEs), as TestGemma3Golden: the last position's logits after
 // a 1,500-token prompt, the 64-token greedy continuation, and
 // llama-perplexity's running values at -c 512, with gemma3's tolerances
 // (the same float16 GELU table). The models are regenerated here.
@@ -87,13 +89,21 @@ func TestGemma4Golden(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := string(textBytes)
-	spec, err := synth.Preset("gemma4-small")
+	for _, g := range []struct{ preset, dir string }{{"gemma4-small", "gemma4"}, {"gemma4-moe-small", "gemma4moe"}} {
+		t.Run(g.preset, func(t *testing.T) { gemma4Golden(t, g.preset, g.dir, dir, text) })
+	}
+}
+
+// gemma4Golden runs TestGemma4Golden for one preset, whose numbers are in
+// testdata/<goldenDir>; dir receives the models.
+func gemma4Golden(t *testing.T, preset, goldenDir, dir, text string) {
+	spec, err := synth.Preset(preset)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, file := range gemma3Files {
 		t.Run(file.name, func(t *testing.T) {
-			path := filepath.Join(dir, "gemma4-small-"+file.name+".gguf")
+			path := filepath.Join(dir, preset+"-"+file.name+".gguf")
 			if err := synth.WriteFile(path, spec, file.o); err != nil {
 				t.Fatal(err)
 			}
@@ -111,7 +121,7 @@ func TestGemma4Golden(t *testing.T) {
 				}
 				t.Skipf("wrote %s and prompt.txt (%d tokens)", path, len(ids))
 			}
-			want, wantLogits := readGemma4Golden(t, file.name)
+			want, wantLogits := readGemma4Golden(t, goldenDir, file.name)
 			if n, _ := strconv.Atoi(want["prompt_tokens"]); n != len(ids) {
 				t.Fatalf("prompt of %d tokens, llama.cpp's %d", len(ids), n)
 			}
@@ -138,10 +148,43 @@ func TestGemma4Golden(t *testing.T) {
 				if s.MaxAbs > maxAbs || rms > 0 && s.RMS() > rms {
 					t.Errorf("logits: max |Δ| %.3g (limit %g), RMS %.3g (limit %g)", s.MaxAbs, maxAbs, s.RMS(), rms)
 				}
-				var out []byte
+				// llama-completion prints each piece as a C string
+				// (LOG("%s", token_str.c_str()) in completion.cpp): a
+				// piece of byte 0 prints nothing
+				piece := func(tok int) string {
+					return strings.ReplaceAll(string(b.Tokenizer.AppendPiece(nil, int32(tok), false)), "\x00", "")
+				}
+				wantText, err := strconv.Unquote(want["greedy"])
+				if err != nil {
+					t.Fatalf("golden greedy %s: %v", want["greedy"], err)
+				}
+				wantTies, _ := strconv.Atoi(want["greedy_ties"])
+				var out strings.Builder
+				ties := 0
 				for pos := len(ids); ; pos++ {
-					best := golden.Argmax(logits[len(logits)-V:])
-					out = b.Tokenizer.AppendPiece(out, int32(best), false)
+					l := logits[len(logits)-V:]
+					best := golden.Argmax(l)
+					if !strings.HasPrefix(wantText, out.String()+piece(best)) {
+						// a tie: llama.cpp took another token, the one whose
+						// (longest) piece continues its text; it must be
+						// within the file's logit bound of our best
+						alt := -1
+						for tok := range V {
+							p := piece(tok)
+							if p != "" && strings.HasPrefix(wantText[out.Len():], p) && float64(l[best]-l[tok]) <= maxAbs && (alt < 0 || len(p) > len(piece(alt))) {
+								alt = tok
+							}
+						}
+						if alt < 0 {
+							t.Errorf("greedy step %d: our %q (logit %.5f) leaves llama.cpp's text, and no token within %g continues it\n%s\n    llama.cpp:\n%s",
+								pos-len(ids), piece(best), l[best], maxAbs, strconv.Quote(out.String()+piece(best)), want["greedy"])
+							break
+						}
+						ties++
+						t.Logf("greedy step %d: our best %q %.5f, llama.cpp's %q %.5f: %.3g apart", pos-len(ids), piece(best), l[best], piece(alt), l[alt], l[best]-l[alt])
+						best = alt
+					}
+					out.WriteString(piece(best))
 					if pos-len(ids)+1 == gemma3Greedy {
 						break
 					}
@@ -149,11 +192,8 @@ func TestGemma4Golden(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				// llama-completion prints each piece as a C string
-				// (LOG("%s", token_str.c_str()) in completion.cpp): a
-				// piece of byte 0 prints nothing
-				if got := strconv.Quote(strings.ReplaceAll(string(out), "\x00", "")); got != want["greedy"] {
-					t.Errorf("greedy continuation\n%s\n    llama.cpp:\n%s", got, want["greedy"])
+				if out.String() != wantText || ties != wantTies {
+					t.Errorf("greedy continuation with %d ties (golden: %d)\n%s\n    llama.cpp:\n%s", ties, wantTies, strconv.Quote(out.String()), want["greedy"])
 				}
 			})
 

@@ -154,13 +154,30 @@ func gptOssFile(t *testing.T, typ quant.Type) string {
 	return path
 }
 
+// gemma4MoEFile writes the gemma4-moe-small preset (seed 1) with options o
+// to a temporary file and returns its path.
+func gemma4MoEFile(t *testing.T, o synth.Options) string {
+	t.Helper()
+	spec, err := synth.Preset("gemma4-moe-small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Seed = 1
+	path := filepath.Join(t.TempDir(), fmt.Sprintf("gemma4-moe-small-%s%s.gguf", o.Type, o.Mix))
+	if err := synth.WriteFile(path, spec, o); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // TestStreamedExpertsBitIdentical: with routed experts read from disk into
 // an expert cache (packed by the uploader), logits are bit-identical to the
 // fully resident run, at budgets from "one token's experts" (every step
 // evicts) to unlimited, for prefill in one step and in chunks, with three
 // sequences decoding together: qwen3moe's golden files, and gpt-oss files
 // (MXFP4 experts whose biases stay resident, the other weights F32 or
-// Q8_0) generated here.
+// Q8_0) and gemma4-moe-small files (a dense FFN beside the experts, GeGLU
+// experts; Q8_0 and Q4_K_M) generated here.
 func TestStreamedExpertsBitIdentical(t *testing.T) {
 	dir, _ := golden.Load(t)
 	var paths []string
@@ -168,6 +185,7 @@ func TestStreamedExpertsBitIdentical(t *testing.T) {
 		paths = append(paths, filepath.Join(dir, "models", name))
 	}
 	paths = append(paths, gptOssFile(t, quant.F32), gptOssFile(t, quant.Q8_0))
+	paths = append(paths, gemma4MoEFile(t, synth.Options{Type: quant.Q8_0}), gemma4MoEFile(t, synth.Options{Mix: "Q4_K_M"}))
 	for _, path := range paths {
 		name := filepath.Base(path)
 		m, tok := openModel(t, path)
