@@ -38,13 +38,15 @@ import (
 //     FFN(ffn_norm(x))) + post_ffw_norm_2(experts(pre_ffw_norm_2(x)))),
 //     the router reading rms_norm(x)/√NEmbd ⊙ ffn_gate_inp.scale;
 //     softmax over all experts, the top NExpertUsed renormalised, GeGLU
-//     experts.
+//     experts, each expert's output multiplied by its ffn_down_exps.scale
+//     when the file has one (the router's per_expert_scale).
 //
 // Not done, and refused by name: sliding layers with their own head size
 // or rotated dimensions (attention.key_length_swa and the like differing
 // from the global ones), per-layer arrays of head counts or FFN widths,
 // the merged ffn_gate_up_exps, and the per-tensor weight scales
-// (<name>.scale tensors other than the router's). Backends that keep
+// (<name>.scale tensors other than the router's and the experts' output
+// scale). Backends that keep
 // activations off the host (HostSync) are refused: the per-layer inputs
 // are regrouped on the host.
 
@@ -56,7 +58,7 @@ func loadGemma4(l *loader, m *Model) {
 		return
 	}
 	for _, t := range l.f.Tensors {
-		if strings.HasSuffix(t.Name, ".scale") && !strings.HasSuffix(t.Name, "ffn_gate_inp.scale") {
+		if strings.HasSuffix(t.Name, ".scale") && !strings.HasSuffix(t.Name, "ffn_gate_inp.scale") && !strings.HasSuffix(t.Name, "ffn_down_exps.scale") {
 			l.fail(fmt.Errorf("model: gemma4: tensor %q (a per-tensor weight scale) is not supported", t.Name))
 			return
 		}
@@ -114,6 +116,7 @@ func loadGemma4(l *loader, m *Model) {
 			L.GateExps = l.experts(blk(i, "ffn_gate_exps.weight"), d, m.NFFExp, m.NExpert)
 			L.UpExps = l.experts(blk(i, "ffn_up_exps.weight"), d, m.NFFExp, m.NExpert)
 			L.DownExps = l.experts(blk(i, "ffn_down_exps.weight"), m.NFFExp, d, m.NExpert)
+			L.DownExpsS = l.vector(blk(i, "ffn_down_exps.scale"), m.NExpert, false)
 		}
 		if npl > 0 {
 			L.PerLayerGate = l.matrix(blk(i, "inp_gate.weight"), d, npl, true)
@@ -228,6 +231,22 @@ type gemma4Scratch struct {
 	gate []float32 // n × NEmbdPerLayer
 	proj []float32 // n × NLayer × NEmbdPerLayer: the projection's part
 	ffn  []float32 // n × NEmbd: the MoE layers' dense FFN output
+}
+
+// Gemma4ActBytes is the scratch a gemma4 Context adds for batches of
+// maxBatch tokens beyond the buffers every model has (gemma4Scratch): the
+// per-layer inputs and their projection (NLayer × NEmbdPerLayer each per
+// token), one layer's input and gate, and a MoE layer's dense FFN output.
+// 0 for the other families.
+func Gemma4ActBytes(h *Hyper, maxBatch int) int64 {
+	if h.Arch != "gemma4" {
+		return 0
+	}
+	per := 2*h.NLayer*h.NEmbdPerLayer + 2*h.NEmbdPerLayer
+	if h.NExpert > 0 {
+		per += h.NEmbd
+	}
+	return int64(maxBatch) * 4 * int64(per)
 }
 
 // forwardGemma4 is gemma4's forward pass.

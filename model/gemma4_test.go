@@ -419,6 +419,14 @@ func TestGemma4KVBytes(t *testing.T) {
 	if kv.Bytes() != ours {
 		t.Errorf("the cache holds %d bytes, KVCacheBytes says %d", kv.Bytes(), ours)
 	}
+	// a further cell costs the 4 global layers with their own KV, not the
+	// 3 shared global ones (what KVCapacityFor and the admission count)
+	if per, err := model.SWAFullBytesPerToken(&h, f16, nCtx, nUbatch); err != nil || per != 4*int(cell) {
+		t.Errorf("bytes per cell %d (%v), want 4 layers × %d", per, err, cell)
+	}
+	if per, err := model.KVBytesPerToken(&h, f16); err != nil || per != 24*int(cell) {
+		t.Errorf("KVBytesPerToken %d (%v), want the 24 layers with KV × %d", per, err, cell)
+	}
 }
 
 // TestGemma4Chunked: a prompt of 400 tokens (past the window of 128 three

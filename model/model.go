@@ -123,6 +123,10 @@ type Layer struct {
 	// resident when the experts stream (gptoss.go says why).
 	RouterB                       Vector
 	GateExpsB, UpExpsB, DownExpsB Vector
+	// DownExpsS (gemma4's ffn_down_exps.scale) multiplies expert e's
+	// output by DownExpsS[e] before its routing weight; resident, like
+	// the biases.
+	DownExpsS Vector
 
 	// AttnPostNorm and FFNPostNorm (gemma3) normalise a sub-layer's output
 	// before it joins the residual stream.

@@ -278,6 +278,9 @@ func (c *Context) expert(il, e int, gateW, upW, downW *Weight) {
 	c.expertGLU(gate, up)
 	c.matmul("ffn_down_exps", il, yg, downW, gate, m)
 	c.addExpertBias(yg, L.DownExpsB, e, d)
+	if L.DownExpsS != nil { // gemma4's per-expert output scale
+		c.Ops.Scale(yg, L.DownExpsS[e])
+	}
 	for i, v := range entries {
 		wt := s.w[v]
 		o, y := s.out[int(v)*d:(int(v)+1)*d], yg[i*d:(i+1)*d]

@@ -38,6 +38,32 @@ type Gemma4Spec struct {
 	RotPairs int
 	// OutScale writes a layer_output_scale per layer.
 	OutScale bool
+	// HeadDimSWA is the sliding layers' head size
+	// (attention.key_length_swa; 0: HeadDim, which is the global layers').
+	HeadDimSWA int
+	// NHeadKVGlobal is the global layers' KV heads (0: NHeadKV); when it
+	// differs, attention.head_count_kv is written per layer.
+	NHeadKVGlobal int
+	// KEqV leaves attn_v out of the global layers (attention_k_eq_v: V
+	// is the K projection).
+	KEqV bool
+	// ExpertScale writes ffn_down_exps.scale (one factor per expert: the
+	// router's per_expert_scale).
+	ExpertScale bool
+}
+
+// headDim returns layer i's head size and KV heads.
+func (s Spec) gemma4Head(i int) (hd, nkv int) {
+	g := s.Gemma4
+	hd, nkv = s.HeadDim, s.NHeadKV
+	if g.Sliding[i] {
+		if g.HeadDimSWA > 0 {
+			hd = g.HeadDimSWA
+		}
+	} else if g.NHeadKVGlobal > 0 {
+		nkv = g.NHeadKVGlobal
+	}
+	return hd, nkv
 }
 
 // gemma4Preset returns the gemma4 presets:
@@ -54,7 +80,41 @@ type Gemma4Spec struct {
 //     (sliding, sliding, global, twice), 4 heads / 2 KV heads of 128,
 //     in every layer a dense GeGLU FFN of 512 beside 16 routed experts of
 //     256 with 4 used (16, not 8: llama-quantize treats 8 experts as
-//     Mixtral's), the rest as gemma4-small.
+//     Mixtral's), an output scale per expert (ffn_down_exps.scale), the
+//     rest as gemma4-small.
+//   - "gemma-4-e4b": google/gemma-4-E4B's text model. Its config.json
+//     (text_config) is not available here; these figures are the ones
+//     third-party code transcribes from it (checked against two
+//     independent transcriptions where both give the field):
+//     hidden_size 2560, intermediate_size 10240, num_hidden_layers 42,
+//     layer_types sliding except every 6th layer (i % 6 == 5: 7 global),
+//     sliding_window 512, num_attention_heads 8, num_key_value_heads 2,
+//     head_dim 256 (sliding) and global_head_dim 512,
+//     num_kv_shared_layers 18, hidden_size_per_layer_input 256,
+//     vocab_size 262144 (also per layer), use_double_wide_mlp false
+//     (E2B's is true), rms_norm_eps 1e-6, final_logit_softcapping 30,
+//     rope_theta 1e6 on global layers with partial_rotary_factor 0.25
+//     (rope_freqs: 64 of 256 pairs rotate) and 1e4 on sliding ones, tied
+//     embeddings, a layer_scalar per layer (layer_output_scale). NCtx
+//     8192 as the other large presets (the real file says 131072);
+//     without --vocab the built-in vocabulary is used. flowinfer does not
+//     run this shape yet: its sliding and global layers differ in head
+//     size (the loader refuses attention.key_length_swa by name).
+//   - "gemma-4-26b-a4b": google/gemma-4-26B-A4B's text model, from the
+//     same kind of transcription: hidden_size 2816, num_hidden_layers 30
+//     (five sliding, one global, five times), sliding_window 1024,
+//     num_attention_heads 16, num_key_value_heads 8 (sliding) and
+//     num_global_key_value_heads 2, head_dim 256 and global_head_dim 512,
+//     attention_k_eq_v (no attn_v in global layers), a dense FFN of
+//     intermediate_size 2112 beside num_experts 128 of
+//     moe_intermediate_size 704 with top_k_experts 8 in every layer
+//     (enable_moe_block), the router's scale and per_expert_scale
+//     (ffn_gate_inp.scale, ffn_down_exps.scale), no per-layer
+//     embeddings, no shared KV, vocab_size 262144, tied. Estimates, not
+//     in the transcriptions: rms_norm_eps 1e-6, rope as the E4B's,
+//     final_logit_softcapping 30 and a layer_scalar per layer (as the
+//     other Gemma 4 models). Not run by flowinfer yet either: head sizes
+//     and KV heads per layer are refused by name.
 func gemma4Preset(name string) (Spec, bool) {
 	switch name {
 	case "gemma4-small":
@@ -66,19 +126,41 @@ func gemma4Preset(name string) (Spec, bool) {
 		return Spec{Arch: "gemma4", Name: "synth-gemma4-moe-small", NCtx: 4096, NEmbd: 256, NLayer: 6, NHead: 4, NHeadKV: 2,
 			HeadDim: 128, NFF: 512, NExpert: 16, NExpertUsed: 4, NFFExp: 256, RopeBase: 1e6, RMSEps: 1e-6, Tied: true, SlidingWindow: 128,
 			Gemma4: Gemma4Spec{Sliding: []bool{true, true, false, true, true, false},
-				RopeBaseSWA: 1e4, SoftCap: 30, RotPairs: 16, OutScale: true}}, true
+				RopeBaseSWA: 1e4, SoftCap: 30, RotPairs: 16, OutScale: true, ExpertScale: true}}, true
+	case "gemma-4-e4b":
+		sl := make([]bool, 42)
+		for i := range sl {
+			sl[i] = i%6 != 5
+		}
+		return Spec{Arch: "gemma4", Name: "synth-gemma-4-e4b", NCtx: 8192, NEmbd: 2560, NLayer: 42, NHead: 8, NHeadKV: 2,
+			HeadDim: 512, NFF: 10240, RopeBase: 1e6, RMSEps: 1e-6, Tied: true, SlidingWindow: 512,
+			Gemma4: Gemma4Spec{NEmbdPerLayer: 256, SharedKVLayers: 18, Sliding: sl, RopeBaseSWA: 1e4, SoftCap: 30,
+				RotPairs: 64, OutScale: true, HeadDimSWA: 256}}, true
+	case "gemma-4-26b-a4b":
+		sl := make([]bool, 30)
+		for i := range sl {
+			sl[i] = i%6 != 5
+		}
+		return Spec{Arch: "gemma4", Name: "synth-gemma-4-26b-a4b", NCtx: 8192, NEmbd: 2816, NLayer: 30, NHead: 16, NHeadKV: 8,
+			HeadDim: 512, NFF: 2112, NExpert: 128, NExpertUsed: 8, NFFExp: 704, RopeBase: 1e6, RMSEps: 1e-6, Tied: true,
+			SlidingWindow: 1024,
+			Gemma4: Gemma4Spec{Sliding: sl, RopeBaseSWA: 1e4, SoftCap: 30, RotPairs: 64, OutScale: true,
+				HeadDimSWA: 256, NHeadKVGlobal: 2, KEqV: true, ExpertScale: true}}, true
 	}
 	return Spec{}, false
 }
 
 // gemma4Presets are gemma4Preset's names.
-func gemma4Presets() []string { return []string{"gemma4-small", "gemma4-moe-small"} }
+func gemma4Presets() []string {
+	return []string{"gemma4-small", "gemma4-moe-small", "gemma-4-e4b", "gemma-4-26b-a4b"}
+}
 
 // checkGemma4 checks the gemma4 fields.
 func (s Spec) checkGemma4() error {
 	g := s.Gemma4
 	if s.Arch != "gemma4" {
-		if g.NEmbdPerLayer != 0 || g.SharedKVLayers != 0 || g.Sliding != nil || g.RopeBaseSWA != 0 || g.SoftCap != 0 || g.RotPairs != 0 || g.OutScale {
+		if g.NEmbdPerLayer != 0 || g.SharedKVLayers != 0 || g.Sliding != nil || g.RopeBaseSWA != 0 || g.SoftCap != 0 || g.RotPairs != 0 || g.OutScale ||
+			g.HeadDimSWA != 0 || g.NHeadKVGlobal != 0 || g.KEqV || g.ExpertScale {
 			return fmt.Errorf("synth: the Gemma4 fields are for gemma4, not %s", s.Arch)
 		}
 		return nil
@@ -90,6 +172,10 @@ func (s Spec) checkGemma4() error {
 		return fmt.Errorf("synth: gemma4: sliding layers need SlidingWindow > 0")
 	case g.NEmbdPerLayer < 0 || g.NEmbdPerLayer > maxDim || g.RotPairs < 0 || g.RotPairs > s.HeadDim/2:
 		return fmt.Errorf("synth: gemma4: NEmbdPerLayer %d, RotPairs %d (at most %d) out of range", g.NEmbdPerLayer, g.RotPairs, s.HeadDim/2)
+	case g.HeadDimSWA < 0 || g.HeadDimSWA%2 != 0 || g.HeadDimSWA > maxDim || g.NHeadKVGlobal < 0 || g.NHeadKVGlobal > 0 && s.NHead%g.NHeadKVGlobal != 0:
+		return fmt.Errorf("synth: gemma4: HeadDimSWA %d (even) or NHeadKVGlobal %d (dividing NHead %d) out of range", g.HeadDimSWA, g.NHeadKVGlobal, s.NHead)
+	case g.ExpertScale && s.NExpert == 0:
+		return fmt.Errorf("synth: gemma4: ExpertScale needs experts")
 	case s.NFF <= 0:
 		return fmt.Errorf("synth: gemma4: NFF must be positive (MoE layers keep their dense FFN)")
 	case !(g.RopeBaseSWA > 0) || g.SoftCap < 0:
@@ -122,8 +208,6 @@ func gemma4Tensors(s Spec) []Tensor {
 	const std = 0.02
 	g := s.Gemma4
 	e, v, npl := s.NEmbd, s.NVocab, g.NEmbdPerLayer
-	qDim, kvDim := s.NHead*s.HeadDim, s.NHeadKV*s.HeadDim
-	qkNorm := math.Pow(float64(s.HeadDim), -0.25)
 	add(-1, "token_embd.weight", roleWeight, std, e, v)
 	add(-1, "output_norm.weight", roleNorm, 0.1, e)
 	if !s.Tied {
@@ -139,18 +223,23 @@ func gemma4Tensors(s Spec) []Tensor {
 		ts[len(ts)-1].rot = g.RotPairs
 	}
 	for i := range s.NLayer {
+		hd, nkv := s.gemma4Head(i)
+		qDim, kvDim := s.NHead*hd, nkv*hd
+		qkNorm := math.Pow(float64(hd), -0.25)
 		add(i, "attn_norm.weight", roleNorm, 0.1, e)
 		add(i, "attn_q.weight", roleWeight, std, e, qDim)
 		add(i, "attn_k.weight", roleWeight, std, e, kvDim)
-		add(i, "attn_v.weight", roleWeight, std, e, kvDim)
+		if !g.KEqV || g.Sliding[i] {
+			add(i, "attn_v.weight", roleWeight, std, e, kvDim)
+		}
 		add(i, "attn_output.weight", roleWeight, std, qDim, e)
 		// q and k norms around HeadDim^(-1/4): Gemma 4 does not scale
 		// q·k, and with weights around 1 the scores of a random model
 		// (std √HeadDim) make a softmax so peaked that float rounding
 		// decides the output; these give gemma3's 1/√HeadDim instead
-		add(i, "attn_q_norm.weight", roleNorm, 0.1*qkNorm, s.HeadDim)
+		add(i, "attn_q_norm.weight", roleNorm, 0.1*qkNorm, hd)
 		ts[len(ts)-1].base = qkNorm
-		add(i, "attn_k_norm.weight", roleNorm, 0.1*qkNorm, s.HeadDim)
+		add(i, "attn_k_norm.weight", roleNorm, 0.1*qkNorm, hd)
 		ts[len(ts)-1].base = qkNorm
 		add(i, "post_attention_norm.weight", roleNorm, 0.1, e)
 		if g.OutScale {
@@ -171,6 +260,9 @@ func gemma4Tensors(s Spec) []Tensor {
 			add(i, "ffn_gate_exps.weight", roleWeight, std, e, s.NFFExp, s.NExpert)
 			add(i, "ffn_up_exps.weight", roleWeight, std, e, s.NFFExp, s.NExpert)
 			add(i, "ffn_down_exps.weight", roleWeight, std, s.NFFExp, e, s.NExpert)
+			if g.ExpertScale {
+				add(i, "ffn_down_exps.scale", roleNorm, 0.1, s.NExpert)
+			}
 		}
 		if npl > 0 {
 			add(i, "inp_gate.weight", roleWeight, std, e, npl)
@@ -198,14 +290,37 @@ func gemma4Metadata(gw *gguf.Writer, s Spec) {
 	u("block_count", s.NLayer)
 	u("feed_forward_length", s.NFF)
 	u("attention.head_count", s.NHead)
-	u("attention.head_count_kv", s.NHeadKV)
+	if g.NHeadKVGlobal > 0 && g.NHeadKVGlobal != s.NHeadKV {
+		kv := make([]gguf.Value, s.NLayer)
+		for i := range kv {
+			_, nkv := s.gemma4Head(i)
+			kv[i] = gguf.Uint32(uint32(nkv))
+		}
+		arr, err := gguf.Array(gguf.TypeUint32, kv)
+		if err != nil {
+			panic(err) // a list of uint32 is a valid array
+		}
+		gw.Set(a+"attention.head_count_kv", arr)
+	} else {
+		u("attention.head_count_kv", s.NHeadKV)
+	}
 	f("rope.freq_base", s.RopeBase)
 	f("rope.freq_base_swa", g.RopeBaseSWA)
 	f("attention.layer_norm_rms_epsilon", s.RMSEps)
 	u("attention.key_length", s.HeadDim)
 	u("attention.value_length", s.HeadDim)
-	u("attention.key_length_swa", s.HeadDim)
-	u("attention.value_length_swa", s.HeadDim)
+	swa := s.HeadDim
+	if g.HeadDimSWA > 0 {
+		swa = g.HeadDimSWA
+	}
+	u("attention.key_length_swa", swa)
+	u("attention.value_length_swa", swa)
+	if swa != s.HeadDim {
+		// llama.cpp rotates key_length dimensions unless told: the
+		// sliding layers' smaller heads need their own count
+		u("rope.dimension_count", s.HeadDim)
+		u("rope.dimension_count_swa", swa)
+	}
 	f("final_logit_softcapping", g.SoftCap)
 	u("attention.sliding_window", s.SlidingWindow)
 	flags := make([]gguf.Value, len(g.Sliding))

@@ -154,6 +154,15 @@ func plan(s Spec, o Options) ([]Tensor, uint32, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	// llama-quantize's attn_v counter (i_attention_wv of n_attention_wv):
+	// the attn_v and attn_qkv tensors in file order, one per layer unless
+	// a layer has none (gemma4's global layers with attention_k_eq_v)
+	q.attnV = map[string]int{}
+	for _, t := range ts {
+		if c := category(t.Name); c == "attn_v" || c == "attn_qkv" {
+			q.attnV[t.Name] = len(q.attnV)
+		}
+	}
 	for i := range ts {
 		t := &ts[i]
 		if typ, ok := gptOssType(s, t); ok {
@@ -264,6 +273,7 @@ type typer struct {
 	mix   mixInfo
 	ftype uint32
 	is70B bool
+	attnV map[string]int // attn_v and attn_qkv tensors: their index in file order
 }
 
 func newTyper(s Spec, o Options) (*typer, error) {
@@ -352,12 +362,11 @@ func (q *typer) mixRule(t *Tensor, nt quant.Type) quant.Type {
 		}
 	case cat == "attn_v" || cat == "attn_qkv":
 		// category_is_attn_v: a fused attn_qkv (qwen35's delta net layers)
-		// takes attn_v's rule and counter; counted in file order, one
-		// per layer, so i = layer
+		// takes attn_v's rule and counter; counted in file order (plan)
 		switch {
-		case (ftype == "Q4_K_M" || ftype == "Q5_K_M") && useMoreBits(t.layer, q.s.NLayer):
+		case (ftype == "Q4_K_M" || ftype == "Q5_K_M") && useMoreBits(q.attnV[t.Name], len(q.attnV)):
 			nt = quant.Q6_K
-		case ftype == "Q4_K_S" && t.layer < 4:
+		case ftype == "Q4_K_S" && q.attnV[t.Name] < 4:
 			nt = quant.Q5_K
 		}
 		if q.is70B && (nt == quant.Q3_K || nt == quant.Q4_K) {
