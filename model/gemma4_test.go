@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -500,5 +501,90 @@ func TestGemma4Chunked(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestGemma4RingsMatchFull: gemma4-small with its sliding layers in rings
+// (steps of up to 32 rows: rings of 160 rows for the window of 128) gives,
+// step after step up to 300 positions of two sequences, exactly the logits
+// of a cache whose every layer keeps all cells, contiguous and
+// block-addressed; the shared KV layers read their source layers' rings
+// and keep no rows of their own in either.
+func TestGemma4RingsMatchFull(t *testing.T) {
+	const nCtx, end = 512, 300
+	spec, err := synth.Preset("gemma4-small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := synth.Write(&buf, spec, synth.Options{Type: quant.F32, Seed: 5}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Parse(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Load(f, cpu.NewRef().Supports)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, blocks := range []bool{false, true} {
+		be := cpu.NewBackend(2, nil)
+		defer be.Close()
+		mk := func(maxBatch int) *model.Context {
+			var kv *model.KVCache
+			var err error
+			if blocks {
+				kv, err = model.NewBlockKVCache(&m.Hyper, model.KVTypes{}, 16, nCtx, 2)
+			} else {
+				kv, err = model.NewKVCacheOf(&m.Hyper, model.KVTypes{}, nCtx, 2)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, err := m.NewContextKV(be, kv, maxBatch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ctx
+		}
+		ring, full := mk(32), mk(nCtx)
+		if ring.KV.Ring(0) != 160 || ring.KV.Ring(3) != 0 || ring.KV.Ring(4) != 0 || full.KV.Ring(0) != 0 {
+			t.Fatalf("blocks=%v: rings %d, %d, %d; want 160 for a sliding layer, none for a global or shared one", blocks, ring.KV.Ring(0), ring.KV.Ring(3), ring.KV.Ring(4))
+		}
+		for _, c := range []*model.Context{ring, full} {
+			if len(c.KV.K[4])+len(c.KV.V[4])+len(c.KV.K[5])+len(c.KV.V[5]) != 0 {
+				t.Fatalf("blocks=%v: the shared layers keep rows", blocks)
+			}
+		}
+		var p [2]int
+		for step := 0; p[0] < end; step++ {
+			var b model.Batch
+			for s := range 2 {
+				n := min(1+(step*3+s*5)%16, end-p[s])
+				for range n {
+					b.Tokens = append(b.Tokens, int32((p[s]*7+s*13)%m.NVocab))
+					b.Pos = append(b.Pos, int32(p[s]))
+					b.Seq = append(b.Seq, int32(s))
+					p[s]++
+				}
+			}
+			b.Logits = make([]bool, b.Len())
+			for i := range b.Logits {
+				b.Logits[i] = i+1 == b.Len() || b.Seq[i+1] != b.Seq[i]
+			}
+			a, err := ring.Decode(&b)
+			if err != nil {
+				t.Fatalf("blocks=%v: step %d: %v", blocks, step, err)
+			}
+			a = slices.Clone(a)
+			g, err := full.Decode(&b)
+			if err != nil {
+				t.Fatalf("blocks=%v: step %d: %v", blocks, step, err)
+			}
+			if !slices.Equal(a, g) {
+				t.Fatalf("blocks=%v: step %d (positions up to %v): logits differ from the full cache's", blocks, step, p)
+			}
+		}
 	}
 }

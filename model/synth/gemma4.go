@@ -80,8 +80,9 @@ func (s Spec) gemma4Head(i int) (hd, nkv int) {
 //     (sliding, sliding, global, twice), 4 heads / 2 KV heads of 128,
 //     in every layer a dense GeGLU FFN of 512 beside 16 routed experts of
 //     256 with 4 used (16, not 8: llama-quantize treats 8 experts as
-//     Mixtral's), an output scale per expert (ffn_down_exps.scale), the
-//     rest as gemma4-small.
+//     Mixtral's), an output scale per expert (ffn_down_exps.scale), no
+//     attn_v in the global layers (attention_k_eq_v: V is the K
+//     projection), the rest as gemma4-small.
 //   - "gemma-4-e4b": google/gemma-4-E4B's text model. Its config.json
 //     (text_config) is not available here; these figures are the ones
 //     third-party code transcribes from it (checked against two
@@ -126,7 +127,7 @@ func gemma4Preset(name string) (Spec, bool) {
 		return Spec{Arch: "gemma4", Name: "synth-gemma4-moe-small", NCtx: 4096, NEmbd: 256, NLayer: 6, NHead: 4, NHeadKV: 2,
 			HeadDim: 128, NFF: 512, NExpert: 16, NExpertUsed: 4, NFFExp: 256, RopeBase: 1e6, RMSEps: 1e-6, Tied: true, SlidingWindow: 128,
 			Gemma4: Gemma4Spec{Sliding: []bool{true, true, false, true, true, false},
-				RopeBaseSWA: 1e4, SoftCap: 30, RotPairs: 16, OutScale: true, ExpertScale: true}}, true
+				RopeBaseSWA: 1e4, SoftCap: 30, RotPairs: 16, OutScale: true, ExpertScale: true, KEqV: true}}, true
 	case "gemma-4-e4b":
 		sl := make([]bool, 42)
 		for i := range sl {
