@@ -57,6 +57,7 @@ type Context struct {
 	moeS                     moeScratch
 	q35                      qwen35Scratch // hybrid layers' buffers (qwen35)
 	q3n                      nextScratch   // qwen3next's fused projections (qwen3next.go)
+	g4                       gemma4Scratch // per-layer inputs (gemma4)
 	cur                      *Layer        // the running layer's weights (Hooks.Layers)
 	curIL                    int
 	moeRows                  int // tokens of the MoE step running
@@ -340,6 +341,12 @@ func (c *Context) output(b *Batch) ([]float32, error) {
 	c.eval("result_norm", -1, c.outRows, rows, h.NEmbd)
 	out := c.logits[:rows*h.NVocab]
 	c.matmul("output_proj", -1, out, c.M.Output, c.outRows[:rows*h.NEmbd], rows)
+	if c.M.SoftCap != 0 { // gemma4: cap·tanh(logits/cap), on the host
+		if err := c.toHost(out); err != nil {
+			return nil, err
+		}
+		softCap(out, c.M.SoftCap)
+	}
 	c.eval("result_output", -1, out, rows, h.NVocab)
 	c.span("output", -1, false)
 	return out, c.toHost(out)

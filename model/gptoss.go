@@ -144,6 +144,10 @@ func (c *Context) expertGLU(gate, up []float32) {
 		c.Ops.(ClampedSwiGLU).SwiGLUOAI(gate, gate, up, SwiGLUOAIAlpha, SwiGLUOAILimit)
 		return
 	}
+	if c.M.FFNAct == ActGELU { // gemma4's experts: GeGLU, as its dense FFN
+		c.Ops.GeGLU(gate, gate, up)
+		return
+	}
 	c.Ops.SwiGLU(gate, gate, up)
 }
 

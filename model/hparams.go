@@ -93,6 +93,28 @@ type Hyper struct {
 	// (qwen3next's repeat-interleave); false: head h%Groups, the key
 	// heads tiled (qwen35, qwen35moe).
 	SSMGroupedHeads bool
+
+	// gemma4 (gemma4.go): NLayerKV > 0 says only layers below it keep
+	// K and V (llama.cpp's n_layer_kv_from_start); a later layer reads
+	// KVSource's. NEmbdPerLayer is the width of the per-layer token
+	// embeddings (embedding_length_per_layer_input; 0: none).
+	NLayerKV      int
+	NEmbdPerLayer int
+}
+
+// KVSource returns the layer whose K and V layer il attends to: il itself,
+// or, for a layer from NLayerKV on, the last layer before NLayerKV of its
+// kind: NLayerKV-2 if il slides, else NLayerKV-1 (llama.cpp's
+// layer_reuse_cb for gemma3n and gemma4, which assumes those two layers
+// are one sliding and one global; gemma4.go checks it).
+func (h *Hyper) KVSource(il int) int {
+	if h.NLayerKV <= 0 || il < h.NLayerKV {
+		return il
+	}
+	if h.LayerWindow(il) > 0 {
+		return h.NLayerKV - 2
+	}
+	return h.NLayerKV - 1
 }
 
 // FFWidth is the widest gated FFN a layer runs: dense, routed expert or

@@ -71,7 +71,9 @@ func SWARingRows(w, batch, nCtx int) int { return swaRingRows(w, batch, nCtx) }
 func (c *KVCache) newSWA(h *Hyper, batch int) {
 	c.win = make([]int, c.NLayer)
 	for l := range c.win {
-		c.win[l] = h.LayerWindow(l)
+		if h.KVSource(l) == l { // a shared KV layer (gemma4) has no rows, no ring
+			c.win[l] = h.LayerWindow(l)
+		}
 	}
 	c.sizeSWA(batch)
 }

@@ -215,6 +215,11 @@ func KVLayers(h *Hyper, t KVTypes) ([]KVLayer, error) {
 		if blockRotated(v, h.HeadDimV) {
 			ls[l].RotV = 64
 		}
+		if h.KVSource(l) != l {
+			// a layer reading another's K and V (gemma4's shared KV
+			// layers) keeps none: no rows, no bytes
+			ls[l] = KVLayer{K: k, V: v, KUnit: 1}
+		}
 	}
 	return ls, nil
 }

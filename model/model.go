@@ -1,6 +1,6 @@
 // Package model holds the transformer architectures flowinfer runs (one file
-// per family: llama.go, qwen2.go, qwen3.go, qwen3moe.go, gptoss.go, gemma3.go, mistral3.go,
-// qwen35.go, qwen35moe.go, qwen3next.go), their
+// per family: llama.go, qwen2.go, qwen3.go, qwen3moe.go, gptoss.go, gemma3.go, gemma4.go,
+// mistral3.go, qwen35.go, qwen35moe.go, qwen3next.go), their
 // hyperparameters and weight tables read from GGUF, the KV cache, and the
 // small Ops interface a compute backend (package cpu, later gpu) implements.
 //
@@ -124,10 +124,25 @@ type Layer struct {
 	// resident when the experts stream (gptoss.go says why).
 	RouterB                       Vector
 	GateExpsB, UpExpsB, DownExpsB Vector
+	// DownExpsS (gemma4's ffn_down_exps.scale) multiplies expert e's
+	// output by DownExpsS[e] before its routing weight; resident, like
+	// the biases.
+	DownExpsS Vector
 
 	// AttnPostNorm and FFNPostNorm (gemma3) normalise a sub-layer's output
 	// before it joins the residual stream.
 	AttnPostNorm, FFNPostNorm Vector
+
+	// gemma4 (gemma4.go): the per-layer input's gate (inp_gate: NEmbd ->
+	// NEmbdPerLayer), projection (proj: back to NEmbd) and norm
+	// (post_norm); the layer's output scale (layer_output_scale, one
+	// value, nil: none); a MoE layer's router input scale
+	// (ffn_gate_inp.scale) and the norms around its dense FFN and experts
+	// (post_ffw_norm_1, pre_ffw_norm_2, post_ffw_norm_2).
+	PerLayerGate, PerLayerProj              *Weight
+	PerLayerPostNorm, OutScale              Vector
+	RouterScale                             Vector
+	FFNPostNorm1, FFNPreNorm2, FFNPostNorm2 Vector
 
 	// qwen35's recurrent layers (gated delta net): the joint q/k/v
 	// projection (attn_qkv) and its output gate (attn_gate), the short
@@ -211,6 +226,14 @@ type Model struct {
 	AttnScale float32
 	// FFNAct is the gate activation of the dense FFN.
 	FFNAct Activation
+
+	// gemma4 (gemma4.go): the per-layer token embeddings (NLayer ×
+	// NEmbdPerLayer per token), the projection of the embeddings to the
+	// same width and its norm; SoftCap, if not 0, caps the logits at
+	// ±SoftCap (cap·tanh(logits/cap)).
+	PerLayerTokEmbd, PerLayerModelProj *Weight
+	PerLayerProjNorm                   Vector
+	SoftCap                            float32
 }
 
 // Activation is the gate activation of a gated FFN.
@@ -242,12 +265,12 @@ func Load(f *gguf.File, supports func(quant.Type) bool) (*Model, error) {
 	}
 	families := map[string]func(*loader, *Model){
 		"llama": loadLlama, "qwen2": loadQwen2, "qwen3": loadQwen3, "qwen3moe": loadQwen3MoE,
-		"gpt-oss": loadGptOss, "gemma3": loadGemma3, "mistral3": loadMistral3, "qwen35": loadQwen35,
+		"gpt-oss": loadGptOss, "gemma3": loadGemma3, "gemma4": loadGemma4, "mistral3": loadMistral3, "qwen35": loadQwen35,
 		"qwen35moe": loadQwen35MoE, "qwen3next": loadQwen3Next,
 	}
 	loadFamily, ok := families[arch]
 	if !ok {
-		return nil, fmt.Errorf("model: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, mistral3, qwen35, qwen35moe, qwen3next)", arch)
+		return nil, fmt.Errorf("model: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, gemma4, mistral3, qwen35, qwen35moe, qwen3next)", arch)
 	}
 	h, err := ReadHyper(f, arch)
 	if err != nil {

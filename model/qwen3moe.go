@@ -90,9 +90,7 @@ func (s *moeScratch) alloc(n int, h *Hyper) {
 func (c *Context) moe(il int, b *Batch) error {
 	m, L, ops := c.M, c.layer(il), c.Ops
 	n, h := b.Len(), &m.Hyper
-	K, d := h.NExpertUsed, h.NEmbd
-	s := &c.moeS
-	c.moeRows = n
+	d := h.NEmbd
 	c.span("moe", il, true)
 	defer c.span("moe", il, false)
 	ops.RMSNorm(c.xn, c.x[:n*d], L.FFNNorm, n, d, h.RMSEps)
@@ -107,6 +105,25 @@ func (c *Context) moe(il int, b *Batch) error {
 		ops.Softmax(probs, n, h.NExpert)
 	}
 	c.eval("ffn_moe_probs", il, probs, n, h.NExpert)
+	if err := c.routed(il, n, probs); err != nil {
+		return err
+	}
+	ops.Add(c.x[:n*d], c.tmp[:n*d])
+	c.eval("l_out", il, c.x, n, d)
+	return nil
+}
+
+// routed runs the routed experts of layer il on the n rows of c.xn given
+// the router's probabilities (n × NExpert): each token's top NExpertUsed
+// experts, their weights (renormalised with NormTopK), and c.tmp set to
+// each token's weighted sum of its experts' outputs, plus the gated shared
+// expert's where the layer has one.
+func (c *Context) routed(il, n int, probs []float32) error {
+	m, L, ops := c.M, c.layer(il), c.Ops
+	h := &m.Hyper
+	K, d := h.NExpertUsed, h.NEmbd
+	s := &c.moeS
+	c.moeRows = n
 	// each token's top-K experts and weights
 	clear(s.start)
 	for t := range n {
@@ -171,8 +188,6 @@ func (c *Context) moe(il int, b *Batch) error {
 		ops.Add(c.tmp[:n*d], s.shy[:n*d])
 		c.eval("ffn_out", il, c.tmp, n, d)
 	}
-	ops.Add(c.x[:n*d], c.tmp[:n*d])
-	c.eval("l_out", il, c.x, n, d)
 	return nil
 }
 
@@ -232,7 +247,14 @@ func (c *Context) guessNext(il int) []int {
 	L := &c.M.Layers[il+1] // its norm and router: resident even when the layer streams
 	n, d := c.moeRows, h.NEmbd
 	xn := s.yg[:n*d] // scratch: yg is free until the experts run
-	ops.RMSNorm(xn, c.x[:n*d], L.FFNNorm, n, d, h.RMSEps)
+	switch {
+	case L.Router == nil: // a dense layer (gemma4 may mix them): nothing to guess
+		return nil
+	case L.RouterScale != nil: // gemma4's router input
+		c.gemma4RouterInput(xn, c.x[:n*d], L, n)
+	default:
+		ops.RMSNorm(xn, c.x[:n*d], L.FFNNorm, n, d, h.RMSEps)
+	}
 	probs := s.pprobs[:n*h.NExpert]
 	ops.MatMul(probs, L.Router, xn, n)
 	if L.RouterB != nil {
@@ -275,6 +297,9 @@ func (c *Context) expert(il, e int, gateW, upW, downW *Weight) {
 	c.expertGLU(gate, up)
 	c.matmul("ffn_down_exps", il, yg, downW, gate, m)
 	c.addExpertBias(yg, L.DownExpsB, e, d)
+	if L.DownExpsS != nil { // gemma4's per-expert output scale
+		c.Ops.Scale(yg, L.DownExpsS[e])
+	}
 	for i, v := range entries {
 		wt := s.w[v]
 		o, y := s.out[int(v)*d:(int(v)+1)*d], yg[i*d:(i+1)*d]

@@ -97,7 +97,7 @@ func footprintKVBytes(h *model.Hyper, kv model.KVTypes, f Footprint) int64 {
 // the logits and the per-layer activations, in f32.
 func ActBytes(h *model.Hyper, maxBatch int) int64 {
 	w := int64(h.NVocab) + 12*int64(h.NEmbd) + 2*int64(h.FFWidth()) + int64(h.NExpertUsed)*int64(h.NEmbd)
-	return int64(maxBatch)*w*4 + model.HybridActBytes(h, maxBatch)
+	return int64(maxBatch)*w*4 + model.HybridActBytes(h, maxBatch) + model.Gemma4ActBytes(h, maxBatch)
 }
 
 // KVCapacity is what a byte budget for the KV cache holds (serve --kv-budget).

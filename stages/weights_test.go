@@ -165,15 +165,32 @@ func presetFile(t *testing.T, preset string, o synth.Options) string {
 	return path
 }
 
+// gemma4MoEFile writes the gemma4-moe-small preset (seed 1) with options o
+// to a temporary file and returns its path.
+func gemma4MoEFile(t *testing.T, o synth.Options) string {
+	t.Helper()
+	spec, err := synth.Preset("gemma4-moe-small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Seed = 1
+	path := filepath.Join(t.TempDir(), fmt.Sprintf("gemma4-moe-small-%s%s.gguf", o.Type, o.Mix))
+	if err := synth.WriteFile(path, spec, o); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // TestStreamedExpertsBitIdentical: with routed experts read from disk into
 // an expert cache (packed by the uploader), logits are bit-identical to the
 // fully resident run, at budgets from "one token's experts" (every step
 // evicts) to unlimited, for prefill in one step and in chunks, with three
 // sequences decoding together: qwen3moe's golden files, gpt-oss files
 // (MXFP4 experts whose biases stay resident, the other weights F32 or
-// Q8_0), and the hybrid MoE files (qwen35moe F32 and Q4_K_M, qwen3next
-// Q4_K_M: recurrent layers, a shared expert beside the streamed ones)
-// generated here.
+// Q8_0), the hybrid MoE files (qwen35moe F32 and Q4_K_M, qwen3next
+// Q4_K_M: recurrent layers, a shared expert beside the streamed ones) and
+// gemma4-moe-small files (a dense FFN beside the experts, GeGLU experts;
+// Q8_0 and Q4_K_M) generated here.
 func TestStreamedExpertsBitIdentical(t *testing.T) {
 	dir, _ := golden.Load(t)
 	var paths []string
@@ -184,6 +201,7 @@ func TestStreamedExpertsBitIdentical(t *testing.T) {
 		presetFile(t, "qwen35moe-small", synth.Options{Type: quant.F32, Seed: 1}),
 		presetFile(t, "qwen35moe-small", synth.Options{Mix: "Q4_K_M", Seed: 1}),
 		presetFile(t, "qwen3next-small", synth.Options{Mix: "Q4_K_M", Seed: 1}))
+	paths = append(paths, gemma4MoEFile(t, synth.Options{Type: quant.Q8_0}), gemma4MoEFile(t, synth.Options{Mix: "Q4_K_M"}))
 	for _, path := range paths {
 		name := filepath.Base(path)
 		m, tok := openModel(t, path)

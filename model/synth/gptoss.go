@@ -62,9 +62,9 @@ var gptOssPresets = []string{"gpt-oss-small", "gpt-oss-20b", "gpt-oss-120b"}
 // checkGptOss checks the gpt-oss-only fields of a normalized spec.
 func (s Spec) checkGptOss() error {
 	if s.Arch != "gpt-oss" {
-		if s.Arch == "gemma3" { // gemma3.go: 0 (every layer global) or a window
+		if s.Arch == "gemma3" || s.Arch == "gemma4" { // gemma3.go, gemma4.go: 0 (every layer global) or a window
 			if s.SlidingWindow < 0 || s.SlidingWindow > maxDim {
-				return fmt.Errorf("synth: gemma3's SlidingWindow %d is out of range [0, %d]", s.SlidingWindow, maxDim)
+				return fmt.Errorf("synth: %s's SlidingWindow %d is out of range [0, %d]", s.Arch, s.SlidingWindow, maxDim)
 			}
 			return nil
 		}

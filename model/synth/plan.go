@@ -105,11 +105,12 @@ func pureFileType(t quant.Type) (uint32, bool) {
 type role int
 
 const (
-	roleWeight  role = iota // N(0, std²)
-	roleNorm                // 1 + N(0, 0.1²)
-	roleBias                // N(0, 0.1²)
-	roleRouter              // N(0, 0.02²) times a per-expert scale
-	roleNegNorm             // -(1 + N(0, std²)): qwen35's ssm_a = -exp(A_log)
+	roleWeight    role = iota // N(0, std²)
+	roleNorm                  // 1 + N(0, 0.1²)
+	roleBias                  // N(0, 0.1²)
+	roleRouter                // N(0, 0.02²) times a per-expert scale
+	roleNegNorm               // -(1 + N(0, std²)): qwen35's ssm_a = -exp(A_log)
+	roleRopeFreqs             // gemma4's rope_freqs: 1 for the first Tensor.rot values, 1e30 after
 )
 
 // Tensor is one tensor of a planned model file.
@@ -127,6 +128,8 @@ type Tensor struct {
 	boost float64 // norms: kOutlierChannels channels times this (0: none)
 	layer int     // -1 outside the blocks
 	vIdx  int     // attn_v and attn_qkv: its index among them in file order
+	rot   int     // rope_freqs: the pairs that rotate
+	base  float64 // norms: the value they are drawn around (0: 1)
 }
 
 // Plan returns the tensors Write writes for s and o, in file order, with
@@ -148,8 +151,10 @@ func plan(s Spec, o Options) ([]Tensor, uint32, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	// llama-quantize counts the attn_v-like tensors in file order (one per
-	// layer but in qwen3next's with ssm_in, whose delta-net layers have none)
+	// llama-quantize counts the attn_v-like tensors in file order
+	// (i_attention_wv of n_attention_wv): one per layer, but none in
+	// qwen3next's delta-net layers with ssm_in and in gemma4's global
+	// layers with attention_k_eq_v
 	for i := range ts {
 		if c := category(ts[i].Name); c == "attn_v" || c == "attn_qkv" {
 			ts[i].vIdx = q.nAttnV
@@ -185,6 +190,9 @@ func plan(s Spec, o Options) ([]Tensor, uint32, error) {
 func tensorList(s Spec) []Tensor {
 	if s.Arch == "gpt-oss" {
 		return gptOssTensors(s)
+	}
+	if s.Arch == "gemma4" {
+		return gemma4Tensors(s) // gemma4.go
 	}
 	var ts []Tensor
 	add := func(layer int, name string, r role, std float64, dims ...int) {
@@ -312,7 +320,7 @@ func category(name string) string {
 	switch {
 	case name == "output.weight":
 		return "output"
-	case name == "token_embd.weight":
+	case name == "token_embd.weight" || name == "per_layer_token_embd.weight":
 		return "token_embd"
 	}
 	for _, c := range []string{"attn_qkv.weight", "attn_v.weight", "attn_k.weight", "attn_q.weight", "attn_output.weight", "ffn_up", "ffn_gate", "ffn_down"} {
@@ -330,6 +338,9 @@ func (q *typer) typeOf(t *Tensor) (quant.Type, error) {
 	// tensor_allows_quantization: 2-D and 3-D weights except norms and the
 	// MoE router stay F32, as the converter writes them.
 	if len(t.Dims) < 2 || t.role != roleWeight {
+		return quant.F32, nil
+	}
+	if t.Name == "per_layer_model_proj.weight" { // gemma4's: llama-quantize keeps it
 		return quant.F32, nil
 	}
 	nt := q.mix.def

@@ -105,7 +105,11 @@ func writeSmall(w io.Writer, t *Tensor, table *[65536]float32, k float32, seed u
 			v := float32(table[r.Uint64()&0xffff] * k) // rounded: no fused add below
 			switch t.role {
 			case roleNorm:
-				v = 1 + v
+				if t.base != 0 {
+					v = float32(t.base) + v
+				} else {
+					v = 1 + v
+				}
 				if boosted[c] {
 					v *= float32(t.boost)
 				}
@@ -113,6 +117,11 @@ func writeSmall(w io.Writer, t *Tensor, table *[65536]float32, k float32, seed u
 				v *= scale[row]
 			case roleNegNorm:
 				v = -(1 + v)
+			case roleRopeFreqs:
+				v = 1
+				if c >= t.rot {
+					v = 1e30
+				}
 			}
 			binary.LittleEndian.PutUint32(buf[4*c:], math.Float32bits(v))
 		}

@@ -88,6 +88,8 @@ type Spec struct {
 	// Hybrid (qwen35, qwen35moe, qwen3next) shape: the linear-attention
 	// layers (qwen35.go).
 	Hybrid HybridSpec
+	// Gemma4 is gemma4's shape beyond the fields above (gemma4.go).
+	Gemma4 Gemma4Spec
 }
 
 // kOutlierChannels is how many of a head's K dimensions KOutliers scales.
@@ -128,6 +130,9 @@ func Preset(name string) (Spec, error) {
 	if s, ok := gemma3Preset(name); ok { // gemma3.go
 		return s, nil
 	}
+	if s, ok := gemma4Preset(name); ok { // gemma4.go
+		return s, nil
+	}
 	switch name {
 	case "demo":
 		return Spec{Arch: "llama", Name: "flowinfer-demo", NCtx: 2048, NEmbd: 256, NLayer: 4, NHead: 8, NHeadKV: 4,
@@ -161,7 +166,7 @@ func Preset(name string) (Spec, error) {
 
 // Presets returns the preset names.
 func Presets() []string {
-	return append(append(append(append([]string{"demo", "llama-1b", "llama-8b", "qwen3moe-small", "qwen3-30b-a3b"}, gptOssPresets...), gemma3Presets()...), mistral3Presets...), "qwen35-small", "qwen35-mid", "qwen3.5-9b",
+	return append(append(append(append(append([]string{"demo", "llama-1b", "llama-8b", "qwen3moe-small", "qwen3-30b-a3b"}, gptOssPresets...), gemma3Presets()...), gemma4Presets()...), mistral3Presets...), "qwen35-small", "qwen35-mid", "qwen3.5-9b",
 		"qwen35moe-small", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b", "qwen3next-small", "qwen3-next-80b-a3b")
 }
 
@@ -193,10 +198,10 @@ func (s Spec) normalize() (Spec, error) {
 	qwen := false
 	switch s.Arch {
 	case "llama", "gpt-oss", "mistral3":
-	case "qwen2", "qwen3", "qwen3moe", "gemma3", "qwen35", "qwen35moe", "qwen3next":
+	case "qwen2", "qwen3", "qwen3moe", "gemma3", "gemma4", "qwen35", "qwen35moe", "qwen3next":
 		qwen = true // gemma3 shares qwen's defaults: rope base 1e6, rms eps 1e-6
 	default:
-		return s, fmt.Errorf("synth: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, mistral3, qwen35, qwen35moe, qwen3next)", s.Arch)
+		return s, fmt.Errorf("synth: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, gemma4, mistral3, qwen35, qwen35moe, qwen3next)", s.Arch)
 	}
 	for _, f := range []struct {
 		name string
@@ -262,7 +267,10 @@ func (s Spec) normalize() (Spec, error) {
 	if err := s.checkSharedExpert(); err != nil { // qwen35moe.go
 		return s, err
 	}
-	if s.Arch == "qwen3moe" || s.Arch == "gpt-oss" || hybridMoE(s.Arch) {
+	if err := s.checkGemma4(); err != nil {
+		return s, err
+	}
+	if s.Arch == "qwen3moe" || s.Arch == "gpt-oss" || hybridMoE(s.Arch) || s.Arch == "gemma4" && s.NExpert > 0 {
 		if s.NExpert == 0 || s.NExpertUsed == 0 || s.NExpertUsed > s.NExpert || s.NFFExp == 0 {
 			return s, fmt.Errorf("synth: %s needs NExpert > 0, NExpertUsed in [1, NExpert] and NFFExp > 0 (have %d, %d, %d)",
 				s.Arch, s.NExpert, s.NExpertUsed, s.NFFExp)
@@ -393,6 +401,11 @@ func setMetadata(gw *gguf.Writer, s Spec, o Options, vocab []gguf.KV, ftype uint
 	if s.Arch == "gemma3" { // gemma3.go: the converter's keys and order
 		gemma3Metadata(s, u, func(k string, v float32) { gw.Set(a+k, gguf.Float32(v)) },
 			func(k, v string) { gw.Set(a+k, gguf.String(v)) })
+		setVocab(gw, vocab, ftype)
+		return
+	}
+	if s.Arch == "gemma4" { // gemma4.go
+		gemma4Metadata(gw, s)
 		setVocab(gw, vocab, ftype)
 		return
 	}
