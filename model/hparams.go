@@ -27,11 +27,17 @@ func (r RopeType) String() string {
 // Hyper holds an architecture's hyperparameters, read from GGUF keys
 // "<arch>.*" with llama.cpp's defaults.
 type Hyper struct {
-	Arch        string
-	NVocab      int
-	NCtxTrain   int // training context (<arch>.context_length)
-	NEmbd       int
-	NLayer      int
+	Arch      string
+	NVocab    int
+	NCtxTrain int // training context (<arch>.context_length)
+	NEmbd     int
+	NLayer    int // the blocks the forward pass runs
+	// NLayerNextN is how many multi-token-prediction blocks follow the
+	// NLayer blocks in the file (qwen35's <arch>.nextn_predict_layers):
+	// block_count counts them, NLayer does not. They are not loaded, run
+	// or read (Model.Skipped), as llama.cpp loads them without
+	// --mtp (TENSOR_SKIP).
+	NLayerNextN int
 	NHead       int
 	NHeadKV     int
 	HeadDimK    int // <arch>.attention.key_length, default NEmbd/NHead

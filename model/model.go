@@ -219,6 +219,11 @@ type Model struct {
 	Layers     []Layer
 	forward    func(c *Context, b *Batch) error
 
+	// Skipped are the file's tensors the model does not use (qwen35's
+	// multi-token-prediction blocks, Hyper.NLayerNextN): no weight points
+	// into them, and the weight path neither reads nor counts them.
+	Skipped []*gguf.Tensor
+
 	// SWARope, if not nil, is the RoPE of the sliding-window layers
 	// (gemma3: its own base, no scaling); nil: Rope for every layer.
 	SWARope *Rope
@@ -234,6 +239,15 @@ type Model struct {
 	PerLayerTokEmbd, PerLayerModelProj *Weight
 	PerLayerProjNorm                   Vector
 	SoftCap                            float32
+}
+
+// SkippedBytes is the size in the file of m.Skipped.
+func (m *Model) SkippedBytes() int64 {
+	var n int64
+	for _, t := range m.Skipped {
+		n += int64(len(t.Data))
+	}
+	return n
 }
 
 // Activation is the gate activation of a gated FFN.

@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/flowinfer/flowinfer/quant"
 )
@@ -29,9 +30,11 @@ import (
 //     turns by the position, see imropeFactors), and the attention output
 //     is multiplied by sigmoid(gate) before Wo.
 //
-// The recurrent state is kept per sequence in KVCache.State. Not done:
-// the multi-token-prediction block (nextn_predict_layers > 0 is refused)
-// and vision positions (text only).
+// The recurrent state is kept per sequence in KVCache.State. A file's
+// multi-token-prediction blocks (nextn_predict_layers > 0: the last blocks,
+// a full-attention block plus nextn.* tensors) are skipped as llama.cpp
+// skips them without --mtp (skipNextN). Not done: speculative decoding
+// with them, and vision positions (text only).
 
 func loadQwen35(l *loader, m *Model) {
 	loadHybrid(l, m)
@@ -51,6 +54,7 @@ func loadQwen35(l *loader, m *Model) {
 func loadHybrid(l *loader, m *Model) {
 	m.RopeType = RopeNeox
 	loadCommon(l, m)
+	skipNextN(l, m)
 	m.Rope.Type = RopeNeox
 	if m.Arch != "qwen3next" {
 		m.Rope.Factors = imropeFactors(m.RopeDim, m.RopeSections)
@@ -85,6 +89,29 @@ func loadHybrid(l *loader, m *Model) {
 	}
 }
 
+// skipNextN checks and skips the multi-token-prediction blocks that follow
+// the m.NLayer blocks, as llama.cpp's load_arch_tensors of qwen35,
+// qwen35moe and qwen3next do without --mtp (load_block_mtp with
+// TENSOR_SKIP): nextn.eh_proj, nextn.enorm and nextn.hnorm must be there
+// with their shapes (TENSOR_SKIP does not make a tensor optional), and
+// every tensor of those blocks goes to m.Skipped, unread, instead of
+// m.Layers. The forward pass never runs them (llama.cpp's graph loops
+// over n_layer) and the caches hold no layer for them (its hybrid
+// memory's filters keep il < n_layer).
+func skipNextN(l *loader, m *Model) {
+	for il := m.NLayer; il < m.NLayer+m.NLayerNextN; il++ {
+		l.tensor(blk(il, "nextn.eh_proj.weight"), true, 2*m.NEmbd, m.NEmbd)
+		l.tensor(blk(il, "nextn.enorm.weight"), true, m.NEmbd)
+		l.tensor(blk(il, "nextn.hnorm.weight"), true, m.NEmbd)
+		prefix := blk(il, "")
+		for _, t := range l.f.Tensors {
+			if strings.HasPrefix(t.Name, prefix) {
+				m.Skipped = append(m.Skipped, t)
+			}
+		}
+	}
+}
+
 // readQwen35Hyper reads the hybrid's keys (llama_model_qwen35::
 // load_arch_hparams, the same in qwen35moe's and qwen3next's): the ssm.*
 // shapes, which layers are recurrent (attention.recurrent_layers, else
@@ -97,12 +124,16 @@ func readQwen35Hyper(k *keyReader, h *Hyper) error {
 	s.State = k.uint("ssm.state_size", 0, true)
 	s.DtRank = k.uint("ssm.time_step_rank", 0, true)
 	s.Groups = k.uint("ssm.group_count", 0, true)
-	if n := k.uint("nextn_predict_layers", 0, false); n != 0 && k.err == nil {
-		return fmt.Errorf("model: %s: nextn_predict_layers %d: the multi-token-prediction block is not supported", h.Arch, n)
-	}
+	h.NLayerNextN = k.uint("nextn_predict_layers", 0, false)
 	if k.err != nil {
 		return k.err
 	}
+	if h.NLayerNextN >= h.NLayer {
+		return fmt.Errorf("model: %s: nextn_predict_layers %d must be below block_count %d", h.Arch, h.NLayerNextN, h.NLayer)
+	}
+	// llama_hparams::n_layer(): block_count less the MTP blocks
+	all := h.NLayer
+	h.NLayer -= h.NLayerNextN
 	switch {
 	case s.Conv < 2 || s.State == 0 || s.DtRank == 0 || s.Groups == 0 || s.DtRank%s.Groups != 0:
 		return fmt.Errorf("model: %s: ssm conv_kernel %d (≥ 2), state_size %d, time_step_rank %d and group_count %d (dividing it) must be positive", h.Arch, s.Conv, s.State, s.DtRank, s.Groups)
@@ -115,10 +146,10 @@ func readQwen35Hyper(k *keyReader, h *Hyper) error {
 	key := h.Arch + ".attention.recurrent_layers"
 	if v, ok := k.f.Get(key); ok {
 		vals, ok := v.Array()
-		if !ok || len(vals) != h.NLayer {
-			return fmt.Errorf("model: key %q: want an array of %d booleans, got %s", key, h.NLayer, v)
+		if !ok || len(vals) != all {
+			return fmt.Errorf("model: key %q: want an array of %d booleans (block_count), got %s", key, all, v)
 		}
-		for i, e := range vals {
+		for i, e := range vals[:h.NLayer] { // the MTP blocks' entries are unused
 			b, ok := e.Bool()
 			if !ok {
 				return fmt.Errorf("model: key %q: element %d is %s, not a boolean", key, i, e)

@@ -18,9 +18,9 @@ import "fmt"
 // that every token runs, scaled by the sigmoid of its one-row gate.
 // The routed experts stream through Hooks.Experts like qwen3moe's; the
 // shared expert is a layer matrix (resident, or streamed with its layer).
-// Not done, as for qwen35: the multi-token-prediction block and vision
-// positions; and the fused ffn_gate_up_exps tensor some converters write
-// is refused (missing ffn_gate_exps), not read.
+// Routed gate and up experts come as ffn_gate_exps and ffn_up_exps or
+// fused as ffn_gate_up_exps (gateUpExperts). The multi-token-prediction
+// block is skipped as qwen35's (qwen35.go); vision positions are not done.
 
 func loadQwen35MoE(l *loader, m *Model) {
 	loadHybrid(l, m) // qwen35.go
@@ -34,14 +34,46 @@ func loadHybridMoE(l *loader, m *Model) {
 	for i := range m.Layers {
 		L := &m.Layers[i]
 		L.Router = l.matrix(blk(i, "ffn_gate_inp.weight"), m.NEmbd, m.NExpert, true)
-		L.GateExps = l.experts(blk(i, "ffn_gate_exps.weight"), m.NEmbd, m.NFFExp, m.NExpert)
-		L.UpExps = l.experts(blk(i, "ffn_up_exps.weight"), m.NEmbd, m.NFFExp, m.NExpert)
+		if _, fused := l.f.Tensor(blk(i, "ffn_gate_up_exps.weight")); fused {
+			L.GateExps, L.UpExps = l.gateUpExperts(blk(i, "ffn_gate_up_exps.weight"), m.NEmbd, m.NFFExp, m.NExpert)
+		} else {
+			L.GateExps = l.experts(blk(i, "ffn_gate_exps.weight"), m.NEmbd, m.NFFExp, m.NExpert)
+			L.UpExps = l.experts(blk(i, "ffn_up_exps.weight"), m.NEmbd, m.NFFExp, m.NExpert)
+		}
 		L.DownExps = l.experts(blk(i, "ffn_down_exps.weight"), m.NFFExp, m.NEmbd, m.NExpert)
 		L.ShexpGate = l.row(blk(i, "ffn_gate_inp_shexp.weight"), m.NEmbd)
 		L.GateShexp = l.matrix(blk(i, "ffn_gate_shexp.weight"), m.NEmbd, m.NFFShexp, true)
 		L.UpShexp = l.matrix(blk(i, "ffn_up_shexp.weight"), m.NEmbd, m.NFFShexp, true)
 		L.DownShexp = l.matrix(blk(i, "ffn_down_shexp.weight"), m.NFFShexp, m.NEmbd, true)
 	}
+}
+
+// gateUpExperts loads the fused [cols, 2·rows, n] ffn_gate_up_exps some
+// converters write in place of ffn_gate_exps and ffn_up_exps (llama.cpp's
+// create_tensor_gate_up_exps, read by qwen35moe and qwen3next among ours):
+// expert e's matrix holds its gate's rows then its up's, which
+// build_moe_ffn splits after one matmul (views at 0 and n_ff). Rows are
+// independent, so the gate and up views here are the two halves of each
+// expert's rows and multiply bit-identically to separate tensors.
+func (l *loader) gateUpExperts(name string, cols, rows, n int) (gate, up []Weight) {
+	t := l.tensor(name, true, cols, 2*rows, n)
+	if t == nil {
+		return nil, nil
+	}
+	w := l.weight(t, cols, rows, t.Data)
+	if w == nil {
+		return nil, nil
+	}
+	half := w.RowBytes * rows
+	gate, up = make([]Weight, n), make([]Weight, n)
+	for e := range n {
+		gate[e], up[e] = *w, *w
+		gate[e].Name = fmt.Sprintf("%s[%d].gate", name, e)
+		up[e].Name = fmt.Sprintf("%s[%d].up", name, e)
+		gate[e].Data = t.Data[2*e*half : (2*e+1)*half]
+		up[e].Data = t.Data[(2*e+1)*half : (2*e+2)*half]
+	}
+	return gate, up
 }
 
 // row loads a one-row weight of n columns: a 1-D tensor [n] (or [n, 1]),

@@ -22,7 +22,8 @@ import "fmt"
 //     and k in place, ggml_repeat_4d on a [d, 1, hk] view), where qwen35
 //     tiles them (head h%hk).
 //
-// Not done, as for qwen35: the multi-token-prediction block.
+// As in qwen35moe, the routed gate and up experts may be fused
+// (ffn_gate_up_exps) and the multi-token-prediction blocks are skipped.
 
 func loadQwen3Next(l *loader, m *Model) {
 	loadHybrid(l, m) // qwen35.go; the projections by loadNextProjections

@@ -22,7 +22,7 @@ func testCache(n int, policy configs.CachePolicy) (*expertSource, *fakePort) {
 	var slot int64
 	for il := range layout {
 		for i := range layout[il] {
-			layout[il][i] = slotMat{tmpl: model.Weight{Name: fmt.Sprintf("blk.%d.%s.weight", il, model.ExpertNames[i])}, n: 40}
+			layout[il][i] = slotMat{tmpl: model.Weight{Name: fmt.Sprintf("blk.%d.%s.weight", il, model.ExpertNames[i])}, n: 40, stride: 40}
 		}
 		slot = placeMats(layout[il][:])
 	}

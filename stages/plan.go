@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unsafe"
 
 	"github.com/flowinfer/flowinfer/configs"
 	"github.com/flowinfer/flowinfer/io/nvme"
@@ -117,6 +118,11 @@ type Plan struct {
 	// is read after load.
 	Slabs     int
 	SlabBytes int64
+	// Skipped tensors of SkippedBytes in the file are not used by the
+	// model (model.Model.Skipped: a multi-token-prediction block): never
+	// read, not resident.
+	Skipped      int
+	SkippedBytes int64
 }
 
 // Streaming reports whether some weights are read from disk after load.
@@ -124,7 +130,8 @@ func (p Plan) Streaming() bool {
 	return p.Experts > 0 && p.Engine != configs.EngineMmap || p.Layers > 0
 }
 
-// String is the plan in two lines, as printed at load.
+// String is the plan in two lines (three with skipped tensors), as
+// printed at load.
 func (p Plan) String() string {
 	var sb strings.Builder
 	budget := "no limit"
@@ -153,6 +160,9 @@ func (p Plan) String() string {
 			size(int64(p.Slots)*p.SlotBytes), p.Slots, p.Experts, 100*float64(p.Slots)/float64(p.Experts),
 			size(p.ExpertFile*int64(p.Experts-p.Slots)/int64(p.Experts)), p.Engine, direct, p.QueueDepth, size(p.Staging))
 	}
+	if p.Skipped > 0 {
+		fmt.Fprintf(&sb, "\nweights: skipped %d tensors (%s) of the multi-token-prediction block: not run, not read", p.Skipped, size(p.SkippedBytes))
+	}
 	return sb.String()
 }
 
@@ -162,7 +172,8 @@ func size(b int64) string { return configs.ByteSize(b).String() }
 // and where it goes in a slot.
 type slotMat struct {
 	tmpl   model.Weight // the tensor, Data nil
-	off, n int64        // file range (routed experts: expert 0's; expert e's is n bytes further per e)
+	off, n int64        // file range (routed experts: expert 0's; expert e's is stride bytes further per e)
+	stride int64        // routed experts: from one expert to the next (n, or 2n in a fused ffn_gate_up_exps)
 	packed int          // packed size (0: kept in the file's layout)
 	at     int          // offset in the slot
 }
@@ -237,6 +248,7 @@ func planWeights(m *model.Model, pk model.Packer, cfg WeightConfig) (Plan, *weig
 	}
 	p, streamed, err := planBudget(sz, cfg)
 	lay.streamed = streamed
+	p.Skipped, p.SkippedBytes = len(m.Skipped), m.SkippedBytes()
 	return p, lay, err
 }
 
@@ -248,6 +260,49 @@ func fileMat(m *model.Model, pk model.Packer, w *model.Weight, name string) (slo
 	}
 	sm := slotMat{tmpl: *w, n: int64(len(w.Data)), off: int64(m.File.DataOffset + t.Offset)}
 	sm.tmpl.Name, sm.tmpl.Data = name, nil
+	if pk != nil {
+		sm.packed = pk.PackedSize(w)
+	}
+	return sm, true
+}
+
+// expertMat finds the routed experts ws (one per expert, views of one 3-D
+// tensor of the file: named name, or for the gate and up of a fused
+// ffn_gate_up_exps, that tensor) in m's file: where expert 0's matrix is
+// and how far apart the experts are.
+func expertMat(m *model.Model, pk model.Packer, ws []model.Weight, il int, name string) (slotMat, bool) {
+	t, ok := m.File.Tensor(name)
+	if !ok && (name == fmt.Sprintf("blk.%d.%s.weight", il, model.ExpertNames[0]) || name == fmt.Sprintf("blk.%d.%s.weight", il, model.ExpertNames[1])) {
+		t, ok = m.File.Tensor(fmt.Sprintf("blk.%d.ffn_gate_up_exps.weight", il))
+	}
+	if !ok || len(ws) == 0 || len(t.Data) == 0 {
+		return slotMat{}, false
+	}
+	// where view b lies in t's data
+	at := func(b []byte) (int64, bool) {
+		p, base := uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(unsafe.Pointer(unsafe.SliceData(t.Data)))
+		if p < base || p-base+uintptr(len(b)) > uintptr(len(t.Data)) {
+			return 0, false
+		}
+		return int64(p - base), true
+	}
+	w := &ws[0]
+	o0, ok := at(w.Data)
+	if !ok {
+		return slotMat{}, false
+	}
+	sm := slotMat{tmpl: *w, n: int64(len(w.Data)), off: int64(m.File.DataOffset+t.Offset) + o0, stride: int64(len(w.Data))}
+	if len(ws) > 1 {
+		o1, ok := at(ws[1].Data)
+		if !ok || o1 <= o0 {
+			return slotMat{}, false
+		}
+		sm.stride = o1 - o0
+	}
+	if last, ok := at(ws[len(ws)-1].Data); !ok || last != o0+int64(len(ws)-1)*sm.stride {
+		return slotMat{}, false // not evenly spaced in the tensor
+	}
+	sm.tmpl.Name, sm.tmpl.Data = t.Name, nil
 	if pk != nil {
 		sm.packed = pk.PackedSize(w)
 	}
@@ -275,7 +330,7 @@ func layoutExperts(m *model.Model, pk model.Packer, sz *weightSizes) ([]expertLa
 			name := fmt.Sprintf("blk.%d.%s.weight", il, model.ExpertNames[i])
 			var ok bool
 			if len(ws) == m.NExpert {
-				el[i], ok = fileMat(m, pk, &ws[0], name)
+				el[i], ok = expertMat(m, pk, ws, il, name)
 			}
 			if !ok {
 				return nil, fmt.Errorf("stages: layer %d has no tensor %s for %d experts", il, name, m.NExpert)

@@ -185,7 +185,7 @@ func (r *reader) readExpert(s *staged) {
 	for i := range el {
 		m := &el[i]
 		n := nvme.BufferSize(m.n)
-		q[i] = nvme.Req{Buf: buf[o : o+n], Off: m.off + int64(s.req.expert)*m.n, N: m.n}
+		q[i] = nvme.Req{Buf: buf[o : o+n], Off: m.off + int64(s.req.expert)*m.stride, N: m.n}
 		o += n
 		total += m.n
 	}

@@ -120,7 +120,8 @@ func NewWeightPath(m *model.Model, path string, ops model.Ops, cfg WeightConfig)
 // OwnResident makes every weight compute may read from the file's mapping
 // after load memory the process owns (gguf.File.Own): all the model's
 // tensors but those the weight path reads (routed experts that stream,
-// streamed layers' matrices) and those packed reports compute reads a
+// streamed layers' matrices), those the model skips (model.Model.Skipped:
+// a multi-token-prediction block) and those packed reports compute reads a
 // packed copy of (their mapped pages are not touched again). The token
 // embeddings are always owned: they are read by row in the file's layout,
 // also when the output (tied to them) is packed. Call it after packing,
@@ -132,6 +133,13 @@ func (w *WeightPath) OwnResident(packed func(*model.Weight) bool) (int64, error)
 	if _, ok := f.ID(); !ok {
 		return 0, nil // not mapped from a file (tests' parsed models)
 	}
+	return f.Own(w.ownRanges(packed))
+}
+
+// ownRanges returns the file ranges OwnResident owns (before they are
+// widened to pages).
+func (w *WeightPath) ownRanges(packed func(*model.Weight) bool) []gguf.Range {
+	f := w.m.File
 	data := f.Bytes()
 	base := uintptr(unsafe.Pointer(unsafe.SliceData(data)))
 	// rangeOf is where b lies in the file, if it is a view of the mapping
@@ -174,6 +182,9 @@ func (w *WeightPath) OwnResident(packed func(*model.Weight) bool) (int64, error)
 	if out := w.m.Output; out != nil && out != w.m.TokEmbd && packed != nil && packed(out) {
 		add(rangeOf(out.Data))
 	}
+	for _, t := range w.m.Skipped { // tensors the model does not use (its MTP block): never read
+		add(rangeOf(t.Data))
+	}
 	var own []gguf.Range
 	for _, t := range f.Tensors {
 		if r, ok := rangeOf(t.Data); ok {
@@ -185,7 +196,7 @@ func (w *WeightPath) OwnResident(packed func(*model.Weight) bool) (int64, error)
 			own = append(own, r)
 		}
 	}
-	return f.Own(own)
+	return own
 }
 
 // subtract returns the parts of r outside every range of cut.

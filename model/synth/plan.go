@@ -224,7 +224,7 @@ func tensorList(s Spec) []Tensor {
 	if !s.Tied {
 		add(-1, "output.weight", roleWeight, std, e, v)
 	}
-	for i := range s.NLayer {
+	for i := range s.blockCount() {
 		if s.Arch == "qwen35" || hybridMoE(s.Arch) {
 			qwen35Block(s, i, add)
 			continue
@@ -389,7 +389,7 @@ func (q *typer) mixRule(t *Tensor, nt quant.Type) quant.Type {
 	case cat == "ffn_down":
 		// layer from the name (MoE) or the running count (dense): the same
 		// number in file order
-		i, n := t.layer, q.s.NLayer
+		i, n := t.layer, q.s.blockCount() // llama-quantize's n_ffn_down: n_layer_all
 		switch {
 		case ftype == "Q4_K_M" && useMoreBits(i, n):
 			nt = quant.Q6_K

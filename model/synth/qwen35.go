@@ -29,6 +29,19 @@ type HybridSpec struct {
 	// and z projections as one ssm_in, as Qwen3-Next's first converter
 	// did, instead of attn_qkv and attn_gate.
 	FusedQKVZ bool
+	// NextN appends that many multi-token-prediction blocks after the
+	// NLayer blocks, as the converters of Qwen 3.5 and Qwen3-Next write
+	// them (nextn_predict_layers; block_count counts them): each a
+	// full-attention block with the family's FFN plus nextn.eh_proj,
+	// nextn.enorm, nextn.hnorm and nextn.shared_head_norm. The other
+	// tensors are the same as without them (names seed the weights).
+	NextN int
+	// FusedGateUpExps (qwen35moe, qwen3next) writes each layer's routed
+	// gate and up experts as one ffn_gate_up_exps [NEmbd, 2·NFFExp,
+	// NExpert] (expert e: its gate's rows, then its up's), as some
+	// converters do, holding the very bytes ffn_gate_exps and
+	// ffn_up_exps would.
+	FusedGateUpExps bool
 }
 
 // qwen35Preset returns the qwen35 presets:
@@ -53,7 +66,15 @@ type HybridSpec struct {
 //     dt_rank=32, 16 groups, full attention every 4 layers ... freq_base=10M,
 //     64 rope dimensions") and paiml's aprender notes (head_dim 256, 16
 //     heads, 4 KV heads). NCtx 8192 as the other large presets.
+//   - "qwen35-small-mtp": qwen35-small with one multi-token-prediction
+//     block after its 4 layers (HybridSpec.NextN 1): its other tensors are
+//     qwen35-small's.
 func qwen35Preset(name string) Spec {
+	if name == "qwen35-small-mtp" {
+		s := qwen35Preset("qwen35-small")
+		s.Name, s.Hybrid.NextN = "synth-qwen35-small-mtp", 1
+		return s
+	}
 	if name == "qwen35-mid" {
 		return Spec{Arch: "qwen35", Name: "synth-qwen35-mid", NCtx: 8192, NEmbd: 768, NLayer: 8, NHead: 6, NHeadKV: 2,
 			HeadDim: 128, NFF: 2048, RopeBase: 1e7, RMSEps: 1e-6,
@@ -103,6 +124,10 @@ func (s *Spec) checkHybrid() error {
 		return fmt.Errorf("synth: %s rope dimension %d (even, at most the head %d) and sections %v (none for qwen3next)", s.Arch, h.RopeDim, s.HeadDim, h.RopeSections)
 	case h.FusedQKVZ && !next:
 		return fmt.Errorf("synth: FusedQKVZ (ssm_in) is qwen3next's layout, not %s's", s.Arch)
+	case h.NextN < 0 || h.NextN > 4:
+		return fmt.Errorf("synth: %s NextN %d must be in [0, 4]", s.Arch, h.NextN)
+	case h.FusedGateUpExps && !hybridMoE(s.Arch):
+		return fmt.Errorf("synth: FusedGateUpExps (ffn_gate_up_exps) needs routed experts; %s has none", s.Arch)
 	case h.FullAttnInterval < 1:
 		return fmt.Errorf("synth: qwen35 full attention interval %d", h.FullAttnInterval)
 	case s.KOutliers != 0:
@@ -111,8 +136,15 @@ func (s *Spec) checkHybrid() error {
 	return nil
 }
 
-// recurrent reports whether layer il of a qwen35 spec is a delta net layer.
-func (s *Spec) recurrent(il int) bool { return (il+1)%s.Hybrid.FullAttnInterval != 0 }
+// recurrent reports whether layer il of a qwen35 spec is a delta net layer
+// (never an MTP block: llama.cpp's set_recr_pattern marks those
+// full attention).
+func (s *Spec) recurrent(il int) bool {
+	return il < s.NLayer && (il+1)%s.Hybrid.FullAttnInterval != 0
+}
+
+// blockCount is block_count: the blocks and the MTP blocks after them.
+func (s *Spec) blockCount() int { return s.NLayer + s.Hybrid.NextN }
 
 // setQwen35Metadata writes the hybrid's keys.
 func setQwen35Metadata(gw *gguf.Writer, s Spec) {
@@ -124,6 +156,9 @@ func setQwen35Metadata(gw *gguf.Writer, s Spec) {
 	u("ssm.time_step_rank", h.VHeads)
 	u("ssm.inner_size", h.VHeads*h.State)
 	u("full_attention_interval", h.FullAttnInterval)
+	if h.NextN > 0 {
+		u("nextn_predict_layers", h.NextN)
+	}
 	u("rope.dimension_count", h.RopeDim)
 	if s.Arch == "qwen3next" {
 		return
@@ -175,6 +210,12 @@ func qwen35Block(s Spec, i int, add func(layer int, name string, r role, std flo
 		add(i, "attn_output.weight", roleWeight, outStd, qDim, e)
 		add(i, "attn_q_norm.weight", roleNorm, 0.1, s.HeadDim)
 		add(i, "attn_k_norm.weight", roleNorm, 0.1, s.HeadDim)
+	}
+	if i >= s.NLayer { // an MTP block's own tensors (llama.cpp's load_block_mtp)
+		add(i, "nextn.eh_proj.weight", roleWeight, std, 2*e, e)
+		add(i, "nextn.enorm.weight", roleNorm, 0.1, e)
+		add(i, "nextn.hnorm.weight", roleNorm, 0.1, e)
+		add(i, "nextn.shared_head_norm.weight", roleNorm, 0.1, e)
 	}
 	if s.NExpert > 0 {
 		hybridMoEFFN(s, i, add) // qwen35moe.go

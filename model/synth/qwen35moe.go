@@ -47,6 +47,9 @@ func hybridMoE(arch string) bool { return arch == "qwen35moe" || arch == "qwen3n
 //     heads of 128, conv kernel 4; 512 experts of 512, 10 used, a shared
 //     expert of 512; vocabulary 151,936, untied. Written with attn_qkv
 //     and attn_gate (llama.cpp's current layout; ssm_in is its "legacy").
+//   - "qwen35moe-small-mtp-fused": qwen35moe-small with one
+//     multi-token-prediction block (HybridSpec.NextN 1) and its routed
+//     gate and up experts fused (FusedGateUpExps), the same bytes.
 //
 // The large presets take qwen3-30b-a3b's router realism (RouterSigma 0.25,
 // EmbdStd 1, AttnOutStd 0.006 on the mixers' output projections): skewed
@@ -65,6 +68,10 @@ func hybridMoEPreset(name string) Spec {
 	switch name {
 	case "qwen35moe-small":
 		small.Arch, small.Name = "qwen35moe", "synth-qwen35moe-small"
+		return small
+	case "qwen35moe-small-mtp-fused":
+		small.Arch, small.Name = "qwen35moe", "synth-qwen35moe-small-mtp-fused"
+		small.Hybrid.NextN, small.Hybrid.FusedGateUpExps = 1, true
 		return small
 	case "qwen3next-small":
 		small.Arch, small.Name, small.NFF = "qwen3next", "synth-qwen3next-small", 768
@@ -109,8 +116,12 @@ func hybridMoEFFN(s Spec, i int, add func(layer int, name string, r role, std fl
 		fs = s.NFF
 	}
 	add(i, "ffn_gate_inp.weight", roleRouter, std, e, s.NExpert)
-	add(i, "ffn_gate_exps.weight", roleWeight, std, e, s.NFFExp, s.NExpert)
-	add(i, "ffn_up_exps.weight", roleWeight, std, e, s.NFFExp, s.NExpert)
+	if s.Hybrid.FusedGateUpExps { // the bytes of the two below, expert by expert (stream.go)
+		add(i, fusedGateUp, roleWeight, std, e, 2*s.NFFExp, s.NExpert)
+	} else {
+		add(i, "ffn_gate_exps.weight", roleWeight, std, e, s.NFFExp, s.NExpert)
+		add(i, "ffn_up_exps.weight", roleWeight, std, e, s.NFFExp, s.NExpert)
+	}
 	add(i, "ffn_down_exps.weight", roleWeight, std, s.NFFExp, e, s.NExpert)
 	add(i, "ffn_gate_inp_shexp.weight", roleBias, 0.5, e) // 1-D: F32 in every mixture
 	add(i, "ffn_gate_shexp.weight", roleWeight, std, e, fs)

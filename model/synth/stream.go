@@ -6,12 +6,15 @@
 package synth
 
 import (
+	"bytes"
 	"encoding/binary"
+	"fmt"
 	"hash/fnv"
 	"io"
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"sync"
 )
 
@@ -37,6 +40,9 @@ func chunkRand(seed uint64, name string, i int) *rand.PCG {
 // their tables are built now, in c, so the writing goroutines only read
 // them.
 func tensorWriter(c *gens, t *Tensor, seed uint64) (func(io.Writer) error, error) {
+	if strings.HasSuffix(t.Name, fusedGateUp) {
+		return fusedWriter(c, t, seed)
+	}
 	if t.role != roleWeight {
 		if c.floats == nil {
 			c.floats, c.floatMS = floatTable()
@@ -56,6 +62,53 @@ func tensorWriter(c *gens, t *Tensor, seed uint64) (func(io.Writer) error, error
 		size := func(i int) int { return int(min(per, blocks-uint64(i)*per) * bb) }
 		gen := func(i int, dst []byte) { g.fillBlocks(chunkRand(seed, t.Name, i), dst) }
 		return stream(w, n, runtime.GOMAXPROCS(0), size, gen)
+	}, nil
+}
+
+// fusedGateUp ends the name of a fused gate and up experts tensor
+// (HybridSpec.FusedGateUpExps).
+const fusedGateUp = "ffn_gate_up_exps.weight"
+
+// fusedWriter returns the function that writes a fused ffn_gate_up_exps:
+// the bytes of the ffn_gate_exps and ffn_up_exps tensors the same spec
+// would write split (same names, so the same generators), generated whole
+// in memory, then per expert its gate's rows and its up's.
+func fusedWriter(c *gens, t *Tensor, seed uint64) (func(io.Writer) error, error) {
+	if len(t.Dims) != 3 || t.Dims[1]%2 != 0 {
+		return nil, fmt.Errorf("synth: tensor %q: want [cols, 2·rows, experts], have %v", t.Name, t.Dims)
+	}
+	prefix := strings.TrimSuffix(t.Name, fusedGateUp)
+	half := *t
+	half.Dims = []uint64{t.Dims[0], t.Dims[1] / 2, t.Dims[2]}
+	half.Bytes = t.Bytes / 2
+	gate, up := half, half
+	gate.Name, up.Name = prefix+"ffn_gate_exps.weight", prefix+"ffn_up_exps.weight"
+	var fills [2]func(io.Writer) error
+	for i, h := range []*Tensor{&gate, &up} {
+		f, err := tensorWriter(c, h, seed)
+		if err != nil {
+			return nil, err
+		}
+		fills[i] = f
+	}
+	return func(w io.Writer) error {
+		var bufs [2]bytes.Buffer
+		for i := range bufs {
+			bufs[i].Grow(int(half.Bytes))
+			if err := fills[i](&bufs[i]); err != nil {
+				return err
+			}
+		}
+		n := int(t.Dims[2])
+		per := int(half.Bytes) / n // one expert's gate (or up)
+		for e := range n {
+			for i := range bufs {
+				if _, err := w.Write(bufs[i].Bytes()[e*per : (e+1)*per]); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
 	}, nil
 }
 

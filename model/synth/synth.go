@@ -147,9 +147,9 @@ func Preset(name string) (Spec, error) {
 		return Spec{Arch: "qwen3moe", Name: "synth-qwen3-30b-a3b", NCtx: 8192, NEmbd: 2048, NLayer: 48, NHead: 32,
 			NHeadKV: 4, HeadDim: 128, NFF: 6144, NExpert: 128, NExpertUsed: 8, NFFExp: 768, RopeBase: 1e6, RMSEps: 1e-6,
 			RouterSigma: 0.25, EmbdStd: 1, AttnOutStd: 0.006}, nil
-	case "qwen35-small", "qwen35-mid", "qwen3.5-9b":
+	case "qwen35-small", "qwen35-small-mtp", "qwen35-mid", "qwen3.5-9b":
 		return qwen35Preset(name), nil
-	case "qwen35moe-small", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b", "qwen3next-small", "qwen3-next-80b-a3b":
+	case "qwen35moe-small", "qwen35moe-small-mtp-fused", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b", "qwen3next-small", "qwen3-next-80b-a3b":
 		return hybridMoEPreset(name), nil // qwen35moe.go
 	case "qwen3moe-small":
 		return Spec{Arch: "qwen3moe", Name: "synth-qwen3moe-small", NCtx: 8192, NEmbd: 1024, NLayer: 12, NHead: 16,
@@ -166,8 +166,8 @@ func Preset(name string) (Spec, error) {
 
 // Presets returns the preset names.
 func Presets() []string {
-	return append(append(append(append(append([]string{"demo", "llama-1b", "llama-8b", "qwen3moe-small", "qwen3-30b-a3b"}, gptOssPresets...), gemma3Presets()...), gemma4Presets()...), mistral3Presets...), "qwen35-small", "qwen35-mid", "qwen3.5-9b",
-		"qwen35moe-small", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b", "qwen3next-small", "qwen3-next-80b-a3b")
+	return append(append(append(append(append([]string{"demo", "llama-1b", "llama-8b", "qwen3moe-small", "qwen3-30b-a3b"}, gptOssPresets...), gemma3Presets()...), gemma4Presets()...), mistral3Presets...), "qwen35-small", "qwen35-small-mtp", "qwen35-mid", "qwen3.5-9b",
+		"qwen35moe-small", "qwen35moe-small-mtp-fused", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b", "qwen3next-small", "qwen3-next-80b-a3b")
 }
 
 // Options select the weight types, the seed and the vocabulary.
@@ -411,7 +411,7 @@ func setMetadata(gw *gguf.Writer, s Spec, o Options, vocab []gguf.KV, ftype uint
 	}
 	u("context_length", s.NCtx)
 	u("embedding_length", s.NEmbd)
-	u("block_count", s.NLayer)
+	u("block_count", s.blockCount())
 	if s.NFF > 0 {
 		u("feed_forward_length", s.NFF)
 	}
