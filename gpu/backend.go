@@ -20,8 +20,9 @@ package gpu
 //
 // Not done here yet: routed experts (NewBackend refuses MoE models),
 // quantized, TurboQuant or --kv-recent KV caches (f32 and f16 are done) (StoreKV fails naming the
-// type), paged caches, sampling on the device. A weight that does not fit
-// the device budget is an error naming the tensor; placement.go plans
+// type), paged caches, bias, penalties or grammar masks on the device
+// (argmax.go ranks logits for greedy and top-k). A weight that does not
+// fit the device budget is an error naming the tensor; placement.go plans
 // which layers go to the device (the others compute on the CPU). A prompt's products go
 // through the tiled matrix-matrix shaders (matmul.go).
 
@@ -62,6 +63,7 @@ type Backend struct {
 	kvs     map[*model.KVCache]*devKV
 	place   *Plan        // the layers on the device (nil: all); newBackendOn
 	owned   []*vk.Buffer // freed by Close: no descriptor set may outlive its buffer
+	topk    topKBufs     // TopK's buffers (argmax.go), also in owned
 	err     error        // first failure of an op since the last ToHost
 }
 

@@ -55,6 +55,7 @@ func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*st
 		span := c.rec.Begin(stg, "forward")
 		t0 := time.Now()
 		runs := c.mctx.ExpertRuns()
+		st.batch.TopK = logitsTopK(st)
 		logits, err := c.mctx.Decode(&st.batch)
 		st.dur = time.Since(t0)
 		span.End()
