@@ -64,6 +64,7 @@ type Backend struct {
 	place   *Plan        // the layers on the device (nil: all); newBackendOn
 	owned   []*vk.Buffer // freed by Close: no descriptor set may outlive its buffer
 	topk    topKBufs     // TopK's buffers (argmax.go), also in owned
+	timer   *devTimer    // device timing while on (timestamps.go)
 	err     error        // first failure of an op since the last ToHost
 }
 
@@ -190,6 +191,7 @@ func (b *Backend) Close() {
 		b.recording = false
 	}
 	b.dev.WaitIdle()
+	b.closeTimer()
 	bufs := slices.Clone(b.owned)
 	for _, kv := range b.kvs {
 		bufs = append(append(bufs, kv.k...), kv.v...)
@@ -242,6 +244,7 @@ func (b *Backend) record() error {
 		return err
 	}
 	b.recording = true
+	b.timerBegin()
 	return nil
 }
 
@@ -251,6 +254,7 @@ func (b *Backend) flush() error {
 		b.ringUse = 0
 		return nil
 	}
+	b.timerEnd()
 	b.recording = false
 	if err := b.cb.End(); err != nil {
 		return err
@@ -258,11 +262,16 @@ func (b *Backend) flush() error {
 	if err := b.dev.Submit(b.cb, nil, nil, b.fence); err != nil {
 		return err
 	}
+	waited := time.Now()
 	if err := b.fence.Wait(submitTimeout); err != nil {
 		return err
 	}
+	done := time.Now()
 	b.ringUse = 0
-	return b.fence.Reset()
+	if err := b.fence.Reset(); err != nil {
+		return err
+	}
+	return b.timerDone(waited, done)
 }
 
 // stage returns n bytes of the ring (16-byte aligned), submitting what is

@@ -43,7 +43,7 @@ type WeightFlags struct {
 // types. This build computes on the CPU: any other backend is refused by
 // name (configs.ValidateRun, before anything loads), never ignored.
 type ComputeFlags struct {
-	Backend string           `name:"backend" default:"auto" env:"FLOWINFER_BACKEND" help:"Compute backend: cpu; vulkan (run and chat: the first discrete or integrated Vulkan GPU, else the first device, such as lavapipe; dense models, f32/f16 KV cache); auto (vulkan on a discrete or integrated GPU that runs the model, else the CPU)."`
+	Backend string           `name:"backend" default:"auto" env:"FLOWINFER_BACKEND" help:"Compute backend: cpu; vulkan (run, chat and trace: the first discrete or integrated Vulkan GPU, else the first device, such as lavapipe; dense models, f32/f16 KV cache); auto (vulkan on a discrete or integrated GPU that runs the model, else the CPU)."`
 	VRAM    configs.ByteSize `name:"vram" default:"0" env:"FLOWINFER_VRAM" help:"Device-memory budget of the vulkan backend (0 = its device-local heaps). Without --n-gpu-layers, the output layer and as many of the last layers as fit (weights and KV cache, beside activations and staging) go to the device and the rest computes on the CPU; with it, a weight beyond the budget is an error naming it. Unused (with a warning) when auto computes on the CPU."`
 	// -ngl (llama.cpp's spelling) is rewritten to this by main.
 	NGL int `name:"n-gpu-layers" default:"-1" env:"FLOWINFER_N_GPU_LAYERS" help:"Layers on the vulkan device (-ngl), as llama.cpp counts them: the output layer is one, so N puts the output and the last N-1 repeating layers there and the first layers compute on the CPU; N > the layer count puts everything there; 0 computes on the CPU alone; -1 (default): everything, or what fits --vram."`
