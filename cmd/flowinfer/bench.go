@@ -85,7 +85,7 @@ func (c *BenchCmd) Run(g *Globals) error {
 	nCtx := maxD + max(maxP, maxN, 1)
 	maxBatch := max(1, min(max(maxP, maxD), p.BatchSize))
 	combos := c.kvCombos(g.Config.Config)
-	if done, err := c.runGPU(ctx, g, b, path, combos, nCtx, maxBatch); done || err != nil {
+	if done, err := c.runGPU(ctx, g, b, path, be, combos, nCtx, maxBatch); done || err != nil {
 		return err // measured on the Vulkan backend (benchgpu.go)
 	}
 	wp, err := c.weights(&loaded{Bundle: b, path: path}, be, p, combos, stages.Footprint{Cells: nCtx, Running: 1, MaxBatch: maxBatch}, g.Log)

@@ -1,22 +1,24 @@
 package main
 
 // benchgpu.go: `flowinfer bench --backend vulkan`: the same tests on the
-// Vulkan backend (every weight uploaded to the device, as llama-bench
-// -ngl 99), reported with backend "Vulkan". The weight path, --roofline
-// and --cpuprofile are the CPU's and are refused here by name.
+// Vulkan backend, with the layers openGPU places on the device (-ngl,
+// --vram, or every weight, as llama-bench -ngl 99) and the rest on the
+// CPU backend, reported with backend "Vulkan". --roofline, --cpuprofile,
+// --isa and --no-pack are the CPU path's and are refused here by name.
 
 import (
 	"context"
 	"fmt"
-	"os"
 
 	"github.com/flowinfer/flowinfer/bench"
+	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/model"
+	"github.com/flowinfer/flowinfer/stages"
 )
 
 // runGPU measures on the Vulkan backend when --backend asks for it (or
 // auto finds a GPU): done reports that it did.
-func (c *BenchCmd) runGPU(ctx context.Context, g *Globals, b *model.Bundle, path string, combos []model.KVTypes, nCtx, maxBatch int) (done bool, err error) {
+func (c *BenchCmd) runGPU(ctx context.Context, g *Globals, b *model.Bundle, path string, cb *cpu.Backend, combos []model.KVTypes, nCtx, maxBatch int) (done bool, err error) {
 	p := g.Config.Pipeline
 	if p.Backend == "cpu" {
 		return false, nil
@@ -31,7 +33,8 @@ func (c *BenchCmd) runGPU(ctx context.Context, g *Globals, b *model.Bundle, path
 			return true, fmt.Errorf("bench --backend vulkan: --isa and --no-pack choose CPU kernels; not on the GPU")
 		}
 	}
-	ops, closeGPU, err := openGPU(&loaded{Bundle: b, path: path}, &p, g.Log)
+	fp := stages.Footprint{Cells: nCtx, Running: 1, MaxBatch: maxBatch}
+	ops, closeGPU, err := openGPU(&loaded{Bundle: b, path: path}, &p, cb, c.NGL, fp, g.Log)
 	if err != nil || ops == nil {
 		return err != nil, err // nil ops: auto computes on the CPU
 	}
@@ -67,9 +70,5 @@ func (c *BenchCmd) runGPU(ctx context.Context, g *Globals, b *model.Bundle, path
 		rs[i] = bench.Result{Model: info, Backend: "Vulkan", ISA: "vulkan", Threads: 1, NBatch: p.BatchSize, NUBatch: ubatch,
 			TypeK: testKV[i].K.String(), TypeV: testKV[i].V.String(), Build: version, CPUInfo: bench.CPUName(), Test: t}
 	}
-	if err := c.write(rs, combos); err != nil {
-		return true, err
-	}
-	fmt.Fprintln(os.Stderr, "bench: every weight on the device (llama-bench -ngl 99)")
-	return true, nil
+	return true, c.write(rs, combos)
 }
