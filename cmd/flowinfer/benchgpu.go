@@ -64,10 +64,15 @@ func (c *BenchCmd) runGPU(ctx context.Context, g *Globals, b *model.Bundle, path
 	if info.Filename == "" {
 		info.Filename = path
 	}
+	// one host goroutine records the device's work: threads 1, unless
+	// the placement left layers to the CPU backend's threads
+	threads := 1
+	if _, split := ops.(*model.Split); split {
+		threads = cb.Threads()
+	}
 	rs := make([]bench.Result, len(tests))
 	for i, t := range tests {
-		// one host goroutine records the device's work: threads 1
-		rs[i] = bench.Result{Model: info, Backend: "Vulkan", ISA: "vulkan", Threads: 1, NBatch: p.BatchSize, NUBatch: ubatch,
+		rs[i] = bench.Result{Model: info, Backend: "Vulkan", ISA: "vulkan", Threads: threads, NBatch: p.BatchSize, NUBatch: ubatch,
 			TypeK: testKV[i].K.String(), TypeV: testKV[i].V.String(), Build: version, CPUInfo: bench.CPUName(), Test: t}
 	}
 	return true, c.write(rs, combos)
