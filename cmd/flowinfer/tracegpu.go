@@ -20,6 +20,10 @@ import (
 // share of each kind, and how long the host waited for the device; or
 // why there are no device spans.
 func printDeviceSpans(w io.Writer, ops model.Ops, sum graph.Summary, detail graph.Detail) {
+	if _, split := ops.(*model.Split); split {
+		fmt.Fprintln(w, "gpu: no device spans: the placement splits the layers between the CPU and the device (-ngl, --vram); device timing needs every layer on the device")
+		return
+	}
 	dt, ok := ops.(model.DeviceTimer)
 	if !ok {
 		fmt.Fprintln(w, "gpu: no device spans: the backend does not time its device work")
