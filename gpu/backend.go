@@ -20,8 +20,9 @@ package gpu
 //
 // Not done here yet: routed experts (NewBackend refuses MoE models),
 // quantized, TurboQuant or --kv-recent KV caches (f32 and f16 are done) (StoreKV fails naming the
-// type), paged caches, sampling on the device. A weight that does not fit
-// the device budget is an error naming the tensor; placement.go plans
+// type), paged caches, bias, penalties or grammar masks on the device
+// (argmax.go ranks logits for greedy and top-k). A weight that does not
+// fit the device budget is an error naming the tensor; placement.go plans
 // which layers go to the device (the others compute on the CPU). A prompt's products go
 // through the tiled matrix-matrix shaders (matmul.go).
 
@@ -62,6 +63,8 @@ type Backend struct {
 	kvs     map[*model.KVCache]*devKV
 	place   *Plan        // the layers on the device (nil: all); newBackendOn
 	owned   []*vk.Buffer // freed by Close: no descriptor set may outlive its buffer
+	topk    topKBufs     // TopK's buffers (argmax.go), also in owned
+	timer   *devTimer    // device timing while on (timestamps.go)
 	err     error        // first failure of an op since the last ToHost
 }
 
@@ -188,6 +191,7 @@ func (b *Backend) Close() {
 		b.recording = false
 	}
 	b.dev.WaitIdle()
+	b.closeTimer()
 	bufs := slices.Clone(b.owned)
 	for _, kv := range b.kvs {
 		bufs = append(append(bufs, kv.k...), kv.v...)
@@ -240,6 +244,7 @@ func (b *Backend) record() error {
 		return err
 	}
 	b.recording = true
+	b.timerBegin()
 	return nil
 }
 
@@ -249,6 +254,7 @@ func (b *Backend) flush() error {
 		b.ringUse = 0
 		return nil
 	}
+	b.timerEnd()
 	b.recording = false
 	if err := b.cb.End(); err != nil {
 		return err
@@ -256,11 +262,16 @@ func (b *Backend) flush() error {
 	if err := b.dev.Submit(b.cb, nil, nil, b.fence); err != nil {
 		return err
 	}
+	waited := time.Now()
 	if err := b.fence.Wait(submitTimeout); err != nil {
 		return err
 	}
+	done := time.Now()
 	b.ringUse = 0
-	return b.fence.Reset()
+	if err := b.fence.Reset(); err != nil {
+		return err
+	}
+	return b.timerDone(waited, done)
 }
 
 // stage returns n bytes of the ring (16-byte aligned), submitting what is

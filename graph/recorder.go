@@ -290,6 +290,26 @@ func (r *Recorder) BeginWork(s *Stage, name string) Span {
 	return Span{sr: s.rec, name: name, t0: s.rec.now(), kind: evWork}
 }
 
+// SpanAt records a sub-span of stage s that ran from start to end on the
+// host clock, measured elsewhere (a device's own timing of its work, a
+// wait timed by a backend): Begin and End for an interval already over.
+func (r *Recorder) SpanAt(s *Stage, name string, start, end time.Time) {
+	r.at(s, evSpan, name, start, end)
+}
+
+// WorkAt records a work span (as BeginWork) that ran from start to end:
+// work done for s elsewhere, such as on a GPU while s waits for it.
+func (r *Recorder) WorkAt(s *Stage, name string, start, end time.Time) {
+	r.at(s, evWork, name, start, end)
+}
+
+func (r *Recorder) at(s *Stage, k evKind, name string, start, end time.Time) {
+	if r == nil || s == nil || s.rec == nil || end.Before(start) {
+		return
+	}
+	s.rec.span(k, name, int64(start.Sub(s.rec.epoch)), int64(end.Sub(s.rec.epoch)))
+}
+
 // End closes the span.
 func (sp Span) End() {
 	if sp.sr == nil {
@@ -364,7 +384,7 @@ func (r *Recorder) Summary() Summary {
 			Dropped:  s.dropped,
 		}
 		ss.Busy = ss.Wall - ss.Waiting - ss.Blocked
-		ss.Work = workStats(s)
+		ss.Work = workStats(s, false)
 		for _, c := range s.chunks {
 			for _, e := range c {
 				switch e.kind {

@@ -26,7 +26,7 @@ type StageStall struct {
 	Wall, Busy, Starved, Blocked time.Duration
 	StarvedOn                    map[string]time.Duration // producer stage -> time waiting for its input
 	BlockedOn                    map[string]time.Duration // consumer stage -> time blocked on it
-	Work                         map[string]WorkStats     // work spans by name; nil: none
+	Work                         map[string]WorkStats     // work spans by name ("group:x" by group); nil: none
 	Events                       int64                    // events stored (spans, waits, counters)
 	Dropped                      int64
 }
@@ -70,7 +70,7 @@ func (r *Recorder) Stalls() Stalls {
 			Stage: s.name, Wall: time.Duration(s.end - s.begin),
 			Starved: time.Duration(s.waiting), Blocked: time.Duration(s.blocked),
 			StarvedOn: map[string]time.Duration{}, BlockedOn: map[string]time.Duration{},
-			Work:    workStats(s),
+			Work:    workStats(s, true),
 			Dropped: s.dropped,
 		}
 		bytes := map[string]int64{}

@@ -44,8 +44,10 @@ type WorkStats struct {
 	Sum, InFlight, Max time.Duration
 }
 
-// workStats returns the work spans of s by name, nil when it has none.
-func workStats(s snapshot) map[string]WorkStats {
+// workStats returns the work spans of s by name, nil when it has none;
+// with byGroup, a name "group:detail" counts under group (a device's
+// per-layer spans "gpu:attn-3" make one line of the stall report).
+func workStats(s snapshot, byGroup bool) map[string]WorkStats {
 	var byName map[string][]ival
 	for _, c := range s.chunks {
 		for _, e := range c {
@@ -55,7 +57,11 @@ func workStats(s snapshot) map[string]WorkStats {
 			if byName == nil {
 				byName = map[string][]ival{}
 			}
-			byName[e.name] = append(byName[e.name], ival{e.t0, e.t1})
+			name := e.name
+			if i := strings.IndexByte(name, ':'); byGroup && i > 0 {
+				name = name[:i]
+			}
+			byName[name] = append(byName[name], ival{e.t0, e.t1})
 		}
 	}
 	if byName == nil {

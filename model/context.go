@@ -24,6 +24,12 @@ type Batch struct {
 	// norm, llama.cpp's "result_norm", what its embeddings pool) is
 	// wanted (nil: none); Context.Embeddings returns them.
 	Embd []bool
+	// TopK > 0 says only the TopK largest logits of each row are needed
+	// (larger first, lower id among equals): on Ops that rank logits on
+	// the device (TopKer) with TopK <= MaxTopK, Decode returns rows holding
+	// those at their ids and -Inf elsewhere (topk.go); other Ops return
+	// whole rows.
+	TopK int
 }
 
 // Len returns the number of tokens.
@@ -68,7 +74,9 @@ type Context struct {
 	logits                   []float32    // MaxBatch × NVocab
 	mmOuts                   [3][]float32 // matmuls' arguments
 	mmWs                     [3]*Weight
-	hostErr                  error // the first HostSync error of an eval hook in this step
+	hostErr                  error   // the first HostSync error of an eval hook in this step
+	topIDs                   []int32 // Batch.TopK's pairs (topk.go)
+	topVals                  []float32
 }
 
 // NewContext allocates a context with a contiguous f32 cache of nCtx
@@ -349,5 +357,8 @@ func (c *Context) output(b *Batch) ([]float32, error) {
 	}
 	c.eval("result_output", -1, out, rows, h.NVocab)
 	c.span("output", -1, false)
+	if tk, ok := c.Ops.(TopKer); ok && b.TopK > 0 && b.TopK <= tk.MaxTopK() {
+		return out, c.topKRows(tk, out, rows, b.TopK)
+	}
 	return out, c.toHost(out)
 }

@@ -39,6 +39,9 @@ func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*st
 	if c.rec.Enabled() {
 		if d := c.rec.Detail(); d >= graph.DetailLayers {
 			ls := &layerSpans{rec: c.rec, stg: stg, ops: d >= graph.DetailOps, names: map[string][]string{}}
+			if stop := timeDevice(c.rec, stg, c.mctx.Ops, ls); stop != nil {
+				defer stop()
+			}
 			h.Span = ls.hook
 			h.SplitProducts = ls.ops // a span for each product
 		}
@@ -55,6 +58,7 @@ func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*st
 		span := c.rec.Begin(stg, "forward")
 		t0 := time.Now()
 		runs := c.mctx.ExpertRuns()
+		st.batch.TopK = logitsTopK(st)
 		logits, err := c.mctx.Decode(&st.batch)
 		st.dur = time.Since(t0)
 		span.End()
@@ -126,6 +130,11 @@ type layerSpans struct {
 	ops   bool                // also the op-level spans (names with '_')
 	names map[string][]string // name -> per layer+1 (index 0: outside layers)
 	open  []graph.Span        // spans nest: a stack
+	// dev, when set, also marks each recorded span in the device's work
+	// (timeDevice); marked is the stack of which open spans it marked.
+	dev      model.DeviceTimer
+	marked   []bool
+	gpuNames map[string][]string // as names, with "gpu:" in front
 }
 
 func (l *layerSpans) hook(name string, layer int, begin bool) {
@@ -133,24 +142,44 @@ func (l *layerSpans) hook(name string, layer int, begin bool) {
 		if n := len(l.open); n > 0 {
 			l.open[n-1].End()
 			l.open = l.open[:n-1]
+			if l.dev != nil {
+				if l.marked[n-1] {
+					l.dev.MarkDevice("", false)
+				}
+				l.marked = l.marked[:n-1]
+			}
 		}
 		return
 	}
 	if !l.ops && strings.IndexByte(name, '_') >= 0 {
 		l.open = append(l.open, graph.Span{}) // keeps the stack paired; records nothing
+		if l.dev != nil {
+			l.marked = append(l.marked, false)
+		}
 		return
 	}
-	byLayer := l.names[name]
+	label := l.label(l.names, "", name, layer)
+	l.open = append(l.open, l.rec.Begin(l.stg, label))
+	if l.dev != nil {
+		l.dev.MarkDevice(l.label(l.gpuNames, "gpu:", name, layer), true)
+		l.marked = append(l.marked, true)
+	}
+}
+
+// label returns prefix+name+"-"+layer (no layer suffix outside layers),
+// built once per (name, layer) in names.
+func (l *layerSpans) label(names map[string][]string, prefix, name string, layer int) string {
+	byLayer := names[name]
 	if layer+1 >= len(byLayer) {
 		byLayer = append(byLayer, make([]string, layer+2-len(byLayer))...)
-		l.names[name] = byLayer
+		names[name] = byLayer
 	}
 	if byLayer[layer+1] == "" {
 		if layer < 0 {
-			byLayer[layer+1] = name
+			byLayer[layer+1] = prefix + name
 		} else {
-			byLayer[layer+1] = name + "-" + strconv.Itoa(layer)
+			byLayer[layer+1] = prefix + name + "-" + strconv.Itoa(layer)
 		}
 	}
-	l.open = append(l.open, l.rec.Begin(l.stg, byLayer[layer+1]))
+	return byLayer[layer+1]
 }

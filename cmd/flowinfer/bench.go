@@ -85,6 +85,9 @@ func (c *BenchCmd) Run(g *Globals) error {
 	nCtx := maxD + max(maxP, maxN, 1)
 	maxBatch := max(1, min(max(maxP, maxD), p.BatchSize))
 	combos := c.kvCombos(g.Config.Config)
+	if done, err := c.runGPU(ctx, g, b, path, be, combos, nCtx, maxBatch); done || err != nil {
+		return err // measured on the Vulkan backend (benchgpu.go)
+	}
 	wp, err := c.weights(&loaded{Bundle: b, path: path}, be, p, combos, stages.Footprint{Cells: nCtx, Running: 1, MaxBatch: maxBatch}, g.Log)
 	if err != nil {
 		return err
@@ -250,33 +253,38 @@ func (c *BenchCmd) write(rs []bench.Result, combos []model.KVTypes) error {
 // only.
 func (c *BenchCmd) runTests(ctx context.Context, wp *stages.WeightPath, mctx *model.Context, bos int32, probe func() float64, tests *[]bench.Test) error {
 	return wp.RunContext(ctx, nil, mctx, func(ctx context.Context) error {
-		for _, d := range c.NDepth {
-			ready := false
-			run := func(np, ng int) error {
-				if np+ng == 0 {
-					return nil
-				}
-				ts, err := bench.Throughput(ctx, mctx, bench.ThroughputConfig{
-					NPrompt: np, NGen: ng, NDepth: d, DepthReady: ready, Reps: c.Reps, NoWarmup: c.NoWarmup, Seed: c.Seed, BOS: bos,
-					Probe: probe,
-				})
-				*tests = append(*tests, ts...)
-				ready = true
+		return c.testLoop(ctx, mctx, bos, probe, tests)
+	})
+}
+
+// testLoop is runTests' loop over depths and tests, on mctx as it is.
+func (c *BenchCmd) testLoop(ctx context.Context, mctx *model.Context, bos int32, probe func() float64, tests *[]bench.Test) error {
+	for _, d := range c.NDepth {
+		ready := false
+		run := func(np, ng int) error {
+			if np+ng == 0 {
+				return nil
+			}
+			ts, err := bench.Throughput(ctx, mctx, bench.ThroughputConfig{
+				NPrompt: np, NGen: ng, NDepth: d, DepthReady: ready, Reps: c.Reps, NoWarmup: c.NoWarmup, Seed: c.Seed, BOS: bos,
+				Probe: probe,
+			})
+			*tests = append(*tests, ts...)
+			ready = true
+			return err
+		}
+		for _, np := range c.NPrompt {
+			if err := run(np, 0); err != nil {
 				return err
 			}
-			for _, np := range c.NPrompt {
-				if err := run(np, 0); err != nil {
-					return err
-				}
-			}
-			for _, ng := range c.NGen {
-				if err := run(0, ng); err != nil {
-					return err
-				}
+		}
+		for _, ng := range c.NGen {
+			if err := run(0, ng); err != nil {
+				return err
 			}
 		}
-		return nil
-	})
+	}
+	return nil
 }
 
 // maxOf and minOf return a list's largest and smallest values (0 if empty).

@@ -67,7 +67,7 @@ func (c *TraceCmd) Run(g *Globals) error {
 	defer l.Close()
 	p := &cfg.Pipeline
 	sc := engineConfig(p, ctxSize(l, p.KVCache.CtxSize, g.Log))
-	rg, err := newRig(l, p, &c.WeightFlags, stages.EngineFootprint(sc), false, g.Log)
+	rg, err := newRig(l, p, &c.WeightFlags, stages.EngineFootprint(sc), true, g.Log)
 	if err != nil {
 		return err
 	}
@@ -81,7 +81,9 @@ func (c *TraceCmd) Run(g *Globals) error {
 	job.detail = map[string]graph.Detail{"stages": graph.DetailStages, "layers": graph.DetailLayers, "ops": graph.DetailOps}[c.Detail]
 	job.queueSample = c.QueueSample
 	rec := job.recorder(c.MaxEvents)
-	rg.wp.ResetStats() // the weight path's counters describe the recorded run
+	if rg.wp != nil {
+		rg.wp.ResetStats() // the weight path's counters describe the recorded run
+	}
 	res, err := job.run(ctx, rec, true)
 	if err != nil {
 		return err
@@ -117,7 +119,7 @@ func (c *TraceCmd) limit(ctx context.Context, cfg *configs.Loaded, r *rig) graph
 		}
 	}
 	switch {
-	case !r.wp.Plan().Streaming():
+	case !r.streaming():
 	case cfg.Hardware.DiskRead > 0:
 		limit.Counters = map[string]graph.Limit{"reader/bytes read": {GBps: cfg.Hardware.DiskRead, Source: "disk bandwidth, from the profile"}}
 	case !c.NoMeasure:
@@ -177,8 +179,11 @@ func (c *TraceCmd) report(out io.Writer, rec *graph.Recorder, res traceResult, j
 		return err
 	}
 	printSpanBreakdown(out, rec.Summary())
-	if plan := j.r.wp.Plan(); plan.Streaming() {
-		formatWeightStats(out, j.r.wp.Stats(), plan.Experts > 0, res.generated)
+	if j.r.gpu != nil {
+		printDeviceSpans(out, j.r.gpu, rec.Summary(), j.detail)
+	}
+	if j.r.streaming() {
+		formatWeightStats(out, j.r.wp.Stats(), j.r.wp.Plan().Experts > 0, res.generated)
 	}
 	for _, s := range rec.Summary() {
 		if s.Dropped > 0 {

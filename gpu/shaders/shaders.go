@@ -42,6 +42,7 @@ const (
 	AttnF16       = "attn_f16"
 	KVStoreF16    = "kv_store_f16"
 	Noop          = "noop"
+	TopK          = "topk"
 )
 
 // SPIRV returns the SPIR-V of the shader called name.

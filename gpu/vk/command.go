@@ -390,6 +390,12 @@ func (d *Device) Elapsed(k QueueKind, a, b uint64) time.Duration {
 	return time.Duration(float64(b-a) * float64(d.info.TimestampPeriod))
 }
 
+// TimestampBits returns the valid bits of timestamps written on the queue
+// of kind k (0: that queue family has no timestamps).
+func (d *Device) TimestampBits(k QueueKind) uint32 {
+	return d.info.QueueFamilies[d.queue(k).family].TimestampValidBits
+}
+
 // Destroy frees the query pool.
 func (q *QueryPool) Destroy() {
 	if q.h != 0 && q.dev.d != nil {

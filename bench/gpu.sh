@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# bench/gpu.sh: flowinfer's Vulkan backend against llama.cpp's Vulkan
+# backend on the same GPU, one table.
+#
+# It builds what it needs outside the repository (in $GPU_SH_WORK, default:
+# a directory gpu-bench beside the checkout): flowinfer, and llama.cpp at
+# the pinned commit with -DGGML_VULKAN=ON (llama-bench only); generates the
+# random-weight GGUFs of the presets with `flowinfer gen`; then measures
+# pp$GPU_SH_PP and tg$GPU_SH_TG of each with `flowinfer bench --backend
+# vulkan` and `llama-bench -ngl 99`, on the same Vulkan device. The MoE
+# preset (qwen3-30b-a3b) runs under a VRAM budget smaller than the model:
+# flowinfer gets --vram BUDGET; llama.cpp gets -ngl 99 with -ncmoe N, the
+# expert weights of N layers kept in host memory, N = layers - floor(layers
+# x BUDGET / model size) (its closest equivalent of a budget). A row that
+# an engine refuses or fails shows the reason instead of a figure.
+#
+# It refuses to run without a Vulkan GPU: vulkaninfo must list a discrete,
+# integrated or virtual GPU. GPU_SH_ALLOW_CPU=1 accepts a CPU device such as
+# lavapipe, for a dry run of the script itself (with tiny sizes).
+#
+# Settings (environment):
+#   GPU_SH_WORK          work directory (outside the repo)     [../gpu-bench]
+#   GPU_SH_PRESETS       presets to measure        [llama-1b llama-8b qwen3-30b-a3b]
+#   GPU_SH_BUDGET_PRESETS  presets run under a VRAM budget     [qwen3-30b-a3b qwen3moe-small]
+#   GPU_SH_BUDGET_PCT    the budget, in percent of the model file's size [50]
+#   GPU_SH_TYPE          weight types of the generated models  [Q4_K_M]
+#   GPU_SH_PP, GPU_SH_TG prompt and generated tokens           [512, 128]
+#   GPU_SH_REPS          repetitions                           [3]
+#   GPU_SH_JOBS          build jobs                            [nproc]
+#   GPU_SH_LLAMA_COMMIT  llama.cpp commit   [d32676d77426540327835040d5d3279728f0b4c8]
+#   GPU_SH_LLAMA_SRC     an existing llama.cpp source tree to build from (else a clone)
+#   GPU_SH_LLAMA_BENCH   a llama-bench built with Vulkan to use instead of building one
+#   GPU_SH_ALLOW_CPU     1: accept a CPU Vulkan device (dry run)  [0]
+#   GPU_SH_OUT           the table's file                      [$GPU_SH_WORK/gpu-table.md]
+set -euo pipefail
+
+die() { echo "bench/gpu.sh: $*" >&2; exit 1; }
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+WORK=${GPU_SH_WORK:-$(dirname "$REPO")/gpu-bench}
+PRESETS=${GPU_SH_PRESETS:-llama-1b llama-8b qwen3-30b-a3b}
+BUDGET_PRESETS=${GPU_SH_BUDGET_PRESETS:-qwen3-30b-a3b qwen3moe-small}
+BUDGET_PCT=${GPU_SH_BUDGET_PCT:-50}
+TYPE=${GPU_SH_TYPE:-Q4_K_M}
+PP=${GPU_SH_PP:-512}
+TG=${GPU_SH_TG:-128}
+REPS=${GPU_SH_REPS:-3}
+JOBS=${GPU_SH_JOBS:-$(nproc)}
+LLAMA_COMMIT=${GPU_SH_LLAMA_COMMIT:-d32676d77426540327835040d5d3279728f0b4c8}
+ALLOW_CPU=${GPU_SH_ALLOW_CPU:-0}
+OUT=${GPU_SH_OUT:-$WORK/gpu-table.md}
+
+case "$WORK/" in "$REPO"/*) die "GPU_SH_WORK ($WORK) is inside the repository; builds and models go outside it" ;; esac
+for v in "$PP" "$TG" "$REPS" "$BUDGET_PCT" "$JOBS"; do
+	[[ $v =~ ^[0-9]+$ ]] || die "not a whole number: $v (GPU_SH_PP, _TG, _REPS, _BUDGET_PCT, _JOBS)"
+done
+((BUDGET_PCT > 0 && BUDGET_PCT < 100)) || die "GPU_SH_BUDGET_PCT=$BUDGET_PCT: the budget must be smaller than the model (1 to 99)"
+
+# --- the device ----------------------------------------------------------
+command -v vulkaninfo >/dev/null || die "no vulkaninfo (Debian/Ubuntu: apt install vulkan-tools): cannot look for a Vulkan device"
+summary=$(vulkaninfo --summary 2>/dev/null) || die "vulkaninfo --summary failed: no Vulkan loader or driver"
+# "GPU<i>:" blocks with deviceType and deviceName; the first GPU-type device
+# is the one both engines use (flowinfer takes the first discrete or
+# integrated GPU; llama.cpp is pointed at the same index)
+read -r DEV DEVTYPE DEVNAME < <(awk '
+	/^GPU[0-9]+:/ { i = substr($1, 4); sub(":", "", i) }
+	/deviceType/ { t[i] = $3 }
+	/deviceName/ { sub(/^[^=]*= /, ""); n[i] = $0 }
+	END {
+		for (j = 0; j in t; j++) if (t[j] ~ /DISCRETE_GPU|INTEGRATED_GPU/) { print j, t[j], n[j]; exit }
+		for (j = 0; j in t; j++) if (t[j] ~ /VIRTUAL_GPU/) { print j, t[j], n[j]; exit }
+		for (j = 0; j in t; j++) { print j, t[j], n[j]; exit }
+		print "-", "-", "-"
+	}' <<<"$summary")
+[[ $DEV != - ]] || die "no Vulkan device (vulkaninfo lists none): nothing to measure"
+if [[ ! $DEVTYPE =~ GPU ]]; then
+	[[ $ALLOW_CPU == 1 ]] || die "no Vulkan GPU: the only device is $DEVNAME ($DEVTYPE); GPU_SH_ALLOW_CPU=1 runs on it anyway (a dry run of this script, not a GPU measurement)"
+	echo "bench/gpu.sh: dry run on a CPU device: $DEVNAME" >&2
+fi
+export GGML_VK_VISIBLE_DEVICES=$DEV # llama.cpp: this device (it skips CPU devices otherwise)
+
+mkdir -p "$WORK/models"
+
+# --- flowinfer -------------------------------------------------------------
+command -v go >/dev/null || die "no go toolchain"
+echo "bench/gpu.sh: building flowinfer" >&2
+(cd "$REPO" && go build -o "$WORK/flowinfer" ./cmd/flowinfer)
+FI=$WORK/flowinfer
+FI_COMMIT=$(git -C "$REPO" describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
+
+# --- llama.cpp with Vulkan ---------------------------------------------------
+LB=${GPU_SH_LLAMA_BENCH:-}
+if [[ -z $LB ]]; then
+	for t in cmake ninja glslc; do command -v $t >/dev/null || die "no $t: needed to build llama.cpp's Vulkan backend (apt install cmake ninja-build glslc libvulkan-dev spirv-headers)"; done
+	src=${GPU_SH_LLAMA_SRC:-$WORK/llama.cpp}
+	if [[ ! -d $src ]]; then
+		command -v git >/dev/null || die "no git: cannot clone llama.cpp (or set GPU_SH_LLAMA_SRC)"
+		git clone --quiet https://github.com/ggml-org/llama.cpp "$src"
+	fi
+	if [[ -d $src/.git ]]; then
+		git -C "$src" -c advice.detachedHead=false checkout --quiet "$LLAMA_COMMIT" || die "llama.cpp: cannot check out $LLAMA_COMMIT in $src"
+	fi
+	bdir=$WORK/llama-vulkan-build
+	echo "bench/gpu.sh: building llama.cpp (Vulkan) in $bdir" >&2
+	cmake -S "$src" -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_VULKAN=ON -DGGML_NATIVE=ON -DLLAMA_CURL=OFF >"$WORK/llama-cmake.log" 2>&1 ||
+		die "llama.cpp cmake failed (see $WORK/llama-cmake.log)"
+	cmake --build "$bdir" --target llama-bench -j "$JOBS" >"$WORK/llama-build.log" 2>&1 ||
+		die "llama.cpp build failed (see $WORK/llama-build.log)"
+	LB=$bdir/bin/llama-bench
+fi
+[[ -x $LB ]] || die "no llama-bench at $LB"
+LLAMA_DESC=$LLAMA_COMMIT
+[[ -n ${GPU_SH_LLAMA_BENCH:-} ]] && LLAMA_DESC="$LB (given; built at $LLAMA_COMMIT is assumed)"
+
+# --- measure -----------------------------------------------------------------
+# rate FILE TEST: the "t/s" cell (mean ± sd) of TEST in llama-bench's markdown table
+rate() { awk -F'|' -v t="$2" '{ gsub(/ /, "", $(NF-2)) } $(NF-2) == t { gsub(/^ +| +$/, "", $(NF-1)); print $(NF-1); exit }' "$1"; }
+# why FILE STATUS: the last line of an engine's error output (or its exit
+# status when it printed none), for the table
+why() {
+	local w
+	w=$(tail -n 1 "$1" | tr '|' '/' | cut -c1-160)
+	echo "${w:-exit status $2}"
+}
+
+rows=()
+for preset in $PRESETS; do
+	model=$WORK/models/$preset-$TYPE.gguf
+	if [[ ! -s $model ]]; then
+		echo "bench/gpu.sh: generating $preset ($TYPE)" >&2
+		"$FI" gen --preset "$preset" --type "$TYPE" -o "$model.tmp" >/dev/null && mv "$model.tmp" "$model"
+	fi
+	fi_args=(bench -m "$model" --backend vulkan -p "$PP" -n "$TG" -r "$REPS")
+	lb_args=(-m "$model" -ngl 99 -p "$PP" -n "$TG" -r "$REPS")
+	note="all weights on the device"
+	if [[ " $BUDGET_PRESETS " == *" $preset "* ]]; then
+		size=$(stat -c %s "$model")
+		budget=$((size * BUDGET_PCT / 100))
+		case $preset in # the presets' layer counts (model/synth)
+		qwen3-30b-a3b) layers=48 ;;
+		qwen3moe-small) layers=12 ;;
+		*) die "$preset: no layer count known for llama.cpp's -ncmoe (add it here)" ;;
+		esac
+		ncmoe=$((layers - layers * BUDGET_PCT / 100))
+		fi_args+=(--vram "$budget")
+		lb_args+=(-ncmoe "$ncmoe")
+		note="VRAM budget $((budget >> 20)) MiB of $((size >> 20)) MiB: flowinfer --vram; llama.cpp -ncmoe $ncmoe of $layers layers"
+	fi
+	echo "bench/gpu.sh: $preset: flowinfer ${fi_args[*]}" >&2
+	fo=$WORK/fi-$preset.md
+	fe=$WORK/fi-$preset.err
+	fst=0
+	"$FI" "${fi_args[@]}" >"$fo" 2>"$fe" || fst=$?
+	echo "bench/gpu.sh: $preset: llama-bench ${lb_args[*]}" >&2
+	lo=$WORK/lb-$preset.md
+	le=$WORK/lb-$preset.err
+	lst=0
+	"$LB" "${lb_args[@]}" -o md >"$lo" 2>"$le" || lst=$?
+	for test in "pp$PP" "tg$TG"; do
+		[[ $test == pp0 || $test == tg0 ]] && continue
+		f="failed: $(why "$fe" $fst)"
+		l="failed: $(why "$le" $lst)"
+		((fst == 0)) && f=$(rate "$fo" "$test")
+		((lst == 0)) && l=$(rate "$lo" "$test")
+		ratio=-
+		fv=${f%% *}
+		lv=${l%% *}
+		if [[ $fv =~ ^[0-9.]+$ && $lv =~ ^[0-9.]+$ ]]; then
+			ratio=$(awk -v a="$fv" -v b="$lv" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
+		fi
+		rows+=("| $preset $TYPE | $test | ${f:--} | ${l:--} | $ratio | $note |")
+	done
+done
+
+{
+	echo "Vulkan device $DEV: $DEVNAME ($DEVTYPE); $(date -u '+%Y-%m-%d %H:%M UTC'); load: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)"
+	echo "flowinfer $FI_COMMIT (bench --backend vulkan); llama.cpp $LLAMA_DESC (llama-bench -ngl 99, GGML_VK_VISIBLE_DEVICES=$DEV); $REPS repetitions"
+	echo
+	echo "| model | test | flowinfer t/s | llama.cpp t/s | ratio | placement |"
+	echo "|---|---|---:|---:|---:|---|"
+	printf '%s\n' "${rows[@]}"
+} | tee "$OUT"
+echo "bench/gpu.sh: table written to $OUT" >&2

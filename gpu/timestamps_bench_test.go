@@ -1,0 +1,103 @@
+//go:build cgo
+
+package gpu
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/flowinfer/flowinfer/gpu/vk"
+	"github.com/flowinfer/flowinfer/quant"
+)
+
+// BenchmarkOpsLlamaShapes times single ops at the shapes of llama.cpp's
+// test-backend-ops perf mode (make_test_cases_perf), to compare with
+// `test-backend-ops perf -b Vulkan0 -o OP` on the same device: each op is
+// recorded opsPerSubmit times (barriers between) into one command buffer,
+// and one iteration is a submit and a fence wait; us/run is the wall time
+// per op, device-us/run the device's timestamps around all of them per op.
+// RMS_NORM has no perf case at llama.cpp's commit; its shape here is one
+// token row of llama 3 8B's width and a 512-token batch.
+func BenchmarkOpsLlamaShapes(b *testing.B) {
+	const opsPerSubmit = 10
+	r := benchRig(b)
+	mk := func(n uint64) *vk.Buffer {
+		buf, err := r.d.NewBuffer(n, vk.DeviceLocal)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(buf.Free)
+		return buf
+	}
+	qp, err := r.d.NewQueryPool(2)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(qp.Destroy)
+	bench := func(b *testing.B, op func() error) {
+		if err := r.cb.Begin(); err != nil {
+			b.Fatal(err)
+		}
+		r.cb.ResetQueries(qp, 0, 2)
+		r.cb.Timestamp(qp, 0)
+		for range opsPerSubmit {
+			if err := op(); err != nil {
+				b.Fatal(err)
+			}
+			r.cb.Barrier()
+		}
+		r.cb.Timestamp(qp, 1)
+		if err := r.cb.End(); err != nil {
+			b.Fatal(err)
+		}
+		r.replay(b)
+		b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*opsPerSubmit), "us/run")
+		ts, err := qp.Ticks(0, 2)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(r.d.Elapsed(vk.Compute, ts[0], ts[1]).Microseconds())/opsPerSubmit, "device-us/run")
+	}
+	for _, n := range []int{1, 8} {
+		const m, k = 4096, 14336
+		b.Run(fmt.Sprintf("MUL_MAT/type_a=q4_K/m=%d/n=%d/k=%d", m, n, k), func(b *testing.B) {
+			rb, _ := quant.RowBytes(quant.Q4_K, k)
+			w := Weight{Buf: mk(uint64(m * rb)), Type: quant.Q4_K, Rows: m, Cols: k}
+			x, y := F32{Buf: mk(uint64(4 * n * k))}, F32{Buf: mk(uint64(4 * n * m))}
+			bench(b, func() error { return r.k.MatVec(r.cb, y, w, x, n) })
+		})
+	}
+	for _, s := range [][2]int{{4096, 1}, {4096, 512}} {
+		b.Run(fmt.Sprintf("RMS_NORM/ne=[%d,%d]", s[0], s[1]), func(b *testing.B) {
+			x, y, g := F32{Buf: mk(uint64(4 * s[0] * s[1]))}, F32{Buf: mk(uint64(4 * s[0] * s[1]))}, F32{Buf: mk(uint64(4 * s[0]))}
+			bench(b, func() error { return r.k.RMSNorm(r.cb, y, x, g, s[1], s[0], 1e-5) })
+		})
+	}
+	for _, s := range [][2]int{{32768, 1}, {131072, 4}} {
+		b.Run(fmt.Sprintf("SOFT_MAX/ne=[%d,%d]", s[0], s[1]), func(b *testing.B) {
+			x := F32{Buf: mk(uint64(4 * s[0] * s[1]))}
+			bench(b, func() error { return r.k.Softmax(r.cb, x, s[1], s[0]) })
+		})
+	}
+	for _, s := range [][3]int{{200000, 1, 1}, {200000, 1, 40}, {65000, 16, 40}} {
+		b.Run(fmt.Sprintf("TOP_K/ne=[%d,%d]/k=%d", s[0], s[1], s[2]), func(b *testing.B) {
+			cols, rows, k := s[0], s[1], s[2]
+			src := F32{Buf: mk(uint64(4 * cols * rows))}
+			segs := (cols + topKSeg - 1) / topKSeg
+			sv, si := [2]F32{{Buf: mk(uint64(4 * rows * segs * k))}, {Buf: mk(uint64(4 * rows * segs * k))}}, [2]F32{{Buf: mk(uint64(4 * rows * segs * k))}, {Buf: mk(uint64(4 * rows * segs * k))}}
+			bench(b, func() error {
+				// the rounds Backend.TopK records
+				in, n := src, cols
+				var inI *F32
+				for round := 0; ; round++ {
+					c, err := r.k.TopKPass(r.cb, sv[round%2], si[round%2], in, inI, rows, n, n, k)
+					if err != nil || c == 1 {
+						return err
+					}
+					r.cb.Barrier()
+					in, inI, n = sv[round%2], &si[round%2], c*k
+				}
+			})
+		})
+	}
+}
