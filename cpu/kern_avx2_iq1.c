@@ -23,7 +23,10 @@
 // 32 indices, shift signs and scales with a few vector operations, the
 // indices stored to memory and read back one load each for the table
 // lookups (measured 2.2 -> 3.1 GB/s per CPU second on IQ1_M decode against
-// computing each index with scalar shifts).
+// computing each index with scalar shifts). The tile decodes FI_IQ1_AHEAD
+// super-blocks ahead of their products: a 16-bit load from a vector store
+// still in flight is not forwarded and waits for the store to complete
+// (decode 2.7 -> 3.6 GB/s per CPU second on IQ1_S, 3.1 -> 3.7 on IQ1_M).
 //
 // Exactness: a pmaddubsw pair is at most 2·9·127 = 2286; pmaddwd by the
 // scale (at most 15) widens to int32, and a super-block's lane sums stay
@@ -74,6 +77,10 @@ typedef struct {
 // (two shuffle-port uops each, on the ports the products need).
 #define FI_IQ1_MEM(p) __asm__("" : "+m"((p)->idx), "+m"((p)->delta))
 
+// FI_IQ1_AHEAD: super-blocks decoded ahead of their products (4 measured
+// as fast as 8 and 16).
+#define FI_IQ1_AHEAD 4
+
 // FI_IQ1_TILE(name, BB, prep_fn, sub_fn) defines the tile of an IQ1 type
 // of BB-byte super-blocks: prep_fn(x, &pre) decodes a super-block's
 // indices, shifts and scales and returns its fp16 scale d;
@@ -86,15 +93,19 @@ typedef struct {
 		__m256 acc[4];                                                                                  \
 		_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) acc[j] = _mm256_setzero_ps();              \
 		const int64_t nb = cols / 256;                                                                  \
-		iq1_pre pre;                                                                                    \
+		iq1_pre pres[FI_IQ1_AHEAD];                                                                     \
+		float ds[FI_IQ1_AHEAD];                                                                         \
 		for (int64_t i = 0; i < nb; i++) {                                                              \
-			const uint8_t *x = w + (BB) * i;                                                            \
-			const float d = prep_fn(x, &pre);                                                           \
+			if (i % FI_IQ1_AHEAD == 0)                                                                  \
+				for (int64_t k = i; k < nb && k < i + FI_IQ1_AHEAD; k++)                                \
+					ds[k - i] = prep_fn(w + (BB) * k, &pres[k - i]);                                    \
+			const iq1_pre *pre = &pres[i % FI_IQ1_AHEAD];                                               \
+			const float d = ds[i % FI_IQ1_AHEAD];                                                       \
 			__m256i isum[4];                                                                            \
 			_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) isum[j] = _mm256_setzero_si256();      \
 			_Pragma("GCC unroll 8") for (int ib = 0; ib < 8; ib++) {                                    \
 				__m256i sw, ls;                                                                         \
-				const __m256i aw = sub_fn(&pre, ib, &sw, &ls);                                          \
+				const __m256i aw = sub_fn(pre, ib, &sw, &ls);                                          \
 				_Pragma("GCC unroll 4") for (int j = 0; j < na; j++) {                                  \
 					const uint8_t *y = a + j * as + Q8K * i + 4 + 32 * ib;                              \
 					const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(ld256(y), sw));         \
