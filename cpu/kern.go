@@ -142,10 +142,10 @@ func (k *Kernels) ISA() ISA { return k.isa }
 // F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K ... Q6_K, IQ4_NL,
 // IQ4_XS, MXFP4 and the lattice types IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS,
 // IQ2_S, IQ1_S, IQ1_M, on every path. The activations are of type
-// quant.VecDotType(wt). Of the lattice types, IQ2_XXS, IQ3_XXS, IQ3_S,
-// IQ2_XS and IQ2_S have AVX2 kernels (kern_avx2_iql.c, also run by the AVX-512 path) and no
-// packed layout; for the others every path runs quant's Go dot product
-// (GemmRows's fallback).
+// quant.VecDotType(wt). The lattice types have AVX2 kernels (IQ2_XXS,
+// IQ3_XXS, IQ3_S, IQ2_XS and IQ2_S in kern_avx2_iql.c, IQ1_S and IQ1_M in
+// kern_avx2_iq1.c; the AVX-512 path runs them too) and no packed layout;
+// ISAScalarGo runs quant's Go dot products (GemmRows's fallback).
 func (k *Kernels) Supports(wt quant.Type) bool {
 	_, _, ok := dotLayout(wt)
 	return ok

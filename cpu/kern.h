@@ -42,6 +42,8 @@ enum {
 	FI_IQ3_XXS = 18,
 	FI_IQ3_S = 21,
 	FI_IQ2_S = 22,
+	FI_IQ1_S = 19,
+	FI_IQ1_M = 29,
 	FI_IQ4_NL = 20,
 	FI_IQ4_XS = 23,
 	FI_BF16 = 30,
@@ -113,6 +115,12 @@ int fi_hadamard_avx2(float *x, int64_t n, int64_t count);
 // kernel or n is not its grid's size. Called once, as the package loads,
 // before any product; a type whose grid was not set has no C kernel.
 int fi_iql_set_grid(int wt, const int8_t *g, int64_t n);
+
+// fi_iq1_set_grid copies the n bytes of quant.LatticeGrid(IQ1_S) (shared by
+// IQ1_M) into the IQ1 kernels' table (kern_avx2_iq1.c); 0, or -1 if n is
+// not its size or a coordinate is not -1, 0 or 1. Called once, as the
+// package loads; until it is, IQ1_S and IQ1_M have no C kernel.
+int fi_iq1_set_grid(const int8_t *g, int64_t n);
 
 // fi_softmax_avx2 sets row[i] = exp(s·row[i] - m) / Σ_j exp(s·row[j] - m)
 // (s = scale, m the largest s·row[j]): softmax, its exp in float32 (within

@@ -185,6 +185,7 @@ fi_gemm_fn fi_avx2_gemm_k(int wt);  // Q2_K ... Q6_K (kern_avx2_k.c)
 fi_gemm_fn fi_avx2_gemm_f(int wt);  // F32, F16, BF16 (kern_avx2_f.c)
 fi_gemm_fn fi_avx2_gemm_iq(int wt); // IQ4_NL, IQ4_XS, MXFP4 (kern_avx2_iq.c)
 fi_gemm_fn fi_avx2_gemm_iql(int wt); // IQ2_XXS, IQ3_XXS, IQ3_S, IQ2_XS, IQ2_S (kern_avx2_iql.c)
+fi_gemm_fn fi_avx2_gemm_iq1(int wt); // IQ1_S, IQ1_M (kern_avx2_iq1.c)
 
 // The packed IQ4_NL, IQ4_XS and MXFP4 products (kern_avx2_iqpk.c):
 // fi_packed_size_avx2, fi_pack_avx2 and fi_gemm_packed_avx2 for those

@@ -131,6 +131,7 @@ int fi_gemm_avx2(int wt, const uint8_t *w, int64_t w_stride, int64_t cols, int64
 	if (!f) f = fi_avx2_gemm_k(wt);
 	if (!f) f = fi_avx2_gemm_iq(wt);
 	if (!f) f = fi_avx2_gemm_iql(wt);
+	if (!f) f = fi_avx2_gemm_iq1(wt);
 	if (!f) return -1;
 	if (nact >= FI_RP_MIN_ACTS) r0 += fi_avx2_gemm_rp(wt, w, w_stride, cols, r0, r1, a, a_stride, nact, out, out_stride);
 	if (r1 > r0 && nact > 0) f(w, w_stride, cols, r0, r1, a, a_stride, nact, out, out_stride);

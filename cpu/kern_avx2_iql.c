@@ -3,8 +3,8 @@
 // AVX2 dot products of the lattice types against Q8_K activations, one
 // weight row at a time against up to 4 activation rows (kern_avx2.h's
 // tiles): IQ2_XXS, IQ3_XXS, IQ3_S, IQ2_XS and IQ2_S. They serve decode and
-// prefill; these types have no packed layout. IQ1_S and IQ1_M have no C
-// kernel: fi_gemm_avx2 returns -1 for them and Go runs quant's product.
+// prefill; these types have no packed layout. IQ1_S and IQ1_M are in
+// kern_avx2_iq1.c.
 //
 // Per 32-element sub-block the 4 (IQ2: 8 levels each) or 8 (IQ3: 4 each)
 // grid points are looked up as 64- or 32-bit words and set into one

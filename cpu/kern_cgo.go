@@ -35,6 +35,11 @@ func init() {
 			panic(fmt.Sprintf("cpu: the %s kernel does not take quant's grid of %d bytes", t, len(g)))
 		}
 	}
+	// IQ1_S and IQ1_M share one grid (kern_avx2_iq1.c).
+	g := quant.LatticeGrid(quant.IQ1_S)
+	if C.fi_iq1_set_grid((*C.int8_t)(ptr(g)), C.int64_t(len(g))) != 0 {
+		panic(fmt.Sprintf("cpu: the IQ1 kernels do not take quant's grid of %d bytes", len(g)))
+	}
 }
 
 // cgoKernels reports whether the C kernels are built in.

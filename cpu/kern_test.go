@@ -498,7 +498,7 @@ func TestKernelsNoAlloc(t *testing.T) {
 	r := rand.New(rand.NewPCG(15, 16))
 	const rows, cols, nAct = 69, 512, 9 // packed: a tail of 5 rows
 	for _, k := range testISAs(t) {
-		for _, typ := range []quant.Type{quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.Q8_0, quant.F32, quant.IQ4_NL, quant.IQ4_XS, quant.MXFP4, quant.IQ2_XXS, quant.IQ3_XXS, quant.IQ3_S, quant.IQ2_XS, quant.IQ2_S} {
+		for _, typ := range []quant.Type{quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.Q8_0, quant.F32, quant.IQ4_NL, quant.IQ4_XS, quant.MXFP4, quant.IQ2_XXS, quant.IQ3_XXS, quant.IQ3_S, quant.IQ2_XS, quant.IQ2_S, quant.IQ1_S, quant.IQ1_M} {
 			t.Run(fmt.Sprintf("isa=%s/type=%s", k.ISA(), typ), func(t *testing.T) {
 				m := newTestMatrix(t, r, typ, rows, cols, nAct, 0)
 				x := randRow(r, nAct*cols, normal)
