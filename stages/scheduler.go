@@ -336,7 +336,7 @@ func (s *scheduler) resume() {
 			s.blocks.ckpt.restore(q.slot, ck)
 		}
 		if s.blocks.ckpt != nil {
-			q.ckptAt = planCheckpoints(len(q.toks), got, s.blocks.size)
+			q.ckptAt = withMessages(planCheckpoints(len(q.toks), got, s.blocks.size), q.req.CheckpointAt, got)
 		}
 		if src >= 0 && got > 0 {
 			s.blocks.kv.CopySWA(q.slot, src)

@@ -8,9 +8,12 @@ package stages
 // cache (the attention layers' rows, shared as for any model). It restores
 // the checkpoint into its sequence and computes only the rest.
 //
-// Where checkpoints are taken (planCheckpoints): while a prompt is
-// computed, at block boundaries a geometric distance back from its end
-// (1, 2, 4, 8 ... blocks before the last boundary inside it), at its end,
+// Where checkpoints are taken (planCheckpoints, withMessages): while a
+// prompt is computed, where its chat messages start (Request.CheckpointAt,
+// from serve's template rendering: a shared system prompt is reused
+// whatever follows it), at block boundaries a geometric distance back from
+// its end (1, 2, 4, 8 ... blocks before the last boundary inside it), at
+// its end,
 // and when a sequence leaves the cache (finished, cancelled or preempted)
 // at the position it reached. A prompt's chunks are cut at those positions
 // (so the state is there after a step); the checkpoints are dense where
@@ -30,8 +33,18 @@ import (
 	"github.com/flowinfer/flowinfer/model"
 )
 
-// DefaultStateCheckpoints is Config.StateCheckpoints' default.
-const DefaultStateCheckpoints = 16
+// DefaultStateCheckpointBytes is the checkpoint pool's default size
+// (Config.StateCheckpointBytes): 512 MiB, ten of Qwen3.5-9B's 50.25 MiB
+// states (a request plans up to eight: its message starts, five near its
+// end, its end and its release), while a small model's state of a few
+// hundred KiB gets MaxStateCheckpoints. See docs/decisions.md, "Hybrid
+// models reuse cached prefixes".
+const DefaultStateCheckpointBytes = 512 << 20
+
+// MaxStateCheckpoints caps the pool a byte budget sizes: the index is
+// searched linearly at each admission, and a request saves at most a
+// dozen, so more would only keep states nobody is likely to ask for.
+const MaxStateCheckpoints = 64
 
 // maxPlanned is the most checkpoints planned inside one prompt (its end
 // and the release checkpoint come on top).
@@ -135,4 +148,17 @@ func planCheckpoints(n, from, bs int) []int {
 	}
 	slices.Reverse(at)
 	return at
+}
+
+// withMessages adds to the planned positions at those of msgs (a
+// request's message starts) above from, keeping them ascending and
+// distinct.
+func withMessages(at, msgs []int, from int) []int {
+	for _, p := range msgs {
+		if p > from {
+			at = append(at, p)
+		}
+	}
+	slices.Sort(at)
+	return slices.Compact(at)
 }
