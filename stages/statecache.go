@@ -35,8 +35,8 @@ import (
 
 // DefaultStateCheckpointBytes is the checkpoint pool's default size
 // (Config.StateCheckpointBytes): 512 MiB, ten of Qwen3.5-9B's 50.25 MiB
-// states (a request plans up to eight: its message starts, five near its
-// end, its end and its release), while a small model's state of a few
+// states (a system prompt and a user turn plan eight: the user message's
+// start, five near the end, the end and the release), while a small model's state of a few
 // hundred KiB gets MaxStateCheckpoints. See docs/decisions.md, "Hybrid
 // models reuse cached prefixes".
 const DefaultStateCheckpointBytes = 512 << 20
