@@ -38,18 +38,9 @@ func messageStarts(b *Backend, t *chat.Template, gr *genRequest, opts chat.Rende
 	tok := b.Bundle.Tokenizer
 	var at []int
 	for _, i := range startCandidates(gr.messages) {
-		alt := slices.Clone(gr.messages)
-		alt[i].Content = "#"
-		if strings.HasPrefix(gr.messages[i].Content, "#") {
-			alt[i].Content = "@"
-		}
-		r, err := t.RenderWith(alt, gr.toolList(), true, opts)
-		if err != nil {
+		c, ok := contentStart(t, gr.messages, i, gr.toolList(), opts, full)
+		if !ok {
 			continue
-		}
-		c := 0
-		for c < len(full) && c < len(r.Prompt) && full[c] == r.Prompt[c] {
-			c++
 		}
 		head := tok.Encode(t.TrimForTokenizer(full[:c], tok.AddBOS(), false), true, true)
 		n := 0
@@ -61,6 +52,26 @@ func messageStarts(b *Backend, t *chat.Template, gr *genRequest, opts chat.Rende
 		}
 	}
 	return at
+}
+
+// contentStart returns the offset in full (msgs rendered by t with the
+// generation prompt) where message i's content begins: where full and the
+// rendering with that content replaced part. ok is false when the
+// replaced conversation does not render.
+func contentStart(t *chat.Template, msgs []chat.Message, i int, tools []chat.Tool, opts chat.RenderOptions, full string) (c int, ok bool) {
+	alt := slices.Clone(msgs)
+	alt[i].Content = "#"
+	if strings.HasPrefix(msgs[i].Content, "#") {
+		alt[i].Content = "@"
+	}
+	r, err := t.RenderWith(alt, tools, true, opts)
+	if err != nil {
+		return 0, false
+	}
+	for c < len(full) && c < len(r.Prompt) && full[c] == r.Prompt[c] {
+		c++
+	}
+	return c, true
 }
 
 // startCandidates returns the indexes, ascending, of the messages whose
