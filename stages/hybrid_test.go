@@ -512,6 +512,15 @@ func TestHybridMessageCheckpoints(t *testing.T) {
 		if d := rowsDiff(second.rows, fresh.rows); d != 0 {
 			t.Errorf("second request: logits differ from a fresh engine's by %g", d)
 		}
+		// a pool of 4: the first prompt saves 8 (its message start, 5
+		// near its end, its end, its release); the message start survives
+		small := cfg
+		small.StateCheckpoints = 4
+		sm := startHybrid(t, fx, ops(), small)
+		sm.runAt(a, at)
+		if r := sm.runAt(b, at); r.cached != len(system) || rowsDiff(r.rows, fresh.rows) != 0 {
+			t.Errorf("pool of 4: %d cached tokens (want %d), logits differ from a fresh engine's by %g", r.cached, len(system), rowsDiff(r.rows, fresh.rows))
+		}
 		plain := startHybrid(t, fx, ops(), cfg)
 		plain.run(a)
 		if r := plain.run(b); r.cached != 0 {

@@ -25,7 +25,8 @@ package stages
 // checkpoints' reach). Only copies are made: a restore copies a
 // checkpoint into the sequence at admission and a save copies the state
 // out after a step, so no request holds a checkpoint and none waits for
-// one; when the pool is full the least recently used one is overwritten.
+// one; when the pool is full the least recently used one is overwritten,
+// sparing message starts while they hold at most half the pool (save).
 
 import (
 	"slices"
@@ -56,6 +57,7 @@ type stateCkpts struct {
 	st    *model.RecurrentState
 	toks  [][]int32 // per checkpoint: its tokens (nil: empty)
 	used  []uint64  // per checkpoint: when last saved or restored
+	msg   []bool    // per checkpoint: at a message start (Request.CheckpointAt)
 	clock uint64
 }
 
@@ -66,7 +68,7 @@ func newStateCkpts(kv *model.KVCache) *stateCkpts {
 	if n == 0 {
 		return nil
 	}
-	return &stateCkpts{st: kv.State, toks: make([][]int32, n), used: make([]uint64, n)}
+	return &stateCkpts{st: kv.State, toks: make([][]int32, n), used: make([]uint64, n), msg: make([]bool, n)}
 }
 
 // best returns the checkpoint of the longest prefix of toks, of at most
@@ -92,18 +94,35 @@ func (c *stateCkpts) restore(slot, ck int) {
 }
 
 // save checkpoints KV sequence slot's state, which is that of toks (its
-// fed tokens), unless its state is elsewhere (not at len(toks)). A
-// checkpoint of the same tokens is refreshed instead.
-func (c *stateCkpts) save(slot int, toks []int32) {
+// fed tokens), unless its state is elsewhere (not at len(toks)). msg marks
+// a message start (Request.CheckpointAt). A checkpoint of the same tokens
+// is refreshed instead. The one overwritten is an empty one, else the
+// least recently used that is not a message start while those hold at
+// most half the pool, else the least recently used: a prompt's own
+// near-end checkpoints, more than a small pool holds, do not push out the
+// message start it saved first (the one a chat sharing its system prompt
+// needs), while message starts beyond half the pool are not spared.
+func (c *stateCkpts) save(slot int, toks []int32, msg bool) {
 	if len(toks) == 0 || int(c.st.Next[slot]) != len(toks) {
 		return
 	}
 	c.clock++
-	ck := -1
+	nMsg := 0
 	for i, t := range c.toks {
 		if slices.Equal(t, toks) {
 			c.used[i] = c.clock // the same state: keep it, fresher
+			c.msg[i] = c.msg[i] || msg
 			return
+		}
+		if c.msg[i] {
+			nMsg++
+		}
+	}
+	keepMsg := 2*nMsg <= len(c.toks) && nMsg < len(c.toks)
+	ck := -1
+	for i, t := range c.toks {
+		if len(t) > 0 && keepMsg && c.msg[i] {
+			continue
 		}
 		if ck < 0 || c.used[i] < c.used[ck] {
 			ck = i // empty (used 0) or least recently used
@@ -111,7 +130,7 @@ func (c *stateCkpts) save(slot int, toks []int32) {
 	}
 	c.st.Save(ck, slot)
 	c.toks[ck] = append(c.toks[ck][:0], toks...)
-	c.used[ck] = c.clock
+	c.used[ck], c.msg[ck] = c.clock, msg
 }
 
 // held returns how many checkpoints hold a state.
