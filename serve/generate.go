@@ -113,6 +113,7 @@ func (s *Server) tokenizeAny(b *Backend, gr *genRequest, param string) ([]int32,
 		}
 		gr.inReasoning = templateReasoning(t).InReasoning(r.Prompt)
 		prompt = tok.Encode(t.TrimForTokenizer(r.Prompt, tok.AddBOS(), tok.AddEOS()), true, true)
+		gr.ckptAt = messageStarts(b, t, gr, opts, r.Prompt, prompt)
 	case gr.tokens != nil:
 		for i, id := range gr.tokens {
 			if id < 0 || int(id) >= tok.NVocab() {
@@ -153,6 +154,7 @@ func (s *Server) newJob(b *Backend, gr *genRequest, id, endpoint string, prompt 
 	j.req.ID = s.nextID.Add(1)
 	j.req.Params = gr.params
 	j.req.MaxTokens = gr.maxTokens
+	j.req.CheckpointAt = gr.ckptAt
 	j.req.IgnoreEOG = gr.ignoreEOS
 	j.req.Logprobs, j.req.TopLogprobs = gr.logprobs, gr.topLogprobs
 	j.req.Stops = append(append([]string(nil), gr.stops...), s.cfg.Stops...)

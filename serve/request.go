@@ -47,6 +47,9 @@ type genRequest struct {
 	// reasoning (the template opened it).
 	think       thinkSettings
 	inReasoning bool
+	// ckptAt: where the chat prompt's messages start (msgstarts.go), for
+	// a hybrid model's state checkpoints
+	ckptAt []int
 }
 
 // toolList is the tools to render with the conversation.

@@ -34,17 +34,18 @@ type Footprint struct {
 	// NCtx is one sequence's context: with Running and MaxBatch it sizes
 	// the rings of sliding-window layers (model.KVCacheBytes; 0: Cells).
 	NCtx int
-	// Checkpoints is Config.StateCheckpoints (0: the default, negative:
-	// none): a hybrid model's recurrent-state checkpoints, each the size of
-	// one sequence's state.
-	Checkpoints int
+	// Checkpoints and CheckpointBytes are Config.StateCheckpoints and
+	// StateCheckpointBytes: a hybrid model's recurrent-state checkpoints
+	// (Config.Checkpoints), each the size of one sequence's state.
+	Checkpoints     int
+	CheckpointBytes int64
 }
 
 // EngineFootprint is the footprint of an engine of config c, with
 // NewEngine's defaults (one sequence, blocks of defaultBlockSize, a KV
 // cache of NSeq × NCtx cells unless KVTokens says otherwise).
 func EngineFootprint(c Config) Footprint {
-	f := Footprint{Cells: c.KVTokens, Running: max(c.NSeq, 1), MaxBatch: c.MaxBatch, BlockSize: c.BlockSize, NCtx: c.NCtx, Checkpoints: c.StateCheckpoints}
+	f := Footprint{Cells: c.KVTokens, Running: max(c.NSeq, 1), MaxBatch: c.MaxBatch, BlockSize: c.BlockSize, NCtx: c.NCtx, Checkpoints: c.StateCheckpoints, CheckpointBytes: c.StateCheckpointBytes}
 	if f.Cells <= 0 {
 		f.Cells = f.Running * c.NCtx
 	}
@@ -85,7 +86,7 @@ func footprintKVBytes(h *model.Hyper, kv model.KVTypes, f Footprint) int64 {
 	if nCtx <= 0 {
 		nCtx = f.Cells
 	}
-	ck := model.RecurrentStateBytes(h, Config{StateCheckpoints: f.Checkpoints}.Checkpoints(h))
+	ck := model.RecurrentStateBytes(h, Config{StateCheckpoints: f.Checkpoints, StateCheckpointBytes: f.CheckpointBytes}.Checkpoints(h))
 	n, err := model.KVCacheBytes(h, kv, f.Cells, max(f.Running, 1), nCtx, max(f.MaxBatch, 1))
 	if err != nil {
 		return KVBytes(h, kv, f.Cells) + ck

@@ -55,24 +55,37 @@ type Config struct {
 	Observer Observer
 	// StateCheckpoints is how many copies of a hybrid model's recurrent
 	// state (every recurrent layer's, one sequence's each) the engine keeps
-	// so that a request can reuse a cached prompt prefix (statecache.go)
-	// [DefaultStateCheckpoints]; negative: none, and a hybrid model then
-	// prefills every prompt whole. Counted in the KV cache's bytes. Other
-	// models ignore it.
+	// so that a request can reuse a cached prompt prefix (statecache.go);
+	// 0: as many as StateCheckpointBytes holds; negative: none, and a
+	// hybrid model then prefills every prompt whole. Counted in the KV
+	// cache's bytes. Other models ignore it.
 	StateCheckpoints int
+	// StateCheckpointBytes sizes the pool in bytes when StateCheckpoints
+	// is 0: as many checkpoints as fit, at most MaxStateCheckpoints
+	// [DefaultStateCheckpointBytes]. Negative is an error.
+	StateCheckpointBytes int64
 }
 
 // Checkpoints returns the recurrent-state checkpoints an engine of config
-// c keeps for a model of hyperparameters h (StateCheckpoints with its
-// default; 0 unless h is hybrid).
+// c keeps for a model of hyperparameters h: StateCheckpoints, or (0) as
+// many as StateCheckpointBytes (default DefaultStateCheckpointBytes)
+// holds, at most MaxStateCheckpoints; 0 unless h is hybrid.
 func (c Config) Checkpoints(h *model.Hyper) int {
 	switch {
 	case !h.Hybrid() || c.StateCheckpoints < 0:
 		return 0
-	case c.StateCheckpoints == 0:
-		return DefaultStateCheckpoints
+	case c.StateCheckpoints > 0:
+		return c.StateCheckpoints
 	}
-	return c.StateCheckpoints
+	budget := c.StateCheckpointBytes
+	if budget == 0 {
+		budget = DefaultStateCheckpointBytes
+	}
+	per := model.RecurrentStateBytes(h, 1)
+	if per <= 0 || budget < 0 {
+		return 0
+	}
+	return int(min(budget/per, MaxStateCheckpoints))
 }
 
 // Observer receives the scheduler's figures as they happen. Its methods
@@ -219,6 +232,9 @@ func NewEngine(m *model.Model, tok *tokenizer.Tokenizer, ops model.Ops, cfg Conf
 	if cfg.NCtx <= 0 || cfg.NSeq <= 0 || cfg.MaxBatch <= 0 {
 		return nil, fmt.Errorf("stages: context %d, sequences %d and batch %d must be positive", cfg.NCtx, cfg.NSeq, cfg.MaxBatch)
 	}
+	if cfg.StateCheckpointBytes < 0 {
+		return nil, fmt.Errorf("stages: state checkpoint budget %d bytes is negative (0: the default; no checkpoints: a negative count)", cfg.StateCheckpointBytes)
+	}
 	if cfg.StepFactor > 0 && cfg.StepFactor <= 1 {
 		return nil, fmt.Errorf("stages: step factor %g leaves no time for prompt tokens while sequences decode: it must be more than 1 (or negative: no pacing)", cfg.StepFactor)
 	}
@@ -278,6 +294,11 @@ func (e *Engine) Submit(r *Request) error {
 		return fmt.Errorf("%w: input of %d tokens does not fit in the context of %d", ErrPrompt, len(r.Prompt), e.cfg.NCtx)
 	case r.Pooling == PoolNone && len(r.Prompt) >= e.cfg.NCtx:
 		return fmt.Errorf("%w: prompt of %d tokens does not fit in the context of %d (leave room for at least one generated token)", ErrPrompt, len(r.Prompt), e.cfg.NCtx)
+	}
+	for i, p := range r.CheckpointAt {
+		if p <= 0 || p >= len(r.Prompt) || i > 0 && p <= r.CheckpointAt[i-1] {
+			return fmt.Errorf("%w: checkpoint position %d (CheckpointAt[%d]) is not inside the prompt of %d tokens, above the one before", ErrPrompt, p, i, len(r.Prompt))
+		}
 	}
 	for i, t := range r.Prompt {
 		if t < 0 || int(t) >= e.m.NVocab {

@@ -2,9 +2,11 @@ package stages_test
 
 import (
 	"context"
+	"errors"
 	"math"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -82,9 +84,15 @@ func startHybrid(t *testing.T, fx hybridFixture, ops model.Ops, cfg stages.Confi
 // run submits a greedy request of prompt for 8 tokens and waits for it.
 func (h *hybridEngine) run(prompt []int32) hybridRun {
 	h.t.Helper()
+	return h.runAt(prompt, nil)
+}
+
+// runAt is run with message starts at (Request.CheckpointAt).
+func (h *hybridEngine) runAt(prompt []int32, at []int) hybridRun {
+	h.t.Helper()
 	var r hybridRun
 	col := newCollector()
-	req := &stages.Request{Prompt: prompt, Params: greedy(), MaxTokens: 8, IgnoreEOG: true, Emit: col.emit,
+	req := &stages.Request{Prompt: prompt, CheckpointAt: at, Params: greedy(), MaxTokens: 8, IgnoreEOG: true, Emit: col.emit,
 		OnLogits: func(row []float32) { r.rows = append(r.rows, slices.Clone(row)) }}
 	if err := h.e.Submit(req); err != nil {
 		h.t.Fatal(err)
@@ -393,11 +401,35 @@ func TestHybridBudget(t *testing.T) {
 	if err != nil || c.Tokens != 1024 || c.PerToken != perTok || c.Rings != state {
 		t.Errorf("capacity of the engine's KV bytes: %+v, %v; want 1024 tokens of %d bytes after %d of state", c, err, perTok, state)
 	}
-	for _, n := range []int{0, -1, 5} {
-		want := map[int]int{0: stages.DefaultStateCheckpoints, -1: 0, 5: 5}[n]
-		if got := (stages.Config{StateCheckpoints: n}).Checkpoints(h); got != want {
-			t.Errorf("StateCheckpoints %d: %d checkpoints, want %d", n, got, want)
+	// a count wins; else the byte budget (default 512 MiB) holds as many
+	// as fit, at most MaxStateCheckpoints
+	per := model.RecurrentStateBytes(h, 1)
+	for _, tc := range []struct {
+		n     int
+		bytes int64
+		want  int
+	}{
+		{0, 0, int(min(stages.DefaultStateCheckpointBytes/per, stages.MaxStateCheckpoints))},
+		{-1, 0, 0}, {5, 0, 5}, {5, 1 << 40, 5}, {-1, 1 << 40, 0},
+		{0, 3*per + per/2, 3}, {0, per - 1, 0}, {0, 1 << 40, stages.MaxStateCheckpoints},
+	} {
+		if got := (stages.Config{StateCheckpoints: tc.n, StateCheckpointBytes: tc.bytes}).Checkpoints(h); got != tc.want {
+			t.Errorf("StateCheckpoints %d, StateCheckpointBytes %d: %d checkpoints, want %d", tc.n, tc.bytes, got, tc.want)
 		}
+	}
+	// Qwen3.5-9B's state (50.25 MiB) gets ten by default, not 16 (804 MiB)
+	q9 := model.Hyper{NLayer: 32, Recurrent: make([]bool, 32), SSM: model.SSMHyper{Conv: 4, Inner: 4096, State: 128, DtRank: 32, Groups: 16}}
+	for il := range q9.Recurrent {
+		q9.Recurrent[il] = il%4 != 3 // full attention every 4th layer
+	}
+	if per := model.RecurrentStateBytes(&q9, 1); per != 50.25*(1<<20) {
+		t.Fatalf("Qwen3.5-9B's state %d bytes, want 50.25 MiB", per)
+	}
+	if got := (stages.Config{}).Checkpoints(&q9); got != 10 {
+		t.Errorf("Qwen3.5-9B's shape: %d checkpoints by default, want 10 (512 MiB of 50.25 MiB states)", got)
+	}
+	if _, err := stages.NewEngine(fx.b.Model, fx.b.Tokenizer, be, stages.Config{NCtx: 256, StateCheckpointBytes: -1}, nil); err == nil || !strings.Contains(err.Error(), "checkpoint budget") {
+		t.Errorf("a negative checkpoint budget: %v, want an error naming it", err)
 	}
 	if got := (stages.Config{StateCheckpoints: 5}).Checkpoints(&model.Hyper{NLayer: 2}); got != 0 {
 		t.Errorf("a model without recurrent layers: %d checkpoints", got)
@@ -443,4 +475,62 @@ func TestHybridPreemption(t *testing.T) {
 			t.Errorf("request %d: logits differ from alone by %g", i, d)
 		}
 	}
+}
+
+// TestHybridMessageCheckpoints: a checkpoint at a message start
+// (Request.CheckpointAt, not on a block boundary) lets a prompt that
+// shares the messages before it, and then differs for longer than the
+// checkpoints planned near a prompt's end reach, reuse exactly those
+// tokens, with the logits of a fresh engine given the same positions;
+// without it nothing is reused. Positions outside the prompt or out of
+// order are refused.
+func TestHybridMessageCheckpoints(t *testing.T) {
+	fx := openHybrid(t)
+	tok := fx.b.Tokenizer
+	system := tok.Encode("You are a helpful assistant. "+strings.Repeat("Remember the river, the stone and the garden. ", 8), true, true)
+	userA := tok.Encode(strings.Repeat(" Tell me about the little girl named Lily and her park.", 30), false, true)
+	userB := tok.Encode(strings.Repeat(" Which word comes last in the story of the old stone?", 30), false, true)
+	a, b := append(slices.Clone(system), userA...), append(slices.Clone(system), userB...)
+	at := []int{len(system)}
+	if len(system)%16 == 0 || len(userB) < 16*16+16 {
+		t.Fatalf("fixture: system prompt %d tokens (want off the block grid), user part %d (want beyond the planned checkpoints)", len(system), len(userB))
+	}
+	hybridLayouts(t, func(t *testing.T, ops func() model.Ops, cfg stages.Config) {
+		cfg.NCtx = 1024
+		if cfg.KVTokens > 0 {
+			cfg.KVTokens = 2048
+		}
+		e := startHybrid(t, fx, ops(), cfg)
+		if first := e.runAt(a, at); first.cached != 0 {
+			t.Errorf("first request: %d cached tokens", first.cached)
+		}
+		second := e.runAt(b, at)
+		if second.cached != len(system) {
+			t.Errorf("second request: %d cached tokens, want the shared message's %d", second.cached, len(system))
+		}
+		fresh := startHybrid(t, fx, ops(), cfg).runAt(b, at)
+		if d := rowsDiff(second.rows, fresh.rows); d != 0 {
+			t.Errorf("second request: logits differ from a fresh engine's by %g", d)
+		}
+		// a pool of 4: the first prompt saves 8 (its message start, 5
+		// near its end, its end, its release); the message start survives
+		small := cfg
+		small.StateCheckpoints = 4
+		sm := startHybrid(t, fx, ops(), small)
+		sm.runAt(a, at)
+		if r := sm.runAt(b, at); r.cached != len(system) || rowsDiff(r.rows, fresh.rows) != 0 {
+			t.Errorf("pool of 4: %d cached tokens (want %d), logits differ from a fresh engine's by %g", r.cached, len(system), rowsDiff(r.rows, fresh.rows))
+		}
+		plain := startHybrid(t, fx, ops(), cfg)
+		plain.run(a)
+		if r := plain.run(b); r.cached != 0 {
+			t.Errorf("without message starts: %d cached tokens, want 0 (the prompts differ beyond the planned checkpoints)", r.cached)
+		}
+		for _, bad := range [][]int{{0}, {len(b)}, {20, 10}, {10, 10}, {-3}} {
+			err := e.e.Submit(&stages.Request{Prompt: b, CheckpointAt: bad, Params: greedy(), Emit: func(stages.Event) error { return nil }})
+			if !errors.Is(err, stages.ErrPrompt) || !strings.Contains(err.Error(), "CheckpointAt") {
+				t.Errorf("CheckpointAt %v: %v, want ErrPrompt naming it", bad, err)
+			}
+		}
+	})
 }

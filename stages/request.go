@@ -46,6 +46,12 @@ type Request struct {
 	Params    sample.Params
 	MaxTokens int      // <= 0: until end of generation or a full context
 	Stops     []string // stop strings, matched on text across tokens
+	// CheckpointAt lists positions in Prompt, ascending, where a hybrid
+	// model's recurrent state is worth checkpointing beside the planned
+	// ones (statecache.go): where the chat template's messages start, so
+	// that a later prompt sharing the messages before one reuses them
+	// whatever follows. Other models ignore it.
+	CheckpointAt []int
 	// IgnoreEOG keeps generating past end-of-generation tokens (llama.cpp's
 	// --ignore-eos), for benchmarks and golden comparisons.
 	IgnoreEOG bool

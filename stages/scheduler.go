@@ -336,7 +336,7 @@ func (s *scheduler) resume() {
 			s.blocks.ckpt.restore(q.slot, ck)
 		}
 		if s.blocks.ckpt != nil {
-			q.ckptAt = planCheckpoints(len(q.toks), got, s.blocks.size)
+			q.ckptAt = withMessages(planCheckpoints(len(q.toks), got, s.blocks.size), q.req.CheckpointAt, got)
 		}
 		if src >= 0 && got > 0 {
 			s.blocks.kv.CopySWA(q.slot, src)
@@ -460,7 +460,7 @@ func (s *scheduler) retire() {
 func (s *scheduler) checkpoint(q *seq) {
 	for len(q.ckptAt) > 0 && q.ckptAt[0] <= q.fed {
 		if q.ckptAt[0] == q.fed {
-			s.blocks.ckpt.save(q.slot, q.toks[:q.fed])
+			s.blocks.ckpt.save(q.slot, q.toks[:q.fed], slices.Contains(q.req.CheckpointAt, q.fed))
 		}
 		q.ckptAt = q.ckptAt[1:]
 	}
@@ -472,7 +472,7 @@ func (s *scheduler) checkpoint(q *seq) {
 // from there). It runs between steps, when q's state is at q.fed.
 func (s *scheduler) evict(q *seq) {
 	if s.blocks.ckpt != nil {
-		s.blocks.ckpt.save(q.slot, q.toks[:q.fed])
+		s.blocks.ckpt.save(q.slot, q.toks[:q.fed], false)
 		q.ckptAt = nil
 	}
 	s.blocks.release(q)

@@ -8,9 +8,12 @@ package stages
 // cache (the attention layers' rows, shared as for any model). It restores
 // the checkpoint into its sequence and computes only the rest.
 //
-// Where checkpoints are taken (planCheckpoints): while a prompt is
-// computed, at block boundaries a geometric distance back from its end
-// (1, 2, 4, 8 ... blocks before the last boundary inside it), at its end,
+// Where checkpoints are taken (planCheckpoints, withMessages): while a
+// prompt is computed, where its chat messages start (Request.CheckpointAt,
+// from serve's template rendering: a shared system prompt is reused
+// whatever follows it), at block boundaries a geometric distance back from
+// its end (1, 2, 4, 8 ... blocks before the last boundary inside it), at
+// its end,
 // and when a sequence leaves the cache (finished, cancelled or preempted)
 // at the position it reached. A prompt's chunks are cut at those positions
 // (so the state is there after a step); the checkpoints are dense where
@@ -22,7 +25,8 @@ package stages
 // checkpoints' reach). Only copies are made: a restore copies a
 // checkpoint into the sequence at admission and a save copies the state
 // out after a step, so no request holds a checkpoint and none waits for
-// one; when the pool is full the least recently used one is overwritten.
+// one; when the pool is full the least recently used one is overwritten,
+// sparing message starts while they hold at most half the pool (save).
 
 import (
 	"slices"
@@ -30,8 +34,18 @@ import (
 	"github.com/flowinfer/flowinfer/model"
 )
 
-// DefaultStateCheckpoints is Config.StateCheckpoints' default.
-const DefaultStateCheckpoints = 16
+// DefaultStateCheckpointBytes is the checkpoint pool's default size
+// (Config.StateCheckpointBytes): 512 MiB, ten of Qwen3.5-9B's 50.25 MiB
+// states (a system prompt and a user turn plan eight: the user message's
+// start, five near the end, the end and the release), while a small model's state of a few
+// hundred KiB gets MaxStateCheckpoints. See docs/decisions.md, "Hybrid
+// models reuse cached prefixes".
+const DefaultStateCheckpointBytes = 512 << 20
+
+// MaxStateCheckpoints caps the pool a byte budget sizes: the index is
+// searched linearly at each admission, and a request saves at most a
+// dozen, so more would only keep states nobody is likely to ask for.
+const MaxStateCheckpoints = 64
 
 // maxPlanned is the most checkpoints planned inside one prompt (its end
 // and the release checkpoint come on top).
@@ -43,6 +57,7 @@ type stateCkpts struct {
 	st    *model.RecurrentState
 	toks  [][]int32 // per checkpoint: its tokens (nil: empty)
 	used  []uint64  // per checkpoint: when last saved or restored
+	msg   []bool    // per checkpoint: at a message start (Request.CheckpointAt)
 	clock uint64
 }
 
@@ -53,7 +68,7 @@ func newStateCkpts(kv *model.KVCache) *stateCkpts {
 	if n == 0 {
 		return nil
 	}
-	return &stateCkpts{st: kv.State, toks: make([][]int32, n), used: make([]uint64, n)}
+	return &stateCkpts{st: kv.State, toks: make([][]int32, n), used: make([]uint64, n), msg: make([]bool, n)}
 }
 
 // best returns the checkpoint of the longest prefix of toks, of at most
@@ -79,18 +94,35 @@ func (c *stateCkpts) restore(slot, ck int) {
 }
 
 // save checkpoints KV sequence slot's state, which is that of toks (its
-// fed tokens), unless its state is elsewhere (not at len(toks)). A
-// checkpoint of the same tokens is refreshed instead.
-func (c *stateCkpts) save(slot int, toks []int32) {
+// fed tokens), unless its state is elsewhere (not at len(toks)). msg marks
+// a message start (Request.CheckpointAt). A checkpoint of the same tokens
+// is refreshed instead. The one overwritten is an empty one, else the
+// least recently used that is not a message start while those hold at
+// most half the pool, else the least recently used: a prompt's own
+// near-end checkpoints, more than a small pool holds, do not push out the
+// message start it saved first (the one a chat sharing its system prompt
+// needs), while message starts beyond half the pool are not spared.
+func (c *stateCkpts) save(slot int, toks []int32, msg bool) {
 	if len(toks) == 0 || int(c.st.Next[slot]) != len(toks) {
 		return
 	}
 	c.clock++
-	ck := -1
+	nMsg := 0
 	for i, t := range c.toks {
 		if slices.Equal(t, toks) {
 			c.used[i] = c.clock // the same state: keep it, fresher
+			c.msg[i] = c.msg[i] || msg
 			return
+		}
+		if c.msg[i] {
+			nMsg++
+		}
+	}
+	keepMsg := 2*nMsg <= len(c.toks) && nMsg < len(c.toks)
+	ck := -1
+	for i, t := range c.toks {
+		if len(t) > 0 && keepMsg && c.msg[i] {
+			continue
 		}
 		if ck < 0 || c.used[i] < c.used[ck] {
 			ck = i // empty (used 0) or least recently used
@@ -98,7 +130,7 @@ func (c *stateCkpts) save(slot int, toks []int32) {
 	}
 	c.st.Save(ck, slot)
 	c.toks[ck] = append(c.toks[ck][:0], toks...)
-	c.used[ck] = c.clock
+	c.used[ck], c.msg[ck] = c.clock, msg
 }
 
 // held returns how many checkpoints hold a state.
@@ -135,4 +167,17 @@ func planCheckpoints(n, from, bs int) []int {
 	}
 	slices.Reverse(at)
 	return at
+}
+
+// withMessages adds to the planned positions at those of msgs (a
+// request's message starts) above from, keeping them ascending and
+// distinct.
+func withMessages(at, msgs []int, from int) []int {
+	for _, p := range msgs {
+		if p > from {
+			at = append(at, p)
+		}
+	}
+	slices.Sort(at)
+	return slices.Compact(at)
 }

@@ -54,7 +54,8 @@ type ServeCmd struct {
 	KVTokens     int              `name:"kv-tokens" default:"0" help:"KV cache pool in tokens, shared by all sequences (0 = parallel × ctx-size, or what --kv-budget holds). Smaller pools preempt sequences when full."`
 	KVBudget     configs.ByteSize `name:"kv-budget" default:"0" help:"KV cache pool in bytes (e.g. 2GiB): as many tokens as fit in the K and V types chosen (-ctk/-ctv), so smaller types admit more context. Exclusive with --kv-tokens."`
 	KVBlock      int              `name:"kv-block" default:"16" help:"Tokens per KV cache block (a power of two); prefixes are shared in whole blocks."`
-	Checkpoints  int              `name:"ctx-checkpoints" default:"0" help:"Hybrid models (recurrent layers): copies of the recurrent state kept so that a request reuses a cached prompt prefix, each one sequence's state, counted in the KV cache (0 = 16; negative: none, every prompt is prefilled whole)."`
+	Checkpoints  int              `name:"ctx-checkpoints" default:"0" help:"Hybrid models (recurrent layers): how many copies of the recurrent state are kept so that a request reuses a cached prompt prefix, each one sequence's state, counted in the KV cache (0 = as many as --ctx-checkpoint-budget holds; negative: none, every prompt is prefilled whole)."`
+	CkptBudget   configs.ByteSize `name:"ctx-checkpoint-budget" default:"0" help:"Hybrid models: the recurrent-state checkpoints' bytes, as many as fit, at most 64 (0 = 512MiB: ten of Qwen3.5-9B's 50 MiB states). Exclusive with --ctx-checkpoints."`
 	BatchSize    int              `short:"b" name:"batch-size" default:"512" help:"Tokens per forward step (prompt chunks share it with decode tokens)."`
 	Threads      int              `short:"t" default:"0" help:"Compute threads (0 = physical cores)."`
 	Queue        int              `default:"64" help:"Requests waiting for a free sequence before the server answers 429."`
@@ -140,6 +141,8 @@ func (c *ServeCmd) checkFlags() (stages.Pooling, error) {
 		return pooling, fmt.Errorf("--cors-origin %q: not an origin (scheme://host[:port], no path, or *)", badOrigin(c.CORSOrigin))
 	case c.WatchEvery <= 0:
 		return pooling, fmt.Errorf("--watch-interval %v: must be positive", c.WatchEvery)
+	case c.Checkpoints != 0 && c.CkptBudget != 0:
+		return pooling, fmt.Errorf("--ctx-checkpoints %d and --ctx-checkpoint-budget %v both size the recurrent-state checkpoints: set one", c.Checkpoints, c.CkptBudget)
 	case c.Pooling == "":
 		return pooling, nil
 	}
@@ -161,7 +164,7 @@ func (c *ServeCmd) load(ctx context.Context, g *Globals, rec *graph.Recorder, ob
 	sc := engineConfig(p, ctxSize(l, p.KVCache.CtxSize, g.Log))
 	sc.StepFactor, sc.BlockSize = stepFactor(c.StepFactor), c.KVBlock
 	sc.LongPrefill, sc.Observer = longPrefill(c.LongPrefill), obs
-	sc.StateCheckpoints = c.Checkpoints
+	sc.StateCheckpoints, sc.StateCheckpointBytes = c.Checkpoints, int64(c.CkptBudget)
 	if sc.KVTokens, err = c.kvTokens(&l.Model.Hyper, sc); err != nil {
 		l.Close()
 		return nil, nil, err
@@ -201,8 +204,31 @@ func printServing(e *stages.Engine, r *rig, addr net.Addr) {
 	if e.PagedKV() {
 		layout = "paged, shared prefixes by reference"
 	}
-	fmt.Fprintf(os.Stderr, "flowinfer: serving %s on http://%s (%d parallel × %d context; KV cache %d blocks of %d tokens, %s, %s: %s; %d threads)\n",
-		r.Name, addr, cfg.NSeq, cfg.NCtx, cfg.KVTokens/cfg.BlockSize, cfg.BlockSize, cfg.KVTypes, configs.ByteSize(e.KVBytes()), layout, r.be.Threads())
+	fmt.Fprintf(os.Stderr, "flowinfer: serving %s on http://%s (%d parallel × %d context; KV cache %d blocks of %d tokens, %s, %s: %s%s; %d threads)\n",
+		r.Name, addr, cfg.NSeq, cfg.NCtx, cfg.KVTokens/cfg.BlockSize, cfg.BlockSize, cfg.KVTypes, configs.ByteSize(e.KVBytes()), layout,
+		checkpointNote(cfg, &r.Model.Hyper), r.be.Threads())
+}
+
+// checkpointNote says, for a hybrid model, how many recurrent-state
+// checkpoints the KV cache holds, their bytes, and what chose that number
+// ("" for the other models).
+func checkpointNote(cfg stages.Config, h *model.Hyper) string {
+	if !h.Hybrid() {
+		return ""
+	}
+	n, per := cfg.Checkpoints(h), model.RecurrentStateBytes(h, 1)
+	why := fmt.Sprintf("--ctx-checkpoints %d", cfg.StateCheckpoints)
+	if cfg.StateCheckpoints == 0 {
+		budget := cfg.StateCheckpointBytes
+		why = "--ctx-checkpoint-budget " + configs.ByteSize(budget).String()
+		if budget == 0 {
+			why = "the default budget of " + configs.ByteSize(stages.DefaultStateCheckpointBytes).String()
+		}
+		if n == stages.MaxStateCheckpoints {
+			why += fmt.Sprintf(", at most %d", stages.MaxStateCheckpoints)
+		}
+	}
+	return fmt.Sprintf("; %d recurrent-state checkpoints of %v, %v (%s)", n, configs.ByteSize(per), configs.ByteSize(int64(n)*per), why)
 }
 
 // serving is the server with its engine running (none while a changed

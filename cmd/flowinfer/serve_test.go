@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -37,6 +38,12 @@ func (l *lockedLog) String() string {
 func startServe(t *testing.T, args ...string) (*exec.Cmd, string, *lockedLog) {
 	t.Helper()
 	model, _ := goldenModel(t, "stories260K.gguf")
+	return startServeModel(t, model, args...)
+}
+
+// startServeModel is startServe on another model file.
+func startServeModel(t *testing.T, model string, args ...string) (*exec.Cmd, string, *lockedLog) {
+	t.Helper()
 	cmd := exec.Command(binPath, append([]string{"serve", "-m", model, "--port", "0", "--temp", "0", "-c", "256"}, args...)...)
 	cmd.Env = append(os.Environ(), "FLOWINFER_CACHE="+t.TempDir())
 	stderr, err := cmd.StderrPipe()
@@ -136,5 +143,46 @@ func TestServePoolingFlag(t *testing.T) {
 	_, errOut, err := flowinfer(t, "serve", "-m", m, "--port", "0", "--pooling", "rank")
 	if err == nil || strings.TrimSpace(errOut) != `flowinfer: error: --pooling: pooling "rank" is not one of mean, cls, last` {
 		t.Errorf("--pooling rank: %v\n%s", err, errOut)
+	}
+}
+
+// TestServeCheckpointFlags: a hybrid model's startup line says how many
+// recurrent-state checkpoints the KV cache holds and what chose them (the
+// default byte budget, --ctx-checkpoint-budget, --ctx-checkpoints); setting
+// both flags, or a budget that is not a byte size, is an error naming them.
+func TestServeCheckpointFlags(t *testing.T) {
+	m := filepath.Join(t.TempDir(), "qwen35.gguf")
+	if _, stderr, err := flowinfer(t, "gen", "--preset", "qwen35-small", "--type", "F32", "-o", m); err != nil {
+		t.Fatalf("gen: %v\n%s", err, stderr)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, `; 64 recurrent-state checkpoints of \S+, \S+ \(the default budget of 512MiB, at most 64\);`},
+		{[]string{"--ctx-checkpoint-budget", "1MiB"}, `; (\d+) recurrent-state checkpoints of \S+, \S+ \(--ctx-checkpoint-budget 1MiB\);`},
+		{[]string{"--ctx-checkpoints", "3"}, `; 3 recurrent-state checkpoints of \S+, \S+ \(--ctx-checkpoints 3\);`},
+		{[]string{"--ctx-checkpoints=-1"}, `; 0 recurrent-state checkpoints of \S+, 0 \(--ctx-checkpoints -1\);`},
+	} {
+		cmd, _, log := startServeModel(t, m, tc.args...)
+		line := regexp.MustCompile(`serving .*`).FindString(log.String())
+		if !regexp.MustCompile(tc.want).MatchString(line) {
+			t.Errorf("%v: startup line %q, want %s", tc.args, line, tc.want)
+		}
+		cmd.Process.Kill()
+		cmd.Wait()
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--ctx-checkpoints", "4", "--ctx-checkpoint-budget", "1GiB"}, "--ctx-checkpoints 4 and --ctx-checkpoint-budget 1GiB both size"},
+		{[]string{"--ctx-checkpoint-budget", "lots"}, "--ctx-checkpoint-budget"},
+		{[]string{"--ctx-checkpoint-budget=-1MiB"}, "--ctx-checkpoint-budget"},
+	} {
+		_, errOut, err := flowinfer(t, append([]string{"serve", "-m", m, "--port", "0"}, tc.args...)...)
+		if err == nil || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: %v\n%s (want an error with %q)", tc.args, err, errOut, tc.want)
+		}
 	}
 }
