@@ -87,6 +87,10 @@ type Hyper struct {
 	Recurrent    []bool
 	SSM          SSMHyper
 	RopeSections [4]int
+
+	// Nemotron-H (nemotronh.go): which layers are attention-only and
+	// FFN-only, and the MoE variant's routing; zero for the others.
+	NH NemotronHyper
 }
 
 // IsRecurrent reports whether layer il is a recurrent (linear-attention)
@@ -167,12 +171,17 @@ func ReadHyper(f *gguf.File, arch string) (Hyper, error) {
 	h.NCtxTrain = k.uint("context_length", 0, true)
 	h.NEmbd = k.uint("embedding_length", 0, true)
 	h.NLayer = k.uint("block_count", 0, true)
-	h.NFF = k.uint("feed_forward_length", 0, arch != "qwen3moe")
+	nemo := isNemotronH(arch) // per-layer feed_forward_length and head_count_kv: readNemotronHHyper
+	if !nemo {
+		h.NFF = k.uint("feed_forward_length", 0, arch != "qwen3moe")
+	}
 	if arch == "mistral3" {
 		h.AttnTempScale = k.float("attention.temperature_scale", 0)
 	}
 	h.NHead = k.uint("attention.head_count", 0, true)
-	h.NHeadKV = k.uint("attention.head_count_kv", h.NHead, false)
+	if !nemo {
+		h.NHeadKV = k.uint("attention.head_count_kv", h.NHead, false)
+	}
 	if k.err != nil {
 		return h, k.err
 	}
@@ -204,6 +213,11 @@ func ReadHyper(f *gguf.File, arch string) (Hyper, error) {
 	}
 	if arch == "qwen35" {
 		if err := readQwen35Hyper(k, &h); err != nil {
+			return h, err
+		}
+	}
+	if nemo {
+		if err := readNemotronHHyper(k, &h); err != nil {
 			return h, err
 		}
 	}

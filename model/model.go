@@ -1,5 +1,6 @@
 // Package model holds the transformer architectures flowinfer runs (one file
-// per family: llama.go, qwen2.go, qwen3.go, qwen3moe.go, gptoss.go, gemma3.go, mistral3.go), their
+// per family: llama.go, qwen2.go, qwen3.go, qwen3moe.go, gptoss.go, gemma3.go, mistral3.go,
+// qwen35.go, nemotronh.go), their
 // hyperparameters and weight tables read from GGUF, the KV cache, and the
 // small Ops interface a compute backend (package cpu, later gpu) implements.
 //
@@ -140,12 +141,25 @@ type Layer struct {
 	SSMBeta, SSMAl *Weight
 	SSMNorm        Vector
 	SSMOut         *Weight
+
+	// nemotron_h's Mamba-2 layers (nemotronh.go): the joint z/xBC/dt
+	// projection (ssm_in), the convolution's bias (ssm_conv1d.bias), the
+	// D skip (ssm_d, one per head); SSMConv, SSMDt, SSMA, SSMNorm (one
+	// row per group) and SSMOut as above. Its FFN layers: the dense
+	// squared-ReLU FFN's optional biases (ffn_up.bias, ffn_down.bias),
+	// and the MoE's expert-selection bias (exp_probs_b) and ungated
+	// shared expert (ffn_up_shexp, ffn_down_shexp).
+	SSMIn              *Weight
+	SSMConvB, SSMD     Vector
+	BUp, BDown         Vector
+	ExpProbsB          Vector
+	UpShexp, DownShexp *Weight
 }
 
 // Matrix names, in the order of Layer.Matrices: the GGUF tensor of layer
 // il's matrix i is "blk.<il>." + MatrixNames[i] + ".weight".
 var MatrixNames = [...]string{"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
-	"attn_qkv", "attn_gate", "ssm_alpha", "ssm_beta", "ssm_out", "ffn_gate_inp"}
+	"attn_qkv", "attn_gate", "ssm_alpha", "ssm_beta", "ssm_out", "ssm_in", "ffn_up_shexp", "ffn_down_shexp", "ffn_gate_inp"}
 
 // NMatrices is the number of matrix fields of a Layer (Layer.Matrices).
 const NMatrices = len(MatrixNames)
@@ -154,7 +168,7 @@ const NMatrices = len(MatrixNames)
 // path may stream when the budget cannot keep a layer resident. The
 // others (the router) are small and read every step by every token: they
 // always stay resident.
-const NStreamable = 12
+const NStreamable = 15
 
 // Matrices returns pointers to the layer's matrix fields in MatrixNames
 // order, so that a caller can read them or (the weight path's layer slots)
@@ -164,7 +178,7 @@ const NStreamable = 12
 // it here.
 func (L *Layer) Matrices() [NMatrices]**Weight {
 	return [NMatrices]**Weight{&L.Wq, &L.Wk, &L.Wv, &L.Wo, &L.Gate, &L.Up, &L.Down,
-		&L.Wqkv, &L.WGate, &L.SSMAl, &L.SSMBeta, &L.SSMOut, &L.Router}
+		&L.Wqkv, &L.WGate, &L.SSMAl, &L.SSMBeta, &L.SSMOut, &L.SSMIn, &L.UpShexp, &L.DownShexp, &L.Router}
 }
 
 // ExpertNames are the GGUF names of the routed experts' 3-D tensors in the
@@ -229,10 +243,11 @@ func Load(f *gguf.File, supports func(quant.Type) bool) (*Model, error) {
 	families := map[string]func(*loader, *Model){
 		"llama": loadLlama, "qwen2": loadQwen2, "qwen3": loadQwen3, "qwen3moe": loadQwen3MoE,
 		"gpt-oss": loadGptOss, "gemma3": loadGemma3, "mistral3": loadMistral3, "qwen35": loadQwen35,
+		"nemotron_h": loadNemotronH, "nemotron_h_moe": loadNemotronH,
 	}
 	loadFamily, ok := families[arch]
 	if !ok {
-		return nil, fmt.Errorf("model: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, mistral3, qwen35)", arch)
+		return nil, fmt.Errorf("model: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, mistral3, qwen35, nemotron_h, nemotron_h_moe)", arch)
 	}
 	h, err := ReadHyper(f, arch)
 	if err != nil {

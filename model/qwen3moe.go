@@ -184,7 +184,7 @@ func (c *Context) streamedExperts(il int) error {
 		if err := src.Fetch(il, ids); err != nil {
 			return err
 		}
-		if lo == 0 && c.hooks.PrefetchNext && il+1 < c.M.NLayer {
+		if lo == 0 && c.hooks.PrefetchNext && il+1 < c.M.NLayer && c.M.Layers[il+1].Router != nil {
 			if pf, ok := src.(Prefetcher); ok {
 				if err := pf.Prefetch(il+1, c.guessNext(il)); err != nil {
 					src.Release(il)
@@ -237,7 +237,8 @@ func (c *Context) guessNext(il int) []int {
 }
 
 // expert runs expert e on the tokens routed to it and writes each token's
-// weighted output into its slot of c.moeS.out.
+// weighted output into its slot of c.moeS.out. A nil or empty gateW is an
+// ungated expert (nemotron_h_moe): down(relu(up·x)²).
 func (c *Context) expert(il, e int, gateW, upW, downW *Weight) {
 	h, s := &c.M.Hyper, &c.moeS
 	K, d, f := h.NExpertUsed, h.NEmbd, h.NFFExp
@@ -250,11 +251,18 @@ func (c *Context) expert(il, e int, gateW, upW, downW *Weight) {
 		copy(xg[i*d:(i+1)*d], c.xn[t*d:(t+1)*d])
 	}
 	gate, up := c.gate[:m*f], c.up[:m*f]
-	c.matmuls("ffn_gate_up_exps", il, xg, m, mm{"ffn_gate_exps", gate, gateW}, mm{"ffn_up_exps", up, upW})
-	L := c.layer(il) // gpt-oss's expert biases: resident, by expert id
-	c.addExpertBias(up, L.UpExpsB, e, f)
-	c.addExpertBias(gate, L.GateExpsB, e, f)
-	c.expertGLU(gate, up)
+	if gateW == nil || gateW.Data == nil { // nemotron_h_moe: ungated, relu(up)²
+		c.matmul("ffn_up_exps", il, up, upW, xg, m)
+		c.Ops.(Mamba).ReluSqr(up)
+		gate = up
+	} else {
+		c.matmuls("ffn_gate_up_exps", il, xg, m, mm{"ffn_gate_exps", gate, gateW}, mm{"ffn_up_exps", up, upW})
+		L := c.layer(il) // gpt-oss's expert biases: resident, by expert id
+		c.addExpertBias(up, L.UpExpsB, e, f)
+		c.addExpertBias(gate, L.GateExpsB, e, f)
+		c.expertGLU(gate, up)
+	}
+	L := c.layer(il)
 	c.matmul("ffn_down_exps", il, yg, downW, gate, m)
 	c.addExpertBias(yg, L.DownExpsB, e, d)
 	for i, v := range entries {

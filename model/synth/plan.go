@@ -212,6 +212,10 @@ func tensorList(s Spec) []Tensor {
 			qwen35Block(s, i, add)
 			continue
 		}
+		if isNemotron(s.Arch) {
+			nemotronBlock(s, i, add, attnOutStd)
+			continue
+		}
 		add(i, "attn_norm.weight", roleNorm, 0.1, e)
 		add(i, "attn_q.weight", roleWeight, qkStd, e, qDim)
 		add(i, "attn_k.weight", roleWeight, qkStd, e, kvDim)

@@ -86,6 +86,9 @@ type Spec struct {
 	SlidingWindow int
 	// Hybrid (qwen35) shape: the linear-attention layers (qwen35.go).
 	Hybrid HybridSpec
+	// Nemotron (nemotron_h, nemotron_h_moe) shape: the layer pattern,
+	// Mamba-2 and shared expert (nemotronh.go).
+	Nemotron NemotronSpec
 }
 
 // kOutlierChannels is how many of a head's K dimensions KOutliers scales.
@@ -152,12 +155,15 @@ func Preset(name string) (Spec, error) {
 	if s, ok := gptOssPreset(name); ok {
 		return s, nil
 	}
+	if s, ok := nemotronPreset(name); ok {
+		return s, nil
+	}
 	return Spec{}, fmt.Errorf("synth: unknown preset %q (known: %s)", name, strings.Join(Presets(), ", "))
 }
 
 // Presets returns the preset names.
 func Presets() []string {
-	return append(append(append(append([]string{"demo", "llama-1b", "llama-8b", "qwen3moe-small", "qwen3-30b-a3b"}, gptOssPresets...), gemma3Presets()...), mistral3Presets...), "qwen35-small", "qwen3.5-9b")
+	return append(append(append(append([]string{"demo", "llama-1b", "llama-8b", "qwen3moe-small", "qwen3-30b-a3b"}, gptOssPresets...), gemma3Presets()...), mistral3Presets...), append([]string{"qwen35-small", "qwen3.5-9b"}, nemotronPresets...)...)
 }
 
 // Options select the weight types, the seed and the vocabulary.
@@ -187,11 +193,11 @@ const maxDim = 1 << 24
 func (s Spec) normalize() (Spec, error) {
 	qwen := false
 	switch s.Arch {
-	case "llama", "gpt-oss", "mistral3":
+	case "llama", "gpt-oss", "mistral3", "nemotron_h", "nemotron_h_moe":
 	case "qwen2", "qwen3", "qwen3moe", "gemma3", "qwen35":
 		qwen = true // gemma3 shares qwen's defaults: rope base 1e6, rms eps 1e-6
 	default:
-		return s, fmt.Errorf("synth: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, mistral3, qwen35)", s.Arch)
+		return s, fmt.Errorf("synth: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, mistral3, qwen35, nemotron_h, nemotron_h_moe)", s.Arch)
 	}
 	for _, f := range []struct {
 		name string
@@ -254,7 +260,7 @@ func (s Spec) normalize() (Spec, error) {
 	if err := s.checkMistral3(); err != nil {
 		return s, err
 	}
-	if s.Arch == "qwen3moe" || s.Arch == "gpt-oss" {
+	if s.Arch == "qwen3moe" || s.Arch == "gpt-oss" || s.Arch == "nemotron_h_moe" {
 		if s.NExpert == 0 || s.NExpertUsed == 0 || s.NExpertUsed > s.NExpert || s.NFFExp == 0 {
 			return s, fmt.Errorf("synth: %s needs NExpert > 0, NExpertUsed in [1, NExpert] and NFFExp > 0 (have %d, %d, %d)",
 				s.Arch, s.NExpert, s.NExpertUsed, s.NFFExp)
@@ -268,6 +274,9 @@ func (s Spec) normalize() (Spec, error) {
 		}
 	}
 	if err := s.checkHybrid(); err != nil {
+		return s, err
+	}
+	if err := s.checkNemotron(); err != nil {
 		return s, err
 	}
 	if s.Name == "" {
@@ -420,7 +429,10 @@ func setMetadata(gw *gguf.Writer, s Spec, o Options, vocab []gguf.KV, ftype uint
 	if s.Arch == "qwen35" {
 		setQwen35Metadata(gw, s)
 	}
-	if s.Arch == "qwen3" || s.Arch == "qwen3moe" || s.Arch == "gpt-oss" || s.Arch == "qwen35" || s.HeadDim != s.NEmbd/s.NHead {
+	if isNemotron(s.Arch) {
+		setNemotronMetadata(gw, s)
+	}
+	if s.Arch == "qwen3" || s.Arch == "qwen3moe" || s.Arch == "gpt-oss" || s.Arch == "qwen35" || isNemotron(s.Arch) || s.HeadDim != s.NEmbd/s.NHead {
 		u("attention.key_length", s.HeadDim)
 		u("attention.value_length", s.HeadDim)
 	}
