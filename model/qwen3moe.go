@@ -251,7 +251,7 @@ func (c *Context) expert(il, e int, gateW, upW, downW *Weight) {
 		copy(xg[i*d:(i+1)*d], c.xn[t*d:(t+1)*d])
 	}
 	gate, up := c.gate[:m*f], c.up[:m*f]
-	if gateW == nil || gateW.Data == nil { // nemotron_h_moe: ungated, relu(up)²
+	if gateW == nil || len(gateW.Data) == 0 { // nemotron_h_moe: ungated, relu(up)²
 		c.matmul("ffn_up_exps", il, up, upW, xg, m)
 		c.Ops.(Mamba).ReluSqr(up)
 		gate = up
