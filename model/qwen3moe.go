@@ -184,9 +184,9 @@ func (c *Context) streamedExperts(il int) error {
 		if err := src.Fetch(il, ids); err != nil {
 			return err
 		}
-		if lo == 0 && c.hooks.PrefetchNext && il+1 < c.M.NLayer && c.M.Layers[il+1].Router != nil {
+		if nx := c.nextMoE(il); lo == 0 && c.hooks.PrefetchNext && nx >= 0 {
 			if pf, ok := src.(Prefetcher); ok {
-				if err := pf.Prefetch(il+1, c.guessNext(il)); err != nil {
+				if err := pf.Prefetch(nx, c.guessNext(nx)); err != nil {
 					src.Release(il)
 					return err
 				}
@@ -205,20 +205,40 @@ func (c *Context) streamedExperts(il int) error {
 	return nil
 }
 
-// guessNext returns the union over the batch of the experts layer il+1's
+// nextMoE is the first layer after il with routed experts, or -1: il+1
+// in the all-MoE families, the next 'E' layer in nemotron_h_moe.
+func (c *Context) nextMoE(il int) int {
+	for j := il + 1; j < c.M.NLayer; j++ {
+		if c.M.Layers[j].Router != nil { // routers stay resident even when layers stream
+			return j
+		}
+	}
+	return -1
+}
+
+// guessNext returns the union over the batch of the experts layer nx's
 // router would pick if its input were the residual stream as it is now
-// (after layer il's attention): the next layer's input differs only by
-// this layer's expert outputs and the next attention.
-func (c *Context) guessNext(il int) []int {
+// (after the running layer's attention): that layer's input differs only
+// by this layer's expert outputs and the layers between.
+func (c *Context) guessNext(nx int) []int {
 	h, s, ops := &c.M.Hyper, &c.moeS, c.Ops
-	L := &c.M.Layers[il+1] // its norm and router: resident even when the layer streams
+	L := &c.M.Layers[nx] // its norm and router: resident even when the layer streams
 	n, d := c.moeRows, h.NEmbd
 	xn := s.yg[:n*d] // scratch: yg is free until the experts run
-	ops.RMSNorm(xn, c.x[:n*d], L.FFNNorm, n, d, h.RMSEps)
+	norm := L.FFNNorm
+	if L.ExpProbsB != nil { // nemotron_h_moe: the block's one norm
+		norm = L.AttnNorm
+	}
+	ops.RMSNorm(xn, c.x[:n*d], norm, n, d, h.RMSEps)
 	probs := s.pprobs[:n*h.NExpert]
 	ops.MatMul(probs, L.Router, xn, n)
 	if L.RouterB != nil {
 		ops.AddRows(probs, L.RouterB)
+	}
+	if L.ExpProbsB != nil { // nemotron_h_moe chooses by sigmoid + selection bias
+		for i, x := range probs {
+			probs[i] = 1/(1+expf32(-x)) + L.ExpProbsB[i%h.NExpert]
+		}
 	}
 	clear(s.pmark)
 	s.punion = s.punion[:0]

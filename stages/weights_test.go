@@ -154,20 +154,36 @@ func gptOssFile(t *testing.T, typ quant.Type) string {
 	return path
 }
 
+// nemotronMoEFile writes nemotronh-moe-small (seed 1) with weights of type
+// typ into a temporary directory.
+func nemotronMoEFile(t *testing.T, typ quant.Type) string {
+	t.Helper()
+	spec, err := synth.Preset("nemotronh-moe-small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), fmt.Sprintf("nemotronh-moe-small-%s.gguf", typ))
+	if err := synth.WriteFile(path, spec, synth.Options{Type: typ, Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // TestStreamedExpertsBitIdentical: with routed experts read from disk into
 // an expert cache (packed by the uploader), logits are bit-identical to the
 // fully resident run, at budgets from "one token's experts" (every step
 // evicts) to unlimited, for prefill in one step and in chunks, with three
 // sequences decoding together: qwen3moe's golden files, and gpt-oss files
 // (MXFP4 experts whose biases stay resident, the other weights F32 or
-// Q8_0) generated here.
+// Q8_0) and nemotron_h_moe files (ungated experts in some layers only,
+// F32 or Q8_0) generated here.
 func TestStreamedExpertsBitIdentical(t *testing.T) {
 	dir, _ := golden.Load(t)
 	var paths []string
 	for _, name := range []string{"synth-qwen3moe-Q8_0.gguf", "synth-qwen3moe-Q4_K_M.gguf", "synth-qwen3moe-F32.gguf"} {
 		paths = append(paths, filepath.Join(dir, "models", name))
 	}
-	paths = append(paths, gptOssFile(t, quant.F32), gptOssFile(t, quant.Q8_0))
+	paths = append(paths, gptOssFile(t, quant.F32), gptOssFile(t, quant.Q8_0), nemotronMoEFile(t, quant.F32), nemotronMoEFile(t, quant.Q8_0))
 	for _, path := range paths {
 		name := filepath.Base(path)
 		m, tok := openModel(t, path)
