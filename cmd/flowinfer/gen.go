@@ -15,7 +15,7 @@ import (
 
 // GenCmd writes a random-weight model.
 type GenCmd struct {
-	Preset string `name:"preset" required:"" help:"Shape: demo, llama-1b, llama-8b, qwen3moe-small, qwen3-30b-a3b, gpt-oss-small, gpt-oss-20b, gpt-oss-120b (gpt-oss: MXFP4 experts, --pure --type for the rest), gemma3-small, gemma-3-4b, mistral3-small or ministral-3-14b."`
+	Preset string `name:"preset" required:"" help:"Shape: demo, llama-1b, llama-8b, qwen3moe-small, qwen3-30b-a3b, gpt-oss-small, gpt-oss-20b, gpt-oss-120b (gpt-oss: MXFP4 experts, --pure --type for the rest), gemma3-small, gemma-3-4b, mistral3-small, ministral-3-14b, qwen35-small, qwen3.5-9b, nemotronh-small, nemotronh-moe-small or nemotron-3-nano-30b-a3b."`
 	Type   string `name:"type" default:"Q8_0" help:"Weight types, as llama-quantize names them: F32, F16, BF16, Q8_0, Q6_K, Q5_K_M, Q5_K_S, Q4_K_M, Q4_K_S, Q5_0, Q5_1, Q4_0, Q4_1 (a mixture like llama-quantize's; with --pure one type, e.g. Q4_K, or IQ4_NL, IQ4_XS, MXFP4, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M, which have no mixture; IQ2_XXS, IQ2_XS, IQ1_S are quantized with an importance matrix of all ones)."`
 	Pure   bool   `name:"pure" help:"Every 2-D weight of --type (as llama-quantize --pure)."`
 	Vocab  string `name:"vocab" help:"GGUF whose tokenizer to copy (e.g. a llama.cpp vocab file); default: the built-in 1024-token vocabulary." type:"existingfile"`

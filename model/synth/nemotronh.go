@@ -11,6 +11,7 @@ package synth
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/flowinfer/flowinfer/io/gguf"
 )
@@ -31,6 +32,13 @@ type NemotronSpec struct {
 	NFFShExp int
 	ExpScale float32
 	NormTopK bool
+}
+
+// before counts the layers of kind c (a pattern letter) before layer il:
+// llama-quantize's running count of a tensor kind that only some layers
+// have.
+func (n *NemotronSpec) before(c byte, il int) int {
+	return strings.Count(n.Pattern[:il], string(c))
 }
 
 func isNemotron(arch string) bool { return arch == "nemotron_h" || arch == "nemotron_h_moe" }

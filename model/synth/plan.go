@@ -349,10 +349,14 @@ func (q *typer) mixRule(t *Tensor, nt quant.Type) quant.Type {
 		// category_is_attn_v: a fused attn_qkv (qwen35's delta net layers)
 		// takes attn_v's rule and counter; counted in file order, one
 		// per layer, so i = layer
+		i, n := t.layer, q.s.NLayer
+		if isNemotron(q.s.Arch) { // the counter runs over attn_v tensors only
+			i, n = q.s.Nemotron.before('*', t.layer), strings.Count(q.s.Nemotron.Pattern, "*")
+		}
 		switch {
-		case (ftype == "Q4_K_M" || ftype == "Q5_K_M") && useMoreBits(t.layer, q.s.NLayer):
+		case (ftype == "Q4_K_M" || ftype == "Q5_K_M") && useMoreBits(i, n):
 			nt = quant.Q6_K
-		case ftype == "Q4_K_S" && t.layer < 4:
+		case ftype == "Q4_K_S" && i < 4:
 			nt = quant.Q5_K
 		}
 		if q.is70B && (nt == quant.Q3_K || nt == quant.Q4_K) {
@@ -369,6 +373,9 @@ func (q *typer) mixRule(t *Tensor, nt quant.Type) quant.Type {
 		// layer from the name (MoE) or the running count (dense): the same
 		// number in file order
 		i, n := t.layer, q.s.NLayer
+		if q.s.Arch == "nemotron_h" { // dense: the running count of ffn_down tensors
+			i = q.s.Nemotron.before('-', t.layer)
+		}
 		switch {
 		case ftype == "Q4_K_M" && useMoreBits(i, n):
 			nt = quant.Q6_K
