@@ -184,7 +184,7 @@ func loadNemotronH(l *loader, m *Model) {
 			L.SSMNorm = l.f32matrix(blk(i, "ssm_norm.weight"), s.Inner/s.Groups, s.Groups)
 			L.SSMOut = l.matrix(blk(i, "ssm_out.weight"), s.Inner, m.NEmbd, true)
 		case m.NH.Attn[i]:
-			if l.tensor(blk(i, "attn_qkv.weight"), false) != nil {
+			if _, ok := l.f.Tensor(blk(i, "attn_qkv.weight")); ok {
 				l.fail(fmt.Errorf("model: %s: tensor %q: a fused q/k/v projection is not supported", m.Arch, blk(i, "attn_qkv.weight")))
 			}
 			L.Wq = l.matrix(blk(i, "attn_q.weight"), m.NEmbd, m.QDim(), true)
@@ -199,7 +199,7 @@ func loadNemotronH(l *loader, m *Model) {
 			L.Router = l.matrix(blk(i, "ffn_gate_inp.weight"), m.NEmbd, m.NExpert, true)
 			L.ExpProbsB = l.vector(blk(i, "exp_probs_b.bias"), m.NExpert, true)
 			for _, name := range []string{"ffn_latent_down.weight", "ffn_latent_up.weight"} {
-				if l.tensor(blk(i, name), false) != nil {
+				if _, ok := l.f.Tensor(blk(i, name)); ok {
 					l.fail(fmt.Errorf("model: %s: tensor %q: the MoE latent projections are not supported", m.Arch, blk(i, name)))
 				}
 			}

@@ -1,6 +1,7 @@
 package model_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -14,6 +15,7 @@ import (
 	"github.com/flowinfer/flowinfer/bench"
 	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/internal/golden"
+	"github.com/flowinfer/flowinfer/io/gguf"
 	"github.com/flowinfer/flowinfer/model"
 	"github.com/flowinfer/flowinfer/model/synth"
 	"github.com/flowinfer/flowinfer/quant"
@@ -281,6 +283,73 @@ func TestNemotronHDecodeAllocs(t *testing.T) {
 			}
 			if allocs != 0 {
 				t.Errorf("%v allocations per decode step, want 0", allocs)
+			}
+		})
+	}
+}
+
+// TestNemotronHLoadErrors: what the family does not implement, and
+// per-layer keys that do not fit, are load errors naming the key or
+// tensor, never a model computed wrongly.
+func TestNemotronHLoadErrors(t *testing.T) {
+	s, err := synth.Preset("nemotronh-moe-small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := synth.Write(&buf, s, synth.Options{Type: quant.F32, Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	src, err := gguf.Parse(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := "nemotron_h_moe."
+	for _, tc := range []struct {
+		name  string
+		edit  func(w *gguf.Writer)
+		extra string // a tensor to add
+		want  string
+	}{
+		{"latent size", func(w *gguf.Writer) { w.Set(a+"moe_latent_size", gguf.Uint32(64)) }, "", "moe_latent_size 64"},
+		{"expert groups", func(w *gguf.Writer) { w.Set(a+"expert_group_count", gguf.Uint32(4)) }, "", "grouped expert selection"},
+		{"short array", func(w *gguf.Writer) { w.Set(a+"feed_forward_length", gguf.Int32s(make([]int32, 7))) }, "", "7 values for 8 layers"},
+		{"negative array value", func(w *gguf.Writer) {
+			w.Set(a+"attention.head_count_kv", gguf.Int32s([]int32{0, 0, 0, -2, 0, 0, 0, 0}))
+		}, "", "not a non-negative integer"},
+		{"groups", func(w *gguf.Writer) { w.Set(a+"ssm.group_count", gguf.Uint32(3)) }, "", "multiple of"},
+		{"head_count array", func(w *gguf.Writer) { w.Set(a+"attention.head_count", gguf.Int32s(make([]int32, 8))) }, "", "per-layer array"},
+		{"no experts", func(w *gguf.Writer) { w.Set(a+"expert_count", gguf.Uint32(0)) }, "", "needs expert_count"},
+		{"latent tensor", nil, "blk.1.ffn_latent_down.weight", "latent projections are not supported"},
+		{"fused qkv", nil, "blk.3.attn_qkv.weight", "fused q/k/v"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := gguf.NewWriter()
+			w.CopyKVs(src, nil)
+			if tc.edit != nil {
+				tc.edit(w)
+			}
+			for _, tn := range src.Tensors {
+				if err := w.AddTensor(tn.Name, tn.Type, tn.Dims, append([]byte(nil), tn.Data...)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.extra != "" {
+				if err := w.AddTensor(tc.extra, quant.F32, []uint64{256, 64}, make([]byte, 4*256*64)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var out bytes.Buffer
+			if _, err := w.WriteTo(&out); err != nil {
+				t.Fatal(err)
+			}
+			f, err := gguf.Parse(out.Bytes())
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = model.Load(f, cpu.NewRef().Supports)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one containing %q", err, tc.want)
 			}
 		})
 	}
