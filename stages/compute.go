@@ -90,8 +90,7 @@ func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*st
 
 // stepBytes returns the bytes of the non-expert layer matrices, of one
 // routed expert (the file's bytes, averaged over the layers that have
-// routed experts) and of the
-// output matrix.
+// routed experts) and of the output matrix.
 func stepBytes(m *model.Model) (resident, expert, output int64) {
 	var nMoE int64
 	for i := range m.Layers {
