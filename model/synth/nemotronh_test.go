@@ -33,6 +33,18 @@ func TestNemotronNanoShape(t *testing.T) {
 		t.Errorf("%.4gB parameters, published %.4gB", total/1e9, want/1e9)
 	}
 	t.Logf("%.4gB parameters", total/1e9)
+	// the mixture resolves (rows of 2688 are not whole 256-blocks: Q5_0,
+	// as llama-quantize's fallback) with the built-in vocabulary
+	p0, _ := nemotronPreset("nemotron-3-nano-30b-a3b")
+	ts, err := Plan(p0, Options{Mix: "Q4_K_M"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bytes uint64
+	for _, tn := range ts {
+		bytes += tn.Bytes
+	}
+	t.Logf("Q4_K_M with the built-in vocabulary: %.2f GB", float64(bytes)/1e9)
 	p := s.Nemotron.Pattern
 	if m, e, a := strings.Count(p, "M"), strings.Count(p, "E"), strings.Count(p, "*"); m != 23 || e != 23 || a != 6 {
 		t.Errorf("layers: %d Mamba-2, %d MoE, %d attention; want 23, 23, 6", m, e, a)
