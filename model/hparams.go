@@ -178,7 +178,11 @@ func ReadHyper(f *gguf.File, arch string) (Hyper, error) {
 	if arch == "mistral3" {
 		h.AttnTempScale = k.float("attention.temperature_scale", 0)
 	}
-	h.NHead = k.uint("attention.head_count", 0, true)
+	if nemo {
+		h.NHead = nemotronHHeads(k, h.NLayer)
+	} else {
+		h.NHead = k.uint("attention.head_count", 0, true)
+	}
 	if !nemo {
 		h.NHeadKV = k.uint("attention.head_count_kv", h.NHead, false)
 	}

@@ -1,8 +1,11 @@
 package model
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+
+	"github.com/flowinfer/flowinfer/io/gguf"
 )
 
 // nemotronh: NVIDIA's Nemotron-H, a hybrid of Mamba-2, attention and FFN
@@ -39,8 +42,8 @@ import (
 // The Mamba state is kept per sequence in KVCache.State. Not done, each an
 // error naming it: the MoE latent projections (moe_latent_size, Nemotron
 // 3 Super), grouped expert selection (expert_group_count > 1), a fused
-// attn_qkv, per-layer head_count, and attention or FFN layers of
-// different widths.
+// attn_qkv, and attention or FFN layers of different widths or head
+// counts.
 
 // NemotronHyper is what nemotron_h adds to Hyper.
 type NemotronHyper struct {
@@ -130,6 +133,30 @@ func readNemotronHHyper(k *keyReader, h *Hyper) error {
 		return fmt.Errorf("model: nemotron_h_moe needs expert_count and expert_used_count")
 	}
 	return nil
+}
+
+// nemotronHHeads reads attention.head_count, one value or one per layer
+// (llama.cpp's get_key_or_arr): the attention layers' common count, 0
+// where a layer has no attention; different counts are an error.
+func nemotronHHeads(k *keyReader, nLayer int) int {
+	key := k.arch + ".attention.head_count"
+	if v, ok := k.f.Get(key); ok && v.Type() == gguf.TypeArray {
+		hs, err := perLayer(k, "attention.head_count", nLayer, 0)
+		if err != nil {
+			k.err = cmp.Or(k.err, err)
+			return 0
+		}
+		n := 0
+		for il, x := range hs {
+			if x != 0 && n != 0 && x != n {
+				k.err = cmp.Or(k.err, fmt.Errorf("model: key %q: %d heads in layer %d, %d in an earlier one: per-layer head counts are not supported", key, x, il, n))
+				return 0
+			}
+			n = max(n, x)
+		}
+		return n
+	}
+	return k.uint("attention.head_count", 0, true)
 }
 
 // perLayer reads key as one value per layer: an array of nLayer

@@ -290,7 +290,8 @@ func TestNemotronHDecodeAllocs(t *testing.T) {
 
 // TestNemotronHLoadErrors: what the family does not implement, and
 // per-layer keys that do not fit, are load errors naming the key or
-// tensor, never a model computed wrongly.
+// tensor, never a model computed wrongly; a per-layer head_count array
+// (0 outside attention layers) loads.
 func TestNemotronHLoadErrors(t *testing.T) {
 	s, err := synth.Preset("nemotronh-moe-small")
 	if err != nil {
@@ -305,6 +306,24 @@ func TestNemotronHLoadErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := "nemotron_h_moe."
+	// a per-layer head_count (0 outside attention) is read as llama.cpp does
+	w := gguf.NewWriter()
+	w.CopyKVs(src, nil)
+	w.Set(a+"attention.head_count", gguf.Int32s([]int32{0, 0, 0, 4, 0, 0, 0, 0}))
+	for _, tn := range src.Tensors {
+		if err := w.AddTensor(tn.Name, tn.Type, tn.Dims, append([]byte(nil), tn.Data...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var arr bytes.Buffer
+	if _, err := w.WriteTo(&arr); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := gguf.Parse(arr.Bytes()); err != nil {
+		t.Fatal(err)
+	} else if m, err := model.Load(f, cpu.NewRef().Supports); err != nil || m.NHead != 4 || m.NHeadKV != 2 || !m.NH.Attn[3] {
+		t.Fatalf("head_count as a per-layer array: error %v (want a model with 4 heads, 2 KV heads, attention in layer 3)", err)
+	}
 	for _, tc := range []struct {
 		name  string
 		edit  func(w *gguf.Writer)
@@ -318,7 +337,9 @@ func TestNemotronHLoadErrors(t *testing.T) {
 			w.Set(a+"attention.head_count_kv", gguf.Int32s([]int32{0, 0, 0, -2, 0, 0, 0, 0}))
 		}, "", "not a non-negative integer"},
 		{"groups", func(w *gguf.Writer) { w.Set(a+"ssm.group_count", gguf.Uint32(3)) }, "", "multiple of"},
-		{"head_count array", func(w *gguf.Writer) { w.Set(a+"attention.head_count", gguf.Int32s(make([]int32, 8))) }, "", "per-layer array"},
+		{"head_count array", func(w *gguf.Writer) {
+			w.Set(a+"attention.head_count", gguf.Int32s([]int32{4, 0, 0, 4, 0, 8, 0, 0}))
+		}, "", "per-layer head counts are not supported"},
 		{"no experts", func(w *gguf.Writer) { w.Set(a+"expert_count", gguf.Uint32(0)) }, "", "needs expert_count"},
 		{"latent tensor", nil, "blk.1.ffn_latent_down.weight", "latent projections are not supported"},
 		{"fused qkv", nil, "blk.3.attn_qkv.weight", "fused q/k/v"},
