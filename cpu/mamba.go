@@ -9,11 +9,11 @@ package cpu
 // per-channel, per-head and per-row functions the Backend runs in parallel
 // (mamba_backend.go). The scan runs token by token for prefill as for
 // decode, as ggml's CPU op does; the chunked state-space-duality form is
-// not implemented. The scan's inner sum is sequential in float32: ggml's
-// AVX path sums a state of 32 or more floats in vector lanes, so its
-// result may differ from ours in the last bits there (the goldens'
-// tolerances cover it; their small presets use a state of 16, where ggml
-// sums sequentially too).
+// not implemented. The scan's inner sum (scanRow) is sequential for a
+// state narrower than 32 floats, as ggml's; from 32 on ggml sums in
+// vector lanes and we in four partial sums, so the results may differ in
+// the last bits there (the goldens' tolerances cover it; their small
+// presets use a state of 16).
 
 import (
 	"math"
@@ -28,34 +28,45 @@ func (r *Ref) SSMConv(out, x, state, w, bias []float32, n, ch, k int) {
 	ssmConvRows(out, x, state, w, bias, n, ch, k, 0, ch)
 }
 
-// ssmConvRows is SSMConv on channels [c0, c1).
+// ssmConvRows is SSMConv on channels [c0, c1), token by token so that x
+// is read along its rows: the window of channel c at token t is its state
+// values from t on, then inputs up to t; each sum runs from tap 0 as
+// ggml_ssm_conv's.
 func ssmConvRows(out, x, state, w, bias []float32, n, ch, k, c0, c1 int) {
-	var win [16]float32 // a channel's window: k-1 state values then n inputs, slid
-	buf := win[:]
-	if k > len(win) {
-		buf = make([]float32, k)
-	}
-	buf = buf[:k]
-	for c := c0; c < c1; c++ {
-		st, wc := state[c*(k-1):(c+1)*(k-1)], w[c*k:(c+1)*k]
-		var b float32
-		if bias != nil {
-			b = bias[c]
-		}
-		copy(buf, st)
-		for t := range n {
-			buf[k-1] = x[t*ch+c]
+	k1 := k - 1
+	for t := range n {
+		or := out[t*ch : (t+1)*ch]
+		for c := c0; c < c1; c++ {
+			st, wc := state[c*k1:(c+1)*k1], w[c*k:(c+1)*k]
 			var s float32
 			for i, wi := range wc {
-				s += float32(buf[i] * wi) // ssm_conv: a float32 sum from tap 0, no fused multiply-add
+				var in float32
+				if j := t + i; j < k1 {
+					in = st[j]
+				} else {
+					in = x[(j-k1)*ch+c]
+				}
+				s += float32(in * wi) // a float32 sum from tap 0, no fused multiply-add
 			}
 			if bias != nil {
-				s += b
+				s += bias[c]
 			}
-			out[t*ch+c] = s / (1 + expf32(-s))
-			copy(buf, buf[1:])
+			or[c] = s / (1 + expf32(-s))
 		}
-		copy(st, buf[:k-1])
+	}
+	// the new state: each channel's last k-1 values of state ++ inputs
+	for c := c0; c < c1; c++ {
+		st := state[c*k1 : (c+1)*k1]
+		if n >= k1 {
+			for i := range k1 {
+				st[i] = x[(n-k1+i)*ch+c]
+			}
+			continue
+		}
+		copy(st, st[n:]) // shift the kept state values down, then the n inputs
+		for i := range n {
+			st[k1-n+i] = x[i*ch+c]
+		}
 	}
 }
 
@@ -84,17 +95,50 @@ func ssmScanHead(y, xbc, dt, a, d, state []float32, n, nHead, headDim, nGroup, d
 		for i, xi := range x {
 			xdt := float32(xi * dtSoft)
 			si := s[i*dState : (i+1)*dState]
-			var sum float32
-			for j := range si {
-				// state = prev·dA + B·x·dt; y = state·C
-				st := float32(si[j]*dA) + float32(B[j]*xdt)
-				sum += float32(st * C[j])
-				si[j] = st
-			}
-			// the D skip: y + x·D (ggml_mul then ggml_add)
-			yo[i] = sum + float32(xi*d[h])
+			yo[i] = scanRow(si, B, C, dA, xdt) + float32(xi*d[h]) // the D skip: ggml_mul then ggml_add
+
 		}
 	}
+}
+
+// scanRow advances one state row (state = prev·dA + B·xdt, unfused, as
+// ggml's scalar and vector paths both compute it) and returns state·C.
+// Below 32 values the sum is sequential, as ggml's (its vector loop
+// starts at 32); from 32 on it is four interleaved partial sums added
+// pairwise at the end, so the sum's dependency chain does not bound the
+// loop (ggml also sums there in vector lanes, in another order: the
+// goldens' tolerance covers the difference in the last bits).
+func scanRow(si, B, C []float32, dA, xdt float32) float32 {
+	n := len(si)
+	B, C = B[:n], C[:n]
+	if n < 32 {
+		var sum float32
+		for j := range si {
+			st := float32(si[j]*dA) + float32(B[j]*xdt)
+			sum += float32(st * C[j])
+			si[j] = st
+		}
+		return sum
+	}
+	var s0, s1, s2, s3 float32
+	j := 0
+	for ; j+4 <= n; j += 4 {
+		t0 := float32(si[j]*dA) + float32(B[j]*xdt)
+		t1 := float32(si[j+1]*dA) + float32(B[j+1]*xdt)
+		t2 := float32(si[j+2]*dA) + float32(B[j+2]*xdt)
+		t3 := float32(si[j+3]*dA) + float32(B[j+3]*xdt)
+		s0 += float32(t0 * C[j])
+		s1 += float32(t1 * C[j+1])
+		s2 += float32(t2 * C[j+2])
+		s3 += float32(t3 * C[j+3])
+		si[j], si[j+1], si[j+2], si[j+3] = t0, t1, t2, t3
+	}
+	for ; j < n; j++ {
+		t := float32(si[j]*dA) + float32(B[j]*xdt)
+		s0 += float32(t * C[j])
+		si[j] = t
+	}
+	return (s0 + s1) + (s2 + s3)
 }
 
 // softplusf32 is ggml_compute_softplus_f32: x above 20, else

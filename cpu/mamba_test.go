@@ -25,7 +25,7 @@ func TestMambaOps(t *testing.T) {
 		be := cpu.NewBackend(threads, nil)
 		defer be.Close()
 		for _, sz := range []struct{ n, nh, hd, ng, ds, k int }{
-			{1, 1, 1, 1, 1, 2}, {7, 4, 5, 2, 3, 4}, {3, 6, 8, 3, 16, 3}, {17, 8, 16, 1, 32, 4}, {1, 16, 64, 8, 128, 4}, {33, 3, 11, 3, 7, 5},
+			{1, 1, 1, 1, 1, 2}, {2, 3, 4, 1, 5, 5}, {7, 4, 5, 2, 3, 4}, {3, 6, 8, 3, 16, 3}, {17, 8, 16, 1, 32, 4}, {1, 16, 64, 8, 128, 4}, {33, 3, 11, 3, 7, 5},
 		} {
 			name := fmt.Sprintf("threads=%d/n=%d/heads=%d/hd=%d/groups=%d/ds=%d/k=%d", threads, sz.n, sz.nh, sz.hd, sz.ng, sz.ds, sz.k)
 			t.Run(name, func(t *testing.T) {
