@@ -58,6 +58,7 @@ type Backend struct {
 	store  kvStoreTask
 	rot    rotTask
 	dn     dnTask // the DeltaNet ops (backend_deltanet.go)
+	mb     mbTask // the Mamba ops (mamba_backend.go)
 }
 
 var (

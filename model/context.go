@@ -61,10 +61,11 @@ type Context struct {
 	gate, up                 []float32 // MaxBatch × max(NFF, NFFExp)
 	probs                    []float32 // MaxBatch × NExpert
 	moeS                     moeScratch
-	q35                      qwen35Scratch // hybrid layers' buffers (qwen35)
-	q3n                      nextScratch   // qwen3next's fused projections (qwen3next.go)
-	g4                       gemma4Scratch // per-layer inputs (gemma4)
-	cur                      *Layer        // the running layer's weights (Hooks.Layers)
+	q35                      qwen35Scratch    // hybrid layers' buffers (qwen35)
+	q3n                      nextScratch      // qwen3next's fused projections (qwen3next.go)
+	g4                       gemma4Scratch    // per-layer inputs (gemma4)
+	nh                       nemotronHScratch // Mamba-2 hybrid layers' buffers (nemotron_h)
+	cur                      *Layer           // the running layer's weights (Hooks.Layers)
 	curIL                    int
 	moeRows                  int // tokens of the MoE step running
 	rowIdx                   []int
@@ -138,7 +139,10 @@ func (m *Model) NewContextKV(ops Ops, kv *KVCache, maxBatch int) (*Context, erro
 		c.probs = make([]float32, n*h.NExpert)
 		c.moeS.alloc(n, h)
 	}
-	if h.Hybrid() {
+	switch {
+	case isNemotronH(h.Arch):
+		c.nh.alloc(n, h)
+	case h.Hybrid():
 		c.q35.alloc(n, h)
 	}
 	if h.Arch == "qwen3next" {

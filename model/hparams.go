@@ -106,6 +106,10 @@ type Hyper struct {
 	// embeddings (embedding_length_per_layer_input; 0: none).
 	NLayerKV      int
 	NEmbdPerLayer int
+
+	// Nemotron-H (nemotronh.go): which layers are attention-only and
+	// FFN-only, and the MoE variant's routing; zero for the others.
+	NH NemotronHyper
 }
 
 // KVSource returns the layer whose K and V layer il attends to: il itself,
@@ -205,12 +209,21 @@ func ReadHyper(f *gguf.File, arch string) (Hyper, error) {
 	h.NCtxTrain = k.uint("context_length", 0, true)
 	h.NEmbd = k.uint("embedding_length", 0, true)
 	h.NLayer = k.uint("block_count", 0, true)
-	h.NFF = k.uint("feed_forward_length", 0, arch != "qwen3moe" && arch != "qwen35moe" && arch != "qwen3next")
+	nemo := isNemotronH(arch) // per-layer feed_forward_length and head_count_kv: readNemotronHHyper
+	if !nemo {
+		h.NFF = k.uint("feed_forward_length", 0, arch != "qwen3moe" && arch != "qwen35moe" && arch != "qwen3next")
+	}
 	if arch == "mistral3" {
 		h.AttnTempScale = k.float("attention.temperature_scale", 0)
 	}
-	h.NHead = k.uint("attention.head_count", 0, true)
-	h.NHeadKV = k.uint("attention.head_count_kv", h.NHead, false)
+	if nemo {
+		h.NHead = nemotronHHeads(k, h.NLayer)
+	} else {
+		h.NHead = k.uint("attention.head_count", 0, true)
+	}
+	if !nemo {
+		h.NHeadKV = k.uint("attention.head_count_kv", h.NHead, false)
+	}
 	if k.err != nil {
 		return h, k.err
 	}
@@ -247,6 +260,11 @@ func ReadHyper(f *gguf.File, arch string) (Hyper, error) {
 	}
 	if arch == "qwen35" || arch == "qwen35moe" || arch == "qwen3next" {
 		if err := readQwen35Hyper(k, &h); err != nil {
+			return h, err
+		}
+	}
+	if nemo {
+		if err := readNemotronHHyper(k, &h); err != nil {
 			return h, err
 		}
 	}

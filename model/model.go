@@ -1,6 +1,6 @@
 // Package model holds the transformer architectures flowinfer runs (one file
 // per family: llama.go, qwen2.go, qwen3.go, qwen3moe.go, gptoss.go, gemma3.go, gemma4.go,
-// mistral3.go, qwen35.go, qwen35moe.go, qwen3next.go), their
+// mistral3.go, qwen35.go, qwen35moe.go, qwen3next.go, nemotronh.go), their
 // hyperparameters and weight tables read from GGUF, the KV cache, and the
 // small Ops interface a compute backend (package cpu, later gpu) implements.
 //
@@ -159,14 +159,26 @@ type Layer struct {
 	// qwen3next's fused projections: ssm_ba (beta and alpha of each key
 	// head's value heads side by side) and, in files from its first
 	// converter, ssm_in (q, k, v and z of each key head side by side) in
-	// place of attn_qkv and attn_gate (qwen3next.go).
+	// place of attn_qkv and attn_gate (qwen3next.go). nemotron_h's
+	// Mamba-2 layers read ssm_in as the joint z/xBC/dt projection.
 	SSMBA, SSMIn *Weight
 
 	// The shared expert of qwen35moe and qwen3next (a SwiGLU FFN of width
 	// NFFShexp every token runs) and its gate (ffn_gate_inp_shexp: one
-	// row, sigmoid(gate·x) scales the expert's output).
+	// row, sigmoid(gate·x) scales the expert's output); nemotron_h_moe's
+	// is ungated (up and down only).
 	GateShexp, UpShexp, DownShexp *Weight
 	ShexpGate                     *Weight
+
+	// nemotron_h's Mamba-2 layers (nemotronh.go): the convolution's bias
+	// (ssm_conv1d.bias), the D skip (ssm_d, one per head); SSMConv,
+	// SSMDt, SSMA, SSMNorm (one row per group) and SSMOut as above. Its
+	// FFN layers: the dense squared-ReLU FFN's optional biases
+	// (ffn_up.bias, ffn_down.bias) and the MoE's expert-selection bias
+	// (exp_probs_b).
+	SSMConvB, SSMD Vector
+	BUp, BDown     Vector
+	ExpProbsB      Vector
 }
 
 // Matrix names, in the order of Layer.Matrices: the GGUF tensor of layer
@@ -280,11 +292,11 @@ func Load(f *gguf.File, supports func(quant.Type) bool) (*Model, error) {
 	families := map[string]func(*loader, *Model){
 		"llama": loadLlama, "qwen2": loadQwen2, "qwen3": loadQwen3, "qwen3moe": loadQwen3MoE,
 		"gpt-oss": loadGptOss, "gemma3": loadGemma3, "gemma4": loadGemma4, "mistral3": loadMistral3, "qwen35": loadQwen35,
-		"qwen35moe": loadQwen35MoE, "qwen3next": loadQwen3Next,
+		"qwen35moe": loadQwen35MoE, "qwen3next": loadQwen3Next, "nemotron_h": loadNemotronH, "nemotron_h_moe": loadNemotronH,
 	}
 	loadFamily, ok := families[arch]
 	if !ok {
-		return nil, fmt.Errorf("model: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, gemma4, mistral3, qwen35, qwen35moe, qwen3next)", arch)
+		return nil, fmt.Errorf("model: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, gemma4, mistral3, qwen35, qwen35moe, qwen3next, nemotron_h, nemotron_h_moe)", arch)
 	}
 	h, err := ReadHyper(f, arch)
 	if err != nil {

@@ -214,9 +214,9 @@ func (c *Context) streamedExperts(il int, shared bool) error {
 		if err := src.Fetch(il, ids); err != nil {
 			return err
 		}
-		if lo == 0 && c.hooks.PrefetchNext && il+1 < c.M.NLayer {
+		if nx := c.nextMoE(il); lo == 0 && c.hooks.PrefetchNext && nx >= 0 {
 			if pf, ok := src.(Prefetcher); ok {
-				if err := pf.Prefetch(il+1, c.guessNext(il)); err != nil {
+				if err := pf.Prefetch(nx, c.guessNext(nx)); err != nil {
 					src.Release(il)
 					return err
 				}
@@ -238,13 +238,24 @@ func (c *Context) streamedExperts(il int, shared bool) error {
 	return nil
 }
 
-// guessNext returns the union over the batch of the experts layer il+1's
+// nextMoE is the first layer after il with routed experts, or -1: il+1
+// in the all-MoE families, the next 'E' layer in nemotron_h_moe.
+func (c *Context) nextMoE(il int) int {
+	for j := il + 1; j < c.M.NLayer; j++ {
+		if c.M.Layers[j].Router != nil { // routers stay resident even when layers stream
+			return j
+		}
+	}
+	return -1
+}
+
+// guessNext returns the union over the batch of the experts layer nx's
 // router would pick if its input were the residual stream as it is now
-// (after layer il's attention): the next layer's input differs only by
-// this layer's expert outputs and the next attention.
-func (c *Context) guessNext(il int) []int {
+// (after the running layer's attention): that layer's input differs only
+// by this layer's expert outputs and the layers between.
+func (c *Context) guessNext(nx int) []int {
 	h, s, ops := &c.M.Hyper, &c.moeS, c.Ops
-	L := &c.M.Layers[il+1] // its norm and router: resident even when the layer streams
+	L := &c.M.Layers[nx] // its norm and router: resident even when the layer streams
 	n, d := c.moeRows, h.NEmbd
 	xn := s.yg[:n*d] // scratch: yg is free until the experts run
 	switch {
@@ -252,6 +263,8 @@ func (c *Context) guessNext(il int) []int {
 		return nil
 	case L.RouterScale != nil: // gemma4's router input
 		c.gemma4RouterInput(xn, c.x[:n*d], L, n)
+	case L.ExpProbsB != nil: // nemotron_h_moe: the block's one norm
+		ops.RMSNorm(xn, c.x[:n*d], L.AttnNorm, n, d, h.RMSEps)
 	default:
 		ops.RMSNorm(xn, c.x[:n*d], L.FFNNorm, n, d, h.RMSEps)
 	}
@@ -259,6 +272,11 @@ func (c *Context) guessNext(il int) []int {
 	ops.MatMul(probs, L.Router, xn, n)
 	if L.RouterB != nil {
 		ops.AddRows(probs, L.RouterB)
+	}
+	if L.ExpProbsB != nil { // nemotron_h_moe chooses by sigmoid + selection bias
+		for i, x := range probs {
+			probs[i] = 1/(1+expf32(-x)) + L.ExpProbsB[i%h.NExpert]
+		}
 	}
 	clear(s.pmark)
 	s.punion = s.punion[:0]
@@ -277,7 +295,8 @@ func (c *Context) guessNext(il int) []int {
 }
 
 // expert runs expert e on the tokens routed to it and writes each token's
-// weighted output into its slot of c.moeS.out.
+// weighted output into its slot of c.moeS.out. A nil or empty gateW is an
+// ungated expert (nemotron_h_moe): down(relu(up·x)²).
 func (c *Context) expert(il, e int, gateW, upW, downW *Weight) {
 	h, s := &c.M.Hyper, &c.moeS
 	K, d, f := h.NExpertUsed, h.NEmbd, h.NFFExp
@@ -290,11 +309,18 @@ func (c *Context) expert(il, e int, gateW, upW, downW *Weight) {
 		copy(xg[i*d:(i+1)*d], c.xn[t*d:(t+1)*d])
 	}
 	gate, up := c.gate[:m*f], c.up[:m*f]
-	c.matmuls("ffn_gate_up_exps", il, xg, m, mm{"ffn_gate_exps", gate, gateW}, mm{"ffn_up_exps", up, upW})
-	L := c.layer(il) // gpt-oss's expert biases: resident, by expert id
-	c.addExpertBias(up, L.UpExpsB, e, f)
-	c.addExpertBias(gate, L.GateExpsB, e, f)
-	c.expertGLU(gate, up)
+	if gateW == nil || len(gateW.Data) == 0 { // nemotron_h_moe: ungated, relu(up)²
+		c.matmul("ffn_up_exps", il, up, upW, xg, m)
+		c.Ops.(Mamba).ReluSqr(up)
+		gate = up
+	} else {
+		c.matmuls("ffn_gate_up_exps", il, xg, m, mm{"ffn_gate_exps", gate, gateW}, mm{"ffn_up_exps", up, upW})
+		L := c.layer(il) // gpt-oss's expert biases: resident, by expert id
+		c.addExpertBias(up, L.UpExpsB, e, f)
+		c.addExpertBias(gate, L.GateExpsB, e, f)
+		c.expertGLU(gate, up)
+	}
+	L := c.layer(il)
 	c.matmul("ffn_down_exps", il, yg, downW, gate, m)
 	c.addExpertBias(yg, L.DownExpsB, e, d)
 	if L.DownExpsS != nil { // gemma4's per-expert output scale

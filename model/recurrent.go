@@ -24,25 +24,27 @@ import (
 	"fmt"
 )
 
-// SSMHyper is the shape of qwen35's linear-attention layers (llama.cpp's
-// ssm_* hyperparameters).
+// SSMHyper is the shape of a hybrid's recurrent layers (llama.cpp's ssm_*
+// hyperparameters): qwen35's gated delta net or nemotron_h's Mamba-2.
 type SSMHyper struct {
 	Conv   int // ssm.conv_kernel: taps of the causal convolution
-	Inner  int // ssm.inner_size: value heads × head dimension
-	State  int // ssm.state_size: head dimension of q, k and v
+	Inner  int // ssm.inner_size: value heads × head dimension (Mamba-2: heads × head dimension)
+	State  int // ssm.state_size: head dimension of q, k and v (Mamba-2: B's and C's width per group)
 	DtRank int // ssm.time_step_rank: value heads (one decay per head)
-	Groups int // ssm.group_count: q/k heads
+	Groups int // ssm.group_count: q/k heads (Mamba-2: B/C groups)
 }
 
-// ConvDim is the convolution's channels: q and k of every group, v of every
-// value head.
-func (s *SSMHyper) ConvDim() int { return 2*s.Groups*s.State + s.DtRank*s.State }
+// ConvDim is the convolution's channels: q and k (Mamba-2: B and C) of
+// every group, v (Mamba-2: x) of every head.
+func (s *SSMHyper) ConvDim() int { return 2*s.Groups*s.State + s.Inner }
 
 // ConvState is the floats of one sequence's convolution state in one layer.
 func (s *SSMHyper) ConvState() int { return (s.Conv - 1) * s.ConvDim() }
 
-// DeltaState is the floats of one sequence's delta-rule state in one layer.
-func (s *SSMHyper) DeltaState() int { return s.DtRank * s.State * s.State }
+// DeltaState is the floats of one sequence's recurrent state in one layer:
+// a State-wide row per value channel (the delta rule's d×d matrix per
+// value head; Mamba-2's d_state per channel of every head).
+func (s *SSMHyper) DeltaState() int { return s.Inner * s.State }
 
 // DeltaNet is what a hybrid model's recurrent layers need from a backend,
 // beyond Ops. Each call works on the rows of one sequence, in order.
@@ -269,6 +271,9 @@ func RecurrentStateBytes(h *Hyper, nSeq int) int64 {
 func hybridActFloats(h *Hyper) int {
 	if !h.Hybrid() {
 		return 0
+	}
+	if isNemotronH(h.Arch) {
+		return nemotronHActFloats(h)
 	}
 	vd := h.SSM.DtRank * h.SSM.State
 	return 3*h.QDim() + 3*h.SSM.ConvDim() + 3*vd + 4*h.SSM.DtRank + hybridMoEActFloats(h)

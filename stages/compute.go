@@ -93,9 +93,10 @@ func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*st
 }
 
 // stepBytes returns the bytes of the non-expert layer matrices, of one
-// routed expert (the file's bytes, averaged over layers) and of the
-// output matrix.
+// routed expert (the file's bytes, averaged over the layers that have
+// routed experts) and of the output matrix.
 func stepBytes(m *model.Model) (resident, expert, output int64) {
+	var nMoE int64
 	for i := range m.Layers {
 		L := &m.Layers[i]
 		for _, w := range L.Matrices() {
@@ -103,14 +104,19 @@ func stepBytes(m *model.Model) (resident, expert, output int64) {
 				resident += int64(len((*w).Data))
 			}
 		}
+		moe := false
 		for _, e := range L.Experts() {
 			if len(e) > 0 {
 				expert += int64(len(e[0].Data))
+				moe = true
 			}
 		}
+		if moe {
+			nMoE++
+		}
 	}
-	if m.NLayer > 0 {
-		expert /= int64(m.NLayer)
+	if nMoE > 0 { // averaged over the layers that have routed experts
+		expert /= nMoE
 	}
 	if m.Output != nil {
 		output = int64(len(m.Output.Data))

@@ -326,9 +326,16 @@ func layoutExperts(m *model.Model, pk model.Packer, sz *weightSizes) ([]expertLa
 	for il := range m.Layers {
 		el := &out[il]
 		var slab int64
-		for i, ws := range m.Layers[il].Experts() {
+		exps := m.Layers[il].Experts()
+		if len(exps[0]) == 0 && len(exps[1]) == 0 && len(exps[2]) == 0 {
+			continue // a layer without routed experts (nemotron_h_moe's Mamba-2 and attention layers)
+		}
+		for i, ws := range exps {
 			name := fmt.Sprintf("blk.%d.%s.weight", il, model.ExpertNames[i])
 			var ok bool
+			if i == 0 && ws == nil {
+				continue // ungated experts (nemotron_h_moe): no gate to read (n = 0)
+			}
 			if len(ws) == m.NExpert {
 				el[i], ok = expertMat(m, pk, ws, il, name)
 			}

@@ -181,19 +181,26 @@ func (r *reader) readExpert(s *staged) {
 	span := r.rec.BeginWork(r.stg, "read")
 	t0 := r.stats.begin()
 	var q [3]nvme.Req
+	var at [3]int // q[j] reads matrix at[j]; an empty matrix (an ungated expert's gate) is not read
 	var o, total int64
+	nq := 0
 	for i := range el {
 		m := &el[i]
+		if m.n == 0 {
+			continue
+		}
 		n := nvme.BufferSize(m.n)
-		q[i] = nvme.Req{Buf: buf[o : o+n], Off: m.off + int64(s.req.expert)*m.stride, N: m.n}
+		q[nq], at[nq] = nvme.Req{Buf: buf[o : o+n], Off: m.off + int64(s.req.expert)*m.stride, N: m.n}, i
+		nq++
 		o += n
 		total += m.n
 	}
-	if err := r.rd.ReadBatch(q[:]); err != nil {
+	if err := r.rd.ReadBatch(q[:nq]); err != nil {
 		s.err = fmt.Errorf("%w: expert %d of layer %d: %w", ErrWeightRead, s.req.expert, s.req.layer, err)
 	} else {
-		for i := range q {
-			s.views[i] = q[i].Data
+		s.views = [3][]byte{}
+		for j := range nq {
+			s.views[at[j]] = q[j].Data
 		}
 	}
 	r.stats.end(t0)

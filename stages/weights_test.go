@@ -181,6 +181,21 @@ func gemma4MoEFile(t *testing.T, o synth.Options) string {
 	return path
 }
 
+// nemotronMoEFile writes nemotronh-moe-small (seed 1) with weights of type
+// typ into a temporary directory.
+func nemotronMoEFile(t *testing.T, typ quant.Type) string {
+	t.Helper()
+	spec, err := synth.Preset("nemotronh-moe-small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), fmt.Sprintf("nemotronh-moe-small-%s.gguf", typ))
+	if err := synth.WriteFile(path, spec, synth.Options{Type: typ, Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // TestStreamedExpertsBitIdentical: with routed experts read from disk into
 // an expert cache (packed by the uploader), logits are bit-identical to the
 // fully resident run, at budgets from "one token's experts" (every step
@@ -188,9 +203,10 @@ func gemma4MoEFile(t *testing.T, o synth.Options) string {
 // sequences decoding together: qwen3moe's golden files, gpt-oss files
 // (MXFP4 experts whose biases stay resident, the other weights F32 or
 // Q8_0), the hybrid MoE files (qwen35moe F32 and Q4_K_M, qwen3next
-// Q4_K_M: recurrent layers, a shared expert beside the streamed ones) and
+// Q4_K_M: recurrent layers, a shared expert beside the streamed ones),
 // gemma4-moe-small files (a dense FFN beside the experts, GeGLU experts;
-// Q8_0 and Q4_K_M) generated here.
+// Q8_0 and Q4_K_M) and nemotron_h_moe files (ungated experts in some
+// layers only, F32 or Q8_0) generated here.
 func TestStreamedExpertsBitIdentical(t *testing.T) {
 	dir, _ := golden.Load(t)
 	var paths []string
@@ -202,6 +218,7 @@ func TestStreamedExpertsBitIdentical(t *testing.T) {
 		presetFile(t, "qwen35moe-small", synth.Options{Mix: "Q4_K_M", Seed: 1}),
 		presetFile(t, "qwen3next-small", synth.Options{Mix: "Q4_K_M", Seed: 1}))
 	paths = append(paths, gemma4MoEFile(t, synth.Options{Type: quant.Q8_0}), gemma4MoEFile(t, synth.Options{Mix: "Q4_K_M"}))
+	paths = append(paths, nemotronMoEFile(t, quant.F32), nemotronMoEFile(t, quant.Q8_0))
 	for _, path := range paths {
 		name := filepath.Base(path)
 		m, tok := openModel(t, path)

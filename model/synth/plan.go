@@ -229,6 +229,10 @@ func tensorList(s Spec) []Tensor {
 			qwen35Block(s, i, add)
 			continue
 		}
+		if isNemotron(s.Arch) {
+			nemotronBlock(s, i, add, attnOutStd)
+			continue
+		}
 		add(i, "attn_norm.weight", roleNorm, 0.1, e)
 		add(i, "attn_q.weight", roleWeight, qkStd, e, qDim)
 		add(i, "attn_k.weight", roleWeight, qkStd, e, kvDim)
@@ -369,7 +373,8 @@ func (q *typer) mixRule(t *Tensor, nt quant.Type) quant.Type {
 		}
 	case cat == "attn_v" || cat == "attn_qkv":
 		// category_is_attn_v: a fused attn_qkv (qwen35's delta net layers)
-		// takes attn_v's rule and counter, counted in file order
+		// takes attn_v's rule and counter, counted in file order (so in
+		// nemotron_h over its attention layers only)
 		switch {
 		case (ftype == "Q4_K_M" || ftype == "Q5_K_M") && useMoreBits(t.vIdx, q.nAttnV):
 			nt = quant.Q6_K
@@ -390,6 +395,9 @@ func (q *typer) mixRule(t *Tensor, nt quant.Type) quant.Type {
 		// layer from the name (MoE) or the running count (dense): the same
 		// number in file order
 		i, n := t.layer, q.s.blockCount() // llama-quantize's n_ffn_down: n_layer_all
+		if q.s.Arch == "nemotron_h" {     // dense: the running count of ffn_down tensors
+			i = q.s.Nemotron.before('-', t.layer)
+		}
 		switch {
 		case ftype == "Q4_K_M" && useMoreBits(i, n):
 			nt = quant.Q6_K

@@ -90,6 +90,9 @@ type Spec struct {
 	Hybrid HybridSpec
 	// Gemma4 is gemma4's shape beyond the fields above (gemma4.go).
 	Gemma4 Gemma4Spec
+	// Nemotron (nemotron_h, nemotron_h_moe) shape: the layer pattern,
+	// Mamba-2 and shared expert (nemotronh.go).
+	Nemotron NemotronSpec
 }
 
 // kOutlierChannels is how many of a head's K dimensions KOutliers scales.
@@ -161,13 +164,16 @@ func Preset(name string) (Spec, error) {
 	if s, ok := gptOssPreset(name); ok {
 		return s, nil
 	}
+	if s, ok := nemotronPreset(name); ok {
+		return s, nil
+	}
 	return Spec{}, fmt.Errorf("synth: unknown preset %q (known: %s)", name, strings.Join(Presets(), ", "))
 }
 
 // Presets returns the preset names.
 func Presets() []string {
-	return append(append(append(append(append([]string{"demo", "llama-1b", "llama-8b", "qwen3moe-small", "qwen3-30b-a3b"}, gptOssPresets...), gemma3Presets()...), gemma4Presets()...), mistral3Presets...), "qwen35-small", "qwen35-small-mtp", "qwen35-mid", "qwen3.5-9b",
-		"qwen35moe-small", "qwen35moe-small-mtp-fused", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b", "qwen3next-small", "qwen3-next-80b-a3b")
+	return append(append(append(append(append(append([]string{"demo", "llama-1b", "llama-8b", "qwen3moe-small", "qwen3-30b-a3b"}, gptOssPresets...), gemma3Presets()...), gemma4Presets()...), mistral3Presets...), "qwen35-small", "qwen35-small-mtp", "qwen35-mid", "qwen3.5-9b",
+		"qwen35moe-small", "qwen35moe-small-mtp-fused", "qwen3.5-35b-a3b", "qwen3.5-122b-a10b", "qwen3next-small", "qwen3-next-80b-a3b"), nemotronPresets...)
 }
 
 // Options select the weight types, the seed and the vocabulary.
@@ -197,11 +203,11 @@ const maxDim = 1 << 24
 func (s Spec) normalize() (Spec, error) {
 	qwen := false
 	switch s.Arch {
-	case "llama", "gpt-oss", "mistral3":
+	case "llama", "gpt-oss", "mistral3", "nemotron_h", "nemotron_h_moe":
 	case "qwen2", "qwen3", "qwen3moe", "gemma3", "gemma4", "qwen35", "qwen35moe", "qwen3next":
 		qwen = true // gemma3 shares qwen's defaults: rope base 1e6, rms eps 1e-6
 	default:
-		return s, fmt.Errorf("synth: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, gemma4, mistral3, qwen35, qwen35moe, qwen3next)", s.Arch)
+		return s, fmt.Errorf("synth: architecture %q is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, gemma4, mistral3, qwen35, qwen35moe, qwen3next, nemotron_h, nemotron_h_moe)", s.Arch)
 	}
 	for _, f := range []struct {
 		name string
@@ -270,7 +276,7 @@ func (s Spec) normalize() (Spec, error) {
 	if err := s.checkGemma4(); err != nil {
 		return s, err
 	}
-	if s.Arch == "qwen3moe" || s.Arch == "gpt-oss" || hybridMoE(s.Arch) || s.Arch == "gemma4" && s.NExpert > 0 {
+	if s.Arch == "qwen3moe" || s.Arch == "gpt-oss" || hybridMoE(s.Arch) || s.Arch == "gemma4" && s.NExpert > 0 || s.Arch == "nemotron_h_moe" {
 		if s.NExpert == 0 || s.NExpertUsed == 0 || s.NExpertUsed > s.NExpert || s.NFFExp == 0 {
 			return s, fmt.Errorf("synth: %s needs NExpert > 0, NExpertUsed in [1, NExpert] and NFFExp > 0 (have %d, %d, %d)",
 				s.Arch, s.NExpert, s.NExpertUsed, s.NFFExp)
@@ -284,6 +290,9 @@ func (s Spec) normalize() (Spec, error) {
 		}
 	}
 	if err := s.checkHybrid(); err != nil {
+		return s, err
+	}
+	if err := s.checkNemotron(); err != nil {
 		return s, err
 	}
 	if s.Name == "" {
@@ -441,7 +450,10 @@ func setMetadata(gw *gguf.Writer, s Spec, o Options, vocab []gguf.KV, ftype uint
 	if s.Arch == "qwen35" || hybridMoE(s.Arch) {
 		setQwen35Metadata(gw, s)
 	}
-	if s.Arch == "qwen3" || s.Arch == "qwen3moe" || s.Arch == "gpt-oss" || s.Arch == "qwen35" || hybridMoE(s.Arch) || s.HeadDim != s.NEmbd/s.NHead {
+	if isNemotron(s.Arch) {
+		setNemotronMetadata(gw, s)
+	}
+	if s.Arch == "qwen3" || s.Arch == "qwen3moe" || s.Arch == "gpt-oss" || s.Arch == "qwen35" || hybridMoE(s.Arch) || isNemotron(s.Arch) || s.HeadDim != s.NEmbd/s.NHead {
 		u("attention.key_length", s.HeadDim)
 		u("attention.value_length", s.HeadDim)
 	}
