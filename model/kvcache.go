@@ -398,7 +398,11 @@ func (c *KVCache) CopyRows(dst, src, n int) {
 			continue // a sequence's ring, not blocks (CopySWA); or no rows
 		}
 		if !c.HostKV(l) {
-			continue // a device backend's layer (Split): not on the host
+			// a device backend's layer (split.go): its backend copies
+			// the rows (deviceLayers made sure it is a KVCopier)
+			cp, _ := c.storer.(KVCopier)
+			cp.CopyKV(c, l, d/c.lb, d%c.lb, s/c.lb, s%c.lb, n)
+			continue
 		}
 		kb, vb := c.layers[l].KHead, c.layers[l].VHead
 		for kh := range c.nHead {
