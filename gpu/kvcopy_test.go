@@ -22,7 +22,8 @@ import (
 // sequence 1 from there: the logits match the CPU doing the same within
 // TestSplitStories' 2e-4 and the tokens are the same. Decoding sequence 1
 // without the copy gives other logits (the test sees the copied rows),
-// and the host holds no KV rows of the device's layers.
+// and the cache made for the placement (NewBlockKVCacheFor) has no host
+// storage for the device's layers.
 func TestCopyKVStories(t *testing.T) {
 	r := newRig(t)
 	bd := openStories(t)
@@ -35,9 +36,18 @@ func TestCopyKVStories(t *testing.T) {
 	}
 	cut := len(prompt) - 3 // the prefix copied: 2 full blocks and a part
 	run := func(ops model.Ops, copyRows bool) ([]float32, []int32) {
-		kv, err := model.NewBlockKVCache(&m.Hyper, model.KVTypes{}, bs, nCtx, nSeq)
+		kv, err := model.NewBlockKVCacheFor(ops, &m.Hyper, model.KVTypes{}, bs, nCtx, nSeq)
 		if err != nil {
 			t.Fatal(err)
+		}
+		for l := range n { // before the Context: never allocated
+			_, onCPU := ops.(*cpu.Backend)
+			if s, split := ops.(*model.Split); split {
+				_, onCPU = s.Layers[l].(*cpu.Backend)
+			}
+			if kv.HostKV(l) != onCPU {
+				t.Fatalf("layer %d: host KV %v, computed on the CPU %v", l, kv.HostKV(l), onCPU)
+			}
 		}
 		ctx, err := m.NewContextKV(ops, kv, nCtx)
 		if err != nil {
