@@ -3,14 +3,18 @@
 package gpu
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/internal/golden"
 	"github.com/flowinfer/flowinfer/model"
+	"github.com/flowinfer/flowinfer/stages"
+	"github.com/flowinfer/flowinfer/stages/sample"
 )
 
 // TestCopyKVStories: prefix blocks copied between sequences
@@ -120,4 +124,95 @@ func TestCopyKVStories(t *testing.T) {
 		})
 	}
 	t.Logf("greedy after the copied prefix: %q", detok(bd, refGen))
+}
+
+// TestEnginePrefixCopyStories: the scheduler's prefix sharing between two
+// KV sequences on the device: request A runs in sequence 0; request B,
+// extending A's prompt, arrives while A still decodes, so it is given
+// sequence 1 and A's cached blocks are copied into it (KVCache.CopyRows
+// through CopyKV). With half and all of stories260K's layers on the
+// device, B reuses A's prompt and prints the text the CPU prints for B
+// alone.
+func TestEnginePrefixCopyStories(t *testing.T) {
+	r := newRig(t)
+	bd := openStories(t)
+	m := bd.Model
+	base := bd.Tokenizer.Encode("Once upon a time, there was a little girl named Lily. She loved to play outside.", true, true)
+	longer := bd.Tokenizer.Encode("Once upon a time, there was a little girl named Lily. She loved to play outside. One day", true, true)
+	greedy := sample.Params{Temperature: 0, RepeatPenalty: 1}
+	cfg := stages.Config{NCtx: 256, NSeq: 2}
+	type result struct {
+		text   string
+		cached int
+	}
+	// run runs B alone, or A then B submitted once A has emitted 4 tokens
+	run := func(ops model.Ops, withA bool) result {
+		e, err := stages.NewEngine(m, bd.Tokenizer, ops, cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var res result
+		bDone := make(chan struct{})
+		b := &stages.Request{Prompt: longer, Params: greedy, MaxTokens: 24, Emit: func(ev stages.Event) error {
+			mu.Lock()
+			defer mu.Unlock()
+			res.text += ev.Text
+			if ev.Finish != stages.FinishNone {
+				res.cached = ev.Usage.CachedTokens
+				close(bDone)
+			}
+			return nil
+		}}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- e.Run(ctx) }()
+		if withA {
+			n := 0
+			a := &stages.Request{Prompt: base, Params: greedy, MaxTokens: 200, IgnoreEOG: true, Emit: func(ev stages.Event) error {
+				if n++; n == 4 {
+					if err := e.Submit(b); err != nil {
+						t.Error(err)
+					}
+				}
+				return nil
+			}}
+			if err := e.Submit(a); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := e.Submit(b); err != nil {
+			t.Fatal(err)
+		}
+		<-bDone
+		e.Close()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	cb := cpu.NewBackend(1, nil)
+	defer cb.Close()
+	want := run(cb, false)
+	if cpuShared := run(cb, true); cpuShared.text != want.text || cpuShared.cached == 0 {
+		t.Fatalf("CPU: B after A %q (%d cached), alone %q", cpuShared.text, cpuShared.cached, want.text)
+	}
+	for _, ngl := range []int{m.NLayer / 2, m.NLayer + 1} {
+		t.Run(fmt.Sprintf("ngl=%d", ngl), func(t *testing.T) {
+			p := PlanLayers(m, ngl, 0)
+			be, err := newPlaced(r.d, m, r.k, &p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer be.Close()
+			got := run(SplitOps(&p, be, cb), true)
+			t.Logf("%s: B reused %d of %d prompt tokens", &p, got.cached, len(longer))
+			if got.cached < len(base)/16*16 {
+				t.Errorf("B reused %d cached tokens, want at least A's %d whole blocks", got.cached, len(base)/16)
+			}
+			if got.text != want.text {
+				t.Errorf("B after A on the device %q, on the CPU alone %q", got.text, want.text)
+			}
+		})
+	}
 }
