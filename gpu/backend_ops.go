@@ -18,6 +18,7 @@ var (
 	_ model.Ops      = (*Backend)(nil)
 	_ model.KVStorer = (*Backend)(nil)
 	_ model.HostSync = (*Backend)(nil)
+	_ model.KVCopier = (*Backend)(nil)
 )
 
 // Supports implements model.Ops: the types with a mat-vec shader.
@@ -288,6 +289,41 @@ func (b *Backend) devKVAll(kv *model.KVCache) (*devKV, error) {
 
 // StoreKV implements model.KVStorer: rows are copied into an F32 device
 // cache (consecutive cells in one copy) or converted into an F16 one; the
+// CopyKV implements model.KVCopier: n rows of layer's K and V from
+// positions [srcPos, srcPos+n) of srcSeq to [dstPos, dstPos+n) of dstSeq
+// (a prefix block the scheduler shares by copying), as copies between
+// the device cells the shaders read (seq·NCtx + pos), in the order of the
+// ops recorded around it.
+func (b *Backend) CopyKV(kv *model.KVCache, layer, dstSeq, dstPos, srcSeq, srcPos, n int) {
+	b.run(func() error {
+		d, err := b.devKV(kv, layer)
+		if err != nil {
+			return err
+		}
+		in := func(seq, pos int) bool { return seq >= 0 && seq < kv.NSeq() && pos >= 0 && pos+n <= kv.NCtx }
+		if n <= 0 || !in(dstSeq, dstPos) || !in(srcSeq, srcPos) {
+			return fmt.Errorf("gpu: CopyKV: %d rows from (%d, %d) to (%d, %d) outside %d sequences of %d cells", n, srcSeq, srcPos, dstSeq, dstPos, kv.NSeq(), kv.NCtx)
+		}
+		el := uint64(4)
+		if d.f16 {
+			el = 2
+		}
+		dst := uint64(dstSeq)*uint64(kv.NCtx) + uint64(dstPos)
+		src := uint64(srcSeq)*uint64(kv.NCtx) + uint64(srcPos)
+		if dst < src+uint64(n) && src < dst+uint64(n) {
+			return fmt.Errorf("gpu: CopyKV: %d rows from (%d, %d) to (%d, %d) overlap", n, srcSeq, srcPos, dstSeq, dstPos)
+		}
+		for _, c := range []struct {
+			buf *vk.Buffer
+			dim int
+		}{{d.k[layer], kv.KDim}, {d.v[layer], kv.VDim}} {
+			row := el * uint64(c.dim)
+			b.cb.Copy(c.buf, dst*row, c.buf, src*row, uint64(n)*row)
+		}
+		return nil
+	})
+}
+
 // host cache is left as it was.
 func (b *Backend) StoreKV(kv *model.KVCache, layer int, seq, pos []int32, k, v []float32) {
 	b.run(func() error {

@@ -99,7 +99,7 @@ func NewKVCacheOf(h *Hyper, t KVTypes, nCtx, nSeq int) (*KVCache, error) {
 		return nil, err
 	}
 	c.lb = quant.WholeTiles(nCtx)
-	c.alloc(nSeq * c.lb)
+	c.alloc(nSeq*c.lb, nil)
 	c.newRecent()
 	return c, nil
 }
@@ -161,13 +161,13 @@ func (c *KVCache) Layer(l int) KVLayer { return c.layers[l] }
 // alloc allocates rows rows per layer (a sliding-window layer's rings
 // instead: kvswa.go; none for a recurrent layer, whose K[l] and V[l] stay
 // nil).
-func (c *KVCache) alloc(rows int) {
+func (c *KVCache) alloc(rows int, device []bool) {
 	c.cells = rows
 	c.K = make([][]byte, c.NLayer)
 	c.V = make([][]byte, c.NLayer)
 	for l := range c.K {
-		if c.layers[l].Recurrent {
-			continue
+		if c.layers[l].Recurrent || device != nil && device[l] {
+			continue // no rows; or rows on a device (deviceLayers)
 		}
 		n := rows
 		if r := c.ring(l); r > 0 {
@@ -196,17 +196,31 @@ func (c *KVCache) Bytes() int64 {
 // tile). Its block copies (CopyRows) let a scheduler share prefixes
 // between sequences by copying.
 func NewBlockKVCache(h *Hyper, t KVTypes, blockSize, nCtx, nSeq int) (*KVCache, error) {
+	return NewBlockKVCacheFor(nil, h, t, blockSize, nCtx, nSeq)
+}
+
+// NewBlockKVCacheFor is NewBlockKVCache for a Context computing on ops
+// (nil: the host): the layers whose rows ops keeps on its device (a
+// model.Split's device layers, or every layer of a device backend: see
+// Split) get no host storage, rather than storage NewContextKV would
+// drop, so the host never holds those layers' rows, even briefly.
+func NewBlockKVCacheFor(ops Ops, h *Hyper, t KVTypes, blockSize, nCtx, nSeq int) (*KVCache, error) {
 	if blockSize <= 0 || blockSize&(blockSize-1) != 0 || nCtx%blockSize != 0 {
 		return nil, fmt.Errorf("model: KV block size %d must be a power of two dividing the context %d", blockSize, nCtx)
 	}
-	c, err := NewKVCacheOf(h, t, nCtx, nSeq)
+	c, err := newKV(h, t, nCtx, nSeq)
 	if err != nil {
 		return nil, err
 	}
+	c.lb = quant.WholeTiles(nCtx)
 	c.BlockSize, c.NBlocks = blockSize, nSeq*c.lb/blockSize
 	c.shift = uint(bits.TrailingZeros(uint(blockSize)))
-	c.recent = nil
 	c.newRecent() // copies by block
+	dev, err := c.deviceLayers(ops)
+	if err != nil {
+		return nil, err
+	}
+	c.alloc(nSeq*c.lb, dev)
 	return c, nil
 }
 
@@ -223,7 +237,7 @@ func NewPagedKVCache(h *Hyper, t KVTypes, blockSize, nBlocks, nSeq, nCtx int) (*
 	}
 	c.BlockSize, c.NBlocks, c.lb = blockSize, nBlocks, max(blockSize, pagedLayoutRows)
 	c.shift = uint(bits.TrailingZeros(uint(blockSize)))
-	c.alloc((nBlocks*blockSize + c.lb - 1) / c.lb * c.lb)
+	c.alloc((nBlocks*blockSize+c.lb-1)/c.lb*c.lb, nil)
 	c.Tables = make([][]int32, nSeq)
 	c.newRecent()
 	return c, nil
@@ -398,7 +412,11 @@ func (c *KVCache) CopyRows(dst, src, n int) {
 			continue // a sequence's ring, not blocks (CopySWA); or no rows
 		}
 		if !c.HostKV(l) {
-			continue // a device backend's layer (Split): not on the host
+			// a device backend's layer (split.go): its backend copies
+			// the rows (deviceLayers made sure it is a KVCopier)
+			cp, _ := c.storer.(KVCopier)
+			cp.CopyKV(c, l, d/c.lb, d%c.lb, s/c.lb, s%c.lb, n)
+			continue
 		}
 		kb, vb := c.layers[l].KHead, c.layers[l].VHead
 		for kh := range c.nHead {

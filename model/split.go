@@ -36,6 +36,7 @@ var (
 	_ Ops      = (*Split)(nil)
 	_ HostSync = (*Split)(nil)
 	_ KVStorer = (*Split)(nil)
+	_ KVCopier = (*Split)(nil)
 )
 
 // parts returns the distinct Ops of s, Output first.
@@ -77,12 +78,30 @@ func (s *Split) check(m *Model) error {
 	return nil
 }
 
-// deviceKV reports whether layer il's KV rows live with its backend (a
-// KVStorer that keeps activations elsewhere: no host storage).
-func (s *Split) deviceKV(il int) bool {
-	_, st := s.Layers[il].(KVStorer)
-	_, hs := s.Layers[il].(HostSync)
-	return st && hs
+// KVCopier is a backend that keeps KV rows on its device (a KVStorer and
+// a HostSync) and copies them there: CopyKV copies n rows of layer from
+// positions [srcPos, srcPos+n) of sequence srcSeq to [dstPos, dstPos+n)
+// of dstSeq, as KVCache.CopyRows copies host rows (a prefix block shared
+// by copying). A failure is reported as the backend's other ops report
+// theirs (HostSync: by the next ToHost).
+type KVCopier interface {
+	CopyKV(kv *KVCache, layer, dstSeq, dstPos, srcSeq, srcPos, n int)
+}
+
+// onDevice reports whether o keeps its KV rows on its device (a KVStorer
+// that keeps activations elsewhere: no host storage), and an error when
+// it cannot copy them there (not a KVCopier): a prefix copy would
+// otherwise leave the device rows behind.
+func onDevice(o Ops) (bool, error) {
+	_, st := o.(KVStorer)
+	_, hs := o.(HostSync)
+	if !st || !hs {
+		return false, nil
+	}
+	if _, cp := o.(KVCopier); !cp {
+		return false, fmt.Errorf("model: backend %T keeps KV rows on its device but cannot copy them (KVCopier), which prefix blocks need", o)
+	}
+	return true, nil
 }
 
 func (s *Split) MatMul(out []float32, w *Weight, x []float32, n int) {
@@ -143,42 +162,83 @@ func (s *Split) StoreKV(kv *KVCache, layer int, seq, pos []int32, k, v []float32
 	}
 }
 
+// CopyKV implements KVCopier: layer's rows are copied by its backend.
+func (s *Split) CopyKV(kv *KVCache, layer, dstSeq, dstPos, srcSeq, srcPos, n int) {
+	if cp, ok := s.Layers[layer].(KVCopier); ok {
+		cp.CopyKV(kv, layer, dstSeq, dstPos, srcSeq, srcPos, n)
+	}
+}
+
 // HostKV reports whether layer l of the cache has host storage (a layer
 // of a Split whose backend keeps it on a device has none).
 func (c *KVCache) HostKV(l int) bool { return len(c.K[l]) > 0 || len(c.V[l]) > 0 }
 
-// placeKV readies c's cache for its Ops: with a Split (checked here), the
-// host storage of the layers whose backend keeps their KV on its device
-// is dropped; with one device backend (a KVStorer and HostSync) for every
-// layer, that of all layers, when the cache is a plain one (contiguous or
-// block rows, no --kv-recent rows, sliding-window rings or recurrent
-// state, which the device backend refuses at first use anyway).
-func (c *Context) placeKV(ops Ops) error {
-	kv := c.KV
-	plain := !kv.Paged() && !kv.HasRecent() && kv.State == nil
-	for l := range c.M.NLayer {
-		plain = plain && kv.ring(l) == 0
+// deviceLayers returns which layers of c keep their rows on ops' device
+// (nil: none), so have no host storage: with a Split, the layers whose
+// backend does (onDevice); with one such backend for every layer, all
+// of them when c is a plain cache (contiguous or block rows, no
+// --kv-recent rows, sliding-window rings or recurrent state, which the
+// device backend refuses at first use anyway). A split whose shape does
+// not fit c gives nil (placeKV checks it against the model).
+func (c *KVCache) deviceLayers(ops Ops) ([]bool, error) {
+	plain := !c.Paged() && !c.HasRecent() && c.State == nil
+	for l := range c.NLayer {
+		plain = plain && c.ring(l) == 0
 	}
+	var dev []bool
 	s, split := ops.(*Split)
 	if !split {
-		_, st := ops.(KVStorer)
-		_, hs := ops.(HostSync)
-		if st && hs && plain {
-			for l := range c.M.NLayer {
-				kv.K[l], kv.V[l] = nil, nil
-			}
+		on, err := onDevice(ops)
+		if err != nil || !on || !plain {
+			return nil, err
 		}
-		return nil
-	}
-	if err := s.check(c.M); err != nil {
-		return err
+		dev = make([]bool, c.NLayer)
+		for l := range dev {
+			dev[l] = true
+		}
+		return dev, nil
 	}
 	if !plain {
-		return fmt.Errorf("model: a split across backends supports contiguous or block KV caches without --kv-recent rows, sliding-window rings or recurrent state")
+		return nil, fmt.Errorf("model: a split across backends supports contiguous or block KV caches without --kv-recent rows, sliding-window rings or recurrent state")
 	}
-	for l := range c.M.NLayer {
-		if s.deviceKV(l) {
-			kv.K[l], kv.V[l] = nil, nil
+	if len(s.Layers) != c.NLayer {
+		return nil, nil
+	}
+	for l, o := range s.Layers {
+		on, err := onDevice(o)
+		if err != nil {
+			return nil, fmt.Errorf("layer %d: %w", l, err)
+		}
+		if on && dev == nil {
+			dev = make([]bool, c.NLayer)
+		}
+		if on {
+			dev[l] = true
+		}
+	}
+	return dev, nil
+}
+
+// placeKV readies c's cache for its Ops (deviceLayers; a Split is checked
+// against the model here): the host storage of the layers whose rows the
+// backend keeps on its device is dropped (none when the cache was made
+// for ops: NewBlockKVCacheFor).
+func (c *Context) placeKV(ops Ops) error {
+	if s, split := ops.(*Split); split {
+		if err := s.check(c.M); err != nil {
+			return err
+		}
+	}
+	dev, err := c.KV.deviceLayers(ops)
+	if err != nil {
+		return err
+	}
+	for l := range c.KV.NLayer {
+		switch {
+		case dev != nil && dev[l]:
+			c.KV.K[l], c.KV.V[l] = nil, nil
+		case !c.KV.HostKV(l) && !c.KV.layers[l].Recurrent:
+			return fmt.Errorf("model: KV cache layer %d has no host storage (made for another backend) and this backend keeps its rows on the host", l)
 		}
 	}
 	return nil

@@ -250,7 +250,7 @@ func NewEngine(m *model.Model, tok *tokenizer.Tokenizer, ops model.Ops, cfg Conf
 		if cfg.KVTokens < cfg.NSeq*cfg.NCtx {
 			return nil, fmt.Errorf("stages: this backend needs a contiguous KV cache of NSeq × NCtx = %d tokens; %d is too small", cfg.NSeq*cfg.NCtx, cfg.KVTokens)
 		}
-		kv, err = model.NewBlockKVCache(&m.Hyper, cfg.KVTypes, bs, roundUp(cfg.NCtx, bs), cfg.NSeq)
+		kv, err = model.NewBlockKVCacheFor(ops, &m.Hyper, cfg.KVTypes, bs, roundUp(cfg.NCtx, bs), cfg.NSeq) // no host rows for a device's layers
 	}
 	if err != nil {
 		return nil, err

@@ -32,31 +32,13 @@ func openGPU(l *loaded, p *configs.Pipeline, cb *cpu.Backend, ngl int, fp stages
 		return nil, nil, nil
 	}
 	auto := p.Backend == "auto"
-	in, err := vk.NewInstance(vk.Config{})
+	in, pick, why, err := pickDevice(p)
 	if err != nil {
-		if auto {
-			cpuFallback(p, log, err.Error())
-			return nil, nil, nil
-		}
-		return nil, nil, fmt.Errorf("--backend vulkan: %w", err)
+		return nil, nil, err
 	}
-	pick := -1
-	for _, d := range in.Devices() {
-		gpuType := d.Type.String() == "discrete-gpu" || d.Type.String() == "integrated-gpu"
-		if gpuType || !auto && pick < 0 {
-			pick = d.Index
-			if gpuType {
-				break
-			}
-		}
-	}
-	if pick < 0 {
-		in.Close()
-		if auto {
-			cpuFallback(p, log, "no discrete or integrated Vulkan GPU")
-			return nil, nil, nil
-		}
-		return nil, nil, fmt.Errorf("--backend vulkan: %w", vk.ErrNoDevice)
+	if in == nil {
+		cpuFallback(p, log, why)
+		return nil, nil, nil
 	}
 	if err := gpu.Placeable(l.Model); err != nil {
 		in.Close()
@@ -96,4 +78,48 @@ func openGPU(l *loaded, p *configs.Pipeline, cb *cpu.Backend, ngl int, fp stages
 	fmt.Fprintf(os.Stderr, "flowinfer: vulkan: computing on GPU%d %s (type %s); device memory %v of a budget of %v\n",
 		info.Index, info.Name, info.Type, configs.ByteSize(used), configs.ByteSize(budget))
 	return gpu.SplitOps(&plan, be, cb), func() { be.Close(); dev.Close(); in.Close() }, nil
+}
+
+// pickDevice opens a Vulkan instance and picks the device p.Backend
+// computes on: vulkan takes the first discrete or integrated GPU, else
+// the first device (such as lavapipe); auto takes a discrete or
+// integrated GPU only, and without one returns a nil instance and why the
+// CPU computes instead. The caller closes the instance.
+func pickDevice(p *configs.Pipeline) (*vk.Instance, int, string, error) {
+	auto := p.Backend == "auto"
+	in, err := vk.NewInstance(vk.Config{})
+	if err != nil {
+		if auto {
+			return nil, -1, err.Error(), nil
+		}
+		return nil, -1, "", fmt.Errorf("--backend vulkan: %w", err)
+	}
+	pick := -1
+	for _, d := range in.Devices() {
+		gpuType := d.Type.String() == "discrete-gpu" || d.Type.String() == "integrated-gpu"
+		if gpuType || !auto && pick < 0 {
+			pick = d.Index
+			if gpuType {
+				break
+			}
+		}
+	}
+	if pick < 0 {
+		in.Close()
+		if auto {
+			return nil, -1, "no discrete or integrated Vulkan GPU", nil
+		}
+		return nil, -1, "", fmt.Errorf("--backend vulkan: %w", vk.ErrNoDevice)
+	}
+	return in, pick, "", nil
+}
+
+// probeGPU reports why p.Backend computes on the CPU (empty: a device
+// computes; pickDevice), opening nothing it does not close.
+func probeGPU(p *configs.Pipeline) (string, error) {
+	in, _, why, err := pickDevice(p)
+	if in != nil {
+		in.Close()
+	}
+	return why, err
 }

@@ -24,3 +24,12 @@ func openGPU(l *loaded, p *configs.Pipeline, cb *cpu.Backend, ngl int, fp stages
 	}
 	return nil, nil, nil
 }
+
+// probeGPU reports why p.Backend computes on the CPU: a build without cgo
+// has no Vulkan (vulkan is an error).
+func probeGPU(p *configs.Pipeline) (string, error) {
+	if p.Backend == "vulkan" {
+		return "", fmt.Errorf("--backend vulkan: %w", vk.ErrNoCgo)
+	}
+	return vk.ErrNoCgo.Error(), nil
+}

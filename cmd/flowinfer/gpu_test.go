@@ -3,6 +3,9 @@
 package main
 
 import (
+	"bytes"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -49,5 +52,37 @@ func TestRunVulkan(t *testing.T) {
 	_, stderr, err = flowinfer(t, "perplexity", "-m", model, "-f", "main.go", "--backend", "vulkan")
 	if err == nil || !strings.Contains(stderr, "--backend vulkan: only run, chat, trace and bench compute on the GPU yet") {
 		t.Errorf("perplexity --backend vulkan: err %v, stderr %q", err, stderr)
+	}
+}
+
+// TestChatVulkan: chat on the vulkan backend, whole and split, answers two
+// turns (the second reusing the first's cached conversation in its KV
+// sequence) with the CPU's text.
+func TestChatVulkan(t *testing.T) {
+	in, err := vk.NewInstance(vk.Config{})
+	if err != nil || len(in.Devices()) == 0 {
+		t.Skipf("no Vulkan device: %v", err)
+	}
+	in.Close()
+	model, _ := goldenModel(t, "stories260K.gguf")
+	chat := func(flags ...string) string {
+		cmd := exec.Command(binPath, append([]string{"chat", "-m", model, "--temp", "0", "-n", "30", "-c", "512"}, flags...)...)
+		cmd.Env = append(os.Environ(), "FLOWINFER_CACHE="+t.TempDir())
+		cmd.Stdin = strings.NewReader("Once upon a time\nThe little dog\n/exit\n")
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("chat %v: %v\n%s", flags, err, errb.String())
+		}
+		return out.String()
+	}
+	want := chat("--backend", "cpu")
+	if len(want) < 60 {
+		t.Fatalf("cpu: want two replies of 30 tokens, got %q", want)
+	}
+	for _, ngl := range []string{"99", "3"} {
+		if got := chat("--backend", "vulkan", "-ngl", ngl); got != want {
+			t.Errorf("vulkan -ngl %s: %q, cpu %q", ngl, got, want)
+		}
 	}
 }

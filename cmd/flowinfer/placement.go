@@ -50,19 +50,33 @@ func checkNGL(p *configs.Pipeline, ngl int, gpuOK bool) error {
 }
 
 // printGPUPlan prints the placement --dry-run would make on the device
-// (the model must be one the device runs, in whole or in part).
-func printGPUPlan(l *loaded, p *configs.Pipeline, ngl int, fp stages.Footprint) error {
-	if err := gpu.Placeable(l.Model); err != nil {
-		if p.Backend == "auto" {
-			fmt.Fprintf(os.Stderr, "flowinfer: backend auto: the CPU computes (%v)\n", err)
-			return nil
+// and reports whether the device computes: auto probes for a device as a
+// run would (probeGPU), and without one, or with a model the device does
+// not run, prints why the CPU computes instead (false: the CPU's weight
+// plan follows). A placement with nothing on the device computes on the
+// CPU too.
+func printGPUPlan(l *loaded, p *configs.Pipeline, ngl int, fp stages.Footprint) (bool, error) {
+	why, err := probeGPU(p)
+	if err != nil {
+		return false, err
+	}
+	if why == "" {
+		err = gpu.Placeable(l.Model)
+		if err != nil && p.Backend != "auto" {
+			return false, fmt.Errorf("--backend %s: %w", p.Backend, err)
 		}
-		return fmt.Errorf("--backend %s: %w", p.Backend, err)
+		if err != nil {
+			why = err.Error()
+		}
+	}
+	if why != "" {
+		fmt.Fprintf(os.Stderr, "flowinfer: backend auto: the CPU computes (%s)\n", why)
+		return false, nil
 	}
 	plan, err := gpuPlan(l.Model, p, ngl, fp)
 	if err != nil {
-		return err
+		return false, err
 	}
 	fmt.Fprintf(os.Stderr, "flowinfer: vulkan: %s\n", &plan)
-	return nil
+	return !plan.NoGPU(), nil
 }

@@ -3,6 +3,10 @@
 package main
 
 import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -59,5 +63,63 @@ func TestRunVulkanPlacement(t *testing.T) {
 	_, stderr, err = flowinfer(t, "run", "-m", moe, "-p", "hi", "-n", "2", "--backend", "vulkan", "-ngl", "2")
 	if err == nil || !strings.Contains(stderr, "routed experts") {
 		t.Errorf("MoE with -ngl 2: err %v, stderr %q", err, stderr)
+	}
+}
+
+// TestDryRunAuto: run --dry-run --backend auto prints the plan a run
+// would follow. With no Vulkan driver (VK_ICD_FILENAMES naming none), it
+// says why the CPU computes and prints the CPU's weight plan, never a
+// GPU placement, while vulkan is refused; with the machine's own drivers,
+// the GPU placement alone when there is a discrete or integrated GPU
+// (the device holds the weights: no weight plan), else the same CPU
+// lines (lavapipe is a CPU-type device, which auto does not take).
+func TestDryRunAuto(t *testing.T) {
+	model, _ := goldenModel(t, "stories260K.gguf")
+	args := []string{"run", "-m", model, "-p", "Once upon a time", "--dry-run"}
+	dryRun := func(icd string, backend string) (string, string, error) {
+		cmd := exec.Command(binPath, append(args, "--backend", backend)...)
+		cmd.Env = append(os.Environ(), "FLOWINFER_CACHE="+t.TempDir())
+		if icd != "" {
+			cmd.Env = append(cmd.Env, "VK_ICD_FILENAMES="+icd)
+		}
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		return out.String(), errb.String(), err
+	}
+	cpuLines := func(t *testing.T, stderr, why string) {
+		t.Helper()
+		if !strings.Contains(stderr, "flowinfer: backend auto: the CPU computes ("+why) ||
+			!strings.Contains(stderr, "flowinfer: weights: ") || strings.Contains(stderr, "placement") {
+			t.Errorf("auto without a GPU: stderr %q, want why the CPU computes (%s) and its weight plan, no placement", stderr, why)
+		}
+	}
+	none := filepath.Join(t.TempDir(), "none.json")
+	out, stderr, err := dryRun(none, "auto")
+	if err != nil || out != "" {
+		t.Fatalf("auto without a driver: err %v, stdout %q, stderr %q", err, out, stderr)
+	}
+	cpuLines(t, stderr, "vk: ")
+	if _, stderr, err := dryRun(none, "vulkan"); err == nil || !strings.Contains(stderr, "--backend vulkan: vk: ") {
+		t.Errorf("vulkan without a driver: err %v, stderr %q", err, stderr)
+	}
+
+	gpuType := false
+	if in, err := vk.NewInstance(vk.Config{}); err == nil {
+		for _, d := range in.Devices() {
+			gpuType = gpuType || d.Type.String() == "discrete-gpu" || d.Type.String() == "integrated-gpu"
+		}
+		in.Close()
+	}
+	out, stderr, err = dryRun("", "auto")
+	if err != nil || out != "" {
+		t.Fatalf("auto: err %v, stdout %q, stderr %q", err, out, stderr)
+	}
+	if !gpuType {
+		cpuLines(t, stderr, "")
+		return
+	}
+	if !strings.Contains(stderr, "flowinfer: vulkan: placement (all, ") || strings.Contains(stderr, "flowinfer: weights: ") {
+		t.Errorf("auto with a GPU: stderr %q, want the placement alone", stderr)
 	}
 }

@@ -41,8 +41,12 @@ func newRig(l *loaded, p *configs.Pipeline, wf *WeightFlags, fp stages.Footprint
 		return nil, err
 	}
 	if gpuOK && wf.DryRun && p.Backend != "cpu" {
-		if err := printGPUPlan(l, p, wf.NGL, fp); err != nil {
+		onGPU, err := printGPUPlan(l, p, wf.NGL, fp)
+		if err != nil {
 			return nil, err
+		}
+		if onGPU { // no weight path: the device and the file mapping hold the weights
+			return nil, errDryRun
 		}
 	}
 	if gpuOK && !wf.DryRun {
