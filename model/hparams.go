@@ -135,6 +135,14 @@ func (h *Hyper) FFWidth() int { return max(h.NFF, h.NFFExp, h.NFFShexp) }
 // layer, whose state is kept per sequence instead of in the KV cache.
 func (h *Hyper) IsRecurrent(il int) bool { return il < len(h.Recurrent) && h.Recurrent[il] }
 
+// KeepsKV reports whether layer il stores K and V rows in the cache: not a
+// recurrent layer, not one that reads another layer's (KVSource: gemma4's
+// shared KV layers), and not one of nemotron_h's FFN-only layers (llama.cpp's
+// filter_attn of llama_memory_hybrid gives those no cache either).
+func (h *Hyper) KeepsKV(il int) bool {
+	return !h.IsRecurrent(il) && h.KVSource(il) == il && !(il < len(h.NH.FFN) && h.NH.FFN[il])
+}
+
 // Hybrid reports whether some layers are recurrent.
 func (h *Hyper) Hybrid() bool { return len(h.Recurrent) > 0 }
 

@@ -136,7 +136,7 @@ func turboCodecs(h *Hyper, ls []KVLayer, k bool, dim int) ([][]*quant.Turbo, err
 			t, half = lt.K, 'K'
 		}
 		b := t.Turbo()
-		if b == 0 || lt.Recurrent {
+		if b == 0 || lt.NoRows {
 			continue
 		}
 		if cs == nil {
@@ -159,14 +159,14 @@ func turboCodecs(h *Hyper, ls []KVLayer, k bool, dim int) ([][]*quant.Turbo, err
 func (c *KVCache) Layer(l int) KVLayer { return c.layers[l] }
 
 // alloc allocates rows rows per layer (a sliding-window layer's rings
-// instead: kvswa.go; none for a recurrent layer, whose K[l] and V[l] stay
+// instead: kvswa.go; none for a layer with NoRows, whose K[l] and V[l] stay
 // nil).
 func (c *KVCache) alloc(rows int, device []bool) {
 	c.cells = rows
 	c.K = make([][]byte, c.NLayer)
 	c.V = make([][]byte, c.NLayer)
 	for l := range c.K {
-		if c.layers[l].Recurrent || device != nil && device[l] {
+		if c.layers[l].NoRows || device != nil && device[l] {
 			continue // no rows; or rows on a device (deviceLayers)
 		}
 		n := rows
@@ -408,7 +408,7 @@ func (c *KVCache) CopyRows(dst, src, n int) {
 	d, s := dst*c.BlockSize, src*c.BlockSize
 	var buf [512]byte
 	for l := range c.K {
-		if c.ring(l) > 0 || c.layers[l].Recurrent {
+		if c.ring(l) > 0 || c.layers[l].NoRows {
 			continue // a sequence's ring, not blocks (CopySWA); or no rows
 		}
 		if !c.HostKV(l) {

@@ -169,6 +169,7 @@ type KVLayer struct {
 	RotK, RotV       int
 	RecentK, RecentV bool
 	Recurrent        bool
+	NoRows           bool // no K/V storage: a recurrent layer or one with !Hyper.KeepsKV
 }
 
 // blockRotated reports whether llama.cpp rotates rows of type t (the
@@ -198,7 +199,7 @@ func KVLayers(h *Hyper, t KVTypes) ([]KVLayer, error) {
 			return nil, fmt.Errorf("-ctv: %w", err)
 		}
 		if h.IsRecurrent(l) {
-			ls[l] = KVLayer{K: k, V: v, KUnit: 1, Recurrent: true}
+			ls[l] = KVLayer{K: k, V: v, KUnit: 1, Recurrent: true, NoRows: true}
 			continue
 		}
 		ls[l] = KVLayer{K: k, V: v, KHead: hk, VHead: hv, KUnit: 1, RecentK: t.Recent > 0 && k.quantized(), RecentV: t.Recent > 0 && v.quantized()}
@@ -215,10 +216,11 @@ func KVLayers(h *Hyper, t KVTypes) ([]KVLayer, error) {
 		if blockRotated(v, h.HeadDimV) {
 			ls[l].RotV = 64
 		}
-		if h.KVSource(l) != l {
+		if !h.KeepsKV(l) {
 			// a layer reading another's K and V (gemma4's shared KV
+			// layers) or attending to nothing (nemotron_h's FFN-only
 			// layers) keeps none: no rows, no bytes
-			ls[l] = KVLayer{K: k, V: v, KUnit: 1}
+			ls[l] = KVLayer{K: k, V: v, KUnit: 1, NoRows: true}
 		}
 	}
 	return ls, nil

@@ -375,3 +375,31 @@ func TestNemotronHLoadErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestNemotronHKVLayers: only the attention layers keep K/V rows (the
+// Mamba-2 layers keep their state, the FFN-only layers nothing), as
+// llama.cpp's filter_attn for nemotron_h gives only them a KV cache; the
+// cache's bytes are those layers' rows.
+func TestNemotronHKVLayers(t *testing.T) {
+	b := openNemotronH(t, &cpu.Ref{}, "nemotronh-small")
+	h := &b.Model.Hyper
+	var attn int
+	for il := range h.NLayer {
+		if got, want := h.KeepsKV(il), h.NH.Attn[il]; got != want {
+			t.Errorf("layer %d: KeepsKV %v, want %v (attention only: %v, recurrent: %v)", il, got, want, h.NH.Attn[il], h.IsRecurrent(il))
+		}
+		if h.NH.Attn[il] {
+			attn++
+		}
+	}
+	if attn == 0 || attn == h.NLayer {
+		t.Fatalf("preset has %d attention layers of %d: the test needs both kinds", attn, h.NLayer)
+	}
+	per, err := model.KVBytesPerToken(h, model.KVTypes{K: model.KVF16, V: model.KVF16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := attn * h.NHeadKV * (h.HeadDimK + h.HeadDimV) * 2; per != want {
+		t.Errorf("KV bytes per token %d, want %d (%d attention layers, %d KV heads, f16)", per, want, attn, h.NHeadKV)
+	}
+}

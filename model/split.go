@@ -237,7 +237,7 @@ func (c *Context) placeKV(ops Ops) error {
 		switch {
 		case dev != nil && dev[l]:
 			c.KV.K[l], c.KV.V[l] = nil, nil
-		case !c.KV.HostKV(l) && !c.KV.layers[l].Recurrent:
+		case !c.KV.HostKV(l) && !c.KV.layers[l].NoRows:
 			return fmt.Errorf("model: KV cache layer %d has no host storage (made for another backend) and this backend keeps its rows on the host", l)
 		}
 	}
