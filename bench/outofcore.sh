@@ -124,7 +124,8 @@ run() {
 		if [ "$name" = flowinfer ]; then best_fi=$(best "$best_fi" "$tg"); else best_ll=$(best "$best_ll" "$tg"); fi
 	fi
 	if [ "$name" = flowinfer ]; then grep -E 'expert cache:|disk reads:|prefetch:|weights:|preloaded|layer stream:' "$out" | sed 's/^/    /'; fi
-	if [ $rc != 0 ]; then tail -3 "$out" | sed 's/^/    /'; fi
+	# the output may end without a newline (a run killed mid-line)
+	if [ $rc != 0 ]; then tail -3 "$out" | sed -e 's/^/    /' -e '$a\'; fi
 	rm -f "$out"
 }
 
