@@ -215,10 +215,68 @@ func QuantizeRowMXFP4(src []float32, dst []byte) {
 		d := e8m0Half(e)
 		b[0] = e
 		qs := b[offMXFP4Qs : offMXFP4Qs+16]
+		if nearestMXFP4(x, e, amax, qs) {
+			continue
+		}
 		for j := range qs {
 			qs[j] = bestIndexMXFP4(x[j], d) | bestIndexMXFP4(x[j+16], d)<<4
 		}
 	}
+}
+
+// mxfp4Floor maps floor(|x|/d), 0..32, to the largest code 0..7 whose
+// level (0 1 2 3 4 6 8 12) is at most |x|/d.
+var mxfp4Floor = [33]byte{0, 1, 2, 3, 4, 4, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7}
+
+// nearestMXFP4 writes the codes of one block as bestIndexMXFP4 chooses
+// them, without trying all 16 levels: the level below |x| and the one above
+// it are the only candidates, and the sign of x picks the half of the
+// table. It reports false, writing nothing reliable, where that shortcut is
+// not exact, and the caller then runs bestIndexMXFP4.
+//
+// Why it gives the same code: with d a normal power of two (2 <= e <= 250)
+// and every |x| <= amax <= 32d (the exponent rule puts amax below 16d),
+// |x|/d and the levels k·d are exact, and any two levels differ by at least
+// d, far more than a rounding step of values below 64d; so every level
+// beyond the two around |x| has a strictly larger rounded error, and of the
+// two the lower code wins a tie, as in bestIndexMXFP4's scan. For x >= 0 a
+// negative level -k·d has error x + k·d, never below |x - k·d| (the positive
+// code, lower, wins a tie); for x < 0 the positive levels lose the same way
+// to the negative codes 9..15, and a tie of a mirrored pair can only be
+// above the error |x| of code 0. NaN (never a candidate in the scan, which
+// then answers 0) takes the caller's path.
+func nearestMXFP4(x []float32, e byte, amax float32, qs []byte) bool {
+	if e < 2 || e > 250 {
+		return false
+	}
+	d := e8m0Half(e)
+	if !(amax <= 32*d) {
+		return false
+	}
+	inv := 1 / d
+	var lv [8]float32
+	for m := range 8 {
+		lv[m] = float32(float32(kvaluesMXFP4[m]) * d)
+	}
+	for j, v := range x {
+		a := abs32(v)
+		if a != a {
+			return false
+		}
+		m := mxfp4Floor[min(int(float32(a*inv)), 32)]
+		if m < 7 && lv[m+1]-a < a-lv[m] {
+			m++
+		}
+		if v < 0 && m > 0 {
+			m += 8
+		}
+		if j < 16 {
+			qs[j] = m
+		} else {
+			qs[j-16] |= m << 4
+		}
+	}
+	return true
 }
 
 // cvttss2si converts to int32 truncating toward zero as x86's cvttss2si

@@ -194,6 +194,9 @@ func (c *BenchCmd) measure(ctx context.Context, wp *stages.WeightPath, be *cpu.B
 		if err != nil {
 			return nil, nil, 0, err
 		}
+		if err := printKVBytes(&b.Model.Hyper, kv, mctx, nCtx); err != nil {
+			return nil, nil, 0, err
+		}
 		n0 := len(tests)
 		if err := c.runTests(ctx, wp, mctx, bos, probe, &tests); err != nil {
 			return nil, nil, 0, err
@@ -306,4 +309,26 @@ func minOf(x []int) int {
 		}
 	}
 	return m
+}
+
+// printKVBytes prints on stderr the bytes the context's KV cache holds
+// (KVCache.Bytes) and how they split between the layers that keep a row per
+// position and the rings of the sliding-window layers (model.KVCacheBytes
+// with no cells), the figure to set beside llama.cpp's llama_kv_cache and
+// llama_kv_cache_iswa lines.
+func printKVBytes(h *model.Hyper, kv model.KVTypes, mctx *model.Context, nCtx int) error {
+	total := mctx.KV.Bytes()
+	rings, err := model.KVCacheBytes(h, kv, 0, 1, nCtx, mctx.MaxBatch)
+	if err != nil {
+		return err
+	}
+	nSWA, ringRows := 0, 0
+	for l := range h.NLayer {
+		if r := model.SWARingRows(h.LayerWindow(l), mctx.MaxBatch, nCtx); r > 0 {
+			nSWA, ringRows = nSWA+1, r
+		}
+	}
+	fmt.Fprintf(os.Stderr, "kv cache: %s: %s for %d positions: %d full layers %s, %d sliding-window layers' rings of %d rows %s\n",
+		kv, byteCount(total), nCtx, h.NLayer-nSWA, byteCount(total-rings), nSWA, ringRows, byteCount(rings))
+	return nil
 }

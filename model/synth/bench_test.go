@@ -4,11 +4,13 @@
 package synth_test
 
 import (
+	"cmp"
 	"io"
 	"path/filepath"
 	"testing"
 
 	"github.com/flowinfer/flowinfer/model/synth"
+	"github.com/flowinfer/flowinfer/quant"
 )
 
 // BenchmarkWrite writes whole preset models with the built-in vocabulary:
@@ -21,13 +23,17 @@ func BenchmarkWrite(b *testing.B) {
 		{"llama-1b", "Q8_0", "discard"},
 		{"llama-1b", "F16", "discard"},
 		{"demo", "Q8_0", "file"},
+		{"gpt-oss-small", "", "discard"}, // MXFP4 experts (quantized from floats), Q8_0 elsewhere
 	} {
-		b.Run("preset="+c.preset+"/mix="+c.mix+"/to="+c.sink, func(b *testing.B) {
+		b.Run("preset="+c.preset+"/mix="+cmp.Or(c.mix, "pure-Q8_0")+"/to="+c.sink, func(b *testing.B) {
 			s, err := synth.Preset(c.preset)
 			if err != nil {
 				b.Fatal(err)
 			}
 			o := synth.Options{Mix: c.mix, Seed: 1}
+			if c.mix == "" {
+				o.Type = quant.Q8_0 // gpt-oss: one type for the non-expert weights
+			}
 			plan, err := synth.Plan(s, o)
 			if err != nil {
 				b.Fatal(err)
