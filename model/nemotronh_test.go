@@ -3,12 +3,10 @@ package model_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -188,68 +186,7 @@ func TestNemotronHChunkedPrefill(t *testing.T) {
 	defer be.Close()
 	for _, preset := range []string{"nemotronh-small", "nemotronh-moe-small"} {
 		t.Run(preset, func(t *testing.T) {
-			b := openNemotronH(t, be, preset)
-			m := b.Model
-			prompt, _ := qwen35Prompt(t)
-			ids := b.Tokenizer.Encode(prompt, true, false)[:200]
-			newCtx := func() *model.Context {
-				c, err := m.NewContextOf(be, model.KVTypes{K: model.KVF32, V: model.KVF32}, 512, 2, 256)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return c
-			}
-			one := newCtx()
-			if got, w := one.KV.State.Bytes(), model.RecurrentStateBytes(&m.Hyper, 2); got != w || got == 0 {
-				t.Errorf("recurrent state %d bytes, RecurrentStateBytes %d", got, w)
-			}
-			want := slices.Clone(decodeFrom(t, one, ids, 0, 256))
-			wantState := stateOf(one.KV, &m.Hyper, 0)
-			check := func(name string, c *model.Context, logits []float32, seq int) {
-				t.Helper()
-				if d := maxDiff(logits, want); d > 1e-5 {
-					t.Errorf("%s: logits differ from one batch by %.3g", name, d)
-				}
-				if d := maxDiff(stateOf(c.KV, &m.Hyper, seq), wantState); d > 1e-5 {
-					t.Errorf("%s: Mamba state differs from one batch by %.3g", name, d)
-				}
-			}
-			c := newCtx()
-			var logits []float32
-			at := 0
-			for _, n := range []int{1, 7, 64, 3, 125} {
-				logits = decodeFrom(t, c, ids[at:at+n], at, n)
-				at += n
-			}
-			check("chunks 1,7,64,3,125", c, logits, 0)
-			c = newCtx()
-			check("token by token", c, decodeFrom(t, c, ids, 0, 1), 0)
-			c = newCtx()
-			for at := 0; at < len(ids); at += 50 {
-				bt := &model.Batch{}
-				for j := at; j < at+50; j++ {
-					bt.Tokens = append(bt.Tokens, ids[j], ids[len(ids)-1-j])
-					bt.Pos = append(bt.Pos, int32(j), int32(j))
-					bt.Seq = append(bt.Seq, 1, 0)
-				}
-				bt.Logits = make([]bool, len(bt.Tokens))
-				bt.Logits[len(bt.Tokens)-2] = true
-				out, err := c.Decode(bt)
-				if err != nil {
-					t.Fatal(err)
-				}
-				logits = out
-			}
-			check("interleaved with another sequence", c, logits, 1)
-			fresh := newCtx()
-			for _, bt := range []*model.Batch{
-				{Tokens: []int32{1}, Pos: []int32{10}, Seq: []int32{0}},
-				{Tokens: []int32{1, 2}, Pos: []int32{0, 2}, Seq: []int32{0, 0}},
-			} {
-				if _, err := fresh.Decode(bt); !errors.Is(err, model.ErrBatch) {
-					t.Errorf("batch at positions %v of a fresh sequence: error %v, want ErrBatch", bt.Pos, err)
-				}
-			}
+			checkHybridChunks(t, be, openNemotronH(t, be, preset))
 		})
 	}
 }

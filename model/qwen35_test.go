@@ -291,17 +291,57 @@ func maxDiff(a, b []float32) float64 {
 	return m
 }
 
-// TestQwen35ChunkedPrefill: a prompt fed in one batch, in uneven chunks,
-// token by token, or interleaved with a second sequence in the same
-// batches leaves the same recurrent state and gives the same logits
-// (within 1e-5: batch sizes change the matrix products' summation order,
-// not the recurrence); a fork (RecurrentState.Copy) continues exactly as
-// its source; and a batch that does not continue a sequence's state (a
-// cached KV prefix, a gap) is refused, never computed on a wrong state.
+// TestQwen35ChunkedPrefill: prefill in uneven chunks, token by token, and
+// interleaved with another sequence gives the logits and recurrent state of
+// one batch (checkHybridChunks), a fork (its KV rows copied by block, its
+// state by State.Copy) continues as its source, and a batch that skips
+// positions of a fresh sequence is refused.
 func TestQwen35ChunkedPrefill(t *testing.T) {
 	be := cpu.NewBackend(0, cpu.Best())
 	defer be.Close()
 	b := openQwen35(t, be)
+	m := b.Model
+	ids := checkHybridChunks(t, be, b)
+	kv, err := model.NewBlockKVCache(&m.Hyper, model.KVTypes{K: model.KVF32, V: model.KVF32}, 256, 512, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := m.NewContextKV(be, kv, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bt := &model.Batch{Tokens: ids, Pos: make([]int32, len(ids)), Seq: make([]int32, len(ids)), Logits: make([]bool, len(ids))}
+	for j := range ids {
+		bt.Pos[j], bt.Seq[j] = int32(j), 1
+	}
+	if _, err := c.Decode(bt); err != nil {
+		t.Fatal(err)
+	}
+	kv.CopyRows(0, 2, len(ids)) // seq 1's first block to seq 0's
+	kv.State.Copy(0, 1)
+	var logits []float32
+	for s := range int32(2) {
+		got, err := c.Decode(&model.Batch{Tokens: []int32{5}, Pos: []int32{int32(len(ids))}, Seq: []int32{s}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s == 0 {
+			logits = slices.Clone(got)
+		} else if d := maxDiff(got, logits); d != 0 {
+			t.Errorf("fork: the copy's next logits differ by %.3g", d)
+		}
+	}
+}
+
+// checkHybridChunks decodes the first 200 tokens of the golden prompt with
+// b's model in one batch, then in chunks of 1, 7, 64, 3 and 125 tokens,
+// token by token, and interleaved row by row with a second sequence, and
+// requires each way's last logits and recurrent state within 1e-5 of one
+// batch's; a batch that skips positions, or starts a fresh sequence after
+// position 0 (what reusing a cached KV prefix would do), must be refused.
+// It returns the tokens.
+func checkHybridChunks(t *testing.T, be model.Ops, b *model.Bundle) []int32 {
+	t.Helper()
 	m := b.Model
 	prompt, _ := qwen35Prompt(t)
 	ids := b.Tokenizer.Encode(prompt, true, false)[:200]
@@ -318,6 +358,11 @@ func TestQwen35ChunkedPrefill(t *testing.T) {
 	}
 	want := slices.Clone(decodeFrom(t, one, ids, 0, 256))
 	wantState := stateOf(one.KV, &m.Hyper, 0)
+	if m.NExpert > 0 {
+		if runs, most := one.ExpertRuns(), int64(m.NLayer*m.NExpert); runs == 0 || runs > most {
+			t.Errorf("one batch of %d tokens ran %d experts (at most %d: each chosen expert once per layer)", len(ids), runs, most)
+		}
+	}
 	check := func(name string, c *model.Context, logits []float32, seq int) {
 		t.Helper()
 		if d := maxDiff(logits, want); d > 1e-5 {
@@ -327,7 +372,6 @@ func TestQwen35ChunkedPrefill(t *testing.T) {
 			t.Errorf("%s: recurrent state differs from one batch by %.3g", name, d)
 		}
 	}
-	// uneven chunks
 	c := newCtx()
 	var logits []float32
 	at := 0
@@ -336,11 +380,9 @@ func TestQwen35ChunkedPrefill(t *testing.T) {
 		at += n
 	}
 	check("chunks 1,7,64,3,125", c, logits, 0)
-	// token by token
 	c = newCtx()
 	check("token by token", c, decodeFrom(t, c, ids, 0, 1), 0)
-	// two sequences interleaved row by row in each batch: seq 1 gets the
-	// prompt, seq 0 other tokens
+	// seq 1 gets the prompt, seq 0 other tokens
 	c = newCtx()
 	for at := 0; at < len(ids); at += 50 {
 		bt := &model.Batch{}
@@ -358,38 +400,6 @@ func TestQwen35ChunkedPrefill(t *testing.T) {
 		logits = out
 	}
 	check("interleaved with another sequence", c, logits, 1)
-	// a fork (its KV rows copied by block, its state by State.Copy)
-	// continues as its source
-	kv, err := model.NewBlockKVCache(&m.Hyper, model.KVTypes{K: model.KVF32, V: model.KVF32}, 256, 512, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err = m.NewContextKV(be, kv, 256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bt := &model.Batch{Tokens: ids, Pos: make([]int32, len(ids)), Seq: make([]int32, len(ids)), Logits: make([]bool, len(ids))}
-	for j := range ids {
-		bt.Pos[j], bt.Seq[j] = int32(j), 1
-	}
-	if _, err := c.Decode(bt); err != nil {
-		t.Fatal(err)
-	}
-	kv.CopyRows(0, 2, len(ids)) // seq 1's first block to seq 0's
-	kv.State.Copy(0, 1)
-	for s := range int32(2) {
-		got, err := c.Decode(&model.Batch{Tokens: []int32{5}, Pos: []int32{int32(len(ids))}, Seq: []int32{s}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s == 0 {
-			logits = slices.Clone(got)
-		} else if d := maxDiff(got, logits); d != 0 {
-			t.Errorf("fork: the copy's next logits differ by %.3g", d)
-		}
-	}
-	// a batch that skips positions, or starts a fresh sequence after
-	// position 0 (what reusing a cached KV prefix would do), is refused
 	fresh := newCtx()
 	for _, bt := range []*model.Batch{
 		{Tokens: []int32{1}, Pos: []int32{10}, Seq: []int32{0}},
@@ -399,6 +409,7 @@ func TestQwen35ChunkedPrefill(t *testing.T) {
 			t.Errorf("batch at positions %v of a fresh sequence: error %v, want ErrBatch", bt.Pos, err)
 		}
 	}
+	return ids
 }
 
 // TestQwen35DecodeAllocs: a qwen35 decode step (both kinds of layers)

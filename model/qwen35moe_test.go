@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -96,52 +95,17 @@ func openPreset(t *testing.T, be model.Ops, preset string) *model.Bundle {
 }
 
 // TestHybridMoEChunkedPrefill: on qwen35moe-small and qwen3next-small, a
-// prompt fed in one batch, in uneven chunks or token by token leaves the
-// same recurrent state and gives the same logits (within 1e-5, as
-// TestQwen35ChunkedPrefill: batch sizes change the products' summation
-// order, not the recurrence or the routing), and the routed experts run
-// once per step, not once per token.
+// prompt fed in one batch, in uneven chunks, token by token or interleaved
+// with a second sequence leaves the same recurrent state and gives the same
+// logits within 1e-5 (checkHybridChunks: batch sizes change the products'
+// summation order, not the recurrence or the routing), and the routed
+// experts run once per step, not once per token.
 func TestHybridMoEChunkedPrefill(t *testing.T) {
 	be := cpu.NewBackend(0, cpu.Best())
 	defer be.Close()
-	prompt, _ := qwen35Prompt(t)
 	for _, preset := range []string{"qwen35moe-small", "qwen3next-small"} {
 		t.Run(preset, func(t *testing.T) {
-			b := openPreset(t, be, preset)
-			m := b.Model
-			ids := b.Tokenizer.Encode(prompt, true, false)[:200]
-			newCtx := func() *model.Context {
-				c, err := m.NewContextOf(be, model.KVTypes{K: model.KVF32, V: model.KVF32}, 512, 1, 256)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return c
-			}
-			one := newCtx()
-			want := slices.Clone(decodeFrom(t, one, ids, 0, 256))
-			wantState := stateOf(one.KV, &m.Hyper, 0)
-			if runs, most := one.ExpertRuns(), int64(m.NLayer*m.NExpert); runs == 0 || runs > most {
-				t.Errorf("one batch of %d tokens ran %d experts (at most %d: each chosen expert once per layer)", len(ids), runs, most)
-			}
-			check := func(name string, c *model.Context, logits []float32) {
-				t.Helper()
-				if d := maxDiff(logits, want); d > 1e-5 {
-					t.Errorf("%s: logits differ from one batch by %.3g", name, d)
-				}
-				if d := maxDiff(stateOf(c.KV, &m.Hyper, 0), wantState); d > 1e-5 {
-					t.Errorf("%s: recurrent state differs from one batch by %.3g", name, d)
-				}
-			}
-			c := newCtx()
-			var logits []float32
-			at := 0
-			for _, n := range []int{1, 7, 64, 3, 125} {
-				logits = decodeFrom(t, c, ids[at:at+n], at, n)
-				at += n
-			}
-			check("chunks 1,7,64,3,125", c, logits)
-			c = newCtx()
-			check("token by token", c, decodeFrom(t, c, ids, 0, 1))
+			checkHybridChunks(t, be, openPreset(t, be, preset))
 		})
 	}
 }
