@@ -2,17 +2,13 @@ package model_test
 
 import (
 	"bytes"
-	"context"
 	"flag"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/flowinfer/flowinfer/bench"
 	"github.com/flowinfer/flowinfer/cpu"
-	"github.com/flowinfer/flowinfer/internal/golden"
 	"github.com/flowinfer/flowinfer/io/gguf"
 	"github.com/flowinfer/flowinfer/model"
 	"github.com/flowinfer/flowinfer/model/synth"
@@ -68,7 +64,7 @@ func openNemotronH(t *testing.T, be model.Ops, preset string) *model.Bundle {
 // greedy continuation, and llama-perplexity's running values on the
 // golden stories text (-c 512) within one unit of the 4th decimal it
 // prints (quantized: 0.5%); all with F32 KV, as llama.cpp was run
-// (testdata/nemotronh/README.md).
+// (checkHybridGolden; testdata/nemotronh/README.md).
 func TestNemotronHGolden(t *testing.T) {
 	prompt, text := qwen35Prompt(t)
 	dir := t.TempDir()
@@ -87,90 +83,7 @@ func TestNemotronHGolden(t *testing.T) {
 	for _, f := range nemotronHFiles {
 		t.Run(f.name, func(t *testing.T) {
 			want := filepath.Join("testdata", "nemotronh", f.name)
-			if _, err := os.Stat(want + ".logits"); err != nil {
-				t.Fatalf("golden %s.logits missing: %v", want, err)
-			}
-			quantized := !strings.HasSuffix(f.name, "f32")
-			b, err := model.Open(writeNemotronH(t, dir, f.name, f.preset, f.o), be.Supports, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer b.Close()
-			ids := b.Tokenizer.Encode(prompt, true, false)
-			wantN, wantLogits := readLogits(t, want+".logits")
-			if len(ids) != wantN {
-				t.Fatalf("prompt is %d tokens, llama.cpp's %d", len(ids), wantN)
-			}
-			V := b.Model.NVocab
-			mctx, err := b.Model.NewContextOf(be, model.KVTypes{K: model.KVF32, V: model.KVF32}, 4096, 1, 2048)
-			if err != nil {
-				t.Fatal(err)
-			}
-			logits := decodeFrom(t, mctx, ids, 0, 2048)
-			var maxAbs, sq float64
-			for i, w := range wantLogits {
-				d := math.Abs(float64(logits[i]) - w)
-				maxAbs = max(maxAbs, d)
-				sq += d * d
-			}
-			rms := math.Sqrt(sq / float64(V))
-			t.Logf("last-position logits: max |Δ| %.3g, rms %.3g", maxAbs, rms)
-			if !quantized && maxAbs > 1e-4 {
-				t.Errorf("max |Δlogit| %.3g > 1e-4", maxAbs)
-			} else if quantized && (maxAbs > 0.1 || rms > 0.02) {
-				t.Errorf("max |Δlogit| %.3g (limit 0.1), rms %.3g (limit 0.02)", maxAbs, rms)
-			}
-			// greedy continuation of the prompt without its final newline
-			// (as llama-completion -f reads it), fed in chunks of 512
-			gctx, err := b.Model.NewContextOf(be, model.KVTypes{K: model.KVF32, V: model.KVF32}, 4096, 1, 512)
-			if err != nil {
-				t.Fatal(err)
-			}
-			gids := b.Tokenizer.Encode(strings.TrimSuffix(prompt, "\n"), true, false)
-			nIDs, wantIDs := readLogits(t, want+".greedy.ids")
-			if len(gids) != nIDs || len(wantIDs) != 64 {
-				t.Fatalf("greedy prompt %d tokens, llama.cpp's %d (%d ids)", len(gids), nIDs, len(wantIDs))
-			}
-			logits = decodeFrom(t, gctx, gids, 0, 512)
-			for i, w := range wantIDs {
-				row := logits[len(logits)-V:]
-				best := int32(golden.Argmax(row))
-				if best != int32(w) {
-					// A quantized file may take the other side of a
-					// near-tie (cpu/golden_test.go: a top-2 margin within
-					// twice the logits' measured deviation); F32 may not.
-					if m := top2Margin(row); !quantized || m > 2*maxAbs {
-						t.Errorf("greedy step %d: token %d, llama.cpp %d (top-2 margin %.3g)", i, best, int(w), m)
-					} else {
-						t.Logf("greedy: identical for %d tokens, then a near-tie (margin %.3g ≤ 2×%.3g)", i, m, maxAbs)
-					}
-					break
-				}
-				pos := int32(len(gids) + i)
-				if logits, err = gctx.Decode(&model.Batch{Tokens: []int32{best}, Pos: []int32{pos}, Seq: []int32{0}}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			// perplexity
-			toks := b.Tokenizer.Encode(text, true, false)
-			pctx, err := b.Model.NewContextOf(be, model.KVTypes{K: model.KVF32, V: model.KVF32}, 512, 1, 512)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := bench.Perplexity(context.Background(), pctx, toks, bench.PerplexityOptions{NCtx: 512, BOS: b.Tokenizer.BOS()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			wantPPL := readRunning(t, want+".ppl")
-			if len(wantPPL) != len(r.Running) {
-				t.Fatalf("%d chunks, llama.cpp %d", len(r.Running), len(wantPPL))
-			}
-			for i, p := range r.Running {
-				if !quantized && math.Abs(p-wantPPL[i]) > 1.5e-4 || math.Abs(p-wantPPL[i]) > 0.005*wantPPL[i] {
-					t.Errorf("running PPL [%d] %.4f, llama.cpp %.4f", i+1, p, wantPPL[i])
-				}
-			}
-			t.Logf("PPL %v, llama.cpp %v", r.Running, wantPPL)
+			checkHybridGolden(t, be, writeNemotronH(t, dir, f.name, f.preset, f.o), want, !strings.HasSuffix(f.name, "q4km"), prompt, text)
 		})
 	}
 }
