@@ -46,17 +46,6 @@ func writeNemotronH(t *testing.T, dir, name, preset string, o synth.Options) str
 	return path
 }
 
-// openNemotronH writes a preset (F32, seed 1) and loads it on be.
-func openNemotronH(t *testing.T, be model.Ops, preset string) *model.Bundle {
-	t.Helper()
-	b, err := model.Open(writeNemotronH(t, t.TempDir(), "f32", preset, synth.Options{Type: quant.F32, Seed: 1}), be.Supports, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
-}
-
 // TestNemotronHGolden: on nemotronh-small and nemotronh-moe-small (F32 and
 // Q4_K_M, regenerated here) flowinfer gives llama.cpp's logits at the last
 // position of a 1531-token prompt (F32: max |Δ| ≤ 1e-4; Q4_K_M: max |Δ| ≤
@@ -99,7 +88,7 @@ func TestNemotronHChunkedPrefill(t *testing.T) {
 	defer be.Close()
 	for _, preset := range []string{"nemotronh-small", "nemotronh-moe-small"} {
 		t.Run(preset, func(t *testing.T) {
-			checkHybridChunks(t, be, openNemotronH(t, be, preset))
+			checkHybridChunks(t, be, openPreset(t, be, preset))
 		})
 	}
 }
@@ -112,7 +101,7 @@ func TestNemotronHDecodeAllocs(t *testing.T) {
 	defer be.Close()
 	for _, preset := range []string{"nemotronh-small", "nemotronh-moe-small"} {
 		t.Run(preset, func(t *testing.T) {
-			m := openNemotronH(t, be, preset).Model
+			m := openPreset(t, be, preset).Model
 			c, err := m.NewContextOf(be, model.KVTypes{}, 128, 1, 8)
 			if err != nil {
 				t.Fatal(err)
@@ -231,7 +220,7 @@ func TestNemotronHLoadErrors(t *testing.T) {
 // llama.cpp's filter_attn for nemotron_h gives only them a KV cache; the
 // cache's bytes are those layers' rows.
 func TestNemotronHKVLayers(t *testing.T) {
-	b := openNemotronH(t, &cpu.Ref{}, "nemotronh-small")
+	b := openPreset(t, &cpu.Ref{}, "nemotronh-small")
 	h := &b.Model.Hyper
 	var attn int
 	for il := range h.NLayer {
