@@ -20,53 +20,11 @@ package cpu_test
 // 4e-7·S expected at worst. Measured worst: logged by the test.
 
 import (
-	"fmt"
-	"math"
-	"math/rand/v2"
 	"testing"
 
 	"github.com/flowinfer/flowinfer/quant"
 )
 
-var iq1Types = []struct {
-	typ quant.Type
-	ref func(n int, w, a []byte) float32
-}{
-	{quant.IQ1_S, quant.DotIQ1_S}, {quant.IQ1_M, quant.DotIQ1_M},
-}
+var iq1Types = []iqType{{quant.IQ1_S, quant.DotIQ1_S}, {quant.IQ1_M, quant.DotIQ1_M}}
 
-func TestIQ1Kernels(t *testing.T) {
-	r := rand.New(rand.NewPCG(41, 42))
-	for _, k := range testISAs(t) {
-		for _, it := range iq1Types {
-			var worst float64
-			for _, nb := range []int{1, 3, 8, 17} {
-				cols := nb * quant.QK_K
-				for _, rows := range []int{1, 3, 13} {
-					const most = 9
-					name := fmt.Sprintf("isa=%s/type=%s/blocks=%d/rows=%d", k.ISA(), it.typ, nb, rows)
-					t.Run(name, func(t *testing.T) {
-						m := newTestMatrix(t, r, it.typ, rows, cols, most, 3)
-						stride := rows + 2
-						for _, n := range []int{1, 2, 3, 4, 5, most} {
-							for _, rr := range [][2]int{{0, rows}, {rows / 2, rows}} {
-								out := make([]float32, n*stride)
-								for i := range out {
-									out[i] = math.Float32frombits(guardBits)
-								}
-								k.GemmRows(it.typ, m.w, m.rowBytes, cols, rr[0], rr[1], m.a, n, out, stride)
-								for i, v := range out {
-									if c := i % stride; (c < rr[0] || c >= rr[1]) && math.Float32bits(v) != guardBits {
-										t.Fatalf("%d acts, rows [%d, %d): out[%d] written", n, rr[0], rr[1], i)
-									}
-								}
-								worst = max(worst, iqCheck(t, it.ref, m, cols, rr[0], rr[1], n, out, stride))
-							}
-						}
-					})
-				}
-			}
-			t.Logf("isa=%s type=%s: worst |diff|/S = %.2g (tolerance 1e-6)", k.ISA(), it.typ, worst)
-		}
-	}
-}
+func TestIQ1Kernels(t *testing.T) { checkLatticeKernels(t, 41, iq1Types) }

@@ -28,18 +28,27 @@ import (
 	"github.com/flowinfer/flowinfer/quant"
 )
 
-var iqlTypes = []struct {
-	typ quant.Type
-	ref func(n int, w, a []byte) float32
-}{
+var iqlTypes = []iqType{
 	{quant.IQ2_XXS, quant.DotIQ2_XXS}, {quant.IQ3_XXS, quant.DotIQ3_XXS}, {quant.IQ3_S, quant.DotIQ3_S},
 	{quant.IQ2_XS, quant.DotIQ2_XS}, {quant.IQ2_S, quant.DotIQ2_S},
 }
 
-func TestIQLatticeKernels(t *testing.T) {
-	r := rand.New(rand.NewPCG(31, 32))
+func TestIQLatticeKernels(t *testing.T) { checkLatticeKernels(t, 31, iqlTypes) }
+
+// iqType is a lattice type and quant's Go product of it (the reference).
+type iqType struct {
+	typ quant.Type
+	ref func(n int, w, a []byte) float32
+}
+
+// checkLatticeKernels runs every path's GemmRows for each of types on the
+// shapes above, from a generator seeded with seed, against the type's
+// reference within 1e-6·S (iqCheck), and checks that no row outside the
+// range asked for is written.
+func checkLatticeKernels(t *testing.T, seed uint64, types []iqType) {
+	r := rand.New(rand.NewPCG(seed, seed+1))
 	for _, k := range testISAs(t) {
-		for _, it := range iqlTypes {
+		for _, it := range types {
 			var worst float64
 			for _, nb := range []int{1, 3, 8, 17} {
 				cols := nb * quant.QK_K
