@@ -107,21 +107,7 @@ func (c *Context) attention(il int, b *Batch) error {
 		}
 		c.eval("Qcur_attn_temp_scaled", il, q, n, h.QDim())
 	}
-	// llama.cpp's rotation of block-quantized K and V (KVLayer.RotK/RotV)
-	lt := c.KV.Layer(il)
-	if lt.RotK > 0 {
-		c.hadamard(q, lt.RotK)
-		c.hadamard(k, lt.RotK)
-	}
-	if lt.RotV > 0 {
-		c.hadamard(v, lt.RotV)
-	}
-	// store k, v in the cache (kv_store: converted to its types,
-	// TurboQuant's rotation and coding included; see KVCache.Store)
-	c.span("kv_store", il, true)
-	err := c.KV.Store(il, b.Seq, b.Pos, k, v)
-	c.span("kv_store", il, false)
-	if err != nil {
+	if err := c.storeKV(il, b, q, k, v); err != nil {
 		return err
 	}
 	// softmax(q·kᵀ/√d)·v over the cached positions
@@ -133,8 +119,8 @@ func (c *Context) attention(il int, b *Batch) error {
 	c.span("attn_kqv", il, true)
 	ops.Attention(att, q, c.KV, il, b.Seq, b.Pos, h, Attn{Scale: scale, Window: h.LayerWindow(il), Sinks: L.Sinks})
 	c.span("attn_kqv", il, false)
-	if lt.RotV > 0 { // the output of rotated values, rotated back
-		c.hadamard(att, lt.RotV)
+	if rv := c.KV.Layer(il).RotV; rv > 0 { // the output of rotated values, rotated back
+		c.hadamard(att, rv)
 	}
 	c.eval("kqv_out", il, att, n, h.NHead*h.HeadDimV)
 	// output projection and residual
@@ -197,4 +183,22 @@ func (c *Context) hadamard(x []float32, n int) {
 // results must equal quant.Hadamard's piece by piece.
 type Rotator interface {
 	Hadamard(x []float32, n int)
+}
+
+// storeKV applies llama.cpp's rotation of block-quantized K and V
+// (KVLayer.RotK/RotV) to q, k and v and stores k and v in layer il's cache
+// (kv_store: converted to its types, TurboQuant's rotation and coding
+// included; see KVCache.Store).
+func (c *Context) storeKV(il int, b *Batch, q, k, v []float32) error {
+	lt := c.KV.Layer(il)
+	if lt.RotK > 0 {
+		c.hadamard(q, lt.RotK)
+		c.hadamard(k, lt.RotK)
+	}
+	if lt.RotV > 0 {
+		c.hadamard(v, lt.RotV)
+	}
+	c.span("kv_store", il, true)
+	defer c.span("kv_store", il, false)
+	return c.KV.Store(il, b.Seq, b.Pos, k, v)
 }

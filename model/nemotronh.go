@@ -391,26 +391,15 @@ func (c *Context) nemotronAttention(il int, b *Batch) error {
 	c.eval("Qcur", il, q, n, h.QDim())
 	c.eval("Kcur", il, k, n, h.KDim())
 	c.eval("Vcur", il, v, n, h.VDim())
-	lt := c.KV.Layer(il) // llama.cpp's rotation of block-quantized K and V
-	if lt.RotK > 0 {
-		c.hadamard(q, lt.RotK)
-		c.hadamard(k, lt.RotK)
-	}
-	if lt.RotV > 0 {
-		c.hadamard(v, lt.RotV)
-	}
-	c.span("kv_store", il, true)
-	err := c.KV.Store(il, b.Seq, b.Pos, k, v)
-	c.span("kv_store", il, false)
-	if err != nil {
+	if err := c.storeKV(il, b, q, k, v); err != nil {
 		return err
 	}
 	att := c.att[:n*h.NHead*h.HeadDimV]
 	c.span("attn_kqv", il, true)
 	ops.Attention(att, q, c.KV, il, b.Seq, b.Pos, h, Attn{Scale: float32(1 / math.Sqrt(float64(h.HeadDimK)))})
 	c.span("attn_kqv", il, false)
-	if lt.RotV > 0 {
-		c.hadamard(att, lt.RotV)
+	if rv := c.KV.Layer(il).RotV; rv > 0 { // the output of rotated values, rotated back
+		c.hadamard(att, rv)
 	}
 	c.eval("kqv_out", il, att, n, h.NHead*h.HeadDimV)
 	c.matmul("attn_output", il, c.tmp[:n*h.NEmbd], L.Wo, att, n)
