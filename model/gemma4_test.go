@@ -333,9 +333,26 @@ func TestGemma4Hyper(t *testing.T) {
 		{"no shared layers", func(w *gguf.Writer) { w.Set("gemma4.attention.shared_kv_layers", gguf.Uint32(0)) }, "", "", "", func(m *model.Model) string {
 			return fmt.Sprint(m.KVSource(5))
 		}},
-		{"swa head", func(w *gguf.Writer) { w.Set("gemma4.attention.key_length_swa", gguf.Uint32(64)) }, "", "", "key_length_swa", nil},
+		{"swa key and value heads differ", func(w *gguf.Writer) { w.Set("gemma4.attention.key_length_swa", gguf.Uint32(64)) }, "", "", "key_length_swa", nil},
 		{"missing per-layer width", nil, "gemma4.embedding_length_per_layer_input", "", "embedding_length_per_layer_input", nil},
 		{"too many shared", func(w *gguf.Writer) { w.Set("gemma4.attention.shared_kv_layers", gguf.Uint32(5)) }, "", "", "shared_kv_layers", nil},
+		{"per-layer FFN widths: one entry short", func(w *gguf.Writer) {
+			v := make([]gguf.Value, 5)
+			for i := range v {
+				v[i] = gguf.Uint32(1024)
+			}
+			a, _ := gguf.Array(gguf.TypeUint32, v)
+			w.Set("gemma4.feed_forward_length", a)
+		}, "", "", "feed_forward_length", nil},
+		{"per-layer KV heads: 0", func(w *gguf.Writer) {
+			v := make([]gguf.Value, 6)
+			for i := range v {
+				v[i] = gguf.Uint32(2)
+			}
+			v[1] = gguf.Uint32(0)
+			a, _ := gguf.Array(gguf.TypeUint32, v)
+			w.Set("gemma4.attention.head_count_kv", a)
+		}, "", "", "head_count_kv", nil},
 		{"per-layer FFN widths", func(w *gguf.Writer) {
 			v := make([]gguf.Value, 6)
 			for i := range v {
@@ -343,7 +360,9 @@ func TestGemma4Hyper(t *testing.T) {
 			}
 			a, _ := gguf.Array(gguf.TypeUint32, v)
 			w.Set("gemma4.feed_forward_length", a)
-		}, "", "", "feed_forward_length", nil},
+		}, "", "", "", func(m *model.Model) string {
+			return fmt.Sprint(m.NFF, m.NFFArr, m.NFFAt(5), m.PerLayerShapes())
+		}},
 		{"no rope_freqs", nil, "rope_freqs.weight", "", "rope_freqs", nil},
 		{"weight scale", nil, "", "blk.0.attn_q.scale", "blk.0.attn_q.scale", nil},
 	} {
@@ -358,7 +377,7 @@ func TestGemma4Hyper(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := map[string]string{"no soft-cap key: 30": "30", "one pattern value for every layer": "[128 128 128 128 128 128] 2", "pattern 0: every layer global": "[0 0 0 0 0 0]", "no shared layers": "5"}[c.name]
+			want := map[string]string{"no soft-cap key: 30": "30", "per-layer FFN widths": "1024 [1024 1024 1024 1024 1024 1024] 1024 false", "one pattern value for every layer": "[128 128 128 128 128 128] 2", "pattern 0: every layer global": "[0 0 0 0 0 0]", "no shared layers": "5"}[c.name]
 			if got := c.check(m); got != want {
 				t.Errorf("got %s, want %s", got, want)
 			}
