@@ -607,3 +607,85 @@ func TestGemma4RingsMatchFull(t *testing.T) {
 		}
 	}
 }
+
+// TestGemma4KVBytesPerLayer: with the real shapes' per-layer geometry
+// (sliding heads of 256, global of 512; the 26B-A4B's 8 KV heads on
+// sliding layers, 2 on global ones) the cache's size is llama.cpp's
+// per-layer sum (llama_kv_cache: each layer's cells × (n_embd_k_gqa(il) +
+// n_embd_v_gqa(il)) elements of f16, cells as in TestGemma4KVBytes) within
+// our rings' padding, KVBytesPerToken is the per-layer sum, and each
+// layer's rows have its own width.
+func TestGemma4KVBytesPerLayer(t *testing.T) {
+	const nCtx, nUbatch = 8192, 512
+	for _, c := range []struct {
+		name                 string
+		nLayer, shared, nSwa int
+		nkvSWA, nkvGlobal    int
+		want, wantPerTok     int64
+	}{
+		// 4 global × 8192 × 2·2·512·2 + 20 sliding × 1024 × 2·2·256·2
+		{"gemma-4-e4b", 42, 18, 512, 2, 2, 176160768, 4*4096 + 20*2048},
+		// 5 global × 8192 × 2·2·512·2 + 25 sliding × 1536 × 2·8·256·2
+		{"gemma-4-26b-a4b", 30, 0, 1024, 8, 2, 482344960, 5*4096 + 25*8192},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := model.Hyper{Arch: "gemma4", NLayer: c.nLayer, NHead: 16, NHeadKV: max(c.nkvSWA, c.nkvGlobal), HeadDimK: 512, HeadDimV: 512,
+				HeadDimKSWA: 256, HeadDimVSWA: 256, Window: make([]int, c.nLayer), NHeadKVArr: make([]int, c.nLayer)}
+			if c.shared > 0 {
+				h.NLayerKV = c.nLayer - c.shared
+			}
+			for l := range c.nLayer {
+				h.NHeadKVArr[l] = c.nkvGlobal
+				if l%6 < 5 {
+					h.Window[l] = c.nSwa
+					h.NHeadKVArr[l] = c.nkvSWA
+				}
+			}
+			pad := func(x, n int) int { return (x + n - 1) / n * n }
+			var llama, perTok int64
+			for l := range c.nLayer {
+				if !h.KeepsKV(l) {
+					continue
+				}
+				row := int64(h.KDimAt(l)+h.VDimAt(l)) * 2
+				perTok += row
+				if h.Window[l] == 0 {
+					llama += nCtx * row
+				} else {
+					llama += int64(pad(min(nCtx, c.nSwa+nUbatch), 256)) * row
+				}
+			}
+			if llama != c.want || perTok != c.wantPerTok {
+				t.Fatalf("llama.cpp's figures %d bytes, %d per token; want %d, %d", llama, perTok, c.want, c.wantPerTok)
+			}
+			f16 := model.KVTypes{K: model.KVF16, V: model.KVF16}
+			ours, err := model.KVCacheBytes(&h, f16, quantWholeTiles(nCtx), 1, nCtx, nUbatch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ours < llama || float64(ours) > 1.01*float64(llama) {
+				t.Errorf("ours %d bytes, llama.cpp's %d", ours, llama)
+			}
+			pt, err := model.KVBytesPerToken(&h, f16)
+			if err != nil || int64(pt) != perTok {
+				t.Errorf("KVBytesPerToken %d (%v), want %d", pt, err, perTok)
+			}
+			kv, err := model.NewKVCacheOf(&h, f16, nCtx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kv.ReserveSWA(nUbatch)
+			if kv.Bytes() != ours {
+				t.Errorf("the cache holds %d bytes, KVCacheBytes says %d", kv.Bytes(), ours)
+			}
+			for l := range c.nLayer {
+				if !h.KeepsKV(l) {
+					continue
+				}
+				if kv.KDimOf(l) != h.KDimAt(l) || kv.VDimOf(l) != h.VDimAt(l) || kv.NHeadKV(l) != h.NHeadKVAt(l) {
+					t.Errorf("layer %d: rows %d/%d of %d heads, want %d/%d of %d", l, kv.KDimOf(l), kv.VDimOf(l), kv.NHeadKV(l), h.KDimAt(l), h.VDimAt(l), h.NHeadKVAt(l))
+				}
+			}
+		})
+	}
+}
