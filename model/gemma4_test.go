@@ -90,7 +90,7 @@ func TestGemma4Golden(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := string(textBytes)
-	for _, g := range []struct{ preset, dir string }{{"gemma4-small", "gemma4"}, {"gemma4-moe-small", "gemma4moe"}} {
+	for _, g := range []struct{ preset, dir string }{{"gemma4-small", "gemma4"}, {"gemma4-mixed-small", "gemma4mixed"}, {"gemma4-moe-small", "gemma4moe"}} {
 		t.Run(g.preset, func(t *testing.T) { gemma4Golden(t, g.preset, g.dir, dir, text) })
 	}
 }
@@ -454,11 +454,52 @@ func TestGemma4KVBytes(t *testing.T) {
 // time gives the same logits at every position: bit for bit on Ref,
 // within gemma4F32MaxAbs on the Backend (TestGemma3Chunked's reasons). The
 // shared KV layers read rings their source layers wrote in the same step.
+//
+// The same holds for gemma4-mixed-small (sliding layers with heads of 64
+// and 2 KV heads, global ones of 128 and 1, double-wide FFNs in the shared
+// layers) and for 256-wide copies of the gemma-4-e4b and gemma-4-26b-a4b
+// presets (gemma4Narrow: their real layer counts, head sizes, KV heads
+// per layer, windows and shared layers), 540 positions (past the E4B's
+// window of 512), on the reference ops only (exact: the Backend's float
+// reassociation over 30 and 42 layers is not what this checks, and its
+// decode of 240 positions is slow).
 func TestGemma4Chunked(t *testing.T) {
-	spec, err := synth.Preset("gemma4-small")
-	if err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		preset string
+		narrow bool
+		n      int
+	}{{"gemma4-small", false, 400}, {"gemma4-mixed-small", false, 400}, {"gemma-4-e4b", true, 540}, {"gemma-4-26b-a4b", true, 540}} {
+		t.Run(c.preset, func(t *testing.T) {
+			spec, err := synth.Preset(c.preset)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.narrow {
+				spec = gemma4Narrow(spec)
+			}
+			gemma4Chunked(t, spec, c.n)
+		})
 	}
+}
+
+// gemma4Narrow returns a 256-wide copy of a real gemma4 shape: its layer
+// count, heads, head sizes, KV heads per layer, windows and shared KV
+// layers, with NEmbd 256, an FFN of 512, per-layer embeddings of 64 (if
+// it has them) and 16 experts of 128 (4 used, if it has experts).
+func gemma4Narrow(s synth.Spec) synth.Spec {
+	s.NEmbd, s.NFF, s.NCtx = 256, 512, 4096
+	if s.Gemma4.NEmbdPerLayer > 0 {
+		s.Gemma4.NEmbdPerLayer = 64
+	}
+	if s.NExpert > 0 {
+		s.NExpert, s.NExpertUsed, s.NFFExp = 16, 4, 128
+	}
+	s.Name += "-narrow"
+	return s
+}
+
+// gemma4Chunked is TestGemma4Chunked for one shape and n positions.
+func gemma4Chunked(t *testing.T, spec synth.Spec, n int) {
 	var buf bytes.Buffer
 	if err := synth.Write(&buf, spec, synth.Options{Type: quant.F32, Seed: 3}); err != nil {
 		t.Fatal(err)
@@ -471,7 +512,6 @@ func TestGemma4Chunked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const n = 400
 	ids := make([]int32, n)
 	for i := range ids {
 		ids[i] = int32((i*7919 + 13) % m.NVocab)
@@ -483,6 +523,9 @@ func TestGemma4Chunked(t *testing.T) {
 		ops  model.Ops
 		tol  float64
 	}{{"ref", cpu.NewRef(), 0}, {"backend", be, gemma4F32MaxAbs}} {
+		if c.name == "backend" && strings.HasSuffix(spec.Name, "-narrow") {
+			continue
+		}
 		t.Run(c.name, func(t *testing.T) {
 			run := func(split func(at int) int) []float32 {
 				mctx, err := m.NewContext(c.ops, n, 1, n)
