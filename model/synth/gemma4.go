@@ -87,6 +87,11 @@ func (s Spec) gemma4Head(i int) (hd, nkv int) {
 //     rope bases 1e6 (global, a quarter of the pairs rotating) and 1e4
 //     (sliding), a layer output scale, soft-capping at 30, rms eps 1e-6,
 //     tied, context 4096, the built-in 1024-token vocabulary.
+//   - "gemma4-mixed-small": gemma4-small with per-layer shapes, the
+//     golden model of testdata/gemma4mixed: sliding layers with heads of
+//     64 and 2 KV heads, global ones with heads of 128 and 1 KV head,
+//     FFN widths 1024 but 2048 in the two shared KV layers
+//     (feed_forward_length per layer, as E2B's double-wide MLP).
 //   - "gemma4-moe-small": the MoE golden model, shaped as the 26B-A4B
 //     (no per-layer embeddings, no shared KV): hidden 256, 6 layers
 //     (sliding, sliding, global, twice), 4 heads / 2 KV heads of 128,
@@ -110,9 +115,7 @@ func (s Spec) gemma4Head(i int) (hd, nkv int) {
 //     (rope_freqs: 64 of 256 pairs rotate) and 1e4 on sliding ones, tied
 //     embeddings, a layer_scalar per layer (layer_output_scale). NCtx
 //     8192 as the other large presets (the real file says 131072);
-//     without --vocab the built-in vocabulary is used. flowinfer does not
-//     run this shape yet: its sliding and global layers differ in head
-//     size (the loader refuses attention.key_length_swa by name).
+//     without --vocab the built-in vocabulary is used.
 //   - "gemma-4-26b-a4b": google/gemma-4-26B-A4B's text model, from the
 //     same kind of transcription: hidden_size 2816, num_hidden_layers 30
 //     (five sliding, one global, five times), sliding_window 1024,
@@ -126,8 +129,7 @@ func (s Spec) gemma4Head(i int) (hd, nkv int) {
 //     embeddings, no shared KV, vocab_size 262144, tied. Estimates, not
 //     in the transcriptions: rms_norm_eps 1e-6, rope as the E4B's,
 //     final_logit_softcapping 30 and a layer_scalar per layer (as the
-//     other Gemma 4 models). Not run by flowinfer yet either: head sizes
-//     and KV heads per layer are refused by name.
+//     other Gemma 4 models).
 func gemma4Preset(name string) (Spec, bool) {
 	switch name {
 	case "gemma4-small":
