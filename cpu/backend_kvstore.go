@@ -38,7 +38,7 @@ func (b *Backend) StoreKV(kv *model.KVCache, layer int, seq, pos []int32, k, v [
 	for w := range s.scratch {
 		s.scratch[w] = grow(s.scratch[w], kv.StoreScratch())
 	}
-	work := s.n * kv.NHeadKV() * 2
+	work := s.n * kv.NHeadKV(layer) * 2
 	if kv.TurboK(layer, 0) != nil || kv.TurboV(layer, 0) != nil {
 		work *= 16
 	}
@@ -52,8 +52,8 @@ func (b *Backend) StoreKV(kv *model.KVCache, layer int, seq, pos []int32, k, v [
 
 func (s *kvStoreTask) run(worker int) {
 	sc := s.scratch[worker]
-	kd, vd := s.kv.KDim, s.kv.VDim
-	heads := s.kv.NHeadKV()
+	kd, vd := s.kv.KDimOf(s.layer), s.kv.VDimOf(s.layer)
+	heads := s.kv.NHeadKV(s.layer)
 	for {
 		t0 := int(s.next.Add(kvStorePiece)) - kvStorePiece
 		if t0 >= s.n {

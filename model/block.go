@@ -149,7 +149,7 @@ func (c *Context) ffn(il int, b *Batch) {
 	defer c.span("ffn", il, false)
 	ops.RMSNorm(c.xn, c.x[:n*h.NEmbd], L.FFNNorm, n, h.NEmbd, h.RMSEps)
 	c.eval("ffn_norm", il, c.xn, n, h.NEmbd)
-	gate, up := c.gate[:n*h.NFF], c.up[:n*h.NFF]
+	gate, up := c.gate[:n*h.NFFAt(il)], c.up[:n*h.NFFAt(il)]
 	c.matmuls("ffn_gate_up", il, c.xn, n, mm{"ffn_gate", gate, L.Gate}, mm{"ffn_up", up, L.Up})
 	if m.FFNAct == ActGELU {
 		ops.GeGLU(gate, gate, up)

@@ -41,10 +41,13 @@ import (
 //     experts, each expert's output multiplied by its ffn_down_exps.scale
 //     when the file has one (the router's per_expert_scale).
 //
-// Not done, and refused by name: sliding layers with their own head size
-// or rotated dimensions (attention.key_length_swa and the like differing
-// from the global ones), per-layer arrays of head counts or FFN widths,
-// the merged ffn_gate_up_exps, and the per-tensor weight scales
+// Per-layer shapes as llama.cpp's hparams: the sliding layers' own head
+// size and rotated dimensions (attention.key_length_swa, value_length_swa,
+// rope.dimension_count_swa), attention.head_count_kv and
+// feed_forward_length as arrays of one value per layer (Hyper.AtLayer
+// gives a layer's; the KV cache keeps each layer's own row geometry).
+//
+// Not done, and refused by name: the merged ffn_gate_up_exps, and the per-tensor weight scales
 // (<name>.scale tensors other than the router's and the experts' output
 // scale). Backends that keep
 // activations off the host (HostSync) are refused: the per-layer inputs
@@ -71,9 +74,13 @@ func loadGemma4(l *loader, m *Model) {
 	m.Rope.Type = RopeNeox
 	swa := m.Rope
 	swa.Base, swa.Scale, swa.Factors = swaBase, 1, nil
-	swa.Corr = YarnCorrDims(m.RopeDim, m.NCtxOrig, swa.Base, m.YarnBetaFast, m.YarnBetaSlow)
+	swa.Dim = m.RopeDim
+	if m.RopeDimSWA > 0 {
+		swa.Dim = m.RopeDimSWA
+	}
+	swa.Corr = YarnCorrDims(swa.Dim, m.NCtxOrig, swa.Base, m.YarnBetaFast, m.YarnBetaSlow)
 	m.SWARope = &swa
-	d, hd, npl := m.NEmbd, m.HeadDimK, m.NEmbdPerLayer
+	d, npl := m.NEmbd, m.NEmbdPerLayer
 	if npl > 0 {
 		m.PerLayerTokEmbd = l.matrix("per_layer_token_embd.weight", npl*m.NLayer, m.NVocab, true)
 		m.PerLayerModelProj = l.matrix("per_layer_model_proj.weight", d, npl*m.NLayer, true)
@@ -83,24 +90,26 @@ func loadGemma4(l *loader, m *Model) {
 	for i := range m.Layers {
 		L := &m.Layers[i]
 		own := m.KVSource(i) == i
+		hd := m.HeadDimKAt(i)
 		L.AttnNorm = l.vector(blk(i, "attn_norm.weight"), d, true)
-		L.Wq = l.matrix(blk(i, "attn_q.weight"), d, m.QDim(), true)
+		L.Wq = l.matrix(blk(i, "attn_q.weight"), d, m.QDimAt(i), true)
 		L.QNorm = l.vector(blk(i, "attn_q_norm.weight"), hd, true)
 		if own {
-			L.Wk = l.matrix(blk(i, "attn_k.weight"), d, m.KDim(), true)
-			L.Wv = l.matrix(blk(i, "attn_v.weight"), d, m.VDim(), false)
+			L.Wk = l.matrix(blk(i, "attn_k.weight"), d, m.KDimAt(i), true)
+			L.Wv = l.matrix(blk(i, "attn_v.weight"), d, m.VDimAt(i), false)
 			L.KNorm = l.vector(blk(i, "attn_k_norm.weight"), hd, true)
 		}
-		L.Wo = l.matrix(blk(i, "attn_output.weight"), m.NHead*m.HeadDimV, d, true)
+		L.Wo = l.matrix(blk(i, "attn_output.weight"), m.NHead*m.HeadDimVAt(i), d, true)
 		L.AttnPostNorm = l.vector(blk(i, "post_attention_norm.weight"), d, true)
 		if s := l.vector(blk(i, "layer_output_scale.weight"), 1, false); s != nil {
 			L.OutScale = s
 		}
 		if m.LayerWindow(i) == 0 && !global {
 			// one rope_freqs for every global layer (llama.cpp loads it
-			// for the first and duplicates it)
+			// for the first and duplicates it), a divisor per pair of the
+			// global head
 			global = true
-			m.Rope.Factors = l.vector("rope_freqs.weight", m.RopeDim/2, true)
+			m.Rope.Factors = l.vector("rope_freqs.weight", hd/2, true)
 		}
 		loadFFN(l, m, i)
 		L.FFNPostNorm = l.vector(blk(i, "post_ffw_norm.weight"), d, true)
@@ -143,21 +152,29 @@ func gemma4Hyper(f *gguf.File, m *Model) (swaBase float32, err error) {
 			return 0, fmt.Errorf("model: gemma4: missing required key %q", a+key)
 		}
 	}
-	for _, d := range []struct {
-		key  string
-		want int
-	}{{"attention.key_length_swa", m.HeadDimK}, {"attention.value_length_swa", m.HeadDimV}, {"rope.dimension_count_swa", m.RopeDim}} {
-		if _, ok := f.Get(a + d.key); ok {
-			if v := k.uint(d.key, 0, false); k.err != nil || v != d.want {
-				if k.err != nil {
-					return 0, k.err
-				}
-				return 0, fmt.Errorf("model: gemma4: key %q = %d differs from the global layers' %d: sliding layers with their own head shape are not supported", a+d.key, v, d.want)
-			}
-		}
+	// the sliding layers' head shape (llama_model::load_hparams: n_embd_head_k_swa,
+	// n_embd_head_v_swa, n_rot_swa, defaulting to the global layers'); kept
+	// only where it differs, so a model whose layers are alike has none
+	hk := k.uint("attention.key_length_swa", m.HeadDimK, true)
+	hv := k.uint("attention.value_length_swa", m.HeadDimV, true)
+	rd := k.uint("rope.dimension_count_swa", m.RopeDim, false)
+	if k.err != nil {
+		return 0, k.err
 	}
 	if m.HeadDimK != m.HeadDimV {
 		return 0, fmt.Errorf("model: gemma4: key_length %d and value_length %d differ (llama.cpp requires them equal)", m.HeadDimK, m.HeadDimV)
+	}
+	if hk != hv || hk == 0 {
+		return 0, fmt.Errorf("model: gemma4: key_length_swa %d and value_length_swa %d must be equal and positive (llama.cpp requires them equal)", hk, hv)
+	}
+	if rd == 0 || rd%2 != 0 || rd > hk {
+		return 0, fmt.Errorf("model: gemma4: rope.dimension_count_swa %d must be even, positive and at most key_length_swa %d", rd, hk)
+	}
+	if hk != m.HeadDimK || hv != m.HeadDimV {
+		m.HeadDimKSWA, m.HeadDimVSWA = hk, hv
+	}
+	if rd != m.RopeDim {
+		m.RopeDimSWA = rd
 	}
 	window := k.uint("attention.sliding_window", 0, true)
 	m.NEmbdPerLayer = k.uint("embedding_length_per_layer_input", 0, true)
@@ -210,6 +227,8 @@ func gemma4Hyper(f *gguf.File, m *Model) (swaBase float32, err error) {
 		for il := nkv; il < m.NLayer; il++ {
 			if src := m.KVSource(il); (m.Window[src] > 0) != (m.Window[il] > 0) {
 				return 0, fmt.Errorf("model: gemma4: layer %d (sliding %v) would read the KV cache of layer %d (sliding %v)", il, m.Window[il] > 0, src, m.Window[src] > 0)
+			} else if m.NHeadKVAt(src) != m.NHeadKVAt(il) {
+				return 0, fmt.Errorf("model: gemma4: layer %d (%d KV heads) would read the KV cache of layer %d (%d KV heads)", il, m.NHeadKVAt(il), src, m.NHeadKVAt(src))
 			}
 		}
 	}
@@ -332,7 +351,7 @@ func (c *Context) perLayerInputs(b *Batch) {
 func (c *Context) gemma4Attention(il int, b *Batch) error {
 	m, L, ops := c.M, c.layer(il), c.Ops
 	n := b.Len()
-	h := &m.Hyper
+	h := m.AtLayer(il) // the layer's head size and KV heads (its KV source's: the same kind)
 	hd := h.HeadDimK
 	c.span("attn", il, true)
 	defer c.span("attn", il, false)
@@ -411,7 +430,7 @@ func (c *Context) gemma4MoE(il int, b *Batch) error {
 	mlp := s.ffn[:n*d]
 	ops.RMSNorm(c.xn, x, L.FFNNorm, n, d, h.RMSEps)
 	c.eval("ffn_norm_1", il, c.xn, n, d)
-	gate, up := c.gate[:n*h.NFF], c.up[:n*h.NFF]
+	gate, up := c.gate[:n*h.NFFAt(il)], c.up[:n*h.NFFAt(il)]
 	c.matmuls("ffn_gate_up", il, c.xn, n, mm{"ffn_gate", gate, L.Gate}, mm{"ffn_up", up, L.Up})
 	ops.GeGLU(gate, gate, up)
 	c.matmul("ffn_down", il, mlp, L.Down, gate, n)

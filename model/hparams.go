@@ -107,6 +107,17 @@ type Hyper struct {
 	NLayerKV      int
 	NEmbdPerLayer int
 
+	// Per-layer shapes (gemma4): the sliding layers' head sizes and
+	// rotated dimensions (attention.key_length_swa, value_length_swa,
+	// rope.dimension_count_swa; 0: the global HeadDimK, HeadDimV,
+	// RopeDim), and per-layer KV head counts and FFN widths
+	// (head_count_kv and feed_forward_length as arrays; nil: NHeadKV and
+	// NFF for every layer). NHeadKV and NFF then hold the largest entry.
+	// Read them through HeadDimKAt, HeadDimVAt, RopeDimAt, NHeadKVAt and
+	// NFFAt, as llama.cpp's n_embd_head_k(il), n_head_kv(il), n_ff(il).
+	HeadDimKSWA, HeadDimVSWA, RopeDimSWA int
+	NHeadKVArr, NFFArr                   []int
+
 	// Nemotron-H (nemotronh.go): which layers are attention-only and
 	// FFN-only, and the MoE variant's routing; zero for the others.
 	NH NemotronHyper
@@ -129,7 +140,13 @@ func (h *Hyper) KVSource(il int) int {
 
 // FFWidth is the widest gated FFN a layer runs: dense, routed expert or
 // shared expert (the width of a Context's gate and up buffers).
-func (h *Hyper) FFWidth() int { return max(h.NFF, h.NFFExp, h.NFFShexp) }
+func (h *Hyper) FFWidth() int {
+	w := max(h.NFF, h.NFFExp, h.NFFShexp)
+	for _, n := range h.NFFArr {
+		w = max(w, n)
+	}
+	return w
+}
 
 // IsRecurrent reports whether layer il is a recurrent (linear-attention)
 // layer, whose state is kept per sequence instead of in the KV cache.
@@ -152,6 +169,105 @@ func (h *Hyper) LayerWindow(il int) int {
 		return h.Window[il]
 	}
 	return 0
+}
+
+// HeadDimKAt is layer il's K head size: HeadDimKSWA on a sliding layer
+// when set, else HeadDimK (llama_hparams::n_embd_head_k(il)).
+func (h *Hyper) HeadDimKAt(il int) int {
+	if h.HeadDimKSWA > 0 && h.LayerWindow(il) > 0 {
+		return h.HeadDimKSWA
+	}
+	return h.HeadDimK
+}
+
+// HeadDimVAt is HeadDimKAt for V.
+func (h *Hyper) HeadDimVAt(il int) int {
+	if h.HeadDimVSWA > 0 && h.LayerWindow(il) > 0 {
+		return h.HeadDimVSWA
+	}
+	return h.HeadDimV
+}
+
+// RopeDimAt is layer il's rotated dimensions (llama_hparams::n_rot(il)).
+func (h *Hyper) RopeDimAt(il int) int {
+	if h.RopeDimSWA > 0 && h.LayerWindow(il) > 0 {
+		return h.RopeDimSWA
+	}
+	return h.RopeDim
+}
+
+// NHeadKVAt is layer il's KV head count.
+func (h *Hyper) NHeadKVAt(il int) int {
+	if il < len(h.NHeadKVArr) {
+		return h.NHeadKVArr[il]
+	}
+	return h.NHeadKV
+}
+
+// NFFAt is layer il's dense FFN width.
+func (h *Hyper) NFFAt(il int) int {
+	if il < len(h.NFFArr) {
+		return h.NFFArr[il]
+	}
+	return h.NFF
+}
+
+// PerLayerShapes reports whether some layer's head size, rotated
+// dimensions, KV head count or FFN width differs from the scalar fields.
+func (h *Hyper) PerLayerShapes() bool {
+	for il := range h.NLayer {
+		if h.HeadDimKAt(il) != h.HeadDimK || h.HeadDimVAt(il) != h.HeadDimV || h.RopeDimAt(il) != h.RopeDim ||
+			h.NHeadKVAt(il) != h.NHeadKV || h.NFFAt(il) != h.NFF {
+			return true
+		}
+	}
+	return false
+}
+
+// AtLayer returns a copy of h with layer il's head sizes, rotated
+// dimensions, KV head count and FFN width in the scalar fields: what the
+// attention and FFN ops of that layer read (h itself when nothing varies).
+func (h *Hyper) AtLayer(il int) *Hyper {
+	if h.HeadDimKSWA == 0 && h.HeadDimVSWA == 0 && h.RopeDimSWA == 0 && h.NHeadKVArr == nil && h.NFFArr == nil {
+		return h
+	}
+	c := *h
+	c.HeadDimK, c.HeadDimV, c.RopeDim = h.HeadDimKAt(il), h.HeadDimVAt(il), h.RopeDimAt(il)
+	c.NHeadKV, c.NFF = h.NHeadKVAt(il), h.NFFAt(il)
+	c.HeadDimKSWA, c.HeadDimVSWA, c.RopeDimSWA, c.NHeadKVArr, c.NFFArr = 0, 0, 0, nil, nil
+	return &c
+}
+
+// KDimAt is the width of layer il's K row (llama_hparams::n_embd_k_gqa(il)).
+func (h *Hyper) KDimAt(il int) int { return h.NHeadKVAt(il) * h.HeadDimKAt(il) }
+
+// VDimAt is the width of layer il's V row.
+func (h *Hyper) VDimAt(il int) int { return h.NHeadKVAt(il) * h.HeadDimVAt(il) }
+
+// QDimAt is the width of layer il's Q row.
+func (h *Hyper) QDimAt(il int) int { return h.NHead * h.HeadDimKAt(il) }
+
+// MaxKDim, MaxVDim, MaxQDim and MaxAttDim are the largest K, V, Q and
+// attention-output row over the layers (scratch sizes).
+func (h *Hyper) MaxKDim() int { return h.maxOver(h.KDimAt) }
+
+// MaxVDim: see MaxKDim.
+func (h *Hyper) MaxVDim() int { return h.maxOver(h.VDimAt) }
+
+// MaxQDim: see MaxKDim.
+func (h *Hyper) MaxQDim() int { return h.maxOver(h.QDimAt) }
+
+// MaxAttDim: see MaxKDim.
+func (h *Hyper) MaxAttDim() int {
+	return h.maxOver(func(il int) int { return h.NHead * h.HeadDimVAt(il) })
+}
+
+func (h *Hyper) maxOver(f func(int) int) int {
+	n := f(0)
+	for il := 1; il < h.NLayer; il++ {
+		n = max(n, f(il))
+	}
+	return n
 }
 
 // KDim is the width of one token's K row (all KV heads).
@@ -194,6 +310,37 @@ func (k *keyReader) uint(name string, def int, required bool) int {
 	return int(u)
 }
 
+// uintOrArr reads a key that is one value or an array of one value per
+// layer (llama.cpp's get_key_or_arr): it returns the value, or the largest
+// entry and the array (nil for one value).
+func (k *keyReader) uintOrArr(name string, nLayer, def int, required bool) (int, []int) {
+	key := k.arch + "." + name
+	v, ok := k.f.Get(key)
+	if !ok || v.Type() != gguf.TypeArray {
+		return k.uint(name, def, required), nil
+	}
+	if v.Len() != nLayer {
+		if k.err == nil {
+			k.err = fmt.Errorf("model: key %q has %d entries for %d layers", key, v.Len(), nLayer)
+		}
+		return def, nil
+	}
+	arr, hi := make([]int, nLayer), 0
+	for il := range arr {
+		e, _ := v.Index(il)
+		u, ok := e.Uint()
+		if !ok || u > math.MaxInt32 {
+			if k.err == nil {
+				k.err = fmt.Errorf("model: key %q: entry %d is %s, want a non-negative integer", key, il, e)
+			}
+			return def, nil
+		}
+		arr[il] = int(u)
+		hi = max(hi, arr[il])
+	}
+	return hi, arr
+}
+
 func (k *keyReader) float(name string, def float32) float32 {
 	key := k.arch + "." + name
 	v, ok := k.f.Get(key)
@@ -217,8 +364,11 @@ func ReadHyper(f *gguf.File, arch string) (Hyper, error) {
 	h.NCtxTrain = k.uint("context_length", 0, true)
 	h.NEmbd = k.uint("embedding_length", 0, true)
 	h.NLayer = k.uint("block_count", 0, true)
-	nemo := isNemotronH(arch) // per-layer feed_forward_length and head_count_kv: readNemotronHHyper
-	if !nemo {
+	nemo := isNemotronH(arch)    // per-layer feed_forward_length and head_count_kv: readNemotronHHyper
+	perLayer := arch == "gemma4" // head_count_kv and feed_forward_length may be per-layer arrays
+	if perLayer {
+		h.NFF, h.NFFArr = k.uintOrArr("feed_forward_length", h.NLayer, 0, true)
+	} else if !nemo {
 		h.NFF = k.uint("feed_forward_length", 0, arch != "qwen3moe" && arch != "qwen35moe" && arch != "qwen3next")
 	}
 	if arch == "mistral3" {
@@ -229,7 +379,14 @@ func ReadHyper(f *gguf.File, arch string) (Hyper, error) {
 	} else {
 		h.NHead = k.uint("attention.head_count", 0, true)
 	}
-	if !nemo {
+	if perLayer {
+		h.NHeadKV, h.NHeadKVArr = k.uintOrArr("attention.head_count_kv", h.NLayer, h.NHead, false)
+		for il, n := range h.NHeadKVArr {
+			if n == 0 || h.NHead%n != 0 {
+				return h, fmt.Errorf("model: head_count %d is not a multiple of layer %d's head_count_kv %d", h.NHead, il, n)
+			}
+		}
+	} else if !nemo {
 		h.NHeadKV = k.uint("attention.head_count_kv", h.NHead, false)
 	}
 	if k.err != nil {

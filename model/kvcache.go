@@ -43,7 +43,7 @@ import (
 type KVCache struct {
 	NLayer, NCtx int
 	nSeq         int
-	KDim, VDim   int // values per row: NHeadKV × head dimension
+	KDim, VDim   int // values per row: NHeadKV × head dimension (a layer's own: KDimOf, VDimOf)
 	types        KVTypes
 	lb           int // rows per layout block
 	K, V         [][]byte
@@ -52,7 +52,6 @@ type KVCache struct {
 	BlockSize, NBlocks int
 	Tables             [][]int32
 	shift              uint
-	nHead              int
 	headK, headV       int              // head dimensions
 	layers             []KVLayer        // per layer: types and bytes per head
 	tk, tv             [][]*quant.Turbo // [layer][head] codecs of TurboQuant types
@@ -111,11 +110,11 @@ func newKV(h *Hyper, t KVTypes, nCtx, nSeq int) (*KVCache, error) {
 		return nil, err
 	}
 	c := &KVCache{NLayer: h.NLayer, NCtx: nCtx, nSeq: nSeq, KDim: h.KDim(), VDim: h.VDim(), types: t,
-		nHead: h.NHeadKV, headK: h.HeadDimK, headV: h.HeadDimV, layers: ls}
-	if c.tk, err = turboCodecs(h, ls, true, h.HeadDimK); err != nil {
+		headK: h.maxOver(h.HeadDimKAt), headV: h.maxOver(h.HeadDimVAt), layers: ls}
+	if c.tk, err = turboCodecs(h, ls, true); err != nil {
 		return nil, err
 	}
-	if c.tv, err = turboCodecs(h, ls, false, h.HeadDimV); err != nil {
+	if c.tv, err = turboCodecs(h, ls, false); err != nil {
 		return nil, err
 	}
 	c.scratch = make([]float32, c.StoreScratch())
@@ -128,12 +127,12 @@ func newKV(h *Hyper, t KVTypes, nCtx, nSeq int) (*KVCache, error) {
 // layers whose K (k) or V half has a TurboQuant type (nil for the others,
 // nil for all if none has), each with its own rotation, seeded by (layer,
 // head, half): caches made for the same model agree.
-func turboCodecs(h *Hyper, ls []KVLayer, k bool, dim int) ([][]*quant.Turbo, error) {
+func turboCodecs(h *Hyper, ls []KVLayer, k bool) ([][]*quant.Turbo, error) {
 	var cs [][]*quant.Turbo
 	for l, lt := range ls {
-		t, half := lt.V, byte('V')
+		t, half, dim := lt.V, byte('V'), lt.HeadV
 		if k {
-			t, half = lt.K, 'K'
+			t, half, dim = lt.K, 'K', lt.HeadK
 		}
 		b := t.Turbo()
 		if b == 0 || lt.NoRows {
@@ -142,7 +141,7 @@ func turboCodecs(h *Hyper, ls []KVLayer, k bool, dim int) ([][]*quant.Turbo, err
 		if cs == nil {
 			cs = make([][]*quant.Turbo, h.NLayer)
 		}
-		cs[l] = make([]*quant.Turbo, h.NHeadKV)
+		cs[l] = make([]*quant.Turbo, lt.NHead)
 		for kh := range cs[l] {
 			seed := uint64(l)<<32 | uint64(kh)<<8 | uint64(half)
 			tq, err := quant.NewTurbo(dim, b, seed)
@@ -173,8 +172,8 @@ func (c *KVCache) alloc(rows int, device []bool) {
 		if r := c.ring(l); r > 0 {
 			n = c.nSeq * r
 		}
-		c.K[l] = make([]byte, n*c.nHead*c.layers[l].KHead)
-		c.V[l] = make([]byte, n*c.nHead*c.layers[l].VHead)
+		c.K[l] = make([]byte, n*c.layers[l].NHead*c.layers[l].KHead)
+		c.V[l] = make([]byte, n*c.layers[l].NHead*c.layers[l].VHead)
 	}
 }
 
@@ -273,7 +272,7 @@ func (c *KVCache) off(l, r, kh, hb int) int {
 		lb = rr
 	}
 	b := r / lb
-	return ((b*c.nHead+kh)*lb + r - b*lb) * hb
+	return ((b*c.layers[l].NHead+kh)*lb + r - b*lb) * hb
 }
 
 // ktile returns the transposed tile of K[l] holding head kh of row r,
@@ -313,8 +312,15 @@ func (c *KVCache) TurboV(l, kh int) *quant.Turbo {
 // NSeq returns the number of sequences the cache holds.
 func (c *KVCache) NSeq() int { return c.nSeq }
 
-// NHeadKV returns the KV heads of a row.
-func (c *KVCache) NHeadKV() int { return c.nHead }
+// KDimOf is the values of one K row of layer l (its KV heads × its K head
+// size; KDim for a model whose layers are alike); VDimOf is the same for V.
+func (c *KVCache) KDimOf(l int) int { return c.layers[l].NHead * c.layers[l].HeadK }
+
+// VDimOf: see KDimOf.
+func (c *KVCache) VDimOf(l int) int { return c.layers[l].NHead * c.layers[l].HeadV }
+
+// NHeadKV returns the KV heads of a row of layer l.
+func (c *KVCache) NHeadKV(l int) int { return c.layers[l].NHead }
 
 // GetK writes the K row of (seq, pos) in layer l, as float32s, to dst
 // (KDim values): the values attention uses (a reference; backends read
@@ -326,15 +332,17 @@ func (c *KVCache) GetK(l, seq, pos int, dst, scratch []float32) {
 	if c.layers[l].KHead > len(buf) {
 		b = make([]byte, c.layers[l].KHead)
 	}
-	for kh := range c.nHead {
-		decodeHead(c.KHeadRow(b, l, seq, pos, kh), c.layers[l].K, c.TurboK(l, kh), dst[kh*c.headK:(kh+1)*c.headK], scratch)
+	hk := c.layers[l].HeadK
+	for kh := range c.layers[l].NHead {
+		decodeHead(c.KHeadRow(b, l, seq, pos, kh), c.layers[l].K, c.TurboK(l, kh), dst[kh*hk:(kh+1)*hk], scratch)
 	}
 }
 
 // GetV is GetK for V.
 func (c *KVCache) GetV(l, seq, pos int, dst, scratch []float32) {
-	for kh := range c.nHead {
-		decodeHead(c.VHeadRows(l, kh, seq, pos, 1), c.layers[l].V, c.TurboV(l, kh), dst[kh*c.headV:(kh+1)*c.headV], scratch)
+	hv := c.layers[l].HeadV
+	for kh := range c.layers[l].NHead {
+		decodeHead(c.VHeadRows(l, kh, seq, pos, 1), c.layers[l].V, c.TurboV(l, kh), dst[kh*hv:(kh+1)*hv], scratch)
 	}
 }
 
@@ -419,7 +427,7 @@ func (c *KVCache) CopyRows(dst, src, n int) {
 			continue
 		}
 		kb, vb := c.layers[l].KHead, c.layers[l].VHead
-		for kh := range c.nHead {
+		for kh := range c.layers[l].NHead {
 			copy(c.V[l][c.off(l, d, kh, vb):][:n*vb], c.V[l][c.off(l, s, kh, vb):][:n*vb])
 			if c.BlockSize%quant.TileRows == 0 {
 				// whole tiles: the rows past n in the last one are rows

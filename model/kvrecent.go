@@ -164,10 +164,10 @@ func KVRecentReserve(h *Hyper, t KVTypes, nSeq, maxBatch, blockSize, cells int) 
 	var row int64 // bytes of one position's copies
 	for _, l := range ls {
 		if l.RecentK {
-			row += int64(2 * h.HeadDimK * h.NHeadKV)
+			row += int64(2 * l.HeadK * l.NHead)
 		}
 		if l.RecentV {
-			row += int64(2 * h.HeadDimV * h.NHeadKV)
+			row += int64(2 * l.HeadV * l.NHead)
 		}
 	}
 	return row * int64(min(recentSlots(t.Recent, slotRows, nSeq, maxBatch), (cells+slotRows-1)/slotRows)*slotRows)
@@ -185,10 +185,10 @@ func (c *KVCache) ReserveRecent(maxBatch int) {
 		return
 	}
 	rows := r.slotRows
-	grow := func(old []byte, head int) []byte {
-		b := make([]byte, n*rows*c.nHead*head*2)
+	grow := func(old []byte, nHead, head int) []byte {
+		b := make([]byte, n*rows*nHead*head*2)
 		// head-major: head kh's rows of every slot back to back
-		for kh := range c.nHead {
+		for kh := range nHead {
 			copy(b[kh*n*rows*head*2:], old[kh*r.slots*rows*head*2:][:r.slots*rows*head*2])
 		}
 		return b
@@ -198,10 +198,10 @@ func (c *KVCache) ReserveRecent(maxBatch int) {
 	}
 	for l, lt := range c.layers {
 		if lt.RecentK {
-			r.k[l] = grow(r.k[l], c.headK)
+			r.k[l] = grow(r.k[l], lt.NHead, lt.HeadK)
 		}
 		if lt.RecentV {
-			r.v[l] = grow(r.v[l], c.headV)
+			r.v[l] = grow(r.v[l], lt.NHead, lt.HeadV)
 		}
 	}
 	free := make([]int32, 0, n)
@@ -404,12 +404,12 @@ func (c *KVCache) StoreRecent(l int, seq, pos []int32, k, v []float32) {
 	f16 := quant.QuantizeFunc(quant.F16)
 	for t := range seq {
 		s, p := int(seq[t]), int(pos[t])
-		for kh := range c.nHead {
+		for kh := range lt.NHead {
 			if lt.RecentK {
-				f16(k[t*c.KDim+kh*c.headK:][:c.headK], c.RecentKHeadRows(l, kh, s, p, 1))
+				f16(k[t*lt.NHead*lt.HeadK+kh*lt.HeadK:][:lt.HeadK], c.RecentKHeadRows(l, kh, s, p, 1))
 			}
 			if lt.RecentV {
-				f16(v[t*c.VDim+kh*c.headV:][:c.headV], c.RecentVHeadRows(l, kh, s, p, 1))
+				f16(v[t*lt.NHead*lt.HeadV+kh*lt.HeadV:][:lt.HeadV], c.RecentVHeadRows(l, kh, s, p, 1))
 			}
 		}
 	}
@@ -440,26 +440,30 @@ func (c *KVCache) RecentRun(seq, pos, n int) int {
 // RecentKHeadRows returns head kh of the f16 K rows of positions [pos,
 // pos+n) of seq in layer l (n ≤ RecentRun), 2·HeadDimK bytes each.
 func (c *KVCache) RecentKHeadRows(l, kh, seq, pos, n int) []byte {
-	return c.recent.k[l][c.recentOff(seq, pos, kh, c.headK):][:n*c.headK*2]
+	d := c.layers[l].HeadK
+	return c.recent.k[l][c.recentOff(seq, pos, kh, d):][:n*d*2]
 }
 
 // RecentVHeadRows is RecentKHeadRows for V.
 func (c *KVCache) RecentVHeadRows(l, kh, seq, pos, n int) []byte {
-	return c.recent.v[l][c.recentOff(seq, pos, kh, c.headV):][:n*c.headV*2]
+	d := c.layers[l].HeadV
+	return c.recent.v[l][c.recentOff(seq, pos, kh, d):][:n*d*2]
 }
 
 // GetRecentK writes the f16 K row of (seq, pos) in layer l (a layer with
 // RecentK), as float32s, to dst (KDim values); GetRecentV is the same for
 // V.
 func (c *KVCache) GetRecentK(l, seq, pos int, dst []float32) {
-	for kh := range c.nHead {
-		quant.DequantizeFunc(quant.F16)(c.RecentKHeadRows(l, kh, seq, pos, 1), dst[kh*c.headK:(kh+1)*c.headK])
+	d := c.layers[l].HeadK
+	for kh := range c.layers[l].NHead {
+		quant.DequantizeFunc(quant.F16)(c.RecentKHeadRows(l, kh, seq, pos, 1), dst[kh*d:(kh+1)*d])
 	}
 }
 
 // GetRecentV is GetRecentK for V.
 func (c *KVCache) GetRecentV(l, seq, pos int, dst []float32) {
-	for kh := range c.nHead {
-		quant.DequantizeFunc(quant.F16)(c.RecentVHeadRows(l, kh, seq, pos, 1), dst[kh*c.headV:(kh+1)*c.headV])
+	d := c.layers[l].HeadV
+	for kh := range c.layers[l].NHead {
+		quant.DequantizeFunc(quant.F16)(c.RecentVHeadRows(l, kh, seq, pos, 1), dst[kh*d:(kh+1)*d])
 	}
 }

@@ -29,7 +29,7 @@ func (c *KVCache) Store(l int, seq, pos []int32, k, v []float32) error {
 	}
 	// per sequence run: rows below its last query's RecentFrom are read
 	// quantized by this step, the rest only by later ones
-	kd, vd, n := c.KDim, c.VDim, len(seq)
+	kd, vd, n := c.KDimOf(l), c.VDimOf(l), len(seq)
 	var err error
 	for r0 := 0; r0 < n; {
 		r1 := r0 + 1
@@ -65,8 +65,9 @@ func (c *KVCache) storeRows(l int, seq, pos []int32, k, v []float32) {
 		return
 	}
 	for t := range seq {
-		c.SetK(l, int(seq[t]), int(pos[t]), k[t*c.KDim:(t+1)*c.KDim])
-		c.SetV(l, int(seq[t]), int(pos[t]), v[t*c.VDim:(t+1)*c.VDim])
+		kd, vd := c.KDimOf(l), c.VDimOf(l)
+		c.SetK(l, int(seq[t]), int(pos[t]), k[t*kd:(t+1)*kd])
+		c.SetV(l, int(seq[t]), int(pos[t]), v[t*vd:(t+1)*vd])
 	}
 }
 
@@ -98,18 +99,18 @@ type KVStorer interface {
 // converted to the cache's K type. SetK and SetV share scratch: calls on
 // one cache must not run concurrently.
 func (c *KVCache) SetK(l, seq, pos int, x []float32) {
-	r := c.row(l, seq, pos)
-	for kh := range c.nHead {
-		c.storeK(l, r, kh, x[kh*c.headK:(kh+1)*c.headK], c.scratch)
+	r, d := c.row(l, seq, pos), c.layers[l].HeadK
+	for kh := range c.layers[l].NHead {
+		c.storeK(l, r, kh, x[kh*d:(kh+1)*d], c.scratch)
 	}
 }
 
 // SetV stores x (VDim values) as the V row of (seq, pos) in layer l.
 func (c *KVCache) SetV(l, seq, pos int, x []float32) {
 	r, lt := c.row(l, seq, pos), &c.layers[l]
-	for kh := range c.nHead {
+	for kh := range lt.NHead {
 		i := c.off(l, r, kh, lt.VHead)
-		c.store(c.V[l][i:i+lt.VHead], lt.V, c.TurboV(l, kh), x[kh*c.headV:(kh+1)*c.headV])
+		c.store(c.V[l][i:i+lt.VHead], lt.V, c.TurboV(l, kh), x[kh*lt.HeadV:(kh+1)*lt.HeadV])
 	}
 }
 
@@ -135,10 +136,10 @@ func (c *KVCache) StoreHead(l, seq, pos, kh int, v bool, x, scratch []float32) {
 	r, lt := c.row(l, seq, pos), &c.layers[l]
 	if v {
 		i := c.off(l, r, kh, lt.VHead)
-		c.storeWith(c.V[l][i:i+lt.VHead], lt.V, c.TurboV(l, kh), x[kh*c.headV:(kh+1)*c.headV], scratch)
+		c.storeWith(c.V[l][i:i+lt.VHead], lt.V, c.TurboV(l, kh), x[kh*lt.HeadV:(kh+1)*lt.HeadV], scratch)
 		return
 	}
-	c.storeK(l, r, kh, x[kh*c.headK:(kh+1)*c.headK], scratch)
+	c.storeK(l, r, kh, x[kh*lt.HeadK:(kh+1)*lt.HeadK], scratch)
 }
 
 // storeK converts head kh of a K row (its headK values x) and stores it

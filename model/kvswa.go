@@ -136,8 +136,8 @@ func (c *KVCache) ReserveSWA(maxBatch int) {
 		if n > 0 {
 			rows = c.nSeq * n
 		}
-		c.K[l] = make([]byte, rows*c.nHead*c.layers[l].KHead)
-		c.V[l] = make([]byte, rows*c.nHead*c.layers[l].VHead)
+		c.K[l] = make([]byte, rows*c.layers[l].NHead*c.layers[l].KHead)
+		c.V[l] = make([]byte, rows*c.layers[l].NHead*c.layers[l].VHead)
 	}
 }
 
@@ -210,7 +210,7 @@ func (c *KVCache) CopySWA(dst, src int) {
 			continue
 		}
 		// a ring is one layout block: each head's rows back to back
-		kb, vb := rows*c.nHead*c.layers[l].KHead, rows*c.nHead*c.layers[l].VHead
+		kb, vb := rows*c.layers[l].NHead*c.layers[l].KHead, rows*c.layers[l].NHead*c.layers[l].VHead
 		copy(c.K[l][dst*kb:(dst+1)*kb], c.K[l][src*kb:(src+1)*kb])
 		copy(c.V[l][dst*vb:(dst+1)*vb], c.V[l][src*vb:(src+1)*vb])
 		r.lo[l][dst] = r.lo[l][src]
@@ -297,7 +297,7 @@ func KVCacheBytes(h *Hyper, t KVTypes, cells, nSeq, nCtx, maxBatch int) (int64, 
 		if r := swaRingRows(h.LayerWindow(l), maxBatch, nCtx); r > 0 {
 			rows = int64(nSeq) * int64(r)
 		}
-		n += rows * int64((lt.KHead+lt.VHead)*h.NHeadKV)
+		n += rows * int64(lt.RowBytes())
 	}
 	return n + RecurrentStateBytes(h, nSeq), nil
 }
@@ -310,7 +310,7 @@ func SWAFullBytesPerToken(h *Hyper, t KVTypes, nCtx, maxBatch int) (int, error) 
 	n := 0
 	for l, lt := range ls {
 		if swaRingRows(h.LayerWindow(l), maxBatch, nCtx) == 0 {
-			n += (lt.KHead + lt.VHead) * h.NHeadKV
+			n += lt.RowBytes()
 		}
 	}
 	return n, err
@@ -348,7 +348,7 @@ func (c *KVCache) SaveSWA(seq int) error {
 		if rows == 0 {
 			continue
 		}
-		kb, vb := rows*c.nHead*c.layers[l].KHead, rows*c.nHead*c.layers[l].VHead
+		kb, vb := rows*c.layers[l].NHead*c.layers[l].KHead, rows*c.layers[l].NHead*c.layers[l].VHead
 		s.k[l] = append(s.k[l][:0], c.K[l][seq*kb:(seq+1)*kb]...)
 		s.v[l] = append(s.v[l][:0], c.V[l][seq*vb:(seq+1)*vb]...)
 		s.lo[l] = r.lo[l][seq]
@@ -370,7 +370,7 @@ func (c *KVCache) RestoreSWA(seq int) bool {
 		if rows == 0 {
 			continue
 		}
-		kb, vb := rows*c.nHead*c.layers[l].KHead, rows*c.nHead*c.layers[l].VHead
+		kb, vb := rows*c.layers[l].NHead*c.layers[l].KHead, rows*c.layers[l].NHead*c.layers[l].VHead
 		copy(c.K[l][seq*kb:(seq+1)*kb], s.k[l])
 		copy(c.V[l][seq*vb:(seq+1)*vb], s.v[l])
 		r.lo[l][seq] = s.lo[l]

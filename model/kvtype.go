@@ -170,7 +170,15 @@ type KVLayer struct {
 	RecentK, RecentV bool
 	Recurrent        bool
 	NoRows           bool // no K/V storage: a recurrent layer or one with !Hyper.KeepsKV
+	// NHead, HeadK and HeadV are the layer's KV heads and values per K
+	// and V head (Hyper.NHeadKVAt, HeadDimKAt, HeadDimVAt; gemma4's
+	// sliding and global layers differ).
+	NHead, HeadK, HeadV int
 }
+
+// RowBytes is the bytes one token's K and V take in the layer (0 for a
+// layer without rows).
+func (lt KVLayer) RowBytes() int { return (lt.KHead + lt.VHead) * lt.NHead }
 
 // blockRotated reports whether llama.cpp rotates rows of type t (the
 // ggml block types) for a head of dim values.
@@ -190,11 +198,12 @@ func KVLayers(h *Hyper, t KVTypes) ([]KVLayer, error) {
 	ls := make([]KVLayer, h.NLayer)
 	for l := range ls {
 		k, v := t.ForLayer(l, h.NLayer)
-		hk, err := k.HeadBytes(h.HeadDimK)
+		dk, dv, nh := h.HeadDimKAt(l), h.HeadDimVAt(l), h.NHeadKVAt(l)
+		hk, err := k.HeadBytes(dk)
 		if err != nil {
 			return nil, fmt.Errorf("-ctk: %w", err)
 		}
-		hv, err := v.HeadBytes(h.HeadDimV)
+		hv, err := v.HeadBytes(dv)
 		if err != nil {
 			return nil, fmt.Errorf("-ctv: %w", err)
 		}
@@ -202,18 +211,19 @@ func KVLayers(h *Hyper, t KVTypes) ([]KVLayer, error) {
 			ls[l] = KVLayer{K: k, V: v, KUnit: 1, Recurrent: true, NoRows: true}
 			continue
 		}
-		ls[l] = KVLayer{K: k, V: v, KHead: hk, VHead: hv, KUnit: 1, RecentK: t.Recent > 0 && k.quantized(), RecentV: t.Recent > 0 && v.quantized()}
+		ls[l] = KVLayer{K: k, V: v, KHead: hk, VHead: hv, KUnit: 1, RecentK: t.Recent > 0 && k.quantized(), RecentV: t.Recent > 0 && v.quantized(),
+			NHead: nh, HeadK: dk, HeadV: dv}
 		if qt, _ := k.Quant(); k.Turbo() == 0 {
 			ls[l].KUnit = quant.TileUnit(qt)
 		}
-		if blockRotated(k, h.HeadDimK) {
+		if blockRotated(k, dk) {
 			n := 64
-			for h.HeadDimK%(2*n) == 0 {
+			for dk%(2*n) == 0 {
 				n *= 2
 			}
 			ls[l].RotK = n
 		}
-		if blockRotated(v, h.HeadDimV) {
+		if blockRotated(v, dv) {
 			ls[l].RotV = 64
 		}
 		if !h.KeepsKV(l) {
@@ -249,13 +259,13 @@ func KVRecentBytes(h *Hyper, t KVTypes, pos int) (int64, error) {
 	var d int64
 	for _, l := range ls {
 		if l.RecentK {
-			d += int64(2*h.HeadDimK - l.KHead)
+			d += int64(2*l.HeadK-l.KHead) * int64(l.NHead)
 		}
 		if l.RecentV {
-			d += int64(2*h.HeadDimV - l.VHead)
+			d += int64(2*l.HeadV-l.VHead) * int64(l.NHead)
 		}
 	}
-	return n * d * int64(h.NHeadKV), nil
+	return n * d, nil
 }
 
 // KVBytesPerToken returns the bytes one token's K and V take over all
@@ -265,7 +275,7 @@ func KVBytesPerToken(h *Hyper, t KVTypes) (int, error) {
 	ls, err := KVLayers(h, t)
 	n := 0
 	for _, l := range ls {
-		n += (l.KHead + l.VHead) * h.NHeadKV
+		n += l.RowBytes()
 	}
 	return n, err
 }

@@ -340,7 +340,8 @@ func loadFFN(l *loader, m *Model, i int) {
 	L := &m.Layers[i]
 	p := fmt.Sprintf("blk.%d.", i)
 	L.FFNNorm = l.vector(p+"ffn_norm.weight", m.NEmbd, true)
-	L.Gate = l.matrix(p+"ffn_gate.weight", m.NEmbd, m.NFF, true)
-	L.Up = l.matrix(p+"ffn_up.weight", m.NEmbd, m.NFF, true)
-	L.Down = l.matrix(p+"ffn_down.weight", m.NFF, m.NEmbd, true)
+	nff := m.NFFAt(i)
+	L.Gate = l.matrix(p+"ffn_gate.weight", m.NEmbd, nff, true)
+	L.Up = l.matrix(p+"ffn_up.weight", m.NEmbd, nff, true)
+	L.Down = l.matrix(p+"ffn_down.weight", nff, m.NEmbd, true)
 }

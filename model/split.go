@@ -157,8 +157,9 @@ func (s *Split) StoreKV(kv *KVCache, layer int, seq, pos []int32, k, v []float32
 		return
 	}
 	for t := range seq {
-		kv.SetK(layer, int(seq[t]), int(pos[t]), k[t*kv.KDim:(t+1)*kv.KDim])
-		kv.SetV(layer, int(seq[t]), int(pos[t]), v[t*kv.VDim:(t+1)*kv.VDim])
+		kd, vd := kv.KDimOf(layer), kv.VDimOf(layer)
+		kv.SetK(layer, int(seq[t]), int(pos[t]), k[t*kd:(t+1)*kd])
+		kv.SetV(layer, int(seq[t]), int(pos[t]), v[t*vd:(t+1)*vd])
 	}
 }
 

@@ -33,16 +33,15 @@ type kvJob struct {
 // kvCompress is both ends of the stage: Defer and Flush run in compute's
 // goroutine, run in the stage's.
 type kvCompress struct {
-	kv         *model.KVCache
-	jobs       []kvJob
-	free       []int
-	out        int // jobs sent and not yet acknowledged
-	ctx        context.Context
-	send       *graph.Out[int]
-	ackIn      *graph.In[int]
-	recv       *graph.In[int]
-	ack        *graph.Out[int]
-	kDim, vDim int
+	kv    *model.KVCache
+	jobs  []kvJob
+	free  []int
+	out   int // jobs sent and not yet acknowledged
+	ctx   context.Context
+	send  *graph.Out[int]
+	ackIn *graph.In[int]
+	recv  *graph.In[int]
+	ack   *graph.Out[int]
 }
 
 // addKVCompress wires a kv-compress stage next to comp when the cache
@@ -60,7 +59,7 @@ func addKVCompress(g *graph.Graph, comp *graph.Stage, kv *model.KVCache) *kvComp
 		return nil
 	}
 	st := g.Stage("kv-compress")
-	c := &kvCompress{kv: kv, jobs: make([]kvJob, kvJobs), kDim: kv.KDim, vDim: kv.VDim}
+	c := &kvCompress{kv: kv, jobs: make([]kvJob, kvJobs)}
 	for i := range kvJobs {
 		c.free = append(c.free, i)
 	}
@@ -124,7 +123,6 @@ func (c *kvCompress) wait() error {
 // by head, as SetK and SetV store them.
 func (c *kvCompress) run(ctx context.Context) error {
 	scratch := make([]float32, c.kv.StoreScratch())
-	heads := c.kv.NHeadKV()
 	for {
 		i, err := c.recv.Recv(ctx)
 		if errors.Is(err, io.EOF) {
@@ -134,11 +132,13 @@ func (c *kvCompress) run(ctx context.Context) error {
 			return err
 		}
 		j := &c.jobs[i]
+		// the layer's own row geometry (gemma4's layers differ)
+		heads, kd, vd := c.kv.NHeadKV(j.layer), c.kv.KDimOf(j.layer), c.kv.VDimOf(j.layer)
 		for t := range j.seq {
 			s, p := int(j.seq[t]), int(j.pos[t])
 			for kh := range heads {
-				c.kv.StoreHead(j.layer, s, p, kh, false, j.k[t*c.kDim:(t+1)*c.kDim], scratch)
-				c.kv.StoreHead(j.layer, s, p, kh, true, j.v[t*c.vDim:(t+1)*c.vDim], scratch)
+				c.kv.StoreHead(j.layer, s, p, kh, false, j.k[t*kd:(t+1)*kd], scratch)
+				c.kv.StoreHead(j.layer, s, p, kh, true, j.v[t*vd:(t+1)*vd], scratch)
 			}
 		}
 		if err := c.ack.Send(ctx, i); err != nil {

@@ -50,6 +50,18 @@ type Gemma4Spec struct {
 	// ExpertScale writes ffn_down_exps.scale (one factor per expert: the
 	// router's per_expert_scale).
 	ExpertScale bool
+	// NFFLayers is each layer's dense FFN width (feed_forward_length
+	// written as an array, as Gemma 4 E2B's double-wide MLP in its shared
+	// KV layers); nil: NFF for every layer.
+	NFFLayers []int
+}
+
+// gemma4FF returns layer i's dense FFN width.
+func (s Spec) gemma4FF(i int) int {
+	if i < len(s.Gemma4.NFFLayers) {
+		return s.Gemma4.NFFLayers[i]
+	}
+	return s.NFF
 }
 
 // headDim returns layer i's head size and KV heads.
@@ -75,6 +87,11 @@ func (s Spec) gemma4Head(i int) (hd, nkv int) {
 //     rope bases 1e6 (global, a quarter of the pairs rotating) and 1e4
 //     (sliding), a layer output scale, soft-capping at 30, rms eps 1e-6,
 //     tied, context 4096, the built-in 1024-token vocabulary.
+//   - "gemma4-mixed-small": gemma4-small with per-layer shapes, the
+//     golden model of testdata/gemma4mixed: sliding layers with heads of
+//     64 and 2 KV heads, global ones with heads of 128 and 1 KV head,
+//     FFN widths 1024 but 2048 in the two shared KV layers
+//     (feed_forward_length per layer, as E2B's double-wide MLP).
 //   - "gemma4-moe-small": the MoE golden model, shaped as the 26B-A4B
 //     (no per-layer embeddings, no shared KV): hidden 256, 6 layers
 //     (sliding, sliding, global, twice), 4 heads / 2 KV heads of 128,
@@ -98,9 +115,7 @@ func (s Spec) gemma4Head(i int) (hd, nkv int) {
 //     (rope_freqs: 64 of 256 pairs rotate) and 1e4 on sliding ones, tied
 //     embeddings, a layer_scalar per layer (layer_output_scale). NCtx
 //     8192 as the other large presets (the real file says 131072);
-//     without --vocab the built-in vocabulary is used. flowinfer does not
-//     run this shape yet: its sliding and global layers differ in head
-//     size (the loader refuses attention.key_length_swa by name).
+//     without --vocab the built-in vocabulary is used.
 //   - "gemma-4-26b-a4b": google/gemma-4-26B-A4B's text model, from the
 //     same kind of transcription: hidden_size 2816, num_hidden_layers 30
 //     (five sliding, one global, five times), sliding_window 1024,
@@ -114,8 +129,7 @@ func (s Spec) gemma4Head(i int) (hd, nkv int) {
 //     embeddings, no shared KV, vocab_size 262144, tied. Estimates, not
 //     in the transcriptions: rms_norm_eps 1e-6, rope as the E4B's,
 //     final_logit_softcapping 30 and a layer_scalar per layer (as the
-//     other Gemma 4 models). Not run by flowinfer yet either: head sizes
-//     and KV heads per layer are refused by name.
+//     other Gemma 4 models).
 func gemma4Preset(name string) (Spec, bool) {
 	switch name {
 	case "gemma4-small":
@@ -123,6 +137,12 @@ func gemma4Preset(name string) (Spec, bool) {
 			HeadDim: 128, NFF: 1024, RopeBase: 1e6, RMSEps: 1e-6, Tied: true, SlidingWindow: 128,
 			Gemma4: Gemma4Spec{NEmbdPerLayer: 64, SharedKVLayers: 2, Sliding: []bool{true, true, true, false, true, false},
 				RopeBaseSWA: 1e4, SoftCap: 30, RotPairs: 16, OutScale: true}}, true
+	case "gemma4-mixed-small":
+		return Spec{Arch: "gemma4", Name: "synth-gemma4-mixed-small", NCtx: 4096, NEmbd: 256, NLayer: 6, NHead: 4, NHeadKV: 2,
+			HeadDim: 128, NFF: 1024, RopeBase: 1e6, RMSEps: 1e-6, Tied: true, SlidingWindow: 128,
+			Gemma4: Gemma4Spec{NEmbdPerLayer: 64, SharedKVLayers: 2, Sliding: []bool{true, true, true, false, true, false},
+				RopeBaseSWA: 1e4, SoftCap: 30, RotPairs: 16, OutScale: true, HeadDimSWA: 64, NHeadKVGlobal: 1,
+				NFFLayers: []int{1024, 1024, 1024, 1024, 2048, 2048}}}, true
 	case "gemma4-moe-small":
 		return Spec{Arch: "gemma4", Name: "synth-gemma4-moe-small", NCtx: 4096, NEmbd: 256, NLayer: 6, NHead: 4, NHeadKV: 2,
 			HeadDim: 128, NFF: 512, NExpert: 16, NExpertUsed: 4, NFFExp: 256, RopeBase: 1e6, RMSEps: 1e-6, Tied: true, SlidingWindow: 128,
@@ -153,7 +173,7 @@ func gemma4Preset(name string) (Spec, bool) {
 
 // gemma4Presets are gemma4Preset's names.
 func gemma4Presets() []string {
-	return []string{"gemma4-small", "gemma4-moe-small", "gemma-4-e4b", "gemma-4-26b-a4b"}
+	return []string{"gemma4-small", "gemma4-mixed-small", "gemma4-moe-small", "gemma-4-e4b", "gemma-4-26b-a4b"}
 }
 
 // checkGemma4 checks the gemma4 fields.
@@ -161,7 +181,7 @@ func (s Spec) checkGemma4() error {
 	g := s.Gemma4
 	if s.Arch != "gemma4" {
 		if g.NEmbdPerLayer != 0 || g.SharedKVLayers != 0 || g.Sliding != nil || g.RopeBaseSWA != 0 || g.SoftCap != 0 || g.RotPairs != 0 || g.OutScale ||
-			g.HeadDimSWA != 0 || g.NHeadKVGlobal != 0 || g.KEqV || g.ExpertScale {
+			g.HeadDimSWA != 0 || g.NHeadKVGlobal != 0 || g.KEqV || g.ExpertScale || g.NFFLayers != nil {
 			return fmt.Errorf("synth: the Gemma4 fields are for gemma4, not %s", s.Arch)
 		}
 		return nil
@@ -179,6 +199,8 @@ func (s Spec) checkGemma4() error {
 		return fmt.Errorf("synth: gemma4: ExpertScale needs experts")
 	case s.NFF <= 0:
 		return fmt.Errorf("synth: gemma4: NFF must be positive (MoE layers keep their dense FFN)")
+	case g.NFFLayers != nil && (len(g.NFFLayers) != s.NLayer || slices.Min(g.NFFLayers) <= 0 || slices.Max(g.NFFLayers) > s.NFF*4):
+		return fmt.Errorf("synth: gemma4: NFFLayers %v: want %d positive widths of at most 4·NFF", g.NFFLayers, s.NLayer)
 	case !(g.RopeBaseSWA > 0) || g.SoftCap < 0:
 		return fmt.Errorf("synth: gemma4: RopeBaseSWA %g must be positive, SoftCap %g not negative", g.RopeBaseSWA, g.SoftCap)
 	case g.SharedKVLayers < 0 || g.SharedKVLayers > 0 && s.NLayer-g.SharedKVLayers < 2:
@@ -247,9 +269,10 @@ func gemma4Tensors(s Spec) []Tensor {
 			add(i, "layer_output_scale.weight", roleNorm, 0.1, 1)
 		}
 		add(i, "ffn_norm.weight", roleNorm, 0.1, e)
-		add(i, "ffn_gate.weight", roleWeight, std, e, s.NFF)
-		add(i, "ffn_up.weight", roleWeight, std, e, s.NFF)
-		add(i, "ffn_down.weight", roleWeight, std, s.NFF, e)
+		nff := s.gemma4FF(i)
+		add(i, "ffn_gate.weight", roleWeight, std, e, nff)
+		add(i, "ffn_up.weight", roleWeight, std, e, nff)
+		add(i, "ffn_down.weight", roleWeight, std, nff, e)
 		add(i, "post_ffw_norm.weight", roleNorm, 0.1, e)
 		if s.NExpert > 0 {
 			add(i, "ffn_gate_inp.weight", roleRouter, 0.3, e, s.NExpert)
@@ -289,7 +312,19 @@ func gemma4Metadata(gw *gguf.Writer, s Spec) {
 	u("context_length", s.NCtx)
 	u("embedding_length", s.NEmbd)
 	u("block_count", s.NLayer)
-	u("feed_forward_length", s.NFF)
+	if g.NFFLayers != nil {
+		ff := make([]gguf.Value, s.NLayer)
+		for i := range ff {
+			ff[i] = gguf.Uint32(uint32(s.gemma4FF(i)))
+		}
+		arr, err := gguf.Array(gguf.TypeUint32, ff)
+		if err != nil {
+			panic(err) // a list of uint32 is a valid array
+		}
+		gw.Set(a+"feed_forward_length", arr)
+	} else {
+		u("feed_forward_length", s.NFF)
+	}
 	u("attention.head_count", s.NHead)
 	if g.NHeadKVGlobal > 0 && g.NHeadKVGlobal != s.NHeadKV {
 		kv := make([]gguf.Value, s.NLayer)
