@@ -84,11 +84,12 @@ func gemma3Prompt(text string, encode func(string) []int32) string {
 	return text[:ends[lo]]
 }
 
-// readGemma3Golden reads testdata/gemma3/<name>.txt: "key value" lines,
-// values Go-quoted where they are strings, and "logit" lines in order.
-func readGemma3Golden(t *testing.T, name string) (map[string]string, []float32) {
+// readGemma3Golden reads testdata/<dir>/<name>.txt (the gemma3 and gemma4
+// goldens): "key value" lines, values Go-quoted where they are strings,
+// and "logit" lines in order.
+func readGemma3Golden(t *testing.T, dir, name string) (map[string]string, []float32) {
 	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", "gemma3", name+".txt"))
+	f, err := os.Open(filepath.Join("testdata", dir, name+".txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +163,7 @@ func TestGemma3Golden(t *testing.T) {
 				}
 				t.Skipf("wrote %s and prompt.txt (%d tokens)", path, len(ids))
 			}
-			want, wantLogits := readGemma3Golden(t, file.name)
+			want, wantLogits := readGemma3Golden(t, "gemma3", file.name)
 			if n, _ := strconv.Atoi(want["prompt_tokens"]); n != len(ids) {
 				t.Fatalf("prompt of %d tokens, llama.cpp's %d", len(ids), n)
 			}

@@ -1,7 +1,6 @@
 package model_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"flag"
@@ -35,40 +34,6 @@ const (
 	gemma4F32MaxAbs = gemma3F32MaxAbs
 	gemma4F32PPLRel = gemma3F32PPLRel
 )
-
-// readGemma4Golden reads testdata/<dir>/<name>.txt (readGemma3Golden's
-// format).
-func readGemma4Golden(t *testing.T, dir, name string) (map[string]string, []float32) {
-	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", dir, name+".txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	kv := map[string]string{}
-	var logits []float32
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), " ")
-		if !ok || strings.HasPrefix(k, "#") {
-			continue
-		}
-		if k == "logit" {
-			x, err := strconv.ParseFloat(v, 32)
-			if err != nil {
-				t.Fatal(err)
-			}
-			logits = append(logits, float32(x))
-			continue
-		}
-		kv[k] = v
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return kv, logits
-}
 
 // TestGemma4Golden: the gemma4-small preset (per-layer embeddings, two
 // layers reading earlier layers' KV, sliding and global layers with their
@@ -122,7 +87,7 @@ func gemma4Golden(t *testing.T, preset, goldenDir, dir, text string) {
 				}
 				t.Skipf("wrote %s and prompt.txt (%d tokens)", path, len(ids))
 			}
-			want, wantLogits := readGemma4Golden(t, goldenDir, file.name)
+			want, wantLogits := readGemma3Golden(t, goldenDir, file.name)
 			if n, _ := strconv.Atoi(want["prompt_tokens"]); n != len(ids) {
 				t.Fatalf("prompt of %d tokens, llama.cpp's %d", len(ids), n)
 			}
