@@ -139,6 +139,12 @@ func loadGemma4(l *loader, m *Model) {
 	}
 	m.FFNAct = ActGELU
 	m.forward = forwardGemma4
+	// each layer's view of the hyperparameters, made once: the forward
+	// pass takes it per layer and step without copying
+	m.layerHyper = make([]*Hyper, m.NLayer)
+	for il := range m.NLayer {
+		m.layerHyper[il] = m.Hyper.AtLayer(il)
+	}
 }
 
 // gemma4Hyper reads gemma4's own keys into m (llama_model_gemma4::
@@ -351,7 +357,7 @@ func (c *Context) perLayerInputs(b *Batch) {
 func (c *Context) gemma4Attention(il int, b *Batch) error {
 	m, L, ops := c.M, c.layer(il), c.Ops
 	n := b.Len()
-	h := m.AtLayer(il) // the layer's head size and KV heads (its KV source's: the same kind)
+	h := m.layerHyper[il] // the layer's head size and KV heads (its KV source's: the same kind)
 	hd := h.HeadDimK
 	c.span("attn", il, true)
 	defer c.span("attn", il, false)

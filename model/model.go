@@ -236,6 +236,10 @@ type Model struct {
 	// into them, and the weight path neither reads nor counts them.
 	Skipped []*gguf.Tensor
 
+	// layerHyper holds each layer's Hyper.AtLayer, made at load by the
+	// families whose layers differ in shape (gemma4).
+	layerHyper []*Hyper
+
 	// SWARope, if not nil, is the RoPE of the sliding-window layers
 	// (gemma3: its own base, no scaling); nil: Rope for every layer.
 	SWARope *Rope
