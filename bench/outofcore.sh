@@ -150,5 +150,7 @@ for cap in $caps; do
 	fi
 done
 sync; echo 3 > /proc/sys/vm/drop_caches
-go run ./bench/diskbw -f "$model" -size 1MiB -qd 8 -t 10s -engine pread,io_uring
+# diskbw is run from the repository (the script may be started elsewhere)
+model_abs=$(readlink -f "$model")
+(cd "$(dirname "$0")/.." && go run ./bench/diskbw -f "$model_abs" -size 1MiB -qd 8 -t 10s -engine pread,io_uring)
 rmdir "$cg" 2>/dev/null || true
