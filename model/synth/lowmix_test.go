@@ -71,6 +71,10 @@ func lowMixModels(t *testing.T) []struct {
 		{"gemma4-mixed-small", preset("gemma4-mixed-small"), withQ4KM},
 		{"gemma4-moe-small", preset("gemma4-moe-small"), withQ4KM},
 		{"nemotronh-moe-small", preset("nemotronh-moe-small"), low},
+		{"qwen35-small", preset("qwen35-small"), low},
+		{"qwen3next-small", preset("qwen3next-small"), low},
+		{"gemma3-small", preset("gemma3-small"), low},
+		{"mistral3-small", preset("mistral3-small"), low},
 	}
 }
 
