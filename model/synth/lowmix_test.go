@@ -47,6 +47,10 @@ func lowMixModels(t *testing.T) []struct {
 	// rows of 288: the K-quant fallback), tied embeddings
 	llama16 := synth.Spec{Arch: "llama", Name: "lowmix-llama16", NCtx: 2048, NEmbd: 256, NLayer: 16, NHead: 8, NHeadKV: 2,
 		HeadDim: 32, NFF: 288, RopeBase: 10000, RMSEps: 1e-5, Tied: true}
+	// llama with 80 layers and grouped-query attention: llama.cpp's
+	// LLM_TYPE_70B (attn_v's Q3_K and Q4_K become Q5_K)
+	llama80 := synth.Spec{Arch: "llama", Name: "lowmix-llama80", NCtx: 2048, NEmbd: 256, NLayer: 80, NHead: 8, NHeadKV: 4,
+		HeadDim: 32, NFF: 256, RopeBase: 10000, RMSEps: 1e-5}
 	// qwen3moe: 8 experts (llama-quantize's Mixtral rules), n_gqa 2
 	moe8 := synth.Spec{Arch: "qwen3moe", Name: "lowmix-qwen3moe8", NCtx: 2048, NEmbd: 256, NLayer: 8, NHead: 4, NHeadKV: 2,
 		HeadDim: 64, NFF: 512, NExpert: 8, NExpertUsed: 2, NFFExp: 256, RopeBase: 1e6, RMSEps: 1e-6}
@@ -64,6 +68,7 @@ func lowMixModels(t *testing.T) []struct {
 	}{
 		{"demo", preset("demo"), low},
 		{"llama16", llama16, low},
+		{"llama80", llama80, low},
 		{"qwen3moe8", moe8, low},
 		{"qwen3moe16", moe16, low},
 		{"qwen35moe-small", preset("qwen35moe-small"), low},
