@@ -126,7 +126,7 @@ type blockGen struct {
 	d    [8]uint16      // fp16 block scales
 	m    [8]uint16      // fp16 mins (Q4_1, Q5_1: -center·d; Q4_K, Q5_K: center·d)
 	code *[256]int8     // random byte -> symmetric code
-	nib  *[65536]byte   // 4-bit types: random 16 bits -> two codes 8+c, packed
+	nib  *[65536]byte   // 4-bit types: random 16 bits -> two codes 8+c, packed (Q2_K: four 2-bit codes)
 	q8   *[65536]uint16 // Q8_0: random 16 bits -> two int8 codes
 	f16  *[65536]uint16 // F16/BF16: random 16 bits -> value
 	f32  *[65536]uint32 // F32 (and the float types quantized from it): random 16 bits -> value
@@ -184,6 +184,14 @@ func (c *gens) get(t quant.Type, std float64) (*blockGen, error) {
 		bits, center, subScaled, g.fill = 5, 16, true, fillQ5_K
 	case quant.Q6_K:
 		bits, center, subScaled, g.fill = 6, 32, true, fillQ6_K
+	case quant.Q2_K, quant.Q3_K: // lowk.go
+		g.fill = fillQ2_K
+		if t == quant.Q3_K {
+			g.fill = fillQ3_K
+		}
+		c.lowK(g, std)
+		c.byKey[genKey{t, std}] = g
+		return g, nil
 	case quant.IQ4_NL, quant.IQ4_XS, quant.MXFP4,
 		quant.IQ3_XXS, quant.IQ3_S, quant.IQ2_XXS, quant.IQ2_XS, quant.IQ2_S, quant.IQ1_S, quant.IQ1_M:
 		g.quantize, g.fill = quant.QuantizeRefFunc(t), fillQuantized
@@ -273,7 +281,7 @@ func fillF32(g *blockGen, r *rand.PCG, dst []byte) {
 }
 
 // supportedTypes lists the types Write can produce, for error messages.
-const supportedTypes = "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, mxfp4, iq3_xxs, iq3_s, iq2_xxs, iq2_xs, iq2_s, iq1_s, iq1_m"
+const supportedTypes = "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, mxfp4, iq3_xxs, iq3_s, iq2_xxs, iq2_xs, iq2_s, iq1_s, iq1_m"
 
 // fillQuantized writes whole blocks of g.typ quantized from random float32
 // values (the F32 table), one block at a time.

@@ -48,7 +48,7 @@ func TestCodeTable(t *testing.T) {
 
 func TestBlockStats(t *testing.T) {
 	types := []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q4_1,
-		quant.Q5_0, quant.Q5_1, quant.Q4_K, quant.Q5_K, quant.Q6_K}
+		quant.Q5_0, quant.Q5_1, quant.Q2_K, quant.Q3_K, quant.Q4_K, quant.Q5_K, quant.Q6_K}
 	const n = 1 << 17
 	for _, typ := range types {
 		for _, std := range []float64{0.02, 0.08} {

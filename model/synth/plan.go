@@ -4,8 +4,7 @@
 // mixtures supported here.
 //
 // Only the rules that fire for the supported mixtures and architectures are
-// implemented: the IQ, Q2_K and Q3_K mixtures and Falcon's special cases are
-// not.
+// implemented: the IQ mixtures and Falcon's special cases are not.
 
 package synth
 
@@ -36,11 +35,16 @@ func mixTable() []mixInfo {
 		{"Q8_0", 7, quant.Q8_0},
 		{"Q5_0", 8, quant.Q5_0},
 		{"Q5_1", 9, quant.Q5_1},
+		{"Q2_K", 10, quant.Q2_K},
+		{"Q3_K_S", 11, quant.Q3_K},
+		{"Q3_K_M", 12, quant.Q3_K},
+		{"Q3_K_L", 13, quant.Q3_K},
 		{"Q4_K_S", 14, quant.Q4_K},
 		{"Q4_K_M", 15, quant.Q4_K},
 		{"Q5_K_S", 16, quant.Q5_K},
 		{"Q5_K_M", 17, quant.Q5_K},
 		{"Q6_K", 18, quant.Q6_K},
+		{"Q2_K_S", 21, quant.Q2_K},
 		{"BF16", 32, quant.BF16},
 	}
 }
@@ -68,6 +72,8 @@ func lookupMix(name string) (mixInfo, bool) {
 // type t, as llama-quantize --pure writes it (Q4_K -> Q4_K_M and so on).
 func pureFileType(t quant.Type) (uint32, bool) {
 	switch t {
+	case quant.Q3_K: // llama-quantize's "Q3_K" is Q3_K_M
+		return 12, true
 	case quant.Q4_K:
 		return 15, true
 	case quant.Q5_K:
@@ -284,6 +290,7 @@ type typer struct {
 	mix    mixInfo
 	ftype  uint32
 	is70B  bool
+	gqa    int // llama_hparams::n_gqa(0): layer 0's heads per KV head, 0 if it has no KV heads
 	nAttnV int // attn_v and attn_qkv tensors in the file
 }
 
@@ -294,6 +301,15 @@ func newTyper(s Spec, o Options) (*typer, error) {
 		if !ok {
 			if t, isType := quant.TypeByName(o.Mix); isType {
 				if _, pure := pureFileType(t); pure {
+					var named []string // the mixtures whose default type t is
+					for _, m := range mixTable() {
+						if m.def == t {
+							named = append(named, m.name)
+						}
+					}
+					if len(named) > 0 {
+						return nil, fmt.Errorf("synth: %s is a tensor type, not a mixture: its mixtures are %s; --pure writes every 2-D weight %s", o.Mix, strings.Join(named, ", "), t)
+					}
 					return nil, fmt.Errorf("synth: llama-quantize's %s mixture rules are not implemented; a pure %s file (every 2-D weight %s) is (--pure)", o.Mix, t, t)
 				}
 			}
@@ -310,7 +326,28 @@ func newTyper(s Spec, o Options) (*typer, error) {
 	// llama.cpp's LLM_TYPE_70B (llm_load_hparams): llama with 80 layers and
 	// grouped-query attention, qwen2 with 80 layers.
 	q.is70B = s.NLayer == 80 && (s.Arch == "llama" && s.NHead != s.NHeadKV || s.Arch == "qwen2")
+	q.gqa = gqaLayer0(s)
 	return q, nil
+}
+
+// gqaLayer0 is llama_hparams::n_gqa() as llama-quantize calls it (layer 0,
+// from the attention.head_count and head_count_kv the file holds): gemma4
+// writes head_count_kv per layer, nemotron_h writes 0 for the layers
+// without attention (layer 0 is Mamba-2 in its presets, so 0), the qwen35
+// family writes one count for all layers (its delta net layer 0 counts as
+// NHead/NHeadKV).
+func gqaLayer0(s Spec) int {
+	nkv := s.NHeadKV
+	switch {
+	case s.Arch == "gemma4":
+		_, nkv = s.gemma4Head(0)
+	case isNemotron(s.Arch) && (len(s.Nemotron.Pattern) == 0 || s.Nemotron.Pattern[0] != '*'):
+		nkv = 0
+	}
+	if nkv == 0 {
+		return 0
+	}
+	return s.NHead / nkv
 }
 
 // useMoreBits is llama-quant.cpp's use_more_bits: the first and last
@@ -357,14 +394,16 @@ func (q *typer) typeOf(t *Tensor) (quant.Type, error) {
 	return fallback(t, nt)
 }
 
-// mixRule is the part of llama_tensor_get_type_impl that applies to the
-// supported mixtures.
+// mixRule is the part of llama_tensor_get_type_impl (src/llama-quant.cpp)
+// that applies to the supported mixtures; each case names its branch.
 func (q *typer) mixRule(t *Tensor, nt quant.Type) quant.Type {
 	ftype := q.mix.name
 	nExpert8 := q.s.NExpert == 8
 	switch cat := category(t.Name); {
 	case cat == "output" || (cat == "token_embd" && q.s.Tied):
-		// the output (or the tied embeddings) gets Q6_K unless Q8_0 already
+		// the OUTPUT branch (tied embeddings take it too): Q8_0 if the rows
+		// are not a whole number of the mixture's blocks, else Q6_K unless
+		// Q8_0 already; no mixture here changes it further
 		if int(t.Dims[0])%nt.BlockSize() != 0 {
 			return quant.Q8_0
 		}
@@ -372,16 +411,31 @@ func (q *typer) mixRule(t *Tensor, nt quant.Type) quant.Type {
 			return quant.Q6_K
 		}
 	case cat == "attn_v" || cat == "attn_qkv":
-		// category_is_attn_v: a fused attn_qkv (qwen35's delta net layers)
-		// takes attn_v's rule and counter, counted in file order (so in
-		// nemotron_h over its attention layers only)
+		// the category_is_attn_v branch: a fused attn_qkv (qwen35's delta
+		// net layers) takes attn_v's rule and counter, counted in file order
+		// (so in nemotron_h over its attention layers only); n_gqa is layer
+		// 0's
 		switch {
+		case ftype == "Q2_K":
+			nt = quant.Q3_K
+			if q.gqa >= 4 {
+				nt = quant.Q4_K
+			}
+		case ftype == "Q2_K_S" && q.gqa >= 4:
+			nt = quant.Q4_K
+		case ftype == "Q3_K_M":
+			nt = quant.Q4_K
+			if t.vIdx < 2 {
+				nt = quant.Q5_K
+			}
+		case ftype == "Q3_K_L":
+			nt = quant.Q5_K
 		case (ftype == "Q4_K_M" || ftype == "Q5_K_M") && useMoreBits(t.vIdx, q.nAttnV):
 			nt = quant.Q6_K
 		case ftype == "Q4_K_S" && t.vIdx < 4:
 			nt = quant.Q5_K
 		}
-		if q.is70B && (nt == quant.Q3_K || nt == quant.Q4_K) {
+		if q.is70B && (nt == quant.Q3_K || nt == quant.Q4_K) { // LLM_TYPE_70B
 			nt = quant.Q5_K
 		}
 		if nExpert8 {
@@ -399,6 +453,18 @@ func (q *typer) mixRule(t *Tensor, nt quant.Type) quant.Type {
 			i = q.s.Nemotron.before('-', t.layer)
 		}
 		switch {
+		case ftype == "Q2_K":
+			nt = quant.Q3_K
+		case ftype == "Q2_K_S" && i < n/8:
+			nt = quant.Q4_K
+		case ftype == "Q3_K_M":
+			// i_layer < n_layer/16 ? Q5_K : Q4_K (Q3_K only for Falcon)
+			nt = quant.Q4_K
+			if i < n/16 {
+				nt = quant.Q5_K
+			}
+		case ftype == "Q3_K_L":
+			nt = quant.Q5_K
 		case ftype == "Q4_K_M" && useMoreBits(i, n):
 			nt = quant.Q6_K
 		case ftype == "Q5_K_M" && useMoreBits(i, n):
@@ -407,10 +473,27 @@ func (q *typer) mixRule(t *Tensor, nt quant.Type) quant.Type {
 			nt = quant.Q5_K
 		}
 	case cat == "attn_output":
-		if nExpert8 && (ftype == "Q4_K_S" || ftype == "Q4_K_M") {
+		if nExpert8 {
+			// eight experts: Q5_K for these mixtures, Q3_K_L included in
+			// none of them
+			switch ftype {
+			case "Q2_K", "Q3_K_S", "Q3_K_M", "Q4_K_S", "Q4_K_M":
+				nt = quant.Q5_K
+			}
+			break
+		}
+		switch ftype {
+		case "Q2_K":
+			nt = quant.Q3_K
+		case "Q3_K_M":
+			nt = quant.Q4_K
+		case "Q3_K_L":
 			nt = quant.Q5_K
 		}
 	}
+	// TOKEN_EMBD (untied), ATTENTION_Q, FFN_GATE, FFN_UP and the rest
+	// (qwen35's attn_gate and ssm_* weights, gemma4's extra projections)
+	// keep the mixture's default type in these mixtures
 	return nt
 }
 
@@ -424,6 +507,8 @@ func fallback(t *Tensor, nt quant.Type) (quant.Type, error) {
 	}
 	var fb quant.Type
 	switch nt {
+	case quant.Q2_K, quant.Q3_K:
+		fb = quant.Q4_0
 	case quant.Q4_K:
 		fb = quant.Q5_0
 	case quant.Q5_K:

@@ -17,8 +17,8 @@
 // Quantized weights are written as random blocks (blocks.go), streamed
 // through gguf.Writer.AddTensorFunc in chunks generated in parallel, so a
 // model is never held in memory and a 1B model takes seconds. The package
-// does not produce what llama-quantize would make of a float model, and it
-// does not write IQ, Q2_K or Q3_K types.
+// does not produce what llama-quantize would make of a float model; the IQ
+// types are the exception to random blocks (quantized, see blocks.go).
 package synth
 
 import (
@@ -180,7 +180,8 @@ func Presets() []string {
 type Options struct {
 	// Type is the type of every 2-D weight when Mix is empty, as
 	// llama-quantize --pure: F32 (the zero value), F16, BF16, Q8_0, Q4_0,
-	// Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K. Norms, biases and the MoE
+	// Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K or an IQ type (see
+	// supportedTypes). Norms, biases and the MoE
 	// router are always F32.
 	Type quant.Type
 	// Mix, when set, is a llama-quantize file type (see Mixes: "Q4_K_M",

@@ -372,7 +372,7 @@ func TestErrors(t *testing.T) {
 		{"huge", synth.Spec{Arch: "llama", NEmbd: 1 << 30, NLayer: 1, NHead: 4, NFF: 256}, synth.Options{}},
 		{"vocab size", synth.Spec{Arch: "llama", NVocab: 32000, NEmbd: 256, NLayer: 1, NHead: 4, NFF: 256}, synth.Options{}},
 		{"mix", good, synth.Options{Mix: "Q4_K_XL"}},
-		{"type", good, synth.Options{Type: quant.Q2_K}},
+		{"type", good, synth.Options{Type: quant.Q8_K}},
 		{"unknown type", good, synth.Options{Type: quant.Type(99)}},
 		{"no fallback", synth.Spec{Arch: "llama", NEmbd: 256, NLayer: 1, NHead: 4, NFF: 200}, synth.Options{Mix: "Q8_0"}},
 		{"rope scaling type", withRope(good, "ntk", 4, 0, 0), synth.Options{}},
