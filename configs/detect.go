@@ -185,11 +185,20 @@ func ParseCPUInfo(r io.Reader) CPUInfo {
 }
 
 // ParseMemTotal returns MemTotal from a /proc/meminfo, or 0.
-func ParseMemTotal(r io.Reader) ByteSize {
+func ParseMemTotal(r io.Reader) ByteSize { return parseMeminfo(r, "MemTotal:") }
+
+// ParseMemAvailable returns MemAvailable from a /proc/meminfo (the kernel's
+// estimate of what can be allocated without swapping: free memory plus the
+// reclaimable page cache), or 0.
+func ParseMemAvailable(r io.Reader) ByteSize { return parseMeminfo(r, "MemAvailable:") }
+
+// parseMeminfo returns the field key ("MemTotal:") of a /proc/meminfo in
+// bytes, or 0.
+func parseMeminfo(r io.Reader, key string) ByteSize {
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		if len(f) >= 2 && f[0] == "MemTotal:" {
+		if len(f) >= 2 && f[0] == key {
 			v, err := strconv.ParseInt(f[1], 10, 64)
 			if err != nil {
 				return 0

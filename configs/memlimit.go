@@ -1,31 +1,40 @@
-// This file finds the memory a process may use: the machine's RAM, or its
-// container's limit (cgroup v2 memory.max, cgroup v1
+// This file finds the memory a process may use: the machine's available
+// memory, or its container's limit (cgroup v2 memory.max, cgroup v1
 // memory.limit_in_bytes), whichever is smaller.
 
 package configs
 
 import (
 	"bufio"
+	"bytes"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 )
 
-// MemoryLimit returns the smaller of the machine's RAM (MemTotal) and the
+// MemoryLimit returns the smaller of the machine's available memory and the
 // memory limit of the calling process's cgroup, and which one it is
-// ("cgroup v1", "cgroup v2" or "MemTotal"); 0 when neither is known.
+// ("cgroup v1", "cgroup v2", "MemAvailable" or "MemTotal"); 0 when neither
+// is known. The machine's figure is MemAvailable, not MemTotal: memory
+// other processes hold is not ours to fill, and a budget sized from
+// MemTotal on a machine running anything else ends in the OOM killer (a
+// 20 GB expert cache was killed so beside a few GB of other work);
+// MemTotal stands in only on kernels without MemAvailable (before 3.14).
 func MemoryLimit() (ByteSize, string) { return memoryLimit("/") }
 
 // memoryLimit is MemoryLimit with the filesystem rooted at root (tests).
 func memoryLimit(root string) (ByteSize, string) {
-	var total ByteSize
-	if f, err := os.Open(filepath.Join(root, "proc/meminfo")); err == nil {
-		total = ParseMemTotal(f)
-		f.Close()
+	var total, avail ByteSize
+	if b, err := os.ReadFile(filepath.Join(root, "proc/meminfo")); err == nil {
+		total = ParseMemTotal(bytes.NewReader(b))
+		avail = ParseMemAvailable(bytes.NewReader(b))
 	}
 	best, src := total, "MemTotal"
-	if total == 0 {
+	switch {
+	case avail > 0:
+		best, src = avail, "MemAvailable"
+	case total == 0:
 		src = ""
 	}
 	cg, err := os.ReadFile(filepath.Join(root, "proc/self/cgroup"))

@@ -18,6 +18,7 @@ func TestMemoryLimit(t *testing.T) {
 		}
 	}
 	const meminfo = "MemTotal:       24000000 kB\nMemFree: 1 kB\n"
+	const meminfoAvail = "MemTotal:       24000000 kB\nMemFree: 1 kB\nMemAvailable:   20000000 kB\n"
 	cases := []struct {
 		name   string
 		files  map[string]string
@@ -38,6 +39,14 @@ func TestMemoryLimit(t *testing.T) {
 			"proc/self/cgroup": "0::/\n", "sys/fs/cgroup/memory.max": "max\n"}, 24000000 * 1024, "MemTotal"},
 		{"limit above RAM", map[string]string{"proc/meminfo": meminfo,
 			"proc/self/cgroup": "0::/\n", "sys/fs/cgroup/memory.max": "99999999999999\n"}, 24000000 * 1024, "MemTotal"},
+		// MemAvailable, when the kernel gives it, is the machine's figure:
+		// memory other processes hold is not the run's to fill.
+		{"available", map[string]string{"proc/meminfo": meminfoAvail}, 20000000 * 1024, "MemAvailable"},
+		{"v1 limit below available", map[string]string{"proc/meminfo": meminfoAvail,
+			"proc/self/cgroup": "5:memory:/bench\n",
+			"sys/fs/cgroup/memory/bench/memory.limit_in_bytes": "4294967296\n"}, 4 << 30, "cgroup v1"},
+		{"v2 limit above available", map[string]string{"proc/meminfo": meminfoAvail,
+			"proc/self/cgroup": "0::/x\n", "sys/fs/cgroup/x/memory.max": "22000000000\n"}, 20000000 * 1024, "MemAvailable"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
