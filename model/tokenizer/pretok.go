@@ -76,6 +76,9 @@ func preConfigFor(pre string) (preConfig, bool) {
 	case "minicpm5":
 		c.kind, c.ignoreMerges = preMiniCPM5, true
 	case "llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "jina-v5-nano":
+		// "pixtral" is also what Nemotron-H's GGUFs declare (their
+		// tokenizer hashes as pixtral-12b's in convert_hf_to_gguf):
+		// TestNemotronHPreTokenizer checks it against llama-tokenize
 		c.kind, c.ignoreMerges, c.addBOS = preLlama3, true, true
 	case "deepseek-llm":
 		c.kind, c.clean = preDeepseekLLM, false
