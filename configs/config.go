@@ -126,6 +126,11 @@ type KVCache struct {
 	// (--kv-recent; -1: model.DefaultKVRecent with a TurboQuant type, else
 	// 0).
 	Recent int `yaml:"recent"`
+	// SWAFull keeps a full-size cache (a row per cell) in sliding-window
+	// layers too, instead of a ring of their window (--swa-full, as
+	// llama-server's): a cached prompt prefix is reused without
+	// checkpoints, at full attention's memory.
+	SWAFull bool `yaml:"swa_full"`
 	// CtxSize is the number of cells per sequence (the context); 0 = the
 	// model's training context, at most 4096.
 	CtxSize int `yaml:"ctx_size"`

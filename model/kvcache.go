@@ -61,6 +61,7 @@ type KVCache struct {
 	recent             *recentRows      // --kv-recent's f16 rows (nil: none)
 	swa                *swaRings        // the sliding-window layers' rings (nil: none; kvswa.go)
 	swaSaved           *swaSaved        // SaveSWA's copy of one sequence's rings
+	swaCkpt            *windowCkpts     // window checkpoints (kvswackpt.go; nil: none)
 	win                []int            // per layer: its sliding window (0: none)
 	cells              int              // rows of a layer without a ring
 	// State is the recurrent layers' per-sequence state of a hybrid
@@ -178,10 +179,11 @@ func (c *KVCache) alloc(rows int, device []bool) {
 }
 
 // Bytes returns the cache's storage in bytes (--kv-recent's f16 rows,
-// the sliding-window layers' rings and a hybrid model's recurrent state
-// and its checkpoints included; a recurrent layer has no rows).
+// the sliding-window layers' rings and their window checkpoints, and a
+// hybrid model's recurrent state and its checkpoints included; a
+// recurrent layer has no rows).
 func (c *KVCache) Bytes() int64 {
-	n := c.recentBytes() + c.State.Bytes()
+	n := c.recentBytes() + c.State.Bytes() + c.swaCkpt.bytes()
 	for l := range c.K {
 		n += int64(len(c.K[l]) + len(c.V[l]))
 	}

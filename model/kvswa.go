@@ -22,7 +22,10 @@ package model
 // prefix reused by another sequence brings its full layers' blocks, and
 // the window layers' rows only from a ring that still holds them
 // (SWAHolds; CopySWA copies a ring, for a sequence forked from a running
-// one). Per sequence the cache knows which positions its rings hold
+// one) or from a window checkpoint taken at the prefix's end
+// (kvswackpt.go). With KVTypes.SWAFull (--swa-full, llama-server's flag)
+// no layer has a ring: window layers keep a row per cell like the others,
+// and a cached prefix comes from blocks alone. Per sequence the cache knows which positions its rings hold
 // (lo, hi), and Decode refuses a step whose queries need rows a ring no
 // longer holds (a sequence rewound past them), or that writes more rows
 // of one sequence than its rings have room for beside the window.
@@ -61,10 +64,15 @@ func swaRingRows(w, batch, nCtx int) int {
 }
 
 // SWARingRows returns the rows per sequence a layer of window w keeps in a
-// cache of nCtx positions with steps of up to batch rows, or 0 when it
-// keeps a full layer's cells (no window, or a ring as large as the
-// context).
-func SWARingRows(w, batch, nCtx int) int { return swaRingRows(w, batch, nCtx) }
+// cache of types t, nCtx positions and steps of up to batch rows, or 0
+// when it keeps a full layer's cells (no window, a ring as large as the
+// context, or t.SWAFull).
+func SWARingRows(t KVTypes, w, batch, nCtx int) int {
+	if t.SWAFull {
+		return 0
+	}
+	return swaRingRows(w, batch, nCtx)
+}
 
 // newSWA records h's windows and sizes the rings for steps of batch rows
 // (before alloc).
@@ -85,7 +93,7 @@ func (c *KVCache) sizeSWA(batch int) {
 	r := &swaRings{win: c.win, rows: make([]int, c.NLayer), batch: batch}
 	any := false
 	for l := range c.NLayer {
-		r.rows[l] = swaRingRows(r.win[l], batch, c.NCtx)
+		r.rows[l] = SWARingRows(c.types, r.win[l], batch, c.NCtx)
 		any = any || r.rows[l] > 0
 	}
 	if !any {
@@ -279,8 +287,8 @@ func (c *KVCache) PrepareSWA(seq, pos []int32) error {
 // KVCacheBytes returns the storage of a KV cache of types t holding cells
 // cells (all sequences together) for nSeq sequences of nCtx positions and
 // steps of up to maxBatch rows: cells × a cell's bytes in the layers
-// without a ring, plus the rings of the sliding-window layers (nSeq ×
-// SWARingRows rows each) and a hybrid model's recurrent state for nSeq
+// without a ring (every layer with t.SWAFull), plus the rings of the
+// sliding-window layers (nSeq × SWARingRows rows each) and a hybrid model's recurrent state for nSeq
 // sequences, whatever cells is. It is KVCache.Bytes of such a
 // cache, less --kv-recent's copies (KVRecentReserve), when cells is the
 // rows the cache allocates (a contiguous cache: nSeq × nCtx rounded up to a
@@ -294,7 +302,7 @@ func KVCacheBytes(h *Hyper, t KVTypes, cells, nSeq, nCtx, maxBatch int) (int64, 
 	var n int64
 	for l, lt := range ls {
 		rows := int64(cells)
-		if r := swaRingRows(h.LayerWindow(l), maxBatch, nCtx); r > 0 {
+		if r := SWARingRows(t, h.LayerWindow(l), maxBatch, nCtx); r > 0 {
 			rows = int64(nSeq) * int64(r)
 		}
 		n += rows * int64(lt.RowBytes())
@@ -303,13 +311,14 @@ func KVCacheBytes(h *Hyper, t KVTypes, cells, nSeq, nCtx, maxBatch int) (int64, 
 }
 
 // SWAFullBytesPerToken returns the bytes of one cell in the layers that
-// keep a row per cell (no ring) for nCtx positions and steps of maxBatch
-// rows: what each further cell of a cache costs.
+// keep a row per cell (no ring; every layer with t.SWAFull) for nCtx
+// positions and steps of maxBatch rows: what each further cell of a cache
+// costs.
 func SWAFullBytesPerToken(h *Hyper, t KVTypes, nCtx, maxBatch int) (int, error) {
 	ls, err := KVLayers(h, t)
 	n := 0
 	for l, lt := range ls {
-		if swaRingRows(h.LayerWindow(l), maxBatch, nCtx) == 0 {
+		if SWARingRows(t, h.LayerWindow(l), maxBatch, nCtx) == 0 {
 			n += lt.RowBytes()
 		}
 	}

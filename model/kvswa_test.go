@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/flowinfer/flowinfer/cpu"
@@ -170,7 +171,7 @@ func TestSWACacheBytes(t *testing.T) {
 		if p.Bytes() != want {
 			t.Errorf("%s paged: Bytes %d, KVCacheBytes %d", types, p.Bytes(), want)
 		}
-		if r := model.SWARingRows(100, batch, nCtx); c.Ring(0) != r || r != 176 {
+		if r := model.SWARingRows(types, 100, batch, nCtx); c.Ring(0) != r || r != 176 {
 			t.Errorf("ring %d (SWARingRows %d), want 176: 100+64-1 in whole tiles", c.Ring(0), r)
 		}
 	}
@@ -269,5 +270,80 @@ func TestSWASaveRestore(t *testing.T) {
 	}
 	if len(first) == 0 || !slices.Equal(first, again) {
 		t.Error("the logits after RestoreSWA differ from those at SaveSWA")
+	}
+}
+
+// TestWindowCheckpoint: a window checkpoint (SaveCheckpoint) taken at
+// position 64 and restored after the steps that overwrote the whole rings
+// gives the step from 64 the logits it gave the first time, in each KV
+// type's layout (f32, f16, TurboQuant K tiles); the pool is counted in
+// Bytes, CheckpointPos says where a sequence stands, and a cache with
+// --kv-recent rows refuses checkpoints.
+func TestWindowCheckpoint(t *testing.T) {
+	m := loadWindowed(t, 20)
+	for _, types := range []model.KVTypes{{}, {K: model.KVF16, V: model.KVF16}, {K: model.KVTQ4, V: model.KVTQ3}} {
+		ctx, err := m.NewContextOf(cpu.NewRef(), types, 256, 1, 8) // rings of 32
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := ctx.KV.Bytes()
+		if err := ctx.KV.ReserveCheckpoints(2); err != nil {
+			t.Fatal(err)
+		}
+		per, err := model.WindowCheckpointBytes(&m.Hyper, types, 256, 8)
+		if err != nil || per == 0 || ctx.KV.Bytes() != before+2*per || ctx.KV.Checkpoints() != 2 {
+			t.Errorf("%s: 2 checkpoints of %d bytes (%v): Bytes %d, was %d; pool %d", types, per, err, ctx.KV.Bytes(), before, ctx.KV.Checkpoints())
+		}
+		dec := func(p0, n int) ([]float32, error) {
+			var b model.Batch
+			for p := p0; p < p0+n; p++ {
+				b.Tokens, b.Pos, b.Seq = append(b.Tokens, int32(p%m.NVocab)), append(b.Pos, int32(p)), append(b.Seq, 0)
+			}
+			out, err := ctx.Decode(&b)
+			return slices.Clone(out), err
+		}
+		for p := 0; p < 64; p += 8 {
+			if _, err := dec(p, 8); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := ctx.KV.CheckpointPos(0); n != 64 {
+			t.Fatalf("%s: CheckpointPos %d, want 64", types, n)
+		}
+		ctx.KV.SaveCheckpoint(1, 0)
+		first, err := dec(64, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for p := 64; p < 128; p += 8 { // overwrites every row of the rings
+			if _, err := dec(p, 8); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := dec(64, 1); !errors.Is(err, model.ErrBatch) {
+			t.Fatalf("%s: a rewind to 64 without the checkpoint: err %v", types, err)
+		}
+		ctx.KV.RestoreCheckpoint(0, 1)
+		if n := ctx.KV.CheckpointPos(0); n != 64 || !ctx.KV.SWAHolds(0, 64) {
+			t.Errorf("%s: after the restore: CheckpointPos %d, SWAHolds(64) %v", types, n, ctx.KV.SWAHolds(0, 64))
+		}
+		again, err := dec(64, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(first) == 0 || !slices.Equal(first, again) {
+			t.Errorf("%s: the logits after RestoreCheckpoint differ from those at SaveCheckpoint", types)
+		}
+	}
+	recent := model.KVTypes{K: model.KVTQ4, V: model.KVTQ3, Recent: 8}
+	ctx, err := m.NewContextOf(cpu.NewRef(), recent, 256, 1, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctx.KV.ReserveCheckpoints(2); err == nil || !strings.Contains(err.Error(), "kv-recent") {
+		t.Errorf("checkpoints with --kv-recent rows: %v, want an error naming it", err)
+	}
+	if _, err := model.WindowCheckpointBytes(&m.Hyper, recent, 256, 8); err == nil {
+		t.Error("WindowCheckpointBytes with --kv-recent rows: no error")
 	}
 }

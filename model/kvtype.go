@@ -110,6 +110,10 @@ type KVTypes struct {
 	// positions each query reads from them: at least the Recent most
 	// recent ones (KVCache.RecentFrom). 0: none.
 	Recent int
+	// SWAFull (--swa-full) keeps a row per cell in the sliding-window
+	// layers too, instead of a ring of their window (kvswa.go): a cached
+	// prefix is then reused from blocks alone, at full-attention memory.
+	SWAFull bool
 }
 
 func (t KVTypes) String() string {
@@ -119,6 +123,9 @@ func (t KVTypes) String() string {
 	}
 	if t.Recent > 0 {
 		s += fmt.Sprintf(" (the last %d positions in f16)", t.Recent)
+	}
+	if t.SWAFull {
+		s += " (full-size sliding-window layers)"
 	}
 	return s
 }

@@ -65,13 +65,23 @@ func TestHybridChatPrefix(t *testing.T) {
 // the system prompt through the checkpoint taken where the user message
 // starts, so it computes only its user part (the cached count is exactly
 // the tokens the two prompts share), and its log probabilities are bit for
-// bit those of a server that has not seen the first chat.
+// bit those of a server that has not seen the first chat. The same holds
+// for a sliding-window model (gemma3-small: windows of 128, rings of 192
+// rows for steps of 64, so the first chat's user message overwrites the
+// system prompt's window: a server without checkpoints reuses nothing),
+// through its window checkpoint.
 func TestHybridChatSystemPrompt(t *testing.T) {
-	s, err := synth.Preset("qwen35-small")
+	for _, preset := range []string{"qwen35-small", "gemma3-small"} {
+		t.Run(preset, func(t *testing.T) { chatSystemPrompt(t, preset) })
+	}
+}
+
+func chatSystemPrompt(t *testing.T, preset string) {
+	s, err := synth.Preset(preset)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := filepath.Join(t.TempDir(), "qwen35.gguf")
+	p := filepath.Join(t.TempDir(), preset+".gguf")
 	if err := synth.WriteFile(p, s, synth.Options{Type: quant.F32, Seed: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -93,6 +103,9 @@ func TestHybridChatSystemPrompt(t *testing.T) {
 		return r.json(t)
 	}
 	ecfg := stages.Config{NCtx: 2048, NSeq: 2}
+	if preset == "gemma3-small" {
+		ecfg.MaxBatch = 64 // rings of 192 rows: 64 beyond the window of 128
+	}
 	start := func() *testServer {
 		be := cpu.NewBackend(1, nil)
 		t.Cleanup(be.Close)
@@ -132,5 +145,13 @@ func TestHybridChatSystemPrompt(t *testing.T) {
 	a, b := path(second, "choices.0.logprobs.content"), path(fresh, "choices.0.logprobs.content")
 	if a == nil || !reflect.DeepEqual(a, b) {
 		t.Errorf("second request's log probabilities differ from a fresh server's:\n%v\n%v", a, b)
+	}
+	if preset == "gemma3-small" { // the premise: without checkpoints the rings no longer hold it
+		ecfg.StateCheckpoints = -1
+		plain := start()
+		ask(plain, users[0])
+		if c := num(path(ask(plain, users[1]), "usage.prompt_tokens_details.cached_tokens")); c != 0 {
+			t.Errorf("without checkpoints: second request %d cached tokens, want 0", c)
+		}
 	}
 }

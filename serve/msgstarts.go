@@ -1,11 +1,12 @@
 package serve
 
 // msgstarts.go: where a chat prompt's messages start, in tokens, so that a
-// hybrid model (recurrent layers, whose state the engine can only resume
-// from a checkpoint) checkpoints its state there (stages.Request.
-// CheckpointAt): two chats sharing a long system prompt then share its
-// computation whatever their user turns, as llama-server's checkpoints
-// before a user message do. llama-server finds messages by per-template
+// model whose per-sequence state the engine can only resume from a
+// checkpoint (a hybrid model's recurrent layers; a sliding-window model's
+// rings, which keep only the last window of rows) checkpoints it there
+// (stages.Request.CheckpointAt): two chats sharing a long system prompt
+// then share its computation whatever their user turns, as llama-server's
+// checkpoints before a user message do. llama-server finds messages by per-template
 // delimiters; here the template itself says where: the conversation is
 // rendered again with one message's content replaced, and the two texts
 // part where that content begins (rendering the conversation cut before

@@ -36,7 +36,8 @@ type Footprint struct {
 	NCtx int
 	// Checkpoints and CheckpointBytes are Config.StateCheckpoints and
 	// StateCheckpointBytes: a hybrid model's recurrent-state checkpoints
-	// (Config.Checkpoints), each the size of one sequence's state.
+	// and a sliding-window model's window checkpoints (Config.Checkpoints),
+	// each of Config.CheckpointBytes.
 	Checkpoints     int
 	CheckpointBytes int64
 }
@@ -86,7 +87,9 @@ func footprintKVBytes(h *model.Hyper, kv model.KVTypes, f Footprint) int64 {
 	if nCtx <= 0 {
 		nCtx = f.Cells
 	}
-	ck := model.RecurrentStateBytes(h, Config{StateCheckpoints: f.Checkpoints, StateCheckpointBytes: f.CheckpointBytes}.Checkpoints(h))
+	cfg := Config{StateCheckpoints: f.Checkpoints, StateCheckpointBytes: f.CheckpointBytes, KVTypes: kv, NCtx: nCtx, MaxBatch: max(f.MaxBatch, 1)}
+	per, _ := cfg.CheckpointBytes(h) // an error: Checkpoints is 0
+	ck := int64(cfg.Checkpoints(h)) * per
 	n, err := model.KVCacheBytes(h, kv, f.Cells, max(f.Running, 1), nCtx, max(f.MaxBatch, 1))
 	if err != nil {
 		return KVBytes(h, kv, f.Cells) + ck
@@ -106,14 +109,14 @@ type KVCapacity struct {
 	Tokens   int   // cells that fit
 	PerToken int   // bytes of one cell, all layers without a sliding-window ring
 	Windows  int64 // bytes of the recent f16 windows, taken first
-	Rings    int64 // bytes of the sliding-window layers' rings and a hybrid model's recurrent state and its checkpoints, taken first too
+	Rings    int64 // bytes of the sliding-window layers' rings and a hybrid model's recurrent state, and the prefix checkpoints (both kinds), taken first too
 }
 
 // KVCapacityFor returns what budget bytes of KV cache hold in types kv, for nSeq
 // sequences of nCtx positions at once, batches of maxBatch and blocks of
 // blockSize: the recent windows and the sliding-window layers' rings
-// (and a hybrid model's recurrent state and its checkpoints,
-// Config.Checkpoints) first (the windows sized for as many
+// (and a hybrid model's recurrent state, and checkpoints prefix
+// checkpoints of model.CheckpointBytes each, Config.Checkpoints) first (the windows sized for as many
 // cells as the whole budget would hold), then as many cells as the rest
 // holds.
 func KVCapacityFor(h *model.Hyper, kv model.KVTypes, budget int64, nSeq, nCtx, maxBatch, blockSize, checkpoints int) (KVCapacity, error) {
@@ -125,7 +128,13 @@ func KVCapacityFor(h *model.Hyper, kv model.KVTypes, budget int64, nSeq, nCtx, m
 	if err != nil {
 		return KVCapacity{}, err
 	}
-	rings += model.RecurrentStateBytes(h, checkpoints)
+	if checkpoints > 0 {
+		per, err := model.CheckpointBytes(h, kv, nCtx, maxBatch)
+		if err != nil {
+			return KVCapacity{}, err
+		}
+		rings += int64(checkpoints) * per
+	}
 	if per == 0 { // every layer is a ring: cells cost nothing more
 		return KVCapacity{Tokens: nSeq * nCtx, Rings: rings}, nil
 	}

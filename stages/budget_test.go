@@ -102,7 +102,8 @@ func TestKVCapacityFor(t *testing.T) {
 
 // TestSWABudget: a model with sliding-window layers counts their rings,
 // not a cell per token, in the weights' budget and in a KV byte budget,
-// exactly as model.KVCacheBytes sizes them.
+// exactly as model.KVCacheBytes sizes them, and the window checkpoints
+// the default budget holds.
 func TestSWABudget(t *testing.T) {
 	h := budgetHyper(32, false)
 	h.Window = make([]int, h.NLayer)
@@ -113,7 +114,7 @@ func TestSWABudget(t *testing.T) {
 	}
 	f16 := model.KVTypes{K: model.KVF16, V: model.KVF16}
 	const nCtx, nSeq, batch = 4096, 2, 64
-	ring := model.SWARingRows(256, batch, nCtx)
+	ring := model.SWARingRows(f16, 256, batch, nCtx)
 	if ring != 320 {
 		t.Fatalf("ring of window 256, batch 64: %d rows, want 320", ring)
 	}
@@ -123,9 +124,19 @@ func TestSWABudget(t *testing.T) {
 	want := nFull*perLayer*nSeq*nCtx + nRing*perLayer*nSeq*int64(ring)
 	f := stages.Footprint{Cells: nSeq * nCtx, Running: nSeq, MaxBatch: batch, BlockSize: 16, NCtx: nCtx}
 	denseAct := stages.ActBytes(h, batch)
+	// the window checkpoints the default budget holds (Config.Checkpoints)
+	ckCfg := stages.Config{KVTypes: f16, NCtx: nCtx, MaxBatch: batch}
+	per, err := ckCfg.CheckpointBytes(h)
+	if err != nil || per != int64(nRing)*int64((256-2)/16+2)*16*perLayer {
+		t.Fatalf("a window checkpoint: %d bytes (%v), want %d: each window layer's tiles holding 255 rows", per, err, int64(nRing)*int64((256-2)/16+2)*16*perLayer)
+	}
+	ck := int64(ckCfg.Checkpoints(h)) * per
+	if ck == 0 {
+		t.Fatal("no window checkpoints by default")
+	}
 	const gib = 1 << 30
-	if got := stages.WeightBudget(gib, h, f16, f); got != gib-want-denseAct-stages.Headroom {
-		t.Errorf("weight budget %d, want %d (KV %d)", got, gib-want-denseAct-stages.Headroom, want)
+	if got := stages.WeightBudget(gib, h, f16, f); got != gib-want-ck-denseAct-stages.Headroom {
+		t.Errorf("weight budget %d, want %d (KV %d, window checkpoints %d)", got, gib-want-ck-denseAct-stages.Headroom, want, ck)
 	}
 	p, err := stages.KVCapacityFor(h, f16, want, nSeq, nCtx, batch, 16, 0)
 	if err != nil || p.Rings != nRing*perLayer*nSeq*int64(ring) || p.PerToken != int(nFull*perLayer) || p.Tokens != nSeq*nCtx {

@@ -53,12 +53,16 @@ type Config struct {
 	// Observer, when set, receives per-step and per-admission figures
 	// (for metrics), from the scheduler's goroutine.
 	Observer Observer
-	// StateCheckpoints is how many copies of a hybrid model's recurrent
-	// state (every recurrent layer's, one sequence's each) the engine keeps
-	// so that a request can reuse a cached prompt prefix (statecache.go);
-	// 0: as many as StateCheckpointBytes holds; negative: none, and a
-	// hybrid model then prefills every prompt whole. Counted in the KV
-	// cache's bytes. Other models ignore it.
+	// StateCheckpoints is how many prefix checkpoints the engine keeps so
+	// that a request can reuse a cached prompt prefix (statecache.go): of
+	// a hybrid model's recurrent state (every recurrent layer's, one
+	// sequence's each), and of the window of a sliding-window model's
+	// rings (model.KVCache.ReserveCheckpoints); 0: as many as
+	// StateCheckpointBytes holds; negative: none, and a hybrid model then
+	// prefills every prompt whole, a sliding-window model every prompt
+	// whose window its rings no longer hold. Counted in the KV cache's
+	// bytes. Models with neither (or with KVTypes.SWAFull and no
+	// recurrent layers) ignore it.
 	StateCheckpoints int
 	// StateCheckpointBytes sizes the pool in bytes when StateCheckpoints
 	// is 0: as many checkpoints as fit, at most MaxStateCheckpoints
@@ -66,13 +70,17 @@ type Config struct {
 	StateCheckpointBytes int64
 }
 
-// Checkpoints returns the recurrent-state checkpoints an engine of config
-// c keeps for a model of hyperparameters h: StateCheckpoints, or (0) as
-// many as StateCheckpointBytes (default DefaultStateCheckpointBytes)
-// holds, at most MaxStateCheckpoints; 0 unless h is hybrid.
+// Checkpoints returns the prefix checkpoints an engine of config c keeps
+// for a model of hyperparameters h: StateCheckpoints, or (0) as many as
+// StateCheckpointBytes (default DefaultStateCheckpointBytes) holds, at
+// most MaxStateCheckpoints; 0 for a model whose cached prefixes need none
+// (CheckpointBytes 0), and for a sliding-window model whose checkpoints
+// cannot be made (--kv-recent rows, which NewEngine refuses when asked for
+// checkpoints explicitly).
 func (c Config) Checkpoints(h *model.Hyper) int {
+	per, err := c.CheckpointBytes(h)
 	switch {
-	case !h.Hybrid() || c.StateCheckpoints < 0:
+	case err != nil || per == 0 || c.StateCheckpoints < 0:
 		return 0
 	case c.StateCheckpoints > 0:
 		return c.StateCheckpoints
@@ -81,11 +89,25 @@ func (c Config) Checkpoints(h *model.Hyper) int {
 	if budget == 0 {
 		budget = DefaultStateCheckpointBytes
 	}
-	per := model.RecurrentStateBytes(h, 1)
-	if per <= 0 || budget < 0 {
+	if budget < 0 {
 		return 0
 	}
 	return int(min(budget/per, MaxStateCheckpoints))
+}
+
+// CheckpointBytes returns the bytes of one prefix checkpoint of an engine
+// of config c (model.CheckpointBytes for its KV types, context and batch,
+// NewEngine's defaults for those unset): 0 for a model whose cached
+// prefixes are all in their blocks.
+func (c Config) CheckpointBytes(h *model.Hyper) (int64, error) {
+	nCtx, batch := c.NCtx, c.MaxBatch
+	if nCtx <= 0 {
+		nCtx = h.NCtxTrain
+	}
+	if batch <= 0 {
+		batch = 512
+	}
+	return model.CheckpointBytes(h, c.KVTypes, nCtx, batch)
 }
 
 // Observer receives the scheduler's figures as they happen. Its methods
@@ -256,12 +278,17 @@ func NewEngine(m *model.Model, tok *tokenizer.Tokenizer, ops model.Ops, cfg Conf
 		return nil, err
 	}
 	cfg.KVTokens = kv.NBlocks * bs
-	if n := cfg.Checkpoints(&m.Hyper); n > 0 {
-		kv.State.ReserveCheckpoints(n)
+	if _, err := cfg.CheckpointBytes(&m.Hyper); err != nil && (cfg.StateCheckpoints > 0 || cfg.StateCheckpointBytes > 0) {
+		return nil, fmt.Errorf("stages: prefix checkpoints asked for (%d, %d bytes): %w", cfg.StateCheckpoints, cfg.StateCheckpointBytes, err)
 	}
 	mctx, err := m.NewContextKV(ops, kv, cfg.MaxBatch)
 	if err != nil {
 		return nil, err
+	}
+	if n := cfg.Checkpoints(&m.Hyper); n > 0 { // once the rings are sized for the batch
+		if err := kv.ReserveCheckpoints(n); err != nil {
+			return nil, err
+		}
 	}
 	return &Engine{cfg: cfg, m: m, tok: tok, mctx: mctx, rec: rec, queue: make(chan queued, cfg.Queue), blocks: newKVBlocks(kv, paged, cfg.NSeq)}, nil
 }

@@ -130,7 +130,9 @@ func TestSWAPrefixSharing(t *testing.T) {
 // it), but a prompt sharing only the first part of it does not: the rings
 // have since overwritten that part's window, so the whole prompt is
 // computed again (where a model without windows reuses the shared blocks),
-// and both give the text they give alone.
+// and both give the text they give alone. The engine keeps no window
+// checkpoints (StateCheckpoints < 0), which would restart the prompt at an
+// earlier checkpoint instead (TestSWACheckpointPrefixReused).
 func TestSWAPrefixBeyondRing(t *testing.T) {
 	text := "Once upon a time, there was a little girl named Lily. She loved to play outside in the sunshine. One day, she saw a big, red ball in the park. She ran to get it, but a dog got there first."
 	for _, windowed := range []bool{true, false} {
@@ -159,7 +161,9 @@ func TestSWAPrefixBeyondRing(t *testing.T) {
 		}
 		wantSame, wantOther := solo(base), solo(other)
 		for _, lay := range layouts {
-			e, err := stages.NewEngine(fx.m, fx.tok, lay.ops(), stages.Config{NCtx: 128, NSeq: 1, MaxBatch: 24, BlockSize: 8}, nil)
+			// no window checkpoints: the rings alone (swackpt_test.go
+			// has the checkpoints' fallback to an earlier one)
+			e, err := stages.NewEngine(fx.m, fx.tok, lay.ops(), stages.Config{NCtx: 128, NSeq: 1, MaxBatch: 24, BlockSize: 8, StateCheckpoints: -1}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

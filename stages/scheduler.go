@@ -295,7 +295,8 @@ func (s *scheduler) resume() {
 		if slot2 := s.slotFor(m); slot2 >= 0 {
 			slot = slot2
 		}
-		cached := min(m.tokens(s.blocks.size), q.limit())
+		blocksHit := min(m.tokens(s.blocks.size), q.limit())
+		cached := blocksHit
 		src := -1 // the sequence whose sliding-window rings the cached prefix needs
 		if s.blocks.swaRings() {
 			slot, src, cached = s.swaSource(slot, q, cached, s.slotFor(m) >= 0)
@@ -307,10 +308,15 @@ func (s *scheduler) resume() {
 			cached = 0
 		}
 		// a hybrid model reuses only a prefix whose recurrent state is
-		// checkpointed: the longest within the cached blocks
+		// checkpointed: the longest within the cached blocks; a
+		// sliding-window model also one whose window is checkpointed,
+		// when longer than what the live rings hold (statecache.go)
 		ck := -1
 		if ckpt := s.blocks.ckpt; ckpt != nil {
-			ck, cached = ckpt.best(q.toks, cached, func(n int) bool { return s.blocks.recentHit(slot, m, n) == n })
+			c, n := ckpt.best(q.toks, blocksHit, func(n int) bool { return s.blocks.recentHit(slot, m, n) == n })
+			if s.blocks.kv.State != nil || n > cached {
+				ck, cached, src = c, n, -1
+			}
 		}
 		need := (len(q.toks)+s.blocks.size-1)/s.blocks.size - cached/s.blocks.size
 		if s.blocks.available() < need+1 && len(s.running) > 0 {

@@ -1,12 +1,21 @@
 package stages
 
-// statecache.go: prefix reuse for hybrid models. A recurrent layer's state
-// at the end of a prefix cannot be rebuilt from cached K/V rows, so the
-// scheduler keeps copies of it (model.RecurrentState's checkpoint pool) and
-// a request reuses the longest prefix of its prompt for which both exist:
-// a checkpoint of exactly those tokens, and their K/V blocks in the block
-// cache (the attention layers' rows, shared as for any model). It restores
-// the checkpoint into its sequence and computes only the rest.
+// statecache.go: prefix reuse for the state a sequence's K/V blocks do
+// not hold: a hybrid model's recurrent layers (their state at the end of
+// a prefix cannot be rebuilt from cached K/V rows) and a sliding-window
+// model's rings (model/kvswa.go: a window layer keeps only its last
+// rows, so once a sequence has gone a batch past a prefix, the rows a
+// later request sharing it would read are overwritten). The scheduler
+// keeps checkpoints of that state (model.KVCache's checkpoint pool:
+// recurrent state and ring windows, model/kvswackpt.go) and a request
+// reuses the longest prefix of its prompt for which both exist: a
+// checkpoint of exactly those tokens, and their K/V blocks in the block
+// cache (the attention layers' rows, shared as for any model). It
+// restores the checkpoint into its sequence and computes only the rest.
+// A sliding-window model also reuses a prefix whose window a sequence's
+// live rings still hold (scheduler.swaSource), whichever is longer; a
+// prefix with neither is computed again from the longest shorter prefix
+// that has one (or from the start), as llama-server does.
 //
 // Where checkpoints are taken (planCheckpoints, withMessages): while a
 // prompt is computed, where its chat messages start (Request.CheckpointAt,
@@ -39,7 +48,8 @@ import (
 // states (a system prompt and a user turn plan eight: the user message's
 // start, five near the end, the end and the release), while a small model's state of a few
 // hundred KiB gets MaxStateCheckpoints. See docs/decisions.md, "Hybrid
-// models reuse cached prefixes".
+// models reuse cached prefixes" (and, for sliding-window models' windows,
+// "Sliding-window models reuse cached prefixes").
 const DefaultStateCheckpointBytes = 512 << 20
 
 // MaxStateCheckpoints caps the pool a byte budget sizes: the index is
@@ -51,10 +61,11 @@ const MaxStateCheckpoints = 64
 // and the release checkpoint come on top).
 const maxPlanned = 5
 
-// stateCkpts indexes a hybrid cache's checkpoint pool by the tokens each
-// checkpoint is the state of.
+// stateCkpts indexes a cache's checkpoint pool (a hybrid model's
+// recurrent state, a sliding-window model's ring windows) by the tokens
+// each checkpoint is the state of.
 type stateCkpts struct {
-	st    *model.RecurrentState
+	kv    *model.KVCache
 	toks  [][]int32 // per checkpoint: its tokens (nil: empty)
 	used  []uint64  // per checkpoint: when last saved or restored
 	msg   []bool    // per checkpoint: at a message start (Request.CheckpointAt)
@@ -62,13 +73,13 @@ type stateCkpts struct {
 }
 
 // newStateCkpts returns the index of kv's checkpoint pool (nil when the
-// cache has no recurrent state or no pool).
+// cache has none).
 func newStateCkpts(kv *model.KVCache) *stateCkpts {
-	n := kv.State.Checkpoints()
+	n := kv.Checkpoints()
 	if n == 0 {
 		return nil
 	}
-	return &stateCkpts{st: kv.State, toks: make([][]int32, n), used: make([]uint64, n), msg: make([]bool, n)}
+	return &stateCkpts{kv: kv, toks: make([][]int32, n), used: make([]uint64, n), msg: make([]bool, n)}
 }
 
 // best returns the checkpoint of the longest prefix of toks, of at most
@@ -86,11 +97,12 @@ func (c *stateCkpts) best(toks []int32, limit int, ok func(n int) bool) (int, in
 	return bestCk, bestN
 }
 
-// restore gives KV sequence slot the state of checkpoint ck.
+// restore gives KV sequence slot the state of checkpoint ck (its
+// recurrent state, its rings' window).
 func (c *stateCkpts) restore(slot, ck int) {
 	c.clock++
 	c.used[ck] = c.clock
-	c.st.Restore(slot, ck)
+	c.kv.RestoreCheckpoint(slot, ck)
 }
 
 // save checkpoints KV sequence slot's state, which is that of toks (its
@@ -103,7 +115,7 @@ func (c *stateCkpts) restore(slot, ck int) {
 // message start it saved first (the one a chat sharing its system prompt
 // needs), while message starts beyond half the pool are not spared.
 func (c *stateCkpts) save(slot int, toks []int32, msg bool) {
-	if len(toks) == 0 || int(c.st.Next[slot]) != len(toks) {
+	if len(toks) == 0 || c.kv.CheckpointPos(slot) != len(toks) {
 		return
 	}
 	c.clock++
@@ -128,7 +140,7 @@ func (c *stateCkpts) save(slot int, toks []int32, msg bool) {
 			ck = i // empty (used 0) or least recently used
 		}
 	}
-	c.st.Save(ck, slot)
+	c.kv.SaveCheckpoint(ck, slot)
 	c.toks[ck] = append(c.toks[ck][:0], toks...)
 	c.used[ck], c.msg[ck] = c.clock, msg
 }

@@ -324,7 +324,7 @@ func printKVBytes(h *model.Hyper, kv model.KVTypes, mctx *model.Context, nCtx in
 	}
 	nSWA, ringRows := 0, 0
 	for l := range h.NLayer {
-		if r := model.SWARingRows(h.LayerWindow(l), mctx.MaxBatch, nCtx); r > 0 {
+		if r := model.SWARingRows(kv, h.LayerWindow(l), mctx.MaxBatch, nCtx); r > 0 {
 			nSWA, ringRows = nSWA+1, r
 		}
 	}

@@ -56,7 +56,7 @@ func (c *ChatCmd) Run(g *Globals) error {
 		fmt.Fprintln(os.Stderr, "flowinfer: the model has no chat template; using ChatML")
 	}
 	p := &g.Config.Pipeline
-	rg, e, err := newEngine(l, p, &c.WeightFlags, oneSequenceConfig(p, ctxSize(l, p.KVCache.CtxSize, g.Log)), nil, true, g.Log)
+	rg, e, err := newEngine(l, p, &c.WeightFlags, oneSequenceConfig(p, ctxSize(l, p.KVCache.CtxSize, g.Log), &l.Model.Hyper), nil, true, g.Log)
 	if err != nil {
 		return err
 	}

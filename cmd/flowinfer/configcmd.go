@@ -78,7 +78,7 @@ func (c *ConfigShowCmd) plan(p *configs.Pipeline) error {
 	defer l.Close()
 	wf := c.WeightFlags
 	wf.DryRun = true
-	_, err = newRig(l, p, &wf, stages.EngineFootprint(oneSequenceConfig(p, ctxSize(l, p.KVCache.CtxSize, log))), false, log)
+	_, err = newRig(l, p, &wf, stages.EngineFootprint(oneSequenceConfig(p, ctxSize(l, p.KVCache.CtxSize, log), &l.Model.Hyper)), false, log)
 	return err
 }
 

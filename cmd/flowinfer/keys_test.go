@@ -126,7 +126,7 @@ func hardwareEffects(lacking string) map[string][]effect {
 var testValues = map[string]string{
 	"pipeline.backend": "cpu", "pipeline.threads": "3", "pipeline.batch_size": "77", "pipeline.parallel": "3",
 	"pipeline.queue": "9", "pipeline.edges.tokens": "5", "pipeline.edges.slabs": "3", "pipeline.ram_pool": "1GiB",
-	"pipeline.kv_cache.ctx_size": "99", "pipeline.kv_cache.type_k": "f32", "pipeline.kv_cache.type_v": "bf16", "pipeline.kv_cache.protect": "1", "pipeline.prefetch_depth": "0", "pipeline.io_engine": "mmap",
+	"pipeline.kv_cache.ctx_size": "99", "pipeline.kv_cache.type_k": "f32", "pipeline.kv_cache.type_v": "bf16", "pipeline.kv_cache.protect": "1", "pipeline.kv_cache.swa_full": "true", "pipeline.prefetch_depth": "0", "pipeline.io_engine": "mmap",
 	"sampling.temperature": "0.5", "sampling.top_k": "7", "sampling.top_p": "0.5", "sampling.min_p": "0.2",
 	"sampling.repeat_penalty": "1.1", "sampling.repeat_last_n": "32", "sampling.presence_penalty": "0.3",
 	"sampling.frequency_penalty": "0.4", "sampling.seed": "7", "sampling.max_tokens": "9",

@@ -108,6 +108,7 @@ func profileKeys() []profileKey {
 		{"cache-type-v", "pipeline.kv_cache.type_v", func(c *configs.Config) string { return c.Pipeline.KVCache.TypeV }, nil},
 		{"kv-protect", "pipeline.kv_cache.protect", func(c *configs.Config) string { return itoa(c.Pipeline.KVCache.Protect) }, nil},
 		{"kv-recent", "pipeline.kv_cache.recent", func(c *configs.Config) string { return itoa(c.Pipeline.KVCache.Recent) }, nil},
+		{"swa-full", "pipeline.kv_cache.swa_full", func(c *configs.Config) string { return strconv.FormatBool(c.Pipeline.KVCache.SWAFull) }, nil},
 		{"ctx-size", "pipeline.kv_cache.ctx_size", func(c *configs.Config) string { return itoa(c.Pipeline.KVCache.CtxSize) }, map[string]string{"bench": "sizes the context from -p and -n, as llama-bench"}},
 		{"prefetch-depth", "pipeline.prefetch_depth", func(c *configs.Config) string { return itoa(c.Pipeline.PrefetchDepth) }, mappedFile},
 		{"io-engine", "pipeline.io_engine", func(c *configs.Config) string { return string(c.Pipeline.IOEngine) }, mappedFile},

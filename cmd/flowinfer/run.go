@@ -131,7 +131,7 @@ func (r *RunCmd) Run(g *Globals) error {
 	defer l.Close()
 	p := &g.Config.Pipeline
 	rec := graph.NewRecorder(0)
-	rg, e, err := newEngine(l, p, &r.WeightFlags, oneSequenceConfig(p, ctxSize(l, p.KVCache.CtxSize, g.Log)), rec, true, g.Log)
+	rg, e, err := newEngine(l, p, &r.WeightFlags, oneSequenceConfig(p, ctxSize(l, p.KVCache.CtxSize, g.Log), &l.Model.Hyper), rec, true, g.Log)
 	if err != nil {
 		return err
 	}

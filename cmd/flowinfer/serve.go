@@ -54,8 +54,8 @@ type ServeCmd struct {
 	KVTokens     int              `name:"kv-tokens" default:"0" help:"KV cache pool in tokens, shared by all sequences (0 = parallel × ctx-size, or what --kv-budget holds). Smaller pools preempt sequences when full."`
 	KVBudget     configs.ByteSize `name:"kv-budget" default:"0" help:"KV cache pool in bytes (e.g. 2GiB): as many tokens as fit in the K and V types chosen (-ctk/-ctv), so smaller types admit more context. Exclusive with --kv-tokens."`
 	KVBlock      int              `name:"kv-block" default:"16" help:"Tokens per KV cache block (a power of two); prefixes are shared in whole blocks."`
-	Checkpoints  int              `name:"ctx-checkpoints" default:"0" help:"Hybrid models (recurrent layers): how many copies of the recurrent state are kept so that a request reuses a cached prompt prefix, each one sequence's state, counted in the KV cache (0 = as many as --ctx-checkpoint-budget holds; negative: none, every prompt is prefilled whole)."`
-	CkptBudget   configs.ByteSize `name:"ctx-checkpoint-budget" default:"0" help:"Hybrid models: the recurrent-state checkpoints' bytes, as many as fit, at most 64 (0 = 512MiB: ten of Qwen3.5-9B's 50 MiB states). Exclusive with --ctx-checkpoints."`
+	Checkpoints  int              `name:"ctx-checkpoints" default:"0" help:"Hybrid models (recurrent layers) and sliding-window models (Gemma 3/4, GPT-OSS): how many prefix checkpoints are kept so that a request reuses a cached prompt prefix, each one sequence's recurrent state or the window of its sliding-window layers' rows, counted in the KV cache (0 = as many as --ctx-checkpoint-budget holds; negative: none, and a prompt whose state no sequence still holds is prefilled whole). With --swa-full a sliding-window model needs none."`
+	CkptBudget   configs.ByteSize `name:"ctx-checkpoint-budget" default:"0" help:"The prefix checkpoints' bytes (--ctx-checkpoints), as many as fit, at most 64 (0 = 512MiB: ten of Qwen3.5-9B's 50 MiB states, four of Gemma-3-4B's 118 MiB f16 windows). Exclusive with --ctx-checkpoints."`
 	BatchSize    int              `short:"b" name:"batch-size" default:"512" help:"Tokens per forward step (prompt chunks share it with decode tokens)."`
 	Threads      int              `short:"t" default:"0" help:"Compute threads (0 = physical cores)."`
 	Queue        int              `default:"64" help:"Requests waiting for a free sequence before the server answers 429."`
@@ -142,7 +142,7 @@ func (c *ServeCmd) checkFlags() (stages.Pooling, error) {
 	case c.WatchEvery <= 0:
 		return pooling, fmt.Errorf("--watch-interval %v: must be positive", c.WatchEvery)
 	case c.Checkpoints != 0 && c.CkptBudget != 0:
-		return pooling, fmt.Errorf("--ctx-checkpoints %d and --ctx-checkpoint-budget %v both size the recurrent-state checkpoints: set one", c.Checkpoints, c.CkptBudget)
+		return pooling, fmt.Errorf("--ctx-checkpoints %d and --ctx-checkpoint-budget %v both size the prefix checkpoints: set one", c.Checkpoints, c.CkptBudget)
 	case c.Pooling == "":
 		return pooling, nil
 	}
@@ -191,7 +191,7 @@ func (c *ServeCmd) kvTokens(h *model.Hyper, sc stages.Config) (int, error) {
 		return 0, err
 	}
 	if kc.Tokens < sc.NCtx {
-		return 0, fmt.Errorf("--kv-budget %v holds %d tokens of %s KV (%d bytes each, after %d bytes of f16 windows and %d of sliding-window rings and recurrent state); one context needs %d",
+		return 0, fmt.Errorf("--kv-budget %v holds %d tokens of %s KV (%d bytes each, after %d bytes of f16 windows and %d of sliding-window rings, recurrent state and prefix checkpoints); one context needs %d",
 			c.KVBudget, kc.Tokens, sc.KVTypes, kc.PerToken, kc.Windows, kc.Rings, sc.NCtx)
 	}
 	return kc.Tokens, nil
@@ -209,14 +209,23 @@ func printServing(e *stages.Engine, r *rig, addr net.Addr) {
 		checkpointNote(cfg, &r.Model.Hyper), r.be.Threads())
 }
 
-// checkpointNote says, for a hybrid model, how many recurrent-state
-// checkpoints the KV cache holds, their bytes, and what chose that number
-// ("" for the other models).
+// checkpointNote says, for a model whose cached prefixes need prefix
+// checkpoints (a hybrid model's recurrent state, a sliding-window model's
+// ring windows), how many the KV cache holds, their bytes, and what chose
+// that number, or why it holds none ("" for the other models).
 func checkpointNote(cfg stages.Config, h *model.Hyper) string {
-	if !h.Hybrid() {
+	per, err := cfg.CheckpointBytes(h)
+	if err != nil {
+		return "; no prefix checkpoints: " + err.Error()
+	}
+	if per == 0 {
 		return ""
 	}
-	n, per := cfg.Checkpoints(h), model.RecurrentStateBytes(h, 1)
+	n := int64(cfg.Checkpoints(h))
+	what := "sliding-window"
+	if h.Hybrid() {
+		what = "recurrent-state"
+	}
 	why := fmt.Sprintf("--ctx-checkpoints %d", cfg.StateCheckpoints)
 	if cfg.StateCheckpoints == 0 {
 		budget := cfg.StateCheckpointBytes
@@ -228,7 +237,7 @@ func checkpointNote(cfg stages.Config, h *model.Hyper) string {
 			why += fmt.Sprintf(", at most %d", stages.MaxStateCheckpoints)
 		}
 	}
-	return fmt.Sprintf("; %d recurrent-state checkpoints of %v, %v (%s)", n, configs.ByteSize(per), configs.ByteSize(int64(n)*per), why)
+	return fmt.Sprintf("; %d %s checkpoints of %v, %v (%s)", n, what, configs.ByteSize(per), configs.ByteSize(n*per), why)
 }
 
 // serving is the server with its engine running (none while a changed

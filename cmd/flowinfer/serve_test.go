@@ -186,3 +186,37 @@ func TestServeCheckpointFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestServeWindowCheckpoints: a sliding-window model's startup line says
+// how many window checkpoints the KV cache holds (gemma3-small, steps of 32:
+// rings of 160 rows in a context of 256); with --swa-full the window layers
+// are full-size and there are none; with --kv-recent rows there are none
+// by default, the line says why, and asking for some is an error naming
+// --kv-recent.
+func TestServeWindowCheckpoints(t *testing.T) {
+	m := filepath.Join(t.TempDir(), "gemma3.gguf")
+	if _, stderr, err := flowinfer(t, "gen", "--preset", "gemma3-small", "--type", "F32", "-o", m); err != nil {
+		t.Fatalf("gen: %v\n%s", err, stderr)
+	}
+	for _, tc := range []struct {
+		args      []string
+		want, not string
+	}{
+		{nil, `; (\d+) sliding-window checkpoints of \S+, \S+ \(the default budget of 512MiB(, at most 64)?\);`, `full-size`},
+		{[]string{"--ctx-checkpoints", "3"}, `; 3 sliding-window checkpoints of \S+, \S+ \(--ctx-checkpoints 3\);`, `full-size`},
+		{[]string{"--swa-full"}, `f16/f16 \(full-size sliding-window layers\)`, `checkpoints`},
+		{[]string{"-ctk", "q8_0", "--kv-recent", "8"}, `; no prefix checkpoints: .*--kv-recent`, `sliding-window checkpoints of`},
+	} {
+		cmd, _, log := startServeModel(t, m, append([]string{"-b", "32"}, tc.args...)...)
+		line := regexp.MustCompile(`serving .*`).FindString(log.String())
+		if !regexp.MustCompile(tc.want).MatchString(line) || strings.Contains(line, tc.not) {
+			t.Errorf("%v: startup line %q, want %s and no %q", tc.args, line, tc.want, tc.not)
+		}
+		cmd.Process.Kill()
+		cmd.Wait()
+	}
+	_, errOut, err := flowinfer(t, "serve", "-m", m, "--port", "0", "-c", "256", "-b", "32", "-ctk", "q8_0", "--kv-recent", "8", "--ctx-checkpoints", "2")
+	if err == nil || !strings.Contains(errOut, "kv-recent") {
+		t.Errorf("--ctx-checkpoints 2 with --kv-recent rows: %v\n%s (want an error naming --kv-recent)", err, errOut)
+	}
+}

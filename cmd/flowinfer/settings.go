@@ -183,7 +183,7 @@ func (o ownFlags) apply(c *configs.Config, wf *WeightFlags, sf *SamplingFlags) {
 func kvTypes(p *configs.Pipeline) model.KVTypes {
 	k, _ := model.ParseKVType(p.KVCache.TypeK)
 	v, _ := model.ParseKVType(p.KVCache.TypeV)
-	return model.KVTypes{K: k, V: v, Protect: p.KVCache.Protect, Recent: model.KVRecentFor(k, v, p.KVCache.Recent)}
+	return model.KVTypes{K: k, V: v, Protect: p.KVCache.Protect, Recent: model.KVRecentFor(k, v, p.KVCache.Recent), SWAFull: p.KVCache.SWAFull}
 }
 
 // engineConfig maps the pipeline onto the engine's settings, for nCtx
@@ -193,9 +193,17 @@ func engineConfig(p *configs.Pipeline, nCtx int) stages.Config {
 }
 
 // oneSequenceConfig is engineConfig for the commands that decode one sequence
-// (run, chat: parallel and queue do not apply, the engine's defaults do).
-func oneSequenceConfig(p *configs.Pipeline, nCtx int) stages.Config {
-	return stages.Config{NCtx: nCtx, MaxBatch: p.BatchSize, EdgeCap: p.Edges.Tokens, KVTypes: kvTypes(p)}
+// (run, chat: parallel and queue do not apply, the engine's defaults do)
+// of a model of hyperparameters h. A model that is not hybrid keeps no
+// prefix checkpoints: its one sequence's next turn extends it, so a
+// sliding-window model's rings still hold what the turn needs, and window
+// checkpoints would only cost memory (up to the 512 MiB default budget).
+func oneSequenceConfig(p *configs.Pipeline, nCtx int, h *model.Hyper) stages.Config {
+	c := stages.Config{NCtx: nCtx, MaxBatch: p.BatchSize, EdgeCap: p.Edges.Tokens, KVTypes: kvTypes(p)}
+	if !h.Hybrid() {
+		c.StateCheckpoints = -1
+	}
+	return c
 }
 
 // gpuCommand reports whether cmd can compute on the Vulkan backend (newRig

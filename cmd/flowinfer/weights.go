@@ -53,13 +53,14 @@ type ComputeFlags struct {
 	CacheTypeV string `name:"cache-type-v" default:"f16" env:"FLOWINFER_CACHE_TYPE_V" help:"KV cache type for V (-ctv): as --cache-type-k."`
 	KVProtect  int    `name:"kv-protect" default:"0" env:"FLOWINFER_KV_PROTECT" help:"Keep the first and the last N layers' K and V in f16 when -ctk or -ctv is a quantized type (q8_0, q4_0, tq4, tq3)."`
 	KVRecent   int    `name:"kv-recent" default:"-1" env:"FLOWINFER_KV_RECENT" help:"Also keep the K and V rows of each query's N most recent positions (up to N+63) in f16 when -ctk or -ctv is a quantized type (q8_0, q4_0, tq4, tq3), and attend to those copies: a fixed cost of about (N+64)×2 rows of f16 per sequence, whatever the context. A reused prompt prefix stops where the f16 rows its next queries read are no longer kept. 0: none; -1 (default): 192 when -ctk or -ctv is tq4 or tq3, else 0 (llama.cpp's types keep llama.cpp's meaning)."`
+	SWAFull    bool   `name:"swa-full" env:"FLOWINFER_SWA_FULL" help:"Sliding-window layers (Gemma 3/4, GPT-OSS) keep a full-size cache, a row per position, instead of a ring of their window: a cached prompt prefix is reused from its blocks alone, without window checkpoints, at the memory of full attention in those layers (as llama-server's --swa-full)."`
 }
 
 // setPipeline copies the compute flags onto p.
 func (f *ComputeFlags) setPipeline(p *configs.Pipeline) {
 	p.Backend, p.VRAM = f.Backend, f.VRAM
 	kv := &p.KVCache
-	kv.TypeK, kv.TypeV, kv.Protect, kv.Recent = f.CacheTypeK, f.CacheTypeV, f.KVProtect, f.KVRecent
+	kv.TypeK, kv.TypeV, kv.Protect, kv.Recent, kv.SWAFull = f.CacheTypeK, f.CacheTypeV, f.KVProtect, f.KVRecent, f.SWAFull
 }
 
 // setPipeline copies the weight and compute flags onto p.
