@@ -323,14 +323,22 @@ func same(t *testing.T, what string, got, want []float32) {
 // layer of Qwen3.5-35B-A3B's shape (model/synth preset "qwen3.5-35b-a3b":
 // 16 key heads and 32 value heads of 128, 4-tap convolution): ConvSiLU,
 // the q/k L2 norms, GatedDeltaNet and GatedRMSNorm for one decode token
-// and for a 512-token prefill, on the Backend's default kernels and
-// threads, without the layer's matrix products. tok/s is tokens per
-// second through these ops of one layer.
+// and for a 512-token prefill, on the Backend's default kernels with 1
+// and 2 workers, without the layer's matrix products. tok/s is tokens per
+// second through these ops of one layer; cpu-ms/op is the process's CPU
+// time (user and system, all threads) per op, the steadier figure on a
+// shared machine, where wall time includes waiting for a core.
 func BenchmarkDeltaNetLayer(b *testing.B) {
+	for _, threads := range []int{1, 2} {
+		be := cpu.NewBackend(threads, nil)
+		benchDeltaNetLayer(b, be)
+		be.Close()
+	}
+}
+
+func benchDeltaNetLayer(b *testing.B, be *cpu.Backend) {
 	const hk, hv, d, kw = 16, 32, 128, 4
 	cd, vd := (2*hk+hv)*d, hv*d
-	be := cpu.NewBackend(0, nil)
-	defer be.Close()
 	for _, n := range []int{1, 512} {
 		b.Run(fmt.Sprintf("isa=%s/threads=%d/tokens=%d", be.ISA(), be.Threads(), n), func(b *testing.B) {
 			r := rand.New(rand.NewPCG(1, 2))
@@ -343,6 +351,7 @@ func BenchmarkDeltaNetLayer(b *testing.B) {
 			}
 			s := randVec(r, hv*d*d, 0.1)
 			out, z, nw := make([]float32, n*vd), randVec(r, n*vd, 1), model.Vector(randVec(r, d, 0.1))
+			cpu0 := cpuTime()
 			for b.Loop() {
 				be.ConvSiLU(conv, x, st, w, n, cd, kw)
 				for t := range n {
@@ -352,6 +361,7 @@ func BenchmarkDeltaNetLayer(b *testing.B) {
 				be.GatedRMSNorm(out, out, z, nw, n*hv, d, 1e-6)
 			}
 			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
+			reportCPU(b, cpu0)
 		})
 	}
 }

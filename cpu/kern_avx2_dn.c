@@ -104,19 +104,18 @@ static const float dn_ones[DN_ONES] = {
 int fi_dn_conv_avx2(float *out, const float *x, float *state, const float *w, int64_t n, int64_t ch, int64_t c0,
                     int64_t c1, int64_t kw) {
 	if (kw < 2 || kw > 16 || (c1 - c0) % 8 != 0) return -1;
+	// lane l reads channel c+l: taps and state are channel-major, so each
+	// tap (state value) of 8 channels is one gather (no store-to-load
+	// stall of a vector assembled from scalar stores)
+	const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+	const __m256i wi = _mm256_mullo_epi32(lanes, _mm256_set1_epi32((int)kw));
+	const __m256i si = _mm256_mullo_epi32(lanes, _mm256_set1_epi32((int)(kw - 1)));
 	for (int64_t c = c0; c < c1; c += 8) {
 		// the 8 channels' taps, one vector per tap; their windows: kw-1
 		// state values then the inputs, slid
 		__m256 wv[16], win[16];
-		float tmp[8];
-		for (int64_t i = 0; i < kw; i++) {
-			for (int l = 0; l < 8; l++) tmp[l] = w[(c + l) * kw + i];
-			wv[i] = _mm256_loadu_ps(tmp);
-		}
-		for (int64_t i = 0; i < kw - 1; i++) {
-			for (int l = 0; l < 8; l++) tmp[l] = state[(c + l) * (kw - 1) + i];
-			win[i] = _mm256_loadu_ps(tmp);
-		}
+		for (int64_t i = 0; i < kw; i++) wv[i] = _mm256_i32gather_ps(w + c * kw + i, wi, 4);
+		for (int64_t i = 0; i < kw - 1; i++) win[i] = _mm256_i32gather_ps(state + c * (kw - 1) + i, si, 4);
 		for (int64_t t = 0; t < n; t++) {
 			win[kw - 1] = _mm256_loadu_ps(x + t * ch + c);
 			__m256 sum = _mm256_setzero_ps();
@@ -124,6 +123,7 @@ int fi_dn_conv_avx2(float *out, const float *x, float *state, const float *w, in
 			_mm256_storeu_ps(out + t * ch + c, sum);
 			for (int64_t i = 0; i < kw - 1; i++) win[i] = win[i + 1];
 		}
+		float tmp[8];
 		for (int64_t i = 0; i < kw - 1; i++) {
 			_mm256_storeu_ps(tmp, win[i]);
 			for (int l = 0; l < 8; l++) state[(c + l) * (kw - 1) + i] = tmp[l];
