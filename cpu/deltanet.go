@@ -130,6 +130,22 @@ func gatedRMSNormRows(out, x, z []float32, w model.Vector, n, dim int, eps float
 	}
 }
 
+// rmsScaleRows sets each of n rows of dim of out to x·scale·w, scale as
+// gatedRMSNormRows computes it: the gated norm before its gate.
+func rmsScaleRows(out, x []float32, w model.Vector, n, dim int, eps float32) {
+	for t := range n {
+		xr, yr := x[t*dim:(t+1)*dim], out[t*dim:(t+1)*dim]
+		var sum float64
+		for _, v := range xr {
+			sum += float64(v * v)
+		}
+		scale := 1 / float32(math.Sqrt(float64(float32(sum/float64(dim))+eps)))
+		for i, v := range xr {
+			yr[i] = v * scale * w[i]
+		}
+	}
+}
+
 // SigmoidMul implements model.DeltaNet.
 func (r *Ref) SigmoidMul(x, g []float32) {
 	for i, gi := range g {

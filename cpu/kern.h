@@ -333,4 +333,19 @@ float fi_fma_peak_avx512(int64_t n);
 int32_t fi_madd_peak_avx2(int64_t n);
 int fi_dpwssd_peak_avx512(int64_t n, int32_t *out);
 
+// The gated delta net's recurrent layers (kern_avx2_dn.c, kern_dn.go).
+// fi_dn_delta_avx2 runs the gated delta rule of one value head over n
+// tokens on its d×d state s (row j = column j of S): token t reads q, k
+// and v at q/k/v + t·xs, the gate g and beta at t·gs, and writes d outputs
+// at out + t·os. Returns 0, or -1 (nothing done) unless d is a multiple
+// of 8.
+int fi_dn_delta_avx2(float *s, int64_t d, int64_t n, const float *q, const float *k, const float *v, int64_t xs,
+                     const float *g, const float *beta, int64_t gs, float *out, int64_t os, float scale);
+// fi_dn_conv_avx2 runs ConvSiLU (model.DeltaNet) on channels [c0, c1) of
+// n rows of ch, taps w (kw per channel), state kw-1 per channel. Returns
+// 0, or -1 (nothing done) unless c1-c0 is a multiple of 8 and kw in
+// [2, 16].
+int fi_dn_conv_avx2(float *out, const float *x, float *state, const float *w, int64_t n, int64_t ch, int64_t c0,
+                    int64_t c1, int64_t kw);
+
 #endif
