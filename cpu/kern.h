@@ -341,7 +341,7 @@ int fi_dpwssd_peak_avx512(int64_t n, int32_t *out);
 // They return 0, or -1 when their scratch cannot be allocated (nothing
 // written then).
 // fi_ssm_conv_avx2 runs SSMConv on channels [c0, c1) of ch, k taps (2 to
-// 16), bias NULL for none; it returns as the scans do.
+// 16: -1 for other k), bias NULL for none; it returns as the scans do.
 int fi_ssm_scan_avx2(float *y, const float *xbc, const float *dt, const float *a, const float *d, float *state,
                      int64_t n, int64_t nh, int64_t hd, int64_t ng, int64_t ds, int64_t h0, int64_t h1);
 int fi_ssm_scan_avx512(float *y, const float *xbc, const float *dt, const float *a, const float *d, float *state,

@@ -9,9 +9,9 @@
 // arithmetic per token whatever the number of tokens, so a prefill of n
 // tokens gives bit for bit the outputs and state of n single-token calls.
 // A state row (d_state floats) is updated in chunks of up to 64 floats
-// held in 8 registers while a block of SSM_T tokens passes over it (B and
-// C of those tokens stay in L1), so the state is read and written once per
-// block, not once per token. Per element: s = fma(s, dA, B·x·Δ), y += s·C
+// held in 8 registers while a block of SSM_T tokens passes over it (B, C
+// and x of those tokens are copied to a scratch, where they stay in L1),
+// so the state is read and written once per block, not once per token. Per element: s = fma(s, dA, B·x·Δ), y += s·C
 // (fused, in 8 lanes and two partial sums per chunk): not the Go loop's
 // order or rounding, within the tolerance TestSSMKernels states.
 //
@@ -168,6 +168,7 @@ int fi_ssm_scan_avx2(float *y, const float *xbc, const float *dt, const float *a
 // fi_ssm_conv_avx2: see kern.h.
 int fi_ssm_conv_avx2(float *out, const float *x, float *state, const float *w, const float *bias, int64_t n,
                      int64_t ch, int64_t k, int64_t c0, int64_t c1) {
+	if (k < 2 || k > 16) return -1; // in[] below holds 16 rows
 	const int64_t k1 = k - 1, nc = c1 - c0;
 	// the range's taps and state values transposed, tap (state index)
 	// major, so that each token reads rows: wt[i·nc + c] is tap i of

@@ -22,6 +22,26 @@
 #include "kern.h"
 #include "kern_avx512.h"
 
+#ifdef FI_SIMDE
+// SIMDe 0.7.4 has no masked loads and stores: lanes [0, 16) where m is set
+// go through a buffer (zeros elsewhere), as the native ones do.
+I5 __m512 ldm16(__mmask16 m, const float *p) {
+	float t[16] = {0};
+	for (int j = 0; j < 16; j++)
+		if (m >> j & 1) t[j] = p[j];
+	return _mm512_loadu_ps(t);
+}
+I5 void stm16(float *p, __mmask16 m, __m512 v) {
+	float t[16];
+	_mm512_storeu_ps(t, v);
+	for (int j = 0; j < 16; j++)
+		if (m >> j & 1) p[j] = t[j];
+}
+#else
+#define ldm16 _mm512_maskz_loadu_ps
+#define stm16 _mm512_mask_storeu_ps
+#endif
+
 // SSM_T tokens per block, as in kern_avx2_ssm.c.
 #define SSM_T 16
 
@@ -40,7 +60,7 @@ I5 void scan_chunk16(const int nv, const int masked, __mmask16 tm, float *s, con
 	__m512 sv[8];
 	UNROLL(8)
 	for (int v = 0; v < nv; v++)
-		sv[v] = masked && v == nv - 1 ? _mm512_maskz_loadu_ps(tm, s + 16 * v) : _mm512_loadu_ps(s + 16 * v);
+		sv[v] = masked && v == nv - 1 ? ldm16(tm, s + 16 * v) : _mm512_loadu_ps(s + 16 * v);
 	for (int64_t t = 0; t < nt; t++) {
 		const float *B = bc + t * bs, *C = B + cOff;
 		const __m512 xdt = _mm512_set1_ps(xs[t * xys] * sp[t]);
@@ -50,7 +70,7 @@ I5 void scan_chunk16(const int nv, const int masked, __mmask16 tm, float *s, con
 		for (int v = 0; v < nv; v++) {
 			__m512 b, c;
 			if (masked && v == nv - 1) {
-				b = _mm512_maskz_loadu_ps(tm, B + 16 * v), c = _mm512_maskz_loadu_ps(tm, C + 16 * v);
+				b = ldm16(tm, B + 16 * v), c = ldm16(tm, C + 16 * v);
 			} else {
 				b = _mm512_loadu_ps(B + 16 * v), c = _mm512_loadu_ps(C + 16 * v);
 			}
@@ -69,7 +89,7 @@ I5 void scan_chunk16(const int nv, const int masked, __mmask16 tm, float *s, con
 	UNROLL(8)
 	for (int v = 0; v < nv; v++) {
 		if (masked && v == nv - 1)
-			_mm512_mask_storeu_ps(s + 16 * v, tm, sv[v]);
+			stm16(s + 16 * v, tm, sv[v]);
 		else
 			_mm512_storeu_ps(s + 16 * v, sv[v]);
 	}

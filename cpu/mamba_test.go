@@ -195,7 +195,9 @@ var nano = struct{ nh, hd, ng, ds, k int }{64, 64, 8, 128, 4}
 // shape on the Backend (the convolution with its SiLU, the scan with the
 // D skip, the gate and the grouped norm; not ssm_in's and ssm_out's
 // matrix products): a decode step (n=1) and a 512-token prefill, on each
-// path with 1 and 2 workers, reporting ms per layer call.
+// path with 1 and 2 workers, reporting wall and process CPU milliseconds
+// per layer call (the CPU time includes workers spinning between calls;
+// on a machine shared with other processes it is the steadier figure).
 func BenchmarkMambaLayer(b *testing.B) {
 	for _, n := range []int{1, 512} {
 		for _, isa := range cpu.Available() {
@@ -215,6 +217,7 @@ func BenchmarkMambaLayer(b *testing.B) {
 					sst := randVec(r, inner*nano.ds, 0.5)
 					z, nw := randVec(r, n*inner, 1), randVec(r, inner, 1)
 					conv, y := make([]float32, n*cd), make([]float32, n*inner)
+					c0 := cpuTime()
 					for b.Loop() {
 						be.SSMConv(conv, x, cst, w, bias, n, cd, nano.k)
 						be.SSMScan(y, conv, dt, a, d, sst, n, nano.nh, nano.hd, nano.ng, nano.ds)
@@ -222,6 +225,7 @@ func BenchmarkMambaLayer(b *testing.B) {
 						be.GroupRMSNorm(y, y, nw, n, inner, nano.ng, 1e-5)
 					}
 					b.ReportMetric(b.Elapsed().Seconds()*1e3/float64(b.N), "ms/layer")
+					reportCPU(b, c0)
 				})
 			}
 		}
