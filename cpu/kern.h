@@ -348,4 +348,20 @@ int fi_dn_delta_avx2(float *s, int64_t d, int64_t n, const float *q, const float
 int fi_dn_conv_avx2(float *out, const float *x, float *state, const float *w, int64_t n, int64_t ch, int64_t c0,
                     int64_t c1, int64_t kw);
 
+// The Mamba-2 kernels (kern_avx2_ssm.c, kern_avx512_ssm.c; Go: mamba.go).
+// fi_ssm_scan_avx2 and fi_ssm_scan_avx512 run model.Mamba's SSMScan on
+// heads [h0, h1) for n tokens: xbc rows of nh·hd + 2·ng·ds floats (x, B,
+// C), dt rows of nh, a and d of nh, state nh × hd × ds (head-major), y
+// rows of nh·hd; a prefill of n tokens gives the bits of n calls of one.
+// They return 0, or -1 when their scratch cannot be allocated (nothing
+// written then).
+// fi_ssm_conv_avx2 runs SSMConv on channels [c0, c1) of ch, k taps (2 to
+// 16: -1 for other k), bias NULL for none; it returns as the scans do.
+int fi_ssm_scan_avx2(float *y, const float *xbc, const float *dt, const float *a, const float *d, float *state,
+                     int64_t n, int64_t nh, int64_t hd, int64_t ng, int64_t ds, int64_t h0, int64_t h1);
+int fi_ssm_scan_avx512(float *y, const float *xbc, const float *dt, const float *a, const float *d, float *state,
+                       int64_t n, int64_t nh, int64_t hd, int64_t ng, int64_t ds, int64_t h0, int64_t h1);
+int fi_ssm_conv_avx2(float *out, const float *x, float *state, const float *w, const float *bias, int64_t n,
+                     int64_t ch, int64_t k, int64_t c0, int64_t c1);
+
 #endif

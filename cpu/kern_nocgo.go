@@ -84,3 +84,13 @@ func wintChunkC(*WInt, []byte, int, int, []float32, int, []byte) (ok, done bool)
 func attnSumQC(*WInt, []byte, int, int, int) bool { return false }
 
 func hadamardC([]float32, int) bool { return false }
+
+// The Mamba-2 kernels (kern_ssm.go): none without cgo.
+
+func ssmScanC(ISA, []float32, []float32, []float32, []float32, []float32, []float32, int, int, int, int, int, int, int) bool {
+	return false
+}
+
+func ssmConvC(ISA, []float32, []float32, []float32, []float32, []float32, int, int, int, int, int) bool {
+	return false
+}

@@ -7,9 +7,11 @@ package cpu
 // by the D skip's ggml_mul and ggml_add, ggml_rms_norm and ggml_mul over
 // groups, ggml_relu and ggml_sqr), in plain Go: the Ref's methods and the
 // per-channel, per-head and per-row functions the Backend runs in parallel
-// (mamba_backend.go). The scan runs token by token for prefill as for
-// decode, as ggml's CPU op does; the chunked state-space-duality form is
-// not implemented. The scan's inner sum (scanRow) is sequential for a
+// (mamba_backend.go) on the Go kernel path; its SIMD paths run the C
+// kernels of the convolution and the scan (kern_ssm.go) instead. The scan
+// runs token by token for prefill as for decode, as ggml's CPU op does;
+// the chunked state-space-duality form is not implemented (docs/decisions.md:
+// the SIMD scan leaves it at most ~1.5% of a prefill to win). The scan's inner sum (scanRow) is sequential for a
 // state narrower than 32 floats, as ggml's; from 32 on ggml sums in
 // vector lanes and we in four partial sums, so the results may differ in
 // the last bits there (the goldens' tolerances cover it; their small

@@ -1,10 +1,12 @@
 package cpu
 
 // mamba_backend.go: the Backend's model.Mamba (nemotron_h's Mamba-2
-// layers): the Ref's arithmetic (mamba.go) split over the workers, the
-// convolution by channels, the scan by heads (each head's state is its
-// own), the grouped norm by rows. Results equal the Ref's exactly: no sum
-// is split.
+// layers) split over the workers: the convolution by channels, the scan
+// by heads (each head's state is its own), the grouped norm by rows. The
+// convolution and the scan run the kernels (kern_ssm.go: SIMD on AVX2 and
+// AVX-512, within the tolerances TestSSMKernels states of the Ref's; the
+// Go path gives the Ref's bits); the norm is the Ref's loop. No sum is
+// split across workers, so results do not depend on the worker count.
 
 import (
 	"sync/atomic"
@@ -26,9 +28,10 @@ const (
 // that the workers claim.
 type mbTask struct {
 	kind                mbKind
+	k                   *Kernels
 	out, x, st, w, bias []float32
 	dt, a, d            []float32
-	n, ch, k            int
+	n, ch, taps         int
 	nHead, hd, ng, ds   int
 	groups              int
 	eps                 float32
@@ -37,6 +40,7 @@ type mbTask struct {
 }
 
 func (t *mbTask) run(int) {
+	k := t.k
 	for {
 		c := int(t.next.Add(1) - 1)
 		if c*t.size >= t.units {
@@ -45,11 +49,9 @@ func (t *mbTask) run(int) {
 		u0, u1 := c*t.size, min((c+1)*t.size, t.units)
 		switch t.kind {
 		case mbConv:
-			ssmConvRows(t.out, t.x, t.st, t.w, t.bias, t.n, t.ch, t.k, u0, u1)
+			k.SSMConv(t.out, t.x, t.st, t.w, t.bias, t.n, t.ch, t.taps, u0, u1)
 		case mbScan:
-			for h := u0; h < u1; h++ {
-				ssmScanHead(t.out, t.x, t.dt, t.a, t.d, t.st, t.n, t.nHead, t.hd, t.ng, t.ds, h)
-			}
+			k.SSMScan(t.out, t.x, t.dt, t.a, t.d, t.st, t.n, t.nHead, t.hd, t.ng, t.ds, u0, u1)
 		case mbNorm:
 			groupRMSNormRows(t.out[u0*t.ch:u1*t.ch], t.x[u0*t.ch:u1*t.ch], t.w, u1-u0, t.ch, t.groups, t.eps)
 		}
@@ -73,14 +75,14 @@ func (b *Backend) dispatchMamba(t *mbTask, units, cost int) {
 // SSMConv implements model.Mamba, split by channels.
 func (b *Backend) SSMConv(out, x, state, w, bias []float32, n, ch, k int) {
 	t := &b.mb
-	t.kind, t.out, t.x, t.st, t.w, t.bias, t.n, t.ch, t.k = mbConv, out, x, state, w, bias, n, ch, k
+	t.kind, t.k, t.out, t.x, t.st, t.w, t.bias, t.n, t.ch, t.taps = mbConv, b.k, out, x, state, w, bias, n, ch, k
 	b.dispatchMamba(t, ch, n*k*expCost)
 }
 
 // SSMScan implements model.Mamba, split by heads.
 func (b *Backend) SSMScan(y, xbc, dt, a, d, state []float32, n, nHead, headDim, nGroup, dState int) {
 	t := &b.mb
-	t.kind, t.out, t.x, t.dt, t.a, t.d, t.st = mbScan, y, xbc, dt, a, d, state
+	t.kind, t.k, t.out, t.x, t.dt, t.a, t.d, t.st = mbScan, b.k, y, xbc, dt, a, d, state
 	t.n, t.nHead, t.hd, t.ng, t.ds = n, nHead, headDim, nGroup, dState
 	b.dispatchMamba(t, nHead, 4*n*headDim*dState)
 }
