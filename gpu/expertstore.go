@@ -57,17 +57,6 @@ type lruList struct {
 	n          int
 }
 
-// ExpertStats are the device expert store's counters since the backend
-// opened (or ResetExpertStats).
-type ExpertStats struct {
-	Slots, Cached int   // slots, and slots holding an expert
-	SlotBytes     int64 // bytes of one slot
-	Hits, Misses  int64 // lookups of an expert found in a slot, or uploaded
-	Evictions     int64
-	UploadBytes   int64 // bytes uploaded into slots (at load and on misses)
-	UploadNanos   int64 // host time recording those uploads (copies into the staging ring)
-}
-
 // expertStore is the device's expert slots and their index.
 type expertStore struct {
 	slabs     []*vk.Buffer
