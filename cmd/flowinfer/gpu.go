@@ -86,19 +86,6 @@ func openGPU(l *loaded, p *configs.Pipeline, cb *cpu.Backend, ngl int, policy co
 	return gpu.SplitOps(&plan, be, cb), func() { be.Close(); dev.Close(); in.Close() }, nil
 }
 
-// chunkBytes is the device allocator's chunk under a --vram budget: the
-// default (64 MiB) unless the budget is under 512 MiB, then an eighth of
-// it, since every memory kind (device-local, upload, readback; on a CPU
-// device such as lavapipe all of them count against the budget) starts a
-// chunk of its own, and a first chunk of the whole budget would leave the
-// other kinds nothing.
-func chunkBytes(vram configs.ByteSize) uint64 {
-	if vram <= 0 || vram >= 512<<20 {
-		return 0
-	}
-	return uint64(vram) / 8
-}
-
 // pickDevice opens a Vulkan instance and picks the device p.Backend
 // computes on: vulkan takes the first discrete or integrated GPU, else
 // the first device (such as lavapipe); auto takes a discrete or

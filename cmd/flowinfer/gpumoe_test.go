@@ -35,8 +35,8 @@ func TestRunVulkanMoE(t *testing.T) {
 		slots int
 	}{
 		{nil, "routed experts 3.19MiB (16 of 16 in slots of 204KiB)", 16},
-		{[]string{"--vram", "30MiB"}, "(2 of 16 in slots of 204KiB)", 2},
-		{[]string{"--vram", "30MiB", "--expert-cache-policy", "lru"}, "(2 of 16 in slots of 204KiB)", 2},
+		{[]string{"--vram", "48MiB"}, "(2 of 16 in slots of 204KiB)", 2},
+		{[]string{"--vram", "48MiB", "--expert-cache-policy", "lru"}, "(2 of 16 in slots of 204KiB)", 2},
 	} {
 		got, stderr, err := flowinfer(t, append(append(args, "--backend", "vulkan"), c.flags...)...)
 		if err != nil {
