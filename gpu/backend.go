@@ -18,8 +18,9 @@ package gpu
 // calling ToHost before it reads or writes an activation on the host,
 // which model/context.go does.
 //
-// Not done here yet: routed experts (NewBackend refuses MoE models),
-// quantized, TurboQuant or --kv-recent KV caches (f32 and f16 are done) (StoreKV fails naming the
+// MoE layers of qwen3moe run here (backend_moe.go), their experts in
+// device slots (expertstore.go); the other MoE families are refused.
+// Not done here yet: quantized, TurboQuant or --kv-recent KV caches (f32 and f16 are done) (StoreKV fails naming the
 // type), paged caches, bias, penalties or grammar masks on the device
 // (argmax.go ranks logits for greedy and top-k). A weight that does not
 // fit the device budget is an error naming the tensor; placement.go plans
@@ -32,6 +33,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/flowinfer/flowinfer/configs"
 	"github.com/flowinfer/flowinfer/gpu/vk"
 	"github.com/flowinfer/flowinfer/model"
 )
@@ -65,6 +67,8 @@ type Backend struct {
 	owned   []*vk.Buffer // freed by Close: no descriptor set may outlive its buffer
 	topk    topKBufs     // TopK's buffers (argmax.go), also in owned
 	timer   *devTimer    // device timing while on (timestamps.go)
+	experts *expertStore // routed experts' slots (nil: no MoE layers)
+	moe     moeBufs      // MoE scratch (backend_moe.go)
 	err     error        // first failure of an op since the last ToHost
 }
 
@@ -84,13 +88,11 @@ type devKV struct {
 }
 
 // NewBackend opens the backend on dev for model m: its matrices and
-// vectors are uploaded now. A model with routed experts, a matrix type
-// without a shader or a tensor the device budget cannot hold is an error
-// naming it. Close releases what NewBackend made (not dev).
+// vectors are uploaded now, routed experts each into a slot of their own.
+// An architecture without device shaders, a matrix type without a shader
+// or a tensor the device budget cannot hold is an error naming it. Close
+// releases what NewBackend made (not dev).
 func NewBackend(dev *vk.Device, m *model.Model) (*Backend, error) {
-	if m.NExpert > 0 {
-		return nil, fmt.Errorf("gpu: %w: routed experts (model with %d experts); use the cpu backend", vk.ErrUnsupported, m.NExpert)
-	}
 	return newBackendOf(dev, m, nil)
 }
 
@@ -104,13 +106,11 @@ func newBackendOf(dev *vk.Device, m *model.Model, k *Kernels) (*Backend, error) 
 // newBackendOn is newBackendOf holding only the parts of m that plan puts
 // on the device (nil: all of them).
 func newBackendOn(dev *vk.Device, m *model.Model, k *Kernels, plan *Plan) (*Backend, error) {
-	if m.NExpert > 0 {
-		return nil, fmt.Errorf("gpu: %w: routed experts (model with %d experts); use the cpu backend", vk.ErrUnsupported, m.NExpert)
+	if err := deviceArch(m); err != nil {
+		return nil, err
 	}
-	if !gpuArchs[m.Arch] {
-		// gemma3's GeGLU, mistral3's temperature on Q (applied on the
-		// host), qwen35's recurrent layers have no device form yet
-		return nil, fmt.Errorf("gpu: %w: architecture %s (supported: llama, qwen2, qwen3); use the cpu backend", vk.ErrUnsupported, m.Arch)
+	if m.NExpert > 0 && plan != nil && !plan.AllGPU() {
+		return nil, fmt.Errorf("gpu: %w: a MoE model split between the CPU and the device (%s)", vk.ErrUnsupported, plan)
 	}
 	b, err := newBackend(dev, k)
 	if err != nil {
@@ -147,6 +147,14 @@ func newBackendOn(dev *vk.Device, m *model.Model, k *Kernels, plan *Plan) (*Back
 				return nil, err
 			}
 		}
+	}
+	slots, policy := 0, configs.CachePolicy("")
+	if plan != nil {
+		slots, policy = plan.ExpertSlots, plan.ExpertPolicy
+	}
+	if err := b.loadExperts(m, slots, policy); err != nil {
+		b.Close()
+		return nil, err
 	}
 	if err := b.flush(); err != nil {
 		b.Close()
@@ -204,6 +212,9 @@ func (b *Backend) Close() {
 	}
 	for _, v := range b.vecs {
 		bufs = append(bufs, v.Buf)
+	}
+	if b.experts != nil {
+		bufs = append(bufs, b.experts.slabs...)
 	}
 	for _, buf := range []*vk.Buffer{b.ring, b.down} {
 		if buf != nil {

@@ -10,11 +10,16 @@ import (
 	"strings"
 
 	"github.com/flowinfer/flowinfer/configs"
+	"github.com/flowinfer/flowinfer/gpu/vk"
 	"github.com/flowinfer/flowinfer/model"
 )
 
 // gpuArchs are the architectures whose every op runs on the device.
 var gpuArchs = map[string]bool{"llama": true, "qwen2": true, "qwen3": true}
+
+// moeArchs are the MoE architectures whose layers run on the device:
+// plain SwiGLU experts under a softmax router (model's DeviceMoE).
+var moeArchs = map[string]bool{"qwen3moe": true}
 
 // Plan places a model: GPU[il] says whether repeating layer il computes on
 // the device (its weights, norms and KV cache in device memory), Output
@@ -33,6 +38,16 @@ type Plan struct {
 	GPUWeights, CPUWeights int64
 	GPUKV, CPUKV           int64
 	Budget                 int64
+
+	// Routed experts (a MoE model, which runs whole on the device or
+	// whole on the CPU): Experts in the model (layers × experts), and
+	// ExpertSlots device slots of SlotBytes each holding them: all of
+	// them resident (ExpertSlots == Experts, uploaded at load), or fewer,
+	// a cache of the experts the router picks, filled from host memory
+	// on a miss and evicted by ExpertPolicy (expertstore.go).
+	Experts, ExpertSlots int
+	SlotBytes            int64
+	ExpertPolicy         configs.CachePolicy
 }
 
 // NGPU returns the repeating layers on the device.
@@ -84,6 +99,9 @@ func (p *Plan) String() string {
 		}
 	}
 	fmt.Fprintf(&b, "; device memory: weights %v, KV %v", configs.ByteSize(p.GPUWeights), configs.ByteSize(p.GPUKV))
+	if p.Experts > 0 && !p.NoGPU() {
+		fmt.Fprintf(&b, ", routed experts %v (%d of %d in slots of %v)", configs.ByteSize(int64(p.ExpertSlots)*p.SlotBytes), p.ExpertSlots, p.Experts, configs.ByteSize(p.SlotBytes))
+	}
 	if p.Budget > 0 {
 		fmt.Fprintf(&b, " (budget %v)", configs.ByteSize(p.Budget))
 	}
@@ -91,15 +109,36 @@ func (p *Plan) String() string {
 	return b.String()
 }
 
-// Placeable reports why m cannot be split between the device and the CPU
-// (nil if it can): the device backend's refusals (routed experts, an
-// architecture without device shaders).
+// Placeable reports why m cannot run on the device (nil if it can): the
+// device backend's refusals (an architecture without device shaders).
+// A MoE model (qwen3moe) runs whole on the device or not at all: its
+// placement is all or nothing (SplitPlaceable).
 func Placeable(m *model.Model) error {
+	return deviceArch(m)
+}
+
+// SplitPlaceable reports why m cannot be split between the device and the
+// CPU (nil if it can): a MoE model cannot.
+func SplitPlaceable(m *model.Model) error {
 	if m.NExpert > 0 {
-		return fmt.Errorf("gpu: routed experts (model with %d experts) cannot run on the GPU, in whole or in part; use the cpu backend", m.NExpert)
+		return fmt.Errorf("gpu: a model with routed experts (%d) runs whole on the device or whole on the CPU, not split between them", m.NExpert)
 	}
-	if !gpuArchs[m.Arch] {
-		return fmt.Errorf("gpu: architecture %s cannot run on the GPU, in whole or in part (supported: llama, qwen2, qwen3); use the cpu backend", m.Arch)
+	return nil
+}
+
+// deviceArch reports, as an ErrUnsupported error, why m's architecture
+// has no device form (nil: it has one).
+func deviceArch(m *model.Model) error {
+	switch {
+	case m.NExpert > 0 && !moeArchs[m.Arch]:
+		// gpt-oss's clamped SwiGLU and biases, the hybrids' recurrent
+		// layers, gemma4's GeGLU experts, nemotron_h_moe's selection
+		// bias have no device form yet
+		return fmt.Errorf("gpu: %w: routed experts of architecture %s (supported: qwen3moe); use the cpu backend", vk.ErrUnsupported, m.Arch)
+	case m.NExpert == 0 && !gpuArchs[m.Arch]:
+		// gemma3's GeGLU, mistral3's temperature on Q (applied on the
+		// host), qwen35's recurrent layers have no device form yet
+		return fmt.Errorf("gpu: %w: architecture %s (supported: llama, qwen2, qwen3, qwen3moe); use the cpu backend", vk.ErrUnsupported, m.Arch)
 	}
 	return nil
 }
@@ -150,7 +189,25 @@ func PlanLayers(m *model.Model, ngl int, kvLayer int64) Plan {
 // down while their weights and KV cache (kvLayer bytes each) fit, keeping
 // reserve bytes for activations and staging; what does not fit computes on
 // the CPU. The result is a PlanLayers plan (a suffix of the layers).
+//
+// A MoE model is not split: everything but the routed experts goes to the
+// device, and the budget left holds as many expert slots as fit (all of
+// the experts at most); when not one fits, everything computes on the
+// CPU.
 func PlanVRAM(m *model.Model, budget, kvLayer, reserve int64) Plan {
+	why := fmt.Sprintf("--vram %v", configs.ByteSize(budget))
+	if m.NExpert > 0 {
+		p := PlanLayers(m, -1, kvLayer)
+		left := budget - reserve - p.GPUWeights - p.GPUKV
+		if p.SlotBytes <= 0 || left < p.SlotBytes {
+			p = PlanLayers(m, 0, kvLayer)
+			p.Why, p.Budget = why+", not one expert slot beside the rest", budget
+			return p
+		}
+		p.ExpertSlots = int(min(left/p.SlotBytes, int64(p.Experts)))
+		p.Why, p.Budget = why, budget
+		return p
+	}
 	left := budget - reserve
 	ngl := 0
 	if left >= outputBytes(m) {
@@ -166,7 +223,7 @@ func PlanVRAM(m *model.Model, budget, kvLayer, reserve int64) Plan {
 		}
 	}
 	p := PlanLayers(m, ngl, kvLayer)
-	p.Why, p.Budget = fmt.Sprintf("--vram %v", configs.ByteSize(budget)), budget
+	p.Why, p.Budget = why, budget
 	return p
 }
 
@@ -182,6 +239,11 @@ func (p *Plan) account(m *model.Model, kvLayer int64) {
 	} else {
 		p.CPUWeights += int64(4 * len(m.OutputNorm))
 	}
+	p.Experts, p.SlotBytes = 0, int64(expertSlotBytes(m))
+	for il := range m.Layers {
+		p.Experts += len(m.Layers[il].GateExps)
+	}
+	p.ExpertSlots = p.Experts // all resident unless PlanVRAM says otherwise
 	for il := range m.Layers {
 		if p.GPU[il] {
 			p.GPUWeights += layerBytes(&m.Layers[il])
@@ -206,9 +268,45 @@ func layerRange(a, b int) string {
 // x, xn, tmp, q, k, v, att, gate, up, outRows, embd and the logits).
 func Reserve(h *model.Hyper, maxBatch int) int64 {
 	per := 5*h.NEmbd + h.QDim() + h.KDim() + h.VDim() + h.NHead*h.HeadDimV + 2*max(h.NFF, h.NFFExp) + h.NVocab
+	if h.NExpert > 0 { // the router's probabilities, each token's K expert outputs, an expert's scratch
+		per += h.NExpert + h.NExpertUsed*h.NEmbd + 2*h.NEmbd + 2*h.NFFExp
+	}
 	return stagingBytes + 4*int64(maxBatch)*int64(per)
 }
 
 // stagingBytes is the device backend's staging ring (backend.go's
 // ringBytes, which only cgo builds have).
 const stagingBytes = 16 << 20
+
+// slotAlign is the alignment of each matrix in a device expert slot
+// (expertstore.go).
+const slotAlign = 256
+
+// expertSlotBytes returns the bytes of a slot that holds any expert of m,
+// and of the 256-aligned offsets of its three matrices.
+func expertSlotBytes(m *model.Model) int {
+	most := 0
+	for il := range m.Layers {
+		L := &m.Layers[il]
+		if len(L.GateExps) == 0 {
+			continue
+		}
+		for e := range L.GateExps {
+			_, n := slotLayout(&L.GateExps[e], &L.UpExps[e], &L.DownExps[e])
+			most = max(most, n)
+		}
+	}
+	return most
+}
+
+// slotLayout returns the offsets of an expert's gate, up and down
+// matrices in a slot and the bytes they take.
+func slotLayout(ws ...*model.Weight) ([3]int, int) {
+	var off [3]int
+	n := 0
+	for i, w := range ws {
+		off[i] = n
+		n += (w.Rows*w.RowBytes + slotAlign - 1) &^ (slotAlign - 1)
+	}
+	return off, n
+}

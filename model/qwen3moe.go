@@ -57,8 +57,8 @@ type moeScratch struct {
 	cursor []int32   // NExpert: write cursors while grouping
 	// the next layer's guessed experts (PrefetchNext)
 	pprobs []float32 // n × NExpert
-	psel   []int     // K
-	pw     []float32 // K
+	psel   []int     // n·K
+	pw     []float32 // n·K
 	pmark  []bool    // NExpert
 	punion []int
 	shg    []float32 // n: the shared expert's gate (qwen35moe.go)
@@ -73,7 +73,7 @@ func (s *moeScratch) alloc(n int, h *Hyper) {
 	s.xg, s.yg = make([]float32, n*h.NEmbd), make([]float32, n*h.NEmbd)
 	s.out = make([]float32, n*k*h.NEmbd)
 	s.cursor = make([]int32, h.NExpert)
-	s.pprobs, s.psel, s.pw = make([]float32, n*h.NExpert), make([]int, k), make([]float32, k)
+	s.pprobs, s.psel, s.pw = make([]float32, n*h.NExpert), make([]int, n*k), make([]float32, n*k)
 	s.pmark, s.punion = make([]bool, h.NExpert), make([]int, 0, h.NExpert)
 	if h.NFFShexp > 0 {
 		s.shg, s.shy = make([]float32, n), make([]float32, n*h.NEmbd)
@@ -124,11 +124,19 @@ func (c *Context) routed(il, n int, probs []float32) error {
 	K, d := h.NExpertUsed, h.NEmbd
 	s := &c.moeS
 	c.moeRows = n
+	dm := c.deviceMoE(il)
+	if dm != nil { // ranked where the probabilities are (moedevice.go)
+		if err := dm.RouteTopK(probs, n, h.NExpert, s.sel[:n*K], s.w[:n*K]); err != nil {
+			return err
+		}
+	}
 	// each token's top-K experts and weights
 	clear(s.start)
 	for t := range n {
 		sel, w := s.sel[t*K:(t+1)*K], s.w[t*K:(t+1)*K]
-		topK(probs[t*h.NExpert:(t+1)*h.NExpert], sel, w)
+		if dm == nil {
+			topK(probs[t*h.NExpert:(t+1)*h.NExpert], sel, w)
+		}
 		if h.GatingSoftmaxWeight {
 			ops.Softmax(w, 1, K)
 		}
@@ -176,11 +184,15 @@ func (c *Context) routed(il, n int, probs []float32) error {
 		return err
 	}
 	// x += Σ_j w_j · expert_j(norm(x)), in the router's order
-	for t := range n {
-		acc := c.tmp[t*d : (t+1)*d]
-		copy(acc, s.out[t*K*d:(t*K+1)*d])
-		for j := 1; j < K; j++ {
-			ops.Add(acc, s.out[(t*K+j)*d:(t*K+j+1)*d])
+	if dm != nil {
+		dm.SumRows(c.tmp[:n*d], s.out[:n*K*d], n, K, d)
+	} else {
+		for t := range n {
+			acc := c.tmp[t*d : (t+1)*d]
+			copy(acc, s.out[t*K*d:(t*K+1)*d])
+			for j := 1; j < K; j++ {
+				ops.Add(acc, s.out[(t*K+j)*d:(t*K+j+1)*d])
+			}
 		}
 	}
 	c.eval("ffn_moe_out", il, c.tmp, n, d)
@@ -280,11 +292,24 @@ func (c *Context) guessNext(nx int) []int {
 	}
 	clear(s.pmark)
 	s.punion = s.punion[:0]
+	K := h.NExpertUsed
+	dm := c.deviceMoE(nx)
+	if dm != nil { // ranked where the logits are (moedevice.go)
+		if err := dm.RouteTopK(probs, n, h.NExpert, s.psel[:n*K], s.pw[:n*K]); err != nil {
+			if c.hostErr == nil {
+				c.hostErr = err // Decode returns it at the end of the forward pass
+			}
+			return nil
+		}
+	}
 	for t := range n {
 		// softmax keeps the order: the top K logits are the top K
 		// probabilities (gpt-oss chooses on the logits anyway)
-		topK(probs[t*h.NExpert:(t+1)*h.NExpert], s.psel, s.pw)
-		for _, e := range s.psel {
+		sel := s.psel[t*K : (t+1)*K]
+		if dm == nil {
+			topK(probs[t*h.NExpert:(t+1)*h.NExpert], sel, s.pw[:K])
+		}
+		for _, e := range sel {
 			if !s.pmark[e] {
 				s.pmark[e] = true
 				s.punion = append(s.punion, e)
@@ -303,6 +328,10 @@ func (c *Context) expert(il, e int, gateW, upW, downW *Weight) {
 	entries := s.idx[s.start[e]:s.start[e+1]]
 	m := len(entries)
 	c.expertRuns++
+	if dm := c.deviceMoE(il); dm != nil { // on the Ops' rows (moedevice.go)
+		dm.Expert(il, e, gateW, upW, downW, s.out[:c.moeRows*K*d], c.xn[:c.moeRows*d], entries, K, s.w)
+		return
+	}
 	xg, yg := s.xg[:m*d], s.yg[:m*d]
 	for i, v := range entries {
 		t := int(v) / K

@@ -11,6 +11,7 @@ import (
 	"fmt"
 
 	"github.com/flowinfer/flowinfer/bench"
+	"github.com/flowinfer/flowinfer/configs"
 	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/model"
 	"github.com/flowinfer/flowinfer/stages"
@@ -34,7 +35,7 @@ func (c *BenchCmd) runGPU(ctx context.Context, g *Globals, b *model.Bundle, path
 		}
 	}
 	fp := stages.Footprint{Cells: nCtx, Running: 1, MaxBatch: maxBatch}
-	ops, closeGPU, err := openGPU(&loaded{Bundle: b, path: path}, &p, cb, c.NGL, fp, g.Log)
+	ops, closeGPU, err := openGPU(&loaded{Bundle: b, path: path}, &p, cb, c.NGL, configs.PolicySLRU, fp, g.Log)
 	if err != nil || ops == nil {
 		return err != nil, err // nil ops: auto computes on the CPU
 	}

@@ -26,8 +26,10 @@ import (
 // nil ops when the CPU computes (backend cpu, auto without a GPU, or a
 // placement with nothing on the device). The placement (placement.go:
 // -ngl ngl, --vram, or everything) is printed; the layers it leaves to
-// the CPU compute on cb (a model.Split).
-func openGPU(l *loaded, p *configs.Pipeline, cb *cpu.Backend, ngl int, fp stages.Footprint, log *zap.Logger) (model.Ops, func(), error) {
+// the CPU compute on cb (a model.Split). A MoE model runs whole on the
+// device, its routed experts resident or, under --vram, in device slots
+// evicted by policy.
+func openGPU(l *loaded, p *configs.Pipeline, cb *cpu.Backend, ngl int, policy configs.CachePolicy, fp stages.Footprint, log *zap.Logger) (model.Ops, func(), error) {
 	if p.Backend == "cpu" {
 		return nil, nil, nil
 	}
@@ -49,16 +51,20 @@ func openGPU(l *loaded, p *configs.Pipeline, cb *cpu.Backend, ngl int, fp stages
 		return nil, nil, fmt.Errorf("--backend %s: %w", p.Backend, err)
 	}
 	plan, err := gpuPlan(l.Model, p, ngl, fp)
+	if err == nil && !plan.AllGPU() && !plan.NoGPU() {
+		err = gpu.SplitPlaceable(l.Model)
+	}
 	if err != nil {
 		in.Close()
 		return nil, nil, err
 	}
+	plan.ExpertPolicy = policy
 	fmt.Fprintf(os.Stderr, "flowinfer: vulkan: %s\n", &plan)
 	if plan.NoGPU() {
 		in.Close()
 		return nil, nil, nil
 	}
-	dev, err := in.OpenDevice(pick, vk.DeviceConfig{Budget: uint64(p.VRAM)})
+	dev, err := in.OpenDevice(pick, vk.DeviceConfig{Budget: uint64(p.VRAM), ChunkBytes: chunkBytes(p.VRAM)})
 	if err != nil {
 		in.Close()
 		return nil, nil, fmt.Errorf("--backend %s: %w", p.Backend, err)

@@ -15,7 +15,7 @@ import (
 )
 
 // openGPU: a build without cgo has no Vulkan; auto computes on the CPU.
-func openGPU(l *loaded, p *configs.Pipeline, cb *cpu.Backend, ngl int, fp stages.Footprint, log *zap.Logger) (model.Ops, func(), error) {
+func openGPU(l *loaded, p *configs.Pipeline, cb *cpu.Backend, ngl int, _ configs.CachePolicy, fp stages.Footprint, log *zap.Logger) (model.Ops, func(), error) {
 	switch p.Backend {
 	case "vulkan":
 		return nil, nil, fmt.Errorf("--backend vulkan: %w", vk.ErrNoCgo)

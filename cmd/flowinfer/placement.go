@@ -5,6 +5,7 @@ package main
 // shapes alone: printed at load and by --dry-run.
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 
@@ -26,6 +27,12 @@ func gpuPlan(m *model.Model, p *configs.Pipeline, ngl int, fp stages.Footprint) 
 	switch {
 	case ngl >= 0:
 		return gpu.PlanLayers(m, ngl, kvLayer), nil
+	case p.VRAM > 0 && m.NExpert > 0:
+		// the expert slots take what is left to the last byte: keep a
+		// chunk per memory kind (device-local, upload, readback) for the
+		// allocator's partly used chunks (gpu.go chunkBytes)
+		slack := 3 * int64(cmp.Or(chunkBytes(p.VRAM), 64<<20))
+		return gpu.PlanVRAM(m, int64(p.VRAM), kvLayer, gpu.Reserve(&m.Hyper, fp.MaxBatch)+slack), nil
 	case p.VRAM > 0:
 		return gpu.PlanVRAM(m, int64(p.VRAM), kvLayer, gpu.Reserve(&m.Hyper, fp.MaxBatch)), nil
 	}
@@ -79,4 +86,17 @@ func printGPUPlan(l *loaded, p *configs.Pipeline, ngl int, fp stages.Footprint) 
 	}
 	fmt.Fprintf(os.Stderr, "flowinfer: vulkan: %s\n", &plan)
 	return !plan.NoGPU(), nil
+}
+
+// chunkBytes is the device allocator's chunk under a --vram budget: the
+// default (64 MiB) unless the budget is under 512 MiB, then an eighth of
+// it, since every memory kind (device-local, upload, readback; on a CPU
+// device such as lavapipe all of them count against the budget) starts a
+// chunk of its own, and a first chunk of the whole budget would leave the
+// other kinds nothing.
+func chunkBytes(vram configs.ByteSize) uint64 {
+	if vram <= 0 || vram >= 512<<20 {
+		return 0
+	}
+	return uint64(vram) / 8
 }

@@ -52,7 +52,7 @@ func newRig(l *loaded, p *configs.Pipeline, wf *WeightFlags, fp stages.Footprint
 	if gpuOK && !wf.DryRun {
 		t0 := time.Now()
 		be := cpu.NewBackend(p.Threads, nil) // the CPU's layers of a split placement too
-		ops, closeGPU, err := openGPU(l, p, be, wf.NGL, fp, log)
+		ops, closeGPU, err := openGPU(l, p, be, wf.NGL, wf.CachePolicy, fp, log)
 		l.loadTime += time.Since(t0)
 		if err != nil {
 			be.Close()

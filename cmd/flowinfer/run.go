@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/flowinfer/flowinfer/configs"
+	"github.com/flowinfer/flowinfer/gpu"
 	"github.com/flowinfer/flowinfer/graph"
+	"github.com/flowinfer/flowinfer/model"
 	"github.com/flowinfer/flowinfer/model/chat"
 	"github.com/flowinfer/flowinfer/model/tokenizer"
 	"github.com/flowinfer/flowinfer/stages"
@@ -144,7 +146,28 @@ func (r *RunCmd) Run(g *Globals) error {
 	if rg.streaming() {
 		printWeightStats(rg.wp)
 	}
+	printDeviceExperts(os.Stderr, rg.gpu)
 	return nil
+}
+
+// deviceExperts is implemented by the Vulkan backend (gpu.Backend).
+type deviceExperts interface{ ExpertStats() gpu.ExpertStats }
+
+// printDeviceExperts prints the device expert slots' counters when ops
+// keep routed experts in device memory: lookups found in a slot (hits)
+// or uploaded into one from host memory (misses), evictions, and the
+// bytes uploaded with the host time the uploads took.
+func printDeviceExperts(w io.Writer, ops model.Ops) {
+	de, ok := ops.(deviceExperts)
+	if !ok {
+		return
+	}
+	st := de.ExpertStats()
+	if st.Slots == 0 {
+		return
+	}
+	fmt.Fprintf(w, "flowinfer: device expert slots: %d hits, %d misses, hit rate %.1f%%, %d evictions, %d of %d slots of %s filled; %s uploaded in %.3f s of host time\n",
+		st.Hits, st.Misses, 100*st.HitRate(), st.Evictions, st.Cached, st.Slots, byteCount(st.SlotBytes), byteCount(st.UploadBytes), float64(st.UploadNanos)/1e9)
 }
 
 // sampling returns the request's sampler parameters, with the grammar

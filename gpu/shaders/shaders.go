@@ -43,6 +43,9 @@ const (
 	KVStoreF16    = "kv_store_f16"
 	Noop          = "noop"
 	TopK          = "topk"
+	MoEGather     = "moe_gather"
+	MoEScatter    = "moe_scatter"
+	MoESum        = "moe_sum"
 )
 
 // SPIRV returns the SPIR-V of the shader called name.

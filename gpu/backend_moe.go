@@ -1,0 +1,261 @@
+//go:build cgo
+
+package gpu
+
+// backend_moe.go: Backend's model.DeviceMoE: a MoE layer's routing and
+// routed experts on the device. The router's logits and softmax are the
+// ordinary MatMul and Softmax; RouteTopK ranks each token's experts with
+// the logits top-k shader (argmax.go: one round, since a row of at most
+// 1024 experts is one segment) and reads back k (id, weight) pairs per
+// token, the only data of the layer that leaves the device. The host
+// groups the tokens by expert and renormalises the weights (model's
+// routed); Expert then gathers an expert's tokens' rows, multiplies them
+// by the expert's matrices in their device slots (expertstore.go),
+// applies SwiGLU and scatters the weighted outputs into the tokens'
+// (token, slot) rows, and SumRows adds each token's rows in the router's
+// order, as the host does.
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/flowinfer/flowinfer/configs"
+	"github.com/flowinfer/flowinfer/gpu/vk"
+	"github.com/flowinfer/flowinfer/model"
+)
+
+var _ model.DeviceMoE = (*Backend)(nil)
+
+// moeBufs is the device scratch of one expert's rows: its tokens' inputs,
+// gate and up products and outputs, in one buffer grown as needed (an
+// outgrown buffer goes to Backend.owned, since recorded commands may
+// still read it).
+type moeBufs struct {
+	buf    *vk.Buffer
+	floats int
+	ids    []int32 // RouteTopK's ids
+}
+
+// moeScratch returns a device buffer of at least n floats.
+func (b *Backend) moeScratch(n int) (*vk.Buffer, error) {
+	if b.moe.floats >= n {
+		return b.moe.buf, nil
+	}
+	n = max(n, 2*b.moe.floats)
+	buf, err := b.dev.NewBuffer(uint64(4*n), vk.DeviceLocal)
+	if err != nil {
+		return nil, fmt.Errorf("gpu: expert scratch of %d floats: %w", n, err)
+	}
+	b.owned = append(b.owned, buf)
+	b.moe.buf, b.moe.floats = buf, n
+	return buf, nil
+}
+
+// RouteTopK implements model.DeviceMoE through TopK.
+func (b *Backend) RouteTopK(x []float32, n, dim int, sel []int, w []float32) error {
+	if n <= 0 || len(sel)%n != 0 || len(sel) == 0 || len(w) < len(sel) {
+		return fmt.Errorf("gpu: RouteTopK: %d rows, %d selections, %d weights", n, len(sel), len(w))
+	}
+	k := len(sel) / n
+	if cap(b.moe.ids) < n*k {
+		b.moe.ids = make([]int32, n*k)
+	}
+	ids := b.moe.ids[:n*k]
+	if err := b.TopK(x, n, dim, k, ids, w); err != nil {
+		return err
+	}
+	for i, id := range ids {
+		if id < 0 || int(id) >= dim {
+			return fmt.Errorf("gpu: RouteTopK: row %d ranked id %d of %d (a row of NaN?)", i/k, id, dim)
+		}
+		sel[i] = int(id)
+	}
+	return nil
+}
+
+// Expert implements model.DeviceMoE.
+func (b *Backend) Expert(il, e int, gate, up, down *model.Weight, out, xn []float32, entries []int32, k int, w []float32) {
+	b.run(func() error { return b.expert(il, e, [3]*model.Weight{gate, up, down}, out, xn, entries, k, w) })
+}
+
+func (b *Backend) expert(il, e int, ws [3]*model.Weight, out, xn []float32, entries []int32, k int, w []float32) error {
+	s := b.experts
+	if s == nil {
+		return fmt.Errorf("gpu: Expert: the backend holds no experts")
+	}
+	m := len(entries)
+	if m == 0 {
+		return nil
+	}
+	gate, up, down := ws[0], ws[1], ws[2]
+	d, f := down.Rows, gate.Rows
+	if d <= 0 || f <= 0 || k <= 0 || gate.Cols != d || up.Rows != f || up.Cols != d || down.Cols != f || len(xn)%d != 0 || len(out)%d != 0 {
+		return fmt.Errorf("gpu: Expert %d of layer %d: gate %dx%d, up %dx%d, down %dx%d, %d inputs, %d outputs, k %d",
+			e, il, gate.Rows, gate.Cols, up.Rows, up.Cols, down.Rows, down.Cols, len(xn), len(out), k)
+	}
+	srcRows, outRows := len(xn)/d, len(out)/d
+	for _, v := range entries {
+		if v < 0 || int(v) >= outRows || int(v)/k >= srcRows || int(v) >= len(w) {
+			return fmt.Errorf("gpu: Expert %d of layer %d: entry %d of %d rows (%d tokens, %d weights)", e, il, v, outRows, srcRows, len(w))
+		}
+	}
+	slot, hit := s.lookup(expertKey{int32(il), int32(e)})
+	defer s.done(slot, hit)
+	if !hit {
+		if err := b.fillSlot(slot, ws); err != nil {
+			return err
+		}
+	}
+	dw := s.slots[slot].w
+	xi, err := b.in(xn)
+	if err != nil {
+		return err
+	}
+	o, err := b.out(out)
+	if err != nil {
+		return err
+	}
+	sc, err := b.moeScratch(m * (2*d + 2*f))
+	if err != nil {
+		return err
+	}
+	off, err := b.stage(8 * m)
+	if err != nil {
+		return err
+	}
+	pairs := i32s(b.ring.Bytes()[off : off+8*m])
+	for i, v := range entries {
+		pairs[i], pairs[m+i] = v, int32(math.Float32bits(w[v]))
+	}
+	idx := F32{Buf: b.ring, Off: off / 4}
+	xg, g, u, yg := F32{Buf: sc}, F32{Buf: sc, Off: m * d}, F32{Buf: sc, Off: m * (d + f)}, F32{Buf: sc, Off: m * (d + 2*f)}
+	cb, kn := b.cb, b.k
+	// the expert's tokens' rows (m × d)
+	if err := kn.GatherRows(cb, xg, xi, idx, m, srcRows, k, d); err != nil {
+		return err
+	}
+	cb.Barrier()
+	// gate and up products (m × f), SwiGLU, down product (m × d)
+	if err := kn.MatMul(cb, g, dw[0], xg, m); err != nil {
+		return err
+	}
+	if err := kn.MatMul(cb, u, dw[1], xg, m); err != nil {
+		return err
+	}
+	cb.Barrier()
+	if err := kn.SwiGLU(cb, g, g, u, m*f); err != nil {
+		return err
+	}
+	cb.Barrier()
+	if err := kn.MatMul(cb, yg, dw[2], g, m); err != nil {
+		return err
+	}
+	cb.Barrier()
+	// each output row, weighted, into its (token, slot) row
+	return kn.ScatterRows(cb, o, yg, idx, m, outRows, d)
+}
+
+// fillSlot uploads an expert's three matrices into slot i of the store.
+func (b *Backend) fillSlot(i int32, ws [3]*model.Weight) error {
+	s := b.experts
+	st := &s.slots[i]
+	off, n := slotLayout(ws[0], ws[1], ws[2])
+	if n > s.slotBytes {
+		return fmt.Errorf("gpu: expert of %d bytes beyond the slots' %d", n, s.slotBytes)
+	}
+	buf, base := s.place(i)
+	start := time.Now()
+	for j, w := range ws {
+		if w.Packed {
+			return fmt.Errorf("gpu: expert weight %q: %w: a backend-packed layout", w.Name, vk.ErrUnsupported)
+		}
+		if !SupportsMatVec(w.Type) {
+			return fmt.Errorf("gpu: expert weight %q: %w: no shader for type %s", w.Name, vk.ErrUnsupported, w.Type)
+		}
+		nb := w.Rows * w.RowBytes
+		if len(w.Data) < nb {
+			return fmt.Errorf("gpu: expert weight %q: %d bytes for %d rows of %d", w.Name, len(w.Data), w.Rows, w.RowBytes)
+		}
+		if err := b.upload(buf, uint64(base+off[j]), w.Data[:nb]); err != nil {
+			return err
+		}
+		st.w[j] = Weight{Buf: buf, Off: base + off[j], Type: w.Type, Rows: w.Rows, Cols: w.Cols}
+		s.upBytes.Add(int64(nb))
+	}
+	s.upNanos.Add(time.Since(start).Nanoseconds())
+	st.valid = true
+	return nil
+}
+
+// SumRows implements model.DeviceMoE.
+func (b *Backend) SumRows(dst, src []float32, n, k, d int) {
+	b.run(func() error {
+		if n <= 0 || k <= 0 || d <= 0 || len(src) < n*k*d || len(dst) < n*d {
+			return fmt.Errorf("gpu: SumRows: %d rows of %d from %d each (%d and %d floats)", n, d, k, len(dst), len(src))
+		}
+		si, err := b.in(src[:n*k*d])
+		if err != nil {
+			return err
+		}
+		do, err := b.out(dst[:n*d])
+		if err != nil {
+			return err
+		}
+		return b.k.SumRows(b.cb, do, si, n, k, d)
+	})
+}
+
+// loadExperts makes the device's expert slots: slots of them (0: one per
+// routed expert of m, each uploaded now), or fewer, a cache filled as the
+// router picks experts, evicted by policy.
+func (b *Backend) loadExperts(m *model.Model, slots int, policy configs.CachePolicy) error {
+	n := 0
+	for il := range m.Layers {
+		n += len(m.Layers[il].GateExps)
+	}
+	if n == 0 {
+		return nil
+	}
+	if slots < 0 || slots > n {
+		return fmt.Errorf("gpu: %d expert slots for %d experts", slots, n)
+	}
+	cache := slots > 0 && slots < n
+	if !cache {
+		slots = n
+	}
+	s, err := newExpertStore(b.dev, slots, expertSlotBytes(m), policy)
+	if err != nil {
+		return err
+	}
+	b.experts = s
+	if cache {
+		return nil
+	}
+	for il := range m.Layers {
+		L := &m.Layers[il]
+		for e := range L.GateExps {
+			slot, hit := s.lookup(expertKey{int32(il), int32(e)})
+			err := error(nil)
+			if !hit {
+				err = b.fillSlot(slot, [3]*model.Weight{&L.GateExps[e], &L.UpExps[e], &L.DownExps[e]})
+			}
+			s.done(slot, hit)
+			if err != nil {
+				return err
+			}
+		}
+	}
+	s.hits.Store(0)
+	s.misses.Store(0)
+	return nil
+}
+
+// ExpertStats returns the device expert store's counters (zero when the
+// model has no routed experts).
+func (b *Backend) ExpertStats() ExpertStats {
+	if b.experts == nil {
+		return ExpertStats{}
+	}
+	return b.experts.stats()
+}

@@ -1,0 +1,48 @@
+package model
+
+// moedevice.go: MoE layers on Ops that keep activations in their own
+// memory (package gpu). The router's probabilities, the normalised rows
+// and the experts' outputs stay there: the Ops rank each row's experts
+// where the probabilities are and hand back only each token's k expert ids
+// and weights (the host groups the tokens by expert, renormalises the
+// weights and calls Hooks.OnRoute as on the CPU), then run each chosen
+// expert on its rows and sum each token's weighted outputs in the
+// router's order. Only plain SwiGLU experts take this path (no expert
+// biases or scales, no softmax over the chosen logits, no selection
+// bias): the families with those run their MoE on the host's Ops.
+
+// DeviceMoE is implemented by Ops that run a MoE layer's routed experts
+// on activations in their own memory.
+type DeviceMoE interface {
+	// RouteTopK writes the k = len(sel)/n largest of each of the n rows
+	// of dim values of x (as earlier ops left them) and their indices to
+	// w and sel at row·k, best first, the lower index among equal values
+	// (topK's order). It returns the first error of the ops since the
+	// last ToHost, like HostSync.ToHost.
+	RouteTopK(x []float32, n, dim int, sel []int, w []float32) error
+	// Expert sets row v of out, for each v in entries, to w[v] times
+	// expert e's output on row v/k of xn: down·(silu(gate·x) ⊙ up·x).
+	// gate, up and down are the expert's weights (views of the mapping,
+	// or Hooks.Experts'); (il, e) names the expert, for Ops that keep
+	// experts' weights in their own memory.
+	Expert(il, e int, gate, up, down *Weight, out, xn []float32, entries []int32, k int, w []float32)
+	// SumRows sets row t < n of dst to the sum of src's rows t·k ...
+	// t·k+k-1 (rows of d values), added in that order.
+	SumRows(dst, src []float32, n, k, d int)
+}
+
+// deviceMoE returns the Ops' DeviceMoE when layer il's experts can run
+// there (plain SwiGLU experts), else nil.
+func (c *Context) deviceMoE(il int) DeviceMoE {
+	dm, ok := c.Ops.(DeviceMoE)
+	if !ok {
+		return nil
+	}
+	L, h := c.layer(il), &c.M.Hyper
+	plain := !h.GatingSoftmaxWeight && !c.M.SwiGLUOAI && c.M.FFNAct != ActGELU && L.RouterB == nil &&
+		L.ExpProbsB == nil && L.GateExpsB == nil && L.UpExpsB == nil && L.DownExpsB == nil && L.DownExpsS == nil
+	if !plain {
+		return nil
+	}
+	return dm
+}
