@@ -40,7 +40,9 @@ const (
 	Softmax       = "softmax"
 	AttnF32       = "attn_f32"
 	AttnF16       = "attn_f16"
+	AttnQ8_0      = "attn_q8_0"
 	KVStoreF16    = "kv_store_f16"
+	KVStoreQ8_0   = "kv_store_q8_0"
 	Noop          = "noop"
 	TopK          = "topk"
 )
