@@ -17,6 +17,7 @@ import (
 var (
 	_ model.Ops      = (*Backend)(nil)
 	_ model.KVStorer = (*Backend)(nil)
+	_ model.Rotator  = (*Backend)(nil)
 	_ model.HostSync = (*Backend)(nil)
 	_ model.KVCopier = (*Backend)(nil)
 )
@@ -139,6 +140,26 @@ func (b *Backend) Rope(x []float32, pos []int32, n, nHead, headDim int, rp *mode
 	})
 }
 
+// Hadamard implements model.Rotator: llama.cpp's rotation of
+// block-quantized K and V (model.KVLayer.RotK/RotV) on the device, each
+// piece of n values of x multiplied by the orthonormal Walsh-Hadamard
+// matrix bit for bit as quant.Hadamard does.
+func (b *Backend) Hadamard(x []float32, n int) {
+	b.run(func() error {
+		if n <= 0 || len(x)%n != 0 {
+			return fmt.Errorf("gpu: Hadamard: %d values in pieces of %d", len(x), n)
+		}
+		xi, err := b.in(x)
+		if err != nil {
+			return err
+		}
+		if _, err := b.out(x); err != nil {
+			return err
+		}
+		return b.k.Hadamard(b.cb, xi, len(x)/n, n)
+	})
+}
+
 // SwiGLU implements model.Ops.
 func (b *Backend) SwiGLU(out, gate, up []float32) {
 	b.run(func() error {
@@ -251,10 +272,8 @@ func (b *Backend) devKVAll(kv *model.KVCache) (*devKV, error) {
 		if !ok(lt.K) || !ok(lt.V) {
 			return nil, fmt.Errorf("gpu: %w: KV cache of types %s/%s in layer %d (supported: f32, f16, q8_0)", vk.ErrUnsupported, lt.K, lt.V, l)
 		}
-		if lt.RotK > 0 || lt.RotV > 0 {
-			// the model rotates q, k and v on the host (Context.hadamard):
-			// the device has no Hadamard op yet
-			return nil, fmt.Errorf("gpu: %w: llama.cpp's rotation of %s K/V heads of %d (attn_rot) in layer %d", vk.ErrUnsupported, lt.K, lt.HeadK, l)
+		if max(lt.RotK, lt.RotV) > maxHadamard {
+			return nil, fmt.Errorf("gpu: %w: llama.cpp's rotation of %s K/V in pieces of %d/%d in layer %d (at most %d)", vk.ErrUnsupported, lt.K, lt.RotK, lt.RotV, l, maxHadamard)
 		}
 		if lt.K != lt.V || lt.K != lt0.K {
 			return nil, fmt.Errorf("gpu: %w: KV cache of types %s/%s in layer %d and %s/%s in layer 0 (one type for K, V and every layer)", vk.ErrUnsupported, lt.K, lt.V, l, lt0.K, lt0.V)

@@ -241,3 +241,31 @@ func (k *Kernels) KVStoreQ8_0(cb *vk.CommandBuffer, dst, src, idx F32, n, dim, n
 
 // kvStoreQ8Threads: a row of 4096 values is 64 pairs of blocks.
 const kvStoreQ8Threads = 32
+
+// maxHadamard is hadamard.comp's MAX_N.
+const maxHadamard = 1024
+
+// Hadamard records the multiplication of each of pieces pieces of n
+// values of x (n a power of two up to 1024) in place by the orthonormal
+// Walsh-Hadamard matrix, bit for bit as quant.Hadamard.
+func (k *Kernels) Hadamard(cb *vk.CommandBuffer, x F32, pieces, n int) error {
+	if pieces <= 0 || n < 1 || n&(n-1) != 0 || n > maxHadamard {
+		return fmt.Errorf("gpu: Hadamard: %d pieces of %d (a power of two up to %d)", pieces, n, maxHadamard)
+	}
+	xo, err := floats("Hadamard x", x, pieces*n)
+	if err != nil {
+		return err
+	}
+	p, set, err := k.bind(shaders.Hadamard, 16, []uint32{ewThreads / 4}, x.Buf)
+	if err != nil {
+		return err
+	}
+	gx, gy, err := k.grid(pieces)
+	if err != nil {
+		return err
+	}
+	// quant.Hadamard's scale: float32(1/√n) computed in float64
+	scale := float32(1 / math.Sqrt(float64(n)))
+	cb.Dispatch(p, set, push(xo, uint32(n), uint32(pieces), math.Float32bits(scale)), gx, gy, 1)
+	return nil
+}

@@ -7,11 +7,15 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/gpu/vk"
+	"github.com/flowinfer/flowinfer/io/gguf"
 	"github.com/flowinfer/flowinfer/model"
+	"github.com/flowinfer/flowinfer/model/synth"
 	"github.com/flowinfer/flowinfer/quant"
 )
 
@@ -92,24 +96,17 @@ func TestKVStoreQ8_0Exact(t *testing.T) {
 // TestBackendAttentionQ8_0 is TestBackendAttention on q8_0 caches: rows
 // stored through the backend (kv_store_q8_0) and the CPU's cache, the
 // backend's attention (attn_q8_0) against cpu.Ref's on the CPU's cache.
-// Heads of 32 and 96 values: llama.cpp rotates q8_0 heads of a multiple
-// of 64 (KVLayer.RotK), which the device does not do, so those caches are
-// an error naming it.
+// (The rotation llama.cpp applies to heads of a multiple of 64 is the
+// model's, before StoreKV: TestBackendGreedyQ8KV.)
 func TestBackendAttentionQ8_0(t *testing.T) {
 	r, be := newOpsBackend(t)
 	ref := cpu.NewRef()
 	const nCtx, filled = 96, 70
-	for _, hd := range []int{32, 96, 64} {
+	for _, hd := range []int{32, 96, 64, 128} {
 		h := model.Hyper{NLayer: 2, NHead: 4, NHeadKV: 2, HeadDimK: hd, HeadDimV: hd}
 		kv, err := model.NewKVCacheOf(&h, model.KVTypes{K: model.KVQ8_0, V: model.KVQ8_0}, nCtx, 2)
 		if err != nil {
 			t.Fatal(err)
-		}
-		if hd%64 == 0 {
-			if _, err := be.devKVAll(kv); err == nil {
-				t.Errorf("heads of %d: a rotated q8_0 cache was accepted", hd)
-			}
-			continue
 		}
 		for s := range int32(2) {
 			seq, pos := make([]int32, filled), make([]int32, filled)
@@ -143,5 +140,102 @@ func TestBackendAttentionQ8_0(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestHadamard: Backend.Hadamard (hadamard.comp) equals quant.Hadamard
+// piece by piece, bit for bit, for the piece sizes llama.cpp's rotation
+// uses, between guard floats.
+func TestHadamard(t *testing.T) {
+	r, be := newOpsBackend(t)
+	for _, n := range []int{64, 128, 256, 1024} {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			x := r.floats(5 * n)
+			want := slices.Clone(x)
+			for i := 0; i < len(want); i += n {
+				quant.Hadamard(want[i : i+n])
+			}
+			full, mid := guardedOut(be, len(x), x)
+			be.Hadamard(mid, n)
+			got := checkGuarded(t, be, full, len(x))
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("value %d: %v, want %v", i, got[i], want[i])
+				}
+			}
+		})
+	}
+	if err := r.k.Hadamard(r.cb, F32{Buf: r.buffer(make([]byte, 4*96))}, 1, 96); err == nil {
+		t.Error("Hadamard took pieces of 96")
+	}
+}
+
+// TestBackendGreedyQ8KV: the demo preset (random F32 weights, whose
+// products cpu.Ref and the device both make in float32) on the Vulkan
+// backend with a q8_0 KV cache gives cpu.Ref's greedy tokens and prompt
+// logits (1e-3, as TestBackendGreedyStories), with heads of 32 (stored as they are) and of
+// 64 (rotated in pieces of 64 as llama.cpp's attn_rot: Backend.Hadamard).
+func TestBackendGreedyQ8KV(t *testing.T) {
+	r := newRig(t)
+	for _, hd := range []int{32, 64} {
+		t.Run(fmt.Sprintf("head=%d", hd), func(t *testing.T) {
+			s, err := synth.Preset("demo")
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.HeadDim, s.NHead, s.NHeadKV = hd, 256/hd, 128/hd
+			path := filepath.Join(t.TempDir(), "demo.gguf")
+			if err := synth.WriteFile(path, s, synth.Options{Mix: "F32", Seed: 3}); err != nil {
+				t.Fatal(err)
+			}
+			f, err := gguf.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			m, err := model.Load(f, SupportsMatVec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			types := model.KVTypes{K: model.KVQ8_0, V: model.KVQ8_0}
+			// cpu.Ref, not cpu.Backend: the Backend sums q8_0 V rows with
+			// the softmax weights quantized to integers (Kernels.AttnSumQ),
+			// which the device does not; Ref's attention is float32 on the
+			// dequantized cache, as attn_q8_0
+			cc, err := m.NewContextOf(cpu.NewRef(), types, 64, 1, 8)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rot := cc.KV.Layer(0).RotK; (rot > 0) != (hd%64 == 0) {
+				t.Fatalf("heads of %d: RotK %d", hd, rot)
+			}
+			prompt := []int32{1, 40, 77, 300, 5, 9}
+			const n = 24
+			want, wantL := greedy(t, cc, prompt, n)
+			be, err := NewBackend(r.d, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer be.Close()
+			gc, err := m.NewContextOf(be, types, 64, 1, 8)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, gotL := greedy(t, gc, prompt, n)
+			if !slices.Equal(got, want) {
+				t.Errorf("greedy tokens on the GPU\n%v\nCPU\n%v", got, want)
+			}
+			var maxd float64
+			for i := range wantL {
+				if math.IsNaN(float64(gotL[i])) || math.IsInf(float64(gotL[i]), 0) {
+					t.Fatalf("logit %d is %v", i, gotL[i])
+				}
+				maxd = max(maxd, math.Abs(float64(gotL[i]-wantL[i])))
+			}
+			if maxd > 1e-3 {
+				t.Errorf("prompt logits: max |Δ| %.3g against the CPU's", maxd)
+			}
+			t.Logf("prompt logits: max |Δ| %.3g; greedy tokens equal: %v", maxd, slices.Equal(got, want))
+		})
 	}
 }

@@ -43,6 +43,7 @@ const (
 	AttnQ8_0      = "attn_q8_0"
 	KVStoreF16    = "kv_store_f16"
 	KVStoreQ8_0   = "kv_store_q8_0"
+	Hadamard      = "hadamard"
 	Noop          = "noop"
 	TopK          = "topk"
 )
