@@ -85,6 +85,7 @@ type mirror struct {
 type devKV struct {
 	k, v []*vk.Buffer
 	f16  bool
+	q8   bool // Q8_0 blocks (backend_ops.go)
 }
 
 // NewBackend opens the backend on dev for model m: its matrices and

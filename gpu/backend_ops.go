@@ -17,6 +17,7 @@ import (
 var (
 	_ model.Ops      = (*Backend)(nil)
 	_ model.KVStorer = (*Backend)(nil)
+	_ model.Rotator  = (*Backend)(nil)
 	_ model.HostSync = (*Backend)(nil)
 	_ model.KVCopier = (*Backend)(nil)
 )
@@ -139,6 +140,26 @@ func (b *Backend) Rope(x []float32, pos []int32, n, nHead, headDim int, rp *mode
 	})
 }
 
+// Hadamard implements model.Rotator: llama.cpp's rotation of
+// block-quantized K and V (model.KVLayer.RotK/RotV) on the device, each
+// piece of n values of x multiplied by the orthonormal Walsh-Hadamard
+// matrix bit for bit as quant.Hadamard does.
+func (b *Backend) Hadamard(x []float32, n int) {
+	b.run(func() error {
+		if n <= 0 || len(x)%n != 0 {
+			return fmt.Errorf("gpu: Hadamard: %d values in pieces of %d", len(x), n)
+		}
+		xi, err := b.in(x)
+		if err != nil {
+			return err
+		}
+		if _, err := b.out(x); err != nil {
+			return err
+		}
+		return b.k.Hadamard(b.cb, xi, len(x)/n, n)
+	})
+}
+
 // SwiGLU implements model.Ops.
 func (b *Backend) SwiGLU(out, gate, up []float32) {
 	b.run(func() error {
@@ -247,30 +268,32 @@ func (b *Backend) devKVAll(kv *model.KVCache) (*devKV, error) {
 	lt0 := kv.Layer(0)
 	for l := range kv.NLayer {
 		lt := kv.Layer(l)
-		ok := func(t model.KVType) bool { return t == model.KVF32 || t == model.KVF16 }
-		if !ok(lt.K) || !ok(lt.V) || lt.RotK > 0 || lt.RotV > 0 {
-			return nil, fmt.Errorf("gpu: %w: KV cache of types %s/%s in layer %d (supported: f32, f16)", vk.ErrUnsupported, lt.K, lt.V, l)
+		ok := func(t model.KVType) bool { return t == model.KVF32 || t == model.KVF16 || t == model.KVQ8_0 }
+		if !ok(lt.K) || !ok(lt.V) {
+			return nil, fmt.Errorf("gpu: %w: KV cache of types %s/%s in layer %d (supported: f32, f16, q8_0)", vk.ErrUnsupported, lt.K, lt.V, l)
+		}
+		if max(lt.RotK, lt.RotV) > maxHadamard {
+			return nil, fmt.Errorf("gpu: %w: llama.cpp's rotation of %s K/V in pieces of %d/%d in layer %d (at most %d)", vk.ErrUnsupported, lt.K, lt.RotK, lt.RotV, l, maxHadamard)
 		}
 		if lt.K != lt.V || lt.K != lt0.K {
 			return nil, fmt.Errorf("gpu: %w: KV cache of types %s/%s in layer %d and %s/%s in layer 0 (one type for K, V and every layer)", vk.ErrUnsupported, lt.K, lt.V, l, lt0.K, lt0.V)
 		}
+		if lt.K == model.KVQ8_0 && (kv.KDim%64 != 0 || kv.VDim%64 != 0) {
+			return nil, fmt.Errorf("gpu: %w: q8_0 KV rows of %d/%d values (the device stores multiples of 64)", vk.ErrUnsupported, kv.KDim, kv.VDim)
+		}
 	}
-	d := &devKV{f16: lt0.K == model.KVF16}
+	d := &devKV{f16: lt0.K == model.KVF16, q8: lt0.K == model.KVQ8_0}
 	cells := uint64(kv.NSeq()) * uint64(kv.NCtx)
-	el := uint64(4)
-	if d.f16 {
-		el = 2
-	}
 	for l := range kv.NLayer {
 		if b.place != nil && !b.place.GPU[l] { // the CPU's layer: no device cache
 			d.k, d.v = append(d.k, nil), append(d.v, nil)
 			continue
 		}
-		k, err := b.dev.NewBuffer(el*cells*uint64(kv.KDim), vk.DeviceLocal)
+		k, err := b.dev.NewBuffer(cells*d.rowBytes(kv.KDim), vk.DeviceLocal)
 		if err == nil {
 			d.k = append(d.k, k)
 			var v *vk.Buffer
-			if v, err = b.dev.NewBuffer(el*cells*uint64(kv.VDim), vk.DeviceLocal); err == nil {
+			if v, err = b.dev.NewBuffer(cells*d.rowBytes(kv.VDim), vk.DeviceLocal); err == nil {
 				d.v = append(d.v, v)
 			}
 		}
@@ -287,8 +310,17 @@ func (b *Backend) devKVAll(kv *model.KVCache) (*devKV, error) {
 	return d, nil
 }
 
-// StoreKV implements model.KVStorer: rows are copied into an F32 device
-// cache (consecutive cells in one copy) or converted into an F16 one; the
+// rowBytes is the bytes of one cache row of dim values.
+func (d *devKV) rowBytes(dim int) uint64 {
+	switch {
+	case d.f16:
+		return 2 * uint64(dim)
+	case d.q8:
+		return uint64(dim) / 32 * 34
+	}
+	return 4 * uint64(dim)
+}
+
 // CopyKV implements model.KVCopier: n rows of layer's K and V from
 // positions [srcPos, srcPos+n) of srcSeq to [dstPos, dstPos+n) of dstSeq
 // (a prefix block the scheduler shares by copying), as copies between
@@ -304,10 +336,6 @@ func (b *Backend) CopyKV(kv *model.KVCache, layer, dstSeq, dstPos, srcSeq, srcPo
 		if n <= 0 || !in(dstSeq, dstPos) || !in(srcSeq, srcPos) {
 			return fmt.Errorf("gpu: CopyKV: %d rows from (%d, %d) to (%d, %d) outside %d sequences of %d cells", n, srcSeq, srcPos, dstSeq, dstPos, kv.NSeq(), kv.NCtx)
 		}
-		el := uint64(4)
-		if d.f16 {
-			el = 2
-		}
 		dst := uint64(dstSeq)*uint64(kv.NCtx) + uint64(dstPos)
 		src := uint64(srcSeq)*uint64(kv.NCtx) + uint64(srcPos)
 		if dst < src+uint64(n) && src < dst+uint64(n) {
@@ -317,14 +345,16 @@ func (b *Backend) CopyKV(kv *model.KVCache, layer, dstSeq, dstPos, srcSeq, srcPo
 			buf *vk.Buffer
 			dim int
 		}{{d.k[layer], kv.KDim}, {d.v[layer], kv.VDim}} {
-			row := el * uint64(c.dim)
+			row := d.rowBytes(c.dim)
 			b.cb.Copy(c.buf, dst*row, c.buf, src*row, uint64(n)*row)
 		}
 		return nil
 	})
 }
 
-// host cache is left as it was.
+// StoreKV implements model.KVStorer: rows are copied into an F32 device
+// cache (consecutive cells in one copy) or converted into an F16 or a
+// Q8_0 one; the host cache is left as it was.
 func (b *Backend) StoreKV(kv *model.KVCache, layer int, seq, pos []int32, k, v []float32) {
 	b.run(func() error {
 		d, err := b.devKV(kv, layer)
@@ -332,7 +362,7 @@ func (b *Backend) StoreKV(kv *model.KVCache, layer int, seq, pos []int32, k, v [
 			return err
 		}
 		n := len(seq)
-		if d.f16 {
+		if d.f16 || d.q8 {
 			ki, err := b.in(k[:n*kv.KDim])
 			if err != nil {
 				return err
@@ -345,10 +375,14 @@ func (b *Backend) StoreKV(kv *model.KVCache, layer int, seq, pos []int32, k, v [
 			if err != nil {
 				return err
 			}
-			if err := b.k.KVStoreF16(b.cb, F32{Buf: d.k[layer]}, ki, idx, n, kv.KDim, kv.NCtx); err != nil {
+			store := b.k.KVStoreF16
+			if d.q8 {
+				store = b.k.KVStoreQ8_0
+			}
+			if err := store(b.cb, F32{Buf: d.k[layer]}, ki, idx, n, kv.KDim, kv.NCtx); err != nil {
 				return err
 			}
-			return b.k.KVStoreF16(b.cb, F32{Buf: d.v[layer]}, vi, idx, n, kv.VDim, kv.NCtx)
+			return store(b.cb, F32{Buf: d.v[layer]}, vi, idx, n, kv.VDim, kv.NCtx)
 		}
 		for _, c := range []struct {
 			dst *vk.Buffer
@@ -399,7 +433,7 @@ func (b *Backend) Attention(out, q []float32, kv *model.KVCache, layer int, seq,
 		if err != nil {
 			return err
 		}
-		s := AttnShape{NHead: h.NHead, NHeadKV: h.NHeadKV, DK: h.HeadDimK, DV: h.HeadDimV, NCtx: kv.NCtx, Scale: a.Scale, Window: max(a.Window, 0), F16: d.f16}
+		s := AttnShape{NHead: h.NHead, NHeadKV: h.NHeadKV, DK: h.HeadDimK, DV: h.HeadDimV, NCtx: kv.NCtx, Scale: a.Scale, Window: max(a.Window, 0), F16: d.f16, Q8_0: d.q8}
 		return b.k.Attention(b.cb, o, qi, F32{Buf: d.k[layer]}, F32{Buf: d.v[layer]}, idx, sinks, n, s)
 	})
 }

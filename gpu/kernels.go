@@ -158,17 +158,22 @@ func (k *Kernels) grid(groups int) (x, y uint32, err error) {
 
 // matVecShaders maps a weight type to its shader and the variant it runs
 // with: threads per workgroup (a power of two) and rows per workgroup.
+// The shaders that take all their rows at once (rows_dot) run 4 or 8 rows
+// a workgroup: each activation read serves them all. The threads and rows
+// are the fastest of 16, 32, 64 threads × 4, 8 rows on lavapipe at
+// 4096×14336 (docs/decisions.md; at 16 rows the K-quants got slower), the
+// wider one where two were within noise.
 var matVecShaders = map[quant.Type]struct {
 	name string
 	spec []uint32
 }{
 	quant.F32:  {shaders.MulMatVecF32, []uint32{64, 1}},
-	quant.F16:  {shaders.MulMatVecF16, []uint32{64, 1}},
-	quant.Q8_0: {shaders.MulMatVecQ8_0, []uint32{32, 1}},
-	quant.Q4_0: {shaders.MulMatVecQ4_0, []uint32{32, 1}},
-	quant.Q4_K: {shaders.MulMatVecQ4_K, []uint32{32, 1}},
-	quant.Q5_K: {shaders.MulMatVecQ5_K, []uint32{32, 1}},
-	quant.Q6_K: {shaders.MulMatVecQ6_K, []uint32{32, 1}},
+	quant.F16:  {shaders.MulMatVecF16, []uint32{64, 4}},
+	quant.Q8_0: {shaders.MulMatVecQ8_0, []uint32{32, 8}},
+	quant.Q4_0: {shaders.MulMatVecQ4_0, []uint32{32, 8}},
+	quant.Q4_K: {shaders.MulMatVecQ4_K, []uint32{32, 8}},
+	quant.Q5_K: {shaders.MulMatVecQ5_K, []uint32{64, 4}},
+	quant.Q6_K: {shaders.MulMatVecQ6_K, []uint32{64, 4}},
 	quant.BF16: {shaders.MulMatVecBF16, []uint32{64, 1}},
 }
 

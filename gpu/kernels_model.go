@@ -100,6 +100,7 @@ type AttnShape struct {
 	Scale          float32
 	Window         int  // 0: none
 	F16            bool // the cache holds float16 values (else float32)
+	Q8_0           bool // the cache holds Q8_0 blocks (rows of whole blocks; not with F16)
 }
 
 const attnThreads = 64
@@ -109,8 +110,8 @@ const maxAttnDV = 512
 
 // Attention records out = softmax(q·kᵀ·Scale)·v for n query rows (row t of
 // q holds NHead heads of DK; idx holds its sequence and position as two
-// int32 at 2t, 2t+1 from idx.Off) against caches k and v of F32 or (s.F16)
-// F16 values (NHeadKV heads of DK and DV per cell), with sinks (one logit
+// int32 at 2t, 2t+1 from idx.Off) against caches k and v of F32, F16
+// (s.F16) or Q8_0 (s.Q8_0) values (NHeadKV heads of DK and DV per cell), with sinks (one logit
 // per head) when sinks.Buf is not nil.
 func (k *Kernels) Attention(cb *vk.CommandBuffer, out, q, kc, vc, idx, sinks F32, n int, s AttnShape) error {
 	switch {
@@ -135,17 +136,26 @@ func (k *Kernels) Attention(cb *vk.CommandBuffer, out, q, kc, vc, idx, sinks F32
 	if err != nil {
 		return err
 	}
-	name, per := shaders.AttnF32, 1
-	if s.F16 {
+	// cache words per value: num/den
+	name, num, den := shaders.AttnF32, 1, 1
+	switch {
+	case s.F16 && s.Q8_0:
+		return fmt.Errorf("gpu: Attention: a cache both F16 and Q8_0")
+	case s.F16:
 		if s.DK%2 != 0 || s.DV%2 != 0 {
 			return fmt.Errorf("gpu: Attention: F16 cache with odd heads %d/%d", s.DK, s.DV)
 		}
-		name, per = shaders.AttnF16, 2
+		name, den = shaders.AttnF16, 2
+	case s.Q8_0:
+		if s.DK%32 != 0 || s.DV%32 != 0 {
+			return fmt.Errorf("gpu: Attention: Q8_0 cache with heads %d/%d (multiples of 32)", s.DK, s.DV)
+		}
+		name, num, den = shaders.AttnQ8_0, 34, 128 // 34 bytes per 32 values
 	}
-	if _, err := floats("Attention K", kc, s.NCtx*s.NHeadKV*s.DK/per); err != nil {
+	if _, err := floats("Attention K", kc, (s.NCtx*s.NHeadKV*s.DK*num+den-1)/den); err != nil {
 		return err
 	}
-	if _, err := floats("Attention V", vc, s.NCtx*s.NHeadKV*s.DV/per); err != nil {
+	if _, err := floats("Attention V", vc, (s.NCtx*s.NHeadKV*s.DV*num+den-1)/den); err != nil {
 		return err
 	}
 	if kc.Off != 0 || vc.Off != 0 {
@@ -193,5 +203,69 @@ func (k *Kernels) KVStoreF16(cb *vk.CommandBuffer, dst, src, idx F32, n, dim, nC
 		return err
 	}
 	cb.Dispatch(p, set, push(so, io, uint32(dim), uint32(nCtx)), uint32((dim/2+63)/64), uint32(n), 1)
+	return nil
+}
+
+// KVStoreQ8_0 records the quantization of n rows of dim float32 values of
+// src to Q8_0 (dim/32 blocks of 34 bytes, bit for bit what
+// quant.QuantizeRowQ8_0 makes of the row, which is what the CPU's cache
+// stores) into the cache dst at the cells idx lists (seq, pos as two int32
+// per row): cell (seq, pos) is row seq·nCtx + pos. dim must be a multiple
+// of 64: each invocation writes a pair of blocks, 17 whole words.
+func (k *Kernels) KVStoreQ8_0(cb *vk.CommandBuffer, dst, src, idx F32, n, dim, nCtx int) error {
+	if n <= 0 || dim <= 0 || dim%64 != 0 || nCtx <= 0 {
+		return fmt.Errorf("gpu: KVStoreQ8_0: %d rows of %d (a multiple of 64), context %d", n, dim, nCtx)
+	}
+	if uint32(n) > k.dev.Info().Limits.MaxComputeWorkGroupCount[1] {
+		return fmt.Errorf("gpu: KVStoreQ8_0: %d rows exceed the device's workgroup limit", n)
+	}
+	so, err := floats("KVStoreQ8_0 src", src, n*dim)
+	if err != nil {
+		return err
+	}
+	io, err := floats("KVStoreQ8_0 positions", idx, 2*n)
+	if err != nil {
+		return err
+	}
+	if dst.Buf == nil || dst.Off != 0 {
+		return fmt.Errorf("gpu: KVStoreQ8_0: the cache must start its buffer")
+	}
+	p, set, err := k.bind(shaders.KVStoreQ8_0, 16, []uint32{kvStoreQ8Threads}, src.Buf, idx.Buf, dst.Buf)
+	if err != nil {
+		return err
+	}
+	pairs := dim / 64
+	cb.Dispatch(p, set, push(so, io, uint32(dim), uint32(nCtx)), uint32((pairs+kvStoreQ8Threads-1)/kvStoreQ8Threads), uint32(n), 1)
+	return nil
+}
+
+// kvStoreQ8Threads: a row of 4096 values is 64 pairs of blocks.
+const kvStoreQ8Threads = 32
+
+// maxHadamard is hadamard.comp's MAX_N.
+const maxHadamard = 1024
+
+// Hadamard records the multiplication of each of pieces pieces of n
+// values of x (n a power of two up to 1024) in place by the orthonormal
+// Walsh-Hadamard matrix, bit for bit as quant.Hadamard.
+func (k *Kernels) Hadamard(cb *vk.CommandBuffer, x F32, pieces, n int) error {
+	if pieces <= 0 || n < 1 || n&(n-1) != 0 || n > maxHadamard {
+		return fmt.Errorf("gpu: Hadamard: %d pieces of %d (a power of two up to %d)", pieces, n, maxHadamard)
+	}
+	xo, err := floats("Hadamard x", x, pieces*n)
+	if err != nil {
+		return err
+	}
+	p, set, err := k.bind(shaders.Hadamard, 16, []uint32{ewThreads / 4}, x.Buf)
+	if err != nil {
+		return err
+	}
+	gx, gy, err := k.grid(pieces)
+	if err != nil {
+		return err
+	}
+	// quant.Hadamard's scale: float32(1/√n) computed in float64
+	scale := float32(1 / math.Sqrt(float64(n)))
+	cb.Dispatch(p, set, push(xo, uint32(n), uint32(pieces), math.Float32bits(scale)), gx, gy, 1)
 	return nil
 }

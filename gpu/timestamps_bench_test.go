@@ -4,7 +4,10 @@ package gpu
 
 import (
 	"fmt"
+	"os"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/flowinfer/flowinfer/gpu/vk"
 	"github.com/flowinfer/flowinfer/quant"
@@ -16,10 +19,16 @@ import (
 // recorded opsPerSubmit times (barriers between) into one command buffer,
 // and one iteration is a submit and a fence wait; us/run is the wall time
 // per op, device-us/run the device's timestamps around all of them per op.
-// RMS_NORM has no perf case at llama.cpp's commit; its shape here is one
+// FLOWINFER_BENCH_MV=threads,rows runs the mat-vec shaders with that
+// variant (SetMatVecVariant) instead of their defaults.
+// cpu-us/run is the process's CPU time (user and system) per op: on a CPU
+// device (lavapipe) the op's work, which on a loaded machine varies less
+// than the wall time. RMS_NORM has no perf case at llama.cpp's commit; its shape here is one
 // token row of llama 3 8B's width and a 512-token batch.
 func BenchmarkOpsLlamaShapes(b *testing.B) {
-	const opsPerSubmit = 10
+	// MUL_MAT at these shapes takes tenths of a second on lavapipe: 4 a
+	// submit.
+	const opsPerSubmit, mulMatOps = 10, 4
 	r := benchRig(b)
 	mk := func(n uint64) *vk.Buffer {
 		buf, err := r.d.NewBuffer(n, vk.DeviceLocal)
@@ -34,7 +43,7 @@ func BenchmarkOpsLlamaShapes(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(qp.Destroy)
-	bench := func(b *testing.B, op func() error) {
+	benchN := func(b *testing.B, opsPerSubmit int, op func() error) {
 		if err := r.cb.Begin(); err != nil {
 			b.Fatal(err)
 		}
@@ -50,22 +59,37 @@ func BenchmarkOpsLlamaShapes(b *testing.B) {
 		if err := r.cb.End(); err != nil {
 			b.Fatal(err)
 		}
+		cpu0 := processCPU(b)
 		r.replay(b)
 		b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*opsPerSubmit), "us/run")
+		b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N*opsPerSubmit), "cpu-us/run")
 		ts, err := qp.Ticks(0, 2)
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.ReportMetric(float64(r.d.Elapsed(vk.Compute, ts[0], ts[1]).Microseconds())/opsPerSubmit, "device-us/run")
+		b.ReportMetric(float64(r.d.Elapsed(vk.Compute, ts[0], ts[1]).Microseconds())/float64(opsPerSubmit), "device-us/run")
 	}
-	for _, n := range []int{1, 8} {
-		const m, k = 4096, 14336
-		b.Run(fmt.Sprintf("MUL_MAT/type_a=q4_K/m=%d/n=%d/k=%d", m, n, k), func(b *testing.B) {
-			rb, _ := quant.RowBytes(quant.Q4_K, k)
-			w := Weight{Buf: mk(uint64(m * rb)), Type: quant.Q4_K, Rows: m, Cols: k}
-			x, y := F32{Buf: mk(uint64(4 * n * k))}, F32{Buf: mk(uint64(4 * n * m))}
-			bench(b, func() error { return r.k.MatVec(r.cb, y, w, x, n) })
-		})
+	bench := func(b *testing.B, op func() error) { benchN(b, opsPerSubmit, op) }
+	// The weight types of a Q4_K_M file, at test_mul_mat's perf shape.
+	for _, typ := range []quant.Type{quant.Q4_K, quant.Q6_K, quant.Q8_0, quant.Q4_0, quant.Q5_K, quant.F16} {
+		for _, n := range []int{1, 8} {
+			const m, k = 4096, 14336
+			b.Run(fmt.Sprintf("MUL_MAT/type_a=%s/m=%d/n=%d/k=%d", typ, m, n, k), func(b *testing.B) {
+				rb, _ := quant.RowBytes(typ, k)
+				w := Weight{Buf: mk(uint64(m * rb)), Type: typ, Rows: m, Cols: k}
+				x, y := F32{Buf: mk(uint64(4 * n * k))}, F32{Buf: mk(uint64(4 * n * m))}
+				if v := os.Getenv("FLOWINFER_BENCH_MV"); v != "" {
+					var th, rw int
+					if _, err := fmt.Sscanf(v, "%d,%d", &th, &rw); err != nil {
+						b.Fatalf("FLOWINFER_BENCH_MV=%q: want threads,rows: %v", v, err)
+					}
+					if err := r.k.SetMatVecVariant(typ, th, rw); err != nil {
+						b.Fatal(err)
+					}
+				}
+				benchN(b, mulMatOps, func() error { return r.k.MatVec(r.cb, y, w, x, n) })
+			})
+		}
 	}
 	for _, s := range [][2]int{{4096, 1}, {4096, 512}} {
 		b.Run(fmt.Sprintf("RMS_NORM/ne=[%d,%d]", s[0], s[1]), func(b *testing.B) {
@@ -100,4 +124,13 @@ func BenchmarkOpsLlamaShapes(b *testing.B) {
 			})
 		})
 	}
+}
+
+// processCPU returns the CPU time (user and system) the process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -5,48 +5,48 @@
 // 4-bit quants: byte l of chunk c (32 bytes) holds sub-block 2c in its low
 // nibble and 2c+1 in its high one. weight = d·sc·q - dmin·m (ggml's
 // dequantize_row_q4_K).
+//
+// The work is split as ggml-vulkan's mul_mat_vec_q4_k splits it: 16 slots
+// per super-block, slot (v, l) taking quant words l of chunks v and v+2
+// (v < 2, l < 8): 16 weights of sub-blocks 2v, 2v+1, 2v+4 and 2v+5, 4 of
+// each, consecutive. A slot reads its 16 activations once for all NUM_ROWS
+// rows and their four sums (for the mins) once, and each row's scales and
+// quants as whole 32-bit words.
 #extension GL_GOOGLE_include_directive : require
+#define ROWS_DOT
 #include "mul_mat_vec_head.glsl"
 
-// scale_min returns sub-block s's 6-bit scale and min (ggml's
-// get_scale_min_k4): bytes 0-3 hold scales 0-3 and 4-7 mins 0-3 in their
-// low 6 bits; bytes 8-11 hold the low 4 bits of scale and min 4-7, whose
-// top 2 bits sit in the top bits of bytes 0-3 and 4-7.
-uvec2 scale_min(uint sb, uint s) {
-	if (s < 4u) {
-		return uvec2(w_u8(sb + s) & 63u, w_u8(sb + s + 4u) & 63u);
-	}
-	const uint hi = w_u8(sb + s + 4u);
-	return uvec2((hi & 0xFu) | ((w_u8(sb + s - 4u) >> 6) << 4), (hi >> 4) | ((w_u8(sb + s) >> 6) << 4));
-}
-
-// row_dot: thread tid takes sub-blocks tid, tid+BLOCK, ... of the row
-// (rows are whole super-blocks, so rb is 4-aligned).
-void row_dot(uint rb, uint xb, uint tid) {
-	const uint nsub = (p.cols / 256) * 8;
-	for (uint k = tid; k < nsub; k += BLOCK) {
-		const uint bb = rb + 144 * (k >> 3);
-		const uint sub = k & 7u;
-		const vec2 dm = unpackHalf2x16(w[bb >> 2]);
-		const uvec2 sm = scale_min(bb + 4u, sub);
-		const uint qw = (bb + 16u + 32u * (sub >> 1)) >> 2; // first word of the chunk
-		const uint shift = (sub & 1u) * 4u;
-		uint qv[8]; // the sub-block's words, read once for every vector
-		for (uint j = 0; j < 8; j++) {
-			qv[j] = w[qw + j] >> shift;
+void rows_dot(uint tid) {
+	const uint nslot = 16u * (p.cols / 256u);
+	for (uint s = tid; s < nslot; s += BLOCK) {
+		const uint i = s >> 4, v = (s >> 3) & 1u, l = s & 7u;
+		const uint xo = 256u * i + 64u * v + 4u * l; // sub-block 2v's 4 activations
+		vec4 xa[NUM_COLS], xb[NUM_COLS], xc[NUM_COLS], xd[NUM_COLS], xs[NUM_COLS];
+		for (uint c = 0; c < NUM_COLS; c++) {
+			const uint xi = x_vec(c) + xo;
+			xa[c] = x4(xi);        // sub-block 2v
+			xb[c] = x4(xi + 32u);  // 2v+1
+			xc[c] = x4(xi + 128u); // 2v+4
+			xd[c] = x4(xi + 160u); // 2v+5
+			xs[c] = vec4(sum4(xa[c]), sum4(xb[c]), sum4(xc[c]), sum4(xd[c]));
 		}
-		for (uint c = 0; c < nc; c++) {
-			const uint xi = xb + c * p.cols + 32u * k;
-			float sqx = 0.0, sx = 0.0;
-			for (uint j = 0; j < 8; j++) {
-				const uint v = qv[j];
-				for (uint b = 0; b < 4; b++) {
-					const float xv = x[xi + 4 * j + b];
-					sqx = fma(float((v >> (8 * b)) & 0xFu), xv, sqx);
-					sx += xv;
-				}
+		const uint sh = 16u * v;
+		for (uint r = 0; r < NUM_ROWS; r++) {
+			const uint wb = w_row(r) + 36u * i; // 144 bytes a super-block
+			const vec2 dm = unpackHalf2x16(w[wb]);
+			// bytes 2v, 2v+1 of the scales (scales of sub-blocks 2v, 2v+1
+			// and the top bits of 2v+4, 2v+5), of the mins, and of the low
+			// bits of 2v+4, 2v+5 (ggml's get_scale_min_k4)
+			const uint a = w[wb + 1u] >> sh, b = w[wb + 2u] >> sh, e = w[wb + 3u] >> sh;
+			const vec4 sc = vec4(a & 63u, (a >> 8) & 63u, (e & 0xFu) | ((a >> 2) & 0x30u), ((e >> 8) & 0xFu) | ((a >> 10) & 0x30u));
+			const vec4 mn = vec4(b & 63u, (b >> 8) & 63u, ((e >> 4) & 0xFu) | ((b >> 2) & 0x30u), ((e >> 12) & 0xFu) | ((b >> 10) & 0x30u));
+			const uint q0 = w[wb + 4u + 8u * v + l], q1 = w[wb + 20u + 8u * v + l];
+			const vec4 qa = bytes4(q0 & 0x0F0F0F0Fu), qb = bytes4((q0 >> 4) & 0x0F0F0F0Fu);
+			const vec4 qc = bytes4(q1 & 0x0F0F0F0Fu), qd = bytes4((q1 >> 4) & 0x0F0F0F0Fu);
+			for (uint c = 0; c < NUM_COLS; c++) {
+				const vec4 d4 = vec4(dot(qa, xa[c]), dot(qb, xb[c]), dot(qc, xc[c]), dot(qd, xd[c]));
+				acc[r][c] += dm.x * dot(sc, d4) - dm.y * dot(mn, xs[c]);
 			}
-			acc[c] += dm.x * float(sm.x) * sqx - dm.y * float(sm.y) * sx;
 		}
 	}
 }

@@ -5,40 +5,48 @@
 // weights) and an f16 d; weight = d·scale·(q - 32) with q = 6 bits
 // (ggml's dequantize_row_q6_K). Each 128-weight half has four groups of
 // 32: group g takes the low (g < 2) or high nibble of ql[(g&1)·32 + l]
-// and bits 2g..2g+1 of qh[l]. Blocks are only 2-byte aligned: bytes are
-// read one by one.
+// and bits 2g..2g+1 of qh[l]. Blocks are only 2-byte aligned (w_u32).
+//
+// As ggml-vulkan's mul_mat_vec_q6_k, 16 slots share a super-block: slot
+// (h, k) takes l = 4k..4k+3 of half h, 4 weights of each group, so its 16
+// activations (read once for all NUM_ROWS rows) and their sums are
+// shared by the rows, and each row's quants are three 4-byte reads.
 #extension GL_GOOGLE_include_directive : require
+#define ROWS_DOT
 #include "mul_mat_vec_head.glsl"
 
-int w_i8(uint b) { return int(w_u8(b) << 24) >> 24; }
-
-// row_dot: thread tid takes groups of 32 weights tid, tid+BLOCK, ...
-void row_dot(uint rb, uint xb, uint tid) {
-	const uint ngroups = (p.cols / 256) * 8;
-	for (uint k = tid; k < ngroups; k += BLOCK) {
-		const uint bb = rb + 210u * (k >> 3);
-		const uint h = (k >> 2) & 1u, g = k & 3u;
-		const uint qlb = bb + h * 64u + (g & 1u) * 32u;
-		const uint qhb = bb + 128u + h * 32u;
-		const uint lshift = (g >> 1) * 4u, hshift = 2u * g;
-		const uint scb = bb + 192u + h * 8u + g * 2u;
-		const float d = w_f16(bb + 208u), sc0 = float(w_i8(scb)), sc1 = float(w_i8(scb + 1u));
-		float s0[NUM_COLS], s1[NUM_COLS];
-		for (uint c = 0; c < nc; c++) {
-			s0[c] = 0.0;
-			s1[c] = 0.0;
+void rows_dot(uint tid) {
+	const uint nslot = 16u * (p.cols / 256u);
+	for (uint s = tid; s < nslot; s += BLOCK) {
+		const uint i = s >> 4, h = (s >> 3) & 1u, k = s & 7u;
+		const uint xo = 256u * i + 128u * h + 4u * k; // group 0's 4 activations
+		vec4 xa[NUM_COLS], xb[NUM_COLS], xc[NUM_COLS], xd[NUM_COLS], xs[NUM_COLS];
+		for (uint c = 0; c < NUM_COLS; c++) {
+			const uint xi = x_vec(c) + xo;
+			xa[c] = x4(xi);       // group 0
+			xb[c] = x4(xi + 32u); // 1
+			xc[c] = x4(xi + 64u); // 2
+			xd[c] = x4(xi + 96u); // 3
+			xs[c] = vec4(sum4(xa[c]), sum4(xb[c]), sum4(xc[c]), sum4(xd[c]));
 		}
-		for (uint l = 0; l < 16; l++) {
-			const float q0 = float(int(((w_u8(qlb + l) >> lshift) & 0xFu) | (((w_u8(qhb + l) >> hshift) & 3u) << 4)) - 32);
-			const float q1 = float(int(((w_u8(qlb + l + 16u) >> lshift) & 0xFu) | (((w_u8(qhb + l + 16u) >> hshift) & 3u) << 4)) - 32);
-			for (uint c = 0; c < nc; c++) {
-				const uint xi = xb + c * p.cols + 32u * k + l;
-				s0[c] = fma(q0, x[xi], s0[c]);
-				s1[c] = fma(q1, x[xi + 16u], s1[c]);
+		const uint is = k >> 2; // l/16: which scale of each group
+		for (uint r = 0; r < NUM_ROWS; r++) {
+			const uint bb = w_row_byte(r) + 210u * i;
+			const uint ql0 = w_u32(bb + 64u * h + 4u * k), ql1 = w_u32(bb + 64u * h + 32u + 4u * k);
+			const uint qh = w_u32(bb + 128u + 32u * h + 4u * k);
+			// int8 scales 8h + is + 2g
+			const uint s0 = w_u32(bb + 192u + 8u * h), s1 = w_u32(bb + 196u + 8u * h);
+			const vec4 sc = vec4(ivec4(uvec4(s0, s0, s1, s1) << uvec4(24u - 8u * is, 8u - 8u * is, 24u - 8u * is, 8u - 8u * is)) >> 24);
+			const float d = w_f16(bb + 208u);
+			const vec4 qa = bytes4((ql0 & 0x0F0F0F0Fu) | ((qh << 4) & 0x30303030u));
+			const vec4 qb = bytes4((ql1 & 0x0F0F0F0Fu) | ((qh << 2) & 0x30303030u));
+			const vec4 qc = bytes4(((ql0 >> 4) & 0x0F0F0F0Fu) | (qh & 0x30303030u));
+			const vec4 qd = bytes4(((ql1 >> 4) & 0x0F0F0F0Fu) | ((qh >> 2) & 0x30303030u));
+			for (uint c = 0; c < NUM_COLS; c++) {
+				// Σ(q-32)·x = Σq·x - 32·Σx
+				const vec4 d4 = vec4(dot(qa, xa[c]), dot(qb, xb[c]), dot(qc, xc[c]), dot(qd, xd[c])) - 32.0 * xs[c];
+				acc[r][c] += d * dot(sc, d4);
 			}
-		}
-		for (uint c = 0; c < nc; c++) {
-			acc[c] = fma(d, sc0 * s0[c] + sc1 * s1[c], acc[c]);
 		}
 	}
 }
