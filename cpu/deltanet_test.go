@@ -365,3 +365,33 @@ func benchDeltaNetLayer(b *testing.B, be *cpu.Backend) {
 		})
 	}
 }
+
+// BenchmarkGatedDeltaNet times GatedDeltaNet alone at Qwen3.5-35B-A3B's
+// shape (32 value heads of 128) on one worker, for 1 and 512 tokens.
+// lane-ops/s counts the recurrence's 4·d² multiplies and multiply-adds
+// per token and head (decay, s·k, update, s·q), the figure to hold a
+// chunked form's 3·d² + 6·C·d + C²/3 multiply-adds (chunk C) against.
+func BenchmarkGatedDeltaNet(b *testing.B) {
+	const hk, hv, d = 16, 32, 128
+	cd, vd := (2*hk+hv)*d, hv*d
+	be := cpu.NewBackend(1, nil)
+	defer be.Close()
+	for _, n := range []int{1, 512} {
+		b.Run(fmt.Sprintf("isa=%s/tokens=%d", be.ISA(), n), func(b *testing.B) {
+			r := rand.New(rand.NewPCG(5, 6))
+			qkv := randVec(r, n*cd, 0.09) // rows of about unit norm, as after L2Norm
+			g, beta := make([]float32, n*hv), make([]float32, n*hv)
+			for i := range g {
+				g[i], beta[i] = -0.05, 0.5
+			}
+			s, out := randVec(r, hv*d*d, 0.1), make([]float32, n*vd)
+			cpu0 := cpuTime()
+			for b.Loop() {
+				be.GatedDeltaNet(out, qkv, g, beta, s, n, hk, hv, d)
+			}
+			reportCPU(b, cpu0)
+			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
+			b.ReportMetric(4*d*d*hv*float64(n)*float64(b.N)/(float64(cpuTime()-cpu0)/1e9), "lane-ops/s")
+		})
+	}
+}

@@ -22,10 +22,12 @@ package cpu
 
 import "math"
 
-// dnTol is the delta rule's bound, C path against the Go loop, on
-// |Δout_j| / (Σ_i |S_ij·q_i| / √d) and on |ΔS_ij| / (|S_ij| + |k_i·δ_j|
-// + ‖S_·j‖/√d), per token, after any number of tokens (the update
-// contracts: a ≤ 1, β ∈ (0, 1), ‖k‖ = 1).
+// dnTol is the delta rule's bound, C path against the Go loop (and the Go
+// loop against float64 arithmetic), on |Δout_j| / (Σ_i |S_ij·q_i| / √d)
+// and, for the state after the call, on |ΔS_ij| / (|S_ij| + ‖S_·j‖/√d):
+// tested on up to 200 tokens at Qwen3.5's sizes and odd ones, measured
+// at most 6.1e-7 (the update contracts: a ≤ 1, β ∈ (0, 1), ‖k‖ = 1, so
+// rounding errors do not grow with the tokens).
 const dnTol = 2e-6
 
 // deltaHead runs the gated delta rule of value head h for n tokens, as

@@ -2,9 +2,9 @@
 
 // The cgo bridge to the gated delta net kernels (kern_avx2_dn.c), after
 // kern_dn.go has checked every length. The AVX-512 path runs the AVX2
-// code: on the one AVX-512 machine measured (AMD Zen 4) a 512-bit version
-// has the same multiply-add throughput, and the AVX2 kernel keeps its
-// state rows in L1.
+// code: no 512-bit version is written (on AMD Zen 4, this project's
+// AVX-512 machine, 512-bit multiply-adds are double-pumped 256-bit ones;
+// not measured for these kernels, docs/decisions.md).
 
 package cpu
 
