@@ -321,3 +321,46 @@ flowinfer: disk reads: 150 reads issued; read whole: 55 experts (misses and pref
 		t.Errorf("nothing read, yet:\n%s", b.String())
 	}
 }
+
+// TestTraceHybridSpans: on the hybrid families, `trace` shows each
+// recurrent layer as a span of its own (a Gated DeltaNet layer as
+// "deltanet-L", a Mamba-2 layer as "mamba2-L") beside the attention
+// layers' "attn-L", and no layer as both.
+func TestTraceHybridSpans(t *testing.T) {
+	for _, c := range []struct{ preset, recurrent string }{{"qwen35-small", "deltanet"}, {"nemotronh-small", "mamba2"}} {
+		t.Run(c.preset, func(t *testing.T) {
+			m := filepath.Join(t.TempDir(), c.preset+".gguf")
+			if _, errOut, err := flowinfer(t, "gen", "--preset", c.preset, "-o", m); err != nil {
+				t.Fatalf("%v\n%s", err, errOut)
+			}
+			_, _, _, data := runTrace(t, m, "--detail", "layers", "-n", "4", "--temp", "0")
+			var tr struct {
+				TraceEvents []struct{ Ph, Name, Cat string } `json:"traceEvents"`
+			}
+			if err := json.Unmarshal(data, &tr); err != nil {
+				t.Fatalf("trace is not JSON: %v", err)
+			}
+			kinds := map[string]string{} // layer -> recurrent or attn
+			for _, e := range tr.TraceEvents {
+				if e.Ph != "X" || e.Cat != "span" {
+					continue
+				}
+				kind, layer, ok := strings.Cut(e.Name, "-")
+				if !ok || kind != c.recurrent && kind != "attn" {
+					continue
+				}
+				if k, seen := kinds[layer]; seen && k != kind {
+					t.Errorf("layer %s has both %s and %s spans", layer, k, kind)
+				}
+				kinds[layer] = kind
+			}
+			n := map[string]int{}
+			for _, k := range kinds {
+				n[k]++
+			}
+			if n[c.recurrent] == 0 || n["attn"] == 0 {
+				t.Errorf("layers by span: %v, want %s layers and attn layers", n, c.recurrent)
+			}
+		})
+	}
+}
