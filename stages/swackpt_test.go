@@ -65,6 +65,9 @@ func swaCfg(cfg stages.Config) stages.Config {
 // back to the nearest earlier checkpoint (the message start) and
 // recomputes from there, with the cold engine's logits too.
 func TestSWACheckpointPrefixReused(t *testing.T) {
+	if testing.Short() { // -race in CI: minutes each there; the plain run covers them, and the hybrid checkpoint tests the shared code under -race
+		t.Skip("window checkpoint tests run without -short")
+	}
 	fx := openSWACkpt(t)
 	at := []int{len(fx.system)}
 	hybridLayouts(t, func(t *testing.T, ops func() model.Ops, cfg stages.Config) {
@@ -117,6 +120,9 @@ func TestSWACheckpointPrefixReused(t *testing.T) {
 // cache is as large as a model without windows', and KVCacheBytes and
 // KVCapacityFor say so.
 func TestSWAFull(t *testing.T) {
+	if testing.Short() { // -race in CI: minutes each there; the plain run covers them, and the hybrid checkpoint tests the shared code under -race
+		t.Skip("window checkpoint tests run without -short")
+	}
 	fx := openSWACkpt(t)
 	sys := fx.system[:64]
 	b := append(slices.Clone(sys), fx.pb[len(fx.system):]...)
@@ -176,6 +182,9 @@ func TestSWAFull(t *testing.T) {
 // rows cannot be checkpointed: no checkpoints by default, an error when
 // asked for.
 func TestSWACheckpointBudget(t *testing.T) {
+	if testing.Short() { // -race in CI: minutes each there; the plain run covers them, and the hybrid checkpoint tests the shared code under -race
+		t.Skip("window checkpoint tests run without -short")
+	}
 	fx := openSWACkpt(t)
 	h := &fx.b.Model.Hyper
 	at := []int{len(fx.system)}
@@ -251,6 +260,9 @@ func TestSWACheckpointBudget(t *testing.T) {
 // one prompt with and without the checkpoints' cuts; its GELU goes
 // through a float16 table, see the gemma3 golden's 1.2e-4).
 func TestSWACheckpointConcurrent(t *testing.T) {
+	if testing.Short() { // -race in CI: minutes each there; the plain run covers them, and the hybrid checkpoint tests the shared code under -race
+		t.Skip("window checkpoint tests run without -short")
+	}
 	fx := openSWACkpt(t)
 	at := []int{len(fx.system)}
 	hybridLayouts(t, func(t *testing.T, ops func() model.Ops, cfg stages.Config) {
