@@ -51,22 +51,7 @@ func TestDecodeAllocs(t *testing.T) {
 				c.SetHooks(model.Hooks{Experts: newMappedExperts(m), PrefetchNext: true, Layers: mappedLayers{m},
 					KVDefer: deferrer, Span: func(string, int, bool) {}})
 			}
-			prompt := &model.Batch{Tokens: []int32{1, 2, 3, 4, 5, 6, 7, 8}, Pos: []int32{0, 1, 2, 3, 4, 5, 6, 7}, Seq: make([]int32, 8)}
-			if _, err := c.Decode(prompt); err != nil {
-				t.Fatal(err)
-			}
-			b := &model.Batch{Tokens: []int32{9}, Pos: []int32{8}, Seq: []int32{0}}
-			var derr error
-			allocs := testing.AllocsPerRun(50, func() {
-				if _, err := c.Decode(b); err != nil && derr == nil {
-					derr = err
-				}
-				b.Pos[0]++
-			})
-			if derr != nil {
-				t.Fatal(derr)
-			}
-			if allocs != 0 {
+			if allocs := decodeAllocs(t, c); allocs != 0 {
 				t.Errorf("%v allocations per decode step, want 0", allocs)
 			}
 			if tc.hooks && deferrer.rows == 0 {
@@ -133,3 +118,25 @@ func (d *storeNow) Defer(layer int, seq, pos []int32, k, v []float32) error {
 }
 
 func (d *storeNow) Flush() error { return nil }
+
+// decodeAllocs prefills 8 tokens on c, then returns the allocations of one
+// single-token decode step (testing.AllocsPerRun over 50 steps); a decode
+// error fails the test.
+func decodeAllocs(t *testing.T, c *model.Context) float64 {
+	t.Helper()
+	if _, err := c.Decode(&model.Batch{Tokens: []int32{1, 2, 3, 4, 5, 6, 7, 8}, Pos: []int32{0, 1, 2, 3, 4, 5, 6, 7}, Seq: make([]int32, 8)}); err != nil {
+		t.Fatal(err)
+	}
+	b := &model.Batch{Tokens: []int32{9}, Pos: []int32{8}, Seq: []int32{0}}
+	var derr error
+	allocs := testing.AllocsPerRun(50, func() {
+		if _, err := c.Decode(b); err != nil && derr == nil {
+			derr = err
+		}
+		b.Pos[0]++
+	})
+	if derr != nil {
+		t.Fatal(derr)
+	}
+	return allocs
+}

@@ -422,21 +422,7 @@ func TestQwen35DecodeAllocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Decode(&model.Batch{Tokens: []int32{1, 2, 3, 4, 5, 6, 7, 8}, Pos: []int32{0, 1, 2, 3, 4, 5, 6, 7}, Seq: make([]int32, 8)}); err != nil {
-		t.Fatal(err)
-	}
-	b := &model.Batch{Tokens: []int32{9}, Pos: []int32{8}, Seq: []int32{0}}
-	var derr error
-	allocs := testing.AllocsPerRun(50, func() {
-		if _, err := c.Decode(b); err != nil && derr == nil {
-			derr = err
-		}
-		b.Pos[0]++
-	})
-	if derr != nil {
-		t.Fatal(derr)
-	}
-	if allocs != 0 {
+	if allocs := decodeAllocs(t, c); allocs != 0 {
 		t.Errorf("%v allocations per decode step, want 0", allocs)
 	}
 }
