@@ -58,6 +58,22 @@ func TestMatMulQuant4(t *testing.T) {
 				})
 			}
 		}
+		// Other mat-vec variants (TestMatVecVariants'): 3 rows a
+		// workgroup of 16 threads, 2 of 128 (threads beyond a row's
+		// slots), then the default again.
+		for _, v := range [][2]int{{16, 3}, {128, 2}} {
+			t.Run(fmt.Sprintf("type=%s/matvec/threads=%d/rows_per_group=%d", typ, v[0], v[1]), func(t *testing.T) {
+				r.t = t
+				if err := r.k.SetMatVecVariant(typ, v[0], v[1]); err != nil {
+					t.Fatal(err)
+				}
+				r.checkProduct(r.k.MatVec, typ, 67, 768, 2)
+			})
+		}
+		def := matVecShaders[typ].spec
+		if err := r.k.SetMatVecVariant(typ, int(def[0]), int(def[1])); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
