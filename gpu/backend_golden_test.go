@@ -30,8 +30,9 @@ import (
 //
 // On lavapipe a case takes seconds, so by default
 // only the cases in quick run (one per architecture, the k-quant mixture,
-// Q8_0 and BF16: every shader but F16 and F32); FLOWINFER_GPU_GOLDEN=all runs
-// them all.
+// Q8_0 and BF16, then Q3_K_M, Q2_K, Q4_1, Q5_0 and Q5_1: every shader of a
+// type with a golden but F16 and F32); FLOWINFER_GPU_GOLDEN=all runs them
+// all.
 func TestBackendGoldenExactF32(t *testing.T) {
 	dir, man := golden.Load(t)
 	r := newRig(t)
@@ -41,7 +42,8 @@ func TestBackendGoldenExactF32(t *testing.T) {
 			cases = append(cases, c)
 		}
 	}
-	quick := []string{"synth-llama-Q4_K_M__P2__exact_f32", "synth-llama-Q5_K_M__P2__exact_f32", "synth-qwen2-Q8_0__P2__exact_f32", "synth-qwen3-Q4_K_M__P2__exact_f32", "synth-qwen3moe-Q8_0__P2__exact_f32", "synth-llama-BF16__P2__exact_f32"}
+	quick := []string{"synth-llama-Q4_K_M__P2__exact_f32", "synth-llama-Q5_K_M__P2__exact_f32", "synth-qwen2-Q8_0__P2__exact_f32", "synth-qwen3-Q4_K_M__P2__exact_f32", "synth-qwen3moe-Q8_0__P2__exact_f32", "synth-llama-BF16__P2__exact_f32",
+		"synth-llama-Q3_K_M__P2__exact_f32", "synth-llama-Q2_K__P2__exact_f32", "synth-llama-Q4_1__P2__exact_f32", "synth-llama-Q5_0__P2__exact_f32", "synth-llama-Q5_1__P2__exact_f32"}
 	all := os.Getenv("FLOWINFER_GPU_GOLDEN") == "all"
 	for _, c := range cases {
 		if !all && !slices.Contains(quick, c.ID) {

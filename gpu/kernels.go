@@ -175,6 +175,17 @@ var matVecShaders = map[quant.Type]struct {
 	quant.Q5_K: {shaders.MulMatVecQ5_K, []uint32{64, 4}},
 	quant.Q6_K: {shaders.MulMatVecQ6_K, []uint32{64, 4}},
 	quant.BF16: {shaders.MulMatVecBF16, []uint32{64, 1}},
+	// The 16-level table types and the other legacy and K-quant types:
+	// the variants of the types whose blocks they share (Q4_0's for the
+	// 32-weight blocks, Q6_K's for the 16-slot super-blocks).
+	quant.MXFP4:  {shaders.MulMatVecMXFP4, []uint32{32, 8}},
+	quant.IQ4_NL: {shaders.MulMatVecIQ4_NL, []uint32{32, 8}},
+	quant.IQ4_XS: {shaders.MulMatVecIQ4_XS, []uint32{64, 4}},
+	quant.Q4_1:   {shaders.MulMatVecQ4_1, []uint32{32, 8}},
+	quant.Q5_0:   {shaders.MulMatVecQ5_0, []uint32{32, 8}},
+	quant.Q5_1:   {shaders.MulMatVecQ5_1, []uint32{32, 8}},
+	quant.Q2_K:   {shaders.MulMatVecQ2_K, []uint32{64, 4}},
+	quant.Q3_K:   {shaders.MulMatVecQ3_K, []uint32{64, 4}},
 }
 
 // SupportsMatVec reports whether MatVec handles weights of type t.

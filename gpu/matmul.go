@@ -25,6 +25,15 @@ var matMatShaders = map[quant.Type]string{
 	quant.Q4_K: shaders.MMQ4_K,
 	quant.Q5_K: shaders.MMQ5_K,
 	quant.Q6_K: shaders.MMQ6_K,
+	// The 16-level table types and the other legacy and K-quant types.
+	quant.MXFP4:  shaders.MMMXFP4,
+	quant.IQ4_NL: shaders.MMIQ4_NL,
+	quant.IQ4_XS: shaders.MMIQ4_XS,
+	quant.Q4_1:   shaders.MMQ4_1,
+	quant.Q5_0:   shaders.MMQ5_0,
+	quant.Q5_1:   shaders.MMQ5_1,
+	quant.Q2_K:   shaders.MMQ2_K,
+	quant.Q3_K:   shaders.MMQ3_K,
 }
 
 // SupportsMatMat reports whether MatMat handles weights of type t.

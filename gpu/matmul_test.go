@@ -152,9 +152,9 @@ func TestMatMatBadArgs(t *testing.T) {
 	if err := r.k.MatMat(r.cb, F32{Buf: buf}, w, F32{Buf: buf}, 16); err == nil {
 		t.Error("Q4_K weights off a word accepted")
 	}
-	w = Weight{Buf: buf, Type: quant.Q4_1, Rows: 1, Cols: 32}
+	w = Weight{Buf: buf, Type: quant.Q8_K, Rows: 1, Cols: 256} // an activation type
 	if err := r.k.MatMat(r.cb, F32{Buf: buf}, w, F32{Buf: buf}, 16); !errors.Is(err, vk.ErrUnsupported) {
-		t.Errorf("Q4_1 mat-mat: %v, want ErrUnsupported", err)
+		t.Errorf("Q8_K mat-mat: %v, want ErrUnsupported", err)
 	}
 	w = Weight{Buf: buf, Type: quant.F32, Rows: 4, Cols: 8}
 	if err := r.k.MatMat(r.cb, F32{Buf: buf, Off: 240}, w, F32{Buf: buf}, 16); err == nil {

@@ -441,9 +441,10 @@ func TestBadArgs(t *testing.T) {
 	if err := r.k.MatVec(r.cb, F32{Buf: buf}, w, F32{Buf: buf}, 1); err == nil {
 		t.Error("weights overrunning their buffer accepted")
 	}
-	w = Weight{Buf: buf, Type: quant.Q4_1, Rows: 1, Cols: 256}
+	// Q8_K, an activation type, has no weight shader
+	w = Weight{Buf: buf, Type: quant.Q8_K, Rows: 1, Cols: 256}
 	if err := r.k.MatVec(r.cb, F32{Buf: buf}, w, F32{Buf: buf}, 1); !errors.Is(err, vk.ErrUnsupported) {
-		t.Errorf("Q4_1 mat-vec: %v, want ErrUnsupported", err)
+		t.Errorf("Q8_K mat-vec: %v, want ErrUnsupported", err)
 	}
 	w = Weight{Buf: buf, Type: quant.Q8_0, Rows: 1, Cols: 33}
 	if err := r.k.MatVec(r.cb, F32{Buf: buf}, w, F32{Buf: buf}, 1); err == nil {

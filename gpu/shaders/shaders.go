@@ -51,6 +51,27 @@ const (
 	MoESum        = "moe_sum"
 )
 
+// Names of the shaders of the 16-level table types (MXFP4, IQ4_NL,
+// IQ4_XS) and the other legacy and K-quant types.
+const (
+	MulMatVecMXFP4  = "mul_mat_vec_mxfp4"
+	MulMatVecIQ4_NL = "mul_mat_vec_iq4_nl"
+	MulMatVecIQ4_XS = "mul_mat_vec_iq4_xs"
+	MulMatVecQ4_1   = "mul_mat_vec_q4_1"
+	MulMatVecQ5_0   = "mul_mat_vec_q5_0"
+	MulMatVecQ5_1   = "mul_mat_vec_q5_1"
+	MulMatVecQ2_K   = "mul_mat_vec_q2_k"
+	MulMatVecQ3_K   = "mul_mat_vec_q3_k"
+	MMMXFP4         = "mm_mxfp4"
+	MMIQ4_NL        = "mm_iq4_nl"
+	MMIQ4_XS        = "mm_iq4_xs"
+	MMQ4_1          = "mm_q4_1"
+	MMQ5_0          = "mm_q5_0"
+	MMQ5_1          = "mm_q5_1"
+	MMQ2_K          = "mm_q2_k"
+	MMQ3_K          = "mm_q3_k"
+)
+
 // SPIRV returns the SPIR-V of the shader called name.
 func SPIRV(name string) ([]byte, error) {
 	b, err := spv.ReadFile(name + ".spv")
