@@ -7,4 +7,9 @@
 // Backend implements model.Ops on top of them (backend.go says how
 // activations stay on the device). Without cgo it has no kernels (package
 // vk returns ErrNoCgo).
+//
+// The lattice ("i-quant") weight types IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS,
+// IQ3_S, IQ1_S and IQ1_M have matrix-vector and matrix-matrix shaders too:
+// shaders/iq_dequant.glsl decodes them with package quant's grids, which
+// iq_tables.go puts in a buffer of their own.
 package gpu

@@ -42,6 +42,7 @@ type Kernels struct {
 	mv    map[quant.Type][2]uint32 // mat-vec variants set by SetMatVecVariant
 	tile  [3]uint32                // matrix-matrix tile set by SetMatMatTile (zero: defaultTile)
 	mmMin int                      // SetMatMatMin (0: MatMatMin)
+	iq    iqTables                 // the lattice types' tables (iq_tables.go)
 }
 
 type variant struct {
@@ -68,6 +69,7 @@ func (k *Kernels) Close() {
 	}
 	k.pipes = map[variant]*vk.Pipeline{}
 	k.sets = map[setKey]*vk.DescriptorSet{}
+	k.freeIQTables()
 }
 
 // Forget drops the descriptor sets that bind any of bufs, before the
@@ -186,6 +188,16 @@ var matVecShaders = map[quant.Type]struct {
 	quant.Q5_1:   {shaders.MulMatVecQ5_1, []uint32{32, 8}},
 	quant.Q2_K:   {shaders.MulMatVecQ2_K, []uint32{64, 4}},
 	quant.Q3_K:   {shaders.MulMatVecQ3_K, []uint32{64, 4}},
+
+	// The lattice types (iq_dequant.glsl): 16 slots a super-block as
+	// Q4_K, and Q4_K's variant.
+	quant.IQ2_XXS: {shaders.MulMatVecIQ2_XXS, []uint32{32, 8}},
+	quant.IQ2_XS:  {shaders.MulMatVecIQ2_XS, []uint32{32, 8}},
+	quant.IQ2_S:   {shaders.MulMatVecIQ2_S, []uint32{32, 8}},
+	quant.IQ3_XXS: {shaders.MulMatVecIQ3_XXS, []uint32{32, 8}},
+	quant.IQ3_S:   {shaders.MulMatVecIQ3_S, []uint32{32, 8}},
+	quant.IQ1_S:   {shaders.MulMatVecIQ1_S, []uint32{32, 8}},
+	quant.IQ1_M:   {shaders.MulMatVecIQ1_M, []uint32{32, 8}},
 }
 
 // SupportsMatVec reports whether MatVec handles weights of type t.
@@ -259,7 +271,11 @@ func (k *Kernels) MatVec(cb *vk.CommandBuffer, y F32, w Weight, x F32, n int) er
 	if uint32(4*int(spec[0])*int(spec[1])*cols) > k.dev.Info().Limits.MaxComputeSharedMemorySize {
 		return fmt.Errorf("gpu: MatVec: %d threads x %d rows x %d vectors of shared memory", spec[0], spec[1], cols)
 	}
-	p, set, err := k.bind(sh.name, 28, []uint32{spec[0], spec[1], uint32(cols)}, w.Buf, x.Buf, y.Buf)
+	bufs, nb, err := k.productBufs(w.Type, w.Buf, x.Buf, y.Buf)
+	if err != nil {
+		return err
+	}
+	p, set, err := k.bind(sh.name, 28, []uint32{spec[0], spec[1], uint32(cols)}, bufs[:nb]...)
 	if err != nil {
 		return err
 	}

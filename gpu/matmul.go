@@ -34,6 +34,15 @@ var matMatShaders = map[quant.Type]string{
 	quant.Q5_1:   shaders.MMQ5_1,
 	quant.Q2_K:   shaders.MMQ2_K,
 	quant.Q3_K:   shaders.MMQ3_K,
+
+	// The lattice types (iq_dequant.glsl).
+	quant.IQ2_XXS: shaders.MMIQ2_XXS,
+	quant.IQ2_XS:  shaders.MMIQ2_XS,
+	quant.IQ2_S:   shaders.MMIQ2_S,
+	quant.IQ3_XXS: shaders.MMIQ3_XXS,
+	quant.IQ3_S:   shaders.MMIQ3_S,
+	quant.IQ1_S:   shaders.MMIQ1_S,
+	quant.IQ1_M:   shaders.MMIQ1_M,
 }
 
 // SupportsMatMat reports whether MatMat handles weights of type t.
@@ -169,7 +178,11 @@ func (k *Kernels) MatMat(cb *vk.CommandBuffer, y F32, w Weight, x F32, n int) er
 	if groupsZ > int(k.dev.Info().Limits.MaxComputeWorkGroupCount[2]) {
 		return fmt.Errorf("gpu: MatMat: %d vectors exceed the device's z workgroup limit", n)
 	}
-	p, set, err := k.bind(name, 28, tile[:], w.Buf, x.Buf, y.Buf)
+	bufs, nb, err := k.productBufs(w.Type, w.Buf, x.Buf, y.Buf)
+	if err != nil {
+		return err
+	}
+	p, set, err := k.bind(name, 28, tile[:], bufs[:nb]...)
 	if err != nil {
 		return err
 	}

@@ -71,8 +71,8 @@ func BenchmarkOpsLlamaShapes(b *testing.B) {
 	}
 	bench := func(b *testing.B, op func() error) { benchN(b, opsPerSubmit, op) }
 	// The weight types of a Q4_K_M file, then MXFP4 (gpt-oss experts),
-	// IQ4_XS and Q3_K, at test_mul_mat's perf shape.
-	for _, typ := range []quant.Type{quant.Q4_K, quant.Q6_K, quant.Q8_0, quant.Q4_0, quant.Q5_K, quant.F16, quant.MXFP4, quant.IQ4_XS, quant.Q3_K} {
+	// IQ4_XS, Q3_K and two lattice types, at test_mul_mat's perf shape.
+	for _, typ := range []quant.Type{quant.Q4_K, quant.Q6_K, quant.Q8_0, quant.Q4_0, quant.Q5_K, quant.F16, quant.MXFP4, quant.IQ4_XS, quant.Q3_K, quant.IQ2_XXS, quant.IQ3_S} {
 		for _, n := range []int{1, 8} {
 			const m, k = 4096, 14336
 			b.Run(fmt.Sprintf("MUL_MAT/type_a=%s/m=%d/n=%d/k=%d", typ, m, n, k), func(b *testing.B) {

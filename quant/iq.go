@@ -188,6 +188,17 @@ func ksignsIQ2XS(i uint32) uint8 {
 	return uint8(i) | uint8(bits.OnesCount32(i)&1)<<7
 }
 
+// SignsIQ2XS returns ggml's ksigns_iq2xs table, ksignsIQ2XS of 0..127,
+// for kernels that look the sign bytes up themselves (package gpu's
+// shader tables).
+func SignsIQ2XS() []uint8 {
+	t := make([]uint8, 128)
+	for i := range t {
+		t[i] = ksignsIQ2XS(uint32(i))
+	}
+	return t
+}
+
 // signMul[s][j] is -1 where bit j of the sign byte s is set, else +1
 // (ggml tests kmask_iq2xs[j] = 1<<j against the sign byte).
 var signMul = func() (t [256][8]int8) {

@@ -1,6 +1,7 @@
 package quant
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math"
 	"os"
@@ -198,6 +199,9 @@ func TestIQGrids(t *testing.T) {
 		if got := ksignsIQ2XS(uint32(i)); got != v.ksigns[i] {
 			t.Errorf("ksignsIQ2XS(%d) = %d, ggml's ksigns_iq2xs %d", i, got, v.ksigns[i])
 		}
+	}
+	if got := SignsIQ2XS(); !bytes.Equal(got, v.ksigns[:]) {
+		t.Errorf("SignsIQ2XS() = %v, ggml's ksigns_iq2xs %v", got, v.ksigns)
 	}
 	grids8 := []struct {
 		name string

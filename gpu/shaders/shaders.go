@@ -72,6 +72,24 @@ const (
 	MMQ3_K          = "mm_q3_k"
 )
 
+// Names of the lattice types' shaders (iq_dequant.glsl).
+const (
+	MulMatVecIQ2_XXS = "mul_mat_vec_iq2_xxs"
+	MulMatVecIQ2_XS  = "mul_mat_vec_iq2_xs"
+	MulMatVecIQ2_S   = "mul_mat_vec_iq2_s"
+	MulMatVecIQ3_XXS = "mul_mat_vec_iq3_xxs"
+	MulMatVecIQ3_S   = "mul_mat_vec_iq3_s"
+	MulMatVecIQ1_S   = "mul_mat_vec_iq1_s"
+	MulMatVecIQ1_M   = "mul_mat_vec_iq1_m"
+	MMIQ2_XXS        = "mm_iq2_xxs"
+	MMIQ2_XS         = "mm_iq2_xs"
+	MMIQ2_S          = "mm_iq2_s"
+	MMIQ3_XXS        = "mm_iq3_xxs"
+	MMIQ3_S          = "mm_iq3_s"
+	MMIQ1_S          = "mm_iq1_s"
+	MMIQ1_M          = "mm_iq1_m"
+)
+
 // SPIRV returns the SPIR-V of the shader called name.
 func SPIRV(name string) ([]byte, error) {
 	b, err := spv.ReadFile(name + ".spv")

@@ -1,0 +1,9 @@
+#version 450
+// Matrix-matrix product, IQ2_XS (2.31 bits per weight) weights against F32
+// activations (prefill); the tiling is mm_head.glsl's, the block layout
+// iq_dequant.glsl's.
+#extension GL_GOOGLE_include_directive : require
+#define IQ2_XS
+#include "mm_head.glsl"
+#include "iq_dequant.glsl"
+#include "mm_iq.glsl"
