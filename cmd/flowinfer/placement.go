@@ -41,6 +41,15 @@ func gpuPlan(m *model.Model, p *configs.Pipeline, ngl int, fp stages.Footprint) 
 	return plan, nil
 }
 
+// gpuPlaceable reports why l's model or its KV cache for the run of
+// footprint fp cannot be on the device (nil if they can).
+func gpuPlaceable(l *loaded, p *configs.Pipeline, fp stages.Footprint) error {
+	if err := gpu.Placeable(l.Model); err != nil {
+		return err
+	}
+	return gpu.PlaceableKV(l.Model, kvTypes(p), fp.NCtx, fp.MaxBatch)
+}
+
 // checkNGL refuses --n-gpu-layers where no placement happens: the cpu
 // backend, or a command that computes only on the CPU.
 func checkNGL(p *configs.Pipeline, ngl int, gpuOK bool) error {
@@ -68,7 +77,7 @@ func printGPUPlan(l *loaded, p *configs.Pipeline, ngl int, fp stages.Footprint) 
 		return false, err
 	}
 	if why == "" {
-		err = gpu.Placeable(l.Model)
+		err = gpuPlaceable(l, p, fp)
 		if err != nil && p.Backend != "auto" {
 			return false, fmt.Errorf("--backend %s: %w", p.Backend, err)
 		}
