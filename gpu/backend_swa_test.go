@@ -364,3 +364,83 @@ func TestBackendGptOssMXFP4(t *testing.T) {
 		t.Fatalf("MXFP4 experts: error %v, want ErrUnsupported naming MXFP4", err)
 	}
 }
+
+// TestBackendGptOssGolden: model's TestGptOssGolden on the device, the
+// files as the golden was made (MXFP4 experts; the other weights F32 or
+// Q8_0): llama.cpp's last logits after the 1,500-token prompt within that
+// test's bounds (F32: max 1e-4; Q8_0: max 0.1, RMS 0.02) and its 64 greedy
+// tokens exactly. It needs an MXFP4 mat-vec shader (skipped, naming it,
+// until SupportsMatVec(MXFP4)) and minutes on lavapipe
+// (FLOWINFER_GPU_GOLDEN=all, as TestBackendGemma3Golden).
+func TestBackendGptOssGolden(t *testing.T) {
+	if !SupportsMatVec(quant.MXFP4) {
+		t.Skip("the device has no MXFP4 mat-vec shader: gpt-oss's experts are refused (TestBackendGptOssMXFP4)")
+	}
+	if os.Getenv("FLOWINFER_GPU_GOLDEN") != "all" {
+		t.Skip("minutes on lavapipe: FLOWINFER_GPU_GOLDEN=all runs it")
+	}
+	r := newRig(t)
+	text := storiesText(t)
+	for _, v := range []struct {
+		name        string
+		typ         quant.Type
+		maxAbs, rms float64
+	}{{"F32", quant.F32, 1e-4, 0}, {"Q8_0", quant.Q8_0, 0.1, 0.02}} {
+		t.Run(v.name, func(t *testing.T) {
+			b := openSynth(t, "gpt-oss-small", synth.Options{Type: v.typ, Seed: 1})
+			tok := b.Tokenizer
+			// model's gptOssPrompt: the longest word prefix of at most
+			// 1,500 tokens, words joined by one space
+			words := strings.Fields(text)
+			lo, hi := 0, len(words)
+			for lo < hi {
+				mid := (lo + hi + 1) / 2
+				if len(tok.Encode(strings.Join(words[:mid], " "), true, false)) <= 1500 {
+					lo = mid
+				} else {
+					hi = mid - 1
+				}
+			}
+			ids := tok.Encode(strings.Join(words[:lo], " "), true, false)
+			dir := filepath.Join("..", "model", "testdata", "gptoss")
+			want := golden.ReadQuoted(t, filepath.Join(dir, v.name+".txt"))
+			if got := fmt.Sprint(ids); got != "["+want["tokens"]+"]" {
+				t.Fatalf("prompt tokens differ from llama.cpp's (%d tokens)", len(ids))
+			}
+			raw, err := os.ReadFile(filepath.Join(dir, v.name+".logits"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wantLogits []float32
+			for line := range strings.Lines(string(raw)) {
+				if line = strings.TrimSpace(line); line == "" || strings.HasPrefix(line, "#") {
+					continue
+				}
+				x, err := strconv.ParseFloat(line, 32)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wantLogits = append(wantLogits, float32(x))
+			}
+			be, err := newBackendOf(r.d, b.Model, r.k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer be.Close()
+			logits, toks := deviceGreedy(t, b.Model, be, ids, 2048, 64, nil)
+			var s golden.Stats
+			s.AddRow(logits, wantLogits)
+			t.Logf("last-position logits after %d tokens: max |Δ| %.3g, RMS %.3g", len(ids), s.MaxAbs, s.RMS())
+			if s.MaxAbs > v.maxAbs || v.rms > 0 && s.RMS() > v.rms {
+				t.Errorf("logits: max |Δ| %.3g (limit %g), RMS %.3g (limit %g)", s.MaxAbs, v.maxAbs, s.RMS(), v.rms)
+			}
+			var out []byte
+			for _, id := range toks {
+				out = tok.AppendPiece(out, id, false)
+			}
+			if string(out) != want["greedy"] {
+				t.Errorf("greedy continuation:\n%q\n    llama.cpp:\n%q", out, want["greedy"])
+			}
+		})
+	}
+}
