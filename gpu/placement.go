@@ -289,17 +289,21 @@ func layerRange(a, b int) string {
 }
 
 // Reserve returns the device memory a plan keeps beside weights and KV
-// for a step of up to maxBatch tokens: the staging ring and the device
+// for a step of up to maxBatch tokens of m: the staging ring, the device
 // copies of the Context's activations (model.NewContextKV's buffers:
 // x, xn, tmp, q, k, v, att, gate, up, outRows, embd and the logits), and
-// the GELU table of GeGLU (256 KiB: made only by the models whose FFN is
-// GeGLU, which Hyper does not say, so counted for every model).
-func Reserve(h *model.Hyper, maxBatch int) int64 {
+// GeGLU's GELU table when m's FFN is GeGLU.
+func Reserve(m *model.Model, maxBatch int) int64 {
+	h := &m.Hyper
 	per := 5*h.NEmbd + h.QDim() + h.KDim() + h.VDim() + h.NHead*h.HeadDimV + 2*max(h.NFF, h.NFFExp) + h.NVocab
 	if h.NExpert > 0 { // the router's probabilities, each token's K expert outputs, an expert's scratch
 		per += h.NExpert + h.NExpertUsed*h.NEmbd + 2*h.NEmbd + 2*h.NFFExp
 	}
-	return stagingBytes + geluTableBytes + 4*int64(maxBatch)*int64(per)
+	n := stagingBytes + 4*int64(maxBatch)*int64(per)
+	if m.FFNAct == model.ActGELU {
+		n += geluTableBytes
+	}
+	return n
 }
 
 // geluTableBytes is GELUTable's device copy.

@@ -32,9 +32,9 @@ func gpuPlan(m *model.Model, p *configs.Pipeline, ngl int, fp stages.Footprint) 
 		// chunk per memory kind (device-local, upload, readback) for the
 		// allocator's partly used chunks (gpu.go chunkBytes)
 		slack := 3 * int64(cmp.Or(chunkBytes(p.VRAM), 64<<20))
-		return gpu.PlanVRAM(m, int64(p.VRAM), kvLayer, gpu.Reserve(&m.Hyper, fp.MaxBatch)+slack), nil
+		return gpu.PlanVRAM(m, int64(p.VRAM), kvLayer, gpu.Reserve(m, fp.MaxBatch)+slack), nil
 	case p.VRAM > 0:
-		return gpu.PlanVRAM(m, int64(p.VRAM), kvLayer, gpu.Reserve(&m.Hyper, fp.MaxBatch)), nil
+		return gpu.PlanVRAM(m, int64(p.VRAM), kvLayer, gpu.Reserve(m, fp.MaxBatch)), nil
 	}
 	plan := gpu.PlanLayers(m, -1, kvLayer)
 	plan.Why = "all"
