@@ -15,6 +15,7 @@ import (
 	"testing"
 	"unicode"
 
+	"github.com/flowinfer/flowinfer/configs"
 	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/gpu/vk"
 	"github.com/flowinfer/flowinfer/internal/golden"
@@ -285,10 +286,11 @@ func requantExperts(t *testing.T, m *model.Model, typ quant.Type) {
 // TestBackendGreedyQwen3MoE: twice the exact goldens' bound); with Q8_0
 // experts (the CPU rounds activations to 8 bits, the device does not) the
 // logits within the quantized goldens' RMS 0.03 and the first greedy token
-// equal: the random-weight model's logits are nearly flat, and a later
+// equal (the random-weight model's logits are nearly flat, and a later
 // step may flip a near tie (seen: 5th of 8 tokens on a 200-token prompt,
 // none of 16 on a 300-token one), as the goldens compare quantized files'
-// logits, not their continuations.
+// logits, not their continuations). The F32 run again with the experts in
+// 5 device slots filled at each miss gives the same logits bit for bit.
 func TestBackendGptOss(t *testing.T) {
 	r := newRig(t)
 	text := storiesText(t)
@@ -342,6 +344,26 @@ func TestBackendGptOss(t *testing.T) {
 			}
 			t.Logf("%d of %d routing decisions equal (weights max |Δ| %.2g); prompt logits max |Δ| %.3g, RMS %.3g; the first %d of %d greedy tokens equal",
 				same, len(wantR.sel), maxw, s.MaxAbs, s.RMS(), agree, n)
+			if !exact {
+				return
+			}
+			// experts in 5 device slots (of 64) filled at each miss: the
+			// expert biases stay resident, so the logits are the
+			// resident run's bit for bit
+			plan := PlanLayers(m, -1, 0)
+			plan.ExpertSlots, plan.ExpertPolicy = 5, configs.PolicySLRU
+			sb, err := newBackendOn(r.d, m, r.k, &plan)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sb.Close()
+			slotL, slotT := deviceGreedy(t, m, sb, ids, 512, n, nil)
+			if !slices.Equal(slotT, got) || !slices.EqualFunc(slotL, gotL, func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }) {
+				t.Errorf("5 slots: tokens %v and prompt logits differ from the resident experts' (%v)", slotT, got)
+			}
+			if st := sb.ExpertStats(); st.Misses == 0 || st.Evictions == 0 || st.Slots != 5 {
+				t.Errorf("5 slots: %+v, want misses and evictions", st)
+			}
 		})
 	}
 }
