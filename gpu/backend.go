@@ -18,8 +18,11 @@ package gpu
 // calling ToHost before it reads or writes an activation on the host,
 // which model/context.go does.
 //
-// MoE layers of qwen3moe run here (backend_moe.go), their experts in
-// device slots (expertstore.go); the other MoE families are refused.
+// MoE layers of qwen3moe and gpt-oss run here (backend_moe.go), their
+// experts in device slots (expertstore.go), gpt-oss's expert biases
+// resident beside them; the other MoE families are refused. Sliding-window
+// layers (gemma3, gpt-oss) need a row per position (--swa-full): the
+// host's rings are refused by name.
 // Not done here yet: quantized, TurboQuant or --kv-recent KV caches (f32 and f16 are done) (StoreKV fails naming the
 // type), paged caches, bias, penalties or grammar masks on the device
 // (argmax.go ranks logits for greedy and top-k). A weight that does not
@@ -69,6 +72,7 @@ type Backend struct {
 	timer   *devTimer    // device timing while on (timestamps.go)
 	experts *expertStore // routed experts' slots (nil: no MoE layers)
 	moe     moeBufs      // MoE scratch (backend_moe.go)
+	gelu    F32          // GELUTable on the device (GeGLU; nil Buf until first use)
 	err     error        // first failure of an op since the last ToHost
 }
 
@@ -133,7 +137,7 @@ func newBackendOn(dev *vk.Device, m *model.Model, k *Kernels, plan *Plan) (*Back
 				ws = append(ws, *w)
 			}
 		}
-		vs = append(vs, L.AttnNorm, L.Bq, L.Bk, L.Bv, L.Bo, L.QNorm, L.KNorm, L.Sinks, L.FFNNorm)
+		vs = append(vs, layerVectors(L)...)
 	}
 	for _, w := range ws {
 		if err := b.uploadWeight(w); err != nil {

@@ -13,7 +13,8 @@ package gpu
 // by the expert's matrices in their device slots (expertstore.go),
 // applies SwiGLU and scatters the weighted outputs into the tokens'
 // (token, slot) rows, and SumRows adds each token's rows in the router's
-// order, as the host does.
+// order, as the host does. gpt-oss's experts (ExpertBiased) add their
+// biases to the three products and use the clamped SwiGLU.
 
 import (
 	"fmt"
@@ -25,7 +26,10 @@ import (
 	"github.com/flowinfer/flowinfer/model"
 )
 
-var _ model.DeviceMoE = (*Backend)(nil)
+var (
+	_ model.DeviceMoE       = (*Backend)(nil)
+	_ model.DeviceMoEBiased = (*Backend)(nil)
+)
 
 // moeBufs is the device scratch of one expert's rows: its tokens' inputs,
 // gate and up products and outputs, in one buffer grown as needed (an
@@ -76,10 +80,33 @@ func (b *Backend) RouteTopK(x []float32, n, dim int, sel []int, w []float32) err
 
 // Expert implements model.DeviceMoE.
 func (b *Backend) Expert(il, e int, gate, up, down *model.Weight, out, xn []float32, entries []int32, k int, w []float32) {
-	b.run(func() error { return b.expert(il, e, [3]*model.Weight{gate, up, down}, out, xn, entries, k, w) })
+	b.run(func() error {
+		return b.expert(il, e, [3]*model.Weight{gate, up, down}, model.ExpertBiases{}, out, xn, entries, k, w)
+	})
 }
 
-func (b *Backend) expert(il, e int, ws [3]*model.Weight, out, xn []float32, entries []int32, k int, w []float32) error {
+// ExpertBiased implements model.DeviceMoEBiased (gpt-oss's experts): the
+// biases are the layer's whole per-expert matrices, resident on the
+// device (newBackendOn uploads them), read at expert e's row.
+func (b *Backend) ExpertBiased(il, e int, gate, up, down *model.Weight, eb model.ExpertBiases, out, xn []float32, entries []int32, k int, w []float32) {
+	b.run(func() error { return b.expert(il, e, [3]*model.Weight{gate, up, down}, eb, out, xn, entries, k, w) })
+}
+
+// expertBias returns row e of the per-expert biases v (rows of width) on
+// the device, or a nil Buf for no bias.
+func (b *Backend) expertBias(v model.Vector, e, width int) (F32, error) {
+	if v == nil {
+		return F32{}, nil
+	}
+	if len(v) < (e+1)*width {
+		return F32{}, fmt.Errorf("gpu: expert %d's bias: %d floats for rows of %d", e, len(v), width)
+	}
+	f, err := b.vector(v)
+	f.Off += e * width
+	return f, err
+}
+
+func (b *Backend) expert(il, e int, ws [3]*model.Weight, eb model.ExpertBiases, out, xn []float32, entries []int32, k int, w []float32) error {
 	s := b.experts
 	if s == nil {
 		return fmt.Errorf("gpu: Expert: the backend holds no experts")
@@ -108,6 +135,18 @@ func (b *Backend) expert(il, e int, ws [3]*model.Weight, out, xn []float32, entr
 		}
 	}
 	dw := s.slots[slot].w
+	gb, err := b.expertBias(eb.Gate, e, f)
+	if err != nil {
+		return err
+	}
+	ub, err := b.expertBias(eb.Up, e, f)
+	if err != nil {
+		return err
+	}
+	db, err := b.expertBias(eb.Down, e, d)
+	if err != nil {
+		return err
+	}
 	xi, err := b.in(xn)
 	if err != nil {
 		return err
@@ -144,7 +183,24 @@ func (b *Backend) expert(il, e int, ws [3]*model.Weight, out, xn []float32, entr
 		return err
 	}
 	cb.Barrier()
-	if err := kn.SwiGLU(cb, g, g, u, m*f); err != nil {
+	// gpt-oss: each product's bias (the host adds up's, then gate's: the
+	// order does not matter, they touch different rows)
+	if gb.Buf != nil || ub.Buf != nil {
+		for _, a := range []struct{ x, bias F32 }{{u, ub}, {g, gb}} {
+			if a.bias.Buf != nil {
+				if err := kn.AddRows(cb, a.x, a.bias, m*f, f); err != nil {
+					return err
+				}
+			}
+		}
+		cb.Barrier()
+	}
+	if eb.OAI {
+		err = kn.SwiGLUOAI(cb, g, g, u, m*f, model.SwiGLUOAIAlpha, model.SwiGLUOAILimit)
+	} else {
+		err = kn.SwiGLU(cb, g, g, u, m*f)
+	}
+	if err != nil {
 		return err
 	}
 	cb.Barrier()
@@ -152,6 +208,12 @@ func (b *Backend) expert(il, e int, ws [3]*model.Weight, out, xn []float32, entr
 		return err
 	}
 	cb.Barrier()
+	if db.Buf != nil {
+		if err := kn.AddRows(cb, yg, db, m*d, d); err != nil {
+			return err
+		}
+		cb.Barrier()
+	}
 	// each output row, weighted, into its (token, slot) row
 	return kn.ScatterRows(cb, o, yg, idx, m, outRows, d)
 }
@@ -219,6 +281,16 @@ func (b *Backend) loadExperts(m *model.Model, slots int, policy configs.CachePol
 	}
 	if slots < 0 || slots > n {
 		return fmt.Errorf("gpu: %d expert slots for %d experts", slots, n)
+	}
+	for il := range m.Layers { // refused now, not at a cache miss
+		L := &m.Layers[il]
+		for e := range L.GateExps {
+			for _, w := range []*model.Weight{&L.GateExps[e], &L.UpExps[e], &L.DownExps[e]} {
+				if !SupportsMatVec(w.Type) {
+					return fmt.Errorf("gpu: expert weight %q: %w: no shader for type %s", w.Name, vk.ErrUnsupported, w.Type)
+				}
+			}
+		}
 	}
 	cache := slots > 0 && slots < n
 	if !cache {

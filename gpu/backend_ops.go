@@ -20,6 +20,8 @@ var (
 	_ model.Rotator  = (*Backend)(nil)
 	_ model.HostSync = (*Backend)(nil)
 	_ model.KVCopier = (*Backend)(nil)
+
+	_ model.ClampedSwiGLU = (*Backend)(nil)
 )
 
 // Supports implements model.Ops: the types with a mat-vec shader.
@@ -180,16 +182,78 @@ func (b *Backend) SwiGLU(out, gate, up []float32) {
 	})
 }
 
-// GeGLU implements model.Ops: no shader yet (NewBackend refuses gemma3,
-// its one user).
+// GeGLU implements model.Ops: gelu by ggml's float16 table (GELUTable,
+// uploaded on first use), as package cpu.
 func (b *Backend) GeGLU(out, gate, up []float32) {
-	b.run(func() error { return fmt.Errorf("gpu: %w: GeGLU has no shader", vk.ErrUnsupported) })
+	b.run(func() error {
+		n := len(gate)
+		t, err := b.geluTable()
+		if err != nil {
+			return err
+		}
+		g, err := b.in(gate)
+		if err != nil {
+			return err
+		}
+		u, err := b.in(up[:n])
+		if err != nil {
+			return err
+		}
+		y, err := b.out(out[:n])
+		if err != nil {
+			return err
+		}
+		return b.k.GeGLU(b.cb, y, g, u, t, n)
+	})
 }
 
-// Scale implements model.Ops: no shader yet (NewBackend refuses gemma3,
-// its one user).
+// geluTable returns the device copy of GELUTable, uploaded on first use.
+func (b *Backend) geluTable() (F32, error) {
+	if b.gelu.Buf != nil {
+		return b.gelu, nil
+	}
+	t := GELUTable()
+	buf, err := b.dev.NewBuffer(uint64(4*len(t)), vk.DeviceLocal)
+	if err != nil {
+		return F32{}, fmt.Errorf("gpu: GELU table: %w", err)
+	}
+	b.owned = append(b.owned, buf)
+	b.gelu = F32{Buf: buf}
+	return b.gelu, b.upload(buf, 0, f32b(t[:]))
+}
+
+// SwiGLUOAI implements model.ClampedSwiGLU (gpt-oss's experts).
+func (b *Backend) SwiGLUOAI(out, gate, up []float32, alpha, limit float32) {
+	b.run(func() error {
+		n := len(gate)
+		g, err := b.in(gate)
+		if err != nil {
+			return err
+		}
+		u, err := b.in(up[:n])
+		if err != nil {
+			return err
+		}
+		y, err := b.out(out[:n])
+		if err != nil {
+			return err
+		}
+		return b.k.SwiGLUOAI(b.cb, y, g, u, n, alpha, limit)
+	})
+}
+
+// Scale implements model.Ops.
 func (b *Backend) Scale(x []float32, s float32) {
-	b.run(func() error { return fmt.Errorf("gpu: %w: Scale has no shader", vk.ErrUnsupported) })
+	b.run(func() error {
+		if _, err := b.in(x); err != nil {
+			return err
+		}
+		d, err := b.out(x)
+		if err != nil {
+			return err
+		}
+		return b.k.Scale(b.cb, d, len(x), s)
+	})
 }
 
 // Add implements model.Ops.
@@ -264,6 +328,13 @@ func (b *Backend) devKVAll(kv *model.KVCache) (*devKV, error) {
 	}
 	if kv.HasRecent() {
 		return nil, fmt.Errorf("gpu: %w: --kv-recent rows", vk.ErrUnsupported)
+	}
+	for l := range kv.NLayer {
+		if r := kv.Ring(l); r > 0 {
+			// the host keeps, copies and checkpoints the rings (model's
+			// kvswa.go, kvswackpt.go); the device has a row per position
+			return nil, fmt.Errorf("gpu: %w: layer %d's sliding window keeps a ring of %d rows per sequence; the device backend needs a row per position (--swa-full)", vk.ErrUnsupported, l, r)
+		}
 	}
 	lt0 := kv.Layer(0)
 	for l := range kv.NLayer {

@@ -333,25 +333,56 @@ func (k *Kernels) SwiGLU(cb *vk.CommandBuffer, out, gate, up F32, n int) error {
 	return k.elementwise(cb, shaders.SwiGLU, n, out, gate, up)
 }
 
+// SwiGLUOAI records gpt-oss's clamped SwiGLU over n floats: out =
+// x·σ(alpha·x)·(y+1), x = min(gate, limit), y = up clamped to ±limit.
+func (k *Kernels) SwiGLUOAI(cb *vk.CommandBuffer, out, gate, up F32, n int, alpha, limit float32) error {
+	return k.elementwisePush(cb, shaders.SwiGLUOAI, n, []F32{out, gate, up}, nil, []uint32{math.Float32bits(alpha), math.Float32bits(limit)})
+}
+
+// GeGLU records out = gelu(gate)·up over n floats, gelu by ggml's float16
+// table: table holds GELUTable's 65536 floats (geglu.comp).
+func (k *Kernels) GeGLU(cb *vk.CommandBuffer, out, gate, up, table F32, n int) error {
+	to, err := floats("GeGLU table", table, 1<<16)
+	if err != nil {
+		return err
+	}
+	return k.elementwisePush(cb, shaders.GeGLU, n, []F32{out, gate, up}, []*vk.Buffer{table.Buf}, []uint32{to})
+}
+
+// Scale records x *= s over n floats.
+func (k *Kernels) Scale(cb *vk.CommandBuffer, x F32, n int, s float32) error {
+	return k.elementwisePush(cb, shaders.Scale, n, []F32{x}, nil, []uint32{math.Float32bits(s)})
+}
+
 // Add records dst += src over n floats.
 func (k *Kernels) Add(cb *vk.CommandBuffer, dst, src F32, n int) error {
 	return k.elementwise(cb, shaders.Add, n, dst, src)
 }
 
 func (k *Kernels) elementwise(cb *vk.CommandBuffer, name string, n int, args ...F32) error {
+	return k.elementwisePush(cb, name, n, args, nil, nil)
+}
+
+// elementwisePush records an element-wise shader over n floats of each
+// operand in args, binding them and then the whole buffers of more (read
+// at offsets the caller puts in extra): push constants n, the operands'
+// offsets, then extra.
+func (k *Kernels) elementwisePush(cb *vk.CommandBuffer, name string, n int, args []F32, more []*vk.Buffer, extra []uint32) error {
 	if n <= 0 || n > math.MaxUint32 {
 		return fmt.Errorf("gpu: %s: %d elements", name, n)
 	}
 	pc := []uint32{uint32(n)}
-	bufs := make([]*vk.Buffer, len(args))
+	var bufs []*vk.Buffer
 	for i, a := range args {
 		o, err := floats(fmt.Sprintf("%s operand %d", name, i), a, n)
 		if err != nil {
 			return err
 		}
 		pc = append(pc, o)
-		bufs[i] = a.Buf
+		bufs = append(bufs, a.Buf)
 	}
+	bufs = append(bufs, more...)
+	pc = append(pc, extra...)
 	p, set, err := k.bind(name, 4*len(pc), []uint32{ewThreads}, bufs...)
 	if err != nil {
 		return err

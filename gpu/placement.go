@@ -15,11 +15,13 @@ import (
 )
 
 // gpuArchs are the architectures whose every op runs on the device.
-var gpuArchs = map[string]bool{"llama": true, "qwen2": true, "qwen3": true}
+var gpuArchs = map[string]bool{"llama": true, "qwen2": true, "qwen3": true, "gemma3": true}
 
-// moeArchs are the MoE architectures whose layers run on the device:
-// plain SwiGLU experts under a softmax router (model's DeviceMoE).
-var moeArchs = map[string]bool{"qwen3moe": true}
+// moeArchs are the MoE architectures whose layers run on the device
+// (model's DeviceMoE): qwen3moe's SwiGLU experts under a softmax router,
+// gpt-oss's biased experts with the clamped SwiGLU under the softmax of
+// the chosen logits.
+var moeArchs = map[string]bool{"qwen3moe": true, "gpt-oss": true}
 
 // Plan places a model: GPU[il] says whether repeating layer il computes on
 // the device (its weights, norms and KV cache in device memory), Output
@@ -117,6 +119,21 @@ func Placeable(m *model.Model) error {
 	return deviceArch(m)
 }
 
+// PlaceableKV reports, as an ErrUnsupported error, why m's KV cache of
+// types t for contexts of nCtx positions and steps of up to maxBatch rows
+// cannot live on the device (nil if it can): a sliding-window layer that
+// would keep a ring of its window (model.SWARingRows), which the host
+// copies and checkpoints itself; the device keeps a row per position,
+// as t.SWAFull (--swa-full) makes every layer do.
+func PlaceableKV(m *model.Model, t model.KVTypes, nCtx, maxBatch int) error {
+	for l := range m.NLayer {
+		if r := model.SWARingRows(t, m.LayerWindow(l), maxBatch, nCtx); r > 0 {
+			return fmt.Errorf("gpu: %w: layer %d's sliding window of %d would keep a ring of %d rows per sequence, and the device keeps a row per position: pass --swa-full", vk.ErrUnsupported, l, m.LayerWindow(l), r)
+		}
+	}
+	return nil
+}
+
 // SplitPlaceable reports why m cannot be split between the device and the
 // CPU (nil if it can): a MoE model cannot.
 func SplitPlaceable(m *model.Model) error {
@@ -131,14 +148,15 @@ func SplitPlaceable(m *model.Model) error {
 func deviceArch(m *model.Model) error {
 	switch {
 	case m.NExpert > 0 && !moeArchs[m.Arch]:
-		// gpt-oss's clamped SwiGLU and biases, the hybrids' recurrent
-		// layers, gemma4's GeGLU experts, nemotron_h_moe's selection
-		// bias have no device form yet
-		return fmt.Errorf("gpu: %w: routed experts of architecture %s (supported: qwen3moe); use the cpu backend", vk.ErrUnsupported, m.Arch)
+		// the hybrids' recurrent layers, gemma4's GeGLU experts and
+		// per-layer inputs, nemotron_h_moe's selection bias have no
+		// device form yet
+		return fmt.Errorf("gpu: %w: routed experts of architecture %s (supported: qwen3moe, gpt-oss); use the cpu backend", vk.ErrUnsupported, m.Arch)
 	case m.NExpert == 0 && !gpuArchs[m.Arch]:
-		// gemma3's GeGLU, mistral3's temperature on Q (applied on the
-		// host), qwen35's recurrent layers have no device form yet
-		return fmt.Errorf("gpu: %w: architecture %s (supported: llama, qwen2, qwen3, qwen3moe); use the cpu backend", vk.ErrUnsupported, m.Arch)
+		// mistral3's temperature on Q (applied on the host), qwen35's
+		// recurrent layers, gemma4's per-layer inputs have no device
+		// form yet
+		return fmt.Errorf("gpu: %w: architecture %s (supported: llama, qwen2, qwen3, gemma3, qwen3moe, gpt-oss); use the cpu backend", vk.ErrUnsupported, m.Arch)
 	}
 	return nil
 }
@@ -151,10 +169,18 @@ func layerBytes(L *model.Layer) int64 {
 			n += int64((*w).Rows * (*w).RowBytes)
 		}
 	}
-	for _, v := range []model.Vector{L.AttnNorm, L.Bq, L.Bk, L.Bv, L.Bo, L.QNorm, L.KNorm, L.Sinks, L.FFNNorm} {
+	for _, v := range layerVectors(L) {
 		n += int64(4 * len(v))
 	}
 	return n
+}
+
+// layerVectors returns layer L's vectors the device holds (nil where L has
+// none): norms, biases, sinks, and gpt-oss's router bias and per-expert
+// biases (resident whatever the expert slots hold).
+func layerVectors(L *model.Layer) []model.Vector {
+	return []model.Vector{L.AttnNorm, L.Bq, L.Bk, L.Bv, L.Bo, L.QNorm, L.KNorm, L.Sinks, L.FFNNorm,
+		L.AttnPostNorm, L.FFNPostNorm, L.RouterB, L.GateExpsB, L.UpExpsB, L.DownExpsB}
 }
 
 // outputBytes returns the bytes of the output norm and projection.
@@ -263,16 +289,25 @@ func layerRange(a, b int) string {
 }
 
 // Reserve returns the device memory a plan keeps beside weights and KV
-// for a step of up to maxBatch tokens: the staging ring and the device
+// for a step of up to maxBatch tokens of m: the staging ring, the device
 // copies of the Context's activations (model.NewContextKV's buffers:
-// x, xn, tmp, q, k, v, att, gate, up, outRows, embd and the logits).
-func Reserve(h *model.Hyper, maxBatch int) int64 {
+// x, xn, tmp, q, k, v, att, gate, up, outRows, embd and the logits), and
+// GeGLU's GELU table when m's FFN is GeGLU.
+func Reserve(m *model.Model, maxBatch int) int64 {
+	h := &m.Hyper
 	per := 5*h.NEmbd + h.QDim() + h.KDim() + h.VDim() + h.NHead*h.HeadDimV + 2*max(h.NFF, h.NFFExp) + h.NVocab
 	if h.NExpert > 0 { // the router's probabilities, each token's K expert outputs, an expert's scratch
 		per += h.NExpert + h.NExpertUsed*h.NEmbd + 2*h.NEmbd + 2*h.NFFExp
 	}
-	return stagingBytes + 4*int64(maxBatch)*int64(per)
+	n := stagingBytes + 4*int64(maxBatch)*int64(per)
+	if m.FFNAct == model.ActGELU {
+		n += geluTableBytes
+	}
+	return n
 }
+
+// geluTableBytes is GELUTable's device copy.
+const geluTableBytes = 4 << 16
 
 // stagingBytes is the device backend's staging ring (backend.go's
 // ringBytes, which only cgo builds have).

@@ -102,11 +102,11 @@ func TestPlaceableRefuses(t *testing.T) {
 	m := openStories(t).Model
 	moe, arch := *m, *m
 	moe.NExpert = 8
-	arch.Arch = "gemma3"
+	arch.Arch = "mistral3"
 	for _, c := range []struct {
 		m    *model.Model
 		want string
-	}{{&moe, "routed experts"}, {&arch, "architecture gemma3"}} {
+	}{{&moe, "routed experts"}, {&arch, "architecture mistral3"}} {
 		p := PlanLayers(c.m, 2, 0)
 		_, err := newPlaced(r.d, c.m, r.k, &p)
 		if !errors.Is(err, vk.ErrUnsupported) || !strings.Contains(err.Error(), c.want) {

@@ -61,6 +61,16 @@ func (c *Context) layer(il int) *Layer {
 	return &c.M.Layers[il]
 }
 
+// inputOps returns the Ops that look up the embeddings (a Split's Input):
+// an op on the embeddings before the layers runs there, where layers
+// (switchOps) expects x to be.
+func (c *Context) inputOps() Ops {
+	if s, ok := c.Ops.(*Split); ok {
+		return s.Input
+	}
+	return c.Ops
+}
+
 // embed looks up the batch's token embeddings into c.x.
 func (c *Context) embed(b *Batch) {
 	c.Ops.Embed(c.x, c.M.TokEmbd, b.Tokens)

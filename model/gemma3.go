@@ -131,8 +131,9 @@ func gemma3Hyper(f *gguf.File, m *Model) (swaBase float32, err error) {
 func forwardGemma3(c *Context, b *Batch) error {
 	n, d := b.Len(), c.M.NEmbd
 	c.embed(b)
-	// x *= √NEmbd (sqrtf of the float32 width, as llama.cpp)
-	c.Ops.Scale(c.x[:n*d], float32(math.Sqrt(float64(float32(d)))))
+	// x *= √NEmbd (sqrtf of the float32 width, as llama.cpp), by the Ops
+	// that looked the embeddings up: layer 0's reads x from there
+	c.inputOps().Scale(c.x[:n*d], float32(math.Sqrt(float64(float32(d)))))
 	c.eval("inp_scaled", -1, c.x, n, d)
 	return c.layers(b, func(il int, b *Batch) error {
 		// x += post_norm(attn(norm(x))), sliding or global by layer

@@ -138,7 +138,11 @@ func (c *Context) routed(il, n int, probs []float32) error {
 			topK(probs[t*h.NExpert:(t+1)*h.NExpert], sel, w)
 		}
 		if h.GatingSoftmaxWeight {
-			ops.Softmax(w, 1, K)
+			if dm != nil { // w was read back from the device: softmax where it is
+				softmaxHost(w)
+			} else {
+				ops.Softmax(w, 1, K)
+			}
 		}
 		if h.NormTopK {
 			var sum float32
@@ -329,7 +333,13 @@ func (c *Context) expert(il, e int, gateW, upW, downW *Weight) {
 	m := len(entries)
 	c.expertRuns++
 	if dm := c.deviceMoE(il); dm != nil { // on the Ops' rows (moedevice.go)
-		dm.Expert(il, e, gateW, upW, downW, s.out[:c.moeRows*K*d], c.xn[:c.moeRows*d], entries, K, s.w)
+		out, xn := s.out[:c.moeRows*K*d], c.xn[:c.moeRows*d]
+		if L := c.layer(il); c.expertExtras(L) { // gpt-oss
+			b := ExpertBiases{Gate: L.GateExpsB, Up: L.UpExpsB, Down: L.DownExpsB, OAI: c.M.SwiGLUOAI}
+			dm.(DeviceMoEBiased).ExpertBiased(il, e, gateW, upW, downW, b, out, xn, entries, K, s.w)
+			return
+		}
+		dm.Expert(il, e, gateW, upW, downW, out, xn, entries, K, s.w)
 		return
 	}
 	xg, yg := s.xg[:m*d], s.yg[:m*d]

@@ -42,7 +42,7 @@ func openGPU(l *loaded, p *configs.Pipeline, cb *cpu.Backend, ngl int, policy co
 		cpuFallback(p, log, why)
 		return nil, nil, nil
 	}
-	if err := gpu.Placeable(l.Model); err != nil {
+	if err := gpuPlaceable(l, p, fp); err != nil {
 		in.Close()
 		if auto {
 			cpuFallback(p, log, err.Error())

@@ -32,13 +32,22 @@ func gpuPlan(m *model.Model, p *configs.Pipeline, ngl int, fp stages.Footprint) 
 		// chunk per memory kind (device-local, upload, readback) for the
 		// allocator's partly used chunks (gpu.go chunkBytes)
 		slack := 3 * int64(cmp.Or(chunkBytes(p.VRAM), 64<<20))
-		return gpu.PlanVRAM(m, int64(p.VRAM), kvLayer, gpu.Reserve(&m.Hyper, fp.MaxBatch)+slack), nil
+		return gpu.PlanVRAM(m, int64(p.VRAM), kvLayer, gpu.Reserve(m, fp.MaxBatch)+slack), nil
 	case p.VRAM > 0:
-		return gpu.PlanVRAM(m, int64(p.VRAM), kvLayer, gpu.Reserve(&m.Hyper, fp.MaxBatch)), nil
+		return gpu.PlanVRAM(m, int64(p.VRAM), kvLayer, gpu.Reserve(m, fp.MaxBatch)), nil
 	}
 	plan := gpu.PlanLayers(m, -1, kvLayer)
 	plan.Why = "all"
 	return plan, nil
+}
+
+// gpuPlaceable reports why l's model or its KV cache for the run of
+// footprint fp cannot be on the device (nil if they can).
+func gpuPlaceable(l *loaded, p *configs.Pipeline, fp stages.Footprint) error {
+	if err := gpu.Placeable(l.Model); err != nil {
+		return err
+	}
+	return gpu.PlaceableKV(l.Model, kvTypes(p), fp.NCtx, fp.MaxBatch)
 }
 
 // checkNGL refuses --n-gpu-layers where no placement happens: the cpu
@@ -68,7 +77,7 @@ func printGPUPlan(l *loaded, p *configs.Pipeline, ngl int, fp stages.Footprint) 
 		return false, err
 	}
 	if why == "" {
-		err = gpu.Placeable(l.Model)
+		err = gpuPlaceable(l, p, fp)
 		if err != nil && p.Backend != "auto" {
 			return false, fmt.Errorf("--backend %s: %w", p.Backend, err)
 		}
