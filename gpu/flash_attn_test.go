@@ -56,7 +56,7 @@ func TestFlashAttention(t *testing.T) {
 			be.StoreKV(kv, 1, seq, pos, k, v)
 		}
 		s := AttnShape{NHead: h.NHead, NHeadKV: h.NHeadKV, DK: h.HeadDimK, DV: h.HeadDimV, NCtx: nCtx, F16: tc.kt == model.KVF16, Q8_0: tc.kt == model.KVQ8_0}
-		if _, _, _, ok := r.k.flashTile(s); !ok {
+		if _, _, ok := r.k.flashTile(s); !ok {
 			t.Fatalf("heads %d/%d: no flash tile, the tiled shader would not run", tc.dk, tc.dv)
 		}
 		for _, n := range tc.rows {

@@ -171,7 +171,7 @@ func (k *Kernels) Attention(cb *vk.CommandBuffer, out, q, kc, vc, idx, sinks F32
 		}
 		hasS, sb = 1, sinks.Buf
 	}
-	if _, _, _, ok := k.flashTile(s); n > 1 && ok {
+	if _, _, ok := k.flashTile(s); n > 1 && ok {
 		return k.flashAttention(cb, out, q, kc, vc, idx, sb, n, s, push(qo, oo, io, uint32(s.NHead), uint32(s.NHeadKV), uint32(s.DK), uint32(s.DV),
 			uint32(s.NCtx), math.Float32bits(s.Scale), uint32(s.Window), hasS, so, uint32(n)))
 	}
@@ -184,23 +184,24 @@ func (k *Kernels) Attention(cb *vk.CommandBuffer, out, q, kc, vc, idx, sinks F32
 	return nil
 }
 
-// flashTile returns the tile of flash_attn.glsl for heads of s: BR query
-// rows × BC cells, and the width DMAX of its shared rows, chosen so that
-// shared memory stays within lavapipe's 32 KiB: 16 × 32 up to heads of 128
-// (26.5 KiB), 8 × 16 up to 256 (24.8 KiB). ok is false for larger heads or
-// a device with less shared memory (Vulkan guarantees 16 KiB): Attention
-// then takes the per-row shader.
-func (k *Kernels) flashTile(s AttnShape) (br, bc, dmax int, ok bool) {
-	switch d := max(s.DK, s.DV); {
-	case d <= 128:
-		br, bc, dmax = 16, 32, 128
-	case d <= 256:
-		br, bc, dmax = 8, 16, 256
+// flashTile returns the tile of flash_attn.glsl for heads of s, BR query
+// rows × BC cells, chosen so that shared memory stays within lavapipe's 32
+// KiB: 16 × 32 up to heads of 128 (26.5 KiB at 128), 8 × 16 up to 256
+// (24.8 KiB at 256). ok is false for larger heads or a device with less
+// shared memory (Vulkan guarantees 16 KiB): Attention then takes the
+// per-row shader.
+func (k *Kernels) flashTile(s AttnShape) (br, bc int, ok bool) {
+	kw := max(s.DK, s.DV)
+	switch {
+	case kw <= 128:
+		br, bc = 16, 32
+	case kw <= 256:
+		br, bc = 8, 16
 	default:
-		return 0, 0, 0, false
+		return 0, 0, false
 	}
-	shm := 4*((br+bc)*dmax+br*bc+6*br) + 4*bc // qs, kvs, ss, six per-row arrays, used
-	return br, bc, dmax, uint64(shm) <= uint64(k.dev.Info().Limits.MaxComputeSharedMemorySize)
+	shm := 4*(br*s.DK+bc*kw+br*bc+6*br) + 4*bc // qs, kvs, ss, six per-row arrays, used
+	return br, bc, uint64(shm) <= uint64(k.dev.Info().Limits.MaxComputeSharedMemorySize)
 }
 
 // flashAttention records Attention's prompt case (n > 1 rows, a tile from
@@ -208,9 +209,10 @@ func (k *Kernels) flashTile(s AttnShape) (br, bc, dmax int, ok bool) {
 // query rows of one KV head (the heads sharing it, row after row) and
 // loads each step's BC cells of K and V once for all of them, where
 // attn_*.comp's workgroup per (head, row) reads every cell again for each.
-// pc is the push constants of attn.glsl plus n.
+// A pipeline per (tile, DK, DV): the head sizes are specialization
+// constants. pc is the push constants of attn.glsl plus n.
 func (k *Kernels) flashAttention(cb *vk.CommandBuffer, out, q, kc, vc, idx F32, sinks *vk.Buffer, n int, s AttnShape, pc []byte) error {
-	br, bc, dmax, _ := k.flashTile(s)
+	br, bc, _ := k.flashTile(s)
 	tiles := (n*(s.NHead/s.NHeadKV) + br - 1) / br
 	lim := k.dev.Info().Limits.MaxComputeWorkGroupCount
 	if uint64(tiles) > uint64(lim[0]) || uint32(s.NHeadKV) > lim[1] {
@@ -223,7 +225,7 @@ func (k *Kernels) flashAttention(cb *vk.CommandBuffer, out, q, kc, vc, idx F32, 
 	case s.Q8_0:
 		name = shaders.FlashAttnQ8_0
 	}
-	p, set, err := k.bind(name, len(pc), []uint32{uint32(br), uint32(bc), uint32(dmax)}, q.Buf, kc.Buf, vc.Buf, idx.Buf, sinks, out.Buf)
+	p, set, err := k.bind(name, len(pc), []uint32{uint32(br), uint32(bc), uint32(s.DK), uint32(s.DV)}, q.Buf, kc.Buf, vc.Buf, idx.Buf, sinks, out.Buf)
 	if err != nil {
 		return err
 	}

@@ -26,22 +26,35 @@
 // Cache layout: cell (seq, j) is row seq·n_ctx + j of K (kdim values: the
 // KV heads' dk values back to back) and of V (vdim values).
 //
-// Threads: WG = 64. Scores: thread tid makes column c = tid % BC of the
-// rows tid/BC + k·(WG/BC). Weighted sums: thread tid keeps the values
-// d = tid%DTH + j·DTH of the rows tid/DTH + k·RTH in registers. Shared
-// memory: (BR + BC)·DMAX + BR·BC floats and a few per-row values; the host
-// picks (BR, BC, DMAX) within the device's limit (lavapipe: 32 KiB).
+// Threads: WG = 32, each making a block of the step's scores and a block
+// of the accumulators from values it loads once per use (register
+// blocking: on lavapipe every shared-memory read of a per-invocation
+// address is a gather of 8 scalar loads, so the shader's speed there is
+// its FMAs per shared read). Scores: thread tid makes columns
+// tid%CT + k·CT of the rows tid/CT + k·(WG/CT). Weighted sums: thread tid
+// keeps the values d = tid%DTH + j·DTH of the rows tid/DTH + k·RTH. Shared
+// memory: BR·DK + BC·max(DK, DV) + BR·BC floats and a few per-row values;
+// the host picks (BR, BC) within the device's limit (lavapipe: 32 KiB).
+// The head sizes DK and DV are specialization constants (the push
+// constants' dk and dv are the same numbers, kept for attn.glsl's layout):
+// with constant trip counts and divisors the compiler unrolls the loops
+// and keeps the accumulators in registers, which on lavapipe (a CPU
+// running 8 invocations per SIMD vector) is most of the shader's speed.
 
-layout(local_size_x = 64) in;
-const uint WG = 64;
-layout(constant_id = 0) const uint BR = 16;    // query rows per tile, a multiple of WG/BC and of RTH
-layout(constant_id = 1) const uint BC = 32;    // cells per step, dividing WG
-layout(constant_id = 2) const uint DMAX = 128; // dk, dv ≤ DMAX, a multiple of DTH
-const uint DTH = 16;       // threads across a value row
+layout(local_size_x = 32) in;
+const uint WG = 32;
+layout(constant_id = 0) const uint BR = 16;    // query rows per tile, a multiple of WG/CT and of RTH, at most WG
+layout(constant_id = 1) const uint BC = 32;    // cells per step, a multiple of CT, at most WG
+layout(constant_id = 2) const uint DK = 64;  // key head size (p.dk)
+layout(constant_id = 3) const uint DV = 64;  // value head size (p.dv)
+const uint KW = DK > DV ? DK : DV;           // width of a shared K or V row
+const uint CT = 8;         // threads across the step's cells in the scores
+const uint SC = BC / CT;       // score columns per thread
+const uint SR = BR / (WG / CT); // score rows per thread
+const uint DTH = 8;        // threads across a value row
 const uint RTH = WG / DTH; // threads across the tile's rows in the weighted sum
-const uint SR = BR * BC / WG; // score rows per thread
 const uint AR = BR / RTH;     // accumulator rows per thread
-const uint AD = DMAX / DTH;   // accumulator values per row and thread
+const uint AD = (DV + DTH - 1) / DTH; // accumulator values per row and thread
 
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
 layout(std430, binding = 1) readonly buffer K { KV_T k[]; };
@@ -69,8 +82,8 @@ layout(push_constant) uniform Push {
 float k_at(uint e);
 float v_at(uint e);
 
-shared float qs[BR * DMAX];  // the tile's query rows
-shared float kvs[BC * DMAX]; // the step's K rows, then its V rows
+shared float qs[BR * DK];    // the tile's query rows
+shared float kvs[BC * KW];   // the step's K rows, then its V rows
 shared float ss[BR * BC];    // scores, then softmax weights
 shared float ms[BR];         // running maximum per row
 shared float ls[BR];         // running sum per row
@@ -86,8 +99,8 @@ void main() {
 	const uint G = p.n_head / p.n_head_kv;
 	const uint i0 = gl_WorkGroupID.x * BR;
 	const uint nq = p.n_rows * G;
-	const uint kdim = p.n_head_kv * p.dk;
-	const uint vdim = p.n_head_kv * p.dv;
+	const uint kdim = p.n_head_kv * DK;
+	const uint vdim = p.n_head_kv * DV;
 	const float ninf = -1.0 / 0.0;
 
 	if (tid < BR) {
@@ -112,26 +125,25 @@ void main() {
 		ms[tid] = m;
 		ls[tid] = l;
 	}
-	for (uint e = tid; e < BR * p.dk; e += WG) {
-		const uint r = e / p.dk;
-		const uint d = e - r * p.dk;
+	for (uint e = tid; e < BR * DK; e += WG) {
+		const uint r = e / DK;
+		const uint d = e - r * DK;
 		const uint i = i0 + r;
 		float x = 0.0;
 		if (i < nq) {
-			x = q[p.q_off + ((i / G) * p.n_head + kh * G + i % G) * p.dk + d];
+			x = q[p.q_off + ((i / G) * p.n_head + kh * G + i % G) * DK + d];
 		}
-		qs[r * DMAX + d] = x;
+		qs[r * DK + d] = x;
 	}
 	const uint dl = tid % DTH;
 	const uint rl = tid / DTH;
-	const uint nd = p.dv > dl ? (p.dv - dl + DTH - 1u) / DTH : 0u; // values of a row this thread keeps
 	float acc[AR * AD];
 	for (uint a = 0; a < AR * AD; a++) {
 		acc[a] = 0.0;
 	}
 	barrier();
 
-	const uint c = tid % BC; // the score column of this thread
+	const uint c = tid % BC; // the cell whose used flag this thread sets (tid < BC)
 	for (uint r0 = 0; r0 < BR; r0++) {
 		// each sequence of the tile once, at its first row
 		const int sq = rseq[r0];
@@ -152,23 +164,41 @@ void main() {
 		const uint cell0 = uint(sq) * p.n_ctx;
 		for (int base = lo; base <= hi; base += int(BC)) {
 			const uint cnt = uint(min(int(BC), hi - base + 1));
-			for (uint e = tid; e < BC * p.dk; e += WG) {
-				const uint cc = e / p.dk;
-				const uint d = e - cc * p.dk;
-				kvs[cc * DMAX + d] = cc < cnt ? k_at((cell0 + uint(base) + cc) * kdim + kh * p.dk + d) : 0.0;
+			for (uint e = tid; e < BC * DK; e += WG) {
+				const uint cc = e / DK;
+				const uint d = e - cc * DK;
+				kvs[cc * KW + d] = cc < cnt ? k_at((cell0 + uint(base) + cc) * kdim + kh * DK + d) : 0.0;
 			}
 			barrier();
 
-			const int j = base + int(c);
-			for (uint kr = 0; kr < SR; kr++) {
-				const uint r = tid / BC + kr * (WG / BC);
-				float dot = 0.0;
-				for (uint d = 0; d < p.dk; d++) {
-					dot = fma(qs[r * DMAX + d], kvs[c * DMAX + d], dot);
-				}
-				const bool ok = rseq[r] == sq && j >= rlo[r] && j <= rpos[r];
-				ss[r * BC + c] = ok ? dot * p.scale : ninf;
+			float dot[SR * SC];
+			for (uint a = 0; a < SR * SC; a++) {
+				dot[a] = 0.0;
 			}
+			for (uint d = 0; d < DK; d++) {
+				float qv[SR], kv[SC];
+				for (uint kr = 0; kr < SR; kr++) {
+					qv[kr] = qs[(tid / CT + kr * (WG / CT)) * DK + d];
+				}
+				for (uint kc = 0; kc < SC; kc++) {
+					kv[kc] = kvs[(tid % CT + kc * CT) * KW + d];
+				}
+				for (uint kr = 0; kr < SR; kr++) {
+					for (uint kc = 0; kc < SC; kc++) {
+						dot[kr * SC + kc] = fma(qv[kr], kv[kc], dot[kr * SC + kc]);
+					}
+				}
+			}
+			for (uint kr = 0; kr < SR; kr++) {
+				const uint r = tid / CT + kr * (WG / CT);
+				for (uint kc = 0; kc < SC; kc++) {
+					const uint cc = tid % CT + kc * CT;
+					const int jc = base + int(cc);
+					const bool ok = rseq[r] == sq && jc >= rlo[r] && jc <= rpos[r];
+					ss[r * BC + cc] = ok ? dot[kr * SC + kc] * p.scale : ninf;
+				}
+			}
+			const int j = base + int(c);
 			if (tid < BC) {
 				bool u = false;
 				for (uint r = 0; r < BR; r++) {
@@ -202,24 +232,31 @@ void main() {
 				ls[r] = ls[r] * alpha + sum;
 				as[r] = alpha;
 			}
-			for (uint e = tid; e < BC * p.dv; e += WG) {
-				const uint cc = e / p.dv;
-				const uint d = e - cc * p.dv;
-				kvs[cc * DMAX + d] = cc < cnt && used[cc] != 0u ? v_at((cell0 + uint(base) + cc) * vdim + kh * p.dv + d) : 0.0;
+			for (uint e = tid; e < BC * DV; e += WG) {
+				const uint cc = e / DV;
+				const uint d = e - cc * DV;
+				kvs[cc * KW + d] = cc < cnt && used[cc] != 0u ? v_at((cell0 + uint(base) + cc) * vdim + kh * DV + d) : 0.0;
 			}
 			barrier();
 
 			for (uint kr = 0; kr < AR; kr++) {
 				const float alpha = as[rl + kr * RTH];
-				for (uint jd = 0; jd < nd; jd++) {
+				for (uint jd = 0; jd < AD; jd++) {
 					acc[kr * AD + jd] *= alpha;
 				}
 			}
 			for (uint cc = 0; cc < cnt; cc++) {
+				float w[AR], vv[AD];
 				for (uint kr = 0; kr < AR; kr++) {
-					const float w = ss[(rl + kr * RTH) * BC + cc];
-					for (uint jd = 0; jd < nd; jd++) {
-						acc[kr * AD + jd] = fma(w, kvs[cc * DMAX + dl + jd * DTH], acc[kr * AD + jd]);
+					w[kr] = ss[(rl + kr * RTH) * BC + cc];
+				}
+				for (uint jd = 0; jd < AD; jd++) {
+					// past DV (DV not a multiple of DTH): stale values in a lane never written out
+					vv[jd] = kvs[cc * KW + min(dl + jd * DTH, KW - 1u)];
+				}
+				for (uint kr = 0; kr < AR; kr++) {
+					for (uint jd = 0; jd < AD; jd++) {
+						acc[kr * AD + jd] = fma(w[kr], vv[jd], acc[kr * AD + jd]);
 					}
 				}
 			}
@@ -232,9 +269,11 @@ void main() {
 		const uint i = i0 + r;
 		if (i < nq) {
 			const float l = ls[r];
-			const uint ob = p.o_off + ((i / G) * p.n_head + kh * G + i % G) * p.dv + dl;
-			for (uint jd = 0; jd < nd; jd++) {
-				o[ob + jd * DTH] = acc[kr * AD + jd] / l;
+			const uint ob = p.o_off + ((i / G) * p.n_head + kh * G + i % G) * DV + dl;
+			for (uint jd = 0; jd < AD; jd++) {
+				if (dl + jd * DTH < DV) {
+					o[ob + jd * DTH] = acc[kr * AD + jd] / l;
+				}
 			}
 		}
 	}
