@@ -47,7 +47,7 @@ type Kernels struct {
 
 type variant struct {
 	name string
-	spec [3]uint32
+	spec [4]uint32 // specialization constants (flash_attn.glsl has four)
 }
 
 type setKey struct {

@@ -112,7 +112,10 @@ const maxAttnDV = 512
 // q holds NHead heads of DK; idx holds its sequence and position as two
 // int32 at 2t, 2t+1 from idx.Off) against caches k and v of F32, F16
 // (s.F16) or Q8_0 (s.Q8_0) values (NHeadKV heads of DK and DV per cell), with sinks (one logit
-// per head) when sinks.Buf is not nil.
+// per head) when sinks.Buf is not nil. One row (decode) goes through
+// attn_*.comp, a workgroup per head; more rows go through the tiled
+// flash_attn_*.comp (flashAttention) when flashTile has a tile for the
+// heads and the device.
 func (k *Kernels) Attention(cb *vk.CommandBuffer, out, q, kc, vc, idx, sinks F32, n int, s AttnShape) error {
 	switch {
 	case n <= 0 || s.NHead <= 0 || s.NHeadKV <= 0 || s.NHead%s.NHeadKV != 0 || s.DK <= 0 || s.DV <= 0 || s.NCtx <= 0 || s.Window < 0:
@@ -168,12 +171,65 @@ func (k *Kernels) Attention(cb *vk.CommandBuffer, out, q, kc, vc, idx, sinks F32
 		}
 		hasS, sb = 1, sinks.Buf
 	}
+	if _, _, ok := k.flashTile(s); n > 1 && ok {
+		return k.flashAttention(cb, out, q, kc, vc, idx, sb, n, s, push(qo, oo, io, uint32(s.NHead), uint32(s.NHeadKV), uint32(s.DK), uint32(s.DV),
+			uint32(s.NCtx), math.Float32bits(s.Scale), uint32(s.Window), hasS, so, uint32(n)))
+	}
 	p, set, err := k.bind(name, 48, []uint32{attnThreads}, q.Buf, kc.Buf, vc.Buf, idx.Buf, sb, out.Buf)
 	if err != nil {
 		return err
 	}
 	cb.Dispatch(p, set, push(qo, oo, io, uint32(s.NHead), uint32(s.NHeadKV), uint32(s.DK), uint32(s.DV),
 		uint32(s.NCtx), math.Float32bits(s.Scale), uint32(s.Window), hasS, so), uint32(s.NHead), uint32(n), 1)
+	return nil
+}
+
+// flashTile returns the tile of flash_attn.glsl for heads of s, BR query
+// rows × BC cells, chosen so that shared memory stays within lavapipe's 32
+// KiB: 16 × 32 up to heads of 128 (26.5 KiB at 128), 8 × 16 up to 256
+// (24.8 KiB at 256). ok is false for larger heads or a device with less
+// shared memory (Vulkan guarantees 16 KiB): Attention then takes the
+// per-row shader.
+func (k *Kernels) flashTile(s AttnShape) (br, bc int, ok bool) {
+	kw := max(s.DK, s.DV)
+	switch {
+	case kw <= 128:
+		br, bc = 16, 32
+	case kw <= 256:
+		br, bc = 8, 16
+	default:
+		return 0, 0, false
+	}
+	shm := 4*(br*s.DK+bc*kw+br*bc+6*br) + 4*bc // qs, kvs, ss, six per-row arrays, used
+	return br, bc, uint64(shm) <= uint64(k.dev.Info().Limits.MaxComputeSharedMemorySize)
+}
+
+// flashAttention records Attention's prompt case (n > 1 rows, a tile from
+// flashTile) with the tiled shader flash_attn_*.comp: a workgroup takes BR
+// query rows of one KV head (the heads sharing it, row after row) and
+// loads each step's BC cells of K and V once for all of them, where
+// attn_*.comp's workgroup per (head, row) reads every cell again for each.
+// A pipeline per (tile, DK, DV): the head sizes are specialization
+// constants. pc is the push constants of attn.glsl plus n.
+func (k *Kernels) flashAttention(cb *vk.CommandBuffer, out, q, kc, vc, idx F32, sinks *vk.Buffer, n int, s AttnShape, pc []byte) error {
+	br, bc, _ := k.flashTile(s)
+	tiles := (n*(s.NHead/s.NHeadKV) + br - 1) / br
+	lim := k.dev.Info().Limits.MaxComputeWorkGroupCount
+	if uint64(tiles) > uint64(lim[0]) || uint32(s.NHeadKV) > lim[1] {
+		return fmt.Errorf("gpu: Attention: %d tiles x %d KV heads exceed the device's workgroup limits", tiles, s.NHeadKV)
+	}
+	name := shaders.FlashAttnF32
+	switch {
+	case s.F16:
+		name = shaders.FlashAttnF16
+	case s.Q8_0:
+		name = shaders.FlashAttnQ8_0
+	}
+	p, set, err := k.bind(name, len(pc), []uint32{uint32(br), uint32(bc), uint32(s.DK), uint32(s.DV)}, q.Buf, kc.Buf, vc.Buf, idx.Buf, sinks, out.Buf)
+	if err != nil {
+		return err
+	}
+	cb.Dispatch(p, set, pc, uint32(tiles), uint32(s.NHeadKV), 1)
 	return nil
 }
 
