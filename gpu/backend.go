@@ -68,6 +68,7 @@ type Backend struct {
 	topk    topKBufs     // TopK's buffers (argmax.go), also in owned
 	timer   *devTimer    // device timing while on (timestamps.go)
 	experts *expertStore // routed experts' slots (nil: no MoE layers)
+	up      *uploader    // uploads of missed experts (expertdma.go; nil: none)
 	moe     moeBufs      // MoE scratch (backend_moe.go)
 	err     error        // first failure of an op since the last ToHost
 }
@@ -201,6 +202,7 @@ func (b *Backend) Close() {
 	}
 	b.dev.WaitIdle()
 	b.closeTimer()
+	b.closeUploader()
 	bufs := slices.Clone(b.owned)
 	for _, kv := range b.kvs {
 		bufs = append(append(bufs, kv.k...), kv.v...)
@@ -262,6 +264,10 @@ func (b *Backend) record() error {
 
 // flush submits what is recorded, waits for it, and frees the ring.
 func (b *Backend) flush() error {
+	if err := b.drainExperts(); err != nil {
+		b.abortUploads()
+		return err
+	}
 	if !b.recording {
 		b.ringUse = 0
 		return nil
@@ -269,9 +275,11 @@ func (b *Backend) flush() error {
 	b.timerEnd()
 	b.recording = false
 	if err := b.cb.End(); err != nil {
+		b.abortUploads()
 		return err
 	}
-	if err := b.dev.Submit(b.cb, nil, nil, b.fence); err != nil {
+	if err := b.dev.Submit(b.cb, b.waits(), nil, b.fence); err != nil {
+		b.abortUploads()
 		return err
 	}
 	waited := time.Now()
@@ -280,6 +288,7 @@ func (b *Backend) flush() error {
 	}
 	done := time.Now()
 	b.ringUse = 0
+	b.uploaded() // the fence covers the earlier submissions too
 	if err := b.fence.Reset(); err != nil {
 		return err
 	}
@@ -410,6 +419,9 @@ func (b *Backend) sync(m *mirror) error {
 		if b.down, err = b.dev.NewBuffer(max(n, 1<<20), vk.Readback); err != nil {
 			return err
 		}
+	}
+	if err := b.drainExperts(); err != nil { // products still deferred may write m
+		return err
 	}
 	if err := b.record(); err != nil {
 		return err

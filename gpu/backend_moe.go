@@ -102,12 +102,32 @@ func (b *Backend) expert(il, e int, ws [3]*model.Weight, out, xn []float32, entr
 	}
 	slot, hit := s.lookup(expertKey{int32(il), int32(e)})
 	defer s.done(slot, hit)
-	if !hit {
-		if err := b.fillSlot(slot, ws); err != nil {
+	// the products read entries and w, the model's routing of the layer,
+	// which stays until the layer's SumRows (drainExperts runs by then)
+	products := func() error { return b.expertProducts(slot, d, f, out, xn, entries, k, w) }
+	switch {
+	case hit && b.up != nil:
+		if err := b.pin(slot); err != nil {
 			return err
 		}
+		return products()
+	case hit:
+		return products()
+	case b.up != nil: // the products wait for the upload (expertdma.go)
+		return b.dmaFill(slot, il, ws, products)
 	}
-	dw := s.slots[slot].w
+	if err := b.fillSlot(slot, ws); err != nil {
+		return err
+	}
+	return products()
+}
+
+// expertProducts records the products of the expert in slot on its
+// entries' rows (Expert's checks passed).
+func (b *Backend) expertProducts(slot int32, d, f int, out, xn []float32, entries []int32, k int, w []float32) error {
+	m := len(entries)
+	srcRows, outRows := len(xn)/d, len(out)/d
+	dw := b.experts.slots[slot].w
 	xi, err := b.in(xn)
 	if err != nil {
 		return err
@@ -160,23 +180,14 @@ func (b *Backend) expert(il, e int, ws [3]*model.Weight, out, xn []float32, entr
 func (b *Backend) fillSlot(i int32, ws [3]*model.Weight) error {
 	s := b.experts
 	st := &s.slots[i]
-	off, n := slotLayout(ws[0], ws[1], ws[2])
-	if n > s.slotBytes {
-		return fmt.Errorf("gpu: expert of %d bytes beyond the slots' %d", n, s.slotBytes)
+	off, _, err := slotWeights(ws, s.slotBytes)
+	if err != nil {
+		return err
 	}
 	buf, base := s.place(i)
 	start := time.Now()
 	for j, w := range ws {
-		if w.Packed {
-			return fmt.Errorf("gpu: expert weight %q: %w: a backend-packed layout", w.Name, vk.ErrUnsupported)
-		}
-		if !SupportsMatVec(w.Type) {
-			return fmt.Errorf("gpu: expert weight %q: %w: no shader for type %s", w.Name, vk.ErrUnsupported, w.Type)
-		}
 		nb := w.Rows * w.RowBytes
-		if len(w.Data) < nb {
-			return fmt.Errorf("gpu: expert weight %q: %d bytes for %d rows of %d", w.Name, len(w.Data), w.Rows, w.RowBytes)
-		}
 		if err := b.upload(buf, uint64(base+off[j]), w.Data[:nb]); err != nil {
 			return err
 		}
@@ -191,6 +202,9 @@ func (b *Backend) fillSlot(i int32, ws [3]*model.Weight) error {
 // SumRows implements model.DeviceMoE.
 func (b *Backend) SumRows(dst, src []float32, n, k, d int) {
 	b.run(func() error {
+		if err := b.drainExperts(); err != nil { // the misses' products, after the hits'
+			return err
+		}
 		if n <= 0 || k <= 0 || d <= 0 || len(src) < n*k*d || len(dst) < n*d {
 			return fmt.Errorf("gpu: SumRows: %d rows of %d from %d each (%d and %d floats)", n, d, k, len(dst), len(src))
 		}
@@ -230,7 +244,8 @@ func (b *Backend) loadExperts(m *model.Model, slots int, policy configs.CachePol
 	}
 	b.experts = s
 	if cache {
-		return nil
+		_, err := b.newUploader(s.slotBytes)
+		return err
 	}
 	for il := range m.Layers {
 		L := &m.Layers[il]

@@ -404,3 +404,68 @@ func (q *QueryPool) Destroy() {
 	}
 	q.h = 0
 }
+
+// ReleaseToCompute records, on a transfer command buffer, the release half
+// of a queue-family ownership transfer of dst's bytes [off, off+size),
+// just written by copies, to the compute queue's family. The compute
+// command buffer that reads them records AcquireFromTransfer with the same
+// range, and its submission waits (a semaphore) for this one's. Where
+// transfers share the compute queue's family no transfer of ownership is
+// needed and it records nothing.
+func (c *CommandBuffer) ReleaseToCompute(dst *Buffer, off, size uint64) {
+	if !c.ready() {
+		return
+	}
+	if c.kind != Transfer {
+		c.fail(fmt.Errorf("vk: ReleaseToCompute on the %s queue", c.kind))
+		return
+	}
+	if !c.dev.SeparateTransfer() {
+		return
+	}
+	if !c.inRange("ReleaseToCompute", dst, off, size) {
+		return
+	}
+	C.fi_cmd_buffer_barrier(c.dev.d, c.h, C.VK_PIPELINE_STAGE_TRANSFER_BIT, C.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT,
+		C.VK_ACCESS_TRANSFER_WRITE_BIT, 0, C.uint32_t(c.dev.transfer.family), C.uint32_t(c.dev.compute.family),
+		dst.h, C.VkDeviceSize(off), C.VkDeviceSize(size))
+}
+
+// AcquireFromTransfer records, on a compute command buffer, the acquire
+// half of ReleaseToCompute for the same range, making the transfer's
+// writes visible to the shaders after it. Where transfers share the
+// compute queue's family it records a plain barrier from copies to
+// shaders instead (the semaphore wait orders the two submissions; this
+// makes the copies' writes visible).
+func (c *CommandBuffer) AcquireFromTransfer(dst *Buffer, off, size uint64) {
+	if !c.ready() {
+		return
+	}
+	if c.kind != Compute {
+		c.fail(fmt.Errorf("vk: AcquireFromTransfer on the %s queue", c.kind))
+		return
+	}
+	if !c.inRange("AcquireFromTransfer", dst, off, size) {
+		return
+	}
+	src, dstF := C.uint32_t(C.VK_QUEUE_FAMILY_IGNORED), C.uint32_t(C.VK_QUEUE_FAMILY_IGNORED)
+	stage, access := C.VkPipelineStageFlags(C.VK_PIPELINE_STAGE_TRANSFER_BIT), C.VkAccessFlags(C.VK_ACCESS_TRANSFER_WRITE_BIT)
+	if c.dev.SeparateTransfer() {
+		src, dstF = C.uint32_t(c.dev.transfer.family), C.uint32_t(c.dev.compute.family)
+		stage, access = C.VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, 0
+	}
+	C.fi_cmd_buffer_barrier(c.dev.d, c.h, stage, C.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, access, C.VK_ACCESS_SHADER_READ_BIT,
+		src, dstF, dst.h, C.VkDeviceSize(off), C.VkDeviceSize(size))
+}
+
+func (c *CommandBuffer) inRange(what string, b *Buffer, off, size uint64) bool {
+	if b == nil || b.h == 0 {
+		c.fail(fmt.Errorf("vk: %s: freed or nil buffer", what))
+		return false
+	}
+	if size == 0 || off+size > b.size {
+		c.fail(fmt.Errorf("vk: %s: %d bytes at offset %d of %d", what, size, off, b.size))
+		return false
+	}
+	return true
+}
