@@ -254,3 +254,61 @@ func TestBackendMoERefusesSplit(t *testing.T) {
 		t.Errorf("gpt-oss: %v, want ErrUnsupported naming it", err)
 	}
 }
+
+// TestBackendExpertUploads: with three expert slots, misses go through the
+// uploader (expertdma.go): each layer's misses are one upload on the
+// transfer command buffer signalling the next timeline value, which the
+// device reaches; the device timing reports one "gpu:upload-<layer>" span
+// per upload whose bytes add up to the store's uploaded bytes (at most the
+// misses times the slot bytes: Q4_K_M's experts differ in size between
+// layers, the slots have the largest's), and a wait span per upload.
+func TestBackendExpertUploads(t *testing.T) {
+	r := newRig(t)
+	m := loadGolden(t, "models/synth-qwen3moe-Q4_K_M.gguf")
+	plan := PlanLayers(m, -1, 0)
+	plan.ExpertSlots, plan.ExpertPolicy = 3, configs.PolicySLRU
+	be, err := newBackendOn(r.d, m, r.k, &plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	if be.up == nil {
+		t.Skip("device has no timeline semaphores: uploads go through the compute command buffer")
+	}
+	var spans []model.DeviceSpan
+	if err := be.TimeDevice(func(s model.DeviceSpan) { spans = append(spans, s) }); err != nil {
+		t.Skipf("no device timing: %v", err)
+	}
+	c, err := m.NewContext(be, 64, 1, len(moePrompt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	decodeAll(t, c, moePrompt, 4)
+	if err := be.TimeDevice(nil); err != nil {
+		t.Fatal(err)
+	}
+	st := be.ExpertStats()
+	v, err := be.up.sem.Value()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bytes int64
+	uploads, waits := 0, 0
+	for _, s := range spans {
+		switch {
+		case strings.HasPrefix(s.Name, "gpu:upload-wait-"):
+			waits++
+		case strings.HasPrefix(s.Name, "gpu:upload-"):
+			uploads++
+			bytes += s.Bytes
+			if !s.End.After(s.Start) {
+				t.Errorf("%s: %v to %v", s.Name, s.Start, s.End)
+			}
+		}
+	}
+	if st.Misses == 0 || be.up.value == 0 || v != be.up.value || uint64(uploads) != be.up.value || waits != uploads ||
+		bytes != st.UploadBytes || bytes > st.Misses*st.SlotBytes {
+		t.Errorf("%d uploads (timeline at %d, %d submitted), %d waits, %d bytes in spans; stats %+v", uploads, v, be.up.value, waits, bytes, st)
+	}
+	t.Logf("%d misses in %d uploads of %d bytes in all", st.Misses, uploads, bytes)
+}

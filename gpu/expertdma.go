@@ -26,10 +26,11 @@ package gpu
 // compute work that read the slot complete.
 //
 // With device timing on (timestamps.go) and transfers on the compute
-// queue, each drain reports an "upload-<layer>" span timed by
+// queue, each drain reports a "gpu:upload-<layer>" span timed by
 // timestamps around the copies (with its bytes) and an
-// "upload-wait-<layer>" span from the end of the hits' products to the
-// start of the misses' (the time compute waited for the upload). A
+// "gpu:upload-wait-<layer>" span from the end of the hits' products to the
+// end of the upload (the time compute waited for the upload before the
+// misses' products could run). A
 // device without timeline semaphores uploads inside the compute command
 // buffer (expertstore.go's head comment). Not done: timing of uploads on
 // a separate transfer queue (its family may have no timestamps, and the
@@ -238,8 +239,7 @@ func (b *Backend) drainExperts() error {
 		return err
 	}
 	u.value, u.waitV = v, v
-	qb := b.timerStamp()
-	b.timerUploadSpans(u.layer, u.bytes, u.q0, q1, qa, qb)
+	b.timerUploadSpans(u.layer, u.bytes, u.q0, q1, qa)
 	for _, f := range batch {
 		b.cb.AcquireFromTransfer(f.buf, f.off, f.n)
 	}

@@ -242,18 +242,19 @@ func (b *Backend) timerStamp() int {
 }
 
 // timerUploadSpans records layer's upload of bytes as a span between
-// queries q0 and q1, and the time compute waited for it (from the end of
-// the hits' products, qa, to the start of the misses', qb); a query of -1
-// leaves its span out.
-func (b *Backend) timerUploadSpans(layer int, bytes int64, q0, q1, qa, qb int) {
+// queries q0 and q1, and the time compute waited for it: from the end of
+// the hits' products (qa) to the end of the upload (q1), when the misses'
+// products could start (a span ending before it starts is dropped by the
+// recorder: no wait). A query of -1 leaves its span out.
+func (b *Backend) timerUploadSpans(layer int, bytes int64, q0, q1, qa int) {
 	t := b.timer
 	if t == nil {
 		return
 	}
 	if q0 >= 0 && q1 >= 0 {
-		t.closed = append(t.closed, closedSpan{name: fmt.Sprintf("upload-%d", layer), q0: q0, q1: uint32(q1), bytes: bytes})
+		t.closed = append(t.closed, closedSpan{name: fmt.Sprintf("gpu:upload-%d", layer), q0: q0, q1: uint32(q1), bytes: bytes})
 	}
-	if qa >= 0 && qb >= 0 {
-		t.closed = append(t.closed, closedSpan{name: fmt.Sprintf("upload-wait-%d", layer), q0: qa, q1: uint32(qb)})
+	if qa >= 0 && q1 >= 0 {
+		t.closed = append(t.closed, closedSpan{name: fmt.Sprintf("gpu:upload-wait-%d", layer), q0: qa, q1: uint32(q1)})
 	}
 }
