@@ -59,18 +59,22 @@ type Backend struct {
 	ringUse int        // bytes of ring used since the last submission
 	down    *vk.Buffer // readback staging (grown as needed)
 
-	mirrors map[uintptr]*mirror
-	weights map[*model.Weight]Weight
-	vecs    map[*float32]F32
-	kvs     map[*model.KVCache]*devKV
-	place   *Plan        // the layers on the device (nil: all); newBackendOn
-	owned   []*vk.Buffer // freed by Close: no descriptor set may outlive its buffer
-	topk    topKBufs     // TopK's buffers (argmax.go), also in owned
-	timer   *devTimer    // device timing while on (timestamps.go)
-	experts *expertStore // routed experts' slots (nil: no MoE layers)
-	up      *uploader    // uploads of missed experts (expertdma.go; nil: none)
-	moe     moeBufs      // MoE scratch (backend_moe.go)
-	err     error        // first failure of an op since the last ToHost
+	mirrors   map[uintptr]*mirror
+	weights   map[*model.Weight]Weight
+	vecs      map[*float32]F32
+	kvs       map[*model.KVCache]*devKV
+	place     *Plan         // the layers on the device (nil: all); newBackendOn
+	owned     []*vk.Buffer  // freed by Close: no descriptor set may outlive its buffer
+	topk      topKBufs      // TopK's buffers (argmax.go), also in owned
+	timer     *devTimer     // device timing while on (timestamps.go)
+	experts   *expertStore  // routed experts' slots (nil: no MoE layers)
+	up        *uploader     // uploads of missed experts (expertdma.go; nil: none)
+	routes    []*layerRoute // resident layers' experts for RouteExperts (backend_moe.go)
+	routeBuf  *vk.Buffer    // RouteExperts' routing row (also in owned)
+	devRouted int           // layers RouteExperts routed on the device
+	submits   int           // submissions waited for (flush)
+	moe       moeBufs       // MoE scratch (backend_moe.go)
+	err       error         // first failure of an op since the last ToHost
 }
 
 // mirror is the device copy of one host allocation of floats.
@@ -288,6 +292,7 @@ func (b *Backend) flush() error {
 	}
 	done := time.Now()
 	b.ringUse = 0
+	b.submits++
 	b.uploaded() // the fence covers the earlier submissions too
 	if err := b.fence.Reset(); err != nil {
 		return err
