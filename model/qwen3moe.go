@@ -127,7 +127,10 @@ func (c *Context) routed(il, n int, probs []float32) error {
 	dm := c.deviceMoE(il)
 	if dr, ok := dm.(DeviceRouter); ok && c.hooks.OnRoute == nil && c.hooks.Experts == nil && !h.GatingSoftmaxWeight && L.UpShexp == nil &&
 		dr.RouteExperts(il, probs[:n*h.NExpert], c.xn[:n*d], s.out[:n*K*d], c.tmp[:n*d], n, h.NExpert, K, d, h.NormTopK) {
-		// routed without the host (moedevice.go): nothing to group here
+		// routed without the host (moedevice.go): nothing to group here;
+		// n·K runs counts each row's experts (distinct for one row, the
+		// case the gpu backend takes)
+		c.expertRuns += int64(n * K)
 		c.eval("ffn_moe_out", il, c.tmp, n, d)
 		return nil
 	}
