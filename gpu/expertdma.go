@@ -22,21 +22,24 @@ package gpu
 // A slot the batch reads (a hit's, or a miss being uploaded) is pinned:
 // when a miss's victim is pinned (few slots) or the slab is full, the
 // batch is drained and waited for before the slot or slab is written
-// again. Every batch's upload is thus written after the host saw the
-// compute work that read the slot complete.
+// again, and so is a new batch begun before the last one's products were
+// submitted (its upload could overtake them on a separate queue). Every
+// upload is thus written after the host saw the compute work that last
+// read its slot, and the last upload from the slab, complete.
 //
 // With device timing on (timestamps.go) and transfers on the compute
 // queue, each drain reports a "gpu:upload-<layer>" span timed by
-// timestamps around the copies (with its bytes) and an
+// timestamps around the copies (with its bytes) and a
 // "gpu:upload-wait-<layer>" span from the end of the hits' products to the
 // end of the upload (the time compute waited for the upload before the
-// misses' products could run). A
-// device without timeline semaphores uploads inside the compute command
-// buffer (expertstore.go's head comment). Not done: timing of uploads on
-// a separate transfer queue (its family may have no timestamps, and the
-// query pool is reset on the compute queue).
+// misses' products could run). A device without timeline semaphores
+// uploads inside the compute command buffer (expertstore.go's head
+// comment). Not done: timing of uploads on a separate transfer queue (its
+// family may have no timestamps, and the query pool is reset on the
+// compute queue).
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -81,7 +84,9 @@ func (b *Backend) newUploader(slotBytes int) (*uploader, error) {
 	}
 	u := &uploader{pinned: map[int32]bool{}, q0: -1}
 	var err error
-	if u.sem, err = b.dev.NewTimeline(0); err != nil {
+	if u.sem, err = b.dev.NewTimeline(0); errors.Is(err, vk.ErrUnsupported) {
+		return nil, nil // the driver lacks the calls: uploads in the compute command buffer
+	} else if err != nil {
 		return nil, err
 	}
 	b.up = u // Close frees what was made if the rest fails
