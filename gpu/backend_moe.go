@@ -27,8 +27,10 @@ import (
 	"time"
 
 	"github.com/flowinfer/flowinfer/configs"
+	"github.com/flowinfer/flowinfer/gpu/shaders"
 	"github.com/flowinfer/flowinfer/gpu/vk"
 	"github.com/flowinfer/flowinfer/model"
+	"github.com/flowinfer/flowinfer/quant"
 )
 
 var _ model.DeviceMoE = (*Backend)(nil)
@@ -313,6 +315,15 @@ func (b *Backend) residentRoutes(m *model.Model) []*layerRoute {
 			continue
 		}
 		r := &layerRoute{w: s.slots[i0].w, stride: s.slotBytes, n: len(L.GateExps)}
+		for _, w := range r.w {
+			if !hasMatVecByID(w.Type) {
+				r = nil // a type without a by-id shader: routed through the host
+				break
+			}
+		}
+		if r == nil {
+			continue
+		}
 		for e := range L.GateExps {
 			i, ok := s.index[expertKey{int32(il), int32(e)}]
 			if !ok || i != i0+int32(e) {
@@ -429,4 +440,14 @@ func (b *Backend) RouteExperts(il int, probs, xn, out, dst []float32, n, nExpert
 		return nil
 	})
 	return true
+}
+
+// hasMatVecByID reports whether MatVecByID has a shader for type t.
+func hasMatVecByID(t quant.Type) bool {
+	sh, ok := matVecShaders[t]
+	if !ok {
+		return false
+	}
+	_, err := shaders.SPIRV(sh.name + shaders.ByID)
+	return err == nil
 }

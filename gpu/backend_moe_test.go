@@ -430,6 +430,14 @@ func TestMatVecByID(t *testing.T) {
 		})
 	}
 	r.t = t
+	for typ := range matVecShaders {
+		if !hasMatVecByID(typ) {
+			t.Errorf("type %s: no by-id mat-vec shader", typ)
+		}
+	}
+	if hasMatVecByID(quant.Type(255)) {
+		t.Error("an unknown type has a by-id shader")
+	}
 	bad := Weight{Buf: r.buffer(make([]byte, 64)), Type: quant.F32, Rows: 4, Cols: 4}
 	err := r.k.MatVecByID(r.cb, r.guarded(8), bad, F32{Buf: r.buffer(make([]byte, 64))}, F32{Buf: r.buffer(make([]byte, 8))}, 2, 2, 64, 0)
 	if err == nil || !strings.Contains(err.Error(), "overrun") {
