@@ -62,18 +62,23 @@ type Backend struct {
 	ringUse int        // bytes of ring used since the last submission
 	down    *vk.Buffer // readback staging (grown as needed)
 
-	mirrors map[uintptr]*mirror
-	weights map[*model.Weight]Weight
-	vecs    map[*float32]F32
-	kvs     map[*model.KVCache]*devKV
-	place   *Plan        // the layers on the device (nil: all); newBackendOn
-	owned   []*vk.Buffer // freed by Close: no descriptor set may outlive its buffer
-	topk    topKBufs     // TopK's buffers (argmax.go), also in owned
-	timer   *devTimer    // device timing while on (timestamps.go)
-	experts *expertStore // routed experts' slots (nil: no MoE layers)
-	moe     moeBufs      // MoE scratch (backend_moe.go)
-	gelu    F32          // GELUTable on the device (GeGLU; nil Buf until first use)
-	err     error        // first failure of an op since the last ToHost
+	mirrors   map[uintptr]*mirror
+	weights   map[*model.Weight]Weight
+	vecs      map[*float32]F32
+	kvs       map[*model.KVCache]*devKV
+	place     *Plan         // the layers on the device (nil: all); newBackendOn
+	owned     []*vk.Buffer  // freed by Close: no descriptor set may outlive its buffer
+	topk      topKBufs      // TopK's buffers (argmax.go), also in owned
+	timer     *devTimer     // device timing while on (timestamps.go)
+	experts   *expertStore  // routed experts' slots (nil: no MoE layers)
+	up        *uploader     // uploads of missed experts (expertdma.go; nil: none)
+	routes    []*layerRoute // resident layers' experts for RouteExperts (backend_moe.go)
+	routeBuf  *vk.Buffer    // RouteExperts' routing row (also in owned)
+	devRouted int           // layers RouteExperts routed on the device
+	submits   int           // submissions waited for (flush)
+	moe       moeBufs       // MoE scratch (backend_moe.go)
+	gelu      F32           // GELUTable on the device (GeGLU; nil Buf until first use)
+	err       error         // first failure of an op since the last ToHost
 }
 
 // mirror is the device copy of one host allocation of floats.
@@ -205,6 +210,7 @@ func (b *Backend) Close() {
 	}
 	b.dev.WaitIdle()
 	b.closeTimer()
+	b.closeUploader()
 	bufs := slices.Clone(b.owned)
 	for _, kv := range b.kvs {
 		bufs = append(append(bufs, kv.k...), kv.v...)
@@ -266,6 +272,10 @@ func (b *Backend) record() error {
 
 // flush submits what is recorded, waits for it, and frees the ring.
 func (b *Backend) flush() error {
+	if err := b.drainExperts(); err != nil {
+		b.abortUploads()
+		return err
+	}
 	if !b.recording {
 		b.ringUse = 0
 		return nil
@@ -273,9 +283,11 @@ func (b *Backend) flush() error {
 	b.timerEnd()
 	b.recording = false
 	if err := b.cb.End(); err != nil {
+		b.abortUploads()
 		return err
 	}
-	if err := b.dev.Submit(b.cb, nil, nil, b.fence); err != nil {
+	if err := b.dev.Submit(b.cb, b.waits(), nil, b.fence); err != nil {
+		b.abortUploads()
 		return err
 	}
 	waited := time.Now()
@@ -284,6 +296,8 @@ func (b *Backend) flush() error {
 	}
 	done := time.Now()
 	b.ringUse = 0
+	b.submits++
+	b.uploaded() // the fence covers the earlier submissions too
 	if err := b.fence.Reset(); err != nil {
 		return err
 	}
@@ -414,6 +428,9 @@ func (b *Backend) sync(m *mirror) error {
 		if b.down, err = b.dev.NewBuffer(max(n, 1<<20), vk.Readback); err != nil {
 			return err
 		}
+	}
+	if err := b.drainExperts(); err != nil { // products still deferred may write m
+		return err
 	}
 	if err := b.record(); err != nil {
 		return err

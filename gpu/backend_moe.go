@@ -15,6 +15,12 @@ package gpu
 // (token, slot) rows, and SumRows adds each token's rows in the router's
 // order, as the host does. gpt-oss's experts (ExpertBiased) add their
 // biases to the three products and use the clamped SwiGLU.
+//
+// With every expert resident, a decode step's layer is routed without the
+// host (RouteExperts, model.DeviceRouter): the top-k ids stay in a device
+// buffer that the by-id mat-vec shaders read, so the layer needs no
+// readback; a prompt's rows, a VRAM budget's cached experts and experts
+// with biases route through the host as above.
 
 import (
 	"fmt"
@@ -22,8 +28,10 @@ import (
 	"time"
 
 	"github.com/flowinfer/flowinfer/configs"
+	"github.com/flowinfer/flowinfer/gpu/shaders"
 	"github.com/flowinfer/flowinfer/gpu/vk"
 	"github.com/flowinfer/flowinfer/model"
+	"github.com/flowinfer/flowinfer/quant"
 )
 
 var (
@@ -129,12 +137,32 @@ func (b *Backend) expert(il, e int, ws [3]*model.Weight, eb model.ExpertBiases, 
 	}
 	slot, hit := s.lookup(expertKey{int32(il), int32(e)})
 	defer s.done(slot, hit)
-	if !hit {
-		if err := b.fillSlot(slot, ws); err != nil {
+	// the products read entries and w, the model's routing of the layer,
+	// which stays until the layer's SumRows (drainExperts runs by then)
+	products := func() error { return b.expertProducts(slot, e, d, f, eb, out, xn, entries, k, w) }
+	switch {
+	case hit && b.up != nil:
+		if err := b.pin(slot); err != nil {
 			return err
 		}
+		return products()
+	case hit:
+		return products()
+	case b.up != nil: // the products wait for the upload (expertdma.go)
+		return b.dmaFill(slot, il, ws, products)
 	}
-	dw := s.slots[slot].w
+	if err := b.fillSlot(slot, ws); err != nil {
+		return err
+	}
+	return products()
+}
+
+// expertProducts records the products of expert e, held in slot, on its
+// entries' rows (Expert's checks passed), with the biases of eb.
+func (b *Backend) expertProducts(slot int32, e, d, f int, eb model.ExpertBiases, out, xn []float32, entries []int32, k int, w []float32) error {
+	m := len(entries)
+	srcRows, outRows := len(xn)/d, len(out)/d
+	dw := b.experts.slots[slot].w
 	gb, err := b.expertBias(eb.Gate, e, f)
 	if err != nil {
 		return err
@@ -222,23 +250,14 @@ func (b *Backend) expert(il, e int, ws [3]*model.Weight, eb model.ExpertBiases, 
 func (b *Backend) fillSlot(i int32, ws [3]*model.Weight) error {
 	s := b.experts
 	st := &s.slots[i]
-	off, n := slotLayout(ws[0], ws[1], ws[2])
-	if n > s.slotBytes {
-		return fmt.Errorf("gpu: expert of %d bytes beyond the slots' %d", n, s.slotBytes)
+	off, _, err := slotWeights(ws, s.slotBytes)
+	if err != nil {
+		return err
 	}
 	buf, base := s.place(i)
 	start := time.Now()
 	for j, w := range ws {
-		if w.Packed {
-			return fmt.Errorf("gpu: expert weight %q: %w: a backend-packed layout", w.Name, vk.ErrUnsupported)
-		}
-		if !SupportsMatVec(w.Type) {
-			return fmt.Errorf("gpu: expert weight %q: %w: no shader for type %s", w.Name, vk.ErrUnsupported, w.Type)
-		}
 		nb := w.Rows * w.RowBytes
-		if len(w.Data) < nb {
-			return fmt.Errorf("gpu: expert weight %q: %d bytes for %d rows of %d", w.Name, len(w.Data), w.Rows, w.RowBytes)
-		}
 		if err := b.upload(buf, uint64(base+off[j]), w.Data[:nb]); err != nil {
 			return err
 		}
@@ -253,6 +272,9 @@ func (b *Backend) fillSlot(i int32, ws [3]*model.Weight) error {
 // SumRows implements model.DeviceMoE.
 func (b *Backend) SumRows(dst, src []float32, n, k, d int) {
 	b.run(func() error {
+		if err := b.drainExperts(); err != nil { // the misses' products, after the hits'
+			return err
+		}
 		if n <= 0 || k <= 0 || d <= 0 || len(src) < n*k*d || len(dst) < n*d {
 			return fmt.Errorf("gpu: SumRows: %d rows of %d from %d each (%d and %d floats)", n, d, k, len(dst), len(src))
 		}
@@ -296,13 +318,18 @@ func (b *Backend) loadExperts(m *model.Model, slots int, policy configs.CachePol
 	if !cache {
 		slots = n
 	}
-	s, err := newExpertStore(b.dev, slots, expertSlotBytes(m), policy)
+	group := 0 // resident: a layer's experts in one slab (RouteExperts)
+	if !cache {
+		group = m.NExpert
+	}
+	s, err := newExpertStore(b.dev, slots, expertSlotBytes(m), group, policy)
 	if err != nil {
 		return err
 	}
 	b.experts = s
 	if cache {
-		return nil
+		_, err := b.newUploader(s.slotBytes)
+		return err
 	}
 	for il := range m.Layers {
 		L := &m.Layers[il]
@@ -320,6 +347,7 @@ func (b *Backend) loadExperts(m *model.Model, slots int, policy configs.CachePol
 	}
 	s.hits.Store(0)
 	s.misses.Store(0)
+	b.routes = b.residentRoutes(m)
 	return nil
 }
 
@@ -330,4 +358,168 @@ func (b *Backend) ExpertStats() ExpertStats {
 		return ExpertStats{}
 	}
 	return b.experts.stats()
+}
+
+var _ model.DeviceRouter = (*Backend)(nil)
+
+// layerRoute is a layer's resident experts as MatVecByID reads them: the
+// gate, up and down matrices of expert 0, expert e's stride·e bytes
+// further in the same slab.
+type layerRoute struct {
+	w      [3]Weight
+	stride int
+	n      int // experts
+}
+
+// residentRoutes returns each layer's layerRoute when every expert of it
+// is resident in consecutive slots of one slab, with the same types and
+// shapes (nil for a layer that is not: its routing goes through the host).
+func (b *Backend) residentRoutes(m *model.Model) []*layerRoute {
+	s := b.experts
+	rs := make([]*layerRoute, len(m.Layers))
+	for il := range m.Layers {
+		L := &m.Layers[il]
+		if len(L.GateExps) == 0 {
+			continue
+		}
+		i0, ok := s.index[expertKey{int32(il), 0}]
+		if !ok {
+			continue
+		}
+		r := &layerRoute{w: s.slots[i0].w, stride: s.slotBytes, n: len(L.GateExps)}
+		for _, w := range r.w {
+			if !hasMatVecByID(w.Type) {
+				r = nil // a type without a by-id shader: routed through the host
+				break
+			}
+		}
+		if r == nil {
+			continue
+		}
+		for e := range L.GateExps {
+			i, ok := s.index[expertKey{int32(il), int32(e)}]
+			if !ok || i != i0+int32(e) {
+				r = nil
+				break
+			}
+			for j, w := range s.slots[i].w {
+				w0 := r.w[j]
+				if w.Buf != w0.Buf || w.Type != w0.Type || w.Rows != w0.Rows || w.Cols != w0.Cols || w.Off != w0.Off+e*r.stride {
+					r = nil
+					break
+				}
+			}
+			if r == nil {
+				break
+			}
+		}
+		rs[il] = r
+	}
+	return rs
+}
+
+// RouteExperts implements model.DeviceRouter for one token (decode) on a
+// layer whose experts are all resident (residentRoutes): the top-k shader
+// ranks the probabilities into device buffers, moe_route.comp turns the k
+// values into weights, and MatVecByID runs the gate, up and down products
+// of the k chosen experts (one workgroup z per expert) reading their ids
+// from the top-k's output; scatter and sum as Expert and SumRows do. The
+// products are the shaders Expert runs on one row, so the result is bit
+// for bit the host-routed one. A prompt's rows (n > 1) and a VRAM budget
+// (expert slots as a cache) route through the host.
+func (b *Backend) RouteExperts(il int, probs, xn, out, dst []float32, n, nExpert, k, d int, norm bool) bool {
+	if n != 1 || b.up != nil || il < 0 || il >= len(b.routes) || b.routes[il] == nil || b.routes[il].n != nExpert ||
+		k < 1 || k > MaxTopK || nExpert > topKSeg || len(probs) < nExpert || len(xn) < d || len(out) < k*d || len(dst) < d {
+		return false
+	}
+	r := b.routes[il]
+	f := r.w[0].Rows
+	if r.w[0].Cols != d || r.w[1].Rows != f || r.w[2].Rows != d || r.w[2].Cols != f {
+		return false
+	}
+	b.run(func() error {
+		if err := b.drainExperts(); err != nil {
+			return err
+		}
+		src, err := b.in(probs[:nExpert])
+		if err != nil {
+			return err
+		}
+		if err := b.topKBuffers(k, k); err != nil {
+			return err
+		}
+		if b.routeBuf == nil {
+			if b.routeBuf, err = b.dev.NewBuffer(8*MaxTopK, vk.DeviceLocal); err != nil {
+				return fmt.Errorf("gpu: routing buffer: %w", err)
+			}
+			b.owned = append(b.owned, b.routeBuf)
+		}
+		xi, err := b.in(xn[:d])
+		if err != nil {
+			return err
+		}
+		o, err := b.out(out[:k*d])
+		if err != nil {
+			return err
+		}
+		do, err := b.out(dst[:d])
+		if err != nil {
+			return err
+		}
+		sc, err := b.moeScratch(k * (2*f + d))
+		if err != nil {
+			return err
+		}
+		if err := b.record(); err != nil {
+			return err
+		}
+		t, cb, kn := &b.topk, b.cb, b.k
+		vals, ids, route := F32{Buf: t.outV}, F32{Buf: t.outI}, F32{Buf: b.routeBuf}
+		if c, err := kn.TopKPass(cb, vals, ids, src, nil, 1, nExpert, nExpert, k); err != nil {
+			return err
+		} else if c != 1 {
+			return fmt.Errorf("gpu: RouteExperts: %d experts took %d top-k segments", nExpert, c)
+		}
+		cb.Barrier()
+		if err := kn.Route(cb, route, vals, k, norm); err != nil {
+			return err
+		}
+		g, u, y := F32{Buf: sc}, F32{Buf: sc, Off: k * f}, F32{Buf: sc, Off: 2 * k * f}
+		if err := kn.MatVecByID(cb, g, r.w[0], xi, ids, k, r.n, r.stride, 0); err != nil {
+			return err
+		}
+		if err := kn.MatVecByID(cb, u, r.w[1], xi, ids, k, r.n, r.stride, 0); err != nil {
+			return err
+		}
+		cb.Barrier()
+		if err := kn.SwiGLU(cb, g, g, u, k*f); err != nil {
+			return err
+		}
+		cb.Barrier()
+		if err := kn.MatVecByID(cb, y, r.w[2], g, ids, k, r.n, r.stride, f); err != nil {
+			return err
+		}
+		cb.Barrier()
+		if err := kn.ScatterRows(cb, o, y, route, k, k, d); err != nil {
+			return err
+		}
+		cb.Barrier()
+		if err := kn.SumRows(cb, do, o, 1, k, d); err != nil {
+			return err
+		}
+		b.experts.hits.Add(int64(k)) // each chosen expert is resident
+		b.devRouted++
+		return nil
+	})
+	return true
+}
+
+// hasMatVecByID reports whether MatVecByID has a shader for type t.
+func hasMatVecByID(t quant.Type) bool {
+	sh, ok := matVecShaders[t]
+	if !ok {
+		return false
+	}
+	_, err := shaders.SPIRV(sh.name + shaders.ByID)
+	return err == nil
 }

@@ -9,12 +9,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/flowinfer/flowinfer/configs"
 	"github.com/flowinfer/flowinfer/cpu"
 	"github.com/flowinfer/flowinfer/gpu/vk"
 	"github.com/flowinfer/flowinfer/internal/golden"
 	"github.com/flowinfer/flowinfer/model"
+	"github.com/flowinfer/flowinfer/quant"
 )
 
 // moePrompt is a prompt of the golden vocabulary for the MoE tests.
@@ -253,4 +255,196 @@ func TestBackendMoERefusesSplit(t *testing.T) {
 	if _, err := newBackendOf(r.d, &other, r.k); !errors.Is(err, vk.ErrUnsupported) || !strings.Contains(err.Error(), "qwen35moe") {
 		t.Errorf("qwen35moe: %v, want ErrUnsupported naming it", err)
 	}
+}
+
+// TestBackendExpertUploads: with three expert slots, misses go through the
+// uploader (expertdma.go): each layer's misses are one upload on the
+// transfer command buffer signalling the next timeline value, which the
+// device reaches; the device timing reports one "gpu:upload-<layer>" span
+// per upload whose bytes add up to the store's uploaded bytes (at most the
+// misses times the slot bytes: Q4_K_M's experts differ in size between
+// layers, the slots have the largest's), and a wait span per upload.
+func TestBackendExpertUploads(t *testing.T) {
+	r := newRig(t)
+	m := loadGolden(t, "models/synth-qwen3moe-Q4_K_M.gguf")
+	plan := PlanLayers(m, -1, 0)
+	plan.ExpertSlots, plan.ExpertPolicy = 3, configs.PolicySLRU
+	be, err := newBackendOn(r.d, m, r.k, &plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	if be.up == nil {
+		t.Skip("device has no timeline semaphores: uploads go through the compute command buffer")
+	}
+	var spans []model.DeviceSpan
+	if err := be.TimeDevice(func(s model.DeviceSpan) { spans = append(spans, s) }); err != nil {
+		t.Skipf("no device timing: %v", err)
+	}
+	c, err := m.NewContext(be, 64, 1, len(moePrompt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	decodeAll(t, c, moePrompt, 4)
+	if err := be.TimeDevice(nil); err != nil {
+		t.Fatal(err)
+	}
+	st := be.ExpertStats()
+	v, err := be.up.sem.Value()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bytes int64
+	uploads, waits := 0, 0
+	for _, s := range spans {
+		switch {
+		case strings.HasPrefix(s.Name, "gpu:upload-wait-"):
+			waits++
+		case strings.HasPrefix(s.Name, "gpu:upload-"):
+			uploads++
+			bytes += s.Bytes
+			if !s.End.After(s.Start) {
+				t.Errorf("%s: %v to %v", s.Name, s.Start, s.End)
+			}
+		}
+	}
+	if st.Misses == 0 || be.up.value == 0 || v != be.up.value || uint64(uploads) != be.up.value || waits != uploads ||
+		bytes != st.UploadBytes || bytes > st.Misses*st.SlotBytes {
+		t.Errorf("%d uploads (timeline at %d, %d submitted), %d waits, %d bytes in spans; stats %+v", uploads, v, be.up.value, waits, bytes, st)
+	}
+	t.Logf("%d misses in %d uploads of %d bytes in all", st.Misses, uploads, bytes)
+}
+
+// TestBackendRouteExpertsOnDevice: with every expert resident, each
+// decode step's MoE layers are routed on the device (RouteExperts: the
+// products read the top-k's ids on the device, no readback): a step waits
+// for the device fewer times than when routed through the host (once per
+// MoE layer more there), and the logits of a prompt and 8 greedy steps are
+// bit-identical to the host-routed run's (an OnRoute hook forces that
+// path).
+func TestBackendRouteExpertsOnDevice(t *testing.T) {
+	r := newRig(t)
+	for _, file := range []string{"synth-qwen3moe-Q4_K_M.gguf", "synth-qwen3moe-F32.gguf"} {
+		t.Run(file, func(t *testing.T) {
+			m := loadGolden(t, "models/"+file)
+			const steps = 8
+			run := func(hostRoute bool) (logits []float32, routed, waits int) {
+				be, err := newBackendOf(r.d, m, r.k)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer be.Close()
+				c, err := m.NewContext(be, 64, 1, len(moePrompt))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if hostRoute {
+					c.SetHooks(model.Hooks{OnRoute: func(int, int, []int, []float32) {}})
+				}
+				b := &model.Batch{Tokens: moePrompt, Pos: make([]int32, len(moePrompt)), Seq: make([]int32, len(moePrompt))}
+				for i := range moePrompt {
+					b.Pos[i] = int32(i)
+				}
+				last, err := c.Decode(b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				logits = slices.Clone(last)
+				routed0, sub0 := be.devRouted, be.submits
+				for pos := len(moePrompt); pos < len(moePrompt)+steps; pos++ {
+					tok := int32(argmax(last[len(last)-m.NVocab:]))
+					if last, err = c.Decode(&model.Batch{Tokens: []int32{tok}, Pos: []int32{int32(pos)}, Seq: []int32{0}}); err != nil {
+						t.Fatal(err)
+					}
+					logits = append(logits, last...)
+				}
+				return logits, be.devRouted - routed0, be.submits - sub0
+			}
+			want, hostRouted, hostWaits := run(true)
+			got, routed, waits := run(false)
+			if hostRouted != 0 || routed != steps*m.NLayer {
+				t.Errorf("%d layers routed on the device, want %d (host-routed run: %d)", routed, steps*m.NLayer, hostRouted)
+			}
+			if waits+steps*m.NLayer > hostWaits {
+				t.Errorf("%d waits for the device in %d steps, host-routed %d (want at least one per MoE layer fewer)", waits, steps, hostWaits)
+			}
+			if len(got) != len(want) {
+				t.Fatalf("%d logits, want %d", len(got), len(want))
+			}
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("logit %d: %v, host-routed %v", i, got[i], want[i])
+				}
+			}
+			t.Logf("%d steps: %d waits for the device routed on it, %d routed through the host", steps, waits, hostWaits)
+		})
+	}
+}
+
+// TestMatVecByID: for every mat-vec type, the products of experts picked
+// by an id buffer (three experts one stride apart, ids 2, 0, 2; one shared
+// vector, then one vector per expert) are bit for bit MatVec's on each
+// expert's matrix at its offset, and the push constants' offsets hold.
+func TestMatVecByID(t *testing.T) {
+	r := newRig(t)
+	const rows, cols, nExp = 19, 512, 3
+	ids := []int32{2, 0, 2}
+	for typ := range matVecShaders {
+		if cols%typ.BlockSize() != 0 {
+			continue
+		}
+		t.Run(typ.String(), func(t *testing.T) {
+			r.t = t
+			var all []byte
+			stride := 0
+			for range nExp {
+				wb := quantize(t, typ, r.floats(rows*cols), rows, cols)
+				stride = (len(wb) + 255) &^ 255
+				all = append(all, append(wb, make([]byte, stride-len(wb))...)...)
+			}
+			buf := r.buffer(append(make([]byte, 16), all...))
+			x := r.floats(len(ids) * cols)
+			xb := F32{Buf: r.buffer(f32bytes(append(make([]float32, 5), x...))), Off: 5}
+			idb := F32{Buf: r.buffer(f32bytes(append(make([]float32, 3), f32s(i32bytes(ids))...))), Off: 3}
+			w0 := Weight{Buf: buf, Off: 16, Type: typ, Rows: rows, Cols: cols}
+			for _, xStride := range []int{0, cols} {
+				got := r.guarded(len(ids) * rows)
+				r.run(func(cb *vk.CommandBuffer) error {
+					return r.k.MatVecByID(cb, got, w0, xb, idb, len(ids), nExp, stride, xStride)
+				})
+				g := r.read(got, len(ids)*rows)
+				for z, id := range ids {
+					want := r.guarded(rows)
+					w := w0
+					w.Off += int(id) * stride
+					xz := xb
+					xz.Off += z * xStride
+					r.run(func(cb *vk.CommandBuffer) error { return r.k.MatVec(cb, want, w, xz, 1) })
+					for i, v := range r.read(want, rows) {
+						if math.Float32bits(g[z*rows+i]) != math.Float32bits(v) {
+							t.Fatalf("x stride %d, expert %d (id %d), row %d: %v, MatVec %v", xStride, z, id, i, g[z*rows+i], v)
+						}
+					}
+				}
+			}
+		})
+	}
+	r.t = t
+	for typ := range matVecShaders {
+		if !hasMatVecByID(typ) {
+			t.Errorf("type %s: no by-id mat-vec shader", typ)
+		}
+	}
+	if hasMatVecByID(quant.Type(255)) {
+		t.Error("an unknown type has a by-id shader")
+	}
+	bad := Weight{Buf: r.buffer(make([]byte, 64)), Type: quant.F32, Rows: 4, Cols: 4}
+	err := r.k.MatVecByID(r.cb, r.guarded(8), bad, F32{Buf: r.buffer(make([]byte, 64))}, F32{Buf: r.buffer(make([]byte, 8))}, 2, 2, 64, 0)
+	if err == nil || !strings.Contains(err.Error(), "overrun") {
+		t.Errorf("two experts 64 bytes apart in a buffer of 64: %v", err)
+	}
+}
+
+func i32bytes(v []int32) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))
 }

@@ -19,11 +19,11 @@ package gpu
 // experts used again promoted to a protected segment of 80% of the slots,
 // victims from probation's cold end first; or plain LRU. A miss uploads
 // the expert's bytes (from the mapping, or from the RAM expert cache's
-// slot that Hooks.Experts handed out) through the staging ring into the
-// victim slot, recorded in the compute command buffer before the products
-// that read it: the copy and the products are ordered by the barriers
-// between ops, so a slot may be reused by the next expert of the same
-// layer.
+// slot that Hooks.Experts handed out) into the victim slot through the
+// uploader (expertdma.go: a staging slab, a transfer command buffer and a
+// timeline semaphore the misses' products wait for), or, on a device
+// without timeline semaphores, through the staging ring in the compute
+// command buffer before the products that read it.
 
 import (
 	"fmt"
@@ -74,8 +74,10 @@ type expertStore struct {
 	upBytes, upNanos        atomic.Int64
 }
 
-// newExpertStore allocates n slots of slotBytes on dev.
-func newExpertStore(dev *vk.Device, n, slotBytes int, policy configs.CachePolicy) (*expertStore, error) {
+// newExpertStore allocates n slots of slotBytes on dev, a slab holding a
+// multiple of group slots where it holds group at all (a layer's experts
+// in one slab: RouteExperts reads them from one buffer).
+func newExpertStore(dev *vk.Device, n, slotBytes, group int, policy configs.CachePolicy) (*expertStore, error) {
 	if n <= 0 || slotBytes <= 0 {
 		return nil, fmt.Errorf("gpu: expert store of %d slots of %d bytes", n, slotBytes)
 	}
@@ -83,6 +85,9 @@ func newExpertStore(dev *vk.Device, n, slotBytes int, policy configs.CachePolicy
 	per := int(lim / int64(slotBytes))
 	if per == 0 {
 		return nil, fmt.Errorf("gpu: %w: an expert of %d bytes exceeds the device's storage-buffer range (%d)", vk.ErrUnsupported, slotBytes, lim)
+	}
+	if group > 0 && per >= group && per < n {
+		per -= per % group
 	}
 	s := &expertStore{perSlab: per, slotBytes: slotBytes, slots: make([]expertSlot, n), index: make(map[expertKey]int32, n),
 		free: make([]int32, 0, n), protCap: n * 8 / 10, slru: policy != configs.PolicyLRU}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/flowinfer/flowinfer/gpu/shaders"
 	"github.com/flowinfer/flowinfer/gpu/vk"
+	"github.com/flowinfer/flowinfer/quant"
 )
 
 // rowsOp checks a row move of rows rows of d floats and returns the
@@ -107,5 +108,90 @@ func (k *Kernels) SumRows(cb *vk.CommandBuffer, dst, src F32, n, kk, d int) erro
 		return err
 	}
 	cb.Dispatch(p, set, push(uint32(n*d), uint32(d), uint32(kk), so, do), gx, gy, 1)
+	return nil
+}
+
+// MatVecByID records y_z = W_{ids[idOff+z]} · x_z for z < k: w is the
+// matrix of expert 0 and the matrix of expert e is w's rows at
+// w.Off + e·stride bytes of w.Buf (a layer's resident experts, one slot
+// apart); x_z is the cols floats at x + z·xStride (xStride 0: one vector
+// for all), y_z the rows floats at y + z·w.Rows. ids holds uint32 expert
+// ids below nExpert, not checked on the device (the device's top-k writes
+// them). It runs the shader and variant MatVec runs on one vector, so
+// each product is bit for bit MatVec's.
+func (k *Kernels) MatVecByID(cb *vk.CommandBuffer, y F32, w Weight, x F32, ids F32, kk, nExpert, stride, xStride int) error {
+	sh, ok := matVecShaders[w.Type]
+	if !ok {
+		return fmt.Errorf("gpu: MatVecByID: %w: weights of type %s", vk.ErrUnsupported, w.Type)
+	}
+	if w.Rows <= 0 || w.Cols <= 0 || kk <= 0 || nExpert <= 0 || stride < 0 || xStride < 0 {
+		return fmt.Errorf("gpu: MatVecByID: shape %dx%d, %d of %d experts %d bytes apart, vectors %d floats apart", w.Rows, w.Cols, kk, nExpert, stride, xStride)
+	}
+	rb, err := quant.RowBytes(w.Type, w.Cols)
+	if err != nil {
+		return fmt.Errorf("gpu: MatVecByID: %w", err)
+	}
+	end := uint64(w.Off) + uint64(nExpert-1)*uint64(stride) + uint64(w.Rows)*uint64(rb)
+	if w.Buf == nil || w.Off < 0 || w.Off%4 != 0 || stride%4 != 0 || end > w.Buf.Size() || end > math.MaxUint32 {
+		return fmt.Errorf("gpu: MatVecByID: %d experts of %d rows of %d bytes, %d apart, at offset %d overrun the weight buffer", nExpert, w.Rows, rb, stride, w.Off)
+	}
+	xo, err := floats("MatVecByID x", x, (kk-1)*xStride+w.Cols)
+	if err != nil {
+		return err
+	}
+	yo, err := floats("MatVecByID y", y, kk*w.Rows)
+	if err != nil {
+		return err
+	}
+	io, err := floats("MatVecByID ids", ids, kk)
+	if err != nil {
+		return err
+	}
+	spec := sh.spec
+	k.mu.Lock()
+	if v, ok := k.mv[w.Type]; ok {
+		spec = v[:]
+	}
+	k.mu.Unlock()
+	p, set, err := k.bind(sh.name+shaders.ByID, 40, []uint32{spec[0], spec[1], 1}, w.Buf, x.Buf, y.Buf, ids.Buf)
+	if err != nil {
+		return err
+	}
+	gx, gy, err := k.grid((w.Rows + int(spec[1]) - 1) / int(spec[1]))
+	if err != nil {
+		return err
+	}
+	cb.Dispatch(p, set, push(uint32(w.Rows), uint32(w.Cols), uint32(rb), uint32(w.Off), xo, yo, 1, io, uint32(stride), uint32(xStride)), gx, gy, uint32(kk))
+	return nil
+}
+
+// Route records the routing row of one token's kk experts from their
+// ranked values v (kk floats): kk entries 0 .. kk-1 then the weights'
+// bits, each value divided by their sum when norm (moe_route.comp), the
+// layout ScatterRows reads.
+func (k *Kernels) Route(cb *vk.CommandBuffer, dst, v F32, kk int, norm bool) error {
+	if kk <= 0 || kk > MaxTopK {
+		return fmt.Errorf("gpu: Route: %d experts (1 to %d)", kk, MaxTopK)
+	}
+	vo, err := floats("Route values", v, kk)
+	if err != nil {
+		return err
+	}
+	do, err := floats("Route dst", dst, 2*kk)
+	if err != nil {
+		return err
+	}
+	if vo != 0 || do != 0 {
+		return fmt.Errorf("gpu: Route: values and routing at offsets %d and %d (0 only)", vo, do)
+	}
+	p, set, err := k.bind(shaders.MoERoute, 8, nil, v.Buf, dst.Buf)
+	if err != nil {
+		return err
+	}
+	n := uint32(0)
+	if norm {
+		n = 1
+	}
+	cb.Dispatch(p, set, push(uint32(kk), n), 1, 1, 1)
 	return nil
 }

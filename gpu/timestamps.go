@@ -16,9 +16,13 @@ package gpu
 // device. A span still open at a submission's end keeps its start (on the
 // host clock) and ends in a later submission.
 //
+// Expert uploads (expertdma.go) write their timestamps into the same
+// pool from the transfer command buffer, submitted on the compute queue
+// after the reset, when transfers share the compute queue's family.
+//
 // Not done: calibrated timestamps (VK_EXT_calibrated_timestamps) that
 // would place device spans on the host clock without the anchor; timing
-// of transfers on a separate queue (the backend has none).
+// of transfers on a separate queue.
 
 import (
 	"fmt"
@@ -51,6 +55,7 @@ type closedSpan struct {
 	q0     int
 	q1     uint32
 	start0 time.Time
+	bytes  int64 // an upload's bytes (expertdma.go)
 }
 
 type openSpan struct {
@@ -185,7 +190,7 @@ func (b *Backend) timerDone(waited, done time.Time) error {
 		if c.q0 >= 0 {
 			start = host(c.q0)
 		}
-		t.sink(model.DeviceSpan{Name: c.name, Start: start, End: host(int(c.q1))})
+		t.sink(model.DeviceSpan{Name: c.name, Start: start, End: host(int(c.q1)), Bytes: c.bytes})
 	}
 	t.closed = t.closed[:0]
 	for i := range t.open {
@@ -195,4 +200,61 @@ func (b *Backend) timerDone(waited, done time.Time) error {
 	}
 	t.sink(model.DeviceSpan{Name: "gpu-wait", Start: waited, End: done, Wait: true})
 	return nil
+}
+
+// timerUpload writes the timestamp starting an expert upload into the
+// transfer command buffer and returns its query, or -1 when timing is off
+// or transfers have a queue of their own (not timed).
+func (b *Backend) timerUpload() int {
+	t := b.timer
+	if t == nil || b.dev.SeparateTransfer() || t.used+5 > tsQueries {
+		return -1
+	}
+	q := t.used
+	b.up.cb.Timestamp(t.pool, q)
+	t.used++
+	return int(q)
+}
+
+// timerUploadEnd writes the timestamp ending the upload begun at query q0.
+func (b *Backend) timerUploadEnd(q0 int) int {
+	t := b.timer
+	if t == nil || q0 < 0 || t.used+4 > tsQueries {
+		return -1
+	}
+	q := t.used
+	b.up.cb.Timestamp(t.pool, q)
+	t.used++
+	return int(q)
+}
+
+// timerStamp writes a timestamp into the compute command buffer and
+// returns its query, or -1.
+func (b *Backend) timerStamp() int {
+	t := b.timer
+	if t == nil || t.used+2 > tsQueries {
+		return -1
+	}
+	q := t.used
+	b.cb.Timestamp(t.pool, q)
+	t.used++
+	return int(q)
+}
+
+// timerUploadSpans records layer's upload of bytes as a span between
+// queries q0 and q1, and the time compute waited for it: from the end of
+// the hits' products (qa) to the end of the upload (q1), when the misses'
+// products could start (a span ending before it starts is dropped by the
+// recorder: no wait). A query of -1 leaves its span out.
+func (b *Backend) timerUploadSpans(layer int, bytes int64, q0, q1, qa int) {
+	t := b.timer
+	if t == nil {
+		return
+	}
+	if q0 >= 0 && q1 >= 0 {
+		t.closed = append(t.closed, closedSpan{name: fmt.Sprintf("gpu:upload-%d", layer), q0: q0, q1: uint32(q1), bytes: bytes})
+	}
+	if qa >= 0 && q1 >= 0 {
+		t.closed = append(t.closed, closedSpan{name: fmt.Sprintf("gpu:upload-wait-%d", layer), q0: qa, q1: uint32(q1)})
+	}
 }

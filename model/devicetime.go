@@ -7,7 +7,8 @@ import "time"
 type DeviceSpan struct {
 	Name       string // the span's name as marked (MarkDevice), or the wait's
 	Start, End time.Time
-	Wait       bool // the host blocked until the device finished a submission
+	Wait       bool  // the host blocked until the device finished a submission
+	Bytes      int64 // bytes the span moved (an upload's), 0 for others
 }
 
 // DeviceTimer is implemented by Ops that run on a device with its own

@@ -93,3 +93,17 @@ func softmaxHost(row []float32) {
 		row[i] *= inv
 	}
 }
+
+// DeviceRouter is implemented by DeviceMoE Ops that can also run a layer's
+// routing where the probabilities are, with no host readback: each row's
+// top k experts, their weights (renormalised when norm) and the weighted
+// sum of their outputs all stay on the device.
+type DeviceRouter interface {
+	// RouteExperts sets the n rows of dst (n × d) to each row's weighted
+	// sum of its k experts' outputs on xn's row, the experts and weights
+	// ranked from probs (n × nExpert) as RouteTopK ranks them, out (n·k ×
+	// d) holding the weighted outputs in the router's order. It returns
+	// false, having recorded nothing, when it cannot (then the caller
+	// routes on the host); its errors come back from the next ToHost.
+	RouteExperts(il int, probs, xn, out, dst []float32, n, nExpert, k, d int, norm bool) bool
+}

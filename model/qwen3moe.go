@@ -125,6 +125,15 @@ func (c *Context) routed(il, n int, probs []float32) error {
 	s := &c.moeS
 	c.moeRows = n
 	dm := c.deviceMoE(il)
+	if dr, ok := dm.(DeviceRouter); ok && c.hooks.OnRoute == nil && c.hooks.Experts == nil && !h.GatingSoftmaxWeight && L.UpShexp == nil &&
+		dr.RouteExperts(il, probs[:n*h.NExpert], c.xn[:n*d], s.out[:n*K*d], c.tmp[:n*d], n, h.NExpert, K, d, h.NormTopK) {
+		// routed without the host (moedevice.go): nothing to group here;
+		// n·K runs counts each row's experts (distinct for one row, the
+		// case the gpu backend takes)
+		c.expertRuns += int64(n * K)
+		c.eval("ffn_moe_out", il, c.tmp, n, d)
+		return nil
+	}
 	if dm != nil { // ranked where the probabilities are (moedevice.go)
 		if err := dm.RouteTopK(probs, n, h.NExpert, s.sel[:n*K], s.w[:n*K]); err != nil {
 			return err

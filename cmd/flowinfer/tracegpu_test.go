@@ -102,3 +102,65 @@ func TestTraceVulkan(t *testing.T) {
 		t.Errorf("--detail stages:\n%s", out)
 	}
 }
+
+// TestTraceVulkanExpertUploads: `trace --backend vulkan` on the golden
+// qwen3moe file under a --vram budget that leaves two expert slots (of
+// 16 experts) streams experts into the slots: the trace has device spans
+// "gpu:upload-<layer>" for both layers, each of positive duration, the
+// summary's upload bytes equal the misses times the slot bytes (every
+// miss of the run uploads one slot's bytes, and the device timed every
+// upload), and the time compute waited for the uploads is reported.
+func TestTraceVulkanExpertUploads(t *testing.T) {
+	in, err := vk.NewInstance(vk.Config{})
+	if err != nil || len(in.Devices()) == 0 {
+		t.Skipf("no Vulkan device: %v", err)
+	}
+	in.Close()
+	m, _ := goldenModel(t, "synth-qwen3moe-Q8_0.gguf")
+	out, _, _, data := runTrace(t, m, "--backend", "vulkan", "--vram", "48MiB", "-n", "12", "--temp", "0")
+	var tr struct {
+		TraceEvents []struct {
+			Ph, Name string
+			Dur      float64 // µs
+		} `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(data, &tr); err != nil {
+		t.Fatalf("trace is not JSON: %v", err)
+	}
+	uploads, waits := map[string]int{}, 0
+	for _, e := range tr.TraceEvents {
+		if e.Ph != "X" {
+			continue
+		}
+		if strings.HasPrefix(e.Name, "gpu:upload-wait-") {
+			waits++
+			continue
+		}
+		if strings.HasPrefix(e.Name, "gpu:upload-") {
+			uploads[e.Name]++
+			if !(e.Dur > 0) {
+				t.Errorf("upload span %s: duration %vµs", e.Name, e.Dur)
+			}
+		}
+	}
+	if uploads["gpu:upload-0"] == 0 || uploads["gpu:upload-1"] == 0 || waits == 0 {
+		t.Errorf("upload spans %v, %d upload-wait spans", uploads, waits)
+	}
+	u := regexp.MustCompile(`gpu uploads: (\d+) bytes in (\d+) uploads, device time [^=]+= ([0-9.]+) GB/s; compute waited for them ([0-9.]+[µmn]?s) in (\d+) waits`).FindStringSubmatch(out)
+	s := regexp.MustCompile(`gpu expert slots: (\d+) hits, (\d+) misses of (\d+)-byte slots; (\d+) bytes uploaded`).FindStringSubmatch(out)
+	if u == nil || s == nil || !strings.Contains(out, "gpu uploads per layer: 0: ") {
+		t.Fatalf("no upload summary in:\n%s", out)
+	}
+	bytes, _ := strconv.ParseInt(u[1], 10, 64)
+	n, _ := strconv.Atoi(u[2])
+	misses, _ := strconv.ParseInt(s[2], 10, 64)
+	slot, _ := strconv.ParseInt(s[3], 10, 64)
+	up, _ := strconv.ParseInt(s[4], 10, 64)
+	if misses == 0 || bytes != misses*slot || up != bytes {
+		t.Errorf("upload spans hold %d bytes; %d misses of %d-byte slots, %d bytes uploaded", bytes, misses, slot, up)
+	}
+	if total := uploads["gpu:upload-0"] + uploads["gpu:upload-1"]; n != total {
+		t.Errorf("summary counts %d uploads, the trace has %d spans", n, total)
+	}
+	t.Logf("%s\n%s", u[0], s[0])
+}

@@ -30,6 +30,11 @@ layout(std430, binding = 0) readonly buffer W { uint w[]; };
 layout(std430, binding = 1) readonly buffer X { float x[]; };
 layout(std430, binding = 2) writeonly buffer Y { float y[]; };
 
+#ifdef BY_ID
+// Expert ids (a MoE layer's routing, left on the device by its top-k).
+layout(std430, binding = 3) readonly buffer I { uint ids[]; };
+#endif
+
 layout(push_constant) uniform Push {
 	uint rows;      // output rows
 	uint cols;      // weights per row
@@ -38,7 +43,18 @@ layout(push_constant) uniform Push {
 	uint x_off;     // float offset of vector 0 in X (vector t at x_off + t·cols)
 	uint y_off;     // float offset of output 0 in Y (vector t at y_off + t·rows)
 	uint n_vec;     // activation vectors
+#ifdef BY_ID
+	uint id_off;    // workgroup z's matrix is number ids[id_off + z] ...
+	uint id_stride; // ... at w_off + that · id_stride bytes
+	uint x_stride;  // workgroup z's vector at x_off + z·x_stride (0: one for all)
+#endif
 } p;
+
+// The workgroup's offsets: the push constants', or with BY_ID (a MoE
+// layer's experts picked on the device, NUM_COLS 1 and one vector per
+// workgroup z) the matrix of expert ids[id_off + z], vector z (or the one
+// vector) and output z.
+uint w_off, x_off, y_off;
 
 // Byte-addressed reads of W; b is a byte offset.
 uint w_u8(uint b) { return (w[b >> 2] >> ((b & 3u) * 8u)) & 0xFFu; }
@@ -84,11 +100,11 @@ void rows_dot(uint tid);
 
 // w_row_byte is the first byte of the workgroup's row r, w_row its word
 // (for the types whose rows start 4-aligned).
-uint w_row_byte(uint r) { return p.w_off + min(first + r, p.rows - 1u) * p.row_bytes; }
+uint w_row_byte(uint r) { return w_off + min(first + r, p.rows - 1u) * p.row_bytes; }
 uint w_row(uint r) { return w_row_byte(r) >> 2; }
 
 // x_vec is the float offset of the workgroup's vector c.
-uint x_vec(uint c) { return p.x_off + min(c0 + c, p.n_vec - 1u) * p.cols; }
+uint x_vec(uint c) { return x_off + min(c0 + c, p.n_vec - 1u) * p.cols; }
 #else
 // row_dot (the including shader's) adds the invocation's share of row r's
 // dot product with each vector c < nc to acc[r][c]; rb is the row's first
@@ -102,7 +118,18 @@ void main() {
 		return; // the whole workgroup leaves: no barrier is skipped by part of it
 	}
 	const uint tid = gl_LocalInvocationID.x;
+#ifdef BY_ID
+	const uint z = gl_WorkGroupID.z;
+	w_off = p.w_off + ids[p.id_off + z] * p.id_stride;
+	x_off = p.x_off + z * p.x_stride;
+	y_off = p.y_off + z * p.rows;
+	c0 = 0u;
+#else
+	w_off = p.w_off;
+	x_off = p.x_off;
+	y_off = p.y_off;
 	c0 = gl_WorkGroupID.z * NUM_COLS;
+#endif
 	nc = min(NUM_COLS, p.n_vec - c0);
 	for (uint r = 0; r < NUM_ROWS; r++) {
 		for (uint c = 0; c < NUM_COLS; c++) {
@@ -112,10 +139,10 @@ void main() {
 #ifdef ROWS_DOT
 	rows_dot(tid);
 #else
-	const uint xb = p.x_off + c0 * p.cols;
+	const uint xb = x_off + c0 * p.cols;
 	for (uint r = 0; r < NUM_ROWS; r++) {
 		if (first + r < p.rows) {
-			row_dot(r, p.w_off + (first + r) * p.row_bytes, xb, tid);
+			row_dot(r, w_off + (first + r) * p.row_bytes, xb, tid);
 		}
 	}
 #endif
@@ -136,7 +163,7 @@ void main() {
 			for (uint t = 0; t < BLOCK; t++) {
 				s += red[i * BLOCK + t];
 			}
-			y[p.y_off + (c0 + c) * p.rows + first + r] = s;
+			y[y_off + (c0 + c) * p.rows + first + r] = s;
 		}
 	}
 }

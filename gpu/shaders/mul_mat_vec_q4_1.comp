@@ -1,38 +1,4 @@
 #version 450
-// Matrix-vector product, Q4_1 weights against F32 activations. A Q4_1
-// block (20 bytes, 32 weights) holds an f16 scale d, an f16 offset m and
-// 16 bytes of quants: byte j's low nibble is weight j, its high nibble
-// weight j+16; weight = d·q + m (ggml's dequantize_row_q4_1). Rows are
-// whole words.
-//
-// Four slots share a block, slot k taking quant word k (weights 4k..4k+3
-// and 4k+16..4k+19): the slot's 8 activations and their sum are read
-// once for all NUM_ROWS rows.
+// Matrix-vector product of q4_1 weights: mul_mat_vec_q4_1.glsl.
 #extension GL_GOOGLE_include_directive : require
-#define ROWS_DOT
-#include "mul_mat_vec_head.glsl"
-
-void rows_dot(uint tid) {
-	const uint nslot = 4u * (p.cols / 32u);
-	for (uint s = tid; s < nslot; s += BLOCK) {
-		const uint i = s >> 2, k = s & 3u;
-		vec4 xa[NUM_COLS], xb[NUM_COLS];
-		float xs[NUM_COLS];
-		for (uint c = 0; c < NUM_COLS; c++) {
-			const uint xi = x_vec(c) + 32u * i + 4u * k;
-			xa[c] = x4(xi);
-			xb[c] = x4(xi + 16u);
-			xs[c] = sum4(xa[c]) + sum4(xb[c]);
-		}
-		for (uint r = 0; r < NUM_ROWS; r++) {
-			const uint wb = w_row(r) + 5u * i; // 20 bytes a block
-			const vec2 dm = unpackHalf2x16(w[wb]);
-			const uint q = w[wb + 1u + k];
-			const vec4 qa = bytes4(q & 0x0F0F0F0Fu), qb = bytes4((q >> 4) & 0x0F0F0F0Fu);
-			for (uint c = 0; c < NUM_COLS; c++) {
-				// Σ(d·q+m)·x = d·Σq·x + m·Σx
-				acc[r][c] += dm.x * (dot(qa, xa[c]) + dot(qb, xb[c])) + dm.y * xs[c];
-			}
-		}
-	}
-}
+#include "mul_mat_vec_q4_1.glsl"

@@ -55,6 +55,10 @@ const (
 	MoEGather     = "moe_gather"
 	MoEScatter    = "moe_scatter"
 	MoESum        = "moe_sum"
+	MoERoute      = "moe_route"
+	// ByID is the suffix of a mat-vec shader's variant that takes its
+	// matrix from a buffer of expert ids (mul_mat_vec_q4_k_id).
+	ByID = "_id"
 )
 
 // Names of the shaders of the 16-level table types (MXFP4, IQ4_NL,

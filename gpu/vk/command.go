@@ -404,3 +404,89 @@ func (q *QueryPool) Destroy() {
 	}
 	q.h = 0
 }
+
+// ownership is the buffer barrier of one half of a queue-family ownership
+// transfer of a range copied on the transfer queue and read by compute
+// shaders: the release (recorded on the transfer queue) or the acquire
+// (on the compute queue). record is false when nothing is to be recorded.
+type ownership struct {
+	record               bool
+	srcStage, dstStage   C.VkPipelineStageFlags
+	srcAccess, dstAccess C.VkAccessFlags
+	srcFamily, dstFamily C.uint32_t
+}
+
+// ownershipBarrier returns the barrier of the release (release) or the
+// acquire half for transfer family tf and compute family cf. With one
+// family (tf == cf) there is no ownership to transfer: the release records
+// nothing, and the acquire is a plain barrier from copies to shader reads
+// (the semaphore wait between the submissions orders them; the barrier
+// makes the copies' writes visible). With two, both halves name the same
+// families, the release's access is the copies' writes and the acquire's
+// the shaders' reads (the spec ignores the release's destination and the
+// acquire's source access).
+func ownershipBarrier(release bool, tf, cf uint32) ownership {
+	if tf == cf {
+		if release {
+			return ownership{}
+		}
+		return ownership{record: true, srcStage: C.VK_PIPELINE_STAGE_TRANSFER_BIT, dstStage: C.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+			srcAccess: C.VK_ACCESS_TRANSFER_WRITE_BIT, dstAccess: C.VK_ACCESS_SHADER_READ_BIT,
+			srcFamily: C.VK_QUEUE_FAMILY_IGNORED, dstFamily: C.VK_QUEUE_FAMILY_IGNORED}
+	}
+	o := ownership{record: true, srcFamily: C.uint32_t(tf), dstFamily: C.uint32_t(cf)}
+	if release {
+		o.srcStage, o.dstStage, o.srcAccess = C.VK_PIPELINE_STAGE_TRANSFER_BIT, C.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, C.VK_ACCESS_TRANSFER_WRITE_BIT
+	} else {
+		o.srcStage, o.dstStage, o.dstAccess = C.VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, C.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, C.VK_ACCESS_SHADER_READ_BIT
+	}
+	return o
+}
+
+// ReleaseToCompute records, on a transfer command buffer, the release half
+// of a queue-family ownership transfer of dst's bytes [off, off+size),
+// just written by copies, to the compute queue's family
+// (ownershipBarrier). The compute command buffer that reads them records
+// AcquireFromTransfer with the same range, and its submission waits (a
+// semaphore) for this one's.
+func (c *CommandBuffer) ReleaseToCompute(dst *Buffer, off, size uint64) {
+	if !c.ready() {
+		return
+	}
+	if c.kind != Transfer {
+		c.fail(fmt.Errorf("vk: ReleaseToCompute on the %s queue", c.kind))
+		return
+	}
+	c.ownership("ReleaseToCompute", true, dst, off, size)
+}
+
+// AcquireFromTransfer records, on a compute command buffer, the acquire
+// half of ReleaseToCompute for the same range, making the copies' writes
+// visible to the shaders after it.
+func (c *CommandBuffer) AcquireFromTransfer(dst *Buffer, off, size uint64) {
+	if !c.ready() {
+		return
+	}
+	if c.kind != Compute {
+		c.fail(fmt.Errorf("vk: AcquireFromTransfer on the %s queue", c.kind))
+		return
+	}
+	c.ownership("AcquireFromTransfer", false, dst, off, size)
+}
+
+func (c *CommandBuffer) ownership(what string, release bool, b *Buffer, off, size uint64) {
+	if b == nil || b.h == 0 {
+		c.fail(fmt.Errorf("vk: %s: freed or nil buffer", what))
+		return
+	}
+	if size == 0 || off+size > b.size {
+		c.fail(fmt.Errorf("vk: %s: %d bytes at offset %d of %d", what, size, off, b.size))
+		return
+	}
+	o := ownershipBarrier(release, c.dev.transfer.family, c.dev.compute.family)
+	if !o.record {
+		return
+	}
+	C.fi_cmd_buffer_barrier(c.dev.d, c.h, o.srcStage, o.dstStage, o.srcAccess, o.dstAccess, o.srcFamily, o.dstFamily,
+		b.h, C.VkDeviceSize(off), C.VkDeviceSize(size))
+}

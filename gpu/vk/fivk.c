@@ -290,6 +290,21 @@ void fi_cmd_barrier(fiDevice *d, VkCommandBuffer cb, VkPipelineStageFlags src, V
 	d->vkCmdPipelineBarrier(cb, src, dst, 0, 1, &mb, 0, NULL, 0, NULL);
 }
 
+void fi_cmd_buffer_barrier(fiDevice *d, VkCommandBuffer cb, VkPipelineStageFlags src, VkPipelineStageFlags dst, VkAccessFlags srcAccess, VkAccessFlags dstAccess,
+	uint32_t srcFamily, uint32_t dstFamily, VkBuffer buf, VkDeviceSize off, VkDeviceSize size) {
+	VkBufferMemoryBarrier bb = {
+		.sType = VK_STRUCTURE_TYPE_BUFFER_MEMORY_BARRIER,
+		.srcAccessMask = srcAccess,
+		.dstAccessMask = dstAccess,
+		.srcQueueFamilyIndex = srcFamily,
+		.dstQueueFamilyIndex = dstFamily,
+		.buffer = buf,
+		.offset = off,
+		.size = size,
+	};
+	d->vkCmdPipelineBarrier(cb, src, dst, 0, 0, NULL, 1, &bb, 0, NULL);
+}
+
 VkResult fi_wait_semaphore(fiDevice *d, VkSemaphore s, uint64_t value, uint64_t timeoutNs) {
 	VkSemaphoreWaitInfo wi = {
 		.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO,

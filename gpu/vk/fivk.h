@@ -149,6 +149,8 @@ VkResult fi_create_compute_pipeline(fiDevice *d, const uint32_t *code, size_t co
 VkResult fi_alloc_descriptor_set(fiDevice *d, VkDescriptorPool pool, VkDescriptorSetLayout dsl, VkDescriptorSet *set);
 void fi_write_storage_buffers(fiDevice *d, VkDescriptorSet set, uint32_t n, const VkBuffer *bufs, const VkDeviceSize *offs, const VkDeviceSize *ranges);
 void fi_cmd_barrier(fiDevice *d, VkCommandBuffer cb, VkPipelineStageFlags src, VkPipelineStageFlags dst, VkAccessFlags srcAccess, VkAccessFlags dstAccess);
+void fi_cmd_buffer_barrier(fiDevice *d, VkCommandBuffer cb, VkPipelineStageFlags src, VkPipelineStageFlags dst, VkAccessFlags srcAccess, VkAccessFlags dstAccess,
+	uint32_t srcFamily, uint32_t dstFamily, VkBuffer buf, VkDeviceSize off, VkDeviceSize size);
 VkResult fi_wait_semaphore(fiDevice *d, VkSemaphore s, uint64_t value, uint64_t timeoutNs);
 VkResult fi_create_timeline(fiDevice *d, uint64_t initial, VkSemaphore *s);
 

@@ -194,6 +194,7 @@ func TestTransferThenCompute(t *testing.T) {
 		t.Fatal(err)
 	}
 	xfer.Copy(dev, 0, up, 0, 8*n)
+	xfer.ReleaseToCompute(dev, 0, 8*n)
 	if err := xfer.End(); err != nil {
 		t.Fatal(err)
 	}
@@ -205,6 +206,7 @@ func TestTransferThenCompute(t *testing.T) {
 	if err := comp.Begin(); err != nil {
 		t.Fatal(err)
 	}
+	comp.AcquireFromTransfer(dev, 0, 8*n)
 	comp.ResetQueries(qp, 0, 2)
 	comp.Timestamp(qp, 0)
 	comp.Dispatch(p, set, putU32(nil, n, 0, 0), (n+63)/64, 1, 1)
@@ -243,6 +245,66 @@ func TestTransferThenCompute(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("add of %d floats + copy: %v by timestamps", n, d.Elapsed(Compute, ticks[0], ticks[1]))
+}
+
+// TestOwnershipBarrier: the two halves of a queue-family ownership
+// transfer (a range copied on a transfer family of its own, read by
+// compute shaders) name the same families, transfer to compute, the
+// release with the copies' writes as its access and the acquire with the
+// shaders' reads (each with no access on the other side, as the spec
+// ignores it), the release waiting on copies and the acquire blocking the
+// shaders; with one family the release records nothing and the acquire is
+// a plain barrier from the copies' writes to the shaders' reads, families
+// ignored. ReleaseToCompute on a compute command buffer, AcquireFromTransfer
+// on a transfer one and ranges past the buffer are errors from End.
+func TestOwnershipBarrier(t *testing.T) {
+	const tf, cf = 2, 0
+	rel, acq := ownershipBarrier(true, tf, cf), ownershipBarrier(false, tf, cf)
+	if !rel.record || !acq.record || uint32(rel.srcFamily) != tf || uint32(rel.dstFamily) != cf ||
+		rel.srcFamily != acq.srcFamily || rel.dstFamily != acq.dstFamily {
+		t.Errorf("separate families: release %+v, acquire %+v", rel, acq)
+	}
+	one := ownershipBarrier(false, cf, cf)
+	if rel.srcAccess == 0 || rel.dstAccess != 0 || acq.srcAccess != 0 || acq.dstAccess == 0 ||
+		rel.srcAccess != one.srcAccess || acq.dstAccess != one.dstAccess || rel.srcStage != one.srcStage || acq.dstStage != one.dstStage {
+		t.Errorf("accesses or stages: release %+v, acquire %+v, one family %+v", rel, acq, one)
+	}
+	if r := ownershipBarrier(true, cf, cf); r.record {
+		t.Errorf("one family: release records %+v", r)
+	}
+	if !one.record || uint32(one.srcFamily) != ^uint32(0) || uint32(one.dstFamily) != ^uint32(0) {
+		t.Errorf("one family: acquire %+v, want VK_QUEUE_FAMILY_IGNORED on both sides", one)
+	}
+
+	d := openTestDevice(t, DeviceConfig{})
+	buf, err := d.NewBuffer(256, DeviceLocal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Free()
+	for _, c := range []struct {
+		kind QueueKind
+		rec  func(*CommandBuffer)
+		want string
+	}{
+		{Compute, func(c *CommandBuffer) { c.ReleaseToCompute(buf, 0, 256) }, "ReleaseToCompute on the compute queue"},
+		{Transfer, func(c *CommandBuffer) { c.AcquireFromTransfer(buf, 0, 256) }, "AcquireFromTransfer on the transfer queue"},
+		{Compute, func(c *CommandBuffer) { c.AcquireFromTransfer(buf, 128, 256) }, "256 bytes at offset 128 of 256"},
+		{Transfer, func(c *CommandBuffer) { c.ReleaseToCompute(buf, 0, 0) }, "0 bytes at offset 0"},
+	} {
+		cb, err := d.NewCommandBuffer(c.kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cb.Begin(); err != nil {
+			t.Fatal(err)
+		}
+		c.rec(cb)
+		if err := cb.End(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("End: %v, want an error saying %q", err, c.want)
+		}
+		cb.Free()
+	}
 }
 
 // TestMisuseIsError: recording mistakes come back from End as errors.

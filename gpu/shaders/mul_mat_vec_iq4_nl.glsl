@@ -1,0 +1,34 @@
+// Matrix-vector product, IQ4_NL weights against F32 activations. An
+// IQ4_NL block (18 bytes, 32 weights) holds an f16 scale d and 16 bytes of
+// 4-bit codes laid out as Q4_0's (byte j: weight j low, j+16 high);
+// weight = d·kvalues_iq4nl[code] (ggml's dequantize_row_iq4_nl). Blocks are
+// only 2-byte aligned (w_u32).
+//
+// Four slots share a block, slot k taking code bytes 4k..4k+3 (weights
+// 4k..4k+3 and 4k+16..4k+19): the slot's 8 activations are read once for
+// all NUM_ROWS rows.
+#define ROWS_DOT
+#include "mul_mat_vec_head.glsl"
+#include "quant4.glsl"
+
+void rows_dot(uint tid) {
+	const uint nslot = 4u * (p.cols / 32u);
+	for (uint s = tid; s < nslot; s += BLOCK) {
+		const uint i = s >> 2, k = s & 3u;
+		vec4 xa[NUM_COLS], xb[NUM_COLS];
+		for (uint c = 0; c < NUM_COLS; c++) {
+			const uint xi = x_vec(c) + 32u * i + 4u * k;
+			xa[c] = x4(xi);
+			xb[c] = x4(xi + 16u);
+		}
+		for (uint r = 0; r < NUM_ROWS; r++) {
+			const uint bb = w_row_byte(r) + 18u * i;
+			const float d = w_f16(bb);
+			const uint q = w_u32(bb + 2u + 4u * k);
+			const vec4 qa = lut16(lo_codes(q), KV_IQ4NL), qb = lut16(hi_codes(q), KV_IQ4NL);
+			for (uint c = 0; c < NUM_COLS; c++) {
+				acc[r][c] = fma(d, dot(qa, xa[c]) + dot(qb, xb[c]), acc[r][c]);
+			}
+		}
+	}
+}
