@@ -53,7 +53,7 @@ func TestRunVulkan(t *testing.T) {
 		t.Errorf("vulkan --vram 17MiB -ngl 99: err %v, stderr %q", err, stderr)
 	}
 	_, stderr, err = flowinfer(t, "perplexity", "-m", model, "-f", "main.go", "--backend", "vulkan")
-	if err == nil || !strings.Contains(stderr, "--backend vulkan: only run, chat, trace and bench compute on the GPU yet") {
+	if err == nil || !strings.Contains(stderr, "--backend vulkan: only run, chat, trace, bench, serve and batch compute on the GPU yet") {
 		t.Errorf("perplexity --backend vulkan: err %v, stderr %q", err, stderr)
 	}
 }

@@ -84,9 +84,9 @@ func settle(kctx *kong.Context, profile ProfileFlag, log *zap.Logger) (configs.L
 	if _, show := cmd.(*ConfigShowCmd); !show && l.Pipeline.Backend != "cpu" && !gpuCommand(cmd) {
 		p := &l.Pipeline
 		if p.Backend == "vulkan" {
-			return l, fmt.Errorf("pipeline.backend / --backend vulkan: only run, chat, trace and bench compute on the GPU yet")
+			return l, fmt.Errorf("pipeline.backend / --backend vulkan: only run, chat, trace, bench, serve and batch compute on the GPU yet")
 		}
-		cpuFallback(p, log, "only run, chat, trace and bench compute on the GPU yet")
+		cpuFallback(p, log, "only run, chat, trace, bench, serve and batch compute on the GPU yet")
 	}
 	return l, nil
 }
@@ -210,7 +210,7 @@ func oneSequenceConfig(p *configs.Pipeline, nCtx int, h *model.Hyper) stages.Con
 // with gpuOK).
 func gpuCommand(cmd computer) bool {
 	switch cmd.(type) {
-	case *RunCmd, *ChatCmd, *TraceCmd, *BenchCmd:
+	case *RunCmd, *ChatCmd, *TraceCmd, *BenchCmd, *ServeCmd, *BatchCmd:
 		return true
 	}
 	return false

@@ -1,0 +1,209 @@
+//go:build cgo
+
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flowinfer/flowinfer/gpu/vk"
+)
+
+// needVulkan skips the test on a machine without a Vulkan device.
+func needVulkan(t *testing.T) {
+	t.Helper()
+	in, err := vk.NewInstance(vk.Config{})
+	if err != nil || len(in.Devices()) == 0 {
+		t.Skipf("no Vulkan device: %v", err)
+	}
+	in.Close()
+}
+
+// streamText posts body to url+path with stream on and returns the text
+// of its SSE events (completions' text or chat's content deltas).
+func streamText(url, path, body string) (string, error) {
+	resp, err := http.Post(url+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		return "", fmt.Errorf("%s: %d %s", path, resp.StatusCode, b)
+	}
+	var text strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok || data == "[DONE]" {
+			continue
+		}
+		var ev struct {
+			Choices []struct {
+				Text  string `json:"text"`
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal([]byte(data), &ev); err != nil {
+			return "", fmt.Errorf("event %q: %v", data, err)
+		}
+		for _, c := range ev.Choices {
+			text.WriteString(c.Text + c.Delta.Content)
+		}
+	}
+	return text.String(), sc.Err()
+}
+
+// metricsText returns the server's /metrics.
+func metricsText(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("/metrics: %d %s", resp.StatusCode, b)
+	}
+	return string(b)
+}
+
+// metricValue returns the value of the sample named name (with its
+// labels, as exposed) in a /metrics text, or -1 when absent.
+func metricValue(text, name string) float64 {
+	for _, line := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err == nil {
+				return f
+			}
+		}
+	}
+	return -1
+}
+
+// concurrent runs the two streamed requests at once and returns their
+// texts.
+func concurrent(t *testing.T, url string) [2]string {
+	t.Helper()
+	reqs := [2][2]string{
+		{"/v1/completions", `{"prompt":"Once upon a time","max_tokens":24,"stream":true}`},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"The little dog"}],"max_tokens":24,"stream":true}`},
+	}
+	var got [2]string
+	var errs [2]error
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i], errs[i] = streamText(url, r[0], r[1])
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if got[i] == "" {
+			t.Fatalf("request %d: no text", i)
+		}
+	}
+	return got
+}
+
+// TestServeVulkan: serve --backend vulkan (lavapipe here) on stories260K
+// with two parallel sequences: two concurrent streamed requests (a
+// completion and a chat) give the CPU backend's greedy texts, and steps
+// carried both sequences' tokens at once (a decode step of more than one
+// token in /metrics); a client that leaves mid-stream frees its
+// sequence; the server still answers afterwards.
+func TestServeVulkan(t *testing.T) {
+	needVulkan(t)
+	_, cpuURL, _ := startServe(t, "--parallel", "2", "--backend", "cpu")
+	want := concurrent(t, cpuURL)
+
+	_, url, log := startServe(t, "--parallel", "2", "--backend", "vulkan")
+	if !strings.Contains(log.String(), "flowinfer: vulkan: computing on GPU") || !strings.Contains(log.String(), "in device memory") {
+		t.Errorf("stderr does not say the GPU computes with its KV in device memory:\n%s", log)
+	}
+	if got := concurrent(t, url); got != want {
+		t.Errorf("vulkan texts %q, cpu %q", got, want)
+	}
+	m := metricsText(t, url)
+	one, all := metricValue(m, `flowinfer_step_tokens_bucket{kind="decode",le="1"}`), metricValue(m, `flowinfer_step_tokens_count{kind="decode"}`)
+	if one < 0 || all <= one {
+		t.Errorf("no decode step carried both sequences: %v of %v decode steps had at most 1 token", one, all)
+	}
+
+	// a client that leaves mid-stream: its sequence is freed
+	resp, err := http.Post(url+"/v1/completions", "application/json",
+		strings.NewReader(`{"prompt":"Once upon a time","max_tokens":200,"stream":true,"logit_bias":{"2":-100}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := bufio.NewReader(resp.Body)
+	for range 3 {
+		if _, err := rd.ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := metricValue(metricsText(t, url), "flowinfer_running_sequences"); r != 1 {
+		t.Errorf("%v running sequences while one streams", r)
+	}
+	resp.Body.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		m = metricsText(t, url)
+		if metricValue(m, "flowinfer_running_sequences") == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the left client's sequence still runs after 20 s:\n%s", m)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := concurrent(t, url); got != want {
+		t.Errorf("after the disconnect: vulkan texts %q, cpu %q", got, want)
+	}
+}
+
+// TestBatchVulkan: batch --backend vulkan writes the CPU backend's
+// records (the same greedy choices) for mixed completion and chat
+// requests on two parallel sequences.
+func TestBatchVulkan(t *testing.T) {
+	needVulkan(t)
+	m, _ := goldenModel(t, "stories260K.gguf")
+	in := batchInput(t, 6, 12)
+	choices := func(backend string) []string {
+		out := filepath.Join(t.TempDir(), "out.jsonl")
+		if _, errOut, err := runEnv(t, nil, "batch", "-m", m, "-i", in, "-o", out, "--parallel", "2", "--ordered", "--no-progress", "--backend", backend); err != nil {
+			t.Fatalf("%s: %v\n%s", backend, err, errOut)
+		}
+		var cs []string
+		for i, r := range readBatch(t, out) {
+			if r.Response == nil || r.Response.StatusCode != 200 {
+				t.Fatalf("%s: record %d: %+v", backend, i, r)
+			}
+			b, _ := json.Marshal(r.Response.Body["choices"])
+			cs = append(cs, string(b))
+		}
+		return cs
+	}
+	want, got := choices("cpu"), choices("vulkan")
+	if len(want) != 6 || strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("vulkan choices:\n%s\ncpu:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
