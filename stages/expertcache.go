@@ -134,8 +134,8 @@ func (c *expertSource) Fetch(il int, ids []int) error {
 		}
 		c.mineP++
 	}
-	c.rec.Add(c.stg, "expert hits", int64(nHit))
-	c.rec.Add(c.stg, "expert misses", int64(len(ids)-nHit))
+	c.rec.Add(c.stg, counterRAMHits, int64(nHit))
+	c.rec.Add(c.stg, counterRAMMisses, int64(len(ids)-nHit))
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -205,5 +206,100 @@ func TestBatchVulkan(t *testing.T) {
 	want, got := choices("cpu"), choices("vulkan")
 	if len(want) != 6 || strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("vulkan choices:\n%s\ncpu:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestServeVulkanMoE: serve --backend vulkan on the golden qwen3moe file
+// under a --vram budget that holds fewer device expert slots than experts
+// (the plan says how many): a completion
+// gives the CPU's greedy text, and /metrics counts the experts by tier,
+// VRAM hits and disk reads (the slots' misses) adding up to the device
+// slots' lookups, with no RAM tier on the device path.
+func TestServeVulkanMoE(t *testing.T) {
+	needVulkan(t)
+	model, _ := goldenModel(t, "synth-qwen3moe-Q8_0.gguf")
+	body := `{"prompt":"Once upon a time","max_tokens":12,"stream":true}`
+	_, cpuURL, _ := startServeModel(t, model, "--backend", "cpu")
+	want, err := streamText(cpuURL, "/v1/completions", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, url, log := startServeModel(t, model, "--backend", "vulkan", "--vram", "48MiB")
+	plan := regexp.MustCompile(`\((\d+) of 16 in slots of`).FindStringSubmatch(log.String())
+	if plan == nil {
+		t.Fatalf("no expert slots in the plan:\n%s", log)
+	}
+	planned, _ := strconv.ParseFloat(plan[1], 64)
+	if planned >= 16 {
+		t.Fatalf("--vram 48MiB holds every expert: %s", plan[0])
+	}
+	got, err := streamText(url, "/v1/completions", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Errorf("vulkan %q, cpu %q", got, want)
+	}
+	m := metricsText(t, url)
+	vram, ram, disk := metricValue(m, `flowinfer_expert_tier_total{tier="vram"}`), metricValue(m, `flowinfer_expert_tier_total{tier="ram"}`), metricValue(m, `flowinfer_expert_tier_total{tier="disk"}`)
+	hits, misses := metricValue(m, "flowinfer_expert_device_hits_total"), metricValue(m, "flowinfer_expert_device_misses_total")
+	slots := metricValue(m, "flowinfer_expert_device_slots")
+	if vram != hits || disk != misses || ram != 0 || misses <= 0 || slots != planned {
+		t.Errorf("tiers vram %v ram %v disk %v; device hits %v misses %v slots %v", vram, ram, disk, hits, misses, slots)
+	}
+	if ev := metricValue(m, "flowinfer_expert_device_evictions_total"); ev != misses-planned {
+		t.Errorf("%v evictions from %v slots after %v misses", ev, planned, misses)
+	}
+}
+
+// TestExpertTiersAddUp: run and trace print the experts the steps needed
+// by tier, and VRAM hits + RAM hits + disk reads = experts needed: on the
+// device with 5 expert slots of 16 (VRAM and disk: misses fill slots from the
+// file's mapping), on the CPU with a RAM budget that streams experts
+// through an expert cache of 4 (RAM and disk). "Needed" is counted apart from
+// the tiers: the model's expert runs, one per expert and layer of a step.
+func TestExpertTiersAddUp(t *testing.T) {
+	needVulkan(t)
+	model, _ := goldenModel(t, "synth-qwen3moe-Q8_0.gguf")
+	line := regexp.MustCompile(`expert tiers: (\d+) experts needed in (\d+) steps = (\d+) VRAM hits \+ (\d+) RAM hits \+ (\d+) disk reads`)
+	tr := func() string { return filepath.Join(t.TempDir(), "t.json") }
+	for _, c := range []struct {
+		name string
+		args []string
+		gpu  bool // the device's slots (VRAM, disk), else the RAM expert cache (RAM, disk)
+	}{
+		{"run-vulkan", []string{"run", "--backend", "vulkan", "--vram", "49MiB"}, true},
+		{"trace-vulkan", []string{"trace", "--no-measure", "-o", tr(), "--backend", "vulkan", "--vram", "49MiB"}, true},
+		{"run-cpu", []string{"run", "--backend", "cpu", "--ram-budget", "3600KiB"}, false},
+		{"trace-cpu", []string{"trace", "--no-measure", "-o", tr(), "--backend", "cpu", "--ram-budget", "3600KiB"}, false},
+	} {
+		args := append(c.args, "-m", model, "-p", "Once upon a time", "-n", "8", "--temp", "0")
+		out, stderr, err := flowinfer(t, args...)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", c.name, err, stderr)
+		}
+		f := line.FindStringSubmatch(out + stderr)
+		if f == nil {
+			t.Fatalf("%s: no expert tiers line:\n%s%s", c.name, out, stderr)
+		}
+		n := make([]int64, 5)
+		for i := range n {
+			n[i], _ = strconv.ParseInt(f[i+1], 10, 64)
+		}
+		needed, steps, vram, ram, disk := n[0], n[1], n[2], n[3], n[4]
+		// the device path has no RAM tier, the CPU's no VRAM tier; each
+		// budget holds a few experts of 16, so both hits and reads happen
+		tiers := ram == 0 && vram > 0
+		if !c.gpu {
+			tiers = vram == 0 && ram > 0
+		}
+		if needed == 0 || steps != 8 || vram+ram+disk != needed || disk == 0 || !tiers {
+			t.Errorf("%s: %s", c.name, f[0])
+		}
+		// the device's own count of its lookups agrees (run prints it)
+		if d := regexp.MustCompile(`device expert slots: (\d+) hits, (\d+) misses`).FindStringSubmatch(stderr); d != nil && (d[1] != f[3] || d[2] != f[5]) {
+			t.Errorf("%s: %s, but %s", c.name, f[0], d[0])
+		}
+		t.Logf("%s: %s", c.name, f[0])
 	}
 }
