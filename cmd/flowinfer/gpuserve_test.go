@@ -303,3 +303,20 @@ func TestExpertTiersAddUp(t *testing.T) {
 		t.Logf("%s: %s", c.name, f[0])
 	}
 }
+
+// TestServeVulkanRefusesKV: a KV cache the device cannot hold is refused
+// when serve starts, naming the type, not by the engine's first step
+// (where every request would fail), and batch refuses it too.
+func TestServeVulkanRefusesKV(t *testing.T) {
+	needVulkan(t)
+	m, _ := goldenModel(t, "stories260K.gguf")
+	for _, args := range [][]string{
+		{"serve", "-m", m, "--port", "0", "-c", "256"},
+		{"batch", "-m", m, "-i", batchInput(t, 2, 4), "-o", filepath.Join(t.TempDir(), "out.jsonl"), "--no-progress"},
+	} {
+		_, stderr, err := runEnv(t, nil, append(args, "--backend", "vulkan", "-ctk", "bf16", "-ctv", "bf16")...)
+		if err == nil || !strings.Contains(stderr, "KV cache of types bf16/bf16") || strings.Contains(stderr, "flowinfer: serving") {
+			t.Errorf("%s: err %v, stderr %q", args[0], err, stderr)
+		}
+	}
+}
