@@ -320,3 +320,53 @@ func TestServeVulkanRefusesKV(t *testing.T) {
 		}
 	}
 }
+
+// TestVulkanDevice: --device (pipeline.device) picks the Vulkan device by
+// index or by a part of its name, for run and serve; a device that is not
+// there is an error naming it (and listing the devices) before anything
+// computes, for auto too; a command without a GPU path refuses it.
+func TestVulkanDevice(t *testing.T) {
+	needVulkan(t)
+	in, err := vk.NewInstance(vk.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d0 := in.Devices()[0]
+	in.Close()
+	m, _ := goldenModel(t, "stories260K.gguf")
+	run := []string{"run", "-m", m, "-p", "Once upon a time", "-n", "8", "--temp", "0"}
+	want, _, err := flowinfer(t, append(run, "--backend", "cpu")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := strings.ToUpper(strings.Fields(d0.Name)[0]) // a part of its name, in another case
+	computing := fmt.Sprintf("computing on GPU%d %s", d0.Index, d0.Name)
+	for _, dev := range []string{strconv.Itoa(d0.Index), name} {
+		for _, backend := range []string{"vulkan", "auto"} {
+			got, stderr, err := flowinfer(t, append(run, "--backend", backend, "--device", dev)...)
+			if err != nil || got != want || !strings.Contains(stderr, computing) {
+				t.Errorf("--backend %s --device %s: err %v, printed %q (cpu %q), stderr %q", backend, dev, err, got, want, stderr)
+			}
+		}
+	}
+	profile := writeProfile(t, "pipeline:\n  backend: vulkan\n  vram: 1GiB\n  device: no-such-gpu\n")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{append(run, "--backend", "vulkan", "--device", "99"), "pipeline.device / --device 99: no Vulkan device of that index (devices: GPU0 "},
+		{append(run, "--backend", "auto", "--device", "no-such-gpu"), `pipeline.device / --device "no-such-gpu": no Vulkan device of that name (devices: GPU0 `},
+		{append([]string{"--config", profile}, run...), `pipeline.device / --device "no-such-gpu": no Vulkan device of that name`},
+		{[]string{"serve", "-m", m, "--port", "0", "--backend", "vulkan", "--device", "no-such-gpu"}, `--device "no-such-gpu": no Vulkan device of that name`},
+		{[]string{"perplexity", "-m", m, "-f", "main.go", "--device", "0"}, "pipeline.device / --device 0: only run, chat, trace, bench, serve and batch compute on the GPU yet"},
+	} {
+		_, stderr, err := flowinfer(t, c.args...)
+		if err == nil || !strings.Contains(stderr, c.want) || strings.Contains(stderr, "computing on GPU") {
+			t.Errorf("%v: err %v, stderr %q, want %q", c.args, err, stderr, c.want)
+		}
+	}
+	_, url, _ := startServe(t, "--backend", "vulkan", "--device", strconv.Itoa(d0.Index))
+	if got, err := streamText(url, "/v1/completions", `{"prompt":"Once upon a time","max_tokens":8,"stream":true}`); err != nil || got == "" {
+		t.Errorf("serve --device %d: %q, %v", d0.Index, got, err)
+	}
+}

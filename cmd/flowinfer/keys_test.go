@@ -287,6 +287,7 @@ func TestRefusedSettings(t *testing.T) {
 	model, _ := goldenModel(t, "stories260K.gguf")
 	cases := []struct{ profile, want string }{
 		{"pipeline:\n  backend: cpu\n  vram: 1GiB\n", `pipeline.vram / --vram 1GiB: only a GPU backend uses VRAM (backend vulkan or auto)`},
+		{"pipeline:\n  backend: cpu\n  device: \"0\"\n", `pipeline.device / --device 0: only a GPU backend computes on a device (backend vulkan or auto)`},
 		{"pipeline:\n  kv_cache:\n    type: q8_0\n", `pipeline.kv_cache.type was replaced by type_k and type_v`},
 		{"pipeline:\n  kv_cache:\n    type_v: q4_1\n", `pipeline.kv_cache.type_v: "q4_1" is not one of f32, f16, bf16, q8_0, q4_0, tq4, tq3`},
 	}

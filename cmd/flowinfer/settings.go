@@ -86,6 +86,9 @@ func settle(kctx *kong.Context, profile ProfileFlag, log *zap.Logger) (configs.L
 		if p.Backend == "vulkan" {
 			return l, fmt.Errorf("pipeline.backend / --backend vulkan: only run, chat, trace, bench, serve and batch compute on the GPU yet")
 		}
+		if p.Device != "" {
+			return l, fmt.Errorf("pipeline.device / --device %s: only run, chat, trace, bench, serve and batch compute on the GPU yet", p.Device)
+		}
 		cpuFallback(p, log, "only run, chat, trace, bench, serve and batch compute on the GPU yet")
 	}
 	return l, nil
