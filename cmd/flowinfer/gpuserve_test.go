@@ -322,9 +322,10 @@ func TestServeVulkanRefusesKV(t *testing.T) {
 }
 
 // TestVulkanDevice: --device (pipeline.device) picks the Vulkan device by
-// index or by a part of its name, for run and serve; a device that is not
-// there is an error naming it (and listing the devices) before anything
-// computes, for auto too; a command without a GPU path refuses it.
+// index or by a part of its name, for run and serve, and a profile's
+// hardware.gpus by its name; a device that is not there is an error
+// naming it (and listing the devices) before anything computes, for auto
+// too; a command without a GPU path refuses --device.
 func TestVulkanDevice(t *testing.T) {
 	needVulkan(t)
 	in, err := vk.NewInstance(vk.Config{})
@@ -364,6 +365,16 @@ func TestVulkanDevice(t *testing.T) {
 		if err == nil || !strings.Contains(stderr, c.want) || strings.Contains(stderr, "computing on GPU") {
 			t.Errorf("%v: err %v, stderr %q, want %q", c.args, err, stderr, c.want)
 		}
+	}
+	// a profile's hardware.gpus names this machine's device: the GPU
+	// backends compute on it; one this machine lacks is refused by name
+	own := writeProfile(t, fmt.Sprintf("hardware:\n  gpus:\n    - {name: %q, vram: 1GiB}\npipeline:\n  backend: vulkan\n  vram: 64MiB\n", d0.Name))
+	if got, stderr, err := flowinfer(t, append([]string{"--config", own}, run...)...); err != nil || got != want || !strings.Contains(stderr, computing) {
+		t.Errorf("hardware.gpus %q: err %v, printed %q (cpu %q), stderr %q", d0.Name, err, got, want, stderr)
+	}
+	other := writeProfile(t, "hardware:\n  gpus:\n    - {name: No Such GPU, vram: 1GiB}\npipeline:\n  backend: vulkan\n  vram: 64MiB\n")
+	if _, stderr, err := flowinfer(t, append([]string{"--config", other}, run...)...); err == nil || !strings.Contains(stderr, `hardware.gpus[0].name "No Such GPU": no Vulkan device of that name on this machine (devices: "`+d0.Name) {
+		t.Errorf("hardware.gpus of another machine: err %v, stderr %q", err, stderr)
 	}
 	_, url, _ := startServe(t, "--backend", "vulkan", "--device", strconv.Itoa(d0.Index))
 	if got, err := streamText(url, "/v1/completions", `{"prompt":"Once upon a time","max_tokens":8,"stream":true}`); err != nil || got == "" {

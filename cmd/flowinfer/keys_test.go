@@ -100,7 +100,7 @@ func hardwareEffects(lacking string) map[string][]effect {
 		"hardware.isa": {
 			{"hardware: {isa: [avx3]}\n", show, `hardware.isa: "avx3" is not one of sse4_2`, true},
 		},
-		"hardware.gpus":        {{gpu, run, `hardware.gpus "test-gpu" (1GiB): profiles' GPUs are not matched to this machine's Vulkan devices yet`, true}},
+		"hardware.gpus":        {{gpu, run, `hardware.gpus[0].name "test-gpu": no Vulkan device of that name on this machine`, true}},
 		"hardware.gpus[].name": {{"hardware:\n  gpus: [{vram: 1GiB}]\n", show, "hardware.gpus[0].name: must be set", true}},
 		"hardware.gpus[].type": {{"hardware:\n  gpus: [{name: g, type: tpu}]\n", show, `hardware.gpus[0].type: "tpu" is not one of discrete`, true}},
 		"hardware.gpus[].vram": {{gpu + "pipeline: {vram: 2GiB}\n", show, "pipeline.vram: exceeds the GPUs' VRAM (1GiB), got 2GiB", true}},

@@ -13,6 +13,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/alecthomas/kong"
@@ -96,7 +97,10 @@ func settle(kctx *kong.Context, profile ProfileFlag, log *zap.Logger) (configs.L
 
 // checkHost refuses a profile whose hardware section claims more than this
 // machine has: configs.Problems from configs.CheckHost, or an error when
-// the profile makes claims and this machine cannot be read.
+// the profile makes claims and this machine cannot be read. A profile
+// that lists GPUs has them matched to this machine's Vulkan devices by
+// name (none found: each is refused, naming it); the first one is the
+// device the GPU backends compute on unless pipeline.device names one.
 func checkHost(c *configs.Config) error {
 	host, err := configs.DetectHost("")
 	if err != nil {
@@ -106,7 +110,16 @@ func checkHost(c *configs.Config) error {
 		}
 		host = configs.Hardware{}
 	}
-	return c.CheckHost(host)
+	if len(c.Hardware.GPUs) > 0 {
+		host.GPUs, _ = vulkanGPUs(io.Discard) // no Vulkan: no devices, and each GPU is refused
+	}
+	if err := c.CheckHost(host); err != nil {
+		return err
+	}
+	if p := &c.Pipeline; len(c.Hardware.GPUs) > 0 && p.Device == "" && p.Backend != "cpu" {
+		p.Device = c.Hardware.GPUs[0].Name
+	}
+	return nil
 }
 
 // named renders configs' problems on one line, each key with the flag
