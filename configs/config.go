@@ -85,6 +85,12 @@ type Pipeline struct {
 	RAMPool ByteSize `yaml:"ram_pool"`
 	// VRAM is the byte budget on the GPU; 0 = none (CPU only).
 	VRAM ByteSize `yaml:"vram"`
+	// Device picks the Vulkan device a GPU backend computes on: its index
+	// (as `flowinfer config detect` lists them: GPU0, GPU1, ...) or a
+	// part of its name (case-insensitive, matching exactly one device);
+	// empty: the backend's own choice. A device that is not there is an
+	// error naming it.
+	Device string `yaml:"device,omitempty"`
 	// KVCache is the KV cache's element type and size.
 	KVCache KVCache `yaml:"kv_cache"`
 	// PrefetchDepth is how many layers of experts the reader requests

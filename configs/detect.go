@@ -277,8 +277,8 @@ func gpuHeader(line string) (int, bool) {
 // Suggest returns a profile for hardware h: threads and parallelism
 // derived from the machine, everything else at its default. It writes only
 // settings this build honours: the backend is cpu and h's GPUs are left
-// out (a profile listing a GPU is refused by the computing commands:
-// profiles' GPUs are not matched to Vulkan devices yet), and the RAM budget
+// out (a profile listing a GPU computes on it, so a suggested profile
+// stays on the CPU unless its user lists one), and the RAM budget
 // is left at 0, which derives it at run time from the machine's or the
 // cgroup's memory after the KV cache and activations.
 func Suggest(h Hardware) Config {

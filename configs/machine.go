@@ -6,7 +6,10 @@
 // the default thread count, hardware.logical_cpus bounds the threads,
 // hardware.ram bounds pipeline.ram_pool, hardware.isa lists extensions
 // the CPU must have. So a claim beyond what this machine has is refused
-// (CheckHost), as is any GPU: profiles' GPUs are not matched to Vulkan devices yet.
+// (CheckHost), as is a GPU that is not one of this machine's Vulkan devices
+// (matched by name) or claims more VRAM than it has; the first GPU listed
+// is the one the GPU backends compute on unless pipeline.device names
+// another.
 
 package configs
 
@@ -46,9 +49,10 @@ func DetectHost(procDir string) (Hardware, error) {
 // CheckHost reports every hardware key of c that claims more than host
 // (DetectHost's description of this machine) has, each with the profile's
 // value and this machine's: more physical cores, logical CPUs or RAM, an
-// ISA extension the CPU lacks, and any GPU (a profile's GPUs are not
-// matched to this machine's Vulkan devices yet). A figure host does not know (0)
-// is not compared. The error is Problems, matching ErrInvalid.
+// ISA extension the CPU lacks, and a GPU that host.GPUs (this machine's
+// Vulkan devices) does not list by name (case-insensitive), or lists with
+// less VRAM. A figure host does not know (0) is not compared. The error
+// is Problems, matching ErrInvalid.
 func (c *Config) CheckHost(host Hardware) error {
 	h := &c.Hardware
 	var v validation
@@ -77,12 +81,22 @@ func (c *Config) CheckHost(host Hardware) error {
 			v.bad("hardware.isa", strings.Join(lacks, ", "), "this CPU lacks it (it has: %s)", has)
 		}
 	}
-	if len(h.GPUs) > 0 {
-		names := make([]string, len(h.GPUs))
-		for i, g := range h.GPUs {
-			names[i] = fmt.Sprintf("%q (%s)", g.Name, g.VRAM.exact())
+	have := make([]string, len(host.GPUs))
+	for i, g := range host.GPUs {
+		have[i] = fmt.Sprintf("%q", g.Name)
+	}
+	devices := strings.Join(have, ", ")
+	if devices == "" {
+		devices = "none"
+	}
+	for i, g := range h.GPUs {
+		j := slices.IndexFunc(host.GPUs, func(d GPU) bool { return strings.EqualFold(d.Name, g.Name) })
+		switch {
+		case j < 0:
+			v.bad(fmt.Sprintf("hardware.gpus[%d].name", i), strconv.Quote(g.Name), "no Vulkan device of that name on this machine (devices: %s)", devices)
+		case g.VRAM > 0 && host.GPUs[j].VRAM > 0 && g.VRAM > host.GPUs[j].VRAM:
+			v.bad(fmt.Sprintf("hardware.gpus[%d].vram", i), g.VRAM.String(), "more VRAM than this machine's %q has (%v)", g.Name, host.GPUs[j].VRAM)
 		}
-		v.bad("hardware.gpus", strings.Join(names, ", "), "profiles' GPUs are not matched to this machine's Vulkan devices yet (remove hardware.gpus to run on this machine; --backend vulkan picks a device itself)")
 	}
 	if len(v.ps) == 0 {
 		return nil

@@ -179,6 +179,9 @@ func (v *validation) backend(p *Pipeline, h *Hardware, run bool) {
 		case p.VRAM > 0 && p.Backend == "cpu":
 			v.bad("pipeline.vram", p.VRAM.String(), "only a GPU backend uses VRAM (backend vulkan or auto)")
 		}
+		if p.Device != "" && p.Backend == "cpu" {
+			v.bad("pipeline.device", p.Device, "only a GPU backend computes on a device (backend vulkan or auto)")
+		}
 		return
 	}
 	v.oneOf("pipeline.backend", p.Backend, "unknown", Backends(), false)

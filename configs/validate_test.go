@@ -115,6 +115,8 @@ func TestProblemString(t *testing.T) {
 // smaller machine, or a figure the machine does not know, passes.
 func TestCheckHost(t *testing.T) {
 	host := Hardware{Cores: 2, LogicalCPUs: 4, RAM: 24 * GiB, ISA: []string{"sse4_2", "avx", "avx2", "fma"}}
+	withGPU := host
+	withGPU.GPUs = []GPU{{Name: "llvmpipe (x)", Type: "cpu", VRAM: 2 * GiB}}
 	tests := []struct {
 		name string
 		hw   Hardware
@@ -131,7 +133,11 @@ func TestCheckHost(t *testing.T) {
 			{Key: "hardware.isa", Value: "avx512f, amx_tile", Msg: "this CPU lacks it (it has: sse4_2, avx, avx2, fma)"},
 		}},
 		{"a gpu", Hardware{GPUs: []GPU{{Name: "g", VRAM: 12 * GiB}}}, host, []Problem{
-			{Key: "hardware.gpus", Value: `"g" (12GiB)`, Msg: "profiles' GPUs are not matched to this machine's Vulkan devices yet (remove hardware.gpus to run on this machine; --backend vulkan picks a device itself)"},
+			{Key: "hardware.gpus[0].name", Value: `"g"`, Msg: "no Vulkan device of that name on this machine (devices: none)"},
+		}},
+		{"this machine's gpu", Hardware{GPUs: []GPU{{Name: "LLVMPIPE (x)", VRAM: 2 * GiB}}}, withGPU, nil},
+		{"more vram", Hardware{GPUs: []GPU{{Name: "llvmpipe (x)", VRAM: 12 * GiB}}}, withGPU, []Problem{
+			{Key: "hardware.gpus[0].vram", Value: "12GiB", Msg: `more VRAM than this machine's "llvmpipe (x)" has (2GiB)`},
 		}},
 		{"unknown machine", Hardware{Cores: 64, RAM: TiB}, Hardware{}, nil},
 	}

@@ -317,6 +317,14 @@ func (b *Backend) devKV(kv *model.KVCache, layer int) (*devKV, error) {
 	return d, err
 }
 
+// PrepareKV implements model.KVPreparer: kv's device cache is made now
+// (devKVAll), so an unsupported cache or a budget too small for it fails
+// when the engine is made (stages.NewEngine) rather than in a step.
+func (b *Backend) PrepareKV(kv *model.KVCache) error {
+	_, err := b.devKVAll(kv)
+	return err
+}
+
 // devKVAll returns kv's device cache, made on first use (no buffers for
 // the CPU's layers).
 func (b *Backend) devKVAll(kv *model.KVCache) (*devKV, error) {

@@ -15,7 +15,8 @@ package gpu
 // With a slot per expert (NewBackend, no budget) every expert is uploaded
 // at load and stays. With fewer (a VRAM budget, SetExpertBudget) the slots
 // are a cache keyed by (layer, expert) with the RAM expert cache's policy
-// (stages/expertcache.go): a segmented LRU, new experts on probation,
+// (stages/expertcache.go; both keep their bookkeeping in io/tier): a
+// segmented LRU, new experts on probation,
 // experts used again promoted to a protected segment of 80% of the slots,
 // victims from probation's cold end first; or plain LRU. A miss uploads
 // the expert's bytes (from the mapping, or from the RAM expert cache's
@@ -31,6 +32,7 @@ import (
 
 	"github.com/flowinfer/flowinfer/configs"
 	"github.com/flowinfer/flowinfer/gpu/vk"
+	"github.com/flowinfer/flowinfer/io/tier"
 )
 
 // maxSlab bounds a slab's bytes below the storage-buffer range.
@@ -38,23 +40,10 @@ const maxSlab = 128 << 20
 
 type expertKey struct{ layer, expert int32 }
 
-const (
-	listNone = iota
-	listProbation
-	listProtected
-)
-
 type expertSlot struct {
-	key        expertKey
-	valid      bool
-	list       uint8
-	prev, next int32
-	w          [3]Weight // gate, up, down at their offsets in the slot
-}
-
-type lruList struct {
-	head, tail int32 // most / least recent; -1 when empty
-	n          int
+	key   expertKey
+	valid bool
+	w     [3]Weight // gate, up, down at their offsets in the slot
 }
 
 // expertStore is the device's expert slots and their index.
@@ -64,10 +53,7 @@ type expertStore struct {
 	slotBytes int
 	slots     []expertSlot
 	index     map[expertKey]int32
-	free      []int32
-	lists     [3]lruList
-	protCap   int
-	slru      bool
+	pol       *tier.Policy // free slots, eviction order
 
 	hits, misses, evictions atomic.Int64
 	cached                  atomic.Int64 // slots holding an expert
@@ -90,14 +76,7 @@ func newExpertStore(dev *vk.Device, n, slotBytes, group int, policy configs.Cach
 		per -= per % group
 	}
 	s := &expertStore{perSlab: per, slotBytes: slotBytes, slots: make([]expertSlot, n), index: make(map[expertKey]int32, n),
-		free: make([]int32, 0, n), protCap: n * 8 / 10, slru: policy != configs.PolicyLRU}
-	for i := range s.lists {
-		s.lists[i] = lruList{head: -1, tail: -1}
-	}
-	for i := n - 1; i >= 0; i-- {
-		s.free = append(s.free, int32(i))
-		s.slots[i].prev, s.slots[i].next = -1, -1
-	}
+		pol: tier.New(n, policy != configs.PolicyLRU)}
 	for left := n; left > 0; left -= per {
 		k := min(left, per)
 		buf, err := dev.NewBuffer(uint64(k*slotBytes), vk.DeviceLocal)
@@ -128,22 +107,15 @@ func (s *expertStore) place(i int32) (*vk.Buffer, int) {
 func (s *expertStore) lookup(k expertKey) (int32, bool) {
 	if i, ok := s.index[k]; ok {
 		s.hits.Add(1)
-		s.unlink(i)
+		s.pol.Pin(i)
 		return i, true
 	}
 	s.misses.Add(1)
-	var i int32
-	if n := len(s.free); n > 0 {
-		i = s.free[n-1]
-		s.free = s.free[:n-1]
+	i, ok := s.pol.Take()
+	if ok {
 		s.cached.Add(1)
 	} else {
-		l := listProbation
-		if s.lists[l].n == 0 {
-			l = listProtected
-		}
-		i = s.lists[l].tail // a slot exists: every slot but the one in use is in a list
-		s.unlink(i)
+		i = s.pol.Victim() // a slot exists: every slot but the one in use is in a list
 		delete(s.index, s.slots[i].key)
 		s.evictions.Add(1)
 	}
@@ -159,54 +131,12 @@ func (s *expertStore) lookup(k expertKey) (int32, bool) {
 func (s *expertStore) done(i int32, hit bool) {
 	st := &s.slots[i]
 	if !st.valid {
-		st.list, st.prev, st.next = listNone, -1, -1
-		s.free = append(s.free, i)
+		s.pol.Release(i)
 		s.cached.Add(-1)
 		return
 	}
 	s.index[st.key] = i
-	if !hit || !s.slru {
-		s.pushFront(listProbation, i)
-		return
-	}
-	s.pushFront(listProtected, i)
-	for s.lists[listProtected].n > s.protCap {
-		t := s.lists[listProtected].tail
-		s.unlink(t)
-		s.pushFront(listProbation, t)
-	}
-}
-
-func (s *expertStore) pushFront(l int, i int32) {
-	st, li := &s.slots[i], &s.lists[l]
-	st.list, st.prev, st.next = uint8(l), -1, li.head
-	if li.head >= 0 {
-		s.slots[li.head].prev = i
-	} else {
-		li.tail = i
-	}
-	li.head = i
-	li.n++
-}
-
-func (s *expertStore) unlink(i int32) {
-	st := &s.slots[i]
-	if st.list == listNone {
-		return
-	}
-	li := &s.lists[st.list]
-	if st.prev >= 0 {
-		s.slots[st.prev].next = st.next
-	} else {
-		li.head = st.next
-	}
-	if st.next >= 0 {
-		s.slots[st.next].prev = st.prev
-	} else {
-		li.tail = st.prev
-	}
-	st.list, st.prev, st.next = listNone, -1, -1
-	li.n--
+	s.pol.Keep(i, hit)
 }
 
 // stats returns the counters.

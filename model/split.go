@@ -33,10 +33,11 @@ type Split struct {
 }
 
 var (
-	_ Ops      = (*Split)(nil)
-	_ HostSync = (*Split)(nil)
-	_ KVStorer = (*Split)(nil)
-	_ KVCopier = (*Split)(nil)
+	_ Ops        = (*Split)(nil)
+	_ HostSync   = (*Split)(nil)
+	_ KVStorer   = (*Split)(nil)
+	_ KVCopier   = (*Split)(nil)
+	_ KVPreparer = (*Split)(nil)
 )
 
 // parts returns the distinct Ops of s, Output first.
@@ -86,6 +87,28 @@ func (s *Split) check(m *Model) error {
 // theirs (HostSync: by the next ToHost).
 type KVCopier interface {
 	CopyKV(kv *KVCache, layer, dstSeq, dstPos, srcSeq, srcPos, n int)
+}
+
+// KVPreparer is a backend that keeps KV rows on its device and makes
+// them up front: PrepareKV allocates kv's device rows and reports a cache
+// it cannot hold (a type without a shader, a budget too small) as an
+// error naming what, so that the engine refuses it when it is made (a
+// server at startup) instead of failing its first request; without the
+// call, the rows are made by the first op that needs them.
+type KVPreparer interface {
+	PrepareKV(kv *KVCache) error
+}
+
+// PrepareKV implements KVPreparer for the parts of s that are.
+func (s *Split) PrepareKV(kv *KVCache) error {
+	for _, p := range s.parts() {
+		if kp, ok := p.(KVPreparer); ok {
+			if err := kp.PrepareKV(kv); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // onDevice reports whether o keeps its KV rows on its device (a KVStorer

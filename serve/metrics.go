@@ -132,6 +132,9 @@ type engineCollector struct {
 	expHits, expMisses, expRatio, expRead, expEvict, expCached, expSlots *prometheus.Desc
 	pfIssued, pfUsed, pfWasted                                           *prometheus.Desc
 	layRuns, layWait, layStreamed                                        *prometheus.Desc
+	// the weight tiers of routed experts: device slots (VRAM), the expert
+	// cache (RAM), the model file (disk)
+	tier, devHits, devMisses, devEvict, devCached, devSlots *prometheus.Desc
 }
 
 func newEngineCollector(s *Server) *engineCollector {
@@ -162,13 +165,20 @@ func newEngineCollector(s *Server) *engineCollector {
 		layRuns:     d("flowinfer_layer_stream_runs_total", "Streamed layers run, by whether their weights were already read (ready) or compute waited for them (waited).", "state"),
 		layWait:     d("flowinfer_layer_stream_wait_seconds_total", "Time compute waited for streamed layers' weights."),
 		layStreamed: d("flowinfer_layer_stream_layers", "Layers whose matrices stream from disk (the budget holds the others)."),
+
+		tier:      d("flowinfer_expert_tier_total", "Routed experts steps needed, by the tier that served each: vram (a device expert slot held it), ram (the RAM expert cache held it), disk (read from the model file: the weight path's reads, or a device slot filled from the file's mapping). The three add up to the experts needed.", "tier"),
+		devHits:   d("flowinfer_expert_device_hits_total", "Routed experts a step needed that were in a device expert slot (VRAM)."),
+		devMisses: d("flowinfer_expert_device_misses_total", "Routed experts a step needed that were uploaded into a device expert slot from the model file's bytes."),
+		devEvict:  d("flowinfer_expert_device_evictions_total", "Experts evicted from the device expert slots."),
+		devCached: d("flowinfer_expert_device_experts", "Experts held in the device expert slots."),
+		devSlots:  d("flowinfer_expert_device_slots", "Device expert slots (the VRAM budget over the slot size, or one per expert when all fit)."),
 	}
 }
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.queue, c.running, c.blocks, c.used, c.cached, c.hit, c.pre, c.blockTok, c.stage,
 		c.expHits, c.expMisses, c.expRatio, c.expRead, c.expEvict, c.expCached, c.expSlots, c.pfIssued, c.pfUsed, c.pfWasted,
-		c.layRuns, c.layWait, c.layStreamed} {
+		c.layRuns, c.layWait, c.layStreamed, c.tier, c.devHits, c.devMisses, c.devEvict, c.devCached, c.devSlots} {
 		ch <- d
 	}
 }
@@ -192,6 +202,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(c.hit, ratio)
 	ch <- prometheus.MustNewConstMetric(c.pre, prometheus.CounterValue, float64(st.Preemptions))
+	c.collectTiers(ch, b)
 	if w := b.Engine.Config().Weights; w != nil && w.Plan().Streaming() {
 		ws := w.Stats()
 		counter := func(d *prometheus.Desc, v float64, labels ...string) {
@@ -232,5 +243,43 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		for state, d := range map[string]time.Duration{"busy": ss.Busy, "waiting": ss.Waiting, "blocked": ss.Blocked} {
 			ch <- prometheus.MustNewConstMetric(c.stage, prometheus.CounterValue, d.Seconds(), ss.Stage, state)
 		}
+	}
+}
+
+// collectTiers reports the routed experts by tier (VRAM, RAM, disk) and
+// the device expert slots' counters, when the model's experts are in
+// device slots or in the weight path's expert cache.
+func (c *engineCollector) collectTiers(ch chan<- prometheus.Metric, b *Backend) {
+	counter := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v int) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v))
+	}
+	var vram, ram, disk int64
+	tiers := false
+	if w := b.Engine.Config().Weights; w != nil && w.Plan().Streaming() && w.Plan().Experts > 0 {
+		ws := w.Stats()
+		for l := range ws.Hits {
+			ram += ws.Hits[l]
+			disk += ws.Misses[l]
+		}
+		tiers = true
+	}
+	if b.DeviceExperts != nil {
+		if ds := b.DeviceExperts(); ds.Slots > 0 {
+			vram, disk = vram+ds.Hits, disk+ds.Misses
+			counter(c.devHits, ds.Hits)
+			counter(c.devMisses, ds.Misses)
+			counter(c.devEvict, ds.Evictions)
+			gauge(c.devCached, ds.Cached)
+			gauge(c.devSlots, ds.Slots)
+			tiers = true
+		}
+	}
+	if tiers {
+		counter(c.tier, vram, "vram")
+		counter(c.tier, ram, "ram")
+		counter(c.tier, disk, "disk")
 	}
 }

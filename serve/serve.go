@@ -153,6 +153,17 @@ type Backend struct {
 	// Done is closed when the engine's Run has returned: streams still
 	// waiting then end with an error instead of hanging.
 	Done <-chan struct{}
+	// DeviceExperts returns the counters of the device slots that hold
+	// routed experts (the VRAM tier); nil: no experts in device slots.
+	DeviceExperts func() DeviceExperts
+}
+
+// DeviceExperts are the device expert slots' counters since the model
+// loaded: lookups found in a slot (hits) or filled into one from the
+// model file's bytes on the host (misses).
+type DeviceExperts struct {
+	Hits, Misses, Evictions int64
+	Cached, Slots           int // slots holding an expert, and all slots
 }
 
 // Server is the HTTP server.

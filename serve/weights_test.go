@@ -143,6 +143,22 @@ func TestServeStreamedExperts(t *testing.T) {
 	if wp.Stats().Evictions == 0 {
 		t.Error("a three-expert cache evicted nothing")
 	}
+	// the tiers: no device slots, RAM hits and disk reads as the cache
+	// counted them (the engine is idle: the counters no longer move)
+	var hits, misses int64
+	st := wp.Stats()
+	for l := range st.Hits {
+		hits, misses = hits+st.Hits[l], misses+st.Misses[l]
+	}
+	for _, want := range []string{`flowinfer_expert_tier_total{tier="vram"} 0`, fmt.Sprintf(`flowinfer_expert_tier_total{tier="ram"} %d`, hits),
+		fmt.Sprintf(`flowinfer_expert_tier_total{tier="disk"} %d`, misses)} {
+		if !strings.Contains(m, want+"\n") {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if misses == 0 || strings.Contains(m, "flowinfer_expert_device_") {
+		t.Errorf("%d misses; device slot metrics without a device: %v", misses, strings.Contains(m, "flowinfer_expert_device_"))
+	}
 }
 
 func decodeBody(resp *http.Response, v any) error {

@@ -58,6 +58,11 @@ func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*st
 		span := c.rec.Begin(stg, "forward")
 		t0 := time.Now()
 		runs := c.mctx.ExpertRuns()
+		dev, _ := c.mctx.Ops.(deviceSlots)
+		var devHits, devMisses int64
+		if dev != nil {
+			devHits, devMisses = dev.ExpertLookups()
+		}
 		st.batch.TopK = logitsTopK(st)
 		logits, err := c.mctx.Decode(&st.batch)
 		st.dur = time.Since(t0)
@@ -82,6 +87,16 @@ func (c *compute) run(ctx context.Context, stg *graph.Stage, steps *graph.In[*st
 				used += c.outBytes
 			}
 			c.rec.Add(stg, "bytes weights", used)
+			if n := c.mctx.ExpertRuns() - runs; n > 0 && (dev != nil || c.streams != nil && c.streams.experts != nil) {
+				// a tier holds them: device slots, or the RAM expert cache
+				// (which counts its hits and misses itself)
+				c.rec.Add(stg, counterNeeded, n)
+				if dev != nil {
+					h, m := dev.ExpertLookups()
+					c.rec.Add(stg, counterVRAMHits, h-devHits)
+					c.rec.Add(stg, counterVRAMMisses, m-devMisses)
+				}
+			}
 		}
 		stg.SampleQueues() // edge depths for the trace (nothing when off)
 		st.logits = logits

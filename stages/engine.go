@@ -285,6 +285,13 @@ func NewEngine(m *model.Model, tok *tokenizer.Tokenizer, ops model.Ops, cfg Conf
 	if err != nil {
 		return nil, err
 	}
+	if kp, ok := ops.(model.KVPreparer); ok {
+		// a device's KV rows now: a cache it cannot hold is refused here,
+		// when a server starts, not by the first step (every request failing)
+		if err := kp.PrepareKV(kv); err != nil {
+			return nil, err
+		}
+	}
 	if n := cfg.Checkpoints(&m.Hyper); n > 0 { // once the rings are sized for the batch
 		if err := kv.ReserveCheckpoints(n); err != nil {
 			return nil, err

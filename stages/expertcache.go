@@ -14,11 +14,13 @@ package stages
 // the slots), whose least recent member is demoted back to probation when
 // it overflows; victims come from probation's cold end first. Experts that
 // are used over and over (routing is skewed) survive one-off uses. With
-// LRU every expert goes to probation. The lists are intrusive (indices in
-// arrays): Fetch and Release allocate nothing, so the per-token path stays
-// allocation-free (golang-lru/v2 allocates an entry per insertion;
-// docs/decisions.md). Slots pinned by the current Fetch are in no list, so
-// they cannot be evicted while compute uses them.
+// LRU every expert goes to probation. The policy's bookkeeping is
+// io/tier's, shared with the device's expert slots (gpu/expertstore.go);
+// its lists are intrusive (indices in arrays): Fetch and Release allocate
+// nothing, so the per-token path stays allocation-free (golang-lru/v2
+// allocates an entry per insertion; docs/decisions.md). Slots pinned by
+// the current Fetch are in no list, so they cannot be evicted while
+// compute uses them.
 //
 // Only compute's goroutine touches the index and lists; the counters are
 // atomic for metrics.
@@ -28,42 +30,27 @@ import (
 
 	"github.com/flowinfer/flowinfer/configs"
 	"github.com/flowinfer/flowinfer/graph"
+	"github.com/flowinfer/flowinfer/io/tier"
 	"github.com/flowinfer/flowinfer/model"
 )
 
 type expertKey struct{ layer, expert int32 }
 
-const (
-	listNone = iota
-	listProbation
-	listProtected
-)
-
 type slotState struct {
 	key        expertKey
-	valid      bool // holds key's weights
-	inflight   bool // a read into it is outstanding
-	mine       bool // part of the current Fetch
-	prefetched bool // brought by Prefetch and not yet used by a Fetch
-	list       uint8
-	hit        bool // the current fetch found it cached
-	prev, next int32
+	valid      bool                // holds key's weights
+	inflight   bool                // a read into it is outstanding
+	mine       bool                // part of the current Fetch
+	prefetched bool                // brought by Prefetch and not yet used by a Fetch
+	hit        bool                // the current fetch found it cached
 	w          model.ExpertWeights // views of the slot's memory
-}
-
-type lruList struct {
-	head, tail int32 // most / least recent; -1 when empty
-	n          int
 }
 
 // expertCache is the cache's state, kept across runs.
 type expertCache struct {
 	slots   []slotState
 	index   map[expertKey]int32
-	free    []int32
-	lists   [3]lruList // by list id
-	protCap int
-	slru    bool
+	pol     *tier.Policy  // free slots, eviction order
 	layout  []expertLayer // where each layer's experts go in a slot
 	mem     *slabs        // the slots
 	fetched []int32       // slots of the current Fetch
@@ -85,17 +72,10 @@ func newExpertCache(n int, policy configs.CachePolicy, layout []expertLayer, mem
 	nl := len(layout)
 	c := &expertCache{
 		slots: make([]slotState, n), index: make(map[expertKey]int32, n),
-		free: make([]int32, 0, n), protCap: n * 8 / 10, slru: policy == configs.PolicySLRU,
+		pol:    tier.New(n, policy == configs.PolicySLRU),
 		layout: layout, mem: mem,
 		fetched: make([]int32, 0, nExpert), ready: make([]int32, 0, nExpert),
 		hits: make([]atomic.Int64, nl), misses: make([]atomic.Int64, nl),
-	}
-	for i := range c.lists {
-		c.lists[i] = lruList{head: -1, tail: -1}
-	}
-	for i := n - 1; i >= 0; i-- {
-		c.free = append(c.free, int32(i))
-		c.slots[i].prev, c.slots[i].next = -1, -1
 	}
 	return c
 }
@@ -132,7 +112,7 @@ func (c *expertSource) Fetch(il int, ids []int) error {
 			st.mine, st.hit = true, st.valid
 			c.fetched = append(c.fetched, s)
 			if st.valid {
-				c.unlink(s)
+				c.pol.Pin(s)
 				c.ready = append(c.ready, s)
 				c.hits[il].Add(1)
 				nHit++
@@ -154,8 +134,8 @@ func (c *expertSource) Fetch(il int, ids []int) error {
 		}
 		c.mineP++
 	}
-	c.rec.Add(c.stg, "expert hits", int64(nHit))
-	c.rec.Add(c.stg, "expert misses", int64(len(ids)-nHit))
+	c.rec.Add(c.stg, counterRAMHits, int64(nHit))
+	c.rec.Add(c.stg, counterRAMMisses, int64(len(ids)-nHit))
 	return nil
 }
 
@@ -209,18 +189,11 @@ func (c *expertSource) issue(s int32, k expertKey, mine bool) error {
 // experts), and returns -1 otherwise.
 func (c *expertSource) victim(wait bool) (int32, error) {
 	for {
-		if n := len(c.free); n > 0 {
-			s := c.free[n-1]
-			c.free = c.free[:n-1]
+		if s, ok := c.pol.Take(); ok {
 			c.cached.Add(1)
 			return s, nil
 		}
-		l := listProbation
-		if c.lists[l].n == 0 {
-			l = listProtected
-		}
-		if s := c.lists[l].tail; s >= 0 {
-			c.unlink(s)
+		if s := c.pol.Victim(); s >= 0 {
 			st := &c.slots[s]
 			delete(c.index, st.key)
 			if st.prefetched {
@@ -261,12 +234,12 @@ func (c *expertCache) complete(d readDone) {
 		// a failed prefetch: forget it
 		delete(c.index, st.key)
 		st.prefetched = false
-		c.free = append(c.free, d.slot)
+		c.pol.Release(d.slot)
 		c.cached.Add(-1)
 		return
 	}
 	st.valid = true
-	c.pushFront(listProbation, d.slot)
+	c.pol.Enter(d.slot)
 }
 
 // Next implements model.Experts.
@@ -306,30 +279,13 @@ func (c *expertSource) Release(int) {
 			if i, ok := c.index[st.key]; ok && i == s {
 				delete(c.index, st.key)
 			}
-			c.free = append(c.free, s)
+			c.pol.Release(s)
 			c.cached.Add(-1)
 			continue
 		}
-		c.keep(s, st.hit)
+		c.pol.Keep(s, st.hit)
 	}
 	c.fetched, c.ready, c.taken, c.err = c.fetched[:0], c.ready[:0], 0, nil
-}
-
-// keep returns slot s, used by the Fetch being released, to the lists: a
-// hit to protected (SLRU), whose least recent member goes back to the
-// front of probation when the segment is over its share; a new expert
-// (or, with LRU, any) to probation.
-func (c *expertCache) keep(s int32, hit bool) {
-	if !hit || !c.slru {
-		c.pushFront(listProbation, s)
-		return
-	}
-	c.pushFront(listProtected, s)
-	for c.lists[listProtected].n > c.protCap {
-		t := c.lists[listProtected].tail
-		c.unlink(t)
-		c.pushFront(listProbation, t)
-	}
 }
 
 // finish waits for the prefetches still in flight when compute stops (so
@@ -349,43 +305,11 @@ func (c *expertSource) finish() {
 		if st.inflight {
 			delete(c.index, st.key)
 			st.inflight, st.valid, st.prefetched, st.mine = false, false, false, false
-			c.free = append(c.free, int32(i))
+			c.pol.Release(int32(i))
 			c.cached.Add(-1)
 		}
 	}
 	c.pending, c.mineP = 0, 0
-}
-
-func (c *expertCache) pushFront(l int, s int32) {
-	st, li := &c.slots[s], &c.lists[l]
-	st.list, st.prev, st.next = uint8(l), -1, li.head
-	if li.head >= 0 {
-		c.slots[li.head].prev = s
-	} else {
-		li.tail = s
-	}
-	li.head = s
-	li.n++
-}
-
-func (c *expertCache) unlink(s int32) {
-	st := &c.slots[s]
-	if st.list == listNone {
-		return
-	}
-	li := &c.lists[st.list]
-	if st.prev >= 0 {
-		c.slots[st.prev].next = st.next
-	} else {
-		li.head = st.next
-	}
-	if st.next >= 0 {
-		c.slots[st.next].prev = st.prev
-	} else {
-		li.tail = st.prev
-	}
-	st.list, st.prev, st.next = listNone, -1, -1
-	li.n--
 }
 
 // resetStats zeroes the counters.

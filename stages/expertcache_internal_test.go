@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/flowinfer/flowinfer/configs"
+	"github.com/flowinfer/flowinfer/io/tier"
 	"github.com/flowinfer/flowinfer/model"
 )
 
@@ -115,11 +116,11 @@ func TestExpertCacheDemotion(t *testing.T) {
 		use(t, c, f, 0, e)
 		use(t, c, f, 0, e)
 	}
-	if n := c.lists[listProtected].n; n != 4 {
+	if n := c.pol.Len(tier.Protected); n != 4 {
 		t.Fatalf("protected holds %d experts, want 4", n)
 	}
-	if l := c.slots[c.index[expertKey{0, 0}]].list; l != listProbation {
-		t.Fatalf("expert 0 is in list %d, want probation (%d)", l, listProbation)
+	if l := c.pol.In(c.index[expertKey{0, 0}]); l != tier.Probation {
+		t.Fatalf("expert 0 is in list %d, want probation (%d)", l, tier.Probation)
 	}
 	use(t, c, f, 0, r) // probation: 0 q -> evicts q (its cold end)
 	if c.has(0, q) || !c.has(0, 0) {
@@ -197,8 +198,8 @@ func TestExpertCacheReadError(t *testing.T) {
 		t.Fatalf("Next: %v, want the read's error", err)
 	}
 	c.Release(0)
-	if !c.has(0, 1) || c.has(0, 2) || c.cached.Load() != 1 || len(c.free) != 3 {
-		t.Errorf("after a failed read: 1 cached %v, 2 cached %v, %d slots used, %d free", c.has(0, 1), c.has(0, 2), c.cached.Load(), len(c.free))
+	if !c.has(0, 1) || c.has(0, 2) || c.cached.Load() != 1 || c.pol.Free() != 3 {
+		t.Errorf("after a failed read: 1 cached %v, 2 cached %v, %d slots used, %d free", c.has(0, 1), c.has(0, 2), c.cached.Load(), c.pol.Free())
 	}
 	if err := c.Prefetch(0, []int{3}); err != nil {
 		t.Fatal(err)

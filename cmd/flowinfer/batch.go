@@ -90,7 +90,7 @@ func (c *BatchCmd) Run(g *Globals) error {
 	sc := engineConfig(p, ctxSize(l, p.KVCache.CtxSize, g.Log))
 	sc.StepFactor = -1               // offline: prompt chunks fill the batch (throughput, no stream to protect)
 	sc.Queue = max(sc.Queue, window) // every request in flight fits: no 429s
-	rg, e, err := newEngine(l, p, &c.WeightFlags, sc, nil, false, g.Log)
+	rg, e, err := newEngine(l, p, &c.WeightFlags, sc, nil, true, g.Log)
 	if err != nil {
 		return err
 	}

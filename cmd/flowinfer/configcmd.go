@@ -189,7 +189,7 @@ func (c *ConfigDetectCmd) Run(g *Globals) error {
 		for i, g := range h.GPUs {
 			names[i] = fmt.Sprintf("%s (%v)", g.Name, g.VRAM)
 		}
-		notes = append(notes, fmt.Sprintf("GPU(s) found, not written (backend cpu): %s; profiles' GPUs are not matched to Vulkan devices yet (run, chat, trace and bench take --backend vulkan)", strings.Join(names, ", ")))
+		notes = append(notes, fmt.Sprintf("GPU(s) found, not written (backend cpu): %s; to compute on one, list it under hardware.gpus with pipeline.backend vulkan (or pass --backend vulkan, and --device to pick one)", strings.Join(names, ", ")))
 	}
 	for _, n := range notes {
 		fmt.Fprintln(os.Stderr, "flowinfer: note:", n)

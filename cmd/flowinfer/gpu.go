@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 
 	"go.uber.org/zap"
 
@@ -87,18 +89,28 @@ func openGPU(l *loaded, p *configs.Pipeline, cb *cpu.Backend, ngl int, policy co
 }
 
 // pickDevice opens a Vulkan instance and picks the device p.Backend
-// computes on: vulkan takes the first discrete or integrated GPU, else
-// the first device (such as lavapipe); auto takes a discrete or
-// integrated GPU only, and without one returns a nil instance and why the
-// CPU computes instead. The caller closes the instance.
+// computes on: the one p.Device names (namedDevice; one not found is an
+// error, for auto too: it was asked for), else vulkan takes the first
+// discrete or integrated GPU, else the first device (such as lavapipe);
+// auto takes a discrete or integrated GPU only, and without one returns a
+// nil instance and why the CPU computes instead. The caller closes the
+// instance.
 func pickDevice(p *configs.Pipeline) (*vk.Instance, int, string, error) {
-	auto := p.Backend == "auto"
+	auto := p.Backend == "auto" && p.Device == ""
 	in, err := vk.NewInstance(vk.Config{})
 	if err != nil {
 		if auto {
 			return nil, -1, err.Error(), nil
 		}
-		return nil, -1, "", fmt.Errorf("--backend vulkan: %w", err)
+		return nil, -1, "", fmt.Errorf("--backend %s: %w", p.Backend, err)
+	}
+	if p.Device != "" {
+		pick, err := namedDevice(in.Devices(), p.Device)
+		if err != nil {
+			in.Close()
+			return nil, -1, "", err
+		}
+		return in, pick, "", nil
 	}
 	pick := -1
 	for _, d := range in.Devices() {
@@ -118,6 +130,43 @@ func pickDevice(p *configs.Pipeline) (*vk.Instance, int, string, error) {
 		return nil, -1, "", fmt.Errorf("--backend vulkan: %w", vk.ErrNoDevice)
 	}
 	return in, pick, "", nil
+}
+
+// namedDevice returns the index of the device that dev names: an index
+// among devs, or a part of exactly one device's name (case-insensitive).
+// None, or several, is an error naming dev and listing the devices.
+func namedDevice(devs []vk.DeviceInfo, dev string) (int, error) {
+	list := make([]string, len(devs))
+	for i, d := range devs {
+		list[i] = fmt.Sprintf("GPU%d %s (%s)", d.Index, d.Name, d.Type)
+	}
+	have := strings.Join(list, ", ")
+	if have == "" {
+		have = "none"
+	}
+	if n, err := strconv.Atoi(dev); err == nil {
+		for _, d := range devs {
+			if d.Index == n {
+				return n, nil
+			}
+		}
+		return -1, fmt.Errorf("pipeline.device / --device %s: no Vulkan device of that index (devices: %s)", dev, have)
+	}
+	pick := -1
+	var matched []string
+	for i, d := range devs {
+		if strings.Contains(strings.ToLower(d.Name), strings.ToLower(dev)) {
+			pick = d.Index
+			matched = append(matched, list[i])
+		}
+	}
+	switch len(matched) {
+	case 0:
+		return -1, fmt.Errorf("pipeline.device / --device %q: no Vulkan device of that name (devices: %s)", dev, have)
+	case 1:
+		return pick, nil
+	}
+	return -1, fmt.Errorf("pipeline.device / --device %q: names %d Vulkan devices (%s): give its index or more of its name", dev, len(matched), strings.Join(matched, ", "))
 }
 
 // probeGPU reports why p.Backend computes on the CPU (empty: a device

@@ -16,10 +16,12 @@ import (
 
 // openGPU: a build without cgo has no Vulkan; auto computes on the CPU.
 func openGPU(l *loaded, p *configs.Pipeline, cb *cpu.Backend, ngl int, _ configs.CachePolicy, fp stages.Footprint, log *zap.Logger) (model.Ops, func(), error) {
-	switch p.Backend {
-	case "vulkan":
+	switch {
+	case p.Device != "":
+		return nil, nil, fmt.Errorf("pipeline.device / --device %s: %w", p.Device, vk.ErrNoCgo)
+	case p.Backend == "vulkan":
 		return nil, nil, fmt.Errorf("--backend vulkan: %w", vk.ErrNoCgo)
-	case "auto":
+	case p.Backend == "auto":
 		cpuFallback(p, log, vk.ErrNoCgo.Error())
 	}
 	return nil, nil, nil
@@ -28,6 +30,9 @@ func openGPU(l *loaded, p *configs.Pipeline, cb *cpu.Backend, ngl int, _ configs
 // probeGPU reports why p.Backend computes on the CPU: a build without cgo
 // has no Vulkan (vulkan is an error).
 func probeGPU(p *configs.Pipeline) (string, error) {
+	if p.Device != "" {
+		return "", fmt.Errorf("pipeline.device / --device %s: %w", p.Device, vk.ErrNoCgo)
+	}
 	if p.Backend == "vulkan" {
 		return "", fmt.Errorf("--backend vulkan: %w", vk.ErrNoCgo)
 	}

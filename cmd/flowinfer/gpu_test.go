@@ -43,17 +43,18 @@ func TestRunVulkan(t *testing.T) {
 		t.Errorf("bf16 KV on vulkan: err %v, stderr %q", err, stderr)
 	}
 	// with -ngl placing everything, a budget that holds the staging ring
-	// but not the weights and activations names the buffer that did not
-	// fit (a weight, or with the allocator's smaller chunks under small
-	// budgets, an activation); without -ngl, --vram plans a split:
+	// but not the weights, KV cache and activations names the buffer that
+	// did not fit (a weight, or with the allocator's smaller chunks under
+	// small budgets, the KV cache, made with the context, or an
+	// activation); without -ngl, --vram plans a split:
 	// TestRunVulkanPlacement
 	_, stderr, err = flowinfer(t, append(args, "--backend", "vulkan", "--vram", "17MiB", "-ngl", "99")...)
-	named := strings.Contains(stderr, `gpu: weight "`) || strings.Contains(stderr, "gpu: activation of ")
+	named := strings.Contains(stderr, `gpu: weight "`) || strings.Contains(stderr, "gpu: KV cache layer ") || strings.Contains(stderr, "gpu: activation of ")
 	if err == nil || !named || !strings.Contains(stderr, "budget exceeded") {
 		t.Errorf("vulkan --vram 17MiB -ngl 99: err %v, stderr %q", err, stderr)
 	}
 	_, stderr, err = flowinfer(t, "perplexity", "-m", model, "-f", "main.go", "--backend", "vulkan")
-	if err == nil || !strings.Contains(stderr, "--backend vulkan: only run, chat, trace and bench compute on the GPU yet") {
+	if err == nil || !strings.Contains(stderr, "--backend vulkan: only run, chat, trace, bench, serve and batch compute on the GPU yet") {
 		t.Errorf("perplexity --backend vulkan: err %v, stderr %q", err, stderr)
 	}
 }

@@ -100,7 +100,7 @@ func hardwareEffects(lacking string) map[string][]effect {
 		"hardware.isa": {
 			{"hardware: {isa: [avx3]}\n", show, `hardware.isa: "avx3" is not one of sse4_2`, true},
 		},
-		"hardware.gpus":        {{gpu, run, `hardware.gpus "test-gpu" (1GiB): profiles' GPUs are not matched to this machine's Vulkan devices yet`, true}},
+		"hardware.gpus":        {{gpu, run, `hardware.gpus[0].name "test-gpu": no Vulkan device of that name on this machine`, true}},
 		"hardware.gpus[].name": {{"hardware:\n  gpus: [{vram: 1GiB}]\n", show, "hardware.gpus[0].name: must be set", true}},
 		"hardware.gpus[].type": {{"hardware:\n  gpus: [{name: g, type: tpu}]\n", show, `hardware.gpus[0].type: "tpu" is not one of discrete`, true}},
 		"hardware.gpus[].vram": {{gpu + "pipeline: {vram: 2GiB}\n", show, "pipeline.vram: exceeds the GPUs' VRAM (1GiB), got 2GiB", true}},
@@ -287,6 +287,7 @@ func TestRefusedSettings(t *testing.T) {
 	model, _ := goldenModel(t, "stories260K.gguf")
 	cases := []struct{ profile, want string }{
 		{"pipeline:\n  backend: cpu\n  vram: 1GiB\n", `pipeline.vram / --vram 1GiB: only a GPU backend uses VRAM (backend vulkan or auto)`},
+		{"pipeline:\n  backend: cpu\n  device: \"0\"\n", `pipeline.device / --device 0: only a GPU backend computes on a device (backend vulkan or auto)`},
 		{"pipeline:\n  kv_cache:\n    type: q8_0\n", `pipeline.kv_cache.type was replaced by type_k and type_v`},
 		{"pipeline:\n  kv_cache:\n    type_v: q4_1\n", `pipeline.kv_cache.type_v: "q4_1" is not one of f32, f16, bf16, q8_0, q4_0, tq4, tq3`},
 	}

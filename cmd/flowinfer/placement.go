@@ -60,7 +60,7 @@ func checkNGL(p *configs.Pipeline, ngl int, gpuOK bool) error {
 		return fmt.Errorf("--n-gpu-layers %d: the cpu backend places nothing on a GPU (use --backend vulkan or auto)", ngl)
 	}
 	if !gpuOK {
-		return fmt.Errorf("--n-gpu-layers %d: this command computes on the CPU only (run and chat compute on the vulkan backend)", ngl)
+		return fmt.Errorf("--n-gpu-layers %d: this command computes on the CPU only (run, chat, trace, bench, serve and batch compute on the vulkan backend)", ngl)
 	}
 	return nil
 }

@@ -104,6 +104,7 @@ func profileKeys() []profileKey {
 		{"slabs", "pipeline.edges.slabs", func(c *configs.Config) string { return itoa(c.Pipeline.Edges.Slabs) }, mappedFile},
 		{"ram-budget", "pipeline.ram_pool", func(c *configs.Config) string { return c.Pipeline.RAMPool.String() }, mappedFile},
 		{"vram", "pipeline.vram", func(c *configs.Config) string { return c.Pipeline.VRAM.String() }, nil},
+		{"device", "pipeline.device", func(c *configs.Config) string { return c.Pipeline.Device }, nil},
 		{"cache-type-k", "pipeline.kv_cache.type_k", func(c *configs.Config) string { return c.Pipeline.KVCache.TypeK }, nil},
 		{"cache-type-v", "pipeline.kv_cache.type_v", func(c *configs.Config) string { return c.Pipeline.KVCache.TypeV }, nil},
 		{"kv-protect", "pipeline.kv_cache.protect", func(c *configs.Config) string { return itoa(c.Pipeline.KVCache.Protect) }, nil},

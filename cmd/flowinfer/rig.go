@@ -138,7 +138,20 @@ func backend(e *stages.Engine, r *rig, rec *graph.Recorder, path string, run *ru
 	if st, err := os.Stat(path); err == nil {
 		size = st.Size()
 	}
-	return &serve.Backend{Engine: e, Bundle: r.Bundle, Recorder: rec, Path: path, Size: size, Done: run.done}
+	return &serve.Backend{Engine: e, Bundle: r.Bundle, Recorder: rec, Path: path, Size: size, Done: run.done, DeviceExperts: r.deviceExperts()}
+}
+
+// deviceExperts returns what reads the device expert slots' counters for
+// /metrics, or nil when no routed experts are in device slots.
+func (r *rig) deviceExperts() func() serve.DeviceExperts {
+	de, ok := r.gpu.(deviceExperts)
+	if !ok || de.ExpertStats().Slots == 0 {
+		return nil
+	}
+	return func() serve.DeviceExperts {
+		st := de.ExpertStats()
+		return serve.DeviceExperts{Hits: st.Hits, Misses: st.Misses, Evictions: st.Evictions, Cached: st.Cached, Slots: st.Slots}
+	}
 }
 
 // cpuFallback says that backend auto computes on the CPU, and why.

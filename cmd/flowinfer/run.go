@@ -147,7 +147,21 @@ func (r *RunCmd) Run(g *Globals) error {
 		printWeightStats(rg.wp)
 	}
 	printDeviceExperts(os.Stderr, rg.gpu)
+	printExpertTiers(os.Stderr, rec.Summary())
 	return nil
+}
+
+// printExpertTiers prints, when the routed experts are in device slots or
+// a RAM expert cache, the experts the steps needed by the tier that
+// served them (VRAM, RAM, disk: stages.ExpertTiers), in all and per step.
+func printExpertTiers(w io.Writer, sum graph.Summary) {
+	t, ok := stages.ExpertTiersOf(sum)
+	if !ok || t.Steps == 0 {
+		return
+	}
+	per := func(n int64) float64 { return float64(n) / float64(t.Steps) }
+	fmt.Fprintf(w, "flowinfer: expert tiers: %d experts needed in %d steps = %d VRAM hits + %d RAM hits + %d disk reads (per step %.2f = %.2f + %.2f + %.2f)\n",
+		t.Needed, t.Steps, t.VRAM, t.RAM, t.Disk, per(t.Needed), per(t.VRAM), per(t.RAM), per(t.Disk))
 }
 
 // deviceExperts is implemented by the Vulkan backend (gpu.Backend).

@@ -169,7 +169,7 @@ func (c *ServeCmd) load(ctx context.Context, g *Globals, rec *graph.Recorder, ob
 		l.Close()
 		return nil, nil, err
 	}
-	r, e, err := newEngine(l, p, &c.WeightFlags, sc, rec, false, g.Log)
+	r, e, err := newEngine(l, p, &c.WeightFlags, sc, rec, true, g.Log)
 	if err != nil {
 		l.Close()
 		return nil, nil, err
@@ -203,6 +203,9 @@ func printServing(e *stages.Engine, r *rig, addr net.Addr) {
 	layout := "contiguous per sequence, shared prefixes copied"
 	if e.PagedKV() {
 		layout = "paged, shared prefixes by reference"
+	}
+	if r.gpu != nil {
+		layout = "in device memory, " + layout // KVBytes counts the host's rows only
 	}
 	fmt.Fprintf(os.Stderr, "flowinfer: serving %s on http://%s (%d parallel × %d context; KV cache %d blocks of %d tokens, %s, %s: %s%s; %d threads)\n",
 		r.Name, addr, cfg.NSeq, cfg.NCtx, cfg.KVTokens/cfg.BlockSize, cfg.BlockSize, cfg.KVTypes, configs.ByteSize(e.KVBytes()), layout,

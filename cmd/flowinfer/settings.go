@@ -13,6 +13,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/alecthomas/kong"
@@ -84,16 +85,22 @@ func settle(kctx *kong.Context, profile ProfileFlag, log *zap.Logger) (configs.L
 	if _, show := cmd.(*ConfigShowCmd); !show && l.Pipeline.Backend != "cpu" && !gpuCommand(cmd) {
 		p := &l.Pipeline
 		if p.Backend == "vulkan" {
-			return l, fmt.Errorf("pipeline.backend / --backend vulkan: only run, chat, trace and bench compute on the GPU yet")
+			return l, fmt.Errorf("pipeline.backend / --backend vulkan: only run, chat, trace, bench, serve and batch compute on the GPU yet")
 		}
-		cpuFallback(p, log, "only run, chat, trace and bench compute on the GPU yet")
+		if p.Device != "" {
+			return l, fmt.Errorf("pipeline.device / --device %s: only run, chat, trace, bench, serve and batch compute on the GPU yet", p.Device)
+		}
+		cpuFallback(p, log, "only run, chat, trace, bench, serve and batch compute on the GPU yet")
 	}
 	return l, nil
 }
 
 // checkHost refuses a profile whose hardware section claims more than this
 // machine has: configs.Problems from configs.CheckHost, or an error when
-// the profile makes claims and this machine cannot be read.
+// the profile makes claims and this machine cannot be read. A profile
+// that lists GPUs has them matched to this machine's Vulkan devices by
+// name (none found: each is refused, naming it); the first one is the
+// device the GPU backends compute on unless pipeline.device names one.
 func checkHost(c *configs.Config) error {
 	host, err := configs.DetectHost("")
 	if err != nil {
@@ -103,7 +110,16 @@ func checkHost(c *configs.Config) error {
 		}
 		host = configs.Hardware{}
 	}
-	return c.CheckHost(host)
+	if len(c.Hardware.GPUs) > 0 {
+		host.GPUs, _ = vulkanGPUs(io.Discard) // no Vulkan: no devices, and each GPU is refused
+	}
+	if err := c.CheckHost(host); err != nil {
+		return err
+	}
+	if p := &c.Pipeline; len(c.Hardware.GPUs) > 0 && p.Device == "" && p.Backend != "cpu" {
+		p.Device = c.Hardware.GPUs[0].Name
+	}
+	return nil
 }
 
 // named renders configs' problems on one line, each key with the flag
@@ -210,7 +226,7 @@ func oneSequenceConfig(p *configs.Pipeline, nCtx int, h *model.Hyper) stages.Con
 // with gpuOK).
 func gpuCommand(cmd computer) bool {
 	switch cmd.(type) {
-	case *RunCmd, *ChatCmd, *TraceCmd, *BenchCmd:
+	case *RunCmd, *ChatCmd, *TraceCmd, *BenchCmd, *ServeCmd, *BatchCmd:
 		return true
 	}
 	return false

@@ -185,6 +185,7 @@ func (c *TraceCmd) report(out io.Writer, rec *graph.Recorder, res traceResult, j
 	if j.r.streaming() {
 		formatWeightStats(out, j.r.wp.Stats(), j.r.wp.Plan().Experts > 0, res.generated)
 	}
+	printExpertTiers(out, rec.Summary())
 	for _, s := range rec.Summary() {
 		if s.Dropped > 0 {
 			fmt.Fprintf(os.Stderr, "flowinfer: warning: stage %s dropped %d events past --max-events\n", s.Stage, s.Dropped)

@@ -43,8 +43,9 @@ type WeightFlags struct {
 // types. This build computes on the CPU: any other backend is refused by
 // name (configs.ValidateRun, before anything loads), never ignored.
 type ComputeFlags struct {
-	Backend string           `name:"backend" default:"auto" env:"FLOWINFER_BACKEND" help:"Compute backend: cpu; vulkan (run, chat, trace and bench: the first discrete or integrated Vulkan GPU, else the first device, such as lavapipe; dense models and qwen3moe, f32/f16 KV cache); auto (vulkan on a discrete or integrated GPU that runs the model, else the CPU)."`
+	Backend string           `name:"backend" default:"auto" env:"FLOWINFER_BACKEND" help:"Compute backend: cpu; vulkan (run, chat, trace, bench, serve and batch: the first discrete or integrated Vulkan GPU, else the first device, such as lavapipe; dense models and qwen3moe, f32/f16 KV cache); auto (vulkan on a discrete or integrated GPU that runs the model, else the CPU)."`
 	VRAM    configs.ByteSize `name:"vram" default:"0" env:"FLOWINFER_VRAM" help:"Device-memory budget of the vulkan backend (0 = its device-local heaps). Without --n-gpu-layers, the output layer and as many of the last layers as fit (weights and KV cache, beside activations and staging) go to the device and the rest computes on the CPU; with it, a weight beyond the budget is an error naming it. A MoE model (qwen3moe) is not split: everything but its routed experts goes to the device and the budget left holds expert slots, a cache of the experts the router picks (--expert-cache-policy). Unused (with a warning) when auto computes on the CPU."`
+	Device  string           `name:"device" env:"FLOWINFER_DEVICE" help:"Vulkan device of the vulkan and auto backends: its index (GPU0 is 0, as config detect lists them) or a part of its name matching one device (case-insensitive); one not found is an error naming it. Default: vulkan takes the first discrete or integrated GPU, else the first device; auto a discrete or integrated GPU."`
 	// -ngl (llama.cpp's spelling) is rewritten to this by main.
 	NGL int `name:"n-gpu-layers" default:"-1" env:"FLOWINFER_N_GPU_LAYERS" help:"Layers on the vulkan device (-ngl), as llama.cpp counts them: the output layer is one, so N puts the output and the last N-1 repeating layers there and the first layers compute on the CPU; N > the layer count puts everything there; 0 computes on the CPU alone; -1 (default): everything, or what fits --vram."`
 	// -ctk and -ctv (llama.cpp's spelling) are rewritten to these by
@@ -58,7 +59,7 @@ type ComputeFlags struct {
 
 // setPipeline copies the compute flags onto p.
 func (f *ComputeFlags) setPipeline(p *configs.Pipeline) {
-	p.Backend, p.VRAM = f.Backend, f.VRAM
+	p.Backend, p.VRAM, p.Device = f.Backend, f.VRAM, f.Device
 	kv := &p.KVCache
 	kv.TypeK, kv.TypeV, kv.Protect, kv.Recent, kv.SWAFull = f.CacheTypeK, f.CacheTypeV, f.KVProtect, f.KVRecent, f.SWAFull
 }
