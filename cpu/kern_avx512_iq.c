@@ -70,7 +70,7 @@ I5 __m512 e8m0_16(const uint8_t *p, const uint8_t *q) {
 	const __m512i e = _mm512_cvtepu8_epi32(ld2_8(p, q));
 	const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
 	const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
-	const __mmask16 small = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+	const __mmask16 small = _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(2), e);
 	return _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, sub));
 }
 
