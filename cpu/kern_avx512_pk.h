@@ -22,11 +22,6 @@
 #define KEEP(v) ((void)0)
 #else
 #define KEEP(v) __asm__("" : "+v"(v))
-// fi_avx512_iq_gemm_packed is fi_gemm_packed_avx512 for IQ4_NL, IQ4_XS and
-// MXFP4 (kern_avx512_iq.c); -1 for another type.
-int fi_avx512_iq_gemm_packed(int wt, const uint8_t *pk, int64_t cols, int64_t r0, int64_t r1, const uint8_t *a,
-                             int64_t as, int64_t nact, float *out, int64_t os);
-
 #endif
 
 #define Q8K 292
