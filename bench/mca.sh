@@ -1,7 +1,7 @@
 #!/bin/sh
 # mca.sh: cycles per packed record of the AVX2 and AVX-512 product loops,
 # estimated by llvm-mca for a CPU model, from the assembly GCC makes of
-# cpu/kern_avx2_pk.c and cpu/kern_avx512.c with -DFI_MCA (region markers:
+# cpu/kern_avx2_pk.c, cpu/kern_avx512.c and cpu/kern_avx512_iq.c with -DFI_MCA (region markers:
 # FI_MCA_BEGIN in cpu/kern_ld.h). A static estimate, not a measurement: it
 # is how the AVX-512 path is judged on machines without AVX-512, and how a
 # kernel change is checked for spills before it is timed.
@@ -17,7 +17,7 @@ mcpu=${1:-icelake-server}
 cd "$(dirname "$0")/../cpu"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-for f in kern_avx2_pk kern_avx512; do
+for f in kern_avx2_pk kern_avx512 kern_avx512_iq; do
 	gcc -O2 -std=gnu11 -DFI_MCA -S -fno-asynchronous-unwind-tables "$f.c" -o "$tmp/$f.s"
 done
 # one file per region, instructions only
@@ -35,9 +35,9 @@ for r in "$tmp"/r_*.s; do
 	st=$(grep -cE '%[xyz]mm[0-9]+, -?[0-9]*\(%rsp\)' "$r" || true)
 	ld=$(($(grep -c '(%rsp)' "$r" || true) - st))
 	awk -v name="$name" -v n="$n" -v cyc="$cyc" -v st="$st" -v ld="$ld" 'BEGIN {
-		rows = name ~ /^avx512/ ? 16 : 8
+		rows = name ~ /^avx512/ && name !~ /gemv/ ? 16 : 8 # the IQ decode: one 8-row group
 		na = name; sub(/.*_/, "", na)
-		blk = name ~ /q8_0|q4_0/ ? 32 : 256
+		blk = name ~ /q8_0|q4_0|iq4_nl|mxfp4/ ? 32 : 256
 		if (cyc == "") { # the model lacks the instruction set (znver3: no AVX-512)
 			printf "%-26s %6d %8s %6d %6d %10s\n", name, n, "-", st, ld, "-"
 			exit

@@ -23,10 +23,9 @@
 // (AddWeighted), RMSNorm and RoPE's rotation, each bit-identical to its Go
 // loop (kern_avx2_exp.c, kern_avx2_norm.c, kern_avx2_f.c).
 //
-// Paths: AVX2 (kern_avx2_*.c) has every kernel. AVX-512 (kern_avx512.c:
-// F, BW, VL, DQ and VNNI) has its own packed products (but for IQ4_NL,
-// IQ4_XS and MXFP4, whose packed products are AVX2's), on the same packed
-// layouts, F32/F16 products, the Q8_0/Q8_1/Q8_K quantizers, and BF16
+// Paths: AVX2 (kern_avx2_*.c) has every kernel. AVX-512 (kern_avx512.c,
+// kern_avx512_iq.c: F, BW, VL, DQ and VNNI) has its own packed products,
+// on the same packed layouts, F32/F16 products, the Q8_0/Q8_1/Q8_K quantizers, and BF16
 // products where the CPU has AVX512_BF16; for everything else it runs the
 // AVX2 code. Its packed products equal AVX2's bit for bit, its quantizers
 // are byte-identical to quant's.

@@ -92,7 +92,8 @@ int fi_gemm_packed_avx2(int wt, const uint8_t *pk, int64_t cols, int64_t r0, int
 
 // AVX-512 (kern_avx512.c), on the packed layouts of fi_pack_avx2:
 // fi_gemm_packed_avx512 is fi_gemm_packed_avx2 with 512-bit VNNI kernels
-// (IQ4_NL, IQ4_XS and MXFP4: fi_gemm_packed_avx2 itself);
+// (IQ4_NL, IQ4_XS and MXFP4: kern_avx512_iq.c, whose decode runs 256-bit
+// vpdpbusd on one 8-row group at a time);
 // fi_gemm_avx512 runs F32 and F16 weights with 512-bit FMAs, BF16 weights
 // with vdpbf16ps when the CPU has AVX512_BF16, and every other type as
 // fi_gemm_avx2 does.

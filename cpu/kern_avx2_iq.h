@@ -19,12 +19,7 @@
 #ifndef FLOWINFER_KERN_AVX2_IQ_H
 #define FLOWINFER_KERN_AVX2_IQ_H
 
-// The levels of quant's kvaluesIQ4NL and kvaluesMXFP4 (ggml's kvalues_iq4nl
-// and kvalues_mxfp4: the E2M1 values doubled). The tests compare every
-// kernel with quant's Go products, which use quant's tables.
-static const int8_t fi_kv_iq4nl[16] __attribute__((aligned(16))) = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                                                    1,    13,   25,  38,  53,  69,  89,  113};
-static const int8_t fi_kv_mxfp4[16] __attribute__((aligned(16))) = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+#include "kern_iq4.h"
 
 // iq_table returns the 16 levels kv in both 128-bit halves (a pshufb table).
 FI_INLINE __m256i iq_table(const int8_t *kv) {

@@ -102,9 +102,9 @@ func packC(isa ISA, wt quant.Type, w []byte, rowBytes, rows, cols int, dst []byt
 }
 
 func gemmPackedC(isa ISA, wt quant.Type, pk []byte, cols, r0, r1 int, a []byte, arb, nAct int, out []float32, outStride int) {
-	if isa == ISAAVX512 && nAct == 1 && cpuFeatures()&featAMD != 0 {
+	if isa == ISAAVX512 && nAct == 1 && cpuFeatures()&featAMD != 0 && !ownDecode512(wt) {
 		// On AMD Zen 4 the AVX2 matrix-vector kernels stream packed weights
-		// from memory twice as fast as the AVX-512 ones (docs/decisions.md);
+		// from memory twice as fast as the 512-bit ones (docs/decisions.md);
 		// both read the same packed layout.
 		isa = ISAAVX2
 	}
@@ -116,6 +116,13 @@ func gemmPackedC(isa ISA, wt quant.Type, pk []byte, cols, r0, r1 int, a []byte, 
 		C.fi_gemm_packed_avx512(C.int(wt), (*C.uint8_t)(ptr(pk)), C.int64_t(cols), C.int64_t(r0), C.int64_t(r1),
 			(*C.uint8_t)(ptr(a)), C.int64_t(arb), C.int64_t(nAct), (*C.float)(ptr(out)), C.int64_t(outStride))
 	}
+}
+
+// ownDecode512 reports whether the AVX-512 path's matrix-vector product of
+// packed wt weights streams each 8-row group on its own, as the AVX2
+// kernels do (kern_avx512_iq.c: 256-bit vpdpbusd), so AMD CPUs run it too.
+func ownDecode512(wt quant.Type) bool {
+	return wt == quant.IQ4_NL || wt == quant.IQ4_XS || wt == quant.MXFP4
 }
 
 // wsumC runs the C weighted row sum of isa; false if it has none.

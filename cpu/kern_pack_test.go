@@ -163,6 +163,9 @@ func TestPackErrors(t *testing.T) {
 // integer sums and the same float operations in the same order, so they
 // must agree bit for bit (AVX-512 against AVX2 here; under the fi_simde
 // tag on a machine without AVX-512).
+// Rows of 257 super-blocks (2056 blocks of 32) take the matrix-vector
+// kernels past the activation prep they hold at a time (kern_avx2_iqpk.c:
+// 512 blocks of |y|; kern_avx512_iq.c: 2048 block sums, 256 super-blocks).
 func TestPackedPathsAgree(t *testing.T) {
 	var ks []*cpu.Kernels
 	for _, isa := range cpu.Available() {
@@ -175,7 +178,7 @@ func TestPackedPathsAgree(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(15, 16))
 	for _, typ := range []quant.Type{quant.Q4_0, quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.Q8_0, quant.IQ4_NL, quant.IQ4_XS, quant.MXFP4} {
-		for _, shape := range [][3]int{{24, 512, 1}, {40, 70 * 256, 1}, {40, 2048, 3}, {56, 1024, 9}, {16, 256, 40}} {
+		for _, shape := range [][3]int{{24, 512, 1}, {40, 70 * 256, 1}, {40, 2048, 3}, {56, 1024, 9}, {16, 256, 40}, {24, 257 * 256, 1}, {8, 257 * 256, 5}} {
 			rows, cols, nAct := shape[0], shape[1], shape[2]
 			t.Run(fmt.Sprintf("type=%s/rows=%d/cols=%d/acts=%d", typ, rows, cols, nAct), func(t *testing.T) {
 				m := newTestMatrix(t, r, typ, rows, cols, nAct, 0)
