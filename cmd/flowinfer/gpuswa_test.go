@@ -14,7 +14,8 @@ import (
 // gemma3-small's cache would keep rings, which the device refuses naming
 // --swa-full (before loading; --dry-run too); with --swa-full the device
 // prints the CPU's greedy text, whole and split (-ngl 3), and --dry-run
-// the plan. gpt-oss-small's MXFP4 experts are refused by type.
+// the plan. gpt-oss-small (sliding layers, MXFP4 experts) is refused
+// without --swa-full and runs its experts in device slots with it.
 func TestRunVulkanSWA(t *testing.T) {
 	in, err := vk.NewInstance(vk.Config{})
 	if err != nil || len(in.Devices()) == 0 {
@@ -53,8 +54,14 @@ func TestRunVulkanSWA(t *testing.T) {
 	if err != nil || !strings.Contains(stderr, "all 6 layers and the output on the GPU") {
 		t.Errorf("gemma3 --dry-run: err %v, stderr %q", err, stderr)
 	}
-	_, stderr, err = flowinfer(t, "run", "-m", oss, "-p", "Once", "-n", "4", "--backend", "vulkan", "--swa-full")
-	if err == nil || !strings.Contains(stderr, "no shader for type mxfp4") {
-		t.Errorf("gpt-oss MXFP4 experts: err %v, stderr %q", err, stderr)
+	// gpt-oss: sliding layers too (refused without --swa-full), MXFP4
+	// experts in device slots with --swa-full
+	_, stderr, err = flowinfer(t, "run", "-m", oss, "-p", "Once", "-n", "4", "--backend", "vulkan")
+	if err == nil || !strings.Contains(stderr, "--swa-full") {
+		t.Errorf("gpt-oss without --swa-full: err %v, stderr %q", err, stderr)
+	}
+	out, stderr, err := flowinfer(t, "run", "-m", oss, "-p", "Once", "-n", "4", "--temp", "0", "--backend", "vulkan", "--swa-full")
+	if err != nil || len(out) <= len("Once") || !strings.Contains(stderr, "routed experts") || !strings.Contains(stderr, "on the GPU") {
+		t.Errorf("gpt-oss MXFP4 experts on the device: err %v, stdout %q, stderr %q", err, out, stderr)
 	}
 }
