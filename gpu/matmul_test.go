@@ -5,6 +5,7 @@ package gpu
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/flowinfer/flowinfer/cpu"
@@ -93,11 +94,13 @@ func TestMatMat(t *testing.T) {
 }
 
 // TestMatMatTiles runs the shaders with other tiles (specialization
-// constants): one output per thread, a tall tile, a wide one.
+// constants): one output per thread, a tall tile, a wide one; MXFP4 too,
+// whose shader takes mm_head.glsl's other path (Q8_ACT: per-step integer
+// sums and per-row, per-vector scales).
 func TestMatMatTiles(t *testing.T) {
 	r := newRig(t)
 	for _, tile := range [][3]int{{16, 16, 1}, {128, 16, 2}, {32, 64, 2}, {64, 32, 8}} {
-		for _, typ := range mmTypes {
+		for _, typ := range append(slices.Clone(mmTypes), quant.MXFP4) {
 			t.Run(fmt.Sprintf("tile=%dx%d/per_thread=%d/type=%s", tile[0], tile[1], tile[2], typ), func(t *testing.T) {
 				r.t = t
 				if err := r.k.SetMatMatTile(tile[0], tile[1], tile[2]); err != nil {
