@@ -288,6 +288,15 @@ func (k *Kernels) MatVec(cb *vk.CommandBuffer, y F32, w Weight, x F32, n int) er
 	return nil
 }
 
+// actQuantized reports whether the device's products with weights of
+// type t (mat-vec and matrix-matrix) first quantize each activation vector
+// to quant.VecDotType(t) bit for bit as the CPU does, then multiply as
+// ggml's vec_dot (integer block sums times the two scales), rather than
+// multiplying float32 activations. MXFP4 does (its shaders include
+// q8_0_quant.glsl): gpt-oss's golden against llama.cpp's CPU logits
+// (1e-4) needs it; the other types multiply float32 activations.
+func actQuantized(t quant.Type) bool { return t == quant.MXFP4 }
+
 // matVecCols is how many activation vectors one mat-vec workgroup takes
 // when there are several (the shaders' NUM_COLS).
 const matVecCols = 8

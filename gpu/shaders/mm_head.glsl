@@ -11,6 +11,14 @@
 // and vectors need not be multiples of the tile: what lies outside is
 // read as zero and not written.
 //
+// With Q8_ACT defined before the include (MXFP4, whose CPU product
+// quantizes the activations to Q8_0 first, as ggml's vec_dot_type), a
+// step is one block: wval4 returns the block's integer levels and wscale
+// its scale, the activation tile holds each vector's block quantized to
+// Q8_0 (q8_0_quant.glsl, bit for bit as the CPU) with its fp16 scale, a
+// step's products are summed as integers (exact in float32) and added
+// times the two scales, as ggml's vec_dot does per block.
+//
 // Workgroup (x, y, z): first row = BM·(y·numGroups.x + x) (two dimensions
 // so that large vocabularies stay under the 65535-group limit), z the
 // group of BN vectors. The push constants are the mat-vec shaders' (the
@@ -49,6 +57,15 @@ int w_i8(uint b) { return int(w_u8(b) << 24) >> 24; }
 // multiple of 4, k < p.cols; weights at or past p.cols are 0).
 vec4 wval4(uint rb, uint k);
 
+#ifdef Q8_ACT
+// wscale returns the scale of the block holding weight k of the row
+// starting at byte rb (k < p.cols, a multiple of 32).
+float wscale(uint rb, uint k);
+#include "q8_0_quant.glsl"
+shared float wsc[BM]; // the step's block scale of each row
+shared float xsc[BN]; // the step's Q8_0 scale of each vector
+#endif
+
 // The tiles, k-major: ws[k·BM + row], xs[k·BN + vector].
 shared float ws[BK * BM];
 shared float xs[BK * BN];
@@ -80,6 +97,41 @@ void main() {
 			ws[(tk + 2) * BM + tr] = v.z;
 			ws[(tk + 3) * BM + tr] = v.w;
 		}
+#ifdef Q8_ACT
+		for (uint u = tid; u < BM; u += THREADS) {
+			const uint row = first + u;
+			wsc[u] = row < p.rows ? wscale(p.w_off + row * p.row_bytes, k0) : 0.0;
+		}
+		// the activation tile: one vector's block per invocation, quantized
+		for (uint tc = tid; tc < BN; tc += THREADS) {
+			const uint t = t0 + tc;
+			if (t >= p.n_vec) {
+				for (uint tk = 0; tk < BK; tk++) {
+					xs[tk * BN + tc] = 0.0;
+				}
+				xsc[tc] = 0.0;
+				continue;
+			}
+			const uint xb = p.x_off + t * p.cols + k0;
+			uint amax = 0u;
+			for (uint tk = 0; tk < BK; tk++) {
+				amax = amax_bits(amax, x[xb + tk]);
+			}
+			uint h;
+			float id;
+			q8_scales(amax, h, id);
+			xsc[tc] = unpackHalf2x16(h).x;
+			for (uint tk = 0; tk < BK; tk++) {
+				precise const float f = x[xb + tk] * id;
+				xs[tk * BN + tc] = float(q8(f));
+			}
+		}
+		barrier();
+		float s[TM * TN];
+		for (uint i = 0; i < TM * TN; i++) {
+			s[i] = 0.0;
+		}
+#else
 		// the activation tile
 		for (uint u = tid; u < BN * BK; u += THREADS) {
 			const uint tc = u / BK, tk = u % BK;
@@ -87,6 +139,7 @@ void main() {
 			xs[tk * BN + tc] = (t < p.n_vec && k < p.cols) ? x[p.x_off + t * p.cols + k] : 0.0;
 		}
 		barrier();
+#endif
 		for (uint kk = 0; kk < BK; kk++) {
 			float a[TM], b[TN];
 			for (uint i = 0; i < TM; i++) {
@@ -97,10 +150,21 @@ void main() {
 			}
 			for (uint i = 0; i < TM; i++) {
 				for (uint j = 0; j < TN; j++) {
+#ifdef Q8_ACT
+					s[i * TN + j] += a[i] * b[j];
+#else
 					acc[i * TN + j] = fma(a[i], b[j], acc[i * TN + j]);
+#endif
 				}
 			}
 		}
+#ifdef Q8_ACT
+		for (uint i = 0; i < TM; i++) {
+			for (uint j = 0; j < TN; j++) {
+				acc[i * TN + j] += (xsc[cg + j * CG] * wsc[rg + i * RG]) * s[i * TN + j];
+			}
+		}
+#endif
 		barrier();
 	}
 	for (uint i = 0; i < TM; i++) {
