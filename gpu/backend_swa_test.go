@@ -279,7 +279,7 @@ func requantExperts(t *testing.T, m *model.Model, typ quant.Type) {
 // TestBackendGptOss: gpt-oss-small (layers 0 and 2 slide over a window of
 // 128, 1 and 3 see everything; sinks, biases, YaRN, the clamped SwiGLU,
 // the softmax of the chosen logits) with its MXFP4 experts rewritten as
-// F32 and as Q8_0 (the device has no MXFP4 shader yet), on a 200-token
+// F32 and as Q8_0 (the MXFP4 experts as shipped: TestBackendGptOssGolden), on a 200-token
 // prompt (past the window) then 8 greedy tokens: the device gives
 // the CPU backend's greedy tokens; with F32 experts every routing decision
 // equal, the weights within 1e-5 and the prompt logits within 2e-4 (as
