@@ -513,7 +513,7 @@ func TestBackendAttentionRecent(t *testing.T) {
 // but for unpacked matrices of repackedTypes from cpu.RepackMinActs rows.
 func TestMatMulBatchInvariant(t *testing.T) {
 	const cols = 512
-	for _, wt := range []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q4_K, quant.Q6_K, quant.Q8_0, quant.Q4_0, quant.Q5_0, quant.Q5_K, quant.IQ4_NL, quant.IQ4_XS, quant.MXFP4, quant.IQ2_XXS, quant.IQ3_XXS, quant.IQ3_S, quant.IQ2_XS, quant.IQ2_S, quant.IQ1_S, quant.IQ1_M} {
+	for _, wt := range []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q4_K, quant.Q6_K, quant.Q8_0, quant.Q4_0, quant.Q5_K, quant.IQ4_NL, quant.IQ4_XS, quant.MXFP4, quant.IQ2_XXS, quant.IQ3_XXS, quant.IQ3_S, quant.IQ2_XS, quant.IQ2_S, quant.IQ1_S, quant.IQ1_M} {
 		for _, c := range []struct {
 			rows int
 			pack bool

@@ -78,7 +78,7 @@ uint16_t fi_f16_avx2(float f);
 int fi_gemm_avx2(int wt, const uint8_t *w, int64_t w_stride, int64_t cols, int64_t r0, int64_t r1,
                  const uint8_t *a, int64_t a_stride, int64_t nact, float *out, int64_t out_stride);
 
-// Packed weights (kern_avx2_pk.c; Q5_0 in kern_avx2_q5pk.c; IQ4_NL, IQ4_XS and MXFP4 in
+// Packed weights (kern_avx2_pk.c; IQ4_NL, IQ4_XS and MXFP4 in
 // kern_avx2_iqpk.c): rows in groups of 8 in a kernel layout.
 // fi_packed_size_avx2 returns the bytes of a packed rows x cols matrix of
 // type wt, or -1 if wt (or a rows count that is not a multiple of 8) has no

@@ -195,14 +195,6 @@ int fi_avx2_iq_pack(int wt, const uint8_t *w, int64_t ws, int64_t rows, int64_t 
 int fi_avx2_iq_gemm_packed(int wt, const uint8_t *pk, int64_t cols, int64_t r0, int64_t r1, const uint8_t *a,
                            int64_t as, int64_t nact, float *out, int64_t os);
 
-// The packed Q5_0 products (kern_avx2_q5pk.c): fi_packed_size_avx2,
-// fi_pack_avx2 and fi_gemm_packed_avx2 for Q5_0 (rows a multiple of 8), -1
-// for any other type.
-int64_t fi_avx2_q5_packed_size(int wt, int64_t rows, int64_t cols);
-int fi_avx2_q5_pack(int wt, const uint8_t *w, int64_t ws, int64_t rows, int64_t cols, uint8_t *dst);
-int fi_avx2_q5_gemm_packed(int wt, const uint8_t *pk, int64_t cols, int64_t r0, int64_t r1, const uint8_t *a,
-                           int64_t as, int64_t nact, float *out, int64_t os);
-
 // fi_avx2_gemm_rp (kern_avx2_rp.c) computes rows [r0, r0+n) with weights
 // repacked on the fly, n a multiple of 8 it returns (0: type not handled).
 int64_t fi_avx2_gemm_rp(int wt, const uint8_t *w, int64_t ws, int64_t cols, int64_t r0, int64_t r1,

@@ -1,7 +1,7 @@
 //go:build cgo
 
 // Weights packed once at load time (Q4_0, Q4_K, Q5_K, Q6_K, Q8_0; IQ4_NL,
-// IQ4_XS and MXFP4 in kern_avx2_iqpk.c, Q5_0 in kern_avx2_q5pk.c, behind the same entry points) for AVX2: rows in groups of
+// IQ4_XS and MXFP4 in kern_avx2_iqpk.c, behind the same entry points) for AVX2: rows in groups of
 // 8, interleaved so one 32-byte vector holds 4 codes of each of 8 rows, and
 // scales grouped per (sub-)block across the 8 rows. Vector lanes are rows,
 // so the matrix-vector product (decode) needs no horizontal sums and no
@@ -585,7 +585,6 @@ int64_t fi_packed_size_avx2(int wt, int64_t rows, int64_t cols) {
 	case FI_Q5_K: return rows / 8 * (cols / 256) * PK_Q5K;
 	case FI_Q6_K: return rows / 8 * (cols / 256) * PK_Q6K;
 	case FI_Q8_0: return rows / 8 * (cols / 32) * PK_Q80;
-	case FI_Q5_0: return fi_avx2_q5_packed_size(wt, rows, cols);
 	}
 	return fi_avx2_iq_packed_size(wt, rows, cols);
 }
@@ -597,7 +596,6 @@ int fi_pack_avx2(int wt, const uint8_t *w, int64_t ws, int64_t rows, int64_t col
 	case FI_Q5_K: pack_q5_K(w, ws, rows, cols / 256, dst); return 0;
 	case FI_Q6_K: pack_q6_K(w, ws, rows, cols / 256, dst); return 0;
 	case FI_Q8_0: pack_q8_0(w, ws, rows, cols / 32, dst); return 0;
-	case FI_Q5_0: return fi_avx2_q5_pack(wt, w, ws, rows, cols, dst);
 	}
 	return fi_avx2_iq_pack(wt, w, ws, rows, cols, dst);
 }
@@ -614,7 +612,6 @@ int fi_gemm_packed_avx2(int wt, const uint8_t *pk, int64_t cols, int64_t r0, int
 	case FI_Q5_K: gemv = gemv_q5_K, gemm = pk_gemm_q5_K, nb = cols / 256, row_bytes = nb * PK_Q5K / 8; break;
 	case FI_Q6_K: gemv = gemv_q6_K, gemm = pk_gemm_q6_K, nb = cols / 256, row_bytes = nb * PK_Q6K / 8; break;
 	case FI_Q8_0: gemv = gemv_q8_0, gemm = pk_gemm_q8_0, nb = cols / 32, row_bytes = nb * PK_Q80 / 8; break;
-	case FI_Q5_0: return fi_avx2_q5_gemm_packed(wt, pk, cols, r0, r1, a, as, nact, out, os);
 	default: return fi_avx2_iq_gemm_packed(wt, pk, cols, r0, r1, a, as, nact, out, os);
 	}
 	if (r1 <= r0 || nact <= 0) return 0;

@@ -61,7 +61,7 @@ func (c *cpuClock) report(b *testing.B, amount float64, unit string) {
 	}
 }
 
-var benchTypes = []quant.Type{quant.Q4_K, quant.Q6_K, quant.Q8_0, quant.Q5_0, quant.IQ4_XS, quant.IQ4_NL, quant.MXFP4, quant.IQ2_XXS, quant.IQ3_XXS, quant.IQ3_S, quant.IQ2_XS, quant.IQ2_S, quant.IQ1_S, quant.IQ1_M}
+var benchTypes = []quant.Type{quant.Q4_K, quant.Q6_K, quant.Q8_0, quant.IQ4_XS, quant.IQ4_NL, quant.MXFP4, quant.IQ2_XXS, quant.IQ3_XXS, quant.IQ3_S, quant.IQ2_XS, quant.IQ2_S, quant.IQ1_S, quant.IQ1_M}
 
 const benchCols = 2048
 
