@@ -55,9 +55,19 @@ const (
 	mmK       = 32
 )
 
-// defaultTile is the tile of a matrix-matrix workgroup unless
-// SetMatMatTile chose another: rows, vectors, rows per thread.
-var defaultTile = [3]uint32{128, 64, 8}
+// defaultTile is the tile of a matrix-matrix workgroup for at least
+// mmWideMin vectors unless SetMatMatTile chose another: rows, vectors,
+// rows per thread (8 rows × 8 vectors per thread, the activations
+// broadcast within subgroups: see mmSubgroup). narrowTile (4 rows × 8
+// vectors per thread) takes fewer vectors, where a 128-vector tile would
+// be mostly padding.
+var (
+	defaultTile = [3]uint32{128, 128, 8}
+	narrowTile  = [3]uint32{128, 64, 4}
+)
+
+// mmWideMin is the fewest vectors defaultTile takes.
+const mmWideMin = 128
 
 // MatMatMin is the fewest activation vectors MatMul sends through the
 // matrix-matrix shaders; fewer go through the mat-vec ones, whose
@@ -88,28 +98,48 @@ func (k *Kernels) MatMul(cb *vk.CommandBuffer, y F32, w Weight, x F32, n int) er
 	if least <= 0 {
 		least = MatMatMin
 	}
-	if n >= least && SupportsMatMat(w.Type) && k.tileFits() {
+	if n >= least && SupportsMatMat(w.Type) && k.tileFits(n) {
 		return k.MatMat(cb, y, w, x, n)
 	}
 	return k.MatVec(cb, y, w, x, n)
 }
 
-// curTile returns the matrix-matrix tile in use.
-func (k *Kernels) curTile() [3]uint32 {
+// curTile returns the matrix-matrix tile for a product of n vectors.
+func (k *Kernels) curTile(n int) [3]uint32 {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.tile == [3]uint32{} {
+	switch {
+	case k.tile != [3]uint32{}:
+		return k.tile
+	case n >= mmWideMin:
 		return defaultTile
 	}
-	return k.tile
+	return narrowTile
 }
 
 // tileFits reports whether the tile's shared memory fits the device (the
-// default tile takes 24 KiB; Vulkan guarantees 16): MatMul takes the
-// mat-vec shaders on a device where it does not.
-func (k *Kernels) tileFits() bool {
-	t := k.curTile()
-	return 4*(t[0]+t[1])*mmK <= k.dev.Info().Limits.MaxComputeSharedMemorySize
+// default tile takes 32 KiB; Vulkan guarantees 16) and the device runs
+// the shaders' SPIR-V 1.3 (a Vulkan 1.1 device, which reports a subgroup
+// size): MatMul takes the mat-vec shaders on a device where not.
+func (k *Kernels) tileFits(n int) bool {
+	t := k.curTile(n)
+	info := k.dev.Info()
+	return info.SubgroupSize > 0 && 4*(t[0]+t[1])*mmK <= info.Limits.MaxComputeSharedMemorySize
+}
+
+// mmSubgroup returns mm_head.glsl's SG for tile t: the device's subgroup
+// size when the tile's vectors per thread (TN) are at most 8 and at most
+// the subgroup size, and each subgroup's lanes share one vector group
+// (the row groups, rows/perThread, a multiple of the subgroup size:
+// subgroups are runs of consecutive invocations); else 0 (each thread
+// reads its own activations).
+func mmSubgroup(t [3]uint32, sg uint32) uint32 {
+	rg := t[0] / t[2]
+	tn := t[1] / (mmThreads / rg)
+	if sg == 0 || tn > 8 || tn > sg || rg%sg != 0 {
+		return 0
+	}
+	return sg
 }
 
 // SetMatMatTile makes later MatMat calls use tiles of rows × vectors,
@@ -121,10 +151,10 @@ func (k *Kernels) SetMatMatTile(rows, vectors, perThread int) error {
 	bad := rows < 1 || vectors < 1 || perThread < 1 || rows%perThread != 0
 	if !bad {
 		rg := rows / perThread
-		bad = mmThreads%rg != 0 || vectors%(mmThreads/rg) != 0
+		bad = mmThreads%rg != 0 || vectors%(mmThreads/rg) != 0 || vectors/(mmThreads/rg) > 16
 	}
-	if bad || rows*vectors/mmThreads > 64 {
-		return fmt.Errorf("gpu: SetMatMatTile: %d×%d, %d rows per thread (rows/perThread must divide %d, %d·perThread/rows divide vectors, at most 64 outputs per thread)", rows, vectors, perThread, mmThreads, mmThreads)
+	if bad || rows*vectors/mmThreads > 128 {
+		return fmt.Errorf("gpu: SetMatMatTile: %d×%d, %d rows per thread (rows/perThread must divide %d, %d·perThread/rows divide vectors, at most 16 vectors and 128 outputs per thread)", rows, vectors, perThread, mmThreads, mmThreads)
 	}
 	if uint32(4*(rows+vectors)*mmK) > lim.MaxComputeSharedMemorySize {
 		return fmt.Errorf("gpu: SetMatMatTile: %d×%d needs %d bytes of shared memory (the device has %d)", rows, vectors, 4*(rows+vectors)*mmK, lim.MaxComputeSharedMemorySize)
@@ -170,9 +200,9 @@ func (k *Kernels) MatMat(cb *vk.CommandBuffer, y F32, w Weight, x F32, n int) er
 	if err != nil {
 		return err
 	}
-	tile := k.curTile()
-	if !k.tileFits() {
-		return fmt.Errorf("gpu: MatMat: %w: a %d×%d tile needs %d bytes of shared memory (the device has %d)", vk.ErrUnsupported, tile[0], tile[1], 4*(tile[0]+tile[1])*mmK, k.dev.Info().Limits.MaxComputeSharedMemorySize)
+	tile := k.curTile(n)
+	if !k.tileFits(n) {
+		return fmt.Errorf("gpu: MatMat: %w: a %d×%d tile needs %d bytes of shared memory (the device has %d) and a Vulkan 1.1 device (subgroup size %d)", vk.ErrUnsupported, tile[0], tile[1], 4*(tile[0]+tile[1])*mmK, k.dev.Info().Limits.MaxComputeSharedMemorySize, k.dev.Info().SubgroupSize)
 	}
 	groupsZ := (n + int(tile[1]) - 1) / int(tile[1])
 	if groupsZ > int(k.dev.Info().Limits.MaxComputeWorkGroupCount[2]) {
@@ -182,7 +212,8 @@ func (k *Kernels) MatMat(cb *vk.CommandBuffer, y F32, w Weight, x F32, n int) er
 	if err != nil {
 		return err
 	}
-	p, set, err := k.bind(name, 28, tile[:], bufs[:nb]...)
+	spec := [4]uint32{tile[0], tile[1], tile[2], mmSubgroup(tile, k.dev.Info().SubgroupSize)}
+	p, set, err := k.bind(name, 28, spec[:], bufs[:nb]...)
 	if err != nil {
 		return err
 	}

@@ -75,6 +75,7 @@ func TestMatMat(t *testing.T) {
 		{7, 256, 9},          // fewer rows and vectors than a tile
 		{65, 2048 + 256, 33}, // one row and one vector past a tile
 		{130, 256, 70},
+		{130, 256, 129}, // the wide tile (mmWideMin vectors and more), one vector past it
 		{1, 32, 40},
 		{33, 33, 17},  // float types: a row of 33 (a partial step)
 		{70, 100, 45}, // float types: a partial step, odd everything

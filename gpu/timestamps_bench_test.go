@@ -43,6 +43,9 @@ func BenchmarkOpsLlamaShapes(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(qp.Destroy)
+	// warm: one untimed submit first (lavapipe compiles a pipeline's
+	// shader at its first dispatch; the matrix-matrix cases set it).
+	warm := false
 	benchN := func(b *testing.B, opsPerSubmit int, op func() error) {
 		if err := r.cb.Begin(); err != nil {
 			b.Fatal(err)
@@ -59,7 +62,19 @@ func BenchmarkOpsLlamaShapes(b *testing.B) {
 		if err := r.cb.End(); err != nil {
 			b.Fatal(err)
 		}
+		if warm {
+			if err := r.d.Submit(r.cb, nil, nil, r.f); err != nil {
+				b.Fatal(err)
+			}
+			if err := r.f.Wait(time.Minute); err != nil {
+				b.Fatal(err)
+			}
+			if err := r.f.Reset(); err != nil {
+				b.Fatal(err)
+			}
+		}
 		cpu0 := processCPU(b)
+		b.ResetTimer()
 		r.replay(b)
 		b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*opsPerSubmit), "us/run")
 		b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N*opsPerSubmit), "cpu-us/run")
@@ -89,6 +104,32 @@ func BenchmarkOpsLlamaShapes(b *testing.B) {
 					}
 				}
 				benchN(b, mulMatOps, func() error { return r.k.MatVec(r.cb, y, w, x, n) })
+			})
+		}
+	}
+	// The matrix-matrix products of a llama-1b prompt (MatMat, one op per
+	// submit: a 512-vector product takes seconds of CPU on lavapipe), the
+	// shapes of its attention (2048×2048) and FFN (8192×2048, 2048×8192)
+	// weights, to compare with the same MUL_MAT through ggml-vulkan.
+	for _, typ := range []quant.Type{quant.Q4_K, quant.Q6_K, quant.Q8_0} {
+		for _, s := range [][3]int{{2048, 512, 2048}, {2048, 32, 2048}, {8192, 512, 2048}, {2048, 512, 8192}} {
+			m, n, k := s[0], s[1], s[2]
+			b.Run(fmt.Sprintf("MUL_MAT_MM/type_a=%s/m=%d/n=%d/k=%d", typ, m, n, k), func(b *testing.B) {
+				rb, _ := quant.RowBytes(typ, k)
+				w := Weight{Buf: mk(uint64(m * rb)), Type: typ, Rows: m, Cols: k}
+				x, y := F32{Buf: mk(uint64(4 * n * k))}, F32{Buf: mk(uint64(4 * n * m))}
+				if v := os.Getenv("FLOWINFER_BENCH_MM"); v != "" {
+					var rows, vecs, per int
+					if _, err := fmt.Sscanf(v, "%d,%d,%d", &rows, &vecs, &per); err != nil {
+						b.Fatalf("FLOWINFER_BENCH_MM=%q: want rows,vectors,perThread: %v", v, err)
+					}
+					if err := r.k.SetMatMatTile(rows, vecs, per); err != nil {
+						b.Fatal(err)
+					}
+				}
+				warm = true
+				defer func() { warm = false }()
+				benchN(b, 1, func() error { return r.k.MatMat(r.cb, y, w, x, n) })
 			})
 		}
 	}

@@ -6,5 +6,9 @@ set -e
 cd "$(dirname "$0")"
 out=${1:-.}
 for f in *.comp; do
-	glslc -fshader-stage=compute --target-env=vulkan1.0 -O -o "$out/${f%.comp}.spv" "$f"
+	env=vulkan1.0
+	case $f in
+	mm_*) env=vulkan1.1 ;; # subgroup broadcasts (mm_head.glsl)
+	esac
+	glslc -fshader-stage=compute --target-env=$env -O -o "$out/${f%.comp}.spv" "$f"
 done

@@ -24,15 +24,26 @@
 // group of BN vectors. The push constants are the mat-vec shaders' (the
 // Go side records both the same way).
 
+#extension GL_EXT_control_flow_attributes : require
+#extension GL_KHR_shader_subgroup_ballot : require
+
 layout(local_size_x = 256) in;
-layout(constant_id = 0) const uint BM = 64; // rows per tile
-layout(constant_id = 1) const uint BN = 64; // vectors per tile
-layout(constant_id = 2) const uint TM = 4;  // rows per thread
+layout(constant_id = 0) const uint BM = 128; // rows per tile
+layout(constant_id = 1) const uint BN = 128; // vectors per tile
+layout(constant_id = 2) const uint TM = 8;   // rows per thread
+// SG: nonzero when every subgroup's lanes share one vector group cg and
+// number at least TN ≤ 8 (the Go side sets it from the device's subgroup
+// size): the activations are then read once per lane and broadcast, TN
+// values for one shared-memory read (on lavapipe, whose lanes are SIMD
+// lanes, a shared read costs about a scalar load per lane, a broadcast a
+// register shuffle). 0: each thread reads its TN activations itself.
+layout(constant_id = 3) const uint SG = 0;
 const uint BK = 32;                         // weights per step: one block or sub-block of every quantized type
 const uint THREADS = 256;
 const uint RG = BM / TM;          // row groups (divides THREADS)
 const uint CG = THREADS / RG;     // vector groups (divides BN)
 const uint TN = BN / CG;          // vectors per thread
+const uint TN_MAX = 16;           // at most (the Go side checks)
 layout(std430, binding = 0) readonly buffer W { uint w[]; };
 layout(std430, binding = 1) readonly buffer X { float x[]; };
 layout(std430, binding = 2) writeonly buffer Y { float y[]; };
@@ -80,7 +91,7 @@ void main() {
 	// this thread's outputs: rows rg + i·RG (i < TM), vectors cg + j·CG (j < TN)
 	const uint rg = tid % RG, cg = tid / RG;
 	float acc[TM * TN];
-	for (uint i = 0; i < TM * TN; i++) {
+	[[unroll]] for (uint i = 0; i < TM * TN; i++) {
 		acc[i] = 0.0;
 	}
 	for (uint k0 = 0; k0 < p.cols; k0 += BK) {
@@ -141,15 +152,29 @@ void main() {
 		barrier();
 #endif
 		for (uint kk = 0; kk < BK; kk++) {
-			float a[TM], b[TN];
-			for (uint i = 0; i < TM; i++) {
+			float a[TM], b[TN_MAX]; // b[TN_MAX]: a constant size for the broadcasts' constant indices
+			[[unroll]] for (uint i = 0; i < TM; i++) {
 				a[i] = ws[kk * BM + rg + i * RG];
 			}
-			for (uint j = 0; j < TN; j++) {
-				b[j] = xs[kk * BN + cg + j * CG];
+			if (SG != 0) {
+				// One read per lane, then broadcasts: lane j of the
+				// subgroup reads vector j's value (every lane shares cg).
+				const float bl = xs[kk * BN + cg + (gl_SubgroupInvocationID % TN) * CG];
+				b[0] = subgroupBroadcast(bl, 0);
+				if (TN > 1) b[1] = subgroupBroadcast(bl, 1);
+				if (TN > 2) b[2] = subgroupBroadcast(bl, 2);
+				if (TN > 3) b[3] = subgroupBroadcast(bl, 3);
+				if (TN > 4) b[4] = subgroupBroadcast(bl, 4);
+				if (TN > 5) b[5] = subgroupBroadcast(bl, 5);
+				if (TN > 6) b[6] = subgroupBroadcast(bl, 6);
+				if (TN > 7) b[7] = subgroupBroadcast(bl, 7);
+			} else {
+				[[unroll]] for (uint j = 0; j < TN; j++) {
+					b[j] = xs[kk * BN + cg + j * CG];
+				}
 			}
-			for (uint i = 0; i < TM; i++) {
-				for (uint j = 0; j < TN; j++) {
+			[[unroll]] for (uint i = 0; i < TM; i++) {
+				[[unroll]] for (uint j = 0; j < TN; j++) {
 #ifdef Q8_ACT
 					s[i * TN + j] += a[i] * b[j];
 #else
@@ -167,12 +192,12 @@ void main() {
 #endif
 		barrier();
 	}
-	for (uint i = 0; i < TM; i++) {
+	[[unroll]] for (uint i = 0; i < TM; i++) {
 		const uint row = first + rg + i * RG;
 		if (row >= p.rows) {
 			break;
 		}
-		for (uint j = 0; j < TN; j++) {
+		[[unroll]] for (uint j = 0; j < TN; j++) {
 			const uint t = t0 + cg + j * CG;
 			if (t < p.n_vec) {
 				y[p.y_off + t * p.rows + row] = acc[i * TN + j];
