@@ -164,6 +164,12 @@ func (b *Backend) Hadamard(x []float32, n int) {
 
 // SwiGLU implements model.Ops.
 func (b *Backend) SwiGLU(out, gate, up []float32) {
+	b.glu(out, gate, up, func(y, g, u F32, n int) error { return b.k.SwiGLU(b.cb, y, g, u, n) })
+}
+
+// glu records op on the device copies of gate and up (n = len(gate)
+// elements each) into out: the gated activations' shared shape.
+func (b *Backend) glu(out, gate, up []float32, op func(y, g, u F32, n int) error) {
 	b.run(func() error {
 		n := len(gate)
 		g, err := b.in(gate)
@@ -178,28 +184,15 @@ func (b *Backend) SwiGLU(out, gate, up []float32) {
 		if err != nil {
 			return err
 		}
-		return b.k.SwiGLU(b.cb, y, g, u, n)
+		return op(y, g, u, n)
 	})
 }
 
 // GeGLU implements model.Ops: gelu by ggml's float16 table (GELUTable,
 // uploaded on first use), as package cpu.
 func (b *Backend) GeGLU(out, gate, up []float32) {
-	b.run(func() error {
-		n := len(gate)
+	b.glu(out, gate, up, func(y, g, u F32, n int) error {
 		t, err := b.geluTable()
-		if err != nil {
-			return err
-		}
-		g, err := b.in(gate)
-		if err != nil {
-			return err
-		}
-		u, err := b.in(up[:n])
-		if err != nil {
-			return err
-		}
-		y, err := b.out(out[:n])
 		if err != nil {
 			return err
 		}
@@ -224,22 +217,7 @@ func (b *Backend) geluTable() (F32, error) {
 
 // SwiGLUOAI implements model.ClampedSwiGLU (gpt-oss's experts).
 func (b *Backend) SwiGLUOAI(out, gate, up []float32, alpha, limit float32) {
-	b.run(func() error {
-		n := len(gate)
-		g, err := b.in(gate)
-		if err != nil {
-			return err
-		}
-		u, err := b.in(up[:n])
-		if err != nil {
-			return err
-		}
-		y, err := b.out(out[:n])
-		if err != nil {
-			return err
-		}
-		return b.k.SwiGLUOAI(b.cb, y, g, u, n, alpha, limit)
-	})
+	b.glu(out, gate, up, func(y, g, u F32, n int) error { return b.k.SwiGLUOAI(b.cb, y, g, u, n, alpha, limit) })
 }
 
 // Scale implements model.Ops.
