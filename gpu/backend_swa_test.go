@@ -117,6 +117,26 @@ func gemma3GoldenPrompt(text string, max int, encode func(string) []int32) strin
 	return text[:ends[lo]]
 }
 
+// deviceGolden runs ids then 64 greedy tokens on m, all on the device,
+// and checks the prompt's last logits against llama.cpp's want (max |Δ|
+// within maxAbs; RMS within rms unless 0); it returns the greedy tokens.
+func deviceGolden(t *testing.T, r *rig, m *model.Model, ids []int32, want []float32, maxAbs, rms float64) []int32 {
+	t.Helper()
+	be, err := newBackendOf(r.d, m, r.k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	logits, toks := deviceGreedy(t, m, be, ids, 2048, 64, nil)
+	var s golden.Stats
+	s.AddRow(logits, want)
+	t.Logf("last of %d positions: max |Δlogit| %.3g, RMS %.3g", len(ids), s.MaxAbs, s.RMS())
+	if s.MaxAbs > maxAbs || rms > 0 && s.RMS() > rms {
+		t.Errorf("logits: max |Δ| %.3g (limit %g), RMS %.3g (limit %g)", s.MaxAbs, maxAbs, s.RMS(), rms)
+	}
+	return toks
+}
+
 // deviceGreedy runs ids as one batch on ops (a context of nCtx with a
 // row per position in every layer), then n greedy tokens one by one; it
 // returns the prompt's last logits and the tokens.
@@ -170,18 +190,7 @@ func TestBackendGemma3Golden(t *testing.T) {
 			if n, _ := strconv.Atoi(want["prompt_tokens"]); n != len(ids) {
 				t.Fatalf("prompt of %d tokens, llama.cpp's %d", len(ids), n)
 			}
-			be, err := newBackendOf(r.d, b.Model, r.k)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer be.Close()
-			logits, toks := deviceGreedy(t, b.Model, be, ids, 2048, 64, nil)
-			var s golden.Stats
-			s.AddRow(logits, wantLogits)
-			t.Logf("last of %d positions: max |Δlogit| %.3g, RMS %.3g", len(ids), s.MaxAbs, s.RMS())
-			if s.MaxAbs > f.maxAbs || f.rms > 0 && s.RMS() > f.rms {
-				t.Errorf("logits: max |Δ| %.3g (limit %g), RMS %.3g (limit %g)", s.MaxAbs, f.maxAbs, s.RMS(), f.rms)
-			}
+			toks := deviceGolden(t, r, b.Model, ids, wantLogits, f.maxAbs, f.rms)
 			// llama-completion's 64 tokens, the first from the prompt's
 			// logits (as greedy's)
 			var out []byte
@@ -444,18 +453,7 @@ func TestBackendGptOssGolden(t *testing.T) {
 				}
 				wantLogits = append(wantLogits, float32(x))
 			}
-			be, err := newBackendOf(r.d, b.Model, r.k)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer be.Close()
-			logits, toks := deviceGreedy(t, b.Model, be, ids, 2048, 64, nil)
-			var s golden.Stats
-			s.AddRow(logits, wantLogits)
-			t.Logf("last-position logits after %d tokens: max |Δ| %.3g, RMS %.3g", len(ids), s.MaxAbs, s.RMS())
-			if s.MaxAbs > v.maxAbs || v.rms > 0 && s.RMS() > v.rms {
-				t.Errorf("logits: max |Δ| %.3g (limit %g), RMS %.3g (limit %g)", s.MaxAbs, v.maxAbs, s.RMS(), v.rms)
-			}
+			toks := deviceGolden(t, r, b.Model, ids, wantLogits, v.maxAbs, v.rms)
 			var out []byte
 			for _, id := range toks {
 				out = tok.AppendPiece(out, id, false)
