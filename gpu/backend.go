@@ -77,7 +77,7 @@ type Backend struct {
 	devRouted int           // layers RouteExperts routed on the device
 	submits   int           // submissions waited for (flush)
 	moe       moeBufs       // MoE scratch (backend_moe.go)
-	gelu      F32           // GELUTable on the device (GeGLU; nil Buf until first use)
+	gelu      F32           // quant.GELUTable on the device (GeGLU; nil Buf until first use)
 	err       error         // first failure of an op since the last ToHost
 }
 

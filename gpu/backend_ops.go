@@ -188,7 +188,7 @@ func (b *Backend) glu(out, gate, up []float32, op func(y, g, u F32, n int) error
 	})
 }
 
-// GeGLU implements model.Ops: gelu by ggml's float16 table (GELUTable,
+// GeGLU implements model.Ops: gelu by ggml's float16 table (quant.GELUTable,
 // uploaded on first use), as package cpu.
 func (b *Backend) GeGLU(out, gate, up []float32) {
 	b.glu(out, gate, up, func(y, g, u F32, n int) error {
@@ -200,12 +200,12 @@ func (b *Backend) GeGLU(out, gate, up []float32) {
 	})
 }
 
-// geluTable returns the device copy of GELUTable, uploaded on first use.
+// geluTable returns the device copy of quant.GELUTable, uploaded on first use.
 func (b *Backend) geluTable() (F32, error) {
 	if b.gelu.Buf != nil {
 		return b.gelu, nil
 	}
-	t := GELUTable()
+	t := quant.GELUTable()
 	buf, err := b.dev.NewBuffer(uint64(4*len(t)), vk.DeviceLocal)
 	if err != nil {
 		return F32{}, fmt.Errorf("gpu: GELU table: %w", err)

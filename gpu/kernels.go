@@ -349,7 +349,7 @@ func (k *Kernels) SwiGLUOAI(cb *vk.CommandBuffer, out, gate, up F32, n int, alph
 }
 
 // GeGLU records out = gelu(gate)·up over n floats, gelu by ggml's float16
-// table: table holds GELUTable's 65536 floats (geglu.comp).
+// table: table holds quant.GELUTable's 65536 floats (geglu.comp).
 func (k *Kernels) GeGLU(cb *vk.CommandBuffer, out, gate, up, table F32, n int) error {
 	to, err := floats("GeGLU table", table, 1<<16)
 	if err != nil {

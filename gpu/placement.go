@@ -306,7 +306,7 @@ func Reserve(m *model.Model, maxBatch int) int64 {
 	return n
 }
 
-// geluTableBytes is GELUTable's device copy.
+// geluTableBytes is quant.GELUTable's device copy.
 const geluTableBytes = 4 << 16
 
 // stagingBytes is the device backend's staging ring (backend.go's
